@@ -1,0 +1,1 @@
+//! Benchmarks only: see `benches/`. This library holds the inputs the benchmarks share.

@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("mock-etcd: not yet implemented");
+    std::process::exit(2);
+}

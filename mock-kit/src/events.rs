@@ -1,0 +1,149 @@
+//! What happened to a fake, reported to whoever listens.
+//!
+//! The fakes do not depend on `scenarios`: they emit [`Event`]s to an optional
+//! [`EventSink`]; the scenario runner installs one that merges every source into a single
+//! timeline. With no sink installed, emitting costs a branch.
+
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// One thing that happened: a request served, a state change, a fault fired.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Wall-clock time, epoch milliseconds.
+    pub at_ms: u64,
+    /// Who saw it: `"etcd"`, `"master"`, `"vllm:127.0.0.1:18000"`, …
+    pub source: String,
+    /// Short machine-readable kind: `"request"`, `"state"`, `"fault"`, `"lease_expired"`, …
+    pub kind: String,
+    /// Anything else worth keeping, as JSON.
+    pub detail: serde_json::Value,
+}
+
+impl Event {
+    pub fn now(source: impl Into<String>, kind: impl Into<String>, detail: serde_json::Value) -> Self {
+        Event {
+            at_ms: now_ms(),
+            source: source.into(),
+            kind: kind.into(),
+            detail,
+        }
+    }
+}
+
+/// Epoch milliseconds (0 if the clock is before 1970).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A receiver of events. Must not block: called from request handlers.
+pub trait EventSink: Send + Sync + 'static {
+    fn emit(&self, event: Event);
+}
+
+/// The emitting side a fake holds: a source name and an optional sink.
+#[derive(Clone, Default)]
+pub struct Events {
+    source: String,
+    sink: Option<Arc<dyn EventSink>>,
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Events")
+            .field("source", &self.source)
+            .field("sink", &self.sink.is_some())
+            .finish()
+    }
+}
+
+impl Events {
+    pub fn new(source: impl Into<String>, sink: Option<Arc<dyn EventSink>>) -> Self {
+        Events {
+            source: source.into(),
+            sink,
+        }
+    }
+
+    /// A sink that drops everything.
+    pub fn none(source: impl Into<String>) -> Self {
+        Self::new(source, None)
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.sink.is_some()
+    }
+
+    pub fn emit(&self, kind: &str, detail: serde_json::Value) {
+        if let Some(sink) = &self.sink {
+            sink.emit(Event::now(self.source.clone(), kind, detail));
+        }
+    }
+}
+
+/// A bounded in-memory sink: keeps the last `capacity` events (tests, `/_mock/events`).
+#[derive(Debug)]
+pub struct RingSink {
+    capacity: usize,
+    events: Mutex<std::collections::VecDeque<Event>>,
+}
+
+impl RingSink {
+    pub fn new(capacity: usize) -> Arc<Self> {
+        Arc::new(RingSink {
+            capacity: capacity.max(1),
+            events: Mutex::new(std::collections::VecDeque::new()),
+        })
+    }
+
+    pub fn snapshot(&self) -> Vec<Event> {
+        match self.events.lock() {
+            Ok(g) => g.iter().cloned().collect(),
+            Err(p) => p.into_inner().iter().cloned().collect(),
+        }
+    }
+}
+
+impl EventSink for RingSink {
+    fn emit(&self, event: Event) {
+        let mut g = match self.events.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if g.len() == self.capacity {
+            g.pop_front();
+        }
+        g.push_back(event);
+    }
+}
+
+/// Forwards events into a tokio channel; drops them when the receiver lags (never blocks).
+#[derive(Debug, Clone)]
+pub struct ChannelSink(pub tokio::sync::mpsc::Sender<Event>);
+
+impl EventSink for ChannelSink {
+    fn emit(&self, event: Event) {
+        let _ = self.0.try_send(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_keeps_the_newest() {
+        let ring = RingSink::new(2);
+        let events = Events::new("t", Some(ring.clone() as Arc<dyn EventSink>));
+        for i in 0..3 {
+            events.emit("n", serde_json::json!(i));
+        }
+        let got: Vec<_> = ring.snapshot().into_iter().map(|e| e.detail).collect();
+        assert_eq!(got, vec![serde_json::json!(1), serde_json::json!(2)]);
+    }
+}

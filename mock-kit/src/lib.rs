@@ -1,0 +1,23 @@
+//! Plumbing shared by `mock-etcd`, `mock-vllm` and `mock-master`, so that the three fakes
+//! serve, shut down, take faults and report events the same way (see
+//! `architecture.md`: one convention for every fake's control API).
+//!
+//! # Layout
+//!
+//! - [`shutdown`]: [`Shutdown`], the explicit stop signal every loop selects on.
+//! - [`serve`]: [`serve::spawn`] binds nothing itself: it serves a router on a listener
+//!   the caller bound and answers a [`ServerHandle`] (address, stop, join).
+//! - [`faults`]: [`FaultRegistry`], armed faults with an id, a use count and a deadline,
+//!   plus the generic `/_mock/faults` routes.
+//! - [`events`]: [`Event`] and the [`EventSink`] trait through which a fake reports what
+//!   happened to it; scenarios merge these into one timeline.
+
+pub mod events;
+pub mod faults;
+pub mod serve;
+pub mod shutdown;
+
+pub use events::{Event, EventSink, Events};
+pub use faults::FaultRegistry;
+pub use serve::ServerHandle;
+pub use shutdown::Shutdown;

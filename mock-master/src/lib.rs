@@ -1,0 +1,1 @@
+//! mock-master: a fake xllm-service master as vLLM instances see it (heartbeats, registry, routing).

@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("mock-master: not yet implemented");
+    std::process::exit(2);
+}

@@ -1,0 +1,1 @@
+//! scenarios: the mock cluster, the scenario language and runner, and the fault library.

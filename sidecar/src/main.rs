@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("vllm-sidecar: not yet implemented");
+    std::process::exit(2);
+}

@@ -1,0 +1,1 @@
+//! From parsed samples to heartbeat metrics (to be written).

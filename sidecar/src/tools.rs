@@ -1,0 +1,1 @@
+//! The `parse` and `preview` subcommands (to be written).
