@@ -23,7 +23,11 @@ pub struct Event {
 }
 
 impl Event {
-    pub fn now(source: impl Into<String>, kind: impl Into<String>, detail: serde_json::Value) -> Self {
+    pub fn now(
+        source: impl Into<String>,
+        kind: impl Into<String>,
+        detail: serde_json::Value,
+    ) -> Self {
         Event {
             at_ms: now_ms(),
             source: source.into(),

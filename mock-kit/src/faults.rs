@@ -161,13 +161,20 @@ where
     /// The generic `/_mock/faults` routes, to merge into a fake's control router.
     pub fn routes<S: Clone + Send + Sync + 'static>(&self) -> Router<S> {
         Router::new()
-            .route("/_mock/faults", get(list_faults::<F>).post(add_fault::<F>).delete(clear_faults::<F>))
+            .route(
+                "/_mock/faults",
+                get(list_faults::<F>)
+                    .post(add_fault::<F>)
+                    .delete(clear_faults::<F>),
+            )
             .route("/_mock/faults/{id}", delete(remove_fault::<F>))
             .with_state(self.clone())
     }
 }
 
-async fn list_faults<F: Clone + Serialize>(State(reg): State<FaultRegistry<F>>) -> Json<serde_json::Value> {
+async fn list_faults<F: Clone + Serialize>(
+    State(reg): State<FaultRegistry<F>>,
+) -> Json<serde_json::Value> {
     Json(serde_json::json!({ "faults": reg.list() }))
 }
 
@@ -175,11 +182,18 @@ async fn add_fault<F: Clone>(
     State(reg): State<FaultRegistry<F>>,
     Json(req): Json<FaultRequest<F>>,
 ) -> Json<serde_json::Value> {
-    let id = reg.add(req.fault, req.count, req.duration_ms.map(Duration::from_millis));
+    let id = reg.add(
+        req.fault,
+        req.count,
+        req.duration_ms.map(Duration::from_millis),
+    );
     Json(serde_json::json!({ "id": id }))
 }
 
-async fn remove_fault<F: Clone>(State(reg): State<FaultRegistry<F>>, Path(id): Path<u64>) -> StatusCode {
+async fn remove_fault<F: Clone>(
+    State(reg): State<FaultRegistry<F>>,
+    Path(id): Path<u64>,
+) -> StatusCode {
     if reg.remove(id) {
         StatusCode::NO_CONTENT
     } else {

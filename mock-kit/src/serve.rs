@@ -38,13 +38,20 @@ impl ServerHandle {
 }
 
 /// Serve `router` on `listener` until `shutdown` fires.
-pub fn spawn(listener: TcpListener, router: Router, shutdown: Shutdown) -> std::io::Result<ServerHandle> {
+pub fn spawn(
+    listener: TcpListener,
+    router: Router,
+    shutdown: Shutdown,
+) -> std::io::Result<ServerHandle> {
     let addr = listener.local_addr()?;
     let stop = shutdown.clone();
     let join = tokio::spawn(async move {
-        axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(async move { stop.wait().await })
-            .await
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move { stop.wait().await })
+        .await
     });
     Ok(ServerHandle {
         addr,
@@ -54,7 +61,11 @@ pub fn spawn(listener: TcpListener, router: Router, shutdown: Shutdown) -> std::
 }
 
 /// Bind `addr` (e.g. `127.0.0.1:0`) and serve `router` on it.
-pub async fn bind_and_spawn(addr: SocketAddr, router: Router, shutdown: Shutdown) -> std::io::Result<ServerHandle> {
+pub async fn bind_and_spawn(
+    addr: SocketAddr,
+    router: Router,
+    shutdown: Shutdown,
+) -> std::io::Result<ServerHandle> {
     let listener = TcpListener::bind(addr).await?;
     spawn(listener, router, shutdown)
 }
