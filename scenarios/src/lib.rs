@@ -1,1 +1,2 @@
 //! scenarios: the mock cluster, the scenario language and runner, and the fault library.
+pub mod proxy;

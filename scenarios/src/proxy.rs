@@ -1,0 +1,400 @@
+//! The in-process TCP fault proxy every link of the cluster goes through.
+//!
+//! Why TCP and not HTTP: the faults that hurt a sidecar in production are below HTTP — a
+//! peer that accepts and never answers, a connection reset mid-body, a refused port, a
+//! one-way partition that leaves pooled keep-alive connections looking healthy. A proxy
+//! that only forwards bytes reproduces all of them for any protocol, including the etcd
+//! gateway's long-lived watch streams.
+//!
+//! A [`Proxy`] listens on its own loopback port and forwards every connection to one
+//! target. Its [`LinkFault`] applies to new AND open connections (so a partition also
+//! freezes the pooled connections a client already holds). Jitter comes from a seeded RNG
+//! so one scenario seed gives one schedule.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use mock_kit::{Events, Shutdown};
+
+/// What a link does wrong. `Heal` is the absence of a fault.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum LinkFault {
+    /// Forward normally.
+    Heal,
+    /// Delay every chunk by `ms` plus a uniform random `0..=jitter_ms`.
+    Latency {
+        ms: u64,
+        #[serde(default)]
+        jitter_ms: u64,
+    },
+    /// Forward at most this many bytes per second in each direction.
+    Bandwidth { bytes_per_sec: u64 },
+    /// Accept connections, swallow every byte, never answer.
+    Blackhole,
+    /// Reset open connections and every new one (RST, not FIN).
+    Reset,
+    /// Close the listening port: connects are refused.
+    Refuse,
+    /// Drop bytes flowing one way; connections stay open.
+    Partition { direction: Direction },
+}
+
+/// Direction of a one-way partition, from the client's point of view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Client → target bytes are lost (requests never arrive).
+    ToTarget,
+    /// Target → client bytes are lost (answers never arrive).
+    FromTarget,
+}
+
+#[derive(Clone, Debug)]
+struct LinkState {
+    fault: LinkFault,
+    /// Bumped by `Reset`: connections of an older generation die.
+    generation: u64,
+}
+
+/// A running proxy: one listening port forwarding to one target.
+#[derive(Debug)]
+pub struct Proxy {
+    name: String,
+    addr: SocketAddr,
+    target: Arc<Mutex<SocketAddr>>,
+    state: watch::Sender<LinkState>,
+    shutdown: Shutdown,
+    events: Events,
+    rng: Arc<Mutex<StdRng>>,
+}
+
+impl Proxy {
+    /// Listen on `127.0.0.1:0` and forward to `target`.
+    pub async fn start(name: &str, target: SocketAddr, seed: u64, events: Events) -> std::io::Result<Proxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (state, _) = watch::channel(LinkState {
+            fault: LinkFault::Heal,
+            generation: 0,
+        });
+        let proxy = Proxy {
+            name: name.to_string(),
+            addr,
+            target: Arc::new(Mutex::new(target)),
+            state,
+            shutdown: Shutdown::new(),
+            events,
+            rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
+        };
+        proxy.spawn_acceptor(listener);
+        Ok(proxy)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The address clients dial.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Point the proxy somewhere else (a restarted member on a new port).
+    pub fn retarget(&self, target: SocketAddr) {
+        *lock(&self.target) = target;
+    }
+
+    pub fn fault(&self) -> LinkFault {
+        self.state.borrow().fault.clone()
+    }
+
+    /// Apply a fault to the link (replacing the previous one); `Heal` clears it.
+    pub async fn set(&self, fault: LinkFault) -> std::io::Result<()> {
+        let was_refusing = matches!(self.state.borrow().fault, LinkFault::Refuse);
+        self.events.emit(
+            "link",
+            serde_json::json!({"link": self.name, "fault": fault, "addr": self.addr.to_string()}),
+        );
+        self.state.send_modify(|s| {
+            if matches!(fault, LinkFault::Reset | LinkFault::Refuse) {
+                s.generation += 1;
+            }
+            s.fault = fault.clone();
+        });
+        if was_refusing && !matches!(fault, LinkFault::Refuse) {
+            // The acceptor dropped the listener; bind the same port again.
+            let mut tries = 0;
+            let listener = loop {
+                match TcpListener::bind(self.addr).await {
+                    Ok(l) => break l,
+                    Err(e) if tries < 50 => {
+                        tries += 1;
+                        tracing::debug!(link = %self.name, error = %e, "rebind after refuse");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            self.spawn_acceptor(listener);
+        }
+        Ok(())
+    }
+
+    pub fn stop(&self) {
+        self.shutdown.trigger();
+    }
+
+    fn spawn_acceptor(&self, listener: TcpListener) {
+        let mut state = self.state.subscribe();
+        let shutdown = self.shutdown.clone();
+        let target = self.target.clone();
+        let rng = self.rng.clone();
+        let link = self.state.clone();
+        tokio::spawn(async move {
+            loop {
+                if matches!(state.borrow().fault, LinkFault::Refuse) {
+                    return; // dropping the listener refuses connects until healed
+                }
+                tokio::select! {
+                    _ = shutdown.wait() => return,
+                    changed = state.changed() => if changed.is_err() { return },
+                    accepted = listener.accept() => {
+                        let Ok((client, _)) = accepted else { continue };
+                        let to = *lock(&target);
+                        let conn_rng = StdRng::seed_from_u64(lock(&rng).gen());
+                        tokio::spawn(serve_conn(client, to, link.subscribe(), shutdown.clone(), conn_rng));
+                    }
+                }
+            }
+        });
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.shutdown.trigger();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+async fn serve_conn(
+    client: TcpStream,
+    target: SocketAddr,
+    state: watch::Receiver<LinkState>,
+    shutdown: Shutdown,
+    rng: StdRng,
+) {
+    let generation = state.borrow().generation;
+    let fault = state.borrow().fault.clone();
+    if matches!(fault, LinkFault::Reset | LinkFault::Refuse) {
+        let _ = client.set_zero_linger();
+        return;
+    }
+    let _ = client.set_nodelay(true);
+    let upstream = if matches!(fault, LinkFault::Blackhole) {
+        None
+    } else {
+        match tokio::time::timeout(Duration::from_secs(3), TcpStream::connect(target)).await {
+            Ok(Ok(s)) => Some(s),
+            _ => {
+                // Target down: the client sees a reset, like a dead backend behind a LB.
+                let _ = client.set_zero_linger();
+                return;
+            }
+        }
+    };
+    let Some(upstream) = upstream else {
+        // Blackhole: hold the connection, read and drop, until healed or reset.
+        blackhole(client, state, shutdown, generation).await;
+        return;
+    };
+    let _ = upstream.set_nodelay(true);
+    let (cr, cw) = client.into_split();
+    let (ur, uw) = upstream.into_split();
+    let rng = Arc::new(Mutex::new(rng));
+    let conn_stop = shutdown.child();
+    let up = tokio::spawn(pump(cr, uw, Direction::ToTarget, state.clone(), conn_stop.clone(), rng.clone(), generation));
+    let down = tokio::spawn(pump(ur, cw, Direction::FromTarget, state, conn_stop.clone(), rng, generation));
+    let _ = up.await;
+    conn_stop.trigger();
+    let _ = down.await;
+}
+
+async fn blackhole(mut client: TcpStream, mut state: watch::Receiver<LinkState>, shutdown: Shutdown, generation: u64) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        tokio::select! {
+            _ = shutdown.wait() => return,
+            changed = state.changed() => {
+                if changed.is_err() { return }
+                let s = state.borrow().clone();
+                if s.generation != generation {
+                    let _ = client.set_zero_linger();
+                    return;
+                }
+                if !matches!(s.fault, LinkFault::Blackhole) {
+                    // Healed: the client's request is lost; close so it retries.
+                    return;
+                }
+            }
+            n = client.read(&mut buf) => match n { Ok(0) | Err(_) => return, Ok(_) => {} },
+        }
+    }
+}
+
+/// Copy one direction, applying the link's fault to every chunk.
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    dir: Direction,
+    mut state: watch::Receiver<LinkState>,
+    stop: Shutdown,
+    rng: Arc<Mutex<StdRng>>,
+    generation: u64,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = tokio::select! {
+            _ = stop.wait() => break,
+            changed = state.changed() => {
+                if changed.is_err() { break }
+                if state.borrow().generation != generation {
+                    reset(from, to);
+                    return;
+                }
+                continue;
+            }
+            n = from.read(&mut buf) => match n { Ok(0) | Err(_) => break, Ok(n) => n },
+        };
+        let fault = {
+            let s = state.borrow();
+            if s.generation != generation {
+                drop(s);
+                reset(from, to);
+                return;
+            }
+            s.fault.clone()
+        };
+        let chunk = buf.get(..n).unwrap_or(&[]);
+        match fault {
+            LinkFault::Heal | LinkFault::Reset | LinkFault::Refuse => {}
+            LinkFault::Blackhole => continue,
+            LinkFault::Partition { direction } if direction == dir => continue,
+            LinkFault::Partition { .. } => {}
+            LinkFault::Latency { ms, jitter_ms } => {
+                let extra = if jitter_ms > 0 { lock(&rng).gen_range(0..=jitter_ms) } else { 0 };
+                tokio::time::sleep(Duration::from_millis(ms + extra)).await;
+            }
+            LinkFault::Bandwidth { bytes_per_sec } => {
+                let secs = n as f64 / bytes_per_sec.max(1) as f64;
+                tokio::time::sleep(Duration::from_secs_f64(secs.min(60.0))).await;
+            }
+        }
+        if to.write_all(chunk).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+fn reset(from: OwnedReadHalf, to: OwnedWriteHalf) {
+    if let Ok(stream) = from.reunite(to) {
+        let _ = stream.set_zero_linger();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn echo_server() -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn roundtrip(addr: SocketAddr) -> std::io::Result<Vec<u8>> {
+        let mut s = TcpStream::connect(addr).await?;
+        s.write_all(b"ping").await?;
+        let mut buf = [0u8; 4];
+        tokio::time::timeout(Duration::from_millis(500), s.read_exact(&mut buf))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "timeout"))??;
+        Ok(buf.to_vec())
+    }
+
+    #[tokio::test]
+    async fn forwards_and_applies_faults() {
+        let target = echo_server().await;
+        let p = Proxy::start("t", target, 1, Events::none("t")).await.unwrap();
+        assert_eq!(roundtrip(p.addr()).await.unwrap(), b"ping");
+
+        p.set(LinkFault::Blackhole).await.unwrap();
+        let e = roundtrip(p.addr()).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+
+        p.set(LinkFault::Refuse).await.unwrap();
+        // The acceptor notices the change asynchronously; poll until connects are refused.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            match TcpStream::connect(p.addr()).await {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
+                _ if tokio::time::Instant::now() > deadline => panic!("never refused"),
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+
+        p.set(LinkFault::Heal).await.unwrap();
+        assert_eq!(roundtrip(p.addr()).await.unwrap(), b"ping");
+
+        p.set(LinkFault::Partition { direction: Direction::FromTarget }).await.unwrap();
+        assert!(roundtrip(p.addr()).await.is_err());
+        p.set(LinkFault::Heal).await.unwrap();
+        assert_eq!(roundtrip(p.addr()).await.unwrap(), b"ping");
+    }
+
+    #[tokio::test]
+    async fn reset_kills_open_connections() {
+        let target = echo_server().await;
+        let p = Proxy::start("t", target, 1, Events::none("t")).await.unwrap();
+        let mut s = TcpStream::connect(p.addr()).await.unwrap();
+        s.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        s.read_exact(&mut buf).await.unwrap();
+        p.set(LinkFault::Reset).await.unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await.unwrap();
+        assert!(matches!(r, Ok(0) | Err(_)), "connection survived a reset: {r:?}");
+    }
+}
