@@ -1,0 +1,855 @@
+//! The scenario language: what a TOML scenario file may say, and its validation.
+//!
+//! Strict on purpose: a misspelled field or an unknown action would otherwise silently
+//! make a scenario test nothing. Every struct denies unknown fields; every enum is
+//! externally tagged so serde names the allowed variants; [`Scenario::parse`] then checks
+//! what serde cannot (instance names exist, awaits have deadlines, the etcd kind supports
+//! the actions used) and names the file and line of the offending step. Nothing starts
+//! until a file passes.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::proxy::LinkFault;
+
+/// One scenario file.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    /// Seeds every random choice (jitter, load arrivals, fake vLLM); `--seed` overrides.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    #[serde(default)]
+    pub topology: Topology,
+    #[serde(default, rename = "step")]
+    pub steps: Vec<Step>,
+    #[serde(default)]
+    pub invariants: Invariants,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+/// Which etcd a scenario needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EtcdNeed {
+    /// Whatever the runner was given (`--etcd`).
+    #[default]
+    Any,
+    /// The in-process fake (its fault API is used).
+    Fake,
+    /// A real etcd (the Debian binary); skipped when it is not installed.
+    Real,
+    /// A real three-member cluster on loopback (members can be killed).
+    Cluster3,
+}
+
+/// Metric dialect of the fake vLLM.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dialect {
+    V0,
+    #[default]
+    V0_10,
+    V0_11,
+    OpenMetrics,
+}
+
+/// The cluster a scenario runs on. Intervals default short so the library runs fast.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Topology {
+    pub instances: usize,
+    pub etcd: EtcdNeed,
+    /// Etcd endpoints each sidecar is given (each through its own proxy link).
+    pub etcd_endpoints: usize,
+    /// Etcd user and password (fake etcd only): enables the auth flow.
+    pub etcd_user: Option<String>,
+    pub etcd_password: Option<String>,
+    /// Lifetime of an etcd auth token (fake etcd only).
+    pub etcd_token_ttl: Option<Dur>,
+    pub namespace: String,
+    pub instance_type: String,
+    pub lease_ttl: u64,
+    pub keepalive_interval: Dur,
+    pub heartbeat_interval: Dur,
+    pub health_timeout: Dur,
+    pub health_fail_threshold: u32,
+    pub etcd_timeout: Dur,
+    /// The master's internal token, also given to every sidecar unless overridden.
+    pub token: Option<String>,
+    pub dialect: Dialect,
+    pub data_parallel: u32,
+    pub max_num_seqs: Option<u32>,
+    pub kv_capacity_tokens: Option<u64>,
+    /// vLLM takes this long before /health answers 200.
+    pub vllm_startup_delay: Dur,
+    /// Start every sidecar at t=0 (false: the timeline starts them).
+    pub start_sidecars: bool,
+    /// Extra sidecar flags (appended for every instance).
+    pub sidecar_args: Vec<String>,
+    pub master: MasterTopology,
+    /// Per-instance overrides.
+    #[serde(rename = "instance")]
+    pub overrides: Vec<InstanceOverride>,
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Topology {
+            instances: 1,
+            etcd: EtcdNeed::Any,
+            etcd_endpoints: 1,
+            etcd_user: None,
+            etcd_password: None,
+            etcd_token_ttl: None,
+            namespace: "scn".into(),
+            instance_type: "DEFAULT".into(),
+            lease_ttl: 2,
+            keepalive_interval: Dur::ms(500),
+            heartbeat_interval: Dur::ms(500),
+            health_timeout: Dur::ms(1000),
+            health_fail_threshold: 3,
+            etcd_timeout: Dur::ms(1000),
+            token: None,
+            dialect: Dialect::V0_10,
+            data_parallel: 1,
+            max_num_seqs: None,
+            kv_capacity_tokens: None,
+            vllm_startup_delay: Dur::ms(0),
+            start_sidecars: true,
+            sidecar_args: Vec::new(),
+            master: MasterTopology::default(),
+            overrides: Vec::new(),
+        }
+    }
+}
+
+/// The fake master's timers (contract defaults are 3 s / 15 s / 3 s; scenarios shorten).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MasterTopology {
+    pub lease_lost_timeout: Dur,
+    pub suspect_window: Dur,
+    pub publish_interval: Dur,
+    pub probe_timeout: Dur,
+}
+
+impl Default for MasterTopology {
+    fn default() -> Self {
+        MasterTopology {
+            lease_lost_timeout: Dur::ms(3000),
+            suspect_window: Dur::ms(15000),
+            publish_interval: Dur::ms(1000),
+            probe_timeout: Dur::ms(500),
+        }
+    }
+}
+
+/// Settings of one instance that differ from the topology's.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceOverride {
+    /// Instance name, `i0`, `i1`, …
+    pub name: String,
+    #[serde(default)]
+    pub dialect: Option<Dialect>,
+    /// The token this sidecar sends (`""` for none), when it differs from the master's.
+    #[serde(default)]
+    pub token: Option<String>,
+    #[serde(default)]
+    pub vllm_startup_delay: Option<Dur>,
+    #[serde(default)]
+    pub start_sidecar: Option<bool>,
+    #[serde(default)]
+    pub data_parallel: Option<u32>,
+}
+
+/// One line of the timeline: wait (for a time and/or a condition), then act or check.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// Label in reports (defaults to a description of the step).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Not before this time since the scenario started.
+    #[serde(default)]
+    pub at: Option<Dur>,
+    /// Act only once this holds (fails the step if it does not within `within`).
+    #[serde(default)]
+    pub when: Option<Condition>,
+    #[serde(default)]
+    pub action: Option<Action>,
+    /// Check that this holds within `within` (a verdict in the report).
+    #[serde(default, rename = "await")]
+    pub expect: Option<Condition>,
+    /// The condition must then keep holding this long (e.g. "registration kept").
+    #[serde(default)]
+    pub hold: Option<Dur>,
+    /// Deadline for `when` / `await`, counted from when the step begins.
+    #[serde(default)]
+    pub within: Option<Dur>,
+}
+
+/// Which instance(s) an action touches.
+pub type Target = String;
+
+/// A state of an instance as the master sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MasterState {
+    Active,
+    LeaseLost,
+    Suspect,
+    /// Not known to the master at all.
+    Absent,
+    /// Active or LeaseLost: the master would route to it.
+    Routable,
+}
+
+/// Something the cluster's observed state can satisfy.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Condition {
+    /// The master holds the instance in this state.
+    State { instance: Target, is: MasterState },
+    /// The instance's key is in etcd.
+    Registered(Target),
+    /// The instance's key is not in etcd.
+    Unregistered(Target),
+    /// Every instance ACTIVE at the master and registered in etcd with the same incarnation.
+    AllActive(bool),
+    /// At least this many distinct incarnations of the instance were seen (re-registrations).
+    Incarnations { instance: Target, at_least: usize },
+    /// The master accepted at least `at_least` (default 1) heartbeats from the instance since
+    /// the step began, optionally with at least `min_waiting` waiting requests.
+    Heartbeat {
+        instance: Target,
+        #[serde(default)]
+        at_least: Option<u64>,
+        #[serde(default)]
+        min_waiting: Option<u64>,
+        #[serde(default)]
+        max_waiting: Option<u64>,
+    },
+    /// The master answered this HTTP status to the instance's heartbeats at least once since
+    /// the step began.
+    HeartbeatStatus { instance: Target, status: u16 },
+    /// The sidecar process exited (with this code, if given).
+    Exited {
+        instance: Target,
+        #[serde(default)]
+        code: Option<i32>,
+    },
+    /// A sidecar log line since the step began contains this text (case-insensitive).
+    Log { instance: Target, contains: String },
+    /// Of the load generator's last routed requests, at most this share went to the instance.
+    RoutedShare {
+        instance: Target,
+        at_most: f64,
+        #[serde(default = "default_routed_window")]
+        last: usize,
+    },
+}
+
+fn default_routed_window() -> usize {
+    20
+}
+
+/// Something the runner does to the cluster.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Action {
+    SidecarStart {
+        instance: Target,
+        /// Start with this token instead (token rotation).
+        #[serde(default)]
+        token: Option<String>,
+    },
+    /// SIGTERM, then wait for exit.
+    SidecarStop(Target),
+    /// SIGKILL.
+    SidecarKill(Target),
+    VllmHealth { instance: Target, health: Health },
+    VllmFault {
+        instance: Target,
+        fault: VllmFault,
+        #[serde(default)]
+        count: Option<u64>,
+        #[serde(default)]
+        duration: Option<Dur>,
+    },
+    VllmClearFaults(Target),
+    VllmCrash(Target),
+    VllmRestart(Target),
+    VllmCounterReset(Target),
+    EtcdFault {
+        fault: EtcdFault,
+        #[serde(default)]
+        count: Option<u64>,
+        #[serde(default)]
+        duration: Option<Dur>,
+    },
+    EtcdClearFaults(bool),
+    EtcdReleaseHung(bool),
+    /// Expire the lease behind this instance's key (or every lease with `all`).
+    EtcdExpireLease(Target),
+    EtcdLoseData {
+        #[serde(default)]
+        reset_revision: bool,
+    },
+    /// Kill a real etcd member: `leader` or its index.
+    EtcdKill(String),
+    /// Start a killed real etcd member again.
+    EtcdRestart(String),
+    MasterRestart(bool),
+    /// Change the master's token (`""` disables the check).
+    MasterToken(String),
+    MasterFault {
+        fault: MasterFault,
+        #[serde(default)]
+        count: Option<u64>,
+        #[serde(default)]
+        duration: Option<Dur>,
+    },
+    MasterClearFaults(bool),
+    /// A fault on one link of the cluster; `duration` heals it automatically.
+    Link {
+        link: LinkKind,
+        #[serde(default = "all_target")]
+        instance: Target,
+        /// Only this etcd endpoint of the sidecar (index), default all.
+        #[serde(default)]
+        endpoint: Option<usize>,
+        fault: LinkFault,
+        #[serde(default)]
+        duration: Option<Dur>,
+    },
+    /// Open-loop load: `rps` completions per second for `duration`, to one instance's
+    /// vLLM directly, or routed by the master when `instance` is absent.
+    Load {
+        #[serde(default)]
+        instance: Option<Target>,
+        rps: f64,
+        duration: Dur,
+        #[serde(default = "default_max_tokens")]
+        max_tokens: u32,
+    },
+    LoadOff(bool),
+}
+
+fn all_target() -> String {
+    "all".into()
+}
+
+fn default_max_tokens() -> u32 {
+    64
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    Up,
+    Down,
+    Hang,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkKind {
+    SidecarEtcd,
+    SidecarMaster,
+    SidecarVllm,
+    MasterEtcd,
+}
+
+/// Faults of the fake vLLM (see `mock-vllm`).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum VllmFault {
+    MetricsStatus { status: u16 },
+    MetricsHang,
+    MetricsSlow { bytes_per_sec: u64 },
+    MetricsTruncate { at_bytes: u64 },
+    MetricsGarbage { lines: u32 },
+    MetricsNonfinite,
+    MetricsHuge { bytes: u64 },
+    MetricsStale,
+    CompletionFail { fraction: f64, status: u16 },
+    CompletionHang,
+    CompletionDrop { after_tokens: u32 },
+}
+
+/// Faults of the fake etcd gateway (see `mock-etcd`).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum EtcdFault {
+    Fail {
+        path: String,
+        #[serde(default = "default_fail_status")]
+        status: u16,
+        #[serde(default)]
+        grpc_code: Option<i32>,
+        #[serde(default)]
+        message: Option<String>,
+    },
+    Latency { path: String, ms: u64 },
+    Hang { path: String },
+}
+
+fn default_fail_status() -> u16 {
+    503
+}
+
+/// Faults of the fake master (see `mock-master`).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum MasterFault {
+    HeartbeatStatus { status: u16 },
+    Latency { ms: u64 },
+}
+
+/// Properties checked over the whole run, each on by default.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Invariants {
+    /// The master never accepts (200) a heartbeat whose incarnation is not the one etcd
+    /// and the master track.
+    pub no_stale_heartbeat_accepted: bool,
+    /// Whenever an instance's vLLM was healthy, its sidecar running and nothing disturbed
+    /// its registration path for `registered_grace`, its key is in etcd.
+    pub registered_when_healthy: bool,
+    /// Default: lease TTL + 2 keepalive intervals + 1 s.
+    pub registered_grace: Option<Dur>,
+    /// Never two incarnations of one instance routable: the master's incarnation matches
+    /// etcd's whenever both know the instance (after `incarnation_grace`).
+    pub single_incarnation: bool,
+    pub incarnation_grace: Dur,
+    /// No heartbeat answered 401 while the sidecar's token matched the master's.
+    pub no_401_when_tokens_match: bool,
+    /// Every heartbeat the master stored has finite, in-range load metrics.
+    pub heartbeats_sane: bool,
+}
+
+impl Default for Invariants {
+    fn default() -> Self {
+        Invariants {
+            no_stale_heartbeat_accepted: true,
+            registered_when_healthy: true,
+            registered_grace: None,
+            single_incarnation: true,
+            incarnation_grace: Dur::ms(1500),
+            no_401_when_tokens_match: true,
+            heartbeats_sane: true,
+        }
+    }
+}
+
+/// A duration written `"1.5s"`, `"300ms"`, `"2m"` or as a number of seconds.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Dur(pub Duration);
+
+impl Dur {
+    pub const fn ms(ms: u64) -> Dur {
+        Dur(Duration::from_millis(ms))
+    }
+    pub fn as_ms(&self) -> u64 {
+        self.0.as_millis() as u64
+    }
+    pub fn secs_f64(&self) -> f64 {
+        self.0.as_secs_f64()
+    }
+}
+
+impl fmt::Debug for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self)
+    }
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.as_ms();
+        if ms % 1000 == 0 {
+            write!(f, "{}s", ms / 1000)
+        } else {
+            write!(f, "{}ms", ms)
+        }
+    }
+}
+
+/// Parse `"1.5s"`, `"300ms"`, `"2m"`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => s.split_at(i),
+        None => return Err(format!("duration `{s}` needs a unit: ms, s or m (e.g. \"1.5s\")")),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("duration `{s}`: `{num}` is not a number"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        other => return Err(format!("duration `{s}`: unknown unit `{other}` (use ms, s or m)")),
+    };
+    if !secs.is_finite() || !(0.0..=86_400.0).contains(&secs) {
+        return Err(format!("duration `{s}` out of range (0 to 24h)"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Num(f64),
+            Text(String),
+        }
+        let raw = Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom("expected a duration: a string like \"1.5s\" or \"300ms\", or seconds as a number")
+        })?;
+        match raw {
+            Raw::Num(n) if n.is_finite() && (0.0..=86_400.0).contains(&n) => Ok(Dur(Duration::from_secs_f64(n))),
+            Raw::Num(n) => Err(serde::de::Error::custom(format!("duration {n} out of range"))),
+            Raw::Text(s) => parse_duration(&s).map(Dur).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+impl Serialize for Dur {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+/// A scenario file that failed to parse or validate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{}: {}", self.file, l, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+/// Instance names of a topology: `i0`, `i1`, …
+pub fn instance_name(i: usize) -> String {
+    format!("i{i}")
+}
+
+impl Scenario {
+    /// Parse and validate one scenario; `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<Scenario, SpecError> {
+        let sc: Scenario = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| line_of(text, s.start));
+            SpecError {
+                file: file.to_string(),
+                line,
+                message: e.message().trim().to_string(),
+            }
+        })?;
+        sc.validate().map_err(|(step, message)| SpecError {
+            file: file.to_string(),
+            line: step.and_then(|i| step_line(text, i)),
+            message: match step {
+                Some(i) => format!("step {}: {message}", i + 1),
+                None => message,
+            },
+        })?;
+        Ok(sc)
+    }
+
+    pub fn instance_names(&self) -> Vec<String> {
+        (0..self.topology.instances).map(instance_name).collect()
+    }
+
+    /// The invariant grace for registration: lease TTL + 2 keepalives + 1 s unless set.
+    pub fn registered_grace(&self) -> Duration {
+        self.invariants.registered_grace.map(|d| d.0).unwrap_or_else(|| {
+            Duration::from_secs(self.topology.lease_ttl) + self.topology.keepalive_interval.0 * 2 + Duration::from_secs(1)
+        })
+    }
+
+    fn validate(&self) -> Result<(), (Option<usize>, String)> {
+        let t = &self.topology;
+        if self.name.trim().is_empty() {
+            return Err((None, "`name` is empty".into()));
+        }
+        if !(1..=500).contains(&t.instances) {
+            return Err((None, format!("topology.instances = {} (allowed 1..=500)", t.instances)));
+        }
+        if !(1..=4).contains(&t.etcd_endpoints) {
+            return Err((None, format!("topology.etcd_endpoints = {} (allowed 1..=4)", t.etcd_endpoints)));
+        }
+        if t.lease_ttl == 0 {
+            return Err((None, "topology.lease_ttl must be at least 1 (seconds)".into()));
+        }
+        if t.keepalive_interval.0.is_zero() || t.heartbeat_interval.0.is_zero() {
+            return Err((None, "topology intervals must be > 0".into()));
+        }
+        if !["DEFAULT", "PREFILL", "DECODE", "MIX"].contains(&t.instance_type.as_str()) {
+            return Err((None, format!("topology.instance_type `{}`: use DEFAULT, PREFILL, DECODE or MIX", t.instance_type)));
+        }
+        if t.etcd_user.is_some() != t.etcd_password.is_some() {
+            return Err((None, "topology.etcd_user and etcd_password go together".into()));
+        }
+        if (t.etcd_user.is_some() || t.etcd_token_ttl.is_some()) && t.etcd != EtcdNeed::Fake {
+            return Err((None, "etcd auth settings need topology.etcd = \"fake\"".into()));
+        }
+        let names = self.instance_names();
+        let known = |n: &str| names.iter().any(|x| x == n);
+        for o in &t.overrides {
+            if !known(&o.name) {
+                return Err((None, format!("[[topology.instance]] `{}` is not an instance (have i0..i{})", o.name, t.instances - 1)));
+            }
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            let err = |m: String| Err((Some(i), m));
+            match (&step.action, &step.expect) {
+                (Some(_), Some(_)) => return err("a step has either `action` or `await`, not both".into()),
+                (None, None) => return err("a step needs `action` or `await`".into()),
+                _ => {}
+            }
+            if step.when.is_some() && step.action.is_none() {
+                return err("`when` goes with an `action` (use `await` to check a condition)".into());
+            }
+            if (step.expect.is_some() || step.when.is_some()) && step.within.is_none() {
+                return err("`await` and `when` need a deadline: `within = \"3s\"`".into());
+            }
+            if step.within.is_some() && step.expect.is_none() && step.when.is_none() {
+                return err("`within` without `await` or `when`".into());
+            }
+            if step.hold.is_some() && step.expect.is_none() {
+                return err("`hold` goes with `await`".into());
+            }
+            for c in step.expect.iter().chain(step.when.iter()) {
+                if let Err(m) = self.check_condition(c, &known) {
+                    return err(m);
+                }
+            }
+            if let Some(a) = &step.action {
+                if let Err(m) = self.check_action(a, &known) {
+                    return err(m);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_target(&self, t: &str, known: &dyn Fn(&str) -> bool, allow_all: bool) -> Result<(), String> {
+        if known(t) || (allow_all && t == "all") {
+            Ok(())
+        } else {
+            Err(format!(
+                "instance `{t}` does not exist (topology has {} instance(s): i0..i{}{})",
+                self.topology.instances,
+                self.topology.instances - 1,
+                if allow_all { ", or `all`" } else { "" }
+            ))
+        }
+    }
+
+    fn check_condition(&self, c: &Condition, known: &dyn Fn(&str) -> bool) -> Result<(), String> {
+        match c {
+            Condition::State { instance, .. }
+            | Condition::Registered(instance)
+            | Condition::Unregistered(instance)
+            | Condition::Incarnations { instance, .. }
+            | Condition::Heartbeat { instance, .. }
+            | Condition::HeartbeatStatus { instance, .. }
+            | Condition::Exited { instance, .. }
+            | Condition::Log { instance, .. }
+            | Condition::RoutedShare { instance, .. } => self.check_target(instance, known, false),
+            Condition::AllActive(true) => Ok(()),
+            Condition::AllActive(false) => Err("`all_active = false` means nothing; use `all_active = true`".into()),
+        }
+    }
+
+    fn check_action(&self, a: &Action, known: &dyn Fn(&str) -> bool) -> Result<(), String> {
+        let fake_only = |what: &str| -> Result<(), String> {
+            if self.topology.etcd == EtcdNeed::Fake {
+                Ok(())
+            } else {
+                Err(format!("`{what}` needs the fake etcd: set topology.etcd = \"fake\""))
+            }
+        };
+        let flag = |b: bool, what: &str| -> Result<(), String> {
+            if b {
+                Ok(())
+            } else {
+                Err(format!("`{what} = false` means nothing; write `{what} = true`"))
+            }
+        };
+        match a {
+            Action::SidecarStart { instance, .. }
+            | Action::SidecarStop(instance)
+            | Action::SidecarKill(instance)
+            | Action::VllmHealth { instance, .. }
+            | Action::VllmFault { instance, .. }
+            | Action::VllmClearFaults(instance)
+            | Action::VllmCrash(instance)
+            | Action::VllmRestart(instance)
+            | Action::VllmCounterReset(instance) => self.check_target(instance, known, true),
+            Action::Link { instance, link, endpoint, .. } => {
+                self.check_target(instance, known, true)?;
+                if let Some(e) = endpoint {
+                    if *link != LinkKind::SidecarEtcd && *link != LinkKind::MasterEtcd {
+                        return Err("`endpoint` applies to etcd links only".into());
+                    }
+                    if *e >= self.topology.etcd_endpoints.max(self.etcd_members()) {
+                        return Err(format!("endpoint {e} does not exist"));
+                    }
+                }
+                Ok(())
+            }
+            Action::EtcdFault { .. } => fake_only("etcd_fault"),
+            Action::EtcdClearFaults(b) => flag(*b, "etcd_clear_faults").and(fake_only("etcd_clear_faults")),
+            Action::EtcdReleaseHung(b) => flag(*b, "etcd_release_hung").and(fake_only("etcd_release_hung")),
+            Action::EtcdExpireLease(t) => self.check_target(t, known, true).and(fake_only("etcd_expire_lease")),
+            Action::EtcdLoseData { .. } => fake_only("etcd_lose_data"),
+            Action::EtcdKill(m) | Action::EtcdRestart(m) => {
+                if self.topology.etcd != EtcdNeed::Cluster3 {
+                    return Err("etcd_kill / etcd_restart need topology.etcd = \"cluster3\"".into());
+                }
+                if m == "leader" || m.parse::<usize>().is_ok_and(|i| i < 3) {
+                    Ok(())
+                } else {
+                    Err(format!("etcd member `{m}`: use \"leader\", \"0\", \"1\" or \"2\""))
+                }
+            }
+            Action::MasterRestart(b) => flag(*b, "master_restart"),
+            Action::MasterClearFaults(b) => flag(*b, "master_clear_faults"),
+            Action::LoadOff(b) => flag(*b, "load_off"),
+            Action::MasterToken(_) | Action::MasterFault { .. } => Ok(()),
+            Action::Load { instance, rps, .. } => {
+                if let Some(i) = instance {
+                    self.check_target(i, known, false)?;
+                }
+                if !(rps.is_finite() && *rps > 0.0 && *rps <= 2000.0) {
+                    return Err(format!("load rps {rps} (allowed 0 < rps <= 2000)"));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn etcd_members(&self) -> usize {
+        if self.topology.etcd == EtcdNeed::Cluster3 {
+            3
+        } else {
+            1
+        }
+    }
+}
+
+/// 1-based line of a byte offset.
+pub fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset.min(text.len()))
+        .map(|t| t.matches('\n').count() + 1)
+        .unwrap_or(1)
+}
+
+/// 1-based line of the `idx`-th `[[step]]` header.
+fn step_line(text: &str, idx: usize) -> Option<usize> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim_start().starts_with("[[step]]"))
+        .nth(idx)
+        .map(|(n, _)| n + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OK: &str = r#"
+name = "t"
+description = "d"
+[topology]
+instances = 2
+[[step]]
+await = { state = { instance = "i1", is = "active" } }
+within = "3s"
+[[step]]
+at = "1s"
+action = { link = { link = "sidecar_etcd", instance = "i0", fault = { latency = { ms = 100, jitter_ms = 20 } }, duration = "2s" } }
+[[step]]
+action = { vllm_fault = { instance = "i0", fault = "metrics_nonfinite" } }
+"#;
+
+    #[test]
+    fn parses_a_good_file() {
+        let sc = Scenario::parse("ok.toml", OK).unwrap();
+        assert_eq!(sc.steps.len(), 3);
+        assert_eq!(sc.steps[1].at, Some(Dur::ms(1000)));
+        assert!(matches!(sc.steps[2].action, Some(Action::VllmFault { fault: VllmFault::MetricsNonfinite, .. })));
+    }
+
+    #[test]
+    fn misspelled_field_names_file_and_line() {
+        let bad = OK.replace("within = \"3s\"", "withn = \"3s\"");
+        let e = Scenario::parse("bad.toml", &bad).unwrap_err();
+        assert_eq!(e.file, "bad.toml");
+        assert_eq!(e.line, Some(8), "{e}");
+        assert!(e.message.contains("withn"), "{e}");
+    }
+
+    #[test]
+    fn unknown_action_is_an_error() {
+        let bad = OK.replace("vllm_fault", "vllm_explode");
+        let e = Scenario::parse("bad.toml", &bad).unwrap_err();
+        assert!(e.message.contains("vllm_explode"), "{e}");
+        assert_eq!(e.line, Some(13), "{e}");
+    }
+
+    #[test]
+    fn unknown_instance_names_the_step_line() {
+        let bad = OK.replace("\"i1\"", "\"i7\"");
+        let e = Scenario::parse("bad.toml", &bad).unwrap_err();
+        assert_eq!(e.line, Some(6), "{e}");
+        assert!(e.message.contains("i7"), "{e}");
+    }
+
+    #[test]
+    fn await_needs_a_deadline_and_durations_need_units() {
+        let bad = OK.replace("within = \"3s\"\n", "");
+        assert!(Scenario::parse("b", &bad).unwrap_err().message.contains("deadline"));
+        let bad = OK.replace("\"3s\"", "\"3\"");
+        let e = Scenario::parse("b", &bad).unwrap_err();
+        assert!(e.message.contains("unit"), "{e}");
+    }
+
+    #[test]
+    fn fake_only_actions_are_checked() {
+        let bad = format!("{OK}[[step]]\naction = {{ etcd_lose_data = {{}} }}\n");
+        let e = Scenario::parse("b", &bad).unwrap_err();
+        assert!(e.message.contains("fake"), "{e}");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("300ms").unwrap(), Duration::from_millis(300));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("1h").is_err());
+    }
+}
