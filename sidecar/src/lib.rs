@@ -14,7 +14,76 @@
 //! - [`mapping`]: from parsed samples to the heartbeat's load and latency metrics, with
 //!   the state kept between scrapes: `mapping::Mapper::observe`.
 //! - [`tools`]: the `parse` and `preview` subcommands.
+//!
+//! Registration is a separate concern: health probe → lease → etcd key.
+//!
+//! - [`config`]: the flags (the reference's names, env vars and defaults) validated into
+//!   a `Config`: `Config::from_args`.
+//! - [`lifecycle`]: the state machine that owns the registration and runs the health and
+//!   heartbeat tasks: `Sidecar::new(config).run(shutdown)`.
+//! - [`etcd`]: etcd v3 JSON-gateway client (endpoints in order, auth, re-auth):
+//!   `EtcdClient::lease_grant` / `lease_keepalive` / `lease_revoke` / `put`.
+//! - [`instance`]: the key and `InstanceMetaInfo` value the master reads: `instance_key`.
+//! - [`health`]: vLLM `/health` probe: `HealthProbe::is_healthy`.
+//! - [`scrape`]: capped, timed `/metrics` read → parser → mapping: `Scraper::scrape`.
+//! - [`heartbeat`]: the POST to the master and its answers: `HeartbeatClient::send`.
+//! - [`admin`]: `/healthz`, `/readyz`, `/metrics` on `--admin-listen`: `admin::serve`.
+//! - [`telemetry`]: the sidecar's own Prometheus metrics: `Telemetry::encode`.
+//! - [`backoff`], [`http`], [`logging`], [`shutdown`]: small plumbing.
+//!
+//! The whole program: [`run`].
 
+pub mod admin;
+pub mod backoff;
+pub mod config;
+pub mod etcd;
+pub mod health;
+pub mod heartbeat;
+pub mod http;
+pub mod instance;
+pub mod lifecycle;
+pub mod logging;
 pub mod mapping;
 pub mod prom;
+pub mod scrape;
+pub mod shutdown;
+pub mod telemetry;
 pub mod tools;
+
+use config::Config;
+use shutdown::Shutdown;
+
+/// Run the sidecar until `shutdown` fires; then revoke the lease (bounded) and return.
+/// Serves the admin endpoint when configured; failing to bind it is the only error.
+pub async fn run(config: Config, shutdown: Shutdown) -> std::io::Result<()> {
+    tracing::info!(
+        register_addr = %config.register_addr,
+        backend_type = %config.backend_type,
+        instance_type = ?config.instance_type,
+        "sidecar starting"
+    );
+    let sidecar = lifecycle::Sidecar::new(config);
+    let admin = match sidecar.config().admin_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            let local = listener.local_addr()?;
+            tracing::info!(addr = %local, "admin endpoint listening");
+            println!("vllm-sidecar admin listening on {local}");
+            let state = admin::AdminState {
+                telemetry: sidecar.telemetry(),
+                status: sidecar.status(),
+            };
+            Some(tokio::spawn(admin::serve(
+                listener,
+                state,
+                shutdown.clone(),
+            )))
+        }
+        None => None,
+    };
+    sidecar.run(shutdown).await;
+    if let Some(task) = admin {
+        task.abort();
+    }
+    Ok(())
+}

@@ -1,4 +1,97 @@
+//! `vllm-sidecar`: parse the flags, then run the sidecar (or the `parse` / `preview`
+//! tools). A flag or configuration error is one line on stderr and exit code 2.
+
+use clap::{Parser, Subcommand};
+
+use sidecar::config::{Config, RunArgs};
+use sidecar::tools::{ParseArgs, PreviewArgs};
+
+#[derive(Parser)]
+#[command(
+    name = "vllm-sidecar",
+    version,
+    about = "Registers a vLLM server with xllm-service (etcd lease) and reports its load.",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Parse a Prometheus/OpenMetrics page and print what the sidecar would read.
+    Parse(ParseArgs),
+    /// Scrape a live /metrics and print the heartbeats it would send.
+    Preview(PreviewArgs),
+}
+
 fn main() {
-    eprintln!("vllm-sidecar: not yet implemented");
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            std::process::exit(0);
+        }
+        Err(e) => usage_error(&e.render().to_string()),
+    };
+    let code = match cli.command {
+        Some(Command::Parse(args)) => sidecar::tools::run_parse(args),
+        Some(Command::Preview(args)) => match runtime() {
+            Ok(rt) => rt.block_on(sidecar::tools::run_preview(args)),
+            Err(e) => fail(&format!("cannot start the runtime: {e}")),
+        },
+        None => run(cli.run),
+    };
+    std::process::exit(code);
+}
+
+fn run(args: RunArgs) -> i32 {
+    let config = match Config::from_args(args) {
+        Ok(config) => config,
+        Err(e) => usage_error(&e.to_string()),
+    };
+    sidecar::logging::init(&config.log_level, config.log_format);
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => fail(&format!("cannot start the runtime: {e}")),
+    };
+    rt.block_on(async {
+        let (trigger, shutdown) = sidecar::shutdown::channel();
+        tokio::spawn(sidecar::shutdown::on_signals(trigger));
+        match sidecar::run(config, shutdown).await {
+            Ok(()) => 0,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot serve the admin endpoint");
+                eprintln!("vllm-sidecar: cannot serve the admin endpoint: {e}");
+                1
+            }
+        }
+    })
+}
+
+/// One thread is plenty for a few timers and HTTP calls, and keeps memory small.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
+/// Exit 2 with the first line of the message (clap's usage text is dropped).
+fn usage_error(message: &str) -> ! {
+    let line = message
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("invalid arguments");
+    let line = line.strip_prefix("error: ").unwrap_or(line);
+    eprintln!("vllm-sidecar: {line}");
     std::process::exit(2);
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("vllm-sidecar: {message}");
+    std::process::exit(1);
 }

@@ -1,0 +1,387 @@
+//! A minimal etcd v3 client over the JSON gateway (`/v3/...` on the client port): just
+//! what registration needs (lease grant/keepalive/revoke, put, range, authenticate).
+//!
+//! Why the gateway and not gRPC: it is what the reference uses and what every etcd ≥ 3.4
+//! serves, with no protobuf toolchain. Facts checked against a real etcd 3.4:
+//! - int64 fields (`ID`, `TTL`, revisions) come back as JSON strings; numbers and strings
+//!   are both accepted in requests;
+//! - proto3 JSON omits zero fields: a keepalive on a dead lease answers
+//!   `{"result":{"header":…,"ID":"…"}}` with no `TTL`; an empty value has no `value`;
+//! - the auth token goes in the bare `Authorization` header (no `Bearer`); a bad or
+//!   expired token answers 401 `{"code":16,"error":"etcdserver: invalid auth token"}`,
+//!   a missing one 400 `{"code":3,"error":"etcdserver: user name is empty"}`;
+//! - revoking an unknown lease answers 404 `{"code":5,"error":"… lease not found"}`.
+//!
+//! Endpoints are tried in order for every call; a connection error, a non-200 answer or
+//! a 200 whose body is not JSON moves to the next one (a 200 with a non-object JSON body
+//! reads as `{}`). When etcd rejects the token, the client authenticates again once and
+//! retries the call: simple tokens expire after five idle minutes.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use reqwest::Url;
+use serde_json::{json, Map, Value};
+
+use crate::config::Secret;
+use crate::http::{read_capped, snippet};
+
+/// No gateway answer the sidecar needs is anywhere near this.
+const MAX_ANSWER_BYTES: usize = 1024 * 1024;
+
+/// An etcd call that failed on every endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EtcdError {
+    /// etcd rejected the credentials or the token (after one re-authentication).
+    Auth(String),
+    /// Every endpoint failed; the message is the last endpoint's failure.
+    Unavailable { path: String, last: String },
+    /// An answer lacked something the call needs (e.g. a lease grant with no ID).
+    BadAnswer(String),
+}
+
+impl std::fmt::Display for EtcdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EtcdError::Auth(m) => write!(f, "etcd auth failed: {m}"),
+            EtcdError::Unavailable { path, last } => {
+                write!(f, "all etcd endpoints failed for {path}: {last}")
+            }
+            EtcdError::BadAnswer(m) => write!(f, "unexpected etcd answer: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for EtcdError {}
+
+/// One endpoint's failure, kept to decide what the whole call failed with.
+enum Attempt {
+    Answer(Map<String, Value>),
+    Failed(String),
+    TokenRejected(String),
+    NotFound(String),
+}
+
+#[derive(Clone)]
+struct Credentials {
+    username: String,
+    password: Secret,
+}
+
+/// The etcd gateway client. Cheap to share behind an `Arc`; the token is replaced in place
+/// on re-authentication.
+pub struct EtcdClient {
+    http: reqwest::Client,
+    endpoints: Vec<Url>,
+    timeout: Duration,
+    credentials: Option<Credentials>,
+    token: Mutex<Option<Secret>>,
+}
+
+impl std::fmt::Debug for EtcdClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdClient")
+            .field(
+                "endpoints",
+                &self.endpoints.iter().map(Url::as_str).collect::<Vec<_>>(),
+            )
+            .field("timeout", &self.timeout)
+            .field("username", &self.credentials.as_ref().map(|c| &c.username))
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdClient {
+    /// `username` empty means no auth. Nothing is sent until the first call.
+    pub fn new(
+        http: reqwest::Client,
+        endpoints: Vec<Url>,
+        timeout: Duration,
+        username: &str,
+        password: Secret,
+    ) -> EtcdClient {
+        let credentials = (!username.is_empty()).then(|| Credentials {
+            username: username.to_string(),
+            password,
+        });
+        EtcdClient {
+            http,
+            endpoints,
+            timeout,
+            credentials,
+            token: Mutex::new(None),
+        }
+    }
+
+    /// Grant a lease of `ttl` seconds; answers its id. etcd may raise a very short TTL
+    /// to its minimum (2 s with default election settings).
+    pub async fn lease_grant(&self, ttl: i64) -> Result<i64, EtcdError> {
+        let answer = self
+            .call("/v3/lease/grant", &json!({"TTL": ttl, "ID": 0}))
+            .await?;
+        match answer.get("ID").and_then(int64) {
+            Some(id) if id != 0 => Ok(id),
+            _ => Err(EtcdError::BadAnswer("lease grant returned no ID".into())),
+        }
+    }
+
+    /// Refresh a lease once; answers the TTL left, 0 when the lease is gone (etcd then
+    /// omits `TTL`, or the whole `result` may be null).
+    pub async fn lease_keepalive(&self, lease: i64) -> Result<i64, EtcdError> {
+        let answer = self
+            .call("/v3/lease/keepalive", &json!({"ID": lease.to_string()}))
+            .await?;
+        let ttl = answer
+            .get("result")
+            .and_then(Value::as_object)
+            .and_then(|r| r.get("TTL"))
+            .and_then(int64)
+            .unwrap_or(0);
+        Ok(ttl.max(0))
+    }
+
+    /// Revoke a lease: its keys disappear at once. A lease etcd no longer knows is
+    /// already gone, which is what revoking wants: that is `Ok`.
+    pub async fn lease_revoke(&self, lease: i64) -> Result<(), EtcdError> {
+        match self
+            .call("/v3/lease/revoke", &json!({"ID": lease.to_string()}))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(EtcdError::Unavailable { last, .. }) if last.contains("lease not found") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Put `key` = `value`, attached to `lease` (0: no lease).
+    pub async fn put(&self, key: &str, value: &str, lease: i64) -> Result<(), EtcdError> {
+        let mut body = json!({"key": B64.encode(key), "value": B64.encode(value)});
+        if lease != 0 {
+            body["lease"] = Value::String(lease.to_string());
+        }
+        self.call("/v3/kv/put", &body).await.map(|_| ())
+    }
+
+    /// The value at `key`, `None` when absent (`Some("")` for an empty value, which etcd
+    /// sends with no `value` field).
+    pub async fn get(&self, key: &str) -> Result<Option<String>, EtcdError> {
+        let answer = self
+            .call("/v3/kv/range", &json!({"key": B64.encode(key)}))
+            .await?;
+        let Some(first) = answer
+            .get("kvs")
+            .and_then(Value::as_array)
+            .and_then(|kvs| kvs.first())
+        else {
+            return Ok(None);
+        };
+        let encoded = first.get("value").and_then(Value::as_str).unwrap_or("");
+        let raw = B64
+            .decode(encoded)
+            .map_err(|e| EtcdError::BadAnswer(format!("value is not base64: {e}")))?;
+        Ok(Some(String::from_utf8_lossy(&raw).into_owned()))
+    }
+
+    /// Authenticate now (normally done lazily by the first call that needs it).
+    pub async fn authenticate(&self) -> Result<(), EtcdError> {
+        let Some(credentials) = &self.credentials else {
+            return Ok(());
+        };
+        let body = json!({
+            "name": credentials.username,
+            "password": credentials.password.expose(),
+        });
+        let answer = match self
+            .call_endpoints("/v3/auth/authenticate", &body, None)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(EtcdError::Unavailable { last, .. }) if last.contains("authentication failed") => {
+                return Err(EtcdError::Auth(last));
+            }
+            Err(e) => return Err(e),
+        };
+        match answer.get("token").and_then(Value::as_str) {
+            Some(token) if !token.is_empty() => {
+                if let Ok(mut slot) = self.token.lock() {
+                    *slot = Some(Secret::new(token));
+                }
+                Ok(())
+            }
+            _ => Err(EtcdError::Auth("authenticate returned no token".into())),
+        }
+    }
+
+    fn current_token(&self) -> Option<Secret> {
+        self.token.lock().ok().and_then(|t| t.clone())
+    }
+
+    /// One call: authenticate first if needed, and once more if etcd rejects the token.
+    async fn call(&self, path: &str, body: &Value) -> Result<Map<String, Value>, EtcdError> {
+        if self.credentials.is_none() {
+            return self.call_endpoints(path, body, None).await;
+        }
+        if self.current_token().is_none() {
+            self.authenticate().await?;
+        }
+        match self.call_endpoints(path, body, self.current_token()).await {
+            Err(EtcdError::Auth(reason)) => {
+                tracing::info!(%reason, "etcd rejected the auth token, authenticating again");
+                self.authenticate().await?;
+                self.call_endpoints(path, body, self.current_token()).await
+            }
+            other => other,
+        }
+    }
+
+    async fn call_endpoints(
+        &self,
+        path: &str,
+        body: &Value,
+        token: Option<Secret>,
+    ) -> Result<Map<String, Value>, EtcdError> {
+        let mut last = String::from("no endpoint");
+        let mut token_rejected = None;
+        for base in &self.endpoints {
+            match self.attempt(base, path, body, token.as_ref()).await {
+                Attempt::Answer(map) => return Ok(map),
+                Attempt::Failed(why) | Attempt::NotFound(why) => last = why,
+                Attempt::TokenRejected(why) => {
+                    last = why.clone();
+                    token_rejected = Some(why);
+                }
+            }
+        }
+        match token_rejected {
+            Some(why) if self.credentials.is_some() => Err(EtcdError::Auth(why)),
+            _ => Err(EtcdError::Unavailable {
+                path: path.to_string(),
+                last,
+            }),
+        }
+    }
+
+    async fn attempt(
+        &self,
+        base: &Url,
+        path: &str,
+        body: &Value,
+        token: Option<&Secret>,
+    ) -> Attempt {
+        let url = match base.join(path) {
+            Ok(url) => url,
+            Err(e) => return Attempt::Failed(format!("{base}: bad URL: {e}")),
+        };
+        let mut request = self.http.post(url).timeout(self.timeout).json(body);
+        if let Some(token) = token {
+            request = request.header(reqwest::header::AUTHORIZATION, token.expose());
+        }
+        let exchange = async {
+            let response = request
+                .send()
+                .await
+                .map_err(|e| e.without_url().to_string())?;
+            let status = response.status();
+            let bytes = read_capped(response, MAX_ANSWER_BYTES)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((status, bytes))
+        };
+        let (status, bytes) = match tokio::time::timeout(self.timeout, exchange).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(why)) => return Attempt::Failed(format!("{base}: {why}")),
+            Err(_) => {
+                return Attempt::Failed(format!("{base}: timed out after {:?}", self.timeout))
+            }
+        };
+        if status.is_success() {
+            return match serde_json::from_slice::<Value>(&bytes) {
+                Ok(Value::Object(map)) => Attempt::Answer(map),
+                Ok(_) => Attempt::Answer(Map::new()),
+                Err(e) => Attempt::Failed(format!("{base}: {path} answered invalid JSON: {e}")),
+            };
+        }
+        let (code, message) = error_body(&bytes);
+        let why = format!("{base}: {path} -> HTTP {}: {message}", status.as_u16());
+        if is_token_rejection(status.as_u16(), code, &message) {
+            Attempt::TokenRejected(why)
+        } else if code == Some(5) {
+            Attempt::NotFound(why)
+        } else {
+            Attempt::Failed(why)
+        }
+    }
+}
+
+/// etcd's gateway error body: `{"error","message","code"}` (gRPC code).
+fn error_body(bytes: &[u8]) -> (Option<i64>, String) {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(map)) => {
+            let code = map.get("code").and_then(int64);
+            let message = map
+                .get("message")
+                .or_else(|| map.get("error"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| snippet(bytes, 200));
+            (code, message)
+        }
+        _ => (None, snippet(bytes, 200)),
+    }
+}
+
+/// An answer that a fresh token would fix: 401 / gRPC Unauthenticated (an invalid or
+/// expired token), or "user name is empty" (no token at all, e.g. auth was enabled after
+/// the sidecar started).
+fn is_token_rejection(status: u16, code: Option<i64>, message: &str) -> bool {
+    status == 401
+        || code == Some(16)
+        || message.contains("invalid auth token")
+        || message.contains("user name is empty")
+}
+
+/// An int64 as etcd's gateway writes it (a string) or as a plain number.
+fn int64(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int64_reads_strings_and_numbers() {
+        assert_eq!(
+            int64(&json!("7587899241118086159")),
+            Some(7587899241118086159)
+        );
+        assert_eq!(int64(&json!(4)), Some(4));
+        assert_eq!(int64(&json!(null)), None);
+        assert_eq!(int64(&json!("x")), None);
+    }
+
+    #[test]
+    fn token_rejections_are_recognised() {
+        assert!(is_token_rejection(
+            401,
+            Some(16),
+            "etcdserver: invalid auth token"
+        ));
+        assert!(is_token_rejection(
+            400,
+            Some(3),
+            "etcdserver: user name is empty"
+        ));
+        assert!(!is_token_rejection(
+            404,
+            Some(5),
+            "etcdserver: requested lease not found"
+        ));
+    }
+}

@@ -1,0 +1,121 @@
+//! The heartbeat POST to the master (contract §3): load and latency metrics for the
+//! instance's current incarnation. Liveness is the lease's job; a lost heartbeat only
+//! delays fresh load numbers.
+
+use std::time::Duration;
+
+use reqwest::Url;
+use serde::Serialize;
+
+use crate::config::Secret;
+use crate::http::{read_capped, snippet};
+use crate::mapping::{HeartbeatMetrics, LatencyMetrics, LoadMetrics};
+
+/// The body, as the master's protobuf JSON parser reads it.
+#[derive(Debug, Clone, Serialize)]
+pub struct HeartbeatBody<'a> {
+    pub name: &'a str,
+    pub incarnation_id: &'a str,
+    pub load_metrics: LoadMetrics,
+    pub latency_metrics: LatencyMetrics,
+}
+
+impl<'a> HeartbeatBody<'a> {
+    pub fn new(name: &'a str, incarnation_id: &'a str, metrics: HeartbeatMetrics) -> Self {
+        HeartbeatBody {
+            name,
+            incarnation_id,
+            load_metrics: metrics.load_metrics,
+            latency_metrics: metrics.latency_metrics,
+        }
+    }
+}
+
+/// What the master said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// 200: recorded.
+    Ok,
+    /// 409: the master does not know this incarnation: register again.
+    Conflict,
+    /// 401: our token is wrong. Logged; the sidecar keeps running.
+    Unauthorized,
+    /// Anything else, with a short excerpt of the body.
+    Other(u16, String),
+}
+
+impl Answer {
+    /// The label value in the sidecar's own metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Answer::Ok => "ok",
+            Answer::Conflict => "conflict",
+            Answer::Unauthorized => "unauthorized",
+            Answer::Other(..) => "other",
+        }
+    }
+}
+
+/// Posts heartbeats to one master.
+#[derive(Clone)]
+pub struct HeartbeatClient {
+    http: reqwest::Client,
+    url: Url,
+    token: Secret,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for HeartbeatClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeartbeatClient")
+            .field("url", &self.url.as_str())
+            .field("token", &self.token)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl HeartbeatClient {
+    pub fn new(
+        http: reqwest::Client,
+        url: Url,
+        token: Secret,
+        timeout: Duration,
+    ) -> HeartbeatClient {
+        HeartbeatClient {
+            http,
+            url,
+            token,
+            timeout,
+        }
+    }
+
+    /// POST one heartbeat. `Err` is a transport failure (no answer within the timeout).
+    pub async fn send(&self, body: &HeartbeatBody<'_>) -> Result<Answer, String> {
+        let mut request = self
+            .http
+            .post(self.url.clone())
+            .timeout(self.timeout)
+            .json(body);
+        if !self.token.is_empty() {
+            request = request.header("X-Internal-Token", self.token.expose());
+        }
+        let exchange = async {
+            let response = request
+                .send()
+                .await
+                .map_err(|e| e.without_url().to_string())?;
+            let status = response.status().as_u16();
+            let bytes = read_capped(response, 64 * 1024).await.unwrap_or_default();
+            Ok::<_, String>(match status {
+                200 => Answer::Ok,
+                409 => Answer::Conflict,
+                401 => Answer::Unauthorized,
+                other => Answer::Other(other, snippet(&bytes, 120)),
+            })
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| format!("no answer within {:?}", self.timeout))?
+    }
+}

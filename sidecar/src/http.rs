@@ -1,0 +1,67 @@
+//! The one HTTP client the sidecar uses for vLLM, etcd and the master, and the capped body
+//! read every answer goes through: no peer can make the sidecar buffer without bound.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+
+/// A client with connection reuse (the reference reuses sessions too) and no proxy: the
+/// sidecar talks to its own vLLM and to cluster-internal services only.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(2)
+        .connect_timeout(Duration::from_secs(10))
+        .tcp_nodelay(true)
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// Why a body could not be read.
+#[derive(Debug)]
+pub enum BodyError {
+    TooLarge { limit: usize },
+    Read(reqwest::Error),
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::TooLarge { limit } => write!(f, "body larger than {limit} bytes"),
+            BodyError::Read(e) => write!(f, "reading body: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {}
+
+/// Read the whole body, failing as soon as it passes `limit` bytes.
+pub async fn read_capped(response: reqwest::Response, limit: usize) -> Result<Bytes, BodyError> {
+    if let Some(len) = response.content_length() {
+        if len > limit as u64 {
+            return Err(BodyError::TooLarge { limit });
+        }
+    }
+    let mut buf = BytesMut::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(BodyError::Read)?;
+        if buf.len() + chunk.len() > limit {
+            return Err(BodyError::TooLarge { limit });
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+/// At most `max` characters of a peer's answer, for a log line.
+pub fn snippet(body: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(body);
+    let mut out: String = text.chars().take(max).collect();
+    if text.chars().count() > max {
+        out.push('…');
+    }
+    out.replace(['\n', '\r'], " ")
+}

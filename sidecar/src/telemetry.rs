@@ -1,0 +1,140 @@
+//! The sidecar's own metrics (served on the admin endpoint's `/metrics`), so an operator
+//! can alert on a sidecar that keeps losing its lease or its master.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+/// Every counter and gauge; cheap to update from any task.
+#[derive(Debug)]
+pub struct Telemetry {
+    registry: Registry,
+    pub registrations: Counter,
+    pub registration_failures: Counter,
+    pub deregistrations: Counter,
+    pub keepalives: Counter,
+    pub keepalive_failures: Counter,
+    pub leases_lost: Counter,
+    pub health_probe_failures: Counter,
+    pub heartbeats: Family<Labels, Counter>,
+    pub scrape_errors: Counter,
+    pub parse_errors: Counter,
+    pub last_scrape_duration: Gauge<f64, AtomicU64>,
+    pub lease_ttl_remaining: Gauge<i64>,
+    pub registered: Gauge<i64>,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Telemetry::new()
+    }
+}
+
+impl Telemetry {
+    pub fn new() -> Telemetry {
+        let mut registry = Registry::with_prefix("vllm_sidecar");
+        let t = Telemetry {
+            registry: Registry::default(),
+            registrations: Counter::default(),
+            registration_failures: Counter::default(),
+            deregistrations: Counter::default(),
+            keepalives: Counter::default(),
+            keepalive_failures: Counter::default(),
+            leases_lost: Counter::default(),
+            health_probe_failures: Counter::default(),
+            heartbeats: Family::default(),
+            scrape_errors: Counter::default(),
+            parse_errors: Counter::default(),
+            last_scrape_duration: Gauge::default(),
+            lease_ttl_remaining: Gauge::default(),
+            registered: Gauge::default(),
+        };
+        registry.register(
+            "registrations",
+            "Successful registrations (lease grant + put)",
+            t.registrations.clone(),
+        );
+        registry.register(
+            "registration_failures",
+            "Registration attempts that failed",
+            t.registration_failures.clone(),
+        );
+        registry.register(
+            "deregistrations",
+            "Leases revoked (unhealthy vLLM or shutdown)",
+            t.deregistrations.clone(),
+        );
+        registry.register(
+            "keepalives",
+            "Successful lease keepalives",
+            t.keepalives.clone(),
+        );
+        registry.register(
+            "keepalive_failures",
+            "Lease keepalives that got no answer from any endpoint",
+            t.keepalive_failures.clone(),
+        );
+        registry.register(
+            "leases_lost",
+            "Keepalives that found the lease gone (TTL 0)",
+            t.leases_lost.clone(),
+        );
+        registry.register(
+            "health_probe_failures",
+            "Failed vLLM /health probes",
+            t.health_probe_failures.clone(),
+        );
+        registry.register(
+            "heartbeats",
+            "Heartbeats by the master's answer (ok, conflict, unauthorized, other, error)",
+            t.heartbeats.clone(),
+        );
+        registry.register(
+            "scrape_errors",
+            "vLLM /metrics scrapes that failed (transport, status, size, time)",
+            t.scrape_errors.clone(),
+        );
+        registry.register(
+            "parse_errors",
+            "vLLM /metrics pages that did not parse, plus lines skipped",
+            t.parse_errors.clone(),
+        );
+        registry.register(
+            "last_scrape_duration_seconds",
+            "Duration of the last successful /metrics scrape",
+            t.last_scrape_duration.clone(),
+        );
+        registry.register(
+            "lease_ttl_remaining_seconds",
+            "TTL etcd reported at the last keepalive",
+            t.lease_ttl_remaining.clone(),
+        );
+        registry.register(
+            "registered",
+            "1 while the instance key is in etcd",
+            t.registered.clone(),
+        );
+        Telemetry { registry, ..t }
+    }
+
+    pub fn heartbeat(&self, answer: &str) {
+        self.heartbeats
+            .get_or_create(&vec![("answer".to_string(), answer.to_string())])
+            .inc();
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
