@@ -1,0 +1,107 @@
+//! Reading etcd's registrations through the v3 JSON gateway, for the observer.
+//!
+//! The observer reads directly (never through a proxy link), so link faults do not blind
+//! it. Works against the fake and the real etcd alike.
+
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+
+/// One key as the observer sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kv {
+    pub key: String,
+    pub value: String,
+    pub lease: i64,
+}
+
+/// The smallest key greater than every key with this prefix.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// A gateway client over a list of endpoints (first answering wins).
+#[derive(Clone, Debug)]
+pub struct Gateway {
+    endpoints: Vec<String>,
+    http: reqwest::Client,
+}
+
+impl Gateway {
+    pub fn new(endpoints: Vec<String>) -> Gateway {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_millis(800))
+            .build()
+            .unwrap_or_default();
+        Gateway { endpoints, http }
+    }
+
+    /// Every key under `prefix`.
+    pub async fn range_prefix(&self, prefix: &str) -> Result<Vec<Kv>, String> {
+        let body = serde_json::json!({
+            "key": B64.encode(prefix.as_bytes()),
+            "range_end": B64.encode(prefix_end(prefix.as_bytes())),
+        });
+        let mut last = String::from("no endpoints");
+        for ep in &self.endpoints {
+            let r = self.http.post(format!("{ep}/v3/kv/range")).json(&body).send().await;
+            let r = match r {
+                Ok(r) if r.status().is_success() => r,
+                Ok(r) => {
+                    last = format!("{ep}: HTTP {}", r.status());
+                    continue;
+                }
+                Err(e) => {
+                    last = format!("{ep}: {e}");
+                    continue;
+                }
+            };
+            let bytes = match r.bytes().await {
+                Ok(b) if b.len() < 64 << 20 => b,
+                _ => continue,
+            };
+            let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+            let mut out = Vec::new();
+            for kv in v.get("kvs").and_then(|k| k.as_array()).into_iter().flatten() {
+                let dec = |f: &str| {
+                    kv.get(f)
+                        .and_then(|x| x.as_str())
+                        .and_then(|s| B64.decode(s).ok())
+                        .map(|b| String::from_utf8_lossy(&b).into_owned())
+                        .unwrap_or_default()
+                };
+                let lease = kv
+                    .get("lease")
+                    .and_then(|l| l.as_i64().or_else(|| l.as_str().and_then(|s| s.parse().ok())))
+                    .unwrap_or(0);
+                out.push(Kv {
+                    key: dec("key"),
+                    value: dec("value"),
+                    lease,
+                });
+            }
+            return Ok(out);
+        }
+        Err(last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_increments_last_byte() {
+        assert_eq!(prefix_end(b"a/"), b"a0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b""), vec![0]);
+    }
+}

@@ -1,0 +1,206 @@
+//! The real `vllm-sidecar` binary as a child process: real flags, real signals.
+//!
+//! The sidecar is the thing under test, so it runs exactly as in production: a separate
+//! process whose stdout/stderr lines go into the timeline, stopped with SIGTERM (graceful:
+//! it must revoke its lease) or SIGKILL (the lease must expire on its own).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+
+use mock_kit::Events;
+
+/// Where the sidecar binary is: `$VLLM_SIDECAR_BIN`, else next to the current executable
+/// (walking up out of `deps/` for test binaries), else built with cargo.
+pub fn locate_binary() -> Result<PathBuf, String> {
+    if let Ok(p) = std::env::var("VLLM_SIDECAR_BIN") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("VLLM_SIDECAR_BIN={} is not a file", p.display()))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let mut dir = exe.parent().map(Path::to_path_buf);
+    let mut profile_dir = None;
+    while let Some(d) = dir {
+        let candidate = d.join("vllm-sidecar");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+        if d.file_name().is_some_and(|n| n == "deps" || n == "examples") {
+            dir = d.parent().map(Path::to_path_buf);
+            continue;
+        }
+        profile_dir = Some(d);
+        break;
+    }
+    build_binary(profile_dir.as_deref())
+}
+
+fn build_binary(profile_dir: Option<&Path>) -> Result<PathBuf, String> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no workspace root")?
+        .to_path_buf();
+    let release = profile_dir.is_some_and(|d| d.file_name().is_some_and(|n| n == "release"));
+    let mut cmd = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(&workspace)
+        .args(["build", "-q", "-p", "sidecar", "--bin", "vllm-sidecar"]);
+    if release {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().map_err(|e| format!("running cargo build for vllm-sidecar: {e}"))?;
+    if !status.success() {
+        return Err(format!("cargo build -p sidecar --bin vllm-sidecar failed: {status}"));
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| workspace.join("target"));
+    let p = target.join(if release { "release" } else { "debug" }).join("vllm-sidecar");
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(format!("built vllm-sidecar but {} does not exist", p.display()))
+    }
+}
+
+/// A running (or exited) sidecar process.
+#[derive(Debug)]
+pub struct SidecarProc {
+    pid: Option<u32>,
+    child: Arc<Mutex<Option<Child>>>,
+    exit: watch::Receiver<Option<i32>>,
+}
+
+/// Exit code as the runner reports it: the code, or 128 + signal.
+fn code_of(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(-1)
+}
+
+impl SidecarProc {
+    /// Start the binary with `args`; its output lines go to `events` as `log` events.
+    pub fn spawn(bin: &Path, args: &[String], events: Events) -> std::io::Result<SidecarProc> {
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let pid = child.id();
+        events.emit("spawn", serde_json::json!({"pid": pid, "args": args}));
+        if let Some(out) = child.stdout.take() {
+            tokio::spawn(pipe_lines(out, events.clone(), "stdout"));
+        }
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(pipe_lines(err, events.clone(), "stderr"));
+        }
+        let child = Arc::new(Mutex::new(Some(child)));
+        let (tx, exit) = watch::channel(None);
+        let waiter = child.clone();
+        tokio::spawn(async move {
+            loop {
+                let polled = {
+                    let mut g = lock(&waiter);
+                    match g.as_mut() {
+                        Some(c) => c.try_wait(),
+                        None => return,
+                    }
+                };
+                match polled {
+                    Ok(Some(status)) => {
+                        let code = code_of(status);
+                        events.emit("exit", serde_json::json!({"code": code}));
+                        let _ = tx.send(Some(code));
+                        return;
+                    }
+                    Ok(None) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    Err(_) => return,
+                }
+            }
+        });
+        Ok(SidecarProc { pid, child, exit })
+    }
+
+    /// Exit code once exited.
+    pub fn exit_code(&self) -> Option<i32> {
+        *self.exit.borrow()
+    }
+
+    pub fn running(&self) -> bool {
+        self.exit_code().is_none()
+    }
+
+    fn signal(&self, sig: i32) {
+        if let (Some(pid), true) = (self.pid, self.running()) {
+            // SAFETY: kill(2) with a pid we spawned and have not reaped yet (the waiter
+            // only reaps after exit, after which `running()` is false).
+            unsafe {
+                libc::kill(pid as i32, sig);
+            }
+        }
+    }
+
+    /// SIGTERM; wait up to `grace` for the exit, then SIGKILL. Answers the exit code.
+    pub async fn stop(&mut self, grace: Duration) -> Option<i32> {
+        self.signal(libc::SIGTERM);
+        if let Some(code) = self.wait(grace).await {
+            return Some(code);
+        }
+        self.kill().await
+    }
+
+    /// SIGKILL and wait for the exit.
+    pub async fn kill(&mut self) -> Option<i32> {
+        self.signal(libc::SIGKILL);
+        self.wait(Duration::from_secs(5)).await
+    }
+
+    pub async fn wait(&mut self, timeout: Duration) -> Option<i32> {
+        let mut rx = self.exit.clone();
+        let r = tokio::time::timeout(timeout, rx.wait_for(|c| c.is_some())).await;
+        match r {
+            Ok(Ok(c)) => *c,
+            _ => None,
+        }
+    }
+}
+
+impl Drop for SidecarProc {
+    fn drop(&mut self) {
+        if self.running() {
+            self.signal(libc::SIGKILL);
+        }
+        lock(&self.child).take();
+    }
+}
+
+async fn pipe_lines(r: impl tokio::io::AsyncRead + Unpin, events: Events, stream: &'static str) {
+    let mut lines = BufReader::new(r).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let line: String = line.chars().take(4096).collect();
+        let detail = match serde_json::from_str::<serde_json::Value>(&line) {
+            Ok(v @ serde_json::Value::Object(_)) => v,
+            _ => serde_json::json!({"line": line, "stream": stream}),
+        };
+        events.emit("log", detail);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}

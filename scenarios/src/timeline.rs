@@ -1,0 +1,105 @@
+//! One timeline for a whole run: every fake's events, every proxy fault, every sidecar
+//! log line, every runner action and observation, in arrival order.
+//!
+//! Why one list: a failure is explained by the order of things across processes ("the
+//! lease expired 40 ms before the keepalive was sent"), which no per-component log shows.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use mock_kit::{Event, EventSink, Events};
+
+/// Upper bound on stored events, so a runaway log cannot exhaust memory.
+const MAX_EVENTS: usize = 400_000;
+
+/// The shared sink of a run.
+#[derive(Debug)]
+pub struct Timeline {
+    /// Epoch ms at which the scenario started (t = 0 in reports).
+    pub t0_ms: u64,
+    events: Mutex<Vec<Event>>,
+    dropped: Mutex<u64>,
+}
+
+impl Timeline {
+    pub fn new() -> Arc<Timeline> {
+        Arc::new(Timeline {
+            t0_ms: mock_kit::events::now_ms(),
+            events: Mutex::new(Vec::new()),
+            dropped: Mutex::new(0),
+        })
+    }
+
+    /// An emitter for one source (`"etcd"`, `"vllm:i0"`, …).
+    pub fn source(self: &Arc<Self>, name: impl Into<String>) -> Events {
+        Events::new(name, Some(self.clone() as Arc<dyn EventSink>))
+    }
+
+    /// Milliseconds since t0.
+    pub fn now(&self) -> u64 {
+        mock_kit::events::now_ms().saturating_sub(self.t0_ms)
+    }
+
+    /// Number of events so far (a cursor for [`Timeline::scan`]).
+    pub fn len(&self) -> usize {
+        lock(&self.events).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether any event from `from` onwards satisfies `f`.
+    pub fn any_since(&self, from: usize, mut f: impl FnMut(&Event) -> bool) -> bool {
+        lock(&self.events).iter().skip(from).any(&mut f)
+    }
+
+    /// Count events from `from` onwards satisfying `f`.
+    pub fn count_since(&self, from: usize, mut f: impl FnMut(&Event) -> bool) -> usize {
+        lock(&self.events).iter().skip(from).filter(|e| f(e)).count()
+    }
+
+    pub fn snapshot(&self) -> Vec<Event> {
+        let mut v = lock(&self.events).clone();
+        v.sort_by_key(|e| e.at_ms);
+        v
+    }
+
+    pub fn dropped(&self) -> u64 {
+        *lock(&self.dropped)
+    }
+
+    /// Write `events.jsonl`: one event per line, `t_ms` relative to t0 added.
+    pub fn write_jsonl(&self, w: &mut impl Write) -> std::io::Result<()> {
+        for e in self.snapshot() {
+            let line = serde_json::json!({
+                "t_ms": e.at_ms as i64 - self.t0_ms as i64,
+                "at_ms": e.at_ms,
+                "source": e.source,
+                "kind": e.kind,
+                "detail": e.detail,
+            });
+            writeln!(w, "{line}")?;
+        }
+        Ok(())
+    }
+}
+
+impl EventSink for Timeline {
+    fn emit(&self, event: Event) {
+        let mut g = lock(&self.events);
+        if g.len() >= MAX_EVENTS {
+            drop(g);
+            *lock(&self.dropped) += 1;
+            return;
+        }
+        g.push(event);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
