@@ -1,0 +1,250 @@
+//! Prometheus text 0.0.4 / OpenMetrics 1.0 parser: zero-copy, lenient or strict.
+//!
+//! The scrape path calls [`parse`] in [`Mode::Lenient`]: a bad line is skipped and
+//! counted and the rest of the page is still used, because one odd metric must not cost
+//! a heartbeat. [`Mode::Strict`] is for checking an exposition (`vllm-sidecar parse
+//! --strict`): the first violation of the format is an error with its line number.
+//!
+//! Samples borrow from the page: name, label names and values are slices of the input
+//! and are only copied when they hold an escape. The label set stays as validated text
+//! ([`Labels`]), so a sample costs no allocation at all.
+//!
+//! - `lexer`: one line to tokens (byte-level, `memchr` for line ends and quotes).
+//! - `number`: float and timestamp grammar and exact conversion.
+//! - `sample`: the borrowed output types.
+//! - `strict`: the rules that need more than one line.
+
+mod lexer;
+mod number;
+mod sample;
+mod strict;
+
+use std::borrow::Cow;
+
+pub use sample::{LabelIter, Labels, Sample};
+
+use lexer::{Comment, Dialect};
+
+/// Which text format a page is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Format {
+    #[default]
+    Prometheus,
+    OpenMetrics,
+}
+
+impl Format {
+    /// Pick the format from an HTTP `Content-Type` (OpenMetrics when it says so).
+    pub fn from_content_type(content_type: &str) -> Format {
+        if content_type
+            .to_ascii_lowercase()
+            .contains("application/openmetrics-text")
+        {
+            Format::OpenMetrics
+        } else {
+            Format::Prometheus
+        }
+    }
+}
+
+/// Lenient skips and counts bad lines (the scrape path); strict stops at the first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Mode {
+    #[default]
+    Lenient,
+    Strict,
+}
+
+/// A parsed page: samples borrow from the input text.
+#[derive(Debug, Default)]
+pub struct Page<'a> {
+    pub samples: Vec<Sample<'a>>,
+    /// Lines skipped in lenient mode.
+    pub skipped_lines: usize,
+    /// Why the first skipped line was skipped (lenient mode), for a log line.
+    pub first_skipped: Option<ParseError>,
+}
+
+/// Where and why a page is not valid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParseError {
+    /// 1-based line number.
+    pub line: usize,
+    pub message: String,
+}
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// Parse a page.
+pub fn parse(text: &str, format: Format, mode: Mode) -> Result<Page<'_>, ParseError> {
+    let om = format == Format::OpenMetrics;
+    match mode {
+        Mode::Lenient => Ok(parse_lenient(text, om)),
+        Mode::Strict => parse_strict(text, om),
+    }
+}
+
+/// Iterates lines (without `\n`), with their 1-based numbers.
+struct Lines<'a> {
+    text: &'a str,
+    pos: usize,
+    number: usize,
+}
+
+impl<'a> Lines<'a> {
+    fn new(text: &'a str) -> Self {
+        Lines {
+            text,
+            pos: 0,
+            number: 0,
+        }
+    }
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = &'a str;
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a str> {
+        let rest = self.text.get(self.pos..)?;
+        if rest.is_empty() {
+            return None;
+        }
+        let (line, advance) = match memchr::memchr(b'\n', rest.as_bytes()) {
+            Some(n) => (rest.get(..n)?, n + 1),
+            None => (rest, rest.len()),
+        };
+        self.pos += advance;
+        self.number += 1;
+        Some(line)
+    }
+}
+
+fn parse_lenient(text: &str, om: bool) -> Page<'_> {
+    let d = Dialect { om, strict: false };
+    // One sample per ~100 bytes on real pages; proportional to the input, so bounded.
+    let mut page = Page {
+        samples: Vec::with_capacity(text.len() / 100 + 1),
+        ..Page::default()
+    };
+    let mut lines = Lines::new(text);
+    while let Some(mut line) = lines.next() {
+        if let Some(l) = line.strip_suffix('\r') {
+            line = l;
+        }
+        match line.as_bytes().first() {
+            None => continue,
+            Some(b'#') => {
+                if om && line.trim_end() == "# EOF" {
+                    // Whatever follows is not part of the exposition.
+                    let rest = lines.by_ref().filter(|l| !l.trim().is_empty()).count();
+                    if rest > 0 && page.first_skipped.is_none() {
+                        page.first_skipped = Some(ParseError {
+                            line: lines.number,
+                            message: "text after # EOF".into(),
+                        });
+                    }
+                    page.skipped_lines += rest;
+                    break;
+                }
+                continue;
+            }
+            Some(b' ' | b'\t') => {
+                line = line.trim_start_matches([' ', '\t']);
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        match lexer::sample_line(line, d) {
+            Ok(s) => page.samples.push(s.sample),
+            Err(e) => {
+                page.skipped_lines += 1;
+                if page.first_skipped.is_none() {
+                    page.first_skipped = Some(error_at(lines.number, line, e.col, &e.msg));
+                }
+            }
+        }
+    }
+    page
+}
+
+fn parse_strict(text: &str, om: bool) -> Result<Page<'_>, ParseError> {
+    let d = Dialect { om, strict: true };
+    let mut page = Page {
+        samples: Vec::with_capacity(text.len() / 100 + 1),
+        ..Page::default()
+    };
+    let mut rules = strict::Rules::new(om);
+    let mut lines = Lines::new(text);
+    while let Some(line) = lines.next() {
+        let n = lines.number;
+        let plain = |msg: Cow<'static, str>| ParseError {
+            line: n,
+            message: msg.into_owned(),
+        };
+        if rules.seen_eof() {
+            return Err(plain("text after # EOF".into()));
+        }
+        if let Some(col) = memchr::memchr(b'\r', line.as_bytes()) {
+            return Err(error_at(
+                n,
+                line,
+                col,
+                "carriage return (lines must end with \\n only, not CRLF)",
+            ));
+        }
+        let body = if om {
+            line
+        } else {
+            line.trim_start_matches([' ', '\t'])
+        };
+        match body.as_bytes().first() {
+            None if om => return Err(plain("blank line (not allowed in OpenMetrics)".into())),
+            None => continue,
+            Some(b' ' | b'\t') => return Err(error_at(n, line, 0, "line starts with whitespace")),
+            Some(b'#') => {
+                let c =
+                    lexer::comment_line(body, d).map_err(|e| error_at(n, line, e.col, &e.msg))?;
+                if om {
+                    if let Comment::Help { text, .. } | Comment::Type { kind: text, .. } = &c {
+                        if memchr::memchr(b'\n', text.as_bytes()).is_some() {
+                            return Err(plain("newline in metadata".into()));
+                        }
+                    }
+                }
+                rules.comment(c).map_err(plain)?;
+            }
+            Some(_) => {
+                let s =
+                    lexer::sample_line(body, d).map_err(|e| error_at(n, line, e.col, &e.msg))?;
+                rules.sample(&s).map_err(plain)?;
+                page.samples.push(s.sample);
+            }
+        }
+    }
+    rules.finish().map_err(|m| ParseError {
+        line: lines.number.max(1),
+        message: m.into_owned(),
+    })?;
+    Ok(page)
+}
+
+/// An error message that shows the line (shortened) and the column.
+fn error_at(line_no: usize, line: &str, col: usize, msg: &str) -> ParseError {
+    let mut shown: String = line.chars().take(80).collect();
+    if shown.len() < line.len() {
+        shown.push('…');
+    }
+    ParseError {
+        line: line_no,
+        message: format!("{msg} (column {}) in {shown:?}", col + 1),
+    }
+}

@@ -1,0 +1,267 @@
+//! Numbers of the text formats: sample values, timestamps, `le`/`quantile` labels.
+//!
+//! The grammar is checked here, byte by byte, so that both formats reject what their
+//! references reject (`1_2`, `0x1p-3`, `+NaN`) even where Rust's `f64::from_str` would
+//! accept. The conversion itself takes an exact fast path (Clinger's: a mantissa of at
+//! most 2^53 times a power of ten of at most 10^22 is one correctly rounded IEEE
+//! operation) and falls back to `f64::from_str` for everything else, so every result is
+//! bit-identical to std's.
+
+/// Exact powers of ten representable in an f64.
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// Largest mantissa for which the fast path is exact.
+const MAX_EXACT: u64 = 1 << 53;
+
+/// Parse a float: `[+-]digits[.digits][(e|E)[+-]digits]` (at least one digit before the
+/// exponent; `5.` and `.5` allowed), or a case-insensitive `[+-]inf`, `[+-]infinity`,
+/// `nan` (no sign on NaN, as in Go's `ParseFloat` and the OpenMetrics ABNF).
+#[inline]
+pub(crate) fn parse_f64(s: &str) -> Option<f64> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let neg = match b.first() {
+        Some(b'-') => {
+            i = 1;
+            true
+        }
+        Some(b'+') => {
+            i = 1;
+            false
+        }
+        Some(_) => false,
+        None => return None,
+    };
+    let mut mant: u64 = 0;
+    let mut digits = 0usize; // significant digits accumulated into `mant`
+    let mut dropped = false; // digits beyond what `mant` holds exactly
+    let mut exp: i64 = 0;
+    let mut any = false;
+    while let Some(&c) = b.get(i) {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        any = true;
+        if digits < 19 {
+            if mant != 0 || d != 0 {
+                digits += 1;
+            }
+            mant = mant * 10 + d as u64;
+        } else {
+            dropped = true;
+            exp += 1;
+        }
+        i += 1;
+    }
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        while let Some(&c) = b.get(i) {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            any = true;
+            if digits < 19 {
+                if mant != 0 || d != 0 {
+                    digits += 1;
+                }
+                mant = mant * 10 + d as u64;
+                exp -= 1;
+            } else {
+                dropped = true;
+            }
+            i += 1;
+        }
+    }
+    if !any {
+        return special(b, neg);
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        let eneg = match b.get(i) {
+            Some(b'-') => {
+                i += 1;
+                true
+            }
+            Some(b'+') => {
+                i += 1;
+                false
+            }
+            _ => false,
+        };
+        let mut e: i64 = 0;
+        let mut edigits = false;
+        while let Some(&c) = b.get(i) {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            edigits = true;
+            if e < 100_000 {
+                e = e * 10 + d as i64;
+            }
+            i += 1;
+        }
+        if !edigits {
+            return None;
+        }
+        exp += if eneg { -e } else { e };
+    }
+    if i != b.len() {
+        return None;
+    }
+    if !dropped && mant <= MAX_EXACT && (-22..=22).contains(&exp) {
+        let m = mant as f64;
+        let v = if exp >= 0 {
+            m * POW10[exp as usize]
+        } else {
+            m / POW10[(-exp) as usize]
+        };
+        return Some(if neg { -v } else { v });
+    }
+    // Grammar already checked: std only converts.
+    s.parse::<f64>().ok()
+}
+
+/// `inf`, `infinity`, `nan` in any case; a sign only on the infinities.
+fn special(b: &[u8], neg: bool) -> Option<f64> {
+    let signed = matches!(b.first(), Some(b'+' | b'-'));
+    let rest = if signed { &b[1..] } else { b };
+    if rest.eq_ignore_ascii_case(b"inf") || rest.eq_ignore_ascii_case(b"infinity") {
+        return Some(if neg {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        });
+    }
+    if !signed && rest.eq_ignore_ascii_case(b"nan") {
+        return Some(f64::NAN);
+    }
+    None
+}
+
+/// A Prometheus 0.0.4 timestamp: a decimal int64 of milliseconds, optional sign.
+#[inline]
+pub(crate) fn parse_i64(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    let (neg, digits) = match b.first() {
+        Some(b'-') => (true, &b[1..]),
+        Some(b'+') => (false, &b[1..]),
+        _ => (false, b),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &c in digits {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        // Accumulate negatively so that i64::MIN is representable.
+        v = v.checked_mul(10)?.checked_sub(d as i64)?;
+    }
+    if neg {
+        Some(v)
+    } else {
+        v.checked_neg()
+    }
+}
+
+/// An OpenMetrics timestamp: float seconds, finite, to integer milliseconds truncated
+/// toward zero (as Prometheus does), saturating at the i64 range.
+pub(crate) fn parse_om_timestamp(s: &str) -> Option<(f64, i64)> {
+    let secs = parse_f64(s)?;
+    if !secs.is_finite() {
+        return None;
+    }
+    Some((secs, (secs * 1000.0) as i64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equals_std_on_decimal_spellings() {
+        for s in [
+            "0",
+            "-0",
+            "+0",
+            "1",
+            "4.0",
+            "1.23e-04",
+            ".5",
+            "5.",
+            "1E+10",
+            "1e10",
+            "0.1",
+            "0.3",
+            "14.040000000000001",
+            "1.372014592e+010",
+            "1.77104238234e+09",
+            "0.0011764705882353343",
+            "9223372036854775808",
+            "123456789012345678901234567890",
+            "1e-400",
+            "1e400",
+            "2.2250738585072014e-308",
+            "4.9e-324",
+            "00001.2e-1",
+            "0.000000000000000000000000000001",
+            "1797693134862315708145274237317043567981e269",
+            "9007199254740993",
+            "9007199254740992",
+            "1.7976931348623157e308",
+        ] {
+            let ours = parse_f64(s).unwrap_or_else(|| panic!("{s}"));
+            let std: f64 = s.parse().unwrap();
+            assert_eq!(ours.to_bits(), std.to_bits(), "{s}");
+        }
+    }
+
+    #[test]
+    fn specials_follow_the_references() {
+        assert_eq!(parse_f64("+Inf"), Some(f64::INFINITY));
+        assert_eq!(parse_f64("-Inf"), Some(f64::NEG_INFINITY));
+        assert_eq!(parse_f64("inf"), Some(f64::INFINITY));
+        assert_eq!(parse_f64("-Infinity"), Some(f64::NEG_INFINITY));
+        assert!(parse_f64("NaN").unwrap().is_nan());
+        assert!(parse_f64("nan").unwrap().is_nan());
+        assert_eq!(parse_f64("+NaN"), None);
+        assert_eq!(parse_f64("-nan"), None);
+        assert_eq!(parse_f64("infin"), None);
+    }
+
+    #[test]
+    fn rejects_what_the_references_reject() {
+        for s in [
+            "", "+", "-", ".", "e5", "1e", "1e+", "1_2", "0x1p-3", "0X1", "0b1", "0o1", "1.1.1",
+            "1z", "true", " 1", "1 ", "--1", "1e5.5", ".e5",
+        ] {
+            assert_eq!(parse_f64(s), None, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(parse_i64("123123"), Some(123123));
+        assert_eq!(parse_i64("-5"), Some(-5));
+        assert_eq!(parse_i64("9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64("-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_i64("9223372036854775808"), None);
+        assert_eq!(parse_i64("1.5"), None);
+        assert_eq!(parse_i64("-"), None);
+        assert_eq!(parse_om_timestamp("1.5e3"), Some((1500.0, 1_500_000)));
+        assert_eq!(parse_om_timestamp("NaN"), None);
+        assert_eq!(parse_om_timestamp("-Inf"), None);
+        assert_eq!(
+            parse_om_timestamp("12345678901234567890.1").map(|t| t.1),
+            Some(i64::MAX)
+        );
+    }
+}

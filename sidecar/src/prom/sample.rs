@@ -1,0 +1,244 @@
+//! The parser's output: samples that borrow from the page.
+//!
+//! A sample keeps its label set as the raw, already validated text between the braces.
+//! That costs nothing per sample (no Vec, no unescaping) and a consumer that only looks
+//! up one or two labels (`model_name`, `le`) scans a few dozen bytes. Iterating yields
+//! `Cow::Borrowed` unless the value really contains a backslash escape.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// One sample line: `name{labels} value [timestamp]`.
+#[derive(Clone, PartialEq)]
+pub struct Sample<'a> {
+    /// The metric name, unescaped when it was quoted (`{"my.metric"}`).
+    pub name: Cow<'a, str>,
+    pub labels: Labels<'a>,
+    pub value: f64,
+    /// Milliseconds since the epoch. OpenMetrics seconds are converted (truncated).
+    pub timestamp_ms: Option<i64>,
+}
+
+impl fmt::Debug for Sample<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sample")
+            .field("name", &self.name)
+            .field("labels", &self.labels)
+            .field("value", &self.value)
+            .field("timestamp_ms", &self.timestamp_ms)
+            .finish()
+    }
+}
+
+/// A validated label set, kept as its source text.
+#[derive(Clone, Copy, Default)]
+pub struct Labels<'a> {
+    /// Text after `{` (and after a quoted metric name) up to, not including, `}`.
+    raw: &'a str,
+    /// Some name or value holds a backslash: iteration must unescape.
+    escaped: bool,
+}
+
+impl<'a> Labels<'a> {
+    /// Only the lexer builds these, from text it validated.
+    pub(crate) fn new(raw: &'a str, escaped: bool) -> Self {
+        Labels { raw, escaped }
+    }
+
+    pub fn iter(&self) -> LabelIter<'a> {
+        LabelIter {
+            rest: self.raw.as_bytes(),
+            src: self.raw,
+            pos: 0,
+            escaped: self.escaped,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.iter().next().is_none()
+    }
+
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    /// The value of label `name`, unescaped.
+    pub fn get(&self, name: &str) -> Option<Cow<'a, str>> {
+        self.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// Owned copies, in page order: handy for tests and tools.
+    pub fn to_vec(&self) -> Vec<(String, String)> {
+        self.iter()
+            .map(|(n, v)| (n.into_owned(), v.into_owned()))
+            .collect()
+    }
+}
+
+impl PartialEq for Labels<'_> {
+    /// Same labels in the same order (escapes compared after unescaping).
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl fmt::Debug for Labels<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl<'a> IntoIterator for &Labels<'a> {
+    type Item = (Cow<'a, str>, Cow<'a, str>);
+    type IntoIter = LabelIter<'a>;
+    fn into_iter(self) -> LabelIter<'a> {
+        self.iter()
+    }
+}
+
+/// Iterates `(name, value)` pairs of a validated label set.
+#[derive(Clone)]
+pub struct LabelIter<'a> {
+    rest: &'a [u8],
+    src: &'a str,
+    pos: usize,
+    escaped: bool,
+}
+
+impl<'a> LabelIter<'a> {
+    fn skip_separators(&mut self) {
+        while let Some(&c) = self.rest.get(self.pos) {
+            if c == b' ' || c == b'\t' || c == b',' {
+                self.pos += 1;
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// A quoted string starting at `pos` (on the opening quote).
+    fn quoted(&mut self) -> Option<Cow<'a, str>> {
+        let start = self.pos + 1;
+        let end = start + closing_quote(self.rest.get(start..)?)?;
+        self.pos = end + 1;
+        let s = self.src.get(start..end)?;
+        Some(if self.escaped {
+            unescape(s)
+        } else {
+            Cow::Borrowed(s)
+        })
+    }
+}
+
+impl<'a> Iterator for LabelIter<'a> {
+    type Item = (Cow<'a, str>, Cow<'a, str>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.skip_separators();
+        let name = match self.rest.get(self.pos)? {
+            b'"' => self.quoted()?,
+            _ => {
+                let start = self.pos;
+                while let Some(&c) = self.rest.get(self.pos) {
+                    if c == b'=' || c == b' ' || c == b'\t' {
+                        break;
+                    }
+                    self.pos += 1;
+                }
+                Cow::Borrowed(self.src.get(start..self.pos)?)
+            }
+        };
+        while matches!(self.rest.get(self.pos), Some(b' ' | b'\t')) {
+            self.pos += 1;
+        }
+        if self.rest.get(self.pos) != Some(&b'=') {
+            return None;
+        }
+        self.pos += 1;
+        while matches!(self.rest.get(self.pos), Some(b' ' | b'\t')) {
+            self.pos += 1;
+        }
+        if self.rest.get(self.pos) != Some(&b'"') {
+            return None;
+        }
+        let value = self.quoted()?;
+        Some((name, value))
+    }
+}
+
+/// Index of the first unescaped `"` in `b` (which starts after an opening quote).
+#[inline]
+pub(crate) fn closing_quote(b: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    loop {
+        i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
+        if b.get(i) == Some(&b'"') {
+            return Some(i);
+        }
+        i += 2;
+    }
+}
+
+/// Undo `\\`, `\"` and `\n`; any other backslash stays as it is (what Prometheus does in
+/// its scrape path, and what OpenMetrics' `BS normal-char` means).
+pub(crate) fn unescape(s: &str) -> Cow<'_, str> {
+    if !s.as_bytes().contains(&b'\\') {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('\\') => out.push('\\'),
+            Some('"') => out.push('"'),
+            Some('n') => out.push('\n'),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iterates_plain_and_escaped_labels() {
+        let l = Labels::new(r#"a="1", b = "x\"y\\z\nw",c="\q","d.e"="f""#, true);
+        let v = l.to_vec();
+        assert_eq!(
+            v,
+            vec![
+                ("a".into(), "1".into()),
+                ("b".into(), "x\"y\\z\nw".into()),
+                ("c".into(), "\\q".into()),
+                ("d.e".into(), "f".into()),
+            ]
+        );
+        assert_eq!(l.get("b").as_deref(), Some("x\"y\\z\nw"));
+        assert_eq!(l.get("zz"), None);
+        assert_eq!(l.len(), 4);
+    }
+
+    #[test]
+    fn unescaped_values_are_borrowed() {
+        let l = Labels::new(r#"engine="0",model_name="m""#, false);
+        assert!(matches!(l.get("model_name"), Some(Cow::Borrowed("m"))));
+        assert!(Labels::default().is_empty());
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        for raw in ["\"", "a", "a=", "a=\"", "a=\"\\", "\"\\", ",,,", "a=\"x\"b"] {
+            let _ = Labels::new(raw, true).to_vec();
+        }
+    }
+}
