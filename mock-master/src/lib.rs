@@ -1,1 +1,362 @@
-//! mock-master: a fake xllm-service master as vLLM instances see it (heartbeats, registry, routing).
+//! mock-master: a fake of xllm-service's master as vLLM instances and their sidecars see
+//! it (contract §2 and §3). It learns instances from etcd (range, then watch), keeps
+//! each one's state, takes heartbeats, publishes LOADMETRICS and routes OpenAI requests
+//! by load. It talks to etcd only through the v3 JSON gateway, so it runs against a real
+//! etcd and against `mock-etcd` alike.
+//!
+//! # Layout
+//!
+//! - [`etcd`]: a small v3 JSON gateway client (range, put, delete, streaming watch):
+//!   [`etcd::EtcdClient::watch`].
+//! - [`watch`]: range + watch + resume-from-revision + re-list, feeding the registry:
+//!   [`watch::Watcher::run`].
+//! - [`registry`]: the instance state machine (ACTIVE, LEASE_LOST, SUSPECT,
+//!   deregistered), pure and I/O-free: [`registry::Registry::apply_put`].
+//! - [`probe`]: the `/health` probe a DELETE triggers: [`probe::Prober::healthy`].
+//! - [`pbjson`]: the heartbeat body under protobuf's JSON rules:
+//!   [`pbjson::HeartbeatRequest::from_json`].
+//! - [`auth`]: the rotatable internal token, compared in constant time: [`auth::Token`].
+//! - [`heartbeat`]: `POST /v1/internal/heartbeat`: [`heartbeat::handle`].
+//! - [`loadmetrics`]: the periodic `XLLM:LOADMETRICS:` publisher: [`loadmetrics::run`].
+//! - [`routing`]: `/v1/models` and the completions proxy: [`routing::pick`].
+//! - [`metrics`]: the master's own Prometheus metrics: [`metrics::Metrics`].
+//! - [`control`]: the `/_mock/` control API and the [`Fault`] type.
+//! - [`server`]: shared state, the error type and the router: [`server::router`].
+//! - This file: [`Config`], [`start`] and the [`MockMaster`] handle.
+//!
+//! # Restart
+//!
+//! [`MockMaster::restart`] forgets every instance (heartbeats get 409 meanwhile) and
+//! then re-learns them the way the real master does when its process starts: a fresh
+//! range of `<ns>XLLM:`, registering every instance key found (ACTIVE, with the
+//! incarnation in the value), then a new watch from that range's revision + 1. A
+//! keepalive never rewrites a key, so without the range a restarted master would never
+//! hear of healthy instances again. [`MockMaster::restart_with`]`(false)` skips the
+//! range: instances come back only when they put their key again (after a 409).
+
+pub mod auth;
+pub mod control;
+pub mod etcd;
+pub mod heartbeat;
+pub mod loadmetrics;
+pub mod metrics;
+pub mod pbjson;
+pub mod probe;
+pub mod registry;
+pub mod routing;
+pub mod server;
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mock_kit::{Events, FaultRegistry, Shutdown};
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+
+pub use control::Fault;
+pub use pbjson::{HeartbeatRequest, LatencyMetrics, LoadMetrics};
+pub use registry::{InstanceState, InstanceView};
+
+use server::{AppState, Shared};
+
+/// Everything the master can be configured with. `Default` holds the real master's
+/// defaults.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub etcd_endpoints: Vec<String>,
+    /// Normalized by [`start`] (contract §1): `foo` -> `/foo/`, `///` -> ``.
+    pub etcd_namespace: String,
+    /// `X-Internal-Token` heartbeats must carry; `None` (or empty) checks nothing.
+    pub token: Option<String>,
+    pub probe_attempts: u32,
+    pub probe_timeout: Duration,
+    pub probe_interval: Duration,
+    /// LEASE_LOST without a heartbeat this long: SUSPECT.
+    pub lease_lost_timeout: Duration,
+    /// SUSPECT this long: deregistered.
+    pub suspect_window: Duration,
+    pub publish_interval: Duration,
+    /// Serve the `/_mock/` control API.
+    pub control: bool,
+    /// Largest request body read (heartbeats and proxied requests); beyond it, 413.
+    pub max_body_bytes: usize,
+    /// Timeout of each etcd range/put/delete call (and of opening a watch).
+    pub etcd_timeout: Duration,
+    /// Timeout of a proxied request, first byte to last.
+    pub upstream_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9998)),
+            etcd_endpoints: vec!["127.0.0.1:2379".to_string()],
+            etcd_namespace: String::new(),
+            token: None,
+            probe_attempts: 2,
+            probe_timeout: Duration::from_millis(1000),
+            probe_interval: Duration::from_millis(100),
+            lease_lost_timeout: Duration::from_millis(3000),
+            suspect_window: Duration::from_secs(15),
+            publish_interval: Duration::from_secs(3),
+            control: true,
+            max_body_bytes: 4 * 1024 * 1024,
+            etcd_timeout: Duration::from_secs(3),
+            upstream_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Contract §1: `""` stays `""`; else strip every leading and trailing `/` and wrap
+/// what is left as `/<rest>/`.
+pub fn normalize_namespace(ns: &str) -> String {
+    let rest = ns.trim_matches('/');
+    if rest.is_empty() {
+        String::new()
+    } else {
+        format!("/{rest}/")
+    }
+}
+
+/// A running master. Clones share it.
+#[derive(Clone)]
+pub struct MockMaster {
+    pub(crate) shared: AppState,
+}
+
+impl std::fmt::Debug for MockMaster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockMaster")
+            .field("addr", &self.addr())
+            .finish()
+    }
+}
+
+fn io_err(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+/// Bind `config.listen`, start the watcher, the timers and the publisher, and wait (up
+/// to the etcd timeout) for the first listing of etcd to be applied.
+pub async fn start(mut config: Config, events: Events) -> std::io::Result<MockMaster> {
+    config.etcd_namespace = normalize_namespace(&config.etcd_namespace);
+    let metrics = Arc::new(metrics::Metrics::new());
+    let registry = registry::Registry::new(events.clone(), metrics.clone());
+    let etcd =
+        etcd::EtcdClient::new(&config.etcd_endpoints, config.etcd_timeout).map_err(io_err)?;
+    let prober = probe::Prober::new(
+        config.probe_attempts,
+        config.probe_timeout,
+        config.probe_interval,
+    )
+    .map_err(io_err)?;
+    let upstream = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(config.upstream_timeout)
+        .build()
+        .map_err(io_err)?;
+    let (paused_tx, paused_rx) = tokio::sync::watch::channel(false);
+    let (cmd_tx, cmd_rx) = mpsc::channel(8);
+    let shutdown = Shutdown::new();
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    let shared = Arc::new(Shared {
+        token: auth::Token::new(config.token.clone()),
+        config,
+        registry: registry.clone(),
+        metrics: metrics.clone(),
+        faults: FaultRegistry::new(),
+        events: events.clone(),
+        etcd: etcd.clone(),
+        heartbeat_counts: Mutex::new(BTreeMap::new()),
+        paused: paused_tx,
+        commands: cmd_tx,
+        upstream,
+        rr: AtomicU64::new(0),
+        shutdown: shutdown.clone(),
+        server: Mutex::new(None),
+    });
+    let handle =
+        mock_kit::serve::spawn(listener, server::router(shared.clone()), shutdown.child())?;
+    let addr = handle.addr;
+    if let Ok(mut g) = shared.server.lock() {
+        *g = Some(handle);
+    }
+
+    let (first_tx, first_rx) = oneshot::channel();
+    let watcher = watch::Watcher {
+        etcd,
+        namespace: shared.config.etcd_namespace.clone(),
+        registry: registry.clone(),
+        prober,
+        events: events.clone(),
+        metrics,
+        paused: paused_rx,
+        commands: cmd_rx,
+        shutdown: shutdown.clone(),
+        first_listing: Some(first_tx),
+    };
+    tokio::spawn(watcher.run());
+    tokio::spawn(ticker(shared.clone()));
+    tokio::spawn(loadmetrics::run(shared.clone()));
+    let wait = shared.config.etcd_timeout + Duration::from_secs(1);
+    let _ = tokio::time::timeout(wait, first_rx).await;
+    events.emit("started", json!({"addr": addr.to_string()}));
+    Ok(MockMaster { shared })
+}
+
+/// Apply the state timeouts often enough that they fire within a few percent of their
+/// durations (the real master checks once a second).
+async fn ticker(s: AppState) {
+    let shortest = s.config.lease_lost_timeout.min(s.config.suspect_window);
+    let period = (shortest / 20).clamp(Duration::from_millis(5), Duration::from_millis(200));
+    let mut t = tokio::time::interval(period);
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = s.shutdown.wait() => return,
+            _ = t.tick() => s.registry.tick(s.config.lease_lost_timeout, s.config.suspect_window),
+        }
+    }
+}
+
+impl MockMaster {
+    pub fn addr(&self) -> SocketAddr {
+        self.shared
+            .server
+            .lock()
+            .ok()
+            .and_then(|g| g.as_ref().map(|h| h.addr))
+            .unwrap_or(self.shared.config.listen)
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    /// The namespace in use, normalized.
+    pub fn namespace(&self) -> &str {
+        &self.shared.config.etcd_namespace
+    }
+
+    /// Stop serving and stop every background task (open requests get 2 s to finish).
+    pub async fn stop(&self) {
+        self.shared.shutdown.trigger();
+        let handle = self.shared.server.lock().ok().and_then(|mut g| g.take());
+        if let Some(h) = handle {
+            let _ = tokio::time::timeout(Duration::from_secs(2), h.stop()).await;
+        }
+    }
+
+    /// Every tracked instance, sorted by name.
+    pub fn instances(&self) -> Vec<InstanceView> {
+        self.shared.registry.views()
+    }
+
+    pub fn instance(&self, name: &str) -> Option<InstanceView> {
+        self.shared.registry.view(name)
+    }
+
+    /// Forget every instance and re-learn them from a fresh range (see the crate docs).
+    pub async fn restart(&self) {
+        self.restart_with(true).await
+    }
+
+    /// Forget every instance; re-learn them from a fresh range only if `relist`.
+    /// Returns once the watcher has done so (or the range failed).
+    pub async fn restart_with(&self, relist: bool) {
+        let (done, wait) = oneshot::channel();
+        if self
+            .shared
+            .commands
+            .send(watch::Command::Restart { relist, done })
+            .await
+            .is_ok()
+        {
+            let _ = wait.await;
+        }
+    }
+
+    /// Rotate the token (`None` or empty: no check).
+    pub fn set_token(&self, token: Option<String>) {
+        let set = token.as_deref().is_some_and(|t| !t.is_empty());
+        self.shared.token.set(token);
+        self.shared.events.emit("token", json!({"set": set}));
+    }
+
+    pub fn faults(&self) -> &FaultRegistry<Fault> {
+        &self.shared.faults
+    }
+
+    /// Drop the etcd watch and do not re-open it until [`MockMaster::resume_watch`];
+    /// events meanwhile are caught up on resume, none lost.
+    pub fn pause_watch(&self) {
+        self.shared.paused.send_replace(true);
+        self.shared
+            .events
+            .emit("watch_pause", json!({"paused": true}));
+    }
+
+    pub fn resume_watch(&self) {
+        self.shared.paused.send_replace(false);
+        self.shared
+            .events
+            .emit("watch_pause", json!({"paused": false}));
+    }
+
+    pub fn watch_paused(&self) -> bool {
+        *self.shared.paused.borrow()
+    }
+
+    /// Heartbeat answers since start (or the last reset), by status.
+    pub fn heartbeat_counts(&self) -> BTreeMap<u16, u64> {
+        self.shared.heartbeat_counts()
+    }
+
+    /// Back to the configured behaviour: no faults, watch running, configured token,
+    /// heartbeat counts zeroed. Instances are kept (that is [`MockMaster::restart`]).
+    pub fn reset(&self) {
+        self.shared.faults.clear();
+        self.resume_watch();
+        self.shared.token.set(self.shared.config.token.clone());
+        if let Ok(mut g) = self.shared.heartbeat_counts.lock() {
+            g.clear();
+        }
+        self.shared.events.emit("reset", json!({}));
+    }
+
+    /// Publish LOADMETRICS now instead of waiting for the next round.
+    pub async fn publish_now(&self) {
+        loadmetrics::publish_once(&self.shared).await
+    }
+
+    /// What `GET /_mock/state` shows.
+    pub fn state_json(&self) -> serde_json::Value {
+        json!({
+            "addr": self.addr().to_string(),
+            "namespace": self.shared.config.etcd_namespace,
+            "token_set": self.shared.token.is_set(),
+            "watch_paused": self.watch_paused(),
+            "heartbeat_counts": self.heartbeat_counts(),
+            "instances": self.instances(),
+            "faults": self.shared.faults.list(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces_normalize_as_the_contract_says() {
+        assert_eq!(normalize_namespace(""), "");
+        assert_eq!(normalize_namespace("foo"), "/foo/");
+        assert_eq!(normalize_namespace("/a/b/"), "/a/b/");
+        assert_eq!(normalize_namespace("///"), "");
+    }
+}

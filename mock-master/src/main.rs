@@ -1,4 +1,91 @@
-fn main() {
-    eprintln!("mock-master: not yet implemented");
-    std::process::exit(2);
+//! `mock-master`: run the fake xllm-service master. Prints `listening on ADDR` first.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mock-master",
+    about = "A fake xllm-service master (heartbeats, instance states, routing)"
+)]
+struct Args {
+    /// Address to serve on (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:9998")]
+    listen: SocketAddr,
+    /// etcd v3 gateway endpoints, comma-separated.
+    #[arg(long, default_value = "127.0.0.1:2379", value_delimiter = ',')]
+    etcd_endpoints: Vec<String>,
+    #[arg(long, default_value = "")]
+    etcd_namespace: String,
+    /// Token heartbeats must carry in X-Internal-Token (empty: none).
+    #[arg(long, env = "XLLM_INTERNAL_API_TOKEN", hide_env_values = true)]
+    internal_api_token: Option<String>,
+    #[arg(long, default_value_t = 2)]
+    probe_attempts: u32,
+    #[arg(long, default_value_t = 1000)]
+    probe_timeout_ms: u64,
+    #[arg(long, default_value_t = 100)]
+    probe_interval_ms: u64,
+    #[arg(long, default_value_t = 3000)]
+    lease_lost_timeout_ms: u64,
+    #[arg(long, default_value_t = 15000)]
+    suspect_window_ms: u64,
+    #[arg(long, default_value_t = 3000)]
+    publish_interval_ms: u64,
+    /// Serve no /_mock/ control API.
+    #[arg(long)]
+    no_control: bool,
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    max_body_bytes: usize,
+}
+
+#[tokio::main]
+async fn main() {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) if !e.use_stderr() => {
+            print!("{e}");
+            std::process::exit(0);
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            let first = msg.lines().next().unwrap_or("invalid arguments");
+            eprintln!("mock-master: {first}");
+            std::process::exit(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = mock_master::Config {
+        listen: args.listen,
+        etcd_endpoints: args.etcd_endpoints,
+        etcd_namespace: args.etcd_namespace,
+        token: args.internal_api_token,
+        probe_attempts: args.probe_attempts,
+        probe_timeout: Duration::from_millis(args.probe_timeout_ms),
+        probe_interval: Duration::from_millis(args.probe_interval_ms),
+        lease_lost_timeout: Duration::from_millis(args.lease_lost_timeout_ms),
+        suspect_window: Duration::from_millis(args.suspect_window_ms),
+        publish_interval: Duration::from_millis(args.publish_interval_ms),
+        control: !args.no_control,
+        max_body_bytes: args.max_body_bytes,
+        ..Default::default()
+    };
+    let master = match mock_master::start(config, mock_kit::Events::none("master")).await {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("mock-master: {e}");
+            std::process::exit(1);
+        }
+    };
+    println!("listening on {}", master.addr());
+    let _ = tokio::signal::ctrl_c().await;
+    master.stop().await;
 }

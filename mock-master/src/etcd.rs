@@ -1,0 +1,426 @@
+//! A small client for etcd's v3 JSON gateway: range, put, delete and a streaming watch.
+//!
+//! The master talks to etcd only through the gateway, so the same code runs against a
+//! real etcd and against `mock-etcd`. Written from the gateway's wire format (base64 keys
+//! and values, 64-bit integers as JSON strings, one JSON object per watch message), not
+//! from any other crate of this workspace.
+
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+/// Largest unparsed watch backlog kept in memory; beyond it the stream is dropped and
+/// re-opened (a message that large is not something etcd sends).
+const MAX_WATCH_BUFFER: usize = 64 * 1024 * 1024;
+/// Largest range/put/delete answer read.
+const MAX_BODY: usize = 64 * 1024 * 1024;
+
+/// Why an etcd call failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EtcdError(pub String);
+
+impl std::fmt::Display for EtcdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for EtcdError {}
+
+fn err(msg: impl Into<String>) -> EtcdError {
+    EtcdError(msg.into())
+}
+
+/// One key as the gateway reports it, decoded.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct KeyValue {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub mod_revision: i64,
+}
+
+/// A consistent listing: every key under a prefix at `revision`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RangeResult {
+    pub revision: i64,
+    pub kvs: Vec<KeyValue>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Put,
+    Delete,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchEvent {
+    pub kind: EventKind,
+    pub kv: KeyValue,
+    pub prev_kv: Option<KeyValue>,
+}
+
+/// One message of a watch stream.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WatchResponse {
+    /// `header.revision` (0 when absent).
+    pub revision: i64,
+    pub created: bool,
+    pub canceled: bool,
+    /// Set when the watch was canceled because its start revision was compacted away.
+    pub compact_revision: i64,
+    pub cancel_reason: String,
+    pub events: Vec<WatchEvent>,
+}
+
+/// The gateway client. Endpoints are tried in order for every call.
+#[derive(Debug, Clone)]
+pub struct EtcdClient {
+    endpoints: Vec<String>,
+    http: reqwest::Client,
+    watch_http: reqwest::Client,
+}
+
+/// `127.0.0.1:2379` -> `http://127.0.0.1:2379`; schemes are kept; trailing `/` dropped.
+pub fn normalize_endpoint(endpoint: &str) -> String {
+    let e = endpoint.trim().trim_end_matches('/');
+    if e.starts_with("http://") || e.starts_with("https://") {
+        e.to_string()
+    } else {
+        format!("http://{e}")
+    }
+}
+
+/// The end of the key range holding every key that starts with `prefix`.
+pub fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every byte was 0xff (or the prefix was empty): "to the end of the keyspace".
+    vec![0]
+}
+
+impl EtcdClient {
+    /// `timeout` bounds every unary call; the watch has only a connect timeout, and its
+    /// reads are bounded by the `idle` given to [`EtcdClient::watch`].
+    pub fn new(endpoints: &[String], timeout: Duration) -> Result<Self, EtcdError> {
+        let endpoints: Vec<String> = endpoints
+            .iter()
+            .map(|e| normalize_endpoint(e))
+            .filter(|e| e.len() > "http://".len())
+            .collect();
+        if endpoints.is_empty() {
+            return Err(err("no etcd endpoint given"));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .build()
+            .map_err(|e| err(format!("building http client: {e}")))?;
+        let watch_http = reqwest::Client::builder()
+            .connect_timeout(timeout)
+            .tcp_keepalive(Duration::from_secs(10))
+            .build()
+            .map_err(|e| err(format!("building http client: {e}")))?;
+        Ok(EtcdClient {
+            endpoints,
+            http,
+            watch_http,
+        })
+    }
+
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// POST `body` to `path` on each endpoint in turn; the first 200 whose body is a JSON
+    /// object wins.
+    async fn call(&self, path: &str, body: &Value) -> Result<Value, EtcdError> {
+        let mut last = err("no endpoint answered");
+        for ep in &self.endpoints {
+            match self.call_one(ep, path, body).await {
+                Ok(v) => return Ok(v),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    async fn call_one(&self, ep: &str, path: &str, body: &Value) -> Result<Value, EtcdError> {
+        let url = format!("{ep}{path}");
+        let resp = self
+            .http
+            .post(&url)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| err(format!("{url}: {e}")))?;
+        let status = resp.status();
+        let bytes = read_capped(resp, MAX_BODY)
+            .await
+            .map_err(|e| err(format!("{url}: {e}")))?;
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&bytes);
+            return Err(err(format!("{url}: HTTP {status}: {}", text.trim())));
+        }
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(v @ Value::Object(_)) => Ok(v),
+            _ => Err(err(format!("{url}: answer is not a JSON object"))),
+        }
+    }
+
+    /// Every key starting with `prefix`, and the store revision of the listing.
+    pub async fn range_prefix(&self, prefix: &[u8]) -> Result<RangeResult, EtcdError> {
+        let body = json!({
+            "key": B64.encode(prefix),
+            "range_end": B64.encode(prefix_range_end(prefix)),
+        });
+        let v = self.call("/v3/kv/range", &body).await?;
+        let revision = header_revision(&v);
+        let mut kvs = Vec::new();
+        if let Some(list) = v.get("kvs").and_then(Value::as_array) {
+            for kv in list {
+                kvs.push(decode_kv(kv)?);
+            }
+        }
+        Ok(RangeResult { revision, kvs })
+    }
+
+    /// Put `value` at `key` (no lease). Answers the new revision.
+    pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<i64, EtcdError> {
+        let body = json!({ "key": B64.encode(key), "value": B64.encode(value) });
+        let v = self.call("/v3/kv/put", &body).await?;
+        Ok(header_revision(&v))
+    }
+
+    /// Delete `key`. Answers how many keys were deleted.
+    pub async fn delete(&self, key: &[u8]) -> Result<i64, EtcdError> {
+        let body = json!({ "key": B64.encode(key) });
+        let v = self.call("/v3/kv/deleterange", &body).await?;
+        Ok(v.get("deleted").and_then(json_i64).unwrap_or(0))
+    }
+
+    /// Open a watch on every key starting with `prefix`, from `start_revision`, with the
+    /// previous value of each key in every event.
+    pub async fn watch(
+        &self,
+        prefix: &[u8],
+        start_revision: i64,
+        idle: Duration,
+    ) -> Result<WatchStream, EtcdError> {
+        let body = json!({
+            "create_request": {
+                "key": B64.encode(prefix),
+                "range_end": B64.encode(prefix_range_end(prefix)),
+                "start_revision": start_revision.to_string(),
+                "prev_kv": true,
+            }
+        });
+        let mut last = err("no endpoint answered");
+        for ep in &self.endpoints {
+            let url = format!("{ep}/v3/watch");
+            let sent =
+                tokio::time::timeout(idle, self.watch_http.post(&url).json(&body).send()).await;
+            match sent {
+                Ok(Ok(resp)) if resp.status().is_success() => {
+                    return Ok(WatchStream {
+                        response: resp,
+                        buf: Vec::new(),
+                        idle,
+                    })
+                }
+                Ok(Ok(resp)) => last = err(format!("{url}: HTTP {}", resp.status())),
+                Ok(Err(e)) => last = err(format!("{url}: {e}")),
+                Err(_) => last = err(format!("{url}: no answer within {idle:?}")),
+            }
+        }
+        Err(last)
+    }
+}
+
+/// An open watch: a stream of JSON messages on one long HTTP response.
+#[derive(Debug)]
+pub struct WatchStream {
+    response: reqwest::Response,
+    buf: Vec<u8>,
+    idle: Duration,
+}
+
+impl WatchStream {
+    /// The next message; `Ok(None)` when the server ended the stream. Silence longer than
+    /// the idle timeout is an error (the caller re-opens the watch).
+    pub async fn next(&mut self) -> Result<Option<WatchResponse>, EtcdError> {
+        loop {
+            if let Some(v) = self.take_value()? {
+                return parse_watch_message(&v).map(Some);
+            }
+            let chunk = tokio::time::timeout(self.idle, self.response.chunk())
+                .await
+                .map_err(|_| err(format!("watch silent for {:?}", self.idle)))?
+                .map_err(|e| err(format!("watch stream: {e}")))?;
+            match chunk {
+                Some(c) => {
+                    if self.buf.len() + c.len() > MAX_WATCH_BUFFER {
+                        return Err(err("watch message too large"));
+                    }
+                    self.buf.extend_from_slice(&c);
+                }
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// One complete JSON value from the front of the buffer, if there is one.
+    fn take_value(&mut self) -> Result<Option<Value>, EtcdError> {
+        let mut it = serde_json::Deserializer::from_slice(&self.buf).into_iter::<Value>();
+        match it.next() {
+            Some(Ok(v)) => {
+                let used = it.byte_offset();
+                self.buf.drain(..used);
+                Ok(Some(v))
+            }
+            Some(Err(e)) if e.is_eof() => Ok(None),
+            Some(Err(e)) => Err(err(format!("watch stream is not JSON: {e}"))),
+            None => {
+                self.buf.clear();
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// Decode one watch message: `{"result":{...}}`, or `{"error":...}` (an error).
+pub fn parse_watch_message(v: &Value) -> Result<WatchResponse, EtcdError> {
+    if let Some(e) = v.get("error") {
+        return Err(err(format!("watch error: {e}")));
+    }
+    let r = v.get("result").unwrap_or(v);
+    let mut out = WatchResponse {
+        revision: header_revision(r),
+        created: r.get("created").and_then(Value::as_bool).unwrap_or(false),
+        canceled: r.get("canceled").and_then(Value::as_bool).unwrap_or(false),
+        compact_revision: r.get("compact_revision").and_then(json_i64).unwrap_or(0),
+        cancel_reason: r
+            .get("cancel_reason")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+        events: Vec::new(),
+    };
+    if let Some(events) = r.get("events").and_then(Value::as_array) {
+        for ev in events {
+            let kind = match ev.get("type").and_then(Value::as_str) {
+                None | Some("PUT") => EventKind::Put,
+                Some("DELETE") => EventKind::Delete,
+                Some(other) => return Err(err(format!("unknown watch event type {other}"))),
+            };
+            let kv = decode_kv(ev.get("kv").unwrap_or(&Value::Null))?;
+            let prev_kv = match ev.get("prev_kv") {
+                Some(p) if p.is_object() => Some(decode_kv(p)?),
+                _ => None,
+            };
+            out.events.push(WatchEvent { kind, kv, prev_kv });
+        }
+    }
+    Ok(out)
+}
+
+fn decode_kv(kv: &Value) -> Result<KeyValue, EtcdError> {
+    let b64 = |field: &str| -> Result<Vec<u8>, EtcdError> {
+        match kv.get(field) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::String(s)) => B64
+                .decode(s)
+                .map_err(|e| err(format!("bad base64 in {field}: {e}"))),
+            Some(_) => Err(err(format!("{field} is not a string"))),
+        }
+    };
+    Ok(KeyValue {
+        key: b64("key")?,
+        value: b64("value")?,
+        mod_revision: kv.get("mod_revision").and_then(json_i64).unwrap_or(0),
+    })
+}
+
+fn header_revision(v: &Value) -> i64 {
+    v.get("header")
+        .and_then(|h| h.get("revision"))
+        .and_then(json_i64)
+        .unwrap_or(0)
+}
+
+/// A 64-bit integer as the gateway writes it: a JSON string, or a number.
+fn json_i64(v: &Value) -> Option<i64> {
+    match v {
+        Value::String(s) => s.parse().ok(),
+        Value::Number(n) => n.as_i64(),
+        _ => None,
+    }
+}
+
+/// The body of `resp`, at most `cap` bytes.
+pub(crate) async fn read_capped(
+    mut resp: reqwest::Response,
+    cap: usize,
+) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+        if out.len() + chunk.len() > cap {
+            return Err(format!("answer larger than {cap} bytes"));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_end_increments_last_byte() {
+        assert_eq!(prefix_range_end(b"XLLM:"), b"XLLM;".to_vec());
+        assert_eq!(prefix_range_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_range_end(b""), vec![0]);
+    }
+
+    #[test]
+    fn endpoints_get_a_scheme() {
+        assert_eq!(
+            normalize_endpoint("127.0.0.1:2379"),
+            "http://127.0.0.1:2379"
+        );
+        assert_eq!(normalize_endpoint("https://h:1/"), "https://h:1");
+    }
+
+    #[test]
+    fn parses_a_real_delete_event() {
+        // Copied from a real etcd 3.4 gateway.
+        let line = r#"{"result":{"header":{"cluster_id":"1","member_id":"2","revision":"4","raft_term":"2"},"events":[{"type":"DELETE","kv":{"key":"WExMTTpERUZBVUxUOmE=","mod_revision":"4"},"prev_kv":{"key":"WExMTTpERUZBVUxUOmE=","create_revision":"2","mod_revision":"3","version":"2","value":"eyJ4IjoxfQ=="}}]}}"#;
+        let v: Value = serde_json::from_str(line).unwrap();
+        let r = parse_watch_message(&v).unwrap();
+        assert_eq!(r.revision, 4);
+        assert_eq!(r.events.len(), 1);
+        assert_eq!(r.events[0].kind, EventKind::Delete);
+        assert_eq!(r.events[0].kv.key, b"XLLM:DEFAULT:a".to_vec());
+        assert_eq!(r.events[0].kv.mod_revision, 4);
+        assert_eq!(
+            r.events[0].prev_kv.as_ref().unwrap().value,
+            br#"{"x":1}"#.to_vec()
+        );
+    }
+
+    #[test]
+    fn parses_a_compaction_cancel() {
+        let line =
+            r#"{"result":{"header":{"raft_term":"2"},"canceled":true,"compact_revision":"6"}}"#;
+        let r = parse_watch_message(&serde_json::from_str(line).unwrap()).unwrap();
+        assert!(r.canceled);
+        assert_eq!(r.compact_revision, 6);
+    }
+}

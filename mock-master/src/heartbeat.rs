@@ -1,0 +1,135 @@
+//! `POST /v1/internal/heartbeat` (contract §3): the checks in the master's order.
+//!
+//! token (401) → body size (413) → protobuf-JSON body (400) → name (400) → known name
+//! and tracked incarnation (409) → 200 and the metrics are stored. Armed faults (a
+//! chosen status, added latency) act before all of that.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::control::Fault;
+use crate::pbjson::HeartbeatRequest;
+use crate::registry::Beat;
+use crate::server::AppState;
+
+pub const INVALID_TOKEN: &str = r#"{"error":"invalid internal token"}"#;
+pub const INVALID_JSON: &str = r#"{"error":"invalid heartbeat json"}"#;
+pub const MISSING_NAME: &str = r#"{"error":"missing instance name"}"#;
+pub const NOT_REGISTERED: &str = r#"{"error":"instance not registered or stale incarnation"}"#;
+pub const TOO_LARGE: &str = r#"{"error":"heartbeat body too large"}"#;
+pub const OK: &str = r#"{"ok":true}"#;
+
+fn answer(status: StatusCode, body: &'static str) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The body a real master would send with `status` (so an injected 409 looks real).
+fn body_for(status: u16) -> &'static str {
+    match status {
+        200 => OK,
+        400 => INVALID_JSON,
+        401 => INVALID_TOKEN,
+        409 => NOT_REGISTERED,
+        413 => TOO_LARGE,
+        _ => r#"{"error":"injected fault"}"#,
+    }
+}
+
+pub async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    if let Some(ms) = s.faults.fire(|f| match f {
+        Fault::Latency { ms } => Some(*ms),
+        _ => None,
+    }) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if let Some(status) = s.faults.fire(|f| match f {
+        Fault::HeartbeatStatus { status } => Some(*status),
+        _ => None,
+    }) {
+        let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        s.count_heartbeat(code.as_u16());
+        s.events
+            .emit("heartbeat", json!({"status": code.as_u16(), "fault": true}));
+        return answer(code, body_for(code.as_u16()));
+    }
+    let (status, body, name, detail) = check(&s, &headers, body).await;
+    s.count_heartbeat(status.as_u16());
+    if s.events.enabled() {
+        let mut d = json!({"status": status.as_u16(), "name": name});
+        if let (Some(obj), Some(extra)) = (d.as_object_mut(), detail) {
+            obj.extend(extra);
+        }
+        s.events.emit("heartbeat", d);
+    }
+    answer(status, body)
+}
+
+type Detail = Option<serde_json::Map<String, serde_json::Value>>;
+
+/// The heartbeat proper: answers the status, the name (if read) and event detail.
+async fn check(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> (StatusCode, &'static str, Option<String>, Detail) {
+    let presented = headers.get("x-internal-token").map(|v| v.as_bytes());
+    if !s.token.admits(presented) {
+        return (StatusCode::UNAUTHORIZED, INVALID_TOKEN, None, None);
+    }
+    let cap = s.config.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > cap as u64) {
+        return (StatusCode::PAYLOAD_TOO_LARGE, TOO_LARGE, None, None);
+    }
+    let bytes = match crate::server::read_body(body, cap).await {
+        Ok(b) => b,
+        Err(true) => return (StatusCode::PAYLOAD_TOO_LARGE, TOO_LARGE, None, None),
+        Err(false) => return (StatusCode::BAD_REQUEST, INVALID_JSON, None, None),
+    };
+    let Ok(req) = HeartbeatRequest::from_json(&bytes) else {
+        return (StatusCode::BAD_REQUEST, INVALID_JSON, None, None);
+    };
+    if req.name.is_empty() {
+        return (StatusCode::BAD_REQUEST, MISSING_NAME, None, None);
+    }
+    let beat = s.registry.heartbeat(
+        &req.name,
+        &req.incarnation_id,
+        req.load_metrics,
+        req.latency_metrics,
+    );
+    let (status, body) = match beat {
+        Beat::Accepted => (StatusCode::OK, OK),
+        Beat::Rejected => (StatusCode::CONFLICT, NOT_REGISTERED),
+    };
+    let detail = s.events.enabled().then(|| {
+        let mut m = serde_json::Map::new();
+        m.insert("incarnation".into(), json!(req.incarnation_id));
+        m.insert(
+            "waiting_requests_num".into(),
+            json!(req.load_metrics.waiting_requests_num),
+        );
+        m.insert(
+            "gpu_cache_usage_perc".into(),
+            json!(req.load_metrics.gpu_cache_usage_perc),
+        );
+        m.insert(
+            "recent_max_ttft".into(),
+            json!(req.latency_metrics.recent_max_ttft),
+        );
+        m.insert(
+            "recent_max_tbt".into(),
+            json!(req.latency_metrics.recent_max_tbt),
+        );
+        m
+    });
+    (status, body, Some(req.name), detail)
+}

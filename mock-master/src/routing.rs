@@ -1,0 +1,242 @@
+//! OpenAI traffic: `GET /v1/models` and the completions routes, proxied by load.
+//!
+//! The target is the routable instance (ACTIVE or LEASE_LOST) with the fewest waiting
+//! requests by its latest heartbeat, then the lowest KV-cache usage, then round robin
+//! among the ties. An instance that has not sent a heartbeat yet counts as idle; a
+//! non-finite usage counts as full. Responses (streams included) are relayed as they
+//! arrive.
+
+use std::cmp::Ordering;
+use std::sync::atomic::Ordering as AtomicOrdering;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Value};
+
+use crate::pbjson::LoadMetrics;
+use crate::server::{read_body, ApiError, AppState};
+
+/// How long `/v1/models` waits for each instance.
+const MODELS_TIMEOUT: Duration = Duration::from_secs(3);
+/// Largest model list read from one instance.
+const MODELS_CAP: usize = 1024 * 1024;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/models", get(models))
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+}
+
+fn unavailable() -> ApiError {
+    ApiError::OpenAi(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no routable instance".to_string(),
+        "service_unavailable",
+    )
+}
+
+/// Order key of one candidate: (waiting, usage); lower is better.
+fn load_key(load: &Option<LoadMetrics>) -> (u64, f32) {
+    match load {
+        None => (0, 0.0),
+        Some(m) => {
+            let usage = if m.gpu_cache_usage_perc.is_finite() {
+                m.gpu_cache_usage_perc
+            } else {
+                1.0
+            };
+            (m.waiting_requests_num, usage)
+        }
+    }
+}
+
+/// Index of the least-loaded candidate; `cursor` breaks ties round robin.
+pub fn pick(candidates: &[(String, Option<LoadMetrics>)], cursor: u64) -> Option<usize> {
+    let best = candidates.iter().map(|(_, l)| load_key(l)).min_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then(a.1.partial_cmp(&b.1).unwrap_or(Ordering::Equal))
+    })?;
+    let ties: Vec<usize> = candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, l))| load_key(l) == best)
+        .map(|(i, _)| i)
+        .collect();
+    let n = u64::try_from(ties.len()).ok().filter(|n| *n > 0)?;
+    ties.get(usize::try_from(cursor % n).ok()?).copied()
+}
+
+async fn models(State(s): State<AppState>) -> Result<Response, ApiError> {
+    let names: Vec<String> = s.registry.routable().into_iter().map(|(n, _)| n).collect();
+    if names.is_empty() {
+        s.metrics.routed("models", "no_instance");
+        return Err(unavailable());
+    }
+    let fetches = names.iter().map(|name| {
+        let http = s.upstream.clone();
+        let url = format!("http://{name}/v1/models");
+        async move {
+            let resp = tokio::time::timeout(MODELS_TIMEOUT, http.get(&url).send())
+                .await
+                .ok()?
+                .ok()?;
+            if !resp.status().is_success() {
+                return None;
+            }
+            let body =
+                tokio::time::timeout(MODELS_TIMEOUT, crate::etcd::read_capped(resp, MODELS_CAP))
+                    .await
+                    .ok()?
+                    .ok()?;
+            serde_json::from_slice::<Value>(&body).ok()
+        }
+    });
+    let answers = futures_util::future::join_all(fetches).await;
+    let mut data: Vec<Value> = Vec::new();
+    let mut answered = 0;
+    for list in answers.into_iter().flatten() {
+        answered += 1;
+        for model in list
+            .get("data")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let id = model.get("id");
+            if id.is_some() && !data.iter().any(|m| m.get("id") == id) {
+                data.push(model.clone());
+            }
+        }
+    }
+    if answered == 0 {
+        s.metrics.routed("models", "upstream_error");
+        return Err(ApiError::OpenAi(
+            StatusCode::BAD_GATEWAY,
+            "no instance answered /v1/models".to_string(),
+            "bad_gateway",
+        ));
+    }
+    s.metrics.routed("models", "ok");
+    Ok(axum::Json(json!({"object": "list", "data": data})).into_response())
+}
+
+async fn completions(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    proxy(s, "/v1/completions", headers, body).await
+}
+
+async fn chat_completions(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    proxy(s, "/v1/chat/completions", headers, body).await
+}
+
+async fn proxy(
+    s: AppState,
+    path: &'static str,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let body = read_body(body, s.config.max_body_bytes)
+        .await
+        .map_err(|too_large| {
+            if too_large {
+                ApiError::OpenAi(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request body too large".into(),
+                    "invalid_request",
+                )
+            } else {
+                ApiError::OpenAi(
+                    StatusCode::BAD_REQUEST,
+                    "could not read request body".into(),
+                    "invalid_request",
+                )
+            }
+        })?;
+    let candidates = s.registry.routable();
+    let cursor = s.rr.fetch_add(1, AtomicOrdering::Relaxed);
+    let Some(i) = pick(&candidates, cursor) else {
+        s.metrics.routed(path, "no_instance");
+        s.events
+            .emit("route", json!({"path": path, "chosen": null}));
+        return Err(unavailable());
+    };
+    let Some((name, load)) = candidates.get(i) else {
+        return Err(unavailable());
+    };
+    if s.events.enabled() {
+        let loads: Vec<Value> = candidates
+            .iter()
+            .map(|(n, l)| json!({"name": n, "load": l}))
+            .collect();
+        s.events.emit(
+            "route",
+            json!({"path": path, "chosen": name, "load": load, "candidates": loads}),
+        );
+    }
+    let mut req = s.upstream.post(format!("http://{name}{path}")).body(body);
+    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+        req = req.header(header::CONTENT_TYPE, ct);
+    }
+    let resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            s.metrics.routed(path, "upstream_error");
+            return Err(ApiError::OpenAi(
+                StatusCode::BAD_GATEWAY,
+                format!("instance {name} failed: {e}"),
+                "bad_gateway",
+            ));
+        }
+    };
+    s.metrics.routed(path, "ok");
+    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut out = Response::builder()
+        .status(status)
+        .header("x-routed-to", name.as_str());
+    if let Some(ct) = resp.headers().get(reqwest::header::CONTENT_TYPE) {
+        out = out.header(header::CONTENT_TYPE, ct.as_bytes());
+    }
+    out.body(Body::from_stream(resp.bytes_stream()))
+        .map_err(|e| ApiError::OpenAi(StatusCode::BAD_GATEWAY, e.to_string(), "bad_gateway"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(name: &str, waiting: u64, usage: f32) -> (String, Option<LoadMetrics>) {
+        (
+            name.to_string(),
+            Some(LoadMetrics {
+                waiting_requests_num: waiting,
+                gpu_cache_usage_perc: usage,
+            }),
+        )
+    }
+
+    #[test]
+    fn fewest_waiting_then_usage_then_round_robin() {
+        assert_eq!(pick(&[], 0), None);
+        assert_eq!(pick(&[c("a", 3, 0.0), c("b", 1, 0.9)], 0), Some(1));
+        assert_eq!(pick(&[c("a", 1, 0.5), c("b", 1, 0.2)], 0), Some(1));
+        let tie = [c("a", 1, 0.2), c("b", 1, 0.2), c("c", 5, 0.0)];
+        assert_eq!(pick(&tie, 0), Some(0));
+        assert_eq!(pick(&tie, 1), Some(1));
+        assert_eq!(pick(&tie, 2), Some(0));
+        assert_eq!(pick(&[c("a", 0, f32::NAN), c("b", 0, 0.9)], 0), Some(1));
+        assert_eq!(pick(&[("a".into(), None), c("b", 0, 0.1)], 0), Some(0));
+    }
+}

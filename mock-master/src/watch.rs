@@ -1,0 +1,284 @@
+//! Keeping the registry in step with etcd: one range, then a watch, forever.
+//!
+//! On start (and on a master restart) the watcher lists `<ns>XLLM:` and registers every
+//! instance key it finds, as the real master does in its `init()`; then it watches from
+//! the listing's revision + 1 with `prev_kv`. When the stream breaks it re-opens the
+//! watch from the revision after the last event it applied, so no event is lost, and it
+//! skips events at or below that revision, so none is applied twice. If etcd compacted
+//! that revision away, it re-lists and reconciles instead. Keys under the prefix that are
+//! not instance keys (`XLLM:LOADMETRICS:…`, written by the master itself) are ignored.
+
+use std::time::Duration;
+
+use mock_kit::{Events, Shutdown};
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::etcd::{EtcdClient, EventKind, WatchEvent};
+use crate::metrics::Metrics;
+use crate::probe::Prober;
+use crate::registry::{instance_name, InstanceMeta, ProbeTicket, Registry};
+
+/// How long a watch stream may stay silent before it is re-opened.
+const WATCH_IDLE: Duration = Duration::from_secs(120);
+const BACKOFF_START: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// Orders for the watcher task.
+#[derive(Debug)]
+pub enum Command {
+    /// Forget every instance; if `relist`, re-learn them from a fresh range (else only
+    /// from later PUTs). `done` fires once that is over.
+    Restart {
+        relist: bool,
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// Everything the watcher task needs.
+pub struct Watcher {
+    pub etcd: EtcdClient,
+    pub namespace: String,
+    pub registry: Registry,
+    pub prober: Prober,
+    pub events: Events,
+    pub metrics: std::sync::Arc<Metrics>,
+    pub paused: watch::Receiver<bool>,
+    pub commands: mpsc::Receiver<Command>,
+    pub shutdown: Shutdown,
+    /// Told once the first listing was applied (or failed).
+    pub first_listing: Option<oneshot::Sender<()>>,
+}
+
+/// Where the next watch starts.
+#[derive(Debug, Clone, Copy)]
+enum Position {
+    /// List first (`apply` false: only to learn the revision).
+    List { apply: bool },
+    /// Watch from this revision.
+    From(i64),
+}
+
+impl Watcher {
+    fn prefix(&self) -> Vec<u8> {
+        format!("{}XLLM:", self.namespace).into_bytes()
+    }
+
+    /// Run until shutdown.
+    pub async fn run(mut self) {
+        let mut pos = Position::List { apply: true };
+        let mut pending_done = self.first_listing.take();
+        let mut backoff = BACKOFF_START;
+        let mut opened_before = false;
+        let mut reason = String::from("start");
+        loop {
+            if self.shutdown.is_triggered() {
+                return;
+            }
+            if let Position::List { apply } = pos {
+                match self.list(apply).await {
+                    Ok(rev) => {
+                        pos = Position::From(rev + 1);
+                        backoff = BACKOFF_START;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "etcd range failed");
+                        self.events
+                            .emit("etcd_error", json!({"op": "range", "error": e.to_string()}));
+                    }
+                }
+                if let Some(done) = pending_done.take() {
+                    let _ = done.send(());
+                }
+                if matches!(pos, Position::List { .. }) {
+                    if self.sleep(&mut backoff).await {
+                        return;
+                    }
+                    continue;
+                }
+            }
+            if *self.paused.borrow_and_update() {
+                tokio::select! {
+                    _ = self.shutdown.wait() => return,
+                    changed = self.paused.changed() => { if changed.is_err() { return; } }
+                    cmd = self.commands.recv() => match cmd {
+                        Some(c) => { (pos, pending_done) = self.command(c); }
+                        None => return,
+                    },
+                }
+                continue;
+            }
+            let Position::From(from) = pos else { continue };
+            if opened_before {
+                self.metrics.watch_reconnect();
+                self.events.emit(
+                    "watch_reconnect",
+                    json!({"from_revision": from, "reason": reason}),
+                );
+                tracing::info!(from_revision = from, reason = %reason, "re-opening etcd watch");
+            }
+            let mut stream = match self.etcd.watch(&self.prefix(), from, WATCH_IDLE).await {
+                Ok(s) => s,
+                Err(e) => {
+                    opened_before = true;
+                    reason = format!("open failed: {e}");
+                    if self.sleep(&mut backoff).await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            opened_before = true;
+            let mut next = from;
+            // Read until the stream breaks or someone interrupts.
+            reason = loop {
+                tokio::select! {
+                    _ = self.shutdown.wait() => return,
+                    changed = self.paused.changed() => {
+                        if changed.is_err() { return; }
+                        if *self.paused.borrow_and_update() { break "paused".to_string(); }
+                    }
+                    cmd = self.commands.recv() => match cmd {
+                        Some(c) => {
+                            (pos, pending_done) = self.command(c);
+                            break "master restart".to_string();
+                        }
+                        None => return,
+                    },
+                    msg = stream.next() => match msg {
+                        Ok(Some(resp)) => {
+                            backoff = BACKOFF_START;
+                            if resp.canceled {
+                                if resp.compact_revision > 0 {
+                                    pos = Position::List { apply: true };
+                                    self.events.emit("watch_compacted", json!({"from_revision": next, "compact_revision": resp.compact_revision}));
+                                    break format!("compacted at {}", resp.compact_revision);
+                                }
+                                break format!("canceled: {}", resp.cancel_reason);
+                            }
+                            next = self.apply(next, resp.events);
+                            pos = Position::From(next);
+                        }
+                        Ok(None) => break "stream ended".to_string(),
+                        Err(e) => break e.to_string(),
+                    },
+                }
+            };
+            if reason != "paused" && reason != "master restart" && matches!(pos, Position::From(_))
+            {
+                if self.sleep(&mut backoff).await {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Carry out a command; answers the new position and who to tell when done.
+    fn command(&mut self, cmd: Command) -> (Position, Option<oneshot::Sender<()>>) {
+        match cmd {
+            Command::Restart { relist, done } => {
+                self.registry.forget_all();
+                self.events.emit("restart", json!({"relist": relist}));
+                (Position::List { apply: relist }, Some(done))
+            }
+        }
+    }
+
+    /// Sleep one backoff step (doubling it); true if shutdown came first.
+    async fn sleep(&self, backoff: &mut Duration) -> bool {
+        let d = *backoff;
+        *backoff = (*backoff * 2).min(BACKOFF_MAX);
+        tokio::select! {
+            _ = self.shutdown.wait() => true,
+            _ = tokio::time::sleep(d) => false,
+        }
+    }
+
+    /// Range the prefix; if `apply`, reconcile the registry with it. Answers its revision.
+    async fn list(&self, apply: bool) -> Result<i64, crate::etcd::EtcdError> {
+        let listing = self.etcd.range_prefix(&self.prefix()).await?;
+        if apply {
+            let mut found = Vec::new();
+            for kv in &listing.kvs {
+                let Some(name) = instance_name(&self.namespace, &kv.key) else {
+                    continue;
+                };
+                match InstanceMeta::parse(&kv.value) {
+                    Ok(meta) => found.push((name.to_string(), meta)),
+                    Err(e) => self.bad_value(name, &e),
+                }
+            }
+            self.events.emit(
+                "relist",
+                json!({"revision": listing.revision, "instances": found.len()}),
+            );
+            for ticket in self.registry.reconcile(found) {
+                self.spawn_probe(ticket);
+            }
+        }
+        Ok(listing.revision)
+    }
+
+    fn bad_value(&self, name: &str, error: &str) {
+        tracing::error!(name, error, "unparseable instance registration");
+        self.events
+            .emit("bad_registration", json!({"name": name, "error": error}));
+    }
+
+    /// Apply the events at or after revision `next`; answers the new `next`.
+    fn apply(&self, mut next: i64, events: Vec<WatchEvent>) -> i64 {
+        let floor = next;
+        for ev in events {
+            let rev = ev.kv.mod_revision;
+            if rev != 0 && rev < floor {
+                continue; // seen before the stream was re-opened
+            }
+            if rev >= next {
+                next = rev + 1;
+            }
+            let Some(name) = instance_name(&self.namespace, &ev.kv.key) else {
+                continue;
+            };
+            match ev.kind {
+                EventKind::Put => {
+                    self.metrics.watch_event("put");
+                    match InstanceMeta::parse(&ev.kv.value) {
+                        Ok(meta) => self.registry.apply_put(name, meta),
+                        Err(e) => self.bad_value(name, &e),
+                    }
+                }
+                EventKind::Delete => {
+                    self.metrics.watch_event("delete");
+                    let deleted = ev
+                        .prev_kv
+                        .as_ref()
+                        .and_then(|p| InstanceMeta::parse(&p.value).ok())
+                        .map(|m| m.incarnation_id);
+                    if let Some(ticket) = self.registry.apply_delete(name, deleted.as_deref()) {
+                        self.spawn_probe(ticket);
+                    }
+                }
+            }
+        }
+        next
+    }
+
+    /// Probe in the background: the watch must not stall for up to 2 s per delete.
+    fn spawn_probe(&self, ticket: ProbeTicket) {
+        let prober = self.prober.clone();
+        let registry = self.registry.clone();
+        let metrics = self.metrics.clone();
+        let events = self.events.clone();
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.wait() => {}
+                healthy = prober.healthy(&ticket.name) => {
+                    metrics.probe(healthy);
+                    events.emit("probe", json!({"name": ticket.name, "incarnation": ticket.incarnation, "healthy": healthy}));
+                    registry.apply_probe(&ticket, healthy);
+                }
+            }
+        });
+    }
+}
