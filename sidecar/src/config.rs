@@ -305,6 +305,34 @@ impl Config {
     }
 }
 
+/// Only the run flags, for [`Config::from_flags`].
+#[derive(clap::Parser)]
+#[command(name = "vllm-sidecar", args_override_self = true)]
+struct RunFlags {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+impl Config {
+    /// Parse and validate run flags (no program name), e.g. from a test or a launcher.
+    /// Environment variables apply as on the command line.
+    pub fn from_flags<I, T>(flags: I) -> Result<Config, ConfigError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::Parser;
+        let argv = std::iter::once(std::ffi::OsString::from("vllm-sidecar"))
+            .chain(flags.into_iter().map(Into::into));
+        let parsed = RunFlags::try_parse_from(argv).map_err(|e| {
+            let text = e.render().to_string();
+            let line = text.lines().next().unwrap_or("invalid arguments");
+            bad(line.strip_prefix("error: ").unwrap_or(line))
+        })?;
+        Config::from_args(parsed.run)
+    }
+}
+
 fn seconds(flag: &str, value: f64) -> Result<Duration, ConfigError> {
     if !value.is_finite() || value <= 0.0 || value > 86_400.0 {
         return Err(bad(format!(

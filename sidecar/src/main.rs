@@ -11,7 +11,8 @@ use sidecar::tools::{ParseArgs, PreviewArgs};
     name = "vllm-sidecar",
     version,
     about = "Registers a vLLM server with xllm-service (etcd lease) and reports its load.",
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    args_override_self = true
 )]
 struct Cli {
     #[command(subcommand)]

@@ -1,0 +1,515 @@
+//! The whole sidecar in-process against wiremock etcd, vLLM and master: registration,
+//! keepalive, heartbeats and every answer the reference reacts to.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sidecar::config::Config;
+use sidecar::lifecycle::{Sidecar, Status};
+use sidecar::shutdown;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+const METRICS: &str = "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} 2.0\n# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"m\"} 0.25\n";
+
+struct World {
+    etcd: MockServer,
+    vllm: MockServer,
+    master: MockServer,
+}
+
+async fn mount(server: &MockServer, m: &str, p: &str, response: ResponseTemplate) {
+    Mock::given(method(m))
+        .and(path(p))
+        .respond_with(response)
+        .mount(server)
+        .await;
+}
+
+fn ok(body: &str) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_string(body)
+}
+
+async fn healthy_etcd(etcd: &MockServer) {
+    mount(
+        etcd,
+        "POST",
+        "/v3/lease/grant",
+        ok(r#"{"ID":"11","TTL":"3"}"#),
+    )
+    .await;
+    mount(etcd, "POST", "/v3/kv/put", ok(r#"{"header":{}}"#)).await;
+    mount(
+        etcd,
+        "POST",
+        "/v3/lease/keepalive",
+        ok(r#"{"result":{"ID":"11","TTL":"3"}}"#),
+    )
+    .await;
+    mount(etcd, "POST", "/v3/lease/revoke", ok(r#"{"header":{}}"#)).await;
+}
+
+async fn healthy_vllm(vllm: &MockServer) {
+    mount(vllm, "GET", "/health", ResponseTemplate::new(200)).await;
+    mount(
+        vllm,
+        "GET",
+        "/v1/models",
+        ok(r#"{"object":"list","data":[{"id":"m"}]}"#),
+    )
+    .await;
+    mount(
+        vllm,
+        "GET",
+        "/metrics",
+        ok(METRICS).insert_header("content-type", "text/plain; version=0.0.4; charset=utf-8"),
+    )
+    .await;
+}
+
+impl World {
+    async fn start(master_status: u16) -> World {
+        let w = World {
+            etcd: MockServer::start().await,
+            vllm: MockServer::start().await,
+            master: MockServer::start().await,
+        };
+        healthy_etcd(&w.etcd).await;
+        healthy_vllm(&w.vllm).await;
+        mount(
+            &w.master,
+            "POST",
+            "/v1/internal/heartbeat",
+            ResponseTemplate::new(master_status).set_body_string("{}"),
+        )
+        .await;
+        w
+    }
+
+    fn config(&self, extra: &[&str]) -> Config {
+        let mut flags = vec![
+            "--etcd-endpoints".to_string(),
+            self.etcd.uri(),
+            "--vllm-url".into(),
+            self.vllm.uri(),
+            "--register-addr".into(),
+            "127.0.0.1:18000".into(),
+            "--xllm-service-url".into(),
+            self.master.uri(),
+            "--lease-ttl".into(),
+            "3".into(),
+            "--keepalive-interval".into(),
+            "0.2".into(),
+            "--heartbeat-interval".into(),
+            "0.2".into(),
+            "--health-timeout".into(),
+            "1".into(),
+            "--etcd-timeout".into(),
+            "1".into(),
+        ];
+        flags.extend(extra.iter().map(|s| s.to_string()));
+        Config::from_flags(flags).unwrap()
+    }
+}
+
+struct Running {
+    trigger: shutdown::Trigger,
+    status: watch::Receiver<Status>,
+    telemetry: std::sync::Arc<sidecar::telemetry::Telemetry>,
+    task: JoinHandle<()>,
+}
+
+fn start(config: Config) -> Running {
+    let sidecar = Sidecar::new(config);
+    let status = sidecar.status();
+    let telemetry = sidecar.telemetry();
+    let (trigger, listener) = shutdown::channel();
+    let task = tokio::spawn(sidecar.run(listener));
+    Running {
+        trigger,
+        status,
+        telemetry,
+        task,
+    }
+}
+
+impl Running {
+    async fn stop(self) {
+        self.trigger.fire();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("sidecar stops")
+            .unwrap();
+    }
+
+    fn incarnation(&self) -> Option<String> {
+        self.status
+            .borrow()
+            .registration
+            .as_ref()
+            .map(|r| r.incarnation.clone())
+    }
+}
+
+/// Poll `check` until it holds or the deadline passes.
+async fn eventually<F, Fut>(what: &str, deadline: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = tokio::time::Instant::now() + deadline;
+    loop {
+        if check().await {
+            return;
+        }
+        if tokio::time::Instant::now() > until {
+            panic!("timed out waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn requests(server: &MockServer, p: &str) -> Vec<Request> {
+    server
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r.url.path() == p)
+        .collect()
+}
+
+async fn count(server: &MockServer, p: &str) -> usize {
+    requests(server, p).await.len()
+}
+
+fn json(r: &Request) -> Value {
+    serde_json::from_slice(&r.body).unwrap()
+}
+
+/// The incarnations written by every put, in order.
+async fn put_incarnations(etcd: &MockServer) -> Vec<String> {
+    use base64::Engine;
+    requests(etcd, "/v3/kv/put")
+        .await
+        .iter()
+        .map(|r| {
+            let value = json(r)["value"].as_str().unwrap().to_string();
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(value)
+                .unwrap();
+            let meta: Value = serde_json::from_slice(&raw).unwrap();
+            meta["incarnation_id"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn registers_keeps_alive_heartbeats_and_revokes_on_shutdown() {
+    let w = World::start(200).await;
+    let run = start(w.config(&["--etcd-namespace", "ns"]));
+    eventually("registered", Duration::from_secs(5), || async {
+        run.incarnation().is_some()
+    })
+    .await;
+    eventually("two keepalives", Duration::from_secs(5), || async {
+        count(&w.etcd, "/v3/lease/keepalive").await >= 2
+    })
+    .await;
+    eventually("a heartbeat", Duration::from_secs(5), || async {
+        count(&w.master, "/v1/internal/heartbeat").await >= 1
+    })
+    .await;
+
+    let puts = requests(&w.etcd, "/v3/kv/put").await;
+    assert_eq!(puts.len(), 1, "a keepalive does not rewrite the key");
+    let put = json(&puts[0]);
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key = String::from_utf8(b64.decode(put["key"].as_str().unwrap()).unwrap()).unwrap();
+    assert_eq!(key, "/ns/XLLM:DEFAULT:127.0.0.1:18000");
+    assert_eq!(put["lease"], "11");
+    let meta: Value =
+        serde_json::from_slice(&b64.decode(put["value"].as_str().unwrap()).unwrap()).unwrap();
+    assert_eq!(meta["name"], "127.0.0.1:18000");
+    assert_eq!(meta["rpc_address"], "127.0.0.1:18000");
+    assert_eq!(meta["type"], 0);
+    assert_eq!(meta["backend_type"], "vllm");
+    let incarnation = run.incarnation().unwrap();
+    assert_eq!(meta["incarnation_id"], incarnation.as_str());
+    assert!(incarnation.starts_with("vllm-"));
+
+    let keepalive = json(&requests(&w.etcd, "/v3/lease/keepalive").await[0]);
+    assert_eq!(keepalive["ID"], "11");
+
+    let hb_request = &requests(&w.master, "/v1/internal/heartbeat").await[0];
+    assert!(
+        !hb_request.headers.contains_key("x-internal-token"),
+        "no token configured"
+    );
+    let hb = json(hb_request);
+    assert_eq!(hb["name"], "127.0.0.1:18000");
+    assert_eq!(hb["incarnation_id"], incarnation.as_str());
+    assert!(hb["load_metrics"]["waiting_requests_num"].is_u64(), "{hb}");
+    assert!(
+        hb["load_metrics"]["gpu_cache_usage_perc"].is_number(),
+        "{hb}"
+    );
+    assert!(hb["latency_metrics"]["recent_max_ttft"].is_i64(), "{hb}");
+    assert!(hb["latency_metrics"]["recent_max_tbt"].is_i64(), "{hb}");
+
+    assert_eq!(count(&w.etcd, "/v3/lease/revoke").await, 0);
+    run.stop().await;
+    let revokes = requests(&w.etcd, "/v3/lease/revoke").await;
+    assert_eq!(revokes.len(), 1);
+    assert_eq!(json(&revokes[0])["ID"], "11");
+}
+
+#[tokio::test]
+async fn heartbeat_carries_the_internal_token() {
+    let w = World::start(200).await;
+    let run = start(w.config(&["--internal-token", "s3cret"]));
+    eventually("a heartbeat", Duration::from_secs(5), || async {
+        count(&w.master, "/v1/internal/heartbeat").await >= 1
+    })
+    .await;
+    let hb = &requests(&w.master, "/v1/internal/heartbeat").await[0];
+    assert_eq!(hb.headers.get("x-internal-token").unwrap(), "s3cret");
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn conflict_409_registers_again_with_a_new_incarnation() {
+    let w = World::start(409).await;
+    let run = start(w.config(&[]));
+    eventually("a second registration", Duration::from_secs(5), || async {
+        put_incarnations(&w.etcd).await.len() >= 2
+    })
+    .await;
+    let incarnations = put_incarnations(&w.etcd).await;
+    assert_ne!(incarnations[0], incarnations[1]);
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn unauthorized_401_keeps_running_and_registered() {
+    let w = World::start(401).await;
+    let run = start(w.config(&["--internal-token", "wrong"]));
+    eventually(
+        "three rejected heartbeats",
+        Duration::from_secs(10),
+        || async { count(&w.master, "/v1/internal/heartbeat").await >= 3 },
+    )
+    .await;
+    assert_eq!(
+        put_incarnations(&w.etcd).await.len(),
+        1,
+        "401 does not re-register"
+    );
+    assert!(run.incarnation().is_some());
+    assert!(!run.task.is_finished());
+    assert!(run.telemetry.encode().contains("answer=\"unauthorized\""));
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn lease_gone_ttl_0_registers_again() {
+    let w = World::start(200).await;
+    w.etcd.reset().await;
+    mount(
+        &w.etcd,
+        "POST",
+        "/v3/lease/grant",
+        ok(r#"{"ID":"11","TTL":"3"}"#),
+    )
+    .await;
+    mount(&w.etcd, "POST", "/v3/kv/put", ok("{}")).await;
+    // etcd's answer for a dead lease: no TTL.
+    mount(
+        &w.etcd,
+        "POST",
+        "/v3/lease/keepalive",
+        ok(r#"{"result":{"header":{},"ID":"11"}}"#),
+    )
+    .await;
+    mount(&w.etcd, "POST", "/v3/lease/revoke", ok("{}")).await;
+    let run = start(w.config(&[]));
+    eventually("re-registrations", Duration::from_secs(5), || async {
+        put_incarnations(&w.etcd).await.len() >= 3
+    })
+    .await;
+    let incarnations = put_incarnations(&w.etcd).await;
+    assert_ne!(incarnations[0], incarnations[1]);
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn unhealthy_vllm_is_deregistered_after_the_threshold_and_comes_back() {
+    let w = World::start(200).await;
+    let run = start(w.config(&["--health-fail-threshold", "3"]));
+    eventually("registered", Duration::from_secs(5), || async {
+        run.incarnation().is_some()
+    })
+    .await;
+    let first = run.incarnation().unwrap();
+
+    w.vllm.reset().await;
+    mount(&w.vllm, "GET", "/health", ResponseTemplate::new(503)).await;
+    eventually("revoked", Duration::from_secs(5), || async {
+        count(&w.etcd, "/v3/lease/revoke").await >= 1
+    })
+    .await;
+    assert!(run.incarnation().is_none());
+    let failed_probes = count(&w.vllm, "/health").await;
+    assert!(
+        failed_probes >= 3,
+        "revoked after {failed_probes} failed probes"
+    );
+
+    w.vllm.reset().await;
+    healthy_vllm(&w.vllm).await;
+    eventually("registered again", Duration::from_secs(5), || async {
+        run.incarnation().is_some()
+    })
+    .await;
+    let second = run.incarnation().unwrap();
+    assert_ne!(first, second, "a new incarnation after recovery");
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn keepalive_runs_on_its_own_while_health_is_slow() {
+    let w = World::start(200).await;
+    let run = start(w.config(&["--health-timeout", "5", "--health-fail-threshold", "100"]));
+    eventually("registered", Duration::from_secs(5), || async {
+        run.incarnation().is_some()
+    })
+    .await;
+    w.vllm.reset().await;
+    mount(
+        &w.vllm,
+        "GET",
+        "/health",
+        ResponseTemplate::new(200).set_delay(Duration::from_secs(4)),
+    )
+    .await;
+    // Let a slow probe start, then count keepalives while it hangs.
+    eventually("a slow probe in flight", Duration::from_secs(2), || async {
+        count(&w.vllm, "/health").await >= 1
+    })
+    .await;
+    let before = count(&w.etcd, "/v3/lease/keepalive").await;
+    let probes = count(&w.vllm, "/health").await;
+    eventually(
+        "keepalives during one slow probe",
+        Duration::from_secs(3),
+        || async { count(&w.etcd, "/v3/lease/keepalive").await >= before + 4 },
+    )
+    .await;
+    assert_eq!(
+        count(&w.vllm, "/health").await,
+        probes,
+        "still inside the same probe"
+    );
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn etcd_failures_back_off_instead_of_hot_looping() {
+    let w = World::start(200).await;
+    w.etcd.reset().await;
+    mount(
+        &w.etcd,
+        "POST",
+        "/v3/lease/grant",
+        ResponseTemplate::new(503),
+    )
+    .await;
+    let run = start(w.config(&["--lease-ttl", "2"]));
+    eventually("three failed grants", Duration::from_secs(10), || async {
+        count(&w.etcd, "/v3/lease/grant").await >= 3
+    })
+    .await;
+    // Backoff doubles from 0.2 s: 3 attempts need at least 0.1 + 0.2 s of waiting, and a
+    // hot loop would have made hundreds by now.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let attempts = count(&w.etcd, "/v3/lease/grant").await;
+    assert!(attempts < 20, "{attempts} grants: not backing off");
+    assert!(run.incarnation().is_none());
+    // etcd comes back: registered.
+    w.etcd.reset().await;
+    healthy_etcd(&w.etcd).await;
+    eventually(
+        "registered after etcd recovers",
+        Duration::from_secs(5),
+        || async { run.incarnation().is_some() },
+    )
+    .await;
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_is_bounded_when_etcd_hangs() {
+    let w = World::start(200).await;
+    let run = start(w.config(&["--etcd-timeout", "30", "--shutdown-timeout", "0.5"]));
+    eventually("registered", Duration::from_secs(5), || async {
+        run.incarnation().is_some()
+    })
+    .await;
+    w.etcd.reset().await;
+    Mock::given(method("POST"))
+        .respond_with(ok("{}").set_delay(Duration::from_secs(60)))
+        .mount(&w.etcd)
+        .await;
+    // `stop` fails the test if the sidecar is not done within 10 s (etcd would hang 60 s).
+    run.stop().await;
+    assert!(count(&w.etcd, "/v3/lease/revoke").await <= 1);
+}
+
+#[tokio::test]
+async fn oversized_metrics_page_is_a_scrape_error_and_no_heartbeat() {
+    let w = World::start(200).await;
+    let run = start(w.config(&["--metrics-max-bytes", "64"]));
+    eventually("a scrape error", Duration::from_secs(5), || async {
+        run.telemetry
+            .encode()
+            .contains("vllm_sidecar_scrape_errors_total 1")
+            || run
+                .telemetry
+                .encode()
+                .contains("vllm_sidecar_scrape_errors_total 2")
+    })
+    .await;
+    assert_eq!(count(&w.master, "/v1/internal/heartbeat").await, 0);
+    assert!(
+        run.incarnation().is_some(),
+        "a failed scrape leaves the lease alone"
+    );
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn waits_for_health_before_registering() {
+    let w = World::start(200).await;
+    w.vllm.reset().await;
+    mount(&w.vllm, "GET", "/health", ResponseTemplate::new(503)).await;
+    let run = start(w.config(&[]));
+    eventually("two failed gate probes", Duration::from_secs(5), || async {
+        count(&w.vllm, "/health").await >= 2
+    })
+    .await;
+    assert_eq!(
+        count(&w.etcd, "/v3/lease/grant").await,
+        0,
+        "never registers before /health is up"
+    );
+    w.vllm.reset().await;
+    healthy_vllm(&w.vllm).await;
+    eventually("registered", Duration::from_secs(5), || async {
+        run.incarnation().is_some()
+    })
+    .await;
+    run.stop().await;
+}
