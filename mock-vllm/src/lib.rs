@@ -1,1 +1,40 @@
-//! mock-vllm: a CPU-only fake vLLM OpenAI server with a load model, metric dialects and faults.
+//! mock-vllm: a CPU-only fake vLLM OpenAI server that a sidecar, a router or a load test
+//! cannot tell from vLLM except by speed of thought: real queueing and timing, the
+//! `/metrics` page of several vLLM releases written byte-for-byte like
+//! `prometheus_client`, and scriptable faults.
+//!
+//! # Layout
+//!
+//! - [`config`]: [`Config`] (capacity, latency model, seed) and [`Dialect`].
+//! - [`server`]: [`start`] binds and serves; [`MockVllm`] is the handle (stop, crash,
+//!   restart, health, faults, gauge overrides, state). Owns the accept loop.
+//! - [`routes`]: the router, `/health`, `/v1/models`, `/version`, `/metrics` + its faults.
+//! - [`openai`]: `/v1/completions` and `/v1/chat/completions`, plain and SSE.
+//! - [`engine`]: the load model of one engine: slots, FIFO queue, KV cache, latencies
+//!   ([`engine::Engine::admit`]).
+//! - [`stats`]: counters and histograms of what really happened
+//!   ([`stats::EngineStats`]).
+//! - [`metrics`]: which families each dialect exports; [`exposition`]: the text and
+//!   OpenMetrics writers (`floatToGoString` and all).
+//! - [`faults`]: [`Fault`]; [`waveform`]: [`Waveform`] for gauge overrides.
+//! - [`control`]: the `/_mock/*` API; [`error`]: vLLM-shaped error bodies.
+//! - [`tokenizer`]: the deterministic 4-characters-per-token rule.
+
+pub mod config;
+pub mod control;
+pub mod engine;
+pub mod error;
+pub mod exposition;
+pub mod faults;
+pub mod metrics;
+pub mod openai;
+pub mod routes;
+pub mod server;
+pub mod stats;
+pub mod tokenizer;
+pub mod waveform;
+
+pub use config::{Config, Dialect};
+pub use faults::Fault;
+pub use server::{start, Health, MockVllm};
+pub use waveform::Waveform;

@@ -1,0 +1,320 @@
+//! The load model of one engine: `max_num_seqs` running slots, a FIFO waiting queue,
+//! and a KV cache that only admits a request whose tokens fit.
+//!
+//! No task ticks per token: a request holds a [`Slot`] while it runs and its own task
+//! sleeps until its next token is due (the timeline comes from [`Engine::prefill_time`]
+//! and [`Engine::inter_token_time`], which slow down as the batch fills). Releasing a
+//! slot (drop) hands it to the head of the queue under the same lock, so the counts seen
+//! by `/metrics` are always exact, including for clients that hang up while waiting.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::Notify;
+
+use crate::config::Config;
+use crate::stats::{Buckets, EngineStats};
+
+const WAITING: u8 = 0;
+const GRANTED: u8 = 1;
+const CANCELLED: u8 = 2;
+
+struct Waiter {
+    need: u64,
+    state: AtomicU8,
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct Sched {
+    running: usize,
+    kv_used: u64,
+    queue: VecDeque<Arc<Waiter>>,
+    waiting: usize,
+}
+
+/// One engine (one `engine="i"` label set).
+pub struct Engine {
+    pub index: usize,
+    max_num_seqs: usize,
+    max_waiting: usize,
+    kv_capacity: u64,
+    prefill_overhead: Duration,
+    prefill_per_token: Duration,
+    inter_token_latency: Duration,
+    jitter: f64,
+    batch_slowdown: f64,
+    sched: Mutex<Sched>,
+    running_now: AtomicUsize,
+    waiting_now: AtomicUsize,
+    stats: Mutex<EngineStats>,
+    prefix_seen: Mutex<HashSet<u64>>,
+}
+
+/// The answer to a request for a running slot.
+pub enum Admit {
+    Running(Slot),
+    Queued(Ticket),
+    /// The waiting queue is full (429).
+    Rejected,
+}
+
+/// A running slot; dropping it frees the slot and its KV tokens.
+pub struct Slot {
+    engine: Arc<Engine>,
+    need: u64,
+}
+
+/// A place in the waiting queue; dropping it leaves the queue.
+pub struct Ticket {
+    engine: Arc<Engine>,
+    waiter: Arc<Waiter>,
+    converted: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl Engine {
+    pub fn new(index: usize, cfg: &Config, created: f64) -> Arc<Self> {
+        let buckets = Buckets::for_dialect(cfg.dialect, cfg.max_model_len);
+        Arc::new(Engine {
+            index,
+            max_num_seqs: cfg.max_num_seqs,
+            max_waiting: cfg.max_waiting,
+            kv_capacity: cfg.kv_capacity_tokens,
+            prefill_overhead: cfg.prefill_overhead,
+            prefill_per_token: cfg.prefill_per_token,
+            inter_token_latency: cfg.inter_token_latency,
+            jitter: cfg.jitter,
+            batch_slowdown: cfg.batch_slowdown,
+            sched: Mutex::new(Sched::default()),
+            running_now: AtomicUsize::new(0),
+            waiting_now: AtomicUsize::new(0),
+            stats: Mutex::new(EngineStats::new(&buckets, created)),
+            prefix_seen: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Ask for a running slot for a request holding `need` KV tokens. FIFO: nobody
+    /// overtakes a non-empty queue.
+    pub fn admit(self: &Arc<Self>, need: u64) -> Admit {
+        let mut s = lock(&self.sched);
+        if s.waiting == 0 && self.fits(&s, need) {
+            s.running += 1;
+            s.kv_used += need;
+            self.publish(&s);
+            return Admit::Running(Slot { engine: self.clone(), need });
+        }
+        if s.waiting >= self.max_waiting {
+            drop(s);
+            lock(&self.stats).rejected += 1;
+            return Admit::Rejected;
+        }
+        let waiter = Arc::new(Waiter { need, state: AtomicU8::new(WAITING), notify: Notify::new() });
+        s.queue.push_back(waiter.clone());
+        s.waiting += 1;
+        self.publish(&s);
+        Admit::Queued(Ticket { engine: self.clone(), waiter, converted: false })
+    }
+
+    fn fits(&self, s: &Sched, need: u64) -> bool {
+        s.running < self.max_num_seqs && (s.running == 0 || s.kv_used + need <= self.kv_capacity)
+    }
+
+    fn publish(&self, s: &Sched) {
+        self.running_now.store(s.running, Ordering::Relaxed);
+        self.waiting_now.store(s.waiting, Ordering::Relaxed);
+    }
+
+    /// Free one slot and hand free capacity to the head of the queue.
+    fn release_locked(&self, s: &mut Sched, need: u64) {
+        s.running = s.running.saturating_sub(1);
+        s.kv_used = s.kv_used.saturating_sub(need);
+        while let Some(front) = s.queue.front() {
+            if front.state.load(Ordering::Acquire) == CANCELLED {
+                s.queue.pop_front();
+                continue;
+            }
+            if !self.fits(s, front.need) {
+                break;
+            }
+            let Some(w) = s.queue.pop_front() else { break };
+            s.running += 1;
+            s.kv_used += w.need;
+            s.waiting = s.waiting.saturating_sub(1);
+            w.state.store(GRANTED, Ordering::Release);
+            w.notify.notify_one();
+        }
+        self.publish(s);
+    }
+
+    pub fn running(&self) -> usize {
+        self.running_now.load(Ordering::Relaxed)
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.waiting_now.load(Ordering::Relaxed)
+    }
+
+    /// Load for data-parallel balancing.
+    pub fn load(&self) -> usize {
+        self.running() + self.waiting()
+    }
+
+    /// (running, waiting, kv tokens held) read together.
+    pub fn snapshot(&self) -> (usize, usize, u64) {
+        let s = lock(&self.sched);
+        (s.running, s.waiting, s.kv_used)
+    }
+
+    pub fn kv_capacity(&self) -> u64 {
+        self.kv_capacity
+    }
+
+    pub fn kv_usage(&self) -> f64 {
+        let (_, _, used) = self.snapshot();
+        (used as f64 / self.kv_capacity as f64).min(1.0)
+    }
+
+    pub fn stats(&self) -> MutexGuard<'_, EngineStats> {
+        lock(&self.stats)
+    }
+
+    /// Whether a prompt with this hash was seen before (a pretend prefix-cache lookup;
+    /// the memory is bounded and forgets everything when full).
+    pub fn prefix_lookup(&self, prompt_hash: u64) -> bool {
+        let mut seen = lock(&self.prefix_seen);
+        if seen.contains(&prompt_hash) {
+            return true;
+        }
+        if seen.len() >= 4096 {
+            seen.clear();
+        }
+        seen.insert(prompt_hash);
+        false
+    }
+
+    /// How much slower than an idle engine a step is right now.
+    fn slowdown(&self) -> f64 {
+        1.0 + self.batch_slowdown * (self.running() as f64 / self.max_num_seqs as f64).min(1.0)
+    }
+
+    fn jittered(&self, base: f64, rng: &mut impl Rng) -> f64 {
+        if self.jitter > 0.0 {
+            base * rng.gen_range(1.0 - self.jitter..=1.0 + self.jitter)
+        } else {
+            base
+        }
+    }
+
+    /// Time from being scheduled to the first token.
+    pub fn prefill_time(&self, prompt_tokens: u32, rng: &mut impl Rng) -> Duration {
+        let base = self.prefill_overhead.as_secs_f64() + self.prefill_per_token.as_secs_f64() * prompt_tokens as f64;
+        Duration::from_secs_f64(self.jittered(base * self.slowdown(), rng).max(0.0))
+    }
+
+    /// Time from one output token to the next.
+    pub fn inter_token_time(&self, rng: &mut impl Rng) -> Duration {
+        let base = self.inter_token_latency.as_secs_f64() * self.slowdown();
+        Duration::from_secs_f64(self.jittered(base, rng).max(0.0))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut s = lock(&self.engine.sched);
+        self.engine.release_locked(&mut s, self.need);
+    }
+}
+
+impl Ticket {
+    /// Wait until the queue hands us a slot. Cancel-safe: dropping the future (client
+    /// gone) leaves the queue or passes a just-granted slot on.
+    pub async fn wait(mut self) -> Slot {
+        loop {
+            if self.waiter.state.load(Ordering::Acquire) == GRANTED {
+                self.converted = true;
+                return Slot { engine: self.engine.clone(), need: self.waiter.need };
+            }
+            self.waiter.notify.notified().await;
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.converted {
+            return;
+        }
+        let mut s = lock(&self.engine.sched);
+        match self.waiter.state.load(Ordering::Acquire) {
+            WAITING => {
+                self.waiter.state.store(CANCELLED, Ordering::Release);
+                s.waiting = s.waiting.saturating_sub(1);
+                // Keep cancelled leftovers from piling up behind a stuck head.
+                if s.queue.len() > 2 * self.engine.max_waiting.min(1 << 20) + 64 {
+                    s.queue.retain(|w| w.state.load(Ordering::Acquire) != CANCELLED);
+                }
+                self.engine.publish(&s);
+            }
+            GRANTED => self.engine.release_locked(&mut s, self.waiter.need),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine(max: usize, waiting: usize) -> Arc<Engine> {
+        let cfg = Config { max_num_seqs: max, max_waiting: waiting, kv_capacity_tokens: 100, ..Config::default() };
+        Engine::new(0, &cfg, 0.0)
+    }
+
+    #[tokio::test]
+    async fn queue_fifo_and_limits() {
+        let e = engine(1, 1);
+        let Admit::Running(a) = e.admit(10) else { panic!("first runs") };
+        let Admit::Queued(t) = e.admit(10) else { panic!("second waits") };
+        assert!(matches!(e.admit(10), Admit::Rejected));
+        assert_eq!((e.running(), e.waiting()), (1, 1));
+        drop(a);
+        assert_eq!((e.running(), e.waiting()), (1, 0));
+        let b = t.wait().await;
+        drop(b);
+        assert_eq!(e.snapshot(), (0, 0, 0));
+    }
+
+    #[tokio::test]
+    async fn cancelled_waiter_leaves_no_trace() {
+        let e = engine(1, 10);
+        let Admit::Running(a) = e.admit(10) else { panic!() };
+        let Admit::Queued(t1) = e.admit(10) else { panic!() };
+        let Admit::Queued(t2) = e.admit(10) else { panic!() };
+        drop(t1);
+        assert_eq!(e.waiting(), 1);
+        drop(a);
+        // t2 was granted while t1's entry was skipped.
+        assert_eq!((e.running(), e.waiting()), (1, 0));
+        // Granted but never used: dropping the ticket frees the slot.
+        drop(t2);
+        assert_eq!(e.snapshot(), (0, 0, 0));
+    }
+
+    #[tokio::test]
+    async fn kv_capacity_gates_admission() {
+        let e = engine(10, 10);
+        let Admit::Running(_a) = e.admit(80) else { panic!() };
+        assert!(matches!(e.admit(30), Admit::Queued(_)));
+        assert!((e.kv_usage() - 0.8).abs() < 1e-9);
+    }
+}

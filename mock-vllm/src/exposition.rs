@@ -1,0 +1,297 @@
+//! Writing metric families byte-for-byte as Python's `prometheus_client` does (text
+//! format 0.0.4), or as OpenMetrics 1.0 text.
+//!
+//! The intermediate [`Family`] is what `metrics.rs` builds from engine state; this module
+//! only knows the two wire formats. Details copied from prometheus_client 0.x:
+//! labels sorted by name, counters named `<name>_total`, `_created` samples moved into a
+//! separate `<name>_created` gauge family after their family, histogram children written
+//! as buckets, `_count`, `_sum`, floats by `floatToGoString` (Python `repr`, with the old
+//! `e+0N` exponent for numbers of 7+ integer digits, e.g. `1.372014592e+010`).
+
+use std::fmt::Write;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+    Summary,
+}
+
+/// A label set in declaration order.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// One child of a family (one label set).
+#[derive(Clone, Debug)]
+pub enum Child {
+    /// Counter or gauge value.
+    Value { labels: Labels, value: f64, created: Option<f64> },
+    /// Histogram: upper bounds (without +Inf), cumulative counts per bound plus +Inf.
+    Histogram {
+        labels: Labels,
+        bounds: std::sync::Arc<[f64]>,
+        cumulative: Vec<f64>,
+        count: f64,
+        sum: f64,
+        created: Option<f64>,
+    },
+    /// Summary without quantiles (what prometheus-fastapi-instrumentator exports).
+    Summary { labels: Labels, count: f64, sum: f64, created: Option<f64> },
+}
+
+/// A metric family: name (counters without `_total`), help, type, children in the
+/// order they were created.
+#[derive(Clone, Debug)]
+pub struct Family {
+    pub name: String,
+    pub help: String,
+    pub kind: Kind,
+    pub children: Vec<Child>,
+}
+
+impl Family {
+    pub fn new(name: impl Into<String>, help: impl Into<String>, kind: Kind) -> Self {
+        Family { name: name.into(), help: help.into(), kind, children: Vec::new() }
+    }
+}
+
+/// Python `repr(float)`.
+pub fn python_repr(d: f64) -> String {
+    if d.is_nan() {
+        return "nan".into();
+    }
+    if d.is_infinite() {
+        return if d > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    if d == 0.0 {
+        return if d.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
+    }
+    // Shortest round-trip digits and decimal exponent, as Rust's `{:e}` gives them.
+    let sci = format!("{:e}", d.abs());
+    let (mant, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mant.chars().filter(|c| c.is_ascii_digit()).collect();
+    let sign = if d < 0.0 { "-" } else { "" };
+    let decpt = exp + 1; // value = 0.DIGITS * 10^decpt
+    if !(-4 < decpt && decpt <= 16) {
+        let (first, rest) = digits.split_at(1);
+        let m = if rest.is_empty() { first.to_string() } else { format!("{first}.{rest}") };
+        let esign = if exp < 0 { '-' } else { '+' };
+        return format!("{sign}{m}e{esign}{:02}", exp.abs());
+    }
+    let n = digits.len() as i32;
+    if decpt <= 0 {
+        format!("{sign}0.{}{}", "0".repeat((-decpt) as usize), digits)
+    } else if decpt < n {
+        let (a, b) = digits.split_at(decpt as usize);
+        format!("{sign}{a}.{b}")
+    } else {
+        format!("{sign}{}{}.0", digits, "0".repeat((decpt - n) as usize))
+    }
+}
+
+/// prometheus_client's `floatToGoString` (0.x, as on the vLLM 0.10 fixture page).
+pub fn go_float(d: f64) -> String {
+    if d == f64::INFINITY {
+        return "+Inf".into();
+    }
+    if d == f64::NEG_INFINITY {
+        return "-Inf".into();
+    }
+    if d.is_nan() {
+        return "NaN".into();
+    }
+    let s = python_repr(d);
+    if let Some(dot) = s.find('.') {
+        if d > 0.0 && dot > 6 {
+            let mantissa = format!("{}.{}{}", &s[..1], &s[1..dot], &s[dot + 1..]);
+            let mantissa = mantissa.trim_end_matches(['0', '.']);
+            return format!("{mantissa}e+0{}", dot - 1);
+        }
+    }
+    s
+}
+
+fn escape_label(v: &str, out: &mut String) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '"' => out.push_str("\\\""),
+            c => out.push(c),
+        }
+    }
+}
+
+fn escape_help(h: &str) -> String {
+    h.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+fn label_str(labels: &[(&str, String)], extra: Option<(&str, &str)>, sorted: bool) -> String {
+    let mut all: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    if let Some(e) = extra {
+        all.push(e);
+    }
+    if sorted {
+        all.sort_by(|a, b| a.0.cmp(b.0));
+    }
+    if all.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from("{");
+    for (i, (k, v)) in all.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(k);
+        s.push_str("=\"");
+        escape_label(v, &mut s);
+        s.push('"');
+    }
+    s.push('}');
+    s
+}
+
+fn line(out: &mut String, name: &str, suffix: &str, labels: &str, value: &str) {
+    let _ = writeln!(out, "{name}{suffix}{labels} {value}");
+}
+
+/// Prometheus text format 0.0.4 as prometheus_client's `generate_latest` writes it.
+pub fn render_text(families: &[Family], out: &mut String) {
+    for f in families {
+        let (header, ty) = match f.kind {
+            Kind::Counter => (format!("{}_total", f.name), "counter"),
+            Kind::Gauge => (f.name.clone(), "gauge"),
+            Kind::Histogram => (f.name.clone(), "histogram"),
+            Kind::Summary => (f.name.clone(), "summary"),
+        };
+        let help = escape_help(&f.help);
+        let _ = writeln!(out, "# HELP {header} {help}");
+        let _ = writeln!(out, "# TYPE {header} {ty}");
+        let mut created = String::new();
+        for c in &f.children {
+            match c {
+                Child::Value { labels, value, created: cr } => {
+                    let ls = label_str(labels, None, true);
+                    let suffix = if f.kind == Kind::Counter { "_total" } else { "" };
+                    line(out, &f.name, suffix, &ls, &go_float(*value));
+                    if let Some(t) = cr {
+                        line(&mut created, &f.name, "_created", &ls, &go_float(*t));
+                    }
+                }
+                Child::Histogram { labels, bounds, cumulative, count, sum, created: cr } => {
+                    for (i, v) in cumulative.iter().enumerate() {
+                        let le = bounds.get(i).map(|b| go_float(*b)).unwrap_or_else(|| "+Inf".into());
+                        let ls = label_str(labels, Some(("le", &le)), true);
+                        line(out, &f.name, "_bucket", &ls, &go_float(*v));
+                    }
+                    let ls = label_str(labels, None, true);
+                    line(out, &f.name, "_count", &ls, &go_float(*count));
+                    line(out, &f.name, "_sum", &ls, &go_float(*sum));
+                    if let Some(t) = cr {
+                        line(&mut created, &f.name, "_created", &ls, &go_float(*t));
+                    }
+                }
+                Child::Summary { labels, count, sum, created: cr } => {
+                    let ls = label_str(labels, None, true);
+                    line(out, &f.name, "_count", &ls, &go_float(*count));
+                    line(out, &f.name, "_sum", &ls, &go_float(*sum));
+                    if let Some(t) = cr {
+                        line(&mut created, &f.name, "_created", &ls, &go_float(*t));
+                    }
+                }
+            }
+        }
+        if !created.is_empty() {
+            let _ = writeln!(out, "# HELP {}_created {help}", f.name);
+            let _ = writeln!(out, "# TYPE {}_created gauge", f.name);
+            out.push_str(&created);
+        }
+    }
+}
+
+/// Counts as integers, everything else as a float (`1.0`, `0.25`, `NaN`).
+fn om_number(v: f64, integral: bool) -> String {
+    if integral && v.is_finite() && v.fract() == 0.0 && v.abs() < 9.0e15 {
+        format!("{}", v as i64)
+    } else {
+        go_float(v)
+    }
+}
+
+/// OpenMetrics 1.0 text: `# TYPE` with the bare name, counter samples `_total`, labels
+/// in declaration order, counts as integers, no `_created`, closing `# EOF`.
+pub fn render_openmetrics(families: &[Family], out: &mut String) {
+    for f in families {
+        let ty = match f.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+            Kind::Summary => "summary",
+        };
+        let _ = writeln!(out, "# HELP {} {}", f.name, escape_help(&f.help).replace('"', "\\\""));
+        let _ = writeln!(out, "# TYPE {} {ty}", f.name);
+        for c in &f.children {
+            match c {
+                Child::Value { labels, value, .. } => {
+                    let ls = label_str(labels, None, false);
+                    let (suffix, integral) = if f.kind == Kind::Counter { ("_total", true) } else { ("", false) };
+                    line(out, &f.name, suffix, &ls, &om_number(*value, integral));
+                }
+                Child::Histogram { labels, bounds, cumulative, count, sum, .. } => {
+                    for (i, v) in cumulative.iter().enumerate() {
+                        let le = bounds.get(i).map(|b| go_float(*b)).unwrap_or_else(|| "+Inf".into());
+                        let ls = label_str(labels, Some(("le", &le)), false);
+                        line(out, &f.name, "_bucket", &ls, &om_number(*v, true));
+                    }
+                    let ls = label_str(labels, None, false);
+                    line(out, &f.name, "_count", &ls, &om_number(*count, true));
+                    line(out, &f.name, "_sum", &ls, &go_float(*sum));
+                }
+                Child::Summary { labels, count, sum, .. } => {
+                    let ls = label_str(labels, None, false);
+                    line(out, &f.name, "_count", &ls, &om_number(*count, true));
+                    line(out, &f.name, "_sum", &ls, &go_float(*sum));
+                }
+            }
+        }
+    }
+    out.push_str("# EOF\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_repr_matches() {
+        for (v, s) in [
+            (4.0, "4.0"),
+            (0.000123, "0.000123"),
+            (1.23e-5, "1.23e-05"),
+            (0.1, "0.1"),
+            (1e16, "1e+16"),
+            (1e15, "1000000000000000.0"),
+            (1.5e300, "1.5e+300"),
+            (-2.5, "-2.5"),
+            (14.040000000000001, "14.040000000000001"),
+            (0.0011764705882353343, "0.0011764705882353343"),
+            (1771042457.421372, "1771042457.421372"),
+        ] {
+            assert_eq!(python_repr(v), s, "{v}");
+        }
+    }
+
+    #[test]
+    fn go_float_matches_fixture() {
+        assert_eq!(go_float(13720145920.0), "1.372014592e+010");
+        assert_eq!(go_float(1109622784.0), "1.109622784e+09");
+        assert_eq!(go_float(1771042382.34), "1.77104238234e+09");
+        assert_eq!(go_float(1771042457.4207425), "1.7710424574207425e+09");
+        assert_eq!(go_float(1000000.0), "1e+06");
+        assert_eq!(go_float(65535.0), "65535.0");
+        assert_eq!(go_float(f64::INFINITY), "+Inf");
+        assert_eq!(go_float(f64::NAN), "NaN");
+        assert_eq!(go_float(-1e7), "-10000000.0");
+    }
+}
