@@ -164,11 +164,9 @@ impl Watcher {
                     },
                 }
             };
-            if reason != "paused" && reason != "master restart" && matches!(pos, Position::From(_))
-            {
-                if self.sleep(&mut backoff).await {
-                    return;
-                }
+            let interrupted = reason == "paused" || reason == "master restart";
+            if !interrupted && matches!(pos, Position::From(_)) && self.sleep(&mut backoff).await {
+                return;
             }
         }
     }
