@@ -34,19 +34,23 @@ impl ApiError {
         }
     }
 
-    pub fn body(&self) -> serde_json::Value {
+    /// The body, fields in pydantic's declaration order.
+    pub fn body(&self) -> String {
         let code = self.status.as_u16();
+        let message = json!(self.message);
+        let param = json!(self.param);
+        let kind = self.kind();
         if self.nested {
-            json!({"error": {"message": self.message, "type": self.kind(), "param": self.param, "code": code}})
+            format!(r#"{{"error":{{"message":{message},"type":"{kind}","param":{param},"code":{code}}}}}"#)
         } else {
-            json!({"object": "error", "message": self.message, "type": self.kind(), "param": self.param, "code": code})
+            format!(r#"{{"object":"error","message":{message},"type":"{kind}","param":{param},"code":{code}}}"#)
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = self.body().to_string();
+        let body = self.body();
         (self.status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
     }
 }

@@ -279,13 +279,12 @@ struct Plan {
 }
 
 impl Plan {
-    fn usage(&self, completion: u32) -> Value {
-        json!({
-            "prompt_tokens": self.prompt_tokens,
-            "total_tokens": self.prompt_tokens + completion,
-            "completion_tokens": completion,
-            "prompt_tokens_details": null,
-        })
+    fn usage(&self, completion: u32) -> String {
+        format!(
+            r#"{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{completion},"prompt_tokens_details":null}}"#,
+            self.prompt_tokens,
+            self.prompt_tokens + completion
+        )
     }
 
     fn finished(&self, first: Instant, end: Instant, generated: u32) -> Finished {
@@ -348,38 +347,20 @@ impl Plan {
         )
     }
 
-    fn full_body(&self) -> Value {
+    /// The non-streaming answer, fields in vLLM's (pydantic) order.
+    fn full_body(&self) -> String {
         let text = self.text(0, self.out_tokens);
-        let model: Value = serde_json::from_str(&self.model_json).unwrap_or(Value::Null);
+        let reason = self.reason.as_str();
+        let usage = self.usage(self.out_tokens);
         match self.api {
-            Api::Completions => json!({
-                "id": self.id,
-                "object": "text_completion",
-                "created": self.created,
-                "model": model,
-                "choices": [{
-                    "index": 0, "text": text, "logprobs": null,
-                    "finish_reason": self.reason.as_str(), "stop_reason": null, "prompt_logprobs": null,
-                }],
-                "usage": self.usage(self.out_tokens),
-                "kv_transfer_params": null,
-            }),
-            Api::Chat => json!({
-                "id": self.id,
-                "object": "chat.completion",
-                "created": self.created,
-                "model": model,
-                "choices": [{
-                    "index": 0,
-                    "message": {"role": "assistant", "reasoning_content": null, "content": text, "tool_calls": []},
-                    "logprobs": null,
-                    "finish_reason": self.reason.as_str(),
-                    "stop_reason": null,
-                }],
-                "usage": self.usage(self.out_tokens),
-                "prompt_logprobs": null,
-                "kv_transfer_params": null,
-            }),
+            Api::Completions => format!(
+                r#"{{"id":"{}","object":"text_completion","created":{},"model":{},"choices":[{{"index":0,"text":"{text}","logprobs":null,"finish_reason":"{reason}","stop_reason":null,"prompt_logprobs":null}}],"usage":{usage},"kv_transfer_params":null}}"#,
+                self.id, self.created, self.model_json
+            ),
+            Api::Chat => format!(
+                r#"{{"id":"{}","object":"chat.completion","created":{},"model":{},"choices":[{{"index":0,"message":{{"role":"assistant","reasoning_content":null,"content":"{text}","tool_calls":[]}},"logprobs":null,"finish_reason":"{reason}","stop_reason":null}}],"usage":{usage},"prompt_logprobs":null,"kv_transfer_params":null}}"#,
+                self.id, self.created, self.model_json
+            ),
         }
     }
 }
@@ -516,7 +497,7 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
     inflight.pending_itls = planned.iter().map(|d| d.as_secs_f64() * scale).collect();
     let finished = plan.finished(first, end, plan.out_tokens);
     inflight.finish(plan.reason, &finished);
-    let body = plan.full_body().to_string();
+    let body = plan.full_body();
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 

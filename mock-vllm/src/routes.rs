@@ -88,35 +88,15 @@ fn random_hex(shared: &Shared) -> String {
     format!("{:032x}", lock(&shared.rng).gen::<u128>())
 }
 
-async fn models(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value> {
+async fn models(State(shared): State<Arc<Shared>>) -> Response {
     let created = epoch_secs() as u64;
-    let m = &shared.cfg.model;
-    Json(json!({
-        "object": "list",
-        "data": [{
-            "id": m,
-            "object": "model",
-            "created": created,
-            "owned_by": "vllm",
-            "root": m,
-            "parent": null,
-            "max_model_len": shared.cfg.max_model_len,
-            "permission": [{
-                "id": format!("modelperm-{}", random_hex(&shared)),
-                "object": "model_permission",
-                "created": created,
-                "allow_create_engine": false,
-                "allow_sampling": true,
-                "allow_logprobs": true,
-                "allow_search_indices": false,
-                "allow_view": true,
-                "allow_fine_tuning": false,
-                "organization": "*",
-                "group": null,
-                "is_blocking": false,
-            }],
-        }],
-    }))
+    let m = json!(shared.cfg.model);
+    let perm = random_hex(&shared);
+    let body = format!(
+        r#"{{"object":"list","data":[{{"id":{m},"object":"model","created":{created},"owned_by":"vllm","root":{m},"parent":null,"max_model_len":{},"permission":[{{"id":"modelperm-{perm}","object":"model_permission","created":{created},"allow_create_engine":false,"allow_sampling":true,"allow_logprobs":true,"allow_search_indices":false,"allow_view":true,"allow_fine_tuning":false,"organization":"*","group":null,"is_blocking":false}}]}}]}}"#,
+        shared.cfg.max_model_len
+    );
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 async fn version(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value> {
