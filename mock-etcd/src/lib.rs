@@ -1,1 +1,278 @@
-//! mock-etcd: an in-memory fake of etcd's v3 JSON gateway (grpc-gateway), with faults.
+//! mock-etcd: an in-memory fake of etcd 3.4's v3 JSON gateway (grpc-gateway), with faults.
+//!
+//! Written from etcd's side of the wire: every answer, header, zero-value omission and
+//! error body was observed on a real etcd 3.4.23 (see README.md), and
+//! `tests/differential.rs` replays the same requests against both.
+//!
+//! # Layout
+//!
+//! - [`codec`]: the gateway's JSON dialect (int64 as strings, base64 bytes, omitted
+//!   zeros, Go's error wording); [`codec::parse`] reads every request.
+//! - [`error`]: [`EtcdError`], the one error type, rendered as `{"error","message","code"}`.
+//! - [`store`]: keys, bounded MVCC history, leases, revision behind one lock;
+//!   [`store::Store::commit`] closes a revision and notifies watchers.
+//! - [`kv`]: `/v3/kv/{put,range,deleterange,txn,compaction}`; [`kv::apply_txn`].
+//! - [`lease`]: `/v3/lease/*` including the keepalive stream, and the expiry loop
+//!   [`lease::run_expiry`].
+//! - [`watch`]: the `/v3/watch` stream and the watcher [`watch::Registry`].
+//! - [`auth`]: simple tokens with etcd's sliding TTL; [`auth::Auth::check`].
+//! - [`gateway`]: the router of etcd's paths (`/v3/` and `/v3beta/`), body limits, 404/405.
+//! - [`faults`]: [`Fault`] (fail, latency, hang) and the middleware that applies them.
+//! - [`journal`]: the bounded request log behind `GET /_mock/requests`.
+//! - [`control`]: the `/_mock/` control API, mirroring the [`MockEtcd`] methods.
+//!
+//! Entry point: [`start`] binds, spawns the server and the lease-expiry loop, and answers
+//! a [`MockEtcd`] handle.
+
+mod auth;
+pub mod codec;
+mod control;
+pub mod error;
+pub mod faults;
+mod gateway;
+pub mod journal;
+mod kv;
+mod lease;
+mod store;
+mod watch;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use mock_kit::{Events, FaultRegistry, ServerHandle, Shutdown};
+
+pub use error::EtcdError;
+pub use faults::Fault;
+pub use journal::RequestLog;
+
+use crate::auth::Auth;
+use crate::codec::Header;
+use crate::journal::Journal;
+use crate::store::Store;
+
+/// How to run the fake.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// `(name, password)`; when non-empty, auth is enabled as after `etcdctl auth enable`.
+    pub users: Vec<(String, String)>,
+    /// Simple-token idle TTL (etcd `--auth-token-ttl`, default 300 s).
+    pub token_ttl: Duration,
+    /// Serve the `/_mock/` control API.
+    pub control: bool,
+    /// Smallest lease TTL; etcd raises smaller grants to this (2 s with default timing).
+    pub min_lease_ttl: i64,
+    pub cluster_id: u64,
+    pub member_id: u64,
+    pub raft_term: u64,
+    /// Events kept for `revision`/`start_revision`; older ones are compacted away.
+    pub history_cap: usize,
+    /// Responses buffered per watch stream before a slow watcher is cancelled.
+    pub watch_backlog: usize,
+    /// etcd `--max-request-bytes` (1.5 MiB).
+    pub max_request_bytes: usize,
+    /// How often leases are checked for expiry.
+    pub expiry_tick: Duration,
+    /// Requests kept by the request log.
+    pub journal_cap: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            users: Vec::new(),
+            token_ttl: Duration::from_secs(300),
+            control: true,
+            min_lease_ttl: 2,
+            cluster_id: 14841639068965178418,
+            member_id: 10276657743932975437,
+            raft_term: 2,
+            history_cap: 100_000,
+            watch_backlog: 1024,
+            max_request_bytes: 1572864,
+            expiry_tick: Duration::from_millis(100),
+            journal_cap: 1000,
+        }
+    }
+}
+
+/// Everything the handlers share.
+pub(crate) struct Shared {
+    pub config: Config,
+    pub store: Mutex<Store>,
+    pub auth: Mutex<Auth>,
+    pub journal: Journal,
+    pub faults: FaultRegistry<Fault>,
+    pub events: Events,
+    pub shutdown: Shutdown,
+    /// Fires to end every open stream (close_watches, lose_data); replaced after use.
+    pub streams: Mutex<Shutdown>,
+    /// Bumped to release hung requests.
+    pub release: tokio::sync::watch::Sender<u64>,
+}
+
+impl Shared {
+    pub fn header(&self, revision: i64) -> Header {
+        Header {
+            cluster_id: self.config.cluster_id,
+            member_id: self.config.member_id,
+            revision,
+            raft_term: self.config.raft_term,
+        }
+    }
+
+    pub fn store(&self) -> MutexGuard<'_, Store> {
+        lock(&self.store)
+    }
+
+    pub fn stream_stop(&self) -> Shutdown {
+        lock(&self.streams).clone()
+    }
+
+    pub fn close_streams(&self) {
+        let mut g = lock(&self.streams);
+        g.trigger();
+        *g = self.shutdown.child();
+    }
+}
+
+/// Lock, ignoring poisoning (a panicked handler must not wedge the fake).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// A running fake etcd.
+#[derive(Clone)]
+pub struct MockEtcd {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    server: Arc<Mutex<Option<ServerHandle>>>,
+}
+
+impl std::fmt::Debug for MockEtcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockEtcd")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+/// Bind `config.listen`, serve the gateway (and the control API unless disabled), run
+/// lease expiry. Answers once the socket is bound.
+pub async fn start(config: Config, events: Events) -> std::io::Result<MockEtcd> {
+    let shutdown = Shutdown::new();
+    let header = Header {
+        cluster_id: config.cluster_id,
+        member_id: config.member_id,
+        revision: 0,
+        raft_term: config.raft_term,
+    };
+    let store = Store::new(config.history_cap, config.min_lease_ttl, header);
+    let auth = Auth::new(&config.users, config.token_ttl);
+    let (release, _) = tokio::sync::watch::channel(0u64);
+    let shared = Arc::new(Shared {
+        journal: Journal::new(config.journal_cap),
+        store: Mutex::new(store),
+        auth: Mutex::new(auth),
+        faults: FaultRegistry::new(),
+        events,
+        streams: Mutex::new(shutdown.child()),
+        shutdown: shutdown.clone(),
+        release,
+        config,
+    });
+    let mut router = gateway::router(shared.clone());
+    if shared.config.control {
+        router = router.merge(control::router(shared.clone()));
+    }
+    let handle =
+        mock_kit::serve::bind_and_spawn(shared.config.listen, router, shutdown.clone()).await?;
+    let addr = handle.addr;
+    tokio::spawn(lease::run_expiry(shared.clone()));
+    Ok(MockEtcd {
+        shared,
+        addr,
+        server: Arc::new(Mutex::new(Some(handle))),
+    })
+}
+
+impl MockEtcd {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stop serving: open streams end, the listener closes. Idempotent.
+    pub async fn stop(&self) {
+        self.shared.shutdown.trigger();
+        let handle = lock(&self.server).take();
+        if let Some(h) = handle {
+            if let Err(e) = h.stop().await {
+                tracing::warn!(error = %e, "mock-etcd server ended with an error");
+            }
+        }
+    }
+
+    /// Expire one lease now (its keys are deleted in one revision). False if unknown.
+    pub fn expire_lease(&self, id: i64) -> bool {
+        lease::expire(&self.shared, id)
+    }
+
+    pub fn expire_all_leases(&self) {
+        lease::expire_all(&self.shared)
+    }
+
+    /// Lose every key, lease and token, as an etcd restarted without its data dir;
+    /// open streams are closed. `reset_revision`: start again at revision 1.
+    pub fn lose_data(&self, reset_revision: bool) {
+        control::lose_data(&self.shared, reset_revision)
+    }
+
+    pub fn faults(&self) -> &FaultRegistry<Fault> {
+        &self.shared.faults
+    }
+
+    /// Let every hung request proceed.
+    pub fn release_hung(&self) {
+        self.shared.release.send_modify(|g| *g += 1);
+    }
+
+    /// End every open watch (and keepalive) stream, as a connection loss would.
+    pub fn close_watches(&self) {
+        self.shared.close_streams();
+        self.shared
+            .events
+            .emit("watches_closed", serde_json::json!({}));
+    }
+
+    /// Keys (decoded), leases with remaining TTL, revision.
+    pub fn state(&self) -> serde_json::Value {
+        control::state(&self.shared)
+    }
+
+    /// The current value and lease of a key.
+    pub fn get(&self, key: &str) -> Option<(String, i64)> {
+        let store = self.shared.store();
+        store
+            .get(key.as_bytes())
+            .map(|kv| (String::from_utf8_lossy(&kv.value).into_owned(), kv.lease))
+    }
+
+    /// The most recent requests, oldest first.
+    pub fn requests(&self) -> Vec<RequestLog> {
+        self.shared.journal.snapshot()
+    }
+
+    /// Everything back to a fresh start: data, faults, request log, streams, tokens.
+    pub fn reset(&self) {
+        control::reset(&self.shared)
+    }
+}

@@ -1,0 +1,198 @@
+//! The one error type every handler returns, shaped as etcd's gateway writes it.
+//!
+//! grpc-gateway turns a gRPC status into `{"error":M,"message":M,"code":C}` with an HTTP
+//! status derived from the gRPC code; a client reads either, so both must match real
+//! etcd (see README.md for the table observed against etcd 3.4.23).
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::codec;
+
+/// gRPC status codes used by etcd.
+pub mod code {
+    pub const UNKNOWN: u32 = 2;
+    pub const INVALID_ARGUMENT: u32 = 3;
+    pub const NOT_FOUND: u32 = 5;
+    pub const FAILED_PRECONDITION: u32 = 9;
+    pub const RESOURCE_EXHAUSTED: u32 = 8;
+    pub const OUT_OF_RANGE: u32 = 11;
+    pub const UNAVAILABLE: u32 = 14;
+    pub const UNAUTHENTICATED: u32 = 16;
+}
+
+/// An etcd error as the gateway answers it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EtcdError {
+    pub status: StatusCode,
+    pub code: u32,
+    pub message: String,
+}
+
+impl EtcdError {
+    pub fn new(status: StatusCode, code: u32, message: impl Into<String>) -> Self {
+        EtcdError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The HTTP status grpc-gateway maps a gRPC code to.
+    pub fn status_for(code: u32) -> StatusCode {
+        match code {
+            0 => StatusCode::OK,
+            1 => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+            3 | 11 => StatusCode::BAD_REQUEST,
+            4 => StatusCode::GATEWAY_TIMEOUT,
+            5 => StatusCode::NOT_FOUND,
+            6 | 10 => StatusCode::CONFLICT,
+            7 => StatusCode::FORBIDDEN,
+            8 => StatusCode::TOO_MANY_REQUESTS,
+            9 => StatusCode::PRECONDITION_FAILED,
+            12 => StatusCode::NOT_IMPLEMENTED,
+            14 => StatusCode::SERVICE_UNAVAILABLE,
+            16 => StatusCode::UNAUTHORIZED,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn grpc(code: u32, message: impl Into<String>) -> Self {
+        Self::new(Self::status_for(code), code, message)
+    }
+
+    /// A body the gateway could not decode (400, code 3).
+    pub fn bad_json(message: impl Into<String>) -> Self {
+        Self::grpc(code::INVALID_ARGUMENT, message)
+    }
+
+    pub fn key_not_provided() -> Self {
+        Self::grpc(code::INVALID_ARGUMENT, "etcdserver: key is not provided")
+    }
+    pub fn key_not_found() -> Self {
+        Self::grpc(code::INVALID_ARGUMENT, "etcdserver: key not found")
+    }
+    pub fn value_provided() -> Self {
+        Self::grpc(code::INVALID_ARGUMENT, "etcdserver: value is provided")
+    }
+    pub fn lease_provided() -> Self {
+        Self::grpc(code::INVALID_ARGUMENT, "etcdserver: lease is provided")
+    }
+    pub fn duplicate_key() -> Self {
+        Self::grpc(
+            code::INVALID_ARGUMENT,
+            "etcdserver: duplicate key given in txn request",
+        )
+    }
+    pub fn too_many_ops() -> Self {
+        Self::grpc(
+            code::INVALID_ARGUMENT,
+            "etcdserver: too many operations in txn request",
+        )
+    }
+    pub fn lease_not_found() -> Self {
+        Self::grpc(code::NOT_FOUND, "etcdserver: requested lease not found")
+    }
+    pub fn lease_exists() -> Self {
+        Self::grpc(
+            code::FAILED_PRECONDITION,
+            "etcdserver: lease already exists",
+        )
+    }
+    pub fn lease_ttl_too_large() -> Self {
+        Self::grpc(code::OUT_OF_RANGE, "etcdserver: too large lease TTL")
+    }
+    pub fn future_rev() -> Self {
+        Self::grpc(
+            code::OUT_OF_RANGE,
+            "etcdserver: mvcc: required revision is a future revision",
+        )
+    }
+    pub fn compacted() -> Self {
+        Self::grpc(
+            code::OUT_OF_RANGE,
+            "etcdserver: mvcc: required revision has been compacted",
+        )
+    }
+    pub fn request_too_large() -> Self {
+        Self::grpc(code::INVALID_ARGUMENT, "etcdserver: request is too large")
+    }
+    /// gRPC's own receive limit (etcd: max request bytes + 512 KiB).
+    pub fn grpc_too_large(size: usize, max: usize) -> Self {
+        Self::grpc(
+            code::RESOURCE_EXHAUSTED,
+            format!("grpc: received message larger than max ({size} vs. {max})"),
+        )
+    }
+    pub fn auth_not_enabled() -> Self {
+        Self::grpc(
+            code::FAILED_PRECONDITION,
+            "etcdserver: authentication is not enabled",
+        )
+    }
+    pub fn auth_failed() -> Self {
+        Self::grpc(
+            code::INVALID_ARGUMENT,
+            "etcdserver: authentication failed, invalid user ID or password",
+        )
+    }
+    pub fn user_empty() -> Self {
+        Self::grpc(code::INVALID_ARGUMENT, "etcdserver: user name is empty")
+    }
+    pub fn invalid_token() -> Self {
+        Self::grpc(code::UNAUTHENTICATED, "etcdserver: invalid auth token")
+    }
+
+    /// The JSON body, without HTTP framing (also used inside streams).
+    pub fn body(&self) -> String {
+        serde_json::json!({ "error": self.message, "message": self.message, "code": self.code })
+            .to_string()
+    }
+}
+
+impl IntoResponse for EtcdError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, self.body()).into_response();
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        codec::cors(h);
+        resp
+    }
+}
+
+/// Plain-text answers of Go's HTTP muxes (not JSON): unknown paths and wrong methods.
+pub fn plain(status: StatusCode, text: &'static str) -> Response {
+    let mut resp = (status, text).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    resp
+}
+
+/// grpc-gateway's answer for an unknown path under `/v3/`.
+pub fn gateway_not_found() -> Response {
+    let mut r = plain(StatusCode::NOT_FOUND, "Not Found\n");
+    codec::cors(r.headers_mut());
+    r
+}
+
+/// grpc-gateway's answer for a known path with a method other than POST.
+pub fn method_not_allowed() -> Response {
+    let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n");
+    codec::cors(r.headers_mut());
+    r
+}
+
+/// Go's `http.ServeMux` answer for a path nobody serves.
+pub fn mux_not_found() -> Response {
+    plain(StatusCode::NOT_FOUND, "404 page not found\n")
+}

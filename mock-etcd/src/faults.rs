@@ -1,0 +1,186 @@
+//! Faults a scenario can arm: fail, delay or hang the requests of a path.
+//!
+//! `path` is an etcd path in either spelling (`/v3/kv/put` also matches
+//! `/v3beta/kv/put`), a prefix ending in `*` (`/v3/lease/*`), or `*` for every path.
+//! Faults are armed through [`mock_kit::FaultRegistry`] (count and duration limits,
+//! `POST /_mock/faults`); the middleware here applies the first armed one that matches.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use crate::error::EtcdError;
+use crate::journal::RequestLog;
+use crate::Shared;
+
+fn default_status() -> u16 {
+    503
+}
+fn default_code() -> u32 {
+    14
+}
+fn default_message() -> String {
+    "etcdserver: request timed out".to_string()
+}
+
+/// What to do wrong. Serialized with a `kind` tag:
+/// `{"kind":"fail","path":"/v3/kv/put","status":503,"grpc_code":14,"message":"…"}`,
+/// `{"kind":"latency","path":"/v3/lease/keepalive","ms":1500}`, `{"kind":"hang","path":"*"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Fault {
+    /// Answer an etcd-shaped error instead of serving.
+    Fail {
+        path: String,
+        #[serde(default = "default_status")]
+        status: u16,
+        #[serde(default = "default_code")]
+        grpc_code: u32,
+        #[serde(default = "default_message")]
+        message: String,
+    },
+    /// Serve, after a delay.
+    Latency { path: String, ms: u64 },
+    /// Hold the request until released (`POST /_mock/release`) or the fake stops.
+    Hang { path: String },
+}
+
+impl Fault {
+    pub fn path(&self) -> &str {
+        match self {
+            Fault::Fail { path, .. } | Fault::Latency { path, .. } | Fault::Hang { path } => path,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fault::Fail { .. } => "fail",
+            Fault::Latency { .. } => "latency",
+            Fault::Hang { .. } => "hang",
+        }
+    }
+
+    /// Whether this fault applies to a request path.
+    pub fn matches(&self, request_path: &str) -> bool {
+        path_matches(self.path(), request_path)
+    }
+}
+
+/// `/v3beta/x` is `/v3/x`.
+fn canonical(p: &str) -> std::borrow::Cow<'_, str> {
+    match p.strip_prefix("/v3beta/") {
+        Some(rest) => format!("/v3/{rest}").into(),
+        None => p.into(),
+    }
+}
+
+pub fn path_matches(pattern: &str, request_path: &str) -> bool {
+    if pattern == "*" || pattern.is_empty() {
+        return true;
+    }
+    let pat = canonical(pattern);
+    let req = canonical(request_path);
+    match pat.strip_suffix('*') {
+        Some(prefix) => req.starts_with(prefix),
+        None => pat.trim_end_matches('/') == req.trim_end_matches('/'),
+    }
+}
+
+/// Applies faults, then logs the request and reports it as an event.
+pub(crate) async fn middleware(
+    State(shared): State<Arc<Shared>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let at_ms = mock_kit::events::now_ms();
+    let method = req.method().to_string();
+    let path = req.uri().path().to_string();
+    let fault = shared.faults.fire(|f| f.matches(&path).then(|| f.clone()));
+    if let Some(f) = &fault {
+        shared
+            .events
+            .emit("fault", serde_json::json!({ "fault": f, "path": path }));
+    }
+    let resp = match &fault {
+        Some(Fault::Fail {
+            status,
+            grpc_code,
+            message,
+            ..
+        }) => {
+            let status = axum::http::StatusCode::from_u16(*status)
+                .unwrap_or(axum::http::StatusCode::SERVICE_UNAVAILABLE);
+            EtcdError::new(status, *grpc_code, message.clone()).into_response()
+        }
+        Some(Fault::Latency { ms, .. }) => {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(*ms)) => next.run(req).await,
+                _ = shared.shutdown.wait() => EtcdError::grpc(14, "etcdserver: server stopped").into_response(),
+            }
+        }
+        Some(Fault::Hang { .. }) => {
+            let mut release = shared.release.subscribe();
+            tokio::select! {
+                _ = release.changed() => next.run(req).await,
+                _ = shared.shutdown.wait() => EtcdError::grpc(14, "etcdserver: server stopped").into_response(),
+            }
+        }
+        None => next.run(req).await,
+    };
+    let status = resp.status().as_u16();
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    if shared.events.enabled() {
+        shared.events.emit(
+            "request",
+            serde_json::json!({ "method": method, "path": path, "status": status, "elapsed_ms": elapsed_ms }),
+        );
+    }
+    shared.journal.push(RequestLog {
+        at_ms,
+        method,
+        path,
+        status,
+        elapsed_ms,
+        fault: fault.map(|f| f.name().to_string()),
+    });
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_match_both_spellings_and_prefixes() {
+        assert!(path_matches("/v3/kv/put", "/v3beta/kv/put"));
+        assert!(path_matches("/v3beta/kv/put", "/v3/kv/put"));
+        assert!(!path_matches("/v3/kv/put", "/v3/kv/range"));
+        assert!(path_matches("/v3/lease/*", "/v3beta/lease/keepalive"));
+        assert!(path_matches("*", "/health"));
+    }
+
+    #[test]
+    fn serde_shape() {
+        let f: Fault = serde_json::from_str(r#"{"kind":"fail","path":"/v3/kv/put"}"#).unwrap();
+        assert_eq!(
+            f,
+            Fault::Fail {
+                path: "/v3/kv/put".into(),
+                status: 503,
+                grpc_code: 14,
+                message: "etcdserver: request timed out".into()
+            }
+        );
+        let v = serde_json::to_value(Fault::Latency {
+            path: "*".into(),
+            ms: 5,
+        })
+        .unwrap();
+        assert_eq!(v, serde_json::json!({"kind":"latency","path":"*","ms":5}));
+    }
+}

@@ -1,0 +1,515 @@
+//! The data: keys with MVCC metadata, a bounded history of events, leases, the revision.
+//!
+//! Why one struct behind one lock: etcd serializes every write through raft, so a
+//! revision is a total order; doing every write and its watch notification under one
+//! mutex gives the same order for free (watchers never see revisions out of order).
+//! Past revisions are reconstructed by undoing history events, so `range` at a revision
+//! and `watch` from a revision work as far back as the history reaches; beyond that the
+//! answer is etcd's "compacted" error, exactly as after a real compaction.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::codec::{is_zero, ser_b64, ser_i64, Header};
+use crate::error::EtcdError;
+use crate::watch::Registry;
+
+/// etcd's largest lease TTL (`MaxLeaseTTL`).
+pub const MAX_LEASE_TTL: i64 = 9_000_000_000;
+
+/// One key as etcd stores and writes it (`mvccpb.KeyValue`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct KeyValue {
+    #[serde(serialize_with = "ser_b64", skip_serializing_if = "Vec::is_empty")]
+    pub key: Vec<u8>,
+    #[serde(serialize_with = "ser_i64", skip_serializing_if = "is_zero")]
+    pub create_revision: i64,
+    #[serde(serialize_with = "ser_i64", skip_serializing_if = "is_zero")]
+    pub mod_revision: i64,
+    #[serde(serialize_with = "ser_i64", skip_serializing_if = "is_zero")]
+    pub version: i64,
+    #[serde(serialize_with = "ser_b64", skip_serializing_if = "Vec::is_empty")]
+    pub value: Vec<u8>,
+    #[serde(serialize_with = "ser_i64", skip_serializing_if = "is_zero")]
+    pub lease: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    Put,
+    Delete,
+}
+
+/// A change at one revision. `prev` is always kept (watchers may ask for it, and past
+/// revisions are rebuilt from it).
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub kind: EventKind,
+    /// For a delete: only the key and the deleting revision, as etcd writes it.
+    pub kv: KeyValue,
+    pub prev: Option<KeyValue>,
+}
+
+impl Event {
+    pub fn revision(&self) -> i64 {
+        self.kv.mod_revision
+    }
+}
+
+/// A lease: granted TTL, deadline, attached keys.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    pub id: i64,
+    pub ttl: i64,
+    pub expires: Instant,
+    pub keys: BTreeSet<Vec<u8>>,
+}
+
+impl Lease {
+    /// Remaining whole seconds, as etcd truncates them.
+    pub fn remaining_secs(&self, now: Instant) -> i64 {
+        self.expires.saturating_duration_since(now).as_secs() as i64
+    }
+}
+
+/// A key interval as etcd reads `key`/`range_end`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyRange {
+    pub key: Vec<u8>,
+    pub end: Vec<u8>,
+}
+
+impl KeyRange {
+    pub fn new(key: Vec<u8>, end: Vec<u8>) -> Self {
+        KeyRange { key, end }
+    }
+
+    pub fn contains(&self, k: &[u8]) -> bool {
+        if self.end.is_empty() {
+            k == self.key.as_slice()
+        } else if self.end == [0] {
+            k >= self.key.as_slice()
+        } else {
+            k >= self.key.as_slice() && k < self.end.as_slice()
+        }
+    }
+
+    fn bounds(&self) -> Option<(Bound<&[u8]>, Bound<&[u8]>)> {
+        if self.end.is_empty() {
+            Some((
+                Bound::Included(&self.key[..]),
+                Bound::Included(&self.key[..]),
+            ))
+        } else if self.end == [0] {
+            Some((Bound::Included(&self.key[..]), Bound::Unbounded))
+        } else if self.end <= self.key {
+            None
+        } else {
+            Some((
+                Bound::Included(&self.key[..]),
+                Bound::Excluded(&self.end[..]),
+            ))
+        }
+    }
+}
+
+/// The whole state of the fake etcd.
+pub struct Store {
+    pub rev: i64,
+    /// History holds every event at revisions >= this (0: everything).
+    pub compact_rev: i64,
+    kvs: BTreeMap<Vec<u8>, KeyValue>,
+    history: VecDeque<Arc<Event>>,
+    history_cap: usize,
+    pub leases: HashMap<i64, Lease>,
+    expiry: BinaryHeap<Reverse<(Instant, i64)>>,
+    next_lease: i64,
+    lease_base: i64,
+    pub min_lease_ttl: i64,
+    pub watchers: Registry,
+}
+
+/// Writes gathered for one revision; committed (or dropped if empty) as a unit.
+#[derive(Default)]
+pub struct Batch {
+    pub events: Vec<Event>,
+}
+
+impl Store {
+    pub fn new(history_cap: usize, min_lease_ttl: i64, header: Header) -> Self {
+        let lease_base = lease_id_base(header.member_id);
+        Store {
+            rev: 1,
+            compact_rev: 0,
+            kvs: BTreeMap::new(),
+            history: VecDeque::new(),
+            history_cap: history_cap.max(1),
+            leases: HashMap::new(),
+            expiry: BinaryHeap::new(),
+            next_lease: lease_base,
+            lease_base,
+            min_lease_ttl,
+            watchers: Registry::new(header),
+        }
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<&KeyValue> {
+        self.kvs.get(key)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &KeyValue> {
+        self.kvs.values()
+    }
+
+    /// Keys of `range` at revision `at` (0: now), in key order.
+    pub fn range_at(&self, range: &KeyRange, at: i64) -> Result<Vec<KeyValue>, EtcdError> {
+        if at > self.rev {
+            return Err(EtcdError::future_rev());
+        }
+        if at > 0 && at < self.compact_rev {
+            return Err(EtcdError::compacted());
+        }
+        let Some(bounds) = range.bounds() else {
+            return Ok(Vec::new());
+        };
+        if at <= 0 || at == self.rev {
+            return Ok(self
+                .kvs
+                .range::<[u8], _>(bounds)
+                .map(|(_, v)| v.clone())
+                .collect());
+        }
+        let mut view: BTreeMap<Vec<u8>, KeyValue> = self
+            .kvs
+            .range::<[u8], _>(bounds)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for ev in self.history.iter().rev() {
+            if ev.revision() <= at {
+                break;
+            }
+            if !range.contains(&ev.kv.key) {
+                continue;
+            }
+            match &ev.prev {
+                Some(prev) => view.insert(prev.key.clone(), prev.clone()),
+                None => view.remove(&ev.kv.key),
+            };
+        }
+        Ok(view.into_values().collect())
+    }
+
+    /// Put at the revision being built; answers the previous value.
+    pub fn put(
+        &mut self,
+        batch: &mut Batch,
+        key: &[u8],
+        value: Vec<u8>,
+        lease: i64,
+    ) -> Option<KeyValue> {
+        let rev = self.rev + 1;
+        let prev = self.kvs.get(key).cloned();
+        let kv = KeyValue {
+            key: key.to_vec(),
+            create_revision: prev.as_ref().map_or(rev, |p| p.create_revision),
+            mod_revision: rev,
+            version: prev.as_ref().map_or(1, |p| p.version + 1),
+            value,
+            lease,
+        };
+        let old_lease = prev.as_ref().map_or(0, |p| p.lease);
+        if old_lease != lease {
+            if let Some(l) = self.leases.get_mut(&old_lease) {
+                l.keys.remove(key);
+            }
+        }
+        if lease != 0 {
+            if let Some(l) = self.leases.get_mut(&lease) {
+                l.keys.insert(key.to_vec());
+            }
+        }
+        self.kvs.insert(key.to_vec(), kv.clone());
+        batch.events.push(Event {
+            kind: EventKind::Put,
+            kv,
+            prev: prev.clone(),
+        });
+        prev
+    }
+
+    /// Delete every key of `range` at the revision being built; answers the deleted keys.
+    pub fn delete(&mut self, batch: &mut Batch, range: &KeyRange) -> Vec<KeyValue> {
+        let Some(bounds) = range.bounds() else {
+            return Vec::new();
+        };
+        let keys: Vec<Vec<u8>> = self
+            .kvs
+            .range::<[u8], _>(bounds)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let rev = self.rev + 1;
+        let mut gone = Vec::with_capacity(keys.len());
+        for k in keys {
+            if let Some(prev) = self.kvs.remove(&k) {
+                if let Some(l) = self.leases.get_mut(&prev.lease) {
+                    l.keys.remove(&k);
+                }
+                batch.events.push(Event {
+                    kind: EventKind::Delete,
+                    kv: KeyValue {
+                        key: k,
+                        mod_revision: rev,
+                        ..KeyValue::default()
+                    },
+                    prev: Some(prev.clone()),
+                });
+                gone.push(prev);
+            }
+        }
+        gone
+    }
+
+    /// Close the revision: bump it if anything changed, record history, tell watchers.
+    pub fn commit(&mut self, batch: Batch) {
+        if batch.events.is_empty() {
+            return;
+        }
+        self.rev += 1;
+        let events: Vec<Arc<Event>> = batch.events.into_iter().map(Arc::new).collect();
+        self.history.extend(events.iter().cloned());
+        self.trim_history();
+        let rev = self.rev;
+        self.watchers.notify(rev, &events);
+    }
+
+    fn trim_history(&mut self) {
+        while self.history.len() > self.history_cap {
+            let Some(oldest) = self.history.front().map(|e| e.revision()) else {
+                break;
+            };
+            while self.history.front().is_some_and(|e| e.revision() == oldest) {
+                self.history.pop_front();
+            }
+            self.compact_rev = oldest + 1;
+        }
+    }
+
+    /// Events at revisions >= `from`, oldest first.
+    pub fn history_from(&self, from: i64) -> impl Iterator<Item = &Arc<Event>> {
+        let skip = self.history.partition_point(|e| e.revision() < from);
+        self.history.iter().skip(skip)
+    }
+
+    /// Drop history before `rev` (etcd compaction). Errors as etcd does.
+    pub fn compact(&mut self, rev: i64) -> Result<(), EtcdError> {
+        if rev > self.rev {
+            return Err(EtcdError::future_rev());
+        }
+        if rev <= self.compact_rev {
+            return Err(EtcdError::compacted());
+        }
+        while self.history.front().is_some_and(|e| e.revision() < rev) {
+            self.history.pop_front();
+        }
+        self.compact_rev = rev;
+        Ok(())
+    }
+
+    /// Grant a lease (`id` 0: pick one). TTLs below the minimum are raised to it.
+    pub fn grant(&mut self, id: i64, ttl: i64, now: Instant) -> Result<(i64, i64), EtcdError> {
+        if ttl > MAX_LEASE_TTL {
+            return Err(EtcdError::lease_ttl_too_large());
+        }
+        let ttl = ttl.max(self.min_lease_ttl);
+        let id = if id == 0 {
+            loop {
+                self.next_lease = self.next_lease.wrapping_add(1);
+                if self.next_lease > 0 && !self.leases.contains_key(&self.next_lease) {
+                    break self.next_lease;
+                }
+            }
+        } else if self.leases.contains_key(&id) {
+            return Err(EtcdError::lease_exists());
+        } else {
+            id
+        };
+        let expires = now + Duration::from_secs(ttl as u64);
+        self.leases.insert(
+            id,
+            Lease {
+                id,
+                ttl,
+                expires,
+                keys: BTreeSet::new(),
+            },
+        );
+        self.expiry.push(Reverse((expires, id)));
+        Ok((id, ttl))
+    }
+
+    /// Refresh a lease; answers its granted TTL, or None if it does not exist.
+    pub fn keepalive(&mut self, id: i64, now: Instant) -> Option<i64> {
+        let lease = self.leases.get_mut(&id)?;
+        lease.expires = now + Duration::from_secs(lease.ttl as u64);
+        let (expires, ttl) = (lease.expires, lease.ttl);
+        self.expiry.push(Reverse((expires, id)));
+        // Lazily dropped entries accumulate with keepalives; rebuild when it pays.
+        if self.expiry.len() > 4 * self.leases.len() + 1024 {
+            self.rebuild_expiry();
+        }
+        Some(ttl)
+    }
+
+    fn rebuild_expiry(&mut self) {
+        self.expiry = self
+            .leases
+            .values()
+            .map(|l| Reverse((l.expires, l.id)))
+            .collect();
+    }
+
+    /// Revoke a lease and delete its keys in one revision. None if it does not exist.
+    pub fn revoke(&mut self, id: i64) -> Option<Lease> {
+        let lease = self.leases.remove(&id)?;
+        let mut batch = Batch::default();
+        for k in &lease.keys {
+            let r = KeyRange::new(k.clone(), Vec::new());
+            self.delete(&mut batch, &r);
+        }
+        self.commit(batch);
+        Some(lease)
+    }
+
+    /// Revoke every lease whose deadline passed; answers them.
+    pub fn expire_due(&mut self, now: Instant) -> Vec<Lease> {
+        let mut due = Vec::new();
+        while let Some(Reverse((at, id))) = self.expiry.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.expiry.pop();
+            let live = self.leases.get(&id).is_some_and(|l| l.expires <= now);
+            if live {
+                if let Some(l) = self.revoke(id) {
+                    due.push(l);
+                }
+            }
+        }
+        due
+    }
+
+    /// Leases sorted by deadline, as etcd lists them.
+    pub fn leases_by_expiry(&self) -> Vec<&Lease> {
+        let mut v: Vec<&Lease> = self.leases.values().collect();
+        v.sort_by_key(|l| (l.expires, l.id));
+        v
+    }
+
+    /// Forget everything, as an etcd restarted without its data dir.
+    pub fn lose_data(&mut self, reset_revision: bool) {
+        self.kvs.clear();
+        self.history.clear();
+        self.leases.clear();
+        self.expiry.clear();
+        self.next_lease = self.lease_base;
+        if reset_revision {
+            self.rev = 1;
+            self.compact_rev = 0;
+        } else {
+            self.compact_rev = self.rev;
+        }
+    }
+}
+
+/// etcd's ID generator puts the member ID's low 16 bits on top and a millisecond
+/// timestamp below, so auto lease IDs look like `7587890012345678901`.
+fn lease_id_base(member_id: u64) -> i64 {
+    let ms = mock_kit::events::now_ms() & 0xff_ffff_ffff;
+    let id = ((member_id & 0xffff) << 48) | (ms << 8);
+    (id & (i64::MAX as u64)) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr() -> Header {
+        Header::nested(0)
+    }
+
+    fn r(k: &str, e: &str) -> KeyRange {
+        KeyRange::new(k.as_bytes().to_vec(), e.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn ranges_and_overlaps() {
+        assert!(r("a", "").contains(b"a"));
+        assert!(!r("a", "").contains(b"ab"));
+        assert!(r("a", "b").contains(b"ab"));
+        assert!(KeyRange::new(b"a".to_vec(), vec![0]).contains(b"zzz"));
+        assert!(r("b", "a").bounds().is_none());
+    }
+
+    #[test]
+    fn past_revisions_are_rebuilt_from_history() {
+        let mut s = Store::new(100, 2, hdr());
+        let mut b = Batch::default();
+        s.put(&mut b, b"k", b"1".to_vec(), 0);
+        s.commit(b);
+        let mut b = Batch::default();
+        s.put(&mut b, b"k", b"2".to_vec(), 0);
+        s.commit(b);
+        let mut b = Batch::default();
+        s.delete(&mut b, &r("k", ""));
+        s.commit(b);
+        assert_eq!(s.rev, 4);
+        let at = |rev| {
+            s.range_at(&r("k", ""), rev)
+                .unwrap()
+                .first()
+                .map(|kv| kv.value.clone())
+        };
+        assert_eq!(at(2), Some(b"1".to_vec()));
+        assert_eq!(at(3), Some(b"2".to_vec()));
+        assert_eq!(at(4), None);
+        assert_eq!(at(1), None);
+        assert!(s.range_at(&r("k", ""), 5).is_err());
+    }
+
+    #[test]
+    fn history_cap_compacts() {
+        let mut s = Store::new(2, 2, hdr());
+        for i in 0..5u8 {
+            let mut b = Batch::default();
+            s.put(&mut b, b"k", vec![i], 0);
+            s.commit(b);
+        }
+        assert_eq!(s.rev, 6);
+        assert_eq!(s.compact_rev, 5);
+        assert!(s.range_at(&r("k", ""), 4).is_err());
+        assert_eq!(s.range_at(&r("k", ""), 5).unwrap()[0].value, vec![3]);
+    }
+
+    #[test]
+    fn revoke_deletes_keys_in_one_revision() {
+        let now = Instant::now();
+        let mut s = Store::new(100, 2, hdr());
+        let (id, ttl) = s.grant(0, 1, now).unwrap();
+        assert_eq!(ttl, 2);
+        let mut b = Batch::default();
+        s.put(&mut b, b"a", vec![], id);
+        s.put(&mut b, b"b", vec![], id);
+        s.commit(b);
+        assert_eq!(s.rev, 2);
+        assert!(s.expire_due(now + Duration::from_secs(1)).is_empty());
+        let gone = s.expire_due(now + Duration::from_secs(3));
+        assert_eq!(gone.len(), 1);
+        assert_eq!(s.rev, 3);
+        assert_eq!(s.iter().count(), 0);
+    }
+}
