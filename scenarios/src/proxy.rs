@@ -66,9 +66,17 @@ struct LinkState {
     generation: u64,
 }
 
-/// A running proxy: one listening port forwarding to one target.
-#[derive(Debug)]
+/// A running proxy: one listening port forwarding to one target. Clones share it.
+#[derive(Debug, Clone)]
 pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+/// A clone of a proxy, handed to a task that heals it later.
+pub type LinkHandle = Proxy;
+
+#[derive(Debug)]
+struct Inner {
     name: String,
     addr: SocketAddr,
     target: Arc<Mutex<SocketAddr>>,
@@ -87,7 +95,7 @@ impl Proxy {
             fault: LinkFault::Heal,
             generation: 0,
         });
-        let proxy = Proxy {
+        let proxy = Proxy { inner: Arc::new(Inner {
             name: name.to_string(),
             addr,
             target: Arc::new(Mutex::new(target)),
@@ -95,41 +103,41 @@ impl Proxy {
             shutdown: Shutdown::new(),
             events,
             rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
-        };
+        }) };
         proxy.spawn_acceptor(listener);
         Ok(proxy)
     }
 
     pub fn name(&self) -> &str {
-        &self.name
+        &self.inner.name
     }
 
     /// The address clients dial.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.inner.addr
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.inner.addr)
     }
 
     /// Point the proxy somewhere else (a restarted member on a new port).
     pub fn retarget(&self, target: SocketAddr) {
-        *lock(&self.target) = target;
+        *lock(&self.inner.target) = target;
     }
 
     pub fn fault(&self) -> LinkFault {
-        self.state.borrow().fault.clone()
+        self.inner.state.borrow().fault.clone()
     }
 
     /// Apply a fault to the link (replacing the previous one); `Heal` clears it.
     pub async fn set(&self, fault: LinkFault) -> std::io::Result<()> {
-        let was_refusing = matches!(self.state.borrow().fault, LinkFault::Refuse);
-        self.events.emit(
+        let was_refusing = matches!(self.inner.state.borrow().fault, LinkFault::Refuse);
+        self.inner.events.emit(
             "link",
-            serde_json::json!({"link": self.name, "fault": fault, "addr": self.addr.to_string()}),
+            serde_json::json!({"link": self.inner.name, "fault": fault, "addr": self.inner.addr.to_string()}),
         );
-        self.state.send_modify(|s| {
+        self.inner.state.send_modify(|s| {
             if matches!(fault, LinkFault::Reset | LinkFault::Refuse) {
                 s.generation += 1;
             }
@@ -139,11 +147,11 @@ impl Proxy {
             // The acceptor dropped the listener; bind the same port again.
             let mut tries = 0;
             let listener = loop {
-                match TcpListener::bind(self.addr).await {
+                match TcpListener::bind(self.inner.addr).await {
                     Ok(l) => break l,
                     Err(e) if tries < 50 => {
                         tries += 1;
-                        tracing::debug!(link = %self.name, error = %e, "rebind after refuse");
+                        tracing::debug!(link = %self.inner.name, error = %e, "rebind after refuse");
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                     Err(e) => return Err(e),
@@ -155,15 +163,26 @@ impl Proxy {
     }
 
     pub fn stop(&self) {
-        self.shutdown.trigger();
+        self.inner.shutdown.trigger();
+    }
+
+    /// Heal, unless the link's fault was changed to something else meanwhile.
+    pub async fn heal_if(&self, fault: &LinkFault) {
+        if self.fault() == *fault {
+            let _ = self.set(LinkFault::Heal).await;
+        }
+    }
+
+    pub fn handle(&self) -> LinkHandle {
+        self.clone()
     }
 
     fn spawn_acceptor(&self, listener: TcpListener) {
-        let mut state = self.state.subscribe();
-        let shutdown = self.shutdown.clone();
-        let target = self.target.clone();
-        let rng = self.rng.clone();
-        let link = self.state.clone();
+        let mut state = self.inner.state.subscribe();
+        let shutdown = self.inner.shutdown.clone();
+        let target = self.inner.target.clone();
+        let rng = self.inner.rng.clone();
+        let link = self.inner.state.clone();
         tokio::spawn(async move {
             loop {
                 if matches!(state.borrow().fault, LinkFault::Refuse) {
@@ -184,7 +203,7 @@ impl Proxy {
     }
 }
 
-impl Drop for Proxy {
+impl Drop for Inner {
     fn drop(&mut self) {
         self.shutdown.trigger();
     }

@@ -308,7 +308,12 @@ pub enum Action {
     EtcdKill(String),
     /// Start a killed real etcd member again.
     EtcdRestart(String),
-    MasterRestart(bool),
+    /// Restart the master. Without `relist` it forgets every instance (heartbeats get 409
+    /// until the sidecars register again); with it, it re-reads etcd as the real one does.
+    MasterRestart {
+        #[serde(default)]
+        relist: bool,
+    },
     /// Change the master's token (`""` disables the check).
     MasterToken(String),
     MasterFault {
@@ -395,7 +400,7 @@ pub enum EtcdFault {
         #[serde(default = "default_fail_status")]
         status: u16,
         #[serde(default)]
-        grpc_code: Option<i32>,
+        grpc_code: Option<u32>,
         #[serde(default)]
         message: Option<String>,
     },
@@ -736,10 +741,9 @@ impl Scenario {
                     Err(format!("etcd member `{m}`: use \"leader\", \"0\", \"1\" or \"2\""))
                 }
             }
-            Action::MasterRestart(b) => flag(*b, "master_restart"),
             Action::MasterClearFaults(b) => flag(*b, "master_clear_faults"),
             Action::LoadOff(b) => flag(*b, "load_off"),
-            Action::MasterToken(_) | Action::MasterFault { .. } => Ok(()),
+            Action::MasterToken(_) | Action::MasterFault { .. } | Action::MasterRestart { .. } => Ok(()),
             Action::Load { instance, rps, .. } => {
                 if let Some(i) = instance {
                     self.check_target(i, known, false)?;

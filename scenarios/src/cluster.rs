@@ -1,0 +1,769 @@
+//! The mock cluster: etcd (fake, real, a real 3-member cluster, or an existing one), the
+//! fake master, and N pairs of fake vLLM + real `vllm-sidecar` process — every link
+//! between them through its own [`Proxy`], so any link can fail alone.
+//!
+//! ```text
+//!   sidecar iN ──proxy──▶ etcd (one proxy per endpoint)     master ──proxy──▶ etcd
+//!   sidecar iN ──proxy──▶ master                            master ──direct─▶ vLLM (probes)
+//!   sidecar iN ──proxy──▶ vLLM iN
+//! ```
+//!
+//! The observer reads etcd and the master directly (never through a proxy) so link faults
+//! never blind it.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mock_kit::Shutdown;
+
+use crate::etcd_view::Gateway;
+use crate::load::{LoadGen, Routed};
+use crate::observe::{Cumulative, InstanceObs, ObservedState, Sample};
+use crate::proxy::{LinkFault, Proxy};
+use crate::real_etcd::RealEtcd;
+use crate::sidecar::SidecarProc;
+use crate::spec::{self, Action, EtcdFault, EtcdNeed, Health, LinkKind, MasterFault, Scenario, VllmFault};
+use crate::timeline::Timeline;
+
+/// Which etcd the runner was asked for (`--etcd`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EtcdChoice {
+    Fake,
+    Real,
+    /// An existing etcd (its client URLs).
+    Url(Vec<String>),
+}
+
+impl std::str::FromStr for EtcdChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fake" => Ok(EtcdChoice::Fake),
+            "real" => Ok(EtcdChoice::Real),
+            u if u.starts_with("http://") || u.starts_with("https://") => {
+                Ok(EtcdChoice::Url(u.split(',').map(|x| x.trim().trim_end_matches('/').to_string()).collect()))
+            }
+            other => Err(format!("--etcd `{other}`: use fake, real or an http:// URL")),
+        }
+    }
+}
+
+impl std::fmt::Display for EtcdChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EtcdChoice::Fake => f.write_str("fake"),
+            EtcdChoice::Real => f.write_str("real"),
+            EtcdChoice::Url(u) => f.write_str(&u.join(",")),
+        }
+    }
+}
+
+/// What the etcd of one scenario run actually is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EtcdKind {
+    Fake,
+    Real,
+    Cluster3,
+    External,
+}
+
+impl EtcdKind {
+    /// Resolve the scenario's need against the runner's choice; `Err` is a skip reason.
+    pub fn resolve(need: EtcdNeed, choice: &EtcdChoice) -> Result<EtcdKind, String> {
+        let real_missing = crate::real_etcd::unavailable();
+        let real = |k: EtcdKind| match &real_missing {
+            Some(why) => Err(why.clone()),
+            None => Ok(k),
+        };
+        match (need, choice) {
+            (EtcdNeed::Fake, _) => Ok(EtcdKind::Fake),
+            (EtcdNeed::Cluster3, _) => real(EtcdKind::Cluster3),
+            (EtcdNeed::Real, EtcdChoice::Url(_)) | (EtcdNeed::Any, EtcdChoice::Url(_)) => Ok(EtcdKind::External),
+            (EtcdNeed::Real, _) | (EtcdNeed::Any, EtcdChoice::Real) => real(EtcdKind::Real),
+            (EtcdNeed::Any, EtcdChoice::Fake) => Ok(EtcdKind::Fake),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EtcdKind::Fake => "fake",
+            EtcdKind::Real => "real",
+            EtcdKind::Cluster3 => "real 3-member cluster",
+            EtcdKind::External => "external",
+        }
+    }
+}
+
+enum Etcd {
+    Fake(mock_etcd::MockEtcd),
+    Real(tokio::sync::Mutex<RealEtcd>),
+    External,
+}
+
+/// Settings of the cluster beyond the scenario file.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    pub etcd: EtcdChoice,
+    pub sidecar_bin: Option<PathBuf>,
+    /// Flags that replace (or add to) every sidecar's flags: a deliberately wrong
+    /// configuration for mutation tests.
+    pub sidecar_overrides: Vec<(String, String)>,
+}
+
+struct Instance {
+    name: String,
+    register_addr: String,
+    key: String,
+    vllm: mock_vllm::MockVllm,
+    etcd_links: Vec<Proxy>,
+    master_link: Proxy,
+    vllm_link: Proxy,
+    sidecar: Option<SidecarProc>,
+    token: Option<String>,
+    counts: Cumulative,
+}
+
+/// A running cluster for one scenario.
+pub struct Cluster {
+    pub timeline: Arc<Timeline>,
+    pub kind: EtcdKind,
+    seed: u64,
+    sc: Scenario,
+    opts: ClusterOptions,
+    namespace: String,
+    etcd: Etcd,
+    etcd_urls: Vec<String>,
+    master: mock_master::MockMaster,
+    master_links: Vec<Proxy>,
+    instances: Vec<Instance>,
+    gateway: Gateway,
+    global_counts: Mutex<Cumulative>,
+    load: Mutex<Vec<LoadGen>>,
+    routed: Arc<Routed>,
+    stop: Shutdown,
+}
+
+fn io<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+fn addr_of(url: &str) -> Result<SocketAddr, String> {
+    let hostport = url
+        .trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .split('/')
+        .next()
+        .unwrap_or("");
+    use std::net::ToSocketAddrs;
+    hostport
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| format!("cannot resolve etcd endpoint `{url}`"))
+}
+
+/// Contract §1 namespace normalization.
+pub fn normalize_namespace(ns: &str) -> String {
+    let t = ns.trim_matches('/');
+    if t.is_empty() {
+        String::new()
+    } else {
+        format!("/{t}/")
+    }
+}
+
+impl Cluster {
+    /// Start everything the scenario's topology asks for. Sidecars start if the topology
+    /// says so.
+    pub async fn start(sc: &Scenario, seed: u64, kind: EtcdKind, opts: ClusterOptions, timeline: Arc<Timeline>) -> Result<Cluster, String> {
+        let topo = &sc.topology;
+        // A unique namespace per run: runs sharing an external etcd never see each other.
+        let namespace = format!("{}-{}-{:x}", topo.namespace.trim_matches('/'), sc.name, seed ^ (timeline.t0_ms << 8) ^ u64::from(std::process::id()));
+        let (etcd, targets): (Etcd, Vec<SocketAddr>) = match kind {
+            EtcdKind::Fake => {
+                let mut cfg = mock_etcd::Config::default();
+                if let (Some(u), Some(p)) = (&topo.etcd_user, &topo.etcd_password) {
+                    cfg.users = vec![(u.clone(), p.clone())];
+                }
+                if let Some(ttl) = topo.etcd_token_ttl {
+                    cfg.token_ttl = ttl.0;
+                }
+                cfg.min_lease_ttl = 1;
+                let e = mock_etcd::start(cfg, timeline.source("etcd")).await.map_err(io("starting fake etcd"))?;
+                let a = e.addr();
+                (Etcd::Fake(e), vec![a])
+            }
+            EtcdKind::Real | EtcdKind::Cluster3 => {
+                let n = if kind == EtcdKind::Cluster3 { 3 } else { 1 };
+                let r = RealEtcd::start(n, timeline.source("etcd")).await.map_err(io("starting real etcd"))?;
+                let a = r.client_addrs();
+                (Etcd::Real(tokio::sync::Mutex::new(r)), a)
+            }
+            EtcdKind::External => {
+                let EtcdChoice::Url(urls) = &opts.etcd else {
+                    return Err("external etcd without a URL".into());
+                };
+                let a = urls.iter().map(|u| addr_of(u)).collect::<Result<Vec<_>, _>>()?;
+                (Etcd::External, a)
+            }
+        };
+        let etcd_urls: Vec<String> = targets.iter().map(|a| format!("http://{a}")).collect();
+        let mut proxy_seed = seed.wrapping_mul(6364136223846793005);
+        let mut next_seed = || {
+            proxy_seed = proxy_seed.wrapping_add(1442695040888963407);
+            proxy_seed
+        };
+        // Sidecars get `etcd_endpoints` endpoints; with several members, one per member.
+        let endpoint_targets: Vec<SocketAddr> = if targets.len() > 1 {
+            targets.clone()
+        } else {
+            targets.iter().copied().cycle().take(topo.etcd_endpoints).collect()
+        };
+
+        let mut master_links = Vec::new();
+        for (k, t) in targets.iter().enumerate() {
+            master_links.push(Proxy::start(&format!("master->etcd#{k}"), *t, next_seed(), timeline.source("link")).await.map_err(io("proxy"))?);
+        }
+        let m = &topo.master;
+        let master_cfg = mock_master::Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            etcd_endpoints: master_links.iter().map(|p| p.url()).collect(),
+            etcd_namespace: namespace.clone(),
+            token: topo.token.clone().filter(|t| !t.is_empty()),
+            probe_timeout: m.probe_timeout.0,
+            lease_lost_timeout: m.lease_lost_timeout.0,
+            suspect_window: m.suspect_window.0,
+            publish_interval: m.publish_interval.0,
+            etcd_timeout: Duration::from_secs(2),
+            upstream_timeout: Duration::from_secs(30),
+            ..Default::default()
+        };
+        let master = mock_master::start(master_cfg, timeline.source("master")).await.map_err(io("starting fake master"))?;
+
+        let norm = normalize_namespace(&namespace);
+        let mut instances = Vec::new();
+        for (i, name) in sc.instance_names().into_iter().enumerate() {
+            let o = topo.overrides.iter().find(|o| o.name == name);
+            let mut vcfg = mock_vllm::Config {
+                seed: seed.wrapping_add(i as u64),
+                dialect: vllm_dialect(o.and_then(|o| o.dialect).unwrap_or(topo.dialect)),
+                data_parallel: o.and_then(|o| o.data_parallel).unwrap_or(topo.data_parallel).max(1) as usize,
+                startup_delay: o.and_then(|o| o.vllm_startup_delay).unwrap_or(topo.vllm_startup_delay).0,
+                ..Default::default()
+            };
+            if let Some(n) = topo.max_num_seqs {
+                vcfg.max_num_seqs = n.max(1) as usize;
+            }
+            if let Some(k) = topo.kv_capacity_tokens {
+                vcfg.kv_capacity_tokens = k.max(1);
+            }
+            let vllm = mock_vllm::start(vcfg, timeline.source(format!("vllm:{name}"))).await.map_err(io("starting fake vLLM"))?;
+            let mut etcd_links = Vec::new();
+            for (k, t) in endpoint_targets.iter().enumerate() {
+                etcd_links.push(Proxy::start(&format!("{name}->etcd#{k}"), *t, next_seed(), timeline.source("link")).await.map_err(io("proxy"))?);
+            }
+            let master_link = Proxy::start(&format!("{name}->master"), master.addr(), next_seed(), timeline.source("link")).await.map_err(io("proxy"))?;
+            let vllm_link = Proxy::start(&format!("{name}->vllm"), vllm.addr(), next_seed(), timeline.source("link")).await.map_err(io("proxy"))?;
+            let register_addr = vllm.addr().to_string();
+            let key = format!("{norm}XLLM:{}:{register_addr}", topo.instance_type);
+            let token = o.and_then(|o| o.token.clone()).or_else(|| topo.token.clone());
+            instances.push(Instance {
+                name,
+                register_addr,
+                key,
+                vllm,
+                etcd_links,
+                master_link,
+                vllm_link,
+                sidecar: None,
+                token,
+                counts: Cumulative::default(),
+            });
+        }
+        let mut cluster = Cluster {
+            timeline,
+            kind,
+            seed,
+            sc: sc.clone(),
+            opts,
+            namespace,
+            etcd,
+            gateway: Gateway::new(etcd_urls.clone()),
+            etcd_urls,
+            master,
+            master_links,
+            instances,
+            global_counts: Mutex::new(Cumulative::default()),
+            load: Mutex::new(Vec::new()),
+            routed: Arc::new(Routed::default()),
+            stop: Shutdown::new(),
+        };
+        let starts: Vec<usize> = (0..cluster.instances.len())
+            .filter(|i| {
+                let n = spec::instance_name(*i);
+                topo.overrides.iter().find(|o| o.name == n).and_then(|o| o.start_sidecar).unwrap_or(topo.start_sidecars)
+            })
+            .collect();
+        if !starts.is_empty() {
+            let bin = cluster.sidecar_bin()?;
+            for i in starts {
+                cluster.start_sidecar(i, &bin, None)?;
+            }
+        }
+        Ok(cluster)
+    }
+
+    fn sidecar_bin(&self) -> Result<PathBuf, String> {
+        match &self.opts.sidecar_bin {
+            Some(p) => Ok(p.clone()),
+            None => crate::sidecar::locate_binary(),
+        }
+    }
+
+    /// The sidecar's flags for instance `i`, overrides applied.
+    fn sidecar_args(&self, i: usize) -> Vec<String> {
+        let topo = &self.sc.topology;
+        let Some(inst) = self.instances.get(i) else { return Vec::new() };
+        let mut flags: Vec<(String, String)> = vec![
+            ("--etcd-endpoints".into(), inst.etcd_links.iter().map(|p| p.url()).collect::<Vec<_>>().join(",")),
+            ("--etcd-namespace".into(), self.namespace.clone()),
+            ("--etcd-timeout".into(), topo.etcd_timeout.secs_f64().to_string()),
+            ("--vllm-url".into(), inst.vllm_link.url()),
+            ("--register-addr".into(), inst.register_addr.clone()),
+            ("--instance-type".into(), topo.instance_type.clone()),
+            ("--instance-name".into(), inst.name.clone()),
+            ("--lease-ttl".into(), topo.lease_ttl.to_string()),
+            ("--keepalive-interval".into(), topo.keepalive_interval.secs_f64().to_string()),
+            ("--health-timeout".into(), topo.health_timeout.secs_f64().to_string()),
+            ("--health-fail-threshold".into(), topo.health_fail_threshold.to_string()),
+            ("--xllm-service-url".into(), inst.master_link.url()),
+            ("--heartbeat-interval".into(), topo.heartbeat_interval.secs_f64().to_string()),
+            ("--log-format".into(), "json".into()),
+            ("--log-level".into(), "INFO".into()),
+            ("--model".into(), "mock-model".into()),
+        ];
+        if let Some(t) = inst.token.as_deref().filter(|t| !t.is_empty()) {
+            flags.push(("--internal-token".into(), t.to_string()));
+        }
+        if let (Some(u), Some(p)) = (&topo.etcd_user, &topo.etcd_password) {
+            flags.push(("--etcd-username".into(), u.clone()));
+            flags.push(("--etcd-password".into(), p.clone()));
+        }
+        let mut extra = topo.sidecar_args.iter();
+        while let Some(f) = extra.next() {
+            match f.split_once('=') {
+                Some((k, v)) => set_flag(&mut flags, k, v),
+                None => {
+                    let v = extra.next().cloned().unwrap_or_default();
+                    set_flag(&mut flags, f, &v)
+                }
+            }
+        }
+        for (k, v) in &self.opts.sidecar_overrides {
+            set_flag(&mut flags, k, v);
+        }
+        flags.into_iter().flat_map(|(k, v)| [k, v]).collect()
+    }
+
+    fn start_sidecar(&mut self, i: usize, bin: &std::path::Path, token: Option<String>) -> Result<(), String> {
+        if let Some(t) = token {
+            if let Some(inst) = self.instances.get_mut(i) {
+                inst.token = Some(t);
+            }
+        }
+        let args = self.sidecar_args(i);
+        let inst = self.instances.get_mut(i).ok_or("no such instance")?;
+        if inst.sidecar.as_ref().is_some_and(SidecarProc::running) {
+            return Err(format!("sidecar {} is already running", inst.name));
+        }
+        let events = self.timeline.source(format!("sidecar:{}", inst.name));
+        inst.sidecar = Some(SidecarProc::spawn(bin, &args, events).map_err(|e| format!("spawning {}: {e}", bin.display()))?);
+        Ok(())
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    pub fn routed(&self) -> Vec<usize> {
+        self.routed.snapshot()
+    }
+
+    /// Every endpoint, for `scenarios up` and reports.
+    pub fn endpoints(&self) -> Vec<(String, String)> {
+        let mut v = vec![
+            ("etcd".to_string(), self.etcd_urls.join(",")),
+            ("etcd namespace".to_string(), normalize_namespace(&self.namespace)),
+            ("master".to_string(), self.master.url()),
+        ];
+        for inst in &self.instances {
+            v.push((format!("{} vLLM", inst.name), inst.vllm.url()));
+            v.push((format!("{} vLLM (via proxy)", inst.name), inst.vllm_link.url()));
+            v.push((format!("{} master (via proxy)", inst.name), inst.master_link.url()));
+            v.push((
+                format!("{} etcd (via proxy)", inst.name),
+                inst.etcd_links.iter().map(|p| p.url()).collect::<Vec<_>>().join(","),
+            ));
+            v.push((format!("{} key", inst.name), inst.key.clone()));
+        }
+        v
+    }
+
+    /// One observation of the whole cluster.
+    pub async fn observe(&mut self) -> Sample {
+        let t_ms = self.timeline.now();
+        let etcd_vals: HashMap<String, String> = match &self.etcd {
+            Etcd::Fake(e) => self
+                .instances
+                .iter()
+                .filter_map(|inst| e.get(&inst.key).map(|(v, _)| (inst.key.clone(), v)))
+                .collect(),
+            _ => {
+                let prefix = format!("{}XLLM:", normalize_namespace(&self.namespace));
+                match self.gateway.range_prefix(&prefix).await {
+                    Ok(kvs) => kvs.into_iter().map(|kv| (kv.key, kv.value)).collect(),
+                    Err(_) => HashMap::new(),
+                }
+            }
+        };
+        let views: HashMap<String, mock_master::InstanceView> =
+            self.master.instances().into_iter().map(|v| (v.name.clone(), v)).collect();
+        let mut out = Vec::with_capacity(self.instances.len());
+        for inst in &mut self.instances {
+            let etcd = etcd_vals.get(&inst.key).map(|v| incarnation_of(v));
+            let view = views.get(&inst.register_addr);
+            let counts = view.map(|v| v.heartbeats.clone()).unwrap_or_default();
+            let heartbeats = inst.counts.update(view.map(|v| v.incarnation.as_str()), &counts);
+            let (sidecar_running, sidecar_exit) = match &inst.sidecar {
+                Some(p) => (p.running(), p.exit_code()),
+                None => (false, None),
+            };
+            out.push(InstanceObs {
+                etcd,
+                state: view.map(|v| match v.state {
+                    mock_master::InstanceState::Active => ObservedState::Active,
+                    mock_master::InstanceState::LeaseLost => ObservedState::LeaseLost,
+                    mock_master::InstanceState::Suspect => ObservedState::Suspect,
+                }),
+                master_incarnation: view.map(|v| v.incarnation.clone()),
+                heartbeats,
+                waiting: view.and_then(|v| v.load.map(|l| l.waiting_requests_num)),
+                gpu_cache: view.and_then(|v| v.load.map(|l| f64::from(l.gpu_cache_usage_perc))),
+                ttft_ms: view.and_then(|v| v.latency.map(|l| l.recent_max_ttft)),
+                tbt_ms: view.and_then(|v| v.latency.map(|l| l.recent_max_tbt)),
+                sidecar_running,
+                sidecar_exit,
+            });
+        }
+        // Answers the master could not attribute to an instance (401 has no name).
+        let global = self.master.heartbeat_counts();
+        let global = match self.global_counts.lock() {
+            Ok(mut g) => g.update(Some("master"), &global),
+            Err(p) => p.into_inner().update(Some("master"), &global),
+        };
+        if let Some(n) = global.get(&401).copied() {
+            // Attribute unnamed 401s to every instance whose sidecar runs: an invariant on
+            // 401s then fires for any instance, and is excused only by a token mismatch.
+            for o in out.iter_mut().filter(|o| o.sidecar_running || o.sidecar_exit.is_some()) {
+                o.heartbeats.insert(401, n);
+            }
+        }
+        Sample {
+            t_ms,
+            instances: out,
+            routed: self.routed.len(),
+        }
+    }
+
+    /// Do one action. Answers a detail worth recording (e.g. which etcd member died).
+    pub async fn apply(&mut self, action: &Action) -> Result<Option<String>, String> {
+        let targets = |t: &str| -> Vec<usize> {
+            if t == "all" {
+                (0..self.instances.len()).collect()
+            } else {
+                self.instances.iter().position(|x| x.name == t).into_iter().collect()
+            }
+        };
+        match action {
+            Action::SidecarStart { instance, token } => {
+                let bin = self.sidecar_bin()?;
+                for i in targets(instance) {
+                    self.start_sidecar(i, &bin, token.clone())?;
+                }
+            }
+            Action::SidecarStop(t) => {
+                let mut codes = Vec::new();
+                for i in targets(t) {
+                    if let Some(p) = self.instances.get_mut(i).and_then(|x| x.sidecar.as_mut()) {
+                        codes.push(p.stop(Duration::from_secs(10)).await);
+                    }
+                }
+                return Ok(Some(format!("exit codes {codes:?}")));
+            }
+            Action::SidecarKill(t) => {
+                for i in targets(t) {
+                    if let Some(p) = self.instances.get_mut(i).and_then(|x| x.sidecar.as_mut()) {
+                        p.kill().await;
+                    }
+                }
+            }
+            Action::VllmHealth { instance, health } => {
+                for i in targets(instance) {
+                    if let Some(x) = self.instances.get(i) {
+                        x.vllm.set_health(match health {
+                            Health::Up => mock_vllm::Health::Up,
+                            Health::Down => mock_vllm::Health::Down,
+                            Health::Hang => mock_vllm::Health::Hang,
+                        });
+                    }
+                }
+            }
+            Action::VllmFault { instance, fault, count, duration } => {
+                for i in targets(instance) {
+                    if let Some(x) = self.instances.get(i) {
+                        x.vllm.faults().add(vllm_fault(fault), *count, duration.map(|d| d.0));
+                    }
+                }
+            }
+            Action::VllmClearFaults(t) => {
+                for i in targets(t) {
+                    if let Some(x) = self.instances.get(i) {
+                        x.vllm.faults().clear();
+                    }
+                }
+            }
+            Action::VllmCrash(t) => {
+                for i in targets(t) {
+                    if let Some(x) = self.instances.get(i) {
+                        x.vllm.crash().await;
+                    }
+                }
+            }
+            Action::VllmRestart(t) => {
+                for i in targets(t) {
+                    if let Some(x) = self.instances.get(i) {
+                        x.vllm.restart().await.map_err(io("restarting vLLM"))?;
+                    }
+                }
+            }
+            Action::VllmCounterReset(t) => {
+                for i in targets(t) {
+                    if let Some(x) = self.instances.get(i) {
+                        x.vllm.counter_reset();
+                    }
+                }
+            }
+            Action::EtcdFault { fault, count, duration } => {
+                self.fake_etcd()?.faults().add(etcd_fault(fault), *count, duration.map(|d| d.0));
+            }
+            Action::EtcdClearFaults(_) => {
+                let e = self.fake_etcd()?;
+                e.faults().clear();
+                e.release_hung();
+            }
+            Action::EtcdReleaseHung(_) => self.fake_etcd()?.release_hung(),
+            Action::EtcdExpireLease(t) => {
+                let e = self.fake_etcd()?;
+                if t == "all" {
+                    e.expire_all_leases();
+                } else {
+                    let mut expired = Vec::new();
+                    for i in targets(t) {
+                        if let Some(x) = self.instances.get(i) {
+                            match e.get(&x.key) {
+                                Some((_, lease)) if lease != 0 => expired.push(e.expire_lease(lease)),
+                                _ => return Err(format!("{} has no key with a lease to expire", x.name)),
+                            }
+                        }
+                    }
+                    return Ok(Some(format!("expired {expired:?}")));
+                }
+            }
+            Action::EtcdLoseData { reset_revision } => self.fake_etcd()?.lose_data(*reset_revision),
+            Action::EtcdKill(which) => {
+                let Etcd::Real(r) = &self.etcd else { return Err("etcd_kill needs real etcd".into()) };
+                let i = r.lock().await.kill(which).await.map_err(io("killing etcd member"))?;
+                return Ok(Some(i.to_string()));
+            }
+            Action::EtcdRestart(which) => {
+                let Etcd::Real(r) = &self.etcd else { return Err("etcd_restart needs real etcd".into()) };
+                let i = r.lock().await.restart(which).await.map_err(io("restarting etcd member"))?;
+                return Ok(Some(i.to_string()));
+            }
+            Action::MasterRestart { relist } => self.master.restart_with(*relist).await,
+            Action::MasterToken(tok) => self.master.set_token(Some(tok.clone()).filter(|t| !t.is_empty())),
+            Action::MasterFault { fault, count, duration } => {
+                let f = match fault {
+                    MasterFault::HeartbeatStatus { status } => mock_master::Fault::HeartbeatStatus { status: *status },
+                    MasterFault::Latency { ms } => mock_master::Fault::Latency { ms: *ms },
+                };
+                self.master.faults().add(f, *count, duration.map(|d| d.0));
+            }
+            Action::MasterClearFaults(_) => self.master.faults().clear(),
+            Action::Link { link, instance, endpoint, fault, duration } => {
+                let mut links: Vec<&Proxy> = Vec::new();
+                if *link == LinkKind::MasterEtcd {
+                    links.extend(self.master_links.iter().enumerate().filter(|(k, _)| endpoint.is_none_or(|e| e == *k)).map(|(_, p)| p));
+                } else {
+                    for i in targets(instance) {
+                        let Some(x) = self.instances.get(i) else { continue };
+                        match link {
+                            LinkKind::SidecarEtcd => links.extend(
+                                x.etcd_links.iter().enumerate().filter(|(k, _)| endpoint.is_none_or(|e| e == *k)).map(|(_, p)| p),
+                            ),
+                            LinkKind::SidecarMaster => links.push(&x.master_link),
+                            LinkKind::SidecarVllm => links.push(&x.vllm_link),
+                            LinkKind::MasterEtcd => {}
+                        }
+                    }
+                }
+                for p in &links {
+                    p.set(fault.clone()).await.map_err(io("link"))?;
+                }
+                if let (Some(d), false) = (duration, *fault == LinkFault::Heal) {
+                    // Heal after the duration, unless something else replaced the fault.
+                    let owned: Vec<(crate::proxy::LinkHandle, LinkFault)> = links.iter().map(|p| (p.handle(), fault.clone())).collect();
+                    let d = d.0;
+                    let stop = self.stop.clone();
+                    tokio::spawn(async move {
+                        tokio::select! {
+                            _ = stop.wait() => {}
+                            _ = tokio::time::sleep(d) => {
+                                for (h, f) in owned {
+                                    h.heal_if(&f).await;
+                                }
+                            }
+                        }
+                    });
+                }
+            }
+            Action::Load { instance, rps, duration, max_tokens } => {
+                let (url, route) = match instance {
+                    Some(t) => {
+                        let i = targets(t).into_iter().next().ok_or("no such instance")?;
+                        (self.instances.get(i).map(|x| x.vllm.url()).unwrap_or_default(), false)
+                    }
+                    None => (self.master.url(), true),
+                };
+                let names: Vec<String> = self.instances.iter().map(|x| x.register_addr.clone()).collect();
+                let gen = LoadGen::start(
+                    url,
+                    route.then(|| (names, self.routed.clone())),
+                    *rps,
+                    duration.0,
+                    *max_tokens,
+                    self.seed ^ self.timeline.now(),
+                    self.timeline.source("load"),
+                );
+                match self.load.lock() {
+                    Ok(mut g) => g.push(gen),
+                    Err(p) => p.into_inner().push(gen),
+                }
+            }
+            Action::LoadOff(_) => {
+                let gens = match self.load.lock() {
+                    Ok(mut g) => std::mem::take(&mut *g),
+                    Err(p) => std::mem::take(&mut *p.into_inner()),
+                };
+                for g in gens {
+                    g.stop();
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn fake_etcd(&self) -> Result<&mock_etcd::MockEtcd, String> {
+        match &self.etcd {
+            Etcd::Fake(e) => Ok(e),
+            _ => Err("this action needs the fake etcd".into()),
+        }
+    }
+
+    /// Stop everything: sidecars killed (their graceful path is tested by actions), fakes
+    /// stopped, proxies closed, real etcd killed.
+    pub async fn shutdown(mut self) {
+        self.stop.trigger();
+        let gens = match self.load.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        for g in gens {
+            g.stop();
+        }
+        for inst in &mut self.instances {
+            if let Some(p) = inst.sidecar.as_mut() {
+                if p.running() {
+                    p.kill().await;
+                }
+            }
+        }
+        for inst in &self.instances {
+            inst.etcd_links.iter().for_each(Proxy::stop);
+            inst.master_link.stop();
+            inst.vllm_link.stop();
+            inst.vllm.stop().await;
+        }
+        self.master_links.iter().for_each(Proxy::stop);
+        self.master.stop().await;
+        if let Etcd::Fake(e) = &self.etcd {
+            e.stop().await;
+        }
+    }
+}
+
+fn set_flag(flags: &mut Vec<(String, String)>, k: &str, v: &str) {
+    match flags.iter_mut().find(|(f, _)| f == k) {
+        Some(slot) => slot.1 = v.to_string(),
+        None => flags.push((k.to_string(), v.to_string())),
+    }
+}
+
+fn incarnation_of(value: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(value)
+        .ok()
+        .and_then(|v| v.get("incarnation_id").and_then(|x| x.as_str()).map(str::to_string))
+        .unwrap_or_else(|| format!("<no incarnation: {}>", value.chars().take(60).collect::<String>()))
+}
+
+fn vllm_dialect(d: spec::Dialect) -> mock_vllm::Dialect {
+    match d {
+        spec::Dialect::V0 => mock_vllm::Dialect::V0,
+        spec::Dialect::V0_10 => mock_vllm::Dialect::V0_10,
+        spec::Dialect::V0_11 => mock_vllm::Dialect::V0_11,
+        spec::Dialect::OpenMetrics => mock_vllm::Dialect::OpenMetrics,
+    }
+}
+
+fn vllm_fault(f: &VllmFault) -> mock_vllm::Fault {
+    use mock_vllm::Fault as F;
+    match *f {
+        VllmFault::MetricsStatus { status } => F::MetricsStatus { status },
+        VllmFault::MetricsHang => F::MetricsHang,
+        VllmFault::MetricsSlow { bytes_per_sec } => F::MetricsSlow { bytes_per_sec },
+        VllmFault::MetricsTruncate { at_bytes } => F::MetricsTruncate { at_bytes: at_bytes as usize, abort: false },
+        VllmFault::MetricsGarbage { lines } => F::MetricsGarbage { lines: lines as usize },
+        VllmFault::MetricsNonfinite => F::MetricsNonfinite,
+        VllmFault::MetricsHuge { bytes } => F::MetricsHuge { bytes: bytes as usize },
+        VllmFault::MetricsStale => F::MetricsStale,
+        VllmFault::CompletionFail { fraction, status } => F::CompletionFail { fraction, status },
+        VllmFault::CompletionHang => F::CompletionHang,
+        VllmFault::CompletionDrop { after_tokens } => F::CompletionDrop { after_tokens },
+    }
+}
+
+fn etcd_fault(f: &EtcdFault) -> mock_etcd::Fault {
+    match f {
+        EtcdFault::Fail { path, status, grpc_code, message } => mock_etcd::Fault::Fail {
+            path: path.clone(),
+            status: *status,
+            grpc_code: grpc_code.unwrap_or(14),
+            message: message.clone().unwrap_or_else(|| "etcdserver: request timed out".into()),
+        },
+        EtcdFault::Latency { path, ms } => mock_etcd::Fault::Latency { path: path.clone(), ms: *ms },
+        EtcdFault::Hang { path } => mock_etcd::Fault::Hang { path: path.clone() },
+    }
+}

@@ -1,0 +1,120 @@
+//! The built-in open-loop load generator.
+//!
+//! Open loop on purpose: arrivals follow a seeded Poisson schedule whatever the server
+//! does, as real users do, so a slow instance builds a queue (`num_requests_waiting`)
+//! instead of slowing the generator down. Bounded in requests, in-flight count and time.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use mock_kit::{Events, Shutdown};
+
+/// At most this many requests in flight per generator; arrivals beyond are dropped.
+const MAX_IN_FLIGHT: usize = 512;
+
+/// Where the master routed each request (instance index, in completion order).
+#[derive(Debug, Default)]
+pub struct Routed(Mutex<Vec<usize>>);
+
+impl Routed {
+    pub fn push(&self, i: usize) {
+        match self.0.lock() {
+            Ok(mut g) => g.push(i),
+            Err(p) => p.into_inner().push(i),
+        }
+    }
+    pub fn snapshot(&self) -> Vec<usize> {
+        match self.0.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+    pub fn len(&self) -> usize {
+        match self.0.lock() {
+            Ok(g) => g.len(),
+            Err(p) => p.into_inner().len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A running generator.
+#[derive(Debug)]
+pub struct LoadGen {
+    stop: Shutdown,
+}
+
+impl LoadGen {
+    /// Send `rps` completions per second to `base_url` for `duration`. With `route`, the
+    /// target is the master and each answer's `x-routed-to` is recorded.
+    pub fn start(
+        base_url: String,
+        route: Option<(Vec<String>, Arc<Routed>)>,
+        rps: f64,
+        duration: Duration,
+        max_tokens: u32,
+        seed: u64,
+        events: Events,
+    ) -> LoadGen {
+        let stop = Shutdown::new();
+        let s = stop.clone();
+        tokio::spawn(async move {
+            let http = match reqwest::Client::builder().timeout(Duration::from_secs(20)).build() {
+                Ok(c) => c,
+                Err(_) => return,
+            };
+            let mut rng = StdRng::seed_from_u64(seed);
+            let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+            let start = tokio::time::Instant::now();
+            let end = start + duration;
+            let total = (rps * duration.as_secs_f64()).ceil() as u64;
+            let mut at = start;
+            let (mut sent, mut dropped) = (0u64, 0u64);
+            events.emit("load_on", serde_json::json!({"url": base_url, "rps": rps, "duration_ms": duration.as_millis() as u64}));
+            for n in 0..total.min(1_000_000) {
+                // Exponential inter-arrival times: a Poisson process of rate `rps`.
+                let u: f64 = rng.gen_range(f64::EPSILON..1.0);
+                at += Duration::from_secs_f64(-u.ln() / rps);
+                if at > end {
+                    break;
+                }
+                tokio::select! {
+                    _ = s.wait() => break,
+                    _ = tokio::time::sleep_until(at) => {}
+                }
+                let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+                    dropped += 1;
+                    continue;
+                };
+                sent += 1;
+                let req = http
+                    .post(format!("{base_url}/v1/completions"))
+                    .json(&serde_json::json!({"model": "mock-model", "prompt": format!("request {n}"), "max_tokens": max_tokens}));
+                let route = route.clone();
+                tokio::spawn(async move {
+                    if let Ok(r) = req.send().await {
+                        let to = r.headers().get("x-routed-to").and_then(|v| v.to_str().ok()).map(str::to_string);
+                        if let (Some((names, routed)), Some(to)) = (route, to) {
+                            if let Some(i) = names.iter().position(|n| *n == to) {
+                                routed.push(i);
+                            }
+                        }
+                        let _ = r.bytes().await;
+                    }
+                    drop(permit);
+                });
+            }
+            events.emit("load_off", serde_json::json!({"sent": sent, "dropped": dropped}));
+        });
+        LoadGen { stop }
+    }
+
+    pub fn stop(&self) {
+        self.stop.trigger();
+    }
+}

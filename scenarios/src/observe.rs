@@ -1,0 +1,125 @@
+//! What the runner sees of the cluster, sampled every few tens of milliseconds.
+//!
+//! Awaits and invariants are judged on these samples (plus the timeline), never on the
+//! sidecar's own word: the question is whether the master and etcd — what routing really
+//! depends on — see the instance correctly.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::spec::MasterState;
+
+/// One instance at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct InstanceObs {
+    /// Incarnation in the etcd key; `None`: no key.
+    pub etcd: Option<String>,
+    /// State at the master; `None`: unknown to the master.
+    pub state: Option<ObservedState>,
+    pub master_incarnation: Option<String>,
+    /// Heartbeat answers by status, cumulative over the whole run (across incarnations
+    /// and master restarts).
+    pub heartbeats: BTreeMap<u16, u64>,
+    /// Last load metrics the master stored.
+    pub waiting: Option<u64>,
+    pub gpu_cache: Option<f64>,
+    pub ttft_ms: Option<i64>,
+    pub tbt_ms: Option<i64>,
+    pub sidecar_running: bool,
+    pub sidecar_exit: Option<i32>,
+}
+
+impl InstanceObs {
+    pub fn accepted(&self) -> u64 {
+        self.heartbeats.get(&200).copied().unwrap_or(0)
+    }
+
+    pub fn status_count(&self, status: u16) -> u64 {
+        self.heartbeats.get(&status).copied().unwrap_or(0)
+    }
+
+    /// Routable and agreeing with etcd: what "fully registered" means.
+    pub fn fully_active(&self) -> bool {
+        self.state == Some(ObservedState::Active) && self.etcd.is_some() && self.etcd == self.master_incarnation
+    }
+}
+
+/// Master states as observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ObservedState {
+    Active,
+    LeaseLost,
+    Suspect,
+}
+
+impl ObservedState {
+    pub fn matches(state: Option<ObservedState>, want: MasterState) -> bool {
+        match (want, state) {
+            (MasterState::Absent, s) => s.is_none(),
+            (MasterState::Routable, Some(s)) => s != ObservedState::Suspect,
+            (MasterState::Active, Some(ObservedState::Active)) => true,
+            (MasterState::LeaseLost, Some(ObservedState::LeaseLost)) => true,
+            (MasterState::Suspect, Some(ObservedState::Suspect)) => true,
+            _ => false,
+        }
+    }
+}
+
+/// The whole cluster at one moment.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sample {
+    /// Milliseconds since the scenario started.
+    pub t_ms: u64,
+    /// Instances in topology order (`i0`, `i1`, …).
+    pub instances: Vec<InstanceObs>,
+    /// The load generator's routing decisions so far (instance index per request).
+    #[serde(skip)]
+    pub routed: usize,
+}
+
+/// Turns per-incarnation counters (which reset when the master replaces or forgets an
+/// instance) into counters cumulative over the run.
+#[derive(Debug, Default, Clone)]
+pub struct Cumulative {
+    base: BTreeMap<u16, u64>,
+    last: BTreeMap<u16, u64>,
+    last_incarnation: Option<String>,
+}
+
+impl Cumulative {
+    pub fn update(&mut self, incarnation: Option<&str>, counts: &BTreeMap<u16, u64>) -> BTreeMap<u16, u64> {
+        let reset = incarnation != self.last_incarnation.as_deref()
+            || counts.iter().any(|(s, n)| self.last.get(s).is_some_and(|l| n < l))
+            || self.last.keys().any(|s| !counts.contains_key(s));
+        if reset {
+            for (s, n) in std::mem::take(&mut self.last) {
+                *self.base.entry(s).or_default() += n;
+            }
+            self.last_incarnation = incarnation.map(str::to_string);
+        }
+        self.last = counts.clone();
+        let mut total = self.base.clone();
+        for (s, n) in &self.last {
+            *total.entry(*s).or_default() += n;
+        }
+        total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cumulative_survives_resets() {
+        let mut c = Cumulative::default();
+        let m = |n: u64| BTreeMap::from([(200u16, n)]);
+        assert_eq!(c.update(Some("a"), &m(3)), m(3));
+        assert_eq!(c.update(Some("a"), &m(5)), m(5));
+        assert_eq!(c.update(Some("b"), &m(1)), m(6));
+        assert_eq!(c.update(None, &BTreeMap::new()), m(6));
+        assert_eq!(c.update(Some("b"), &m(2)), m(8));
+    }
+}

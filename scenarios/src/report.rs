@@ -1,0 +1,227 @@
+//! The report a person reads after a run: a directory per scenario with the resolved
+//! scenario and seed, `events.jsonl`, `verdicts.json`, and `timeline.html` — an inline SVG
+//! with one lane per instance (master state, etcd key, heartbeats) and the faults shaded,
+//! readable at a glance. Plus JUnit XML for CI.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::observe::{ObservedState, Sample};
+use crate::spec::Scenario;
+use crate::timeline::Timeline;
+use crate::verdict::{ActionRecord, Episode, Recovery, Verdict};
+
+/// The result of one scenario run.
+#[derive(Debug, Serialize)]
+pub struct Outcome {
+    pub name: String,
+    pub file: String,
+    pub seed: u64,
+    /// `passed`, `failed` or `skipped`.
+    pub status: String,
+    pub skip_reason: Option<String>,
+    pub wall_ms: u64,
+    pub instances: usize,
+    pub etcd: String,
+    pub verdicts: Vec<Verdict>,
+    pub recoveries: Vec<Recovery>,
+    pub actions: Vec<ActionRecord>,
+    /// The command that re-runs exactly this scenario with this seed.
+    pub rerun: String,
+    #[serde(skip)]
+    pub samples: Vec<Sample>,
+    #[serde(skip)]
+    pub episodes: Vec<Episode>,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.status != "failed"
+    }
+
+    pub fn failures(&self) -> impl Iterator<Item = &Verdict> {
+        self.verdicts.iter().filter(|v| !v.passed)
+    }
+}
+
+/// Write one scenario's report directory.
+pub fn write_dir(dir: &Path, sc: &Scenario, outcome: &Outcome, timeline: Option<&Timeline>) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut resolved = sc.clone();
+    resolved.seed = outcome.seed;
+    let toml = toml::to_string_pretty(&resolved).unwrap_or_else(|e| format!("# cannot render: {e}\n"));
+    std::fs::write(dir.join("scenario.toml"), format!("# resolved scenario, seed {}\n# re-run: {}\n{toml}", outcome.seed, outcome.rerun))?;
+    std::fs::write(dir.join("verdicts.json"), serde_json::to_string_pretty(outcome).unwrap_or_default())?;
+    if let Some(tl) = timeline {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("events.jsonl"))?);
+        tl.write_jsonl(&mut f)?;
+    }
+    std::fs::write(dir.join("timeline.html"), html(sc, outcome))?;
+    Ok(())
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// The HTML page with the SVG timeline.
+pub fn html(sc: &Scenario, o: &Outcome) -> String {
+    let names = sc.instance_names();
+    let end = o.samples.last().map(|s| s.t_ms).unwrap_or(1).max(1);
+    let (left, width, lane, top) = (70.0, 1000.0, 18.0, 30.0);
+    let x = |t: u64| left + width * (t as f64 / end as f64);
+    let shown = names.len().min(200);
+    let faults: Vec<&Episode> = o.episodes.iter().filter(|e| e.is_fault).collect();
+    let height = top + lane * shown as f64 + 30.0 + 14.0 * faults.len() as f64;
+    let mut svg = String::new();
+    let _ = write!(svg, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{height}" font-family="monospace" font-size="11">"#, left + width + 20.0);
+    // Time axis.
+    let step = nice_step(end);
+    let mut t = 0;
+    while t <= end {
+        let _ = write!(svg, r##"<line x1="{0}" y1="{top}" x2="{0}" y2="{1}" stroke="#eee"/><text x="{0}" y="{2}" text-anchor="middle">{3}s</text>"##, x(t), top + lane * shown as f64, top - 8.0, t as f64 / 1000.0);
+        t += step;
+    }
+    // Faults, shaded over the lanes they touch.
+    for (k, e) in faults.iter().enumerate() {
+        let (y0, h) = match e.scope {
+            crate::verdict::Scope::All => (top, lane * shown as f64),
+            crate::verdict::Scope::Instance(i) if i < shown => (top + lane * i as f64, lane),
+            _ => continue,
+        };
+        let x0 = x(e.start_ms);
+        let x1 = x(e.end_ms.unwrap_or(end)).max(x0 + 2.0);
+        let _ = write!(svg, r##"<rect x="{x0}" y="{y0}" width="{}" height="{h}" fill="#f6a" fill-opacity="0.25"><title>{}</title></rect>"##, x1 - x0, esc(&e.label));
+        let ly = top + lane * shown as f64 + 24.0 + 14.0 * k as f64;
+        let _ = write!(svg, r##"<rect x="{x0}" y="{}" width="{}" height="8" fill="#f6a"/><text x="{}" y="{ly}">{}</text>"##, ly - 8.0, x1 - x0, x1 + 4.0, esc(&e.label));
+    }
+    // One lane per instance: master state (upper), etcd key (lower), heartbeat ticks.
+    for (i, name) in names.iter().take(shown).enumerate() {
+        let y = top + lane * i as f64;
+        let _ = write!(svg, r#"<text x="4" y="{}">{}</text>"#, y + 12.0, esc(name));
+        let mut prev: Option<(u64, Option<ObservedState>, bool, u64)> = None;
+        for s in &o.samples {
+            let Some(obs) = s.instances.get(i) else { continue };
+            let cur = (obs.state, obs.etcd.is_some());
+            match prev {
+                Some((t0, st, reg, hb)) => {
+                    if (st, reg) != cur || s.t_ms == end {
+                        bar(&mut svg, x(t0), x(s.t_ms), y, lane, st, reg);
+                        prev = Some((s.t_ms, cur.0, cur.1, hb));
+                    }
+                    if obs.accepted() > hb {
+                        let _ = write!(svg, r##"<line x1="{0}" y1="{1}" x2="{0}" y2="{2}" stroke="#124" stroke-width="1"/>"##, x(s.t_ms), y + 1.0, y + 4.0);
+                    }
+                    if let Some(p) = prev.as_mut() {
+                        p.3 = obs.accepted();
+                    }
+                }
+                None => prev = Some((s.t_ms, cur.0, cur.1, obs.accepted())),
+            }
+        }
+    }
+    // Awaits: a mark on the axis.
+    for v in o.verdicts.iter().filter(|v| v.kind == "await") {
+        if let Some(t) = v.t_ms {
+            let color = if v.passed { "#2a2" } else { "#d00" };
+            let _ = write!(svg, r#"<circle cx="{}" cy="{}" r="4" fill="{color}"><title>{}</title></circle>"#, x(t), top - 20.0, esc(&v.name));
+        }
+    }
+    svg.push_str("</svg>");
+
+    let mut rows = String::new();
+    for v in &o.verdicts {
+        let _ = write!(
+            rows,
+            "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            if v.passed { "ok" } else { "bad" },
+            if v.passed { "PASS" } else { "FAIL" },
+            esc(&v.kind),
+            esc(&v.name),
+            v.t_ms.map(|t| format!("{:.2}s", t as f64 / 1000.0)).unwrap_or_default(),
+            esc(&v.detail)
+        );
+    }
+    let mut rec = String::new();
+    for r in &o.recoveries {
+        let _ = write!(
+            rec,
+            "<tr><td>{}</td><td>{:.2}s</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.fault),
+            r.start_ms as f64 / 1000.0,
+            r.end_ms.map(|t| format!("{:.2}s", t as f64 / 1000.0)).unwrap_or_else(|| "never".into()),
+            r.time_to_recover_ms.map(|t| format!("{t} ms")).unwrap_or_else(|| "not recovered".into())
+        );
+    }
+    format!(
+        r#"<!doctype html><html><head><meta charset="utf-8"><title>{name}</title><style>
+body{{font-family:sans-serif;margin:20px}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}
+tr.bad{{background:#fdd}} tr.ok td:first-child{{color:#080}} .legend span{{display:inline-block;width:14px;height:10px;margin:0 4px 0 12px}}
+</style></head><body>
+<h1>{name}: {status}</h1><p>{desc}</p><p>seed {seed} · etcd {etcd} · {n} instance(s) · wall {wall:.1}s · re-run: <code>{rerun}</code></p>
+<p class="legend">master state:<span style="background:#3b3"></span>ACTIVE<span style="background:#f90"></span>LEASE_LOST<span style="background:#d22"></span>SUSPECT<span style="background:#ccc"></span>absent
+ · lower stripe: etcd key<span style="background:#36c"></span>present · ticks: accepted heartbeats · pink: faults</p>
+{svg}
+<h2>Verdicts</h2><table><tr><th></th><th>kind</th><th>what</th><th>time</th><th>detail</th></tr>{rows}</table>
+<h2>Faults and time to recover</h2><table><tr><th>fault</th><th>start</th><th>end</th><th>time to recover</th></tr>{rec}</table>
+</body></html>"#,
+        name = esc(&o.name),
+        status = esc(&o.status),
+        desc = esc(&sc.description),
+        seed = o.seed,
+        etcd = esc(&o.etcd),
+        n = o.instances,
+        wall = o.wall_ms as f64 / 1000.0,
+        rerun = esc(&o.rerun),
+    )
+}
+
+fn bar(svg: &mut String, x0: f64, x1: f64, y: f64, lane: f64, st: Option<ObservedState>, reg: bool) {
+    let color = match st {
+        Some(ObservedState::Active) => "#3b3",
+        Some(ObservedState::LeaseLost) => "#f90",
+        Some(ObservedState::Suspect) => "#d22",
+        None => "#ccc",
+    };
+    let w = (x1 - x0).max(0.5);
+    let _ = write!(svg, r#"<rect x="{x0}" y="{}" width="{w}" height="{}" fill="{color}"/>"#, y + 4.0, lane * 0.45);
+    if reg {
+        let _ = write!(svg, r##"<rect x="{x0}" y="{}" width="{w}" height="{}" fill="#36c"/>"##, y + 4.0 + lane * 0.5, lane * 0.25);
+    }
+}
+
+fn nice_step(end_ms: u64) -> u64 {
+    [500, 1000, 2000, 5000, 10_000, 30_000, 60_000]
+        .into_iter()
+        .find(|s| end_ms / s <= 20)
+        .unwrap_or(120_000)
+}
+
+/// JUnit XML for a set of outcomes.
+pub fn junit(outcomes: &[Outcome]) -> String {
+    let failures = outcomes.iter().filter(|o| o.status == "failed").count();
+    let skipped = outcomes.iter().filter(|o| o.status == "skipped").count();
+    let total: f64 = outcomes.iter().map(|o| o.wall_ms as f64 / 1000.0).sum();
+    let mut s = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"scenarios\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\" time=\"{total:.3}\">\n",
+        outcomes.len()
+    );
+    for o in outcomes {
+        let _ = write!(s, "  <testcase classname=\"scenarios\" name=\"{}\" time=\"{:.3}\">", esc(&o.name), o.wall_ms as f64 / 1000.0);
+        match o.status.as_str() {
+            "skipped" => {
+                let _ = write!(s, "<skipped message=\"{}\"/>", esc(o.skip_reason.as_deref().unwrap_or("")));
+            }
+            "failed" => {
+                let msg: Vec<String> = o.failures().map(|v| format!("{} {}: {}", v.kind, v.name, v.detail)).collect();
+                let _ = write!(s, "<failure message=\"{}\">{}\nre-run: {}</failure>", esc(msg.first().map(String::as_str).unwrap_or("failed")), esc(&msg.join("\n")), esc(&o.rerun));
+            }
+            _ => {}
+        }
+        s.push_str("</testcase>\n");
+    }
+    s.push_str("</testsuite>\n");
+    s
+}

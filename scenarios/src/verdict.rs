@@ -1,0 +1,705 @@
+//! Judging a run: awaits (live, on the latest samples) and invariants and recovery times
+//! (after the run, on every sample and every action).
+//!
+//! Invariants need to know when a fault excuses a missing registration. That knowledge
+//! is in [`Episode`]s: intervals derived from the executed actions (a partition from its
+//! start until healed, a crash until restart), each saying whom it disturbs and whether it
+//! excuses a missing etcd key. An invariant only fires outside every excusing episode
+//! plus a grace period, so it stays strict where the system has no excuse.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::observe::{InstanceObs, ObservedState, Sample};
+use crate::proxy::LinkFault;
+use crate::spec::{Action, Condition, Health, LinkKind, Scenario, VllmFault};
+use crate::timeline::Timeline;
+
+/// An action as executed.
+#[derive(Clone, Debug, Serialize)]
+pub struct ActionRecord {
+    pub step: usize,
+    pub t_ms: u64,
+    pub label: String,
+    pub action: Action,
+    /// Why it could not be done, if it failed.
+    pub error: Option<String>,
+    /// For a real-etcd kill: the member index actually killed.
+    pub detail: Option<String>,
+}
+
+/// One judged item of the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Verdict {
+    /// `await`, `when`, `action` or `invariant`.
+    pub kind: String,
+    pub name: String,
+    pub passed: bool,
+    /// Await: when it was satisfied; invariant: when it was first violated.
+    pub t_ms: Option<u64>,
+    pub first_violation_ms: Option<u64>,
+    pub detail: String,
+}
+
+/// A fault and how long the cluster took to become fully routable again after it ended.
+#[derive(Clone, Debug, Serialize)]
+pub struct Recovery {
+    pub fault: String,
+    pub start_ms: u64,
+    /// When the fault ended (healed, restarted, expired); `None`: never during the run.
+    pub end_ms: Option<u64>,
+    pub recovered_ms: Option<u64>,
+    pub time_to_recover_ms: Option<u64>,
+}
+
+/// Whom an episode disturbs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Scope {
+    All,
+    Instance(usize),
+}
+
+impl Scope {
+    fn covers(self, i: usize) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Instance(j) => i == j,
+        }
+    }
+}
+
+/// A disturbance interval derived from actions.
+#[derive(Clone, Debug, Serialize)]
+pub struct Episode {
+    pub label: String,
+    pub scope: Scope,
+    pub start_ms: u64,
+    pub end_ms: Option<u64>,
+    /// A missing key is excused during (and for a grace after) this episode.
+    pub excuses_registration: bool,
+    /// vLLM unhealthy: the instance is not expected to be routable.
+    pub vllm_down: bool,
+    /// 401s are expected (token mismatch).
+    pub token_mismatch: bool,
+    /// Shown as a fault in reports and recovery times (not a routine start).
+    pub is_fault: bool,
+    key: String,
+}
+
+fn scope_of(target: &str, names: &[String]) -> Vec<Scope> {
+    if target == "all" {
+        vec![Scope::All]
+    } else {
+        names.iter().position(|n| n == target).map(Scope::Instance).into_iter().collect()
+    }
+}
+
+/// Derive episodes from the executed actions (and the topology's start-up).
+pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Episode> {
+    let names = sc.instance_names();
+    let topo = &sc.topology;
+    let mut eps: Vec<Episode> = Vec::new();
+    let open = |eps: &mut Vec<Episode>, key: String, label: String, scope: Scope, t: u64, dur: Option<u64>, f: &dyn Fn(&mut Episode)| {
+        close(eps, &key, t);
+        let mut e = Episode {
+            label,
+            scope,
+            start_ms: t,
+            end_ms: dur.map(|d| t + d),
+            excuses_registration: false,
+            vllm_down: false,
+            token_mismatch: false,
+            is_fault: true,
+            key,
+        };
+        f(&mut e);
+        eps.push(e);
+    };
+    // Start-up: every instance registers for the first time.
+    for (i, n) in names.iter().enumerate() {
+        let o = topo.overrides.iter().find(|o| &o.name == n);
+        let delay = o.and_then(|o| o.vllm_startup_delay).unwrap_or(topo.vllm_startup_delay).as_ms();
+        let starts = o.and_then(|o| o.start_sidecar).unwrap_or(topo.start_sidecars);
+        open(&mut eps, format!("startup:{i}"), format!("start-up {n}"), Scope::Instance(i), 0, Some(delay), &|e| {
+            e.excuses_registration = true;
+            e.vllm_down = delay > 0;
+            e.is_fault = false;
+        });
+        let sidecar_token = o.and_then(|o| o.token.clone()).or_else(|| topo.token.clone());
+        if starts && !tokens_match(topo.token.as_deref(), sidecar_token.as_deref()) {
+            open(&mut eps, format!("token:{i}"), format!("token mismatch {n}"), Scope::Instance(i), 0, None, &|e| {
+                e.token_mismatch = true;
+                e.is_fault = false;
+            });
+        }
+    }
+    let mut master_token = topo.token.clone();
+    let mut sidecar_tokens: Vec<Option<String>> = names
+        .iter()
+        .map(|n| {
+            topo.overrides
+                .iter()
+                .find(|o| &o.name == n)
+                .and_then(|o| o.token.clone())
+                .or_else(|| topo.token.clone())
+        })
+        .collect();
+    for r in records.iter().filter(|r| r.error.is_none()) {
+        let t = r.t_ms;
+        match &r.action {
+            Action::SidecarStart { instance, token } => {
+                for s in scope_of(instance, &names) {
+                    open(&mut eps, format!("sidecar_start:{s:?}:{t}"), r.label.clone(), s, t, Some(0), &|e| {
+                        e.excuses_registration = true;
+                        e.is_fault = false;
+                    });
+                    for (i, tok) in sidecar_tokens.iter_mut().enumerate() {
+                        if s.covers(i) {
+                            if token.is_some() {
+                                *tok = token.clone();
+                            }
+                        }
+                    }
+                }
+            }
+            Action::SidecarStop(_) | Action::SidecarKill(_) => {
+                // The sidecar is not running: no registration is expected (observed directly).
+                for s in scope_of(action_target(&r.action), &names) {
+                    open(&mut eps, format!("sidecar_down:{s:?}"), r.label.clone(), s, t, Some(0), &|e| {
+                        e.excuses_registration = true;
+                    });
+                }
+            }
+            Action::VllmHealth { instance, health } => {
+                for s in scope_of(instance, &names) {
+                    let key = format!("vllm_health:{s:?}");
+                    if *health == Health::Up {
+                        close(&mut eps, &key, t);
+                        if s == Scope::All {
+                            close_prefix(&mut eps, "vllm_health:", t);
+                        }
+                    } else {
+                        open(&mut eps, key, r.label.clone(), s, t, None, &|e| {
+                            e.excuses_registration = true;
+                            e.vllm_down = true;
+                        });
+                    }
+                }
+            }
+            Action::VllmCrash(instance) => {
+                for s in scope_of(instance, &names) {
+                    open(&mut eps, format!("vllm_crash:{s:?}"), r.label.clone(), s, t, None, &|e| {
+                        e.excuses_registration = true;
+                        e.vllm_down = true;
+                    });
+                }
+            }
+            Action::VllmRestart(instance) => {
+                for s in scope_of(instance, &names) {
+                    close(&mut eps, &format!("vllm_crash:{s:?}"), t);
+                    if s == Scope::All {
+                        close_prefix(&mut eps, "vllm_crash:", t);
+                    }
+                }
+            }
+            Action::VllmFault { instance, fault, duration, .. } => {
+                let metrics = !matches!(fault, VllmFault::CompletionFail { .. } | VllmFault::CompletionHang | VllmFault::CompletionDrop { .. });
+                for s in scope_of(instance, &names) {
+                    open(&mut eps, format!("vllm_fault:{s:?}:{t}"), r.label.clone(), s, t, duration.map(|d| d.as_ms()), &|e| {
+                        e.is_fault = metrics;
+                    });
+                }
+            }
+            Action::VllmClearFaults(instance) => {
+                for s in scope_of(instance, &names) {
+                    close_prefix(&mut eps, &format!("vllm_fault:{s:?}:"), t);
+                    if s == Scope::All {
+                        close_prefix(&mut eps, "vllm_fault:", t);
+                    }
+                }
+            }
+            Action::VllmCounterReset(instance) => {
+                for s in scope_of(instance, &names) {
+                    open(&mut eps, format!("counter_reset:{t}"), r.label.clone(), s, t, Some(0), &|_| {});
+                }
+            }
+            Action::EtcdFault { duration, .. } => {
+                open(&mut eps, format!("etcd_fault:{t}"), r.label.clone(), Scope::All, t, duration.map(|d| d.as_ms()), &|e| {
+                    e.excuses_registration = true;
+                });
+            }
+            Action::EtcdClearFaults(_) | Action::EtcdReleaseHung(_) => close_prefix(&mut eps, "etcd_fault:", t),
+            Action::EtcdExpireLease(target) => {
+                for s in scope_of(target, &names) {
+                    open(&mut eps, format!("expire:{t}"), r.label.clone(), s, t, Some(0), &|e| e.excuses_registration = true);
+                }
+            }
+            Action::EtcdLoseData { .. } => {
+                open(&mut eps, format!("lose_data:{t}"), r.label.clone(), Scope::All, t, Some(0), &|e| e.excuses_registration = true);
+            }
+            Action::EtcdKill(_) => {
+                let member = r.detail.clone().unwrap_or_default();
+                open(&mut eps, format!("etcd_kill:{member}"), r.label.clone(), Scope::All, t, None, &|_| {});
+                // The election itself is a short excused gap.
+                open(&mut eps, format!("etcd_election:{t}"), format!("{} (election)", r.label), Scope::All, t, Some(0), &|e| {
+                    e.excuses_registration = true;
+                    e.is_fault = false;
+                });
+            }
+            Action::EtcdRestart(_) => {
+                let member = r.detail.clone().unwrap_or_default();
+                close(&mut eps, &format!("etcd_kill:{member}"), t);
+            }
+            Action::MasterRestart { .. } => {
+                open(&mut eps, format!("master_restart:{t}"), r.label.clone(), Scope::All, t, Some(0), &|_| {});
+            }
+            Action::MasterToken(tok) => {
+                master_token = if tok.is_empty() { None } else { Some(tok.clone()) };
+            }
+            Action::MasterFault { duration, .. } => {
+                open(&mut eps, format!("master_fault:{t}"), r.label.clone(), Scope::All, t, duration.map(|d| d.as_ms()), &|_| {});
+            }
+            Action::MasterClearFaults(_) => close_prefix(&mut eps, "master_fault:", t),
+            Action::Link { link, instance, endpoint, fault, duration } => {
+                let scopes = if *link == LinkKind::MasterEtcd { vec![Scope::All] } else { scope_of(instance, &names) };
+                for s in scopes {
+                    let key = format!("link:{link:?}:{s:?}:{endpoint:?}");
+                    if *fault == LinkFault::Heal {
+                        close_prefix(&mut eps, &format!("link:{link:?}:"), t);
+                        continue;
+                    }
+                    // With other etcd endpoints left, one endpoint's fault must be survived.
+                    let failover = endpoint.is_some() && topo.etcd_endpoints.max(members(sc)) > 1;
+                    let excuses = matches!(link, LinkKind::SidecarEtcd | LinkKind::SidecarVllm)
+                        && !failover
+                        && !matches!(fault, LinkFault::Latency { ms, jitter_ms } if ms + jitter_ms < 200);
+                    open(&mut eps, key, r.label.clone(), s, t, duration.map(|d| d.as_ms()), &|e| {
+                        e.excuses_registration = excuses;
+                    });
+                }
+            }
+            Action::Load { .. } | Action::LoadOff(_) => {}
+        }
+        // Token state after this action.
+        if matches!(r.action, Action::MasterToken(_) | Action::SidecarStart { .. }) {
+            for (i, tok) in sidecar_tokens.iter().enumerate() {
+                let key = format!("token:{i}");
+                if tokens_match(master_token.as_deref(), tok.as_deref()) {
+                    close(&mut eps, &key, t);
+                } else if !eps.iter().any(|e| e.key == key && e.end_ms.is_none()) {
+                    open(&mut eps, key, format!("token mismatch {}", names[i]), Scope::Instance(i), t, None, &|e| {
+                        e.token_mismatch = true;
+                        e.is_fault = false;
+                    });
+                }
+            }
+        }
+    }
+    for e in &mut eps {
+        if let Some(end) = e.end_ms {
+            e.end_ms = Some(end.min(end_ms.max(e.start_ms)));
+        }
+    }
+    eps
+}
+
+fn members(sc: &Scenario) -> usize {
+    if sc.topology.etcd == crate::spec::EtcdNeed::Cluster3 {
+        3
+    } else {
+        1
+    }
+}
+
+fn action_target(a: &Action) -> &str {
+    match a {
+        Action::SidecarStop(t) | Action::SidecarKill(t) => t,
+        _ => "all",
+    }
+}
+
+fn tokens_match(master: Option<&str>, sidecar: Option<&str>) -> bool {
+    match master.filter(|m| !m.is_empty()) {
+        None => true,
+        Some(m) => sidecar == Some(m),
+    }
+}
+
+fn close(eps: &mut [Episode], key: &str, t: u64) {
+    for e in eps.iter_mut().filter(|e| e.key == key && e.end_ms.is_none_or(|end| end > t)) {
+        e.end_ms = Some(t.max(e.start_ms));
+    }
+}
+
+fn close_prefix(eps: &mut [Episode], prefix: &str, t: u64) {
+    for e in eps.iter_mut().filter(|e| e.key.starts_with(prefix) && e.end_ms.is_none_or(|end| end > t)) {
+        e.end_ms = Some(t.max(e.start_ms));
+    }
+}
+
+fn overlaps(e: &Episode, from: u64, to: u64) -> bool {
+    e.start_ms <= to && e.end_ms.is_none_or(|end| end >= from)
+}
+
+/// Everything an await's condition is judged on.
+pub struct Ctx<'a> {
+    pub sc: &'a Scenario,
+    pub samples: &'a [Sample],
+    /// Index of the first sample taken after the step began.
+    pub from: usize,
+    pub timeline: &'a Timeline,
+    /// Timeline cursor when the step began.
+    pub cursor: usize,
+    /// Routing decisions of the load generator (instance indices), oldest first.
+    pub routed: &'a [usize],
+}
+
+impl Ctx<'_> {
+    fn idx(&self, name: &str) -> Option<usize> {
+        self.sc.instance_names().iter().position(|n| n == name)
+    }
+
+    fn latest(&self, i: usize) -> Option<&InstanceObs> {
+        self.samples.last().and_then(|s| s.instances.get(i))
+    }
+
+    fn baseline(&self, i: usize) -> Option<&InstanceObs> {
+        self.samples
+            .get(self.from.saturating_sub(1))
+            .and_then(|s| s.instances.get(i))
+    }
+}
+
+/// Whether the condition holds now.
+pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
+    let Some(i) = condition_instance(c).and_then(|n| ctx.idx(n)).or(match c {
+        Condition::AllActive(_) => Some(usize::MAX),
+        _ => None,
+    }) else {
+        return false;
+    };
+    match c {
+        Condition::AllActive(_) => ctx
+            .samples
+            .last()
+            .is_some_and(|s| s.instances.iter().all(InstanceObs::fully_active)),
+        Condition::State { is, .. } => ctx.latest(i).is_some_and(|o| ObservedState::matches(o.state, *is)),
+        Condition::Registered(_) => ctx.latest(i).is_some_and(|o| o.etcd.is_some()),
+        Condition::Unregistered(_) => ctx.latest(i).is_some_and(|o| o.etcd.is_none()),
+        Condition::Incarnations { at_least, .. } => {
+            let mut seen: Vec<&str> = Vec::new();
+            for s in ctx.samples {
+                if let Some(inc) = s.instances.get(i).and_then(|o| o.etcd.as_deref()) {
+                    if !seen.contains(&inc) {
+                        seen.push(inc);
+                    }
+                }
+            }
+            seen.len() >= *at_least
+        }
+        Condition::Heartbeat { at_least, min_waiting, max_waiting, .. } => {
+            let base = ctx.baseline(i).map(InstanceObs::accepted).unwrap_or(0);
+            let enough = ctx.latest(i).is_some_and(|o| o.accepted() >= base + at_least.unwrap_or(1));
+            if min_waiting.is_none() && max_waiting.is_none() {
+                return enough;
+            }
+            ctx.samples.iter().skip(ctx.from).any(|s| {
+                s.instances.get(i).is_some_and(|o| {
+                    o.accepted() > base
+                        && o.waiting.is_some_and(|w| min_waiting.is_none_or(|m| w >= m) && max_waiting.is_none_or(|m| w <= m))
+                })
+            }) && enough
+        }
+        Condition::HeartbeatStatus { status, .. } => {
+            let base = ctx.baseline(i).map(|o| o.status_count(*status)).unwrap_or(0);
+            ctx.latest(i).is_some_and(|o| o.status_count(*status) > base)
+        }
+        Condition::Exited { code, .. } => ctx
+            .latest(i)
+            .is_some_and(|o| o.sidecar_exit.is_some() && (code.is_none() || o.sidecar_exit == *code)),
+        Condition::Log { instance, contains } => {
+            let source = format!("sidecar:{instance}");
+            let needle = contains.to_lowercase();
+            ctx.timeline.any_since(ctx.cursor, |e| {
+                e.source == source && e.kind == "log" && e.detail.to_string().to_lowercase().contains(&needle)
+            })
+        }
+        Condition::RoutedShare { at_most, last, .. } => {
+            if ctx.routed.len() < *last {
+                return false;
+            }
+            let window = ctx.routed.get(ctx.routed.len() - last..).unwrap_or(&[]);
+            let hits = window.iter().filter(|r| **r == i).count();
+            (hits as f64) <= at_most * (*last as f64)
+        }
+    }
+}
+
+fn condition_instance(c: &Condition) -> Option<&str> {
+    match c {
+        Condition::State { instance, .. }
+        | Condition::Registered(instance)
+        | Condition::Unregistered(instance)
+        | Condition::Incarnations { instance, .. }
+        | Condition::Heartbeat { instance, .. }
+        | Condition::HeartbeatStatus { instance, .. }
+        | Condition::Exited { instance, .. }
+        | Condition::Log { instance, .. }
+        | Condition::RoutedShare { instance, .. } => Some(instance),
+        Condition::AllActive(_) => None,
+    }
+}
+
+/// A short human description of a condition.
+pub fn describe(c: &Condition) -> String {
+    match c {
+        Condition::State { instance, is } => format!("{instance} {is:?} at master"),
+        Condition::Registered(i) => format!("{i} registered in etcd"),
+        Condition::Unregistered(i) => format!("{i} key gone from etcd"),
+        Condition::AllActive(_) => "all instances ACTIVE and registered".into(),
+        Condition::Incarnations { instance, at_least } => format!("{instance} seen with >= {at_least} incarnations"),
+        Condition::Heartbeat { instance, at_least, min_waiting, max_waiting } => {
+            let mut s = format!("{instance}: {} heartbeat(s) accepted", at_least.unwrap_or(1));
+            if let Some(m) = min_waiting {
+                s.push_str(&format!(" with waiting >= {m}"));
+            }
+            if let Some(m) = max_waiting {
+                s.push_str(&format!(" with waiting <= {m}"));
+            }
+            s
+        }
+        Condition::HeartbeatStatus { instance, status } => format!("{instance}: a heartbeat answered {status}"),
+        Condition::Exited { instance, code } => match code {
+            Some(c) => format!("{instance} sidecar exited with {c}"),
+            None => format!("{instance} sidecar exited"),
+        },
+        Condition::Log { instance, contains } => format!("{instance} logged \"{contains}\""),
+        Condition::RoutedShare { instance, at_most, last } => {
+            format!("{instance} got <= {:.0}% of the last {last} routed requests", at_most * 100.0)
+        }
+    }
+}
+
+/// Judge every invariant over the whole run.
+pub fn invariants(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Vec<Verdict> {
+    let inv = &sc.invariants;
+    let mut out = Vec::new();
+    if inv.registered_when_healthy {
+        out.push(registered_when_healthy(sc, samples, eps));
+    }
+    if inv.single_incarnation {
+        out.push(single_incarnation(sc, samples));
+    }
+    if inv.no_stale_heartbeat_accepted {
+        out.push(no_stale_heartbeat(sc, samples));
+    }
+    if inv.no_401_when_tokens_match {
+        out.push(no_401(sc, samples, eps));
+    }
+    if inv.heartbeats_sane {
+        out.push(heartbeats_sane(sc, samples));
+    }
+    out
+}
+
+fn verdict(name: &str, violation: Option<(u64, String)>, ok: String) -> Verdict {
+    Verdict {
+        kind: "invariant".into(),
+        name: name.into(),
+        passed: violation.is_none(),
+        t_ms: violation.as_ref().map(|v| v.0),
+        first_violation_ms: violation.as_ref().map(|v| v.0),
+        detail: violation.map(|v| v.1).unwrap_or(ok),
+    }
+}
+
+fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
+    let grace = sc.registered_grace().as_millis() as u64;
+    let names = sc.instance_names();
+    let mut checked = 0u64;
+    // Last time each instance's sidecar was seen not running.
+    let mut last_down: Vec<Option<u64>> = vec![Some(0); names.len()];
+    for s in samples {
+        for (i, o) in s.instances.iter().enumerate() {
+            if !o.sidecar_running {
+                if let Some(d) = last_down.get_mut(i) {
+                    *d = Some(s.t_ms);
+                }
+                continue;
+            }
+            let from = s.t_ms.saturating_sub(grace);
+            if last_down.get(i).copied().flatten().is_some_and(|d| d > from) || s.t_ms < grace {
+                continue;
+            }
+            if eps.iter().any(|e| e.scope.covers(i) && e.excuses_registration && overlaps(e, from, s.t_ms)) {
+                continue;
+            }
+            checked += 1;
+            if o.etcd.is_none() {
+                return verdict(
+                    "registered_when_healthy",
+                    Some((
+                        s.t_ms,
+                        format!("{} had no etcd key at t={} ms although vLLM was healthy, its sidecar running and nothing disturbed registration for {} ms", names[i], s.t_ms, grace),
+                    )),
+                    String::new(),
+                );
+            }
+        }
+    }
+    verdict("registered_when_healthy", None, format!("held ({checked} instance-samples checked, grace {grace} ms)"))
+}
+
+fn single_incarnation(sc: &Scenario, samples: &[Sample]) -> Verdict {
+    let grace = sc.invariants.incarnation_grace.as_ms();
+    let names = sc.instance_names();
+    let mut since: HashMap<usize, u64> = HashMap::new();
+    for s in samples {
+        for (i, o) in s.instances.iter().enumerate() {
+            let split = matches!((&o.etcd, &o.master_incarnation, o.state), (Some(e), Some(m), Some(st)) if e != m && st != ObservedState::Suspect);
+            if split {
+                let start = *since.entry(i).or_insert(s.t_ms);
+                if s.t_ms - start > grace {
+                    return verdict(
+                        "single_incarnation",
+                        Some((
+                            s.t_ms,
+                            format!(
+                                "{}: etcd has incarnation {:?} but the master routes to {:?} since t={} ms",
+                                names[i], o.etcd, o.master_incarnation, start
+                            ),
+                        )),
+                        String::new(),
+                    );
+                }
+            } else {
+                since.remove(&i);
+            }
+        }
+    }
+    verdict("single_incarnation", None, format!("held (grace {grace} ms)"))
+}
+
+fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample]) -> Verdict {
+    let grace = sc.invariants.incarnation_grace.as_ms();
+    let names = sc.instance_names();
+    // Per instance: incarnations in order of first sighting in etcd.
+    let mut first_seen: Vec<Vec<(String, u64)>> = vec![Vec::new(); names.len()];
+    let mut prev_accepted = vec![0u64; names.len()];
+    for s in samples {
+        for (i, o) in s.instances.iter().enumerate() {
+            let Some(seen) = first_seen.get_mut(i) else { continue };
+            if let Some(e) = &o.etcd {
+                if !seen.iter().any(|(x, _)| x == e) {
+                    seen.push((e.clone(), s.t_ms));
+                }
+            }
+            let accepted = o.accepted();
+            let grew = accepted > prev_accepted.get(i).copied().unwrap_or(0);
+            if let Some(p) = prev_accepted.get_mut(i) {
+                *p = accepted;
+            }
+            let Some(m) = &o.master_incarnation else { continue };
+            let Some(pos) = seen.iter().position(|(x, _)| x == m) else { continue };
+            if let Some((newer, t_newer)) = seen.get(pos + 1) {
+                if grew && s.t_ms > t_newer + grace {
+                    return verdict(
+                        "no_stale_heartbeat_accepted",
+                        Some((s.t_ms, format!("{}: heartbeats of incarnation {m} still accepted at t={} ms, superseded by {newer} at t={t_newer} ms", names[i], s.t_ms))),
+                        String::new(),
+                    );
+                }
+            }
+        }
+    }
+    verdict("no_stale_heartbeat_accepted", None, "held".into())
+}
+
+fn no_401(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
+    let grace = sc.topology.heartbeat_interval.as_ms() + 1000;
+    let names = sc.instance_names();
+    let mut prev: Vec<u64> = vec![0; names.len()];
+    let mut prev_t = 0u64;
+    for s in samples {
+        for (i, o) in s.instances.iter().enumerate() {
+            let n = o.status_count(401);
+            let was = prev.get(i).copied().unwrap_or(0);
+            if let Some(p) = prev.get_mut(i) {
+                *p = n;
+            }
+            if n > was {
+                let excused = eps
+                    .iter()
+                    .any(|e| e.scope.covers(i) && e.token_mismatch && overlaps(e, prev_t.saturating_sub(grace), s.t_ms));
+                if !excused {
+                    return verdict(
+                        "no_401_when_tokens_match",
+                        Some((s.t_ms, format!("{}: heartbeat answered 401 at t≈{} ms while its token matched the master's", names[i], s.t_ms))),
+                        String::new(),
+                    );
+                }
+            }
+        }
+        prev_t = s.t_ms;
+    }
+    verdict("no_401_when_tokens_match", None, "held".into())
+}
+
+fn heartbeats_sane(sc: &Scenario, samples: &[Sample]) -> Verdict {
+    let names = sc.instance_names();
+    for s in samples {
+        for (i, o) in s.instances.iter().enumerate() {
+            let bad = o.gpu_cache.is_some_and(|g| !g.is_finite() || !(0.0..=1.0).contains(&g))
+                || o.waiting.is_some_and(|w| w > 10_000_000)
+                || o.ttft_ms.is_some_and(|x| !(0..=86_400_000).contains(&x))
+                || o.tbt_ms.is_some_and(|x| !(0..=86_400_000).contains(&x));
+            if bad {
+                return verdict(
+                    "heartbeats_sane",
+                    Some((
+                        s.t_ms,
+                        format!(
+                            "{}: master stored waiting={:?} gpu_cache={:?} ttft={:?} tbt={:?}",
+                            names[i], o.waiting, o.gpu_cache, o.ttft_ms, o.tbt_ms
+                        ),
+                    )),
+                    String::new(),
+                );
+            }
+        }
+    }
+    verdict("heartbeats_sane", None, "held".into())
+}
+
+/// Time to recover from each fault: from its end until every instance that should be
+/// routable (sidecar running, vLLM not down) is ACTIVE and registered.
+pub fn recoveries(samples: &[Sample], eps: &[Episode]) -> Vec<Recovery> {
+    let mut out = Vec::new();
+    for e in eps.iter().filter(|e| e.is_fault) {
+        let end = e.end_ms;
+        let recovered = end.and_then(|end| {
+            samples
+                .iter()
+                .filter(|s| s.t_ms >= end)
+                .find(|s| {
+                    s.instances.iter().enumerate().all(|(i, o)| {
+                        let down = eps.iter().any(|x| x.scope.covers(i) && x.vllm_down && overlaps(x, s.t_ms, s.t_ms));
+                        !o.sidecar_running || down || o.fully_active()
+                    })
+                })
+                .map(|s| s.t_ms)
+        });
+        out.push(Recovery {
+            fault: e.label.clone(),
+            start_ms: e.start_ms,
+            end_ms: end,
+            recovered_ms: recovered,
+            time_to_recover_ms: match (end, recovered) {
+                (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+                _ => None,
+            },
+        });
+    }
+    out
+}
