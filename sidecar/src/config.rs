@@ -77,7 +77,7 @@ pub struct RunArgs {
     )]
     pub etcd_password: String,
     /// Seconds for one etcd request (per endpoint).
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, allow_negative_numbers = true)]
     pub etcd_timeout: f64,
     /// Base URL of the local vLLM server.
     #[arg(long, default_value = "http://127.0.0.1:18000")]
@@ -93,16 +93,16 @@ pub struct RunArgs {
     #[arg(long, default_value = "vllm")]
     pub instance_name: String,
     /// etcd lease TTL, seconds.
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 6, allow_negative_numbers = true)]
     pub lease_ttl: i64,
     /// Seconds between health probes (and at most this between lease keepalives).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
     pub keepalive_interval: f64,
     /// Seconds for one /health probe (also the /metrics scrape and heartbeat POST).
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, allow_negative_numbers = true)]
     pub health_timeout: f64,
     /// Consecutive failed probes before the lease is revoked.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
     pub health_fail_threshold: u32,
     /// Master HTTP base URL for /v1/internal/heartbeat.
     #[arg(long, default_value = "http://127.0.0.1:9998")]
@@ -116,7 +116,7 @@ pub struct RunArgs {
     )]
     pub internal_token: String,
     /// Seconds between heartbeats.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, allow_negative_numbers = true)]
     pub heartbeat_interval: f64,
     /// vLLM Prometheus endpoint (default: <vllm-url>/metrics).
     #[arg(long)]
@@ -135,7 +135,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 16 * 1024 * 1024)]
     pub metrics_max_bytes: usize,
     /// Seconds for the whole /metrics read (default: --health-timeout).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub scrape_timeout: Option<f64>,
     /// Only count samples whose model_name label equals this.
     #[arg(long)]
@@ -144,7 +144,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "avg")]
     pub latency_stat: LatencyStat,
     /// Seconds allowed for the final lease revoke on SIGTERM/SIGINT.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, allow_negative_numbers = true)]
     pub shutdown_timeout: f64,
 }
 
