@@ -17,18 +17,26 @@ async fn setup(token: Option<&str>) -> Option<(MockMaster, String, Gw, String)> 
     let ns = unique_ns("hb");
     let gw = Gw::new(url);
     let name = "127.0.0.1:18000".to_string();
-    gw.put(&key(&ns, "DEFAULT", &name), &reg_value(&name, 0, "inc-1")).await;
+    gw.put(&key(&ns, "DEFAULT", &name), &reg_value(&name, 0, "inc-1"))
+        .await;
     let mut cfg = fast_config(url, &ns);
     cfg.token = token.map(str::to_string);
     cfg.max_body_bytes = 4096;
-    let m = mock_master::start(cfg, mock_kit::Events::none("master")).await.unwrap();
-    assert!(m.instance(&name).is_some(), "initial range did not register the instance");
+    let m = mock_master::start(cfg, mock_kit::Events::none("master"))
+        .await
+        .unwrap();
+    assert!(
+        m.instance(&name).is_some(),
+        "initial range did not register the instance"
+    );
     Some((m, name, gw, ns))
 }
 
 #[tokio::test]
 async fn every_row_of_the_table_in_order() {
-    let Some((m, name, _gw, _ns)) = setup(Some(TOKEN)).await else { return };
+    let Some((m, name, _gw, _ns)) = setup(Some(TOKEN)).await else {
+        return;
+    };
     let u = m.url();
 
     // 401: missing or wrong token, even with a bad body (the token is checked first).
@@ -40,14 +48,23 @@ async fn every_row_of_the_table_in_order() {
     assert_eq!(s, 401);
 
     // 400: not a HeartbeatRequest.
-    for bad in [json!([1]), json!({"name": 5}), json!({"name": name, "load_metrics": {"waiting_requests_num": -1}})] {
+    for bad in [
+        json!([1]),
+        json!({"name": 5}),
+        json!({"name": name, "load_metrics": {"waiting_requests_num": -1}}),
+    ] {
         let (s, b) = beat(&u, Some(TOKEN), bad).await;
         assert_eq!((s, b), (400, json!({"error": "invalid heartbeat json"})));
     }
     // 400: name empty (also absent), checked before the incarnation.
     let (s, b) = beat(&u, Some(TOKEN), json!({"incarnation_id": "inc-1"})).await;
     assert_eq!((s, b), (400, json!({"error": "missing instance name"})));
-    let (s, _) = beat(&u, Some(TOKEN), json!({"name": "", "incarnation_id": "nope"})).await;
+    let (s, _) = beat(
+        &u,
+        Some(TOKEN),
+        json!({"name": "", "incarnation_id": "nope"}),
+    )
+    .await;
     assert_eq!(s, 400);
 
     // 409: unknown name, stale incarnation, missing incarnation.
@@ -58,7 +75,10 @@ async fn every_row_of_the_table_in_order() {
     assert_eq!((s, b), (409, conflict.clone()));
     let (s, _) = beat(&u, Some(TOKEN), json!({"name": name})).await;
     assert_eq!(s, 409);
-    assert!(m.instance(&name).unwrap().load.is_none(), "a refused heartbeat stored metrics");
+    assert!(
+        m.instance(&name).unwrap().load.is_none(),
+        "a refused heartbeat stored metrics"
+    );
 
     // 200: recorded, metrics stored.
     let (s, b) = beat(&u, Some(TOKEN), hb(&name, "inc-1", 7, 0.25)).await;
@@ -78,17 +98,32 @@ async fn every_row_of_the_table_in_order() {
     assert_eq!(counts.get(&200), Some(&1));
 
     // The Prometheus page counts by status too.
-    let text = reqwest::get(format!("{u}/metrics")).await.unwrap().text().await.unwrap();
-    assert!(text.contains(r#"mock_master_heartbeats_total{status="401"} 3"#), "{text}");
+    let text = reqwest::get(format!("{u}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains(r#"mock_master_heartbeats_total{status="401"} 3"#),
+        "{text}"
+    );
     assert!(!text.contains(TOKEN), "token leaked into /metrics");
-    let state = reqwest::get(format!("{u}/_mock/state")).await.unwrap().text().await.unwrap();
+    let state = reqwest::get(format!("{u}/_mock/state"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(!state.contains(TOKEN), "token leaked into /_mock/state");
     m.stop().await;
 }
 
 #[tokio::test]
 async fn protobuf_json_spellings_are_accepted() {
-    let Some((m, name, _gw, _ns)) = setup(None).await else { return };
+    let Some((m, name, _gw, _ns)) = setup(None).await else {
+        return;
+    };
     let body = json!({"name": name, "incarnationId": "inc-1", "cacheEvent": {"stored_cache": []},
         "loadMetrics": {"waitingRequestsNum": "42", "gpuCacheUsagePerc": "0.5"},
         "latencyMetrics": {"recentMaxTtft": "100", "recentMaxTbt": 1e1}, "future_field": [1, {"x": null}]});
@@ -99,17 +134,34 @@ async fn protobuf_json_spellings_are_accepted() {
     assert_eq!(v.load.unwrap().waiting_requests_num, 42);
     assert_eq!(v.latency.unwrap().recent_max_tbt, 10);
     // Absent metrics are zero.
-    let (s, _) = beat(&m.url(), None, json!({"name": name, "incarnation_id": "inc-1"})).await;
+    let (s, _) = beat(
+        &m.url(),
+        None,
+        json!({"name": name, "incarnation_id": "inc-1"}),
+    )
+    .await;
     assert_eq!(s, 200);
-    assert_eq!(m.instance(&name).unwrap().load.unwrap().waiting_requests_num, 0);
+    assert_eq!(
+        m.instance(&name)
+            .unwrap()
+            .load
+            .unwrap()
+            .waiting_requests_num,
+        0
+    );
     m.stop().await;
 }
 
 #[tokio::test]
 async fn oversized_and_non_json_bodies() {
-    let Some((m, name, _gw, _ns)) = setup(None).await else { return };
+    let Some((m, name, _gw, _ns)) = setup(None).await else {
+        return;
+    };
     let http = reqwest::Client::new();
-    let big = format!(r#"{{"name":"{name}","incarnation_id":"inc-1","pad":"{}"}}"#, "x".repeat(5000));
+    let big = format!(
+        r#"{{"name":"{name}","incarnation_id":"inc-1","pad":"{}"}}"#,
+        "x".repeat(5000)
+    );
     let r = http
         .post(format!("{}/v1/internal/heartbeat", m.url()))
         .body(big)
@@ -118,7 +170,8 @@ async fn oversized_and_non_json_bodies() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 413);
     // Chunked (no Content-Length) and too large: still 413.
-    let chunks = futures_util::stream::iter((0..10).map(|_| Ok::<_, std::io::Error>(vec![b' '; 1000])));
+    let chunks =
+        futures_util::stream::iter((0..10).map(|_| Ok::<_, std::io::Error>(vec![b' '; 1000])));
     let r = http
         .post(format!("{}/v1/internal/heartbeat", m.url()))
         .body(reqwest::Body::wrap_stream(chunks))
@@ -141,14 +194,31 @@ async fn oversized_and_non_json_bodies() {
 
 #[tokio::test]
 async fn token_rotation_over_the_control_api() {
-    let Some((m, name, _gw, _ns)) = setup(Some(TOKEN)).await else { return };
+    let Some((m, name, _gw, _ns)) = setup(Some(TOKEN)).await else {
+        return;
+    };
     let u = m.url();
     let http = reqwest::Client::new();
-    let r = http.post(format!("{u}/_mock/token")).json(&json!({"token": "new"})).send().await.unwrap();
+    let r = http
+        .post(format!("{u}/_mock/token"))
+        .json(&json!({"token": "new"}))
+        .send()
+        .await
+        .unwrap();
     assert!(r.status().is_success());
-    assert_eq!(beat(&u, Some(TOKEN), hb(&name, "inc-1", 0, 0.0)).await.0, 401);
-    assert_eq!(beat(&u, Some("new"), hb(&name, "inc-1", 0, 0.0)).await.0, 200);
-    http.post(format!("{u}/_mock/token")).json(&json!({"token": null})).send().await.unwrap();
+    assert_eq!(
+        beat(&u, Some(TOKEN), hb(&name, "inc-1", 0, 0.0)).await.0,
+        401
+    );
+    assert_eq!(
+        beat(&u, Some("new"), hb(&name, "inc-1", 0, 0.0)).await.0,
+        200
+    );
+    http.post(format!("{u}/_mock/token"))
+        .json(&json!({"token": null}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(beat(&u, None, hb(&name, "inc-1", 0, 0.0)).await.0, 200);
     // Reset restores the configured token.
     http.post(format!("{u}/_mock/reset")).send().await.unwrap();
@@ -158,7 +228,9 @@ async fn token_rotation_over_the_control_api() {
 
 #[tokio::test]
 async fn status_and_latency_faults() {
-    let Some((m, name, _gw, _ns)) = setup(None).await else { return };
+    let Some((m, name, _gw, _ns)) = setup(None).await else {
+        return;
+    };
     let u = m.url();
     let http = reqwest::Client::new();
     // Two 503s, then back to normal; added over the control API.
@@ -173,9 +245,16 @@ async fn status_and_latency_faults() {
     assert_eq!(beat(&u, None, hb(&name, "inc-1", 0, 0.0)).await.0, 503);
     assert_eq!(beat(&u, None, hb(&name, "inc-1", 0, 0.0)).await.0, 200);
     // An injected 409 carries the real body, so a sidecar re-registers.
-    m.faults().add(Fault::HeartbeatStatus { status: 409 }, Some(1), None);
+    m.faults()
+        .add(Fault::HeartbeatStatus { status: 409 }, Some(1), None);
     let (s, b) = beat(&u, None, hb(&name, "inc-1", 0, 0.0)).await;
-    assert_eq!((s, b), (409, json!({"error": "instance not registered or stale incarnation"})));
+    assert_eq!(
+        (s, b),
+        (
+            409,
+            json!({"error": "instance not registered or stale incarnation"})
+        )
+    );
     // Latency: the answer is late by at least the injected delay.
     m.faults().add(Fault::Latency { ms: 300 }, Some(1), None);
     let t = std::time::Instant::now();
@@ -183,21 +262,38 @@ async fn status_and_latency_faults() {
     assert!(t.elapsed() >= Duration::from_millis(300));
     assert!(m.faults().list().is_empty());
     // A fault bounded by time disarms by itself.
-    m.faults().add(Fault::HeartbeatStatus { status: 500 }, None, Some(Duration::from_millis(100)));
+    m.faults().add(
+        Fault::HeartbeatStatus { status: 500 },
+        None,
+        Some(Duration::from_millis(100)),
+    );
     assert_eq!(beat(&u, None, hb(&name, "inc-1", 0, 0.0)).await.0, 500);
-    assert!(poll(Duration::from_secs(2), || async { beat(&u, None, hb(&name, "inc-1", 0, 0.0)).await.0 == 200 }).await);
+    assert!(
+        poll(Duration::from_secs(2), || async {
+            beat(&u, None, hb(&name, "inc-1", 0, 0.0)).await.0 == 200
+        })
+        .await
+    );
     m.stop().await;
 }
 
 #[tokio::test]
 async fn no_control_means_no_mock_routes() {
-    let Some(url) = shared_etcd().await else { return };
+    let Some(url) = shared_etcd().await else {
+        return;
+    };
     let mut cfg = fast_config(url, &unique_ns("nc"));
     cfg.control = false;
-    let m = mock_master::start(cfg, mock_kit::Events::none("master")).await.unwrap();
-    let r = reqwest::get(format!("{}/_mock/state", m.url())).await.unwrap();
+    let m = mock_master::start(cfg, mock_kit::Events::none("master"))
+        .await
+        .unwrap();
+    let r = reqwest::get(format!("{}/_mock/state", m.url()))
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 404);
-    let r = reqwest::get(format!("{}/v1/internal/instances", m.url())).await.unwrap();
+    let r = reqwest::get(format!("{}/v1/internal/instances", m.url()))
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 200);
     m.stop().await;
 }

@@ -126,7 +126,11 @@ pub async fn start_etcd() -> Option<RealEtcd> {
 /// A unique namespace per test, so tests can share one etcd.
 pub fn unique_ns(tag: &str) -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    format!("/t{}-{}-{tag}/", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "/t{}-{}-{tag}/",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Poll `cond` every 20 ms until it holds or `limit` passes.
@@ -158,19 +162,31 @@ impl Gw {
     pub fn new(url: &str) -> Self {
         Gw {
             url: url.trim_end_matches('/').to_string(),
-            http: reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()
+                .unwrap(),
         }
     }
 
     pub async fn call(&self, path: &str, body: Value) -> Value {
-        let r = self.http.post(format!("{}{path}", self.url)).json(&body).send().await.unwrap();
+        let r = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         assert!(r.status().is_success(), "{path} answered {}", r.status());
         r.json().await.unwrap()
     }
 
     pub async fn put(&self, key: &str, value: &str) -> i64 {
         let v = self
-            .call("/v3/kv/put", json!({"key": B64.encode(key), "value": B64.encode(value)}))
+            .call(
+                "/v3/kv/put",
+                json!({"key": B64.encode(key), "value": B64.encode(value)}),
+            )
             .await;
         rev(&v)
     }
@@ -184,38 +200,55 @@ impl Gw {
     }
 
     pub async fn delete(&self, key: &str) -> i64 {
-        let v = self.call("/v3/kv/deleterange", json!({"key": B64.encode(key)})).await;
+        let v = self
+            .call("/v3/kv/deleterange", json!({"key": B64.encode(key)}))
+            .await;
         rev(&v)
     }
 
     pub async fn get(&self, key: &str) -> Option<String> {
-        let v = self.call("/v3/kv/range", json!({"key": B64.encode(key)})).await;
+        let v = self
+            .call("/v3/kv/range", json!({"key": B64.encode(key)}))
+            .await;
         let kv = v.get("kvs")?.as_array()?.first()?.clone();
-        let raw = B64.decode(kv.get("value").and_then(Value::as_str).unwrap_or("")).unwrap();
+        let raw = B64
+            .decode(kv.get("value").and_then(Value::as_str).unwrap_or(""))
+            .unwrap();
         Some(String::from_utf8(raw).unwrap())
     }
 
     pub async fn grant(&self, ttl: i64) -> i64 {
-        let v = self.call("/v3/lease/grant", json!({"TTL": ttl.to_string()})).await;
+        let v = self
+            .call("/v3/lease/grant", json!({"TTL": ttl.to_string()}))
+            .await;
         v["ID"].as_str().unwrap().parse().unwrap()
     }
 
     pub async fn revoke(&self, lease: i64) {
-        self.call("/v3/lease/revoke", json!({"ID": lease.to_string()})).await;
-    }
-
-    pub async fn compact(&self, revision: i64) {
-        self.call("/v3/kv/compaction", json!({"revision": revision.to_string(), "physical": true}))
+        self.call("/v3/lease/revoke", json!({"ID": lease.to_string()}))
             .await;
     }
 
+    pub async fn compact(&self, revision: i64) {
+        self.call(
+            "/v3/kv/compaction",
+            json!({"revision": revision.to_string(), "physical": true}),
+        )
+        .await;
+    }
+
     pub async fn revision(&self) -> i64 {
-        rev(&self.call("/v3/kv/range", json!({"key": B64.encode("\0")})).await)
+        rev(&self
+            .call("/v3/kv/range", json!({"key": B64.encode("\0")}))
+            .await)
     }
 }
 
 fn rev(v: &Value) -> i64 {
-    v["header"]["revision"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0)
+    v["header"]["revision"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The value the sidecar writes for an instance.
@@ -279,20 +312,31 @@ async fn stub_health(State(s): State<Stub>) -> impl IntoResponse {
 }
 
 async fn stub_models(State(s): State<Stub>) -> impl IntoResponse {
-    axum::Json(json!({"object": "list", "data": [{"id": s.model, "object": "model", "owned_by": "vllm"}]}))
+    axum::Json(
+        json!({"object": "list", "data": [{"id": s.model, "object": "model", "owned_by": "vllm"}]}),
+    )
 }
 
-async fn stub_completion(State(s): State<Stub>, body: axum::body::Bytes) -> axum::response::Response {
+async fn stub_completion(
+    State(s): State<Stub>,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
     s.completions.fetch_add(1, Ordering::SeqCst);
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if req["stream"] == json!(true) {
         let name = s.name.clone();
         let chunks = (0..3).map(move |i| {
-            Ok::<_, std::convert::Infallible>(format!("data: {{\"served_by\":\"{name}\",\"i\":{i}}}\n\n"))
+            Ok::<_, std::convert::Infallible>(format!(
+                "data: {{\"served_by\":\"{name}\",\"i\":{i}}}\n\n"
+            ))
         });
         let done = std::iter::once(Ok("data: [DONE]\n\n".to_string()));
         let stream = futures_util::stream::iter(chunks.chain(done));
-        return ([("content-type", "text/event-stream")], axum::body::Body::from_stream(stream)).into_response();
+        return (
+            [("content-type", "text/event-stream")],
+            axum::body::Body::from_stream(stream),
+        )
+            .into_response();
     }
     axum::Json(json!({"served_by": s.name, "echo": req})).into_response()
 }
@@ -300,7 +344,10 @@ async fn stub_completion(State(s): State<Stub>, body: axum::body::Bytes) -> axum
 /// Events into a ring the test can read.
 pub fn ring_events() -> (Events, Arc<RingSink>) {
     let ring = RingSink::new(100_000);
-    (Events::new("master", Some(ring.clone() as Arc<dyn EventSink>)), ring)
+    (
+        Events::new("master", Some(ring.clone() as Arc<dyn EventSink>)),
+        ring,
+    )
 }
 
 /// `state` events for `name`, as (from, to) pairs.
@@ -329,7 +376,9 @@ pub async fn beat(master: &str, token: Option<&str>, body: Value) -> (u16, Value
     let r = req.send().await.unwrap();
     let status = r.status().as_u16();
     assert_eq!(
-        r.headers().get("content-type").and_then(|v| v.to_str().ok()),
+        r.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
         Some("application/json")
     );
     (status, r.json().await.unwrap())
@@ -367,4 +416,64 @@ pub async fn shared_etcd() -> Option<&'static str> {
         let _ = ETCD.set(e);
     }
     ETCD.get().and_then(|e| e.as_ref()).map(|e| e.url.as_str())
+}
+
+/// A TCP proxy on loopback whose connections can be cut, and which can refuse new ones
+/// for a while: a broken watch stream without touching etcd.
+pub struct CutProxy {
+    pub url: String,
+    blocked: Arc<std::sync::atomic::AtomicBool>,
+    conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl CutProxy {
+    pub async fn start(upstream: &str) -> CutProxy {
+        let target = upstream.trim_start_matches("http://").to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let blocked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
+        let (b, c) = (blocked.clone(), conns.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if b.load(Ordering::SeqCst) {
+                    drop(inbound);
+                    continue;
+                }
+                let target = target.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+                c.lock().unwrap().push(task);
+            }
+        });
+        CutProxy {
+            url,
+            blocked,
+            conns,
+            accept,
+        }
+    }
+
+    /// Drop every open connection; refuse new ones while `block`.
+    pub fn cut(&self, block: bool) {
+        self.blocked.store(block, Ordering::SeqCst);
+        for t in self.conns.lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+
+    pub fn unblock(&self) {
+        self.blocked.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for CutProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut(true);
+    }
 }
