@@ -494,19 +494,18 @@ impl Cluster {
                     self.start_sidecar(i, &bin, token.clone())?;
                 }
             }
+            // Signals only: the timeline (awaits on exit and on the key) observes the rest.
             Action::SidecarStop(t) => {
-                let mut codes = Vec::new();
                 for i in targets(t) {
-                    if let Some(p) = self.instances.get_mut(i).and_then(|x| x.sidecar.as_mut()) {
-                        codes.push(p.stop(Duration::from_secs(10)).await);
+                    if let Some(p) = self.instances.get(i).and_then(|x| x.sidecar.as_ref()) {
+                        p.terminate();
                     }
                 }
-                return Ok(Some(format!("exit codes {codes:?}")));
             }
             Action::SidecarKill(t) => {
                 for i in targets(t) {
-                    if let Some(p) = self.instances.get_mut(i).and_then(|x| x.sidecar.as_mut()) {
-                        p.kill().await;
+                    if let Some(p) = self.instances.get(i).and_then(|x| x.sidecar.as_ref()) {
+                        p.kill_now();
                     }
                 }
             }

@@ -152,6 +152,16 @@ impl SidecarProc {
         }
     }
 
+    /// Send SIGTERM without waiting (the timeline observes what follows).
+    pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Send SIGKILL without waiting.
+    pub fn kill_now(&self) {
+        self.signal(libc::SIGKILL);
+    }
+
     /// SIGTERM; wait up to `grace` for the exit, then SIGKILL. Answers the exit code.
     pub async fn stop(&mut self, grace: Duration) -> Option<i32> {
         self.signal(libc::SIGTERM);

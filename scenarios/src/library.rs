@@ -1,0 +1,65 @@
+//! The built-in scenario library (`scenarios/library/*.toml`, embedded in the binary) and
+//! loading scenario files from disk.
+
+use crate::spec::{Scenario, SpecError};
+
+/// Every built-in scenario: (file name, text).
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("happy-path.toml", include_str!("../library/happy-path.toml")),
+];
+
+/// A parsed scenario and where it came from.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// `library/<file>` for built-ins, else the path given.
+    pub file: String,
+    pub scenario: Scenario,
+}
+
+/// Parse every built-in scenario.
+pub fn builtin() -> Result<Vec<Loaded>, SpecError> {
+    BUILTIN
+        .iter()
+        .map(|(f, text)| {
+            let file = format!("library/{f}");
+            Scenario::parse(&file, text).map(|scenario| Loaded { file, scenario })
+        })
+        .collect()
+}
+
+/// Parse scenario files from disk, or built-ins by name (`happy-path`). All are parsed
+/// before any runs; the first error stops everything.
+pub fn load(args: &[String]) -> Result<Vec<Loaded>, SpecError> {
+    if args.is_empty() {
+        return builtin();
+    }
+    let all = builtin()?;
+    let mut out = Vec::new();
+    for a in args {
+        let path = std::path::Path::new(a);
+        if path.is_file() {
+            let text = std::fs::read_to_string(path).map_err(|e| SpecError {
+                file: a.clone(),
+                line: None,
+                message: format!("cannot read: {e}"),
+            })?;
+            let scenario = Scenario::parse(a, &text)?;
+            out.push(Loaded { file: a.clone(), scenario });
+            continue;
+        }
+        let name = a.trim_start_matches("library/").trim_end_matches(".toml");
+        match all.iter().find(|l| l.scenario.name == name) {
+            Some(l) => out.push(l.clone()),
+            None => {
+                return Err(SpecError {
+                    file: a.clone(),
+                    line: None,
+                    message: format!(
+                        "no such file, and no built-in scenario of that name (see `scenarios list`)"
+                    ),
+                })
+            }
+        }
+    }
+    Ok(out)
+}
