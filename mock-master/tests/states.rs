@@ -47,7 +47,7 @@ fn t(from: &str, to: &str) -> (String, String) {
 
 async fn put_register_refresh_replace(url: &str) {
     let gw = Gw::new(url);
-    let ns_raw = format!("{}", unique_ns("put").trim_matches('/'));
+    let ns_raw = unique_ns("put").trim_matches('/').to_string();
     let ns = format!("/{ns_raw}/");
     let stub = Stub::start("m").await;
     let name = stub.name.clone();
