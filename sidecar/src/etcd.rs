@@ -26,7 +26,7 @@ use reqwest::Url;
 use serde_json::{json, Map, Value};
 
 use crate::config::Secret;
-use crate::http::{read_capped, snippet};
+use crate::http::{describe, read_capped, snippet};
 
 /// No gateway answer the sidecar needs is anywhere near this.
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;
@@ -274,15 +274,21 @@ impl EtcdClient {
             Ok(url) => url,
             Err(e) => return Attempt::Failed(format!("{base}: bad URL: {e}")),
         };
-        let mut request = self.http.post(url).timeout(self.timeout).json(body);
-        if let Some(token) = token {
-            request = request.header(reqwest::header::AUTHORIZATION, token.expose());
-        }
+        let request = || {
+            let mut request = self.http.post(url.clone()).timeout(self.timeout).json(body);
+            if let Some(token) = token {
+                request = request.header(reqwest::header::AUTHORIZATION, token.expose());
+            }
+            request
+        };
         let exchange = async {
-            let response = request
-                .send()
-                .await
-                .map_err(|e| e.without_url().to_string())?;
+            // A pooled connection to an etcd that restarted fails at once: one retry on a
+            // fresh connection, so a single-endpoint setup survives an etcd restart.
+            let response = match request().send().await {
+                Ok(response) => response,
+                Err(e) if !e.is_timeout() => request().send().await.map_err(describe)?,
+                Err(e) => return Err(describe(e)),
+            };
             let status = response.status();
             let bytes = read_capped(response, MAX_ANSWER_BYTES)
                 .await

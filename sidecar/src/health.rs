@@ -47,7 +47,7 @@ impl HealthProbe {
         match tokio::time::timeout(self.timeout, probe).await {
             Ok(Ok(ok)) => ok,
             Ok(Err(e)) => {
-                tracing::debug!(error = %e.without_url(), "vLLM health probe failed");
+                tracing::debug!(error = %crate::http::describe(e), "vLLM health probe failed");
                 false
             }
             Err(_) => {

@@ -101,10 +101,7 @@ impl HeartbeatClient {
             request = request.header("X-Internal-Token", self.token.expose());
         }
         let exchange = async {
-            let response = request
-                .send()
-                .await
-                .map_err(|e| e.without_url().to_string())?;
+            let response = request.send().await.map_err(crate::http::describe)?;
             let status = response.status().as_u16();
             let bytes = read_capped(response, 64 * 1024).await.unwrap_or_default();
             Ok::<_, String>(match status {

@@ -56,6 +56,23 @@ pub async fn read_capped(response: reqwest::Response, limit: usize) -> Result<By
     Ok(buf.freeze())
 }
 
+/// A transport error with its causes ("error sending request: connection refused"), and
+/// without the URL (the caller names the peer).
+pub fn describe(error: reqwest::Error) -> String {
+    let error = error.without_url();
+    let mut out = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}
+
 /// At most `max` characters of a peer's answer, for a log line.
 pub fn snippet(body: &[u8], max: usize) -> String {
     let text = String::from_utf8_lossy(body);

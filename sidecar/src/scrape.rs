@@ -88,7 +88,7 @@ impl Scraper {
                 .timeout(self.timeout)
                 .send()
                 .await
-                .map_err(|e| ScrapeError::Request(e.without_url().to_string()))?;
+                .map_err(|e| ScrapeError::Request(crate::http::describe(e)))?;
             let status = response.status();
             if !status.is_success() {
                 return Err(ScrapeError::Status(status.as_u16()));
