@@ -225,8 +225,15 @@ pub enum Condition {
     Unregistered(Target),
     /// Every instance ACTIVE at the master and registered in etcd with the same incarnation.
     AllActive(bool),
-    /// At least this many distinct incarnations of the instance were seen (re-registrations).
-    Incarnations { instance: Target, at_least: usize },
+    /// Distinct incarnations of the instance seen in etcd so far (re-registrations), at
+    /// least and/or at most this many.
+    Incarnations {
+        instance: Target,
+        #[serde(default)]
+        at_least: Option<usize>,
+        #[serde(default)]
+        at_most: Option<usize>,
+    },
     /// The master accepted at least `at_least` (default 1) heartbeats from the instance since
     /// the step began, optionally with at least `min_waiting` waiting requests.
     Heartbeat {
@@ -678,12 +685,13 @@ impl Scenario {
             Condition::State { instance, .. }
             | Condition::Registered(instance)
             | Condition::Unregistered(instance)
-            | Condition::Incarnations { instance, .. }
             | Condition::Heartbeat { instance, .. }
             | Condition::HeartbeatStatus { instance, .. }
             | Condition::Exited { instance, .. }
             | Condition::Log { instance, .. }
             | Condition::RoutedShare { instance, .. } => self.check_target(instance, known, false),
+            Condition::Incarnations { at_least: None, at_most: None, .. } => Err("`incarnations` needs `at_least` or `at_most`".into()),
+            Condition::Incarnations { instance, .. } => self.check_target(instance, known, false),
             Condition::AllActive(true) => Ok(()),
             Condition::AllActive(false) => Err("`all_active = false` means nothing; use `all_active = true`".into()),
         }

@@ -82,6 +82,8 @@ pub struct Episode {
     pub vllm_down: bool,
     /// 401s are expected (token mismatch).
     pub token_mismatch: bool,
+    /// The master's view may lag etcd (its watch is cut or it restarted).
+    pub excuses_master: bool,
     /// Shown as a fault in reports and recovery times (not a routine start).
     pub is_fault: bool,
     key: String,
@@ -110,6 +112,7 @@ pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Epi
             excuses_registration: false,
             vllm_down: false,
             token_mismatch: false,
+            excuses_master: false,
             is_fault: true,
             key,
         };
@@ -252,7 +255,7 @@ pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Epi
                 close(&mut eps, &format!("etcd_kill:{member}"), t);
             }
             Action::MasterRestart { .. } => {
-                open(&mut eps, format!("master_restart:{t}"), r.label.clone(), Scope::All, t, Some(0), &|_| {});
+                open(&mut eps, format!("master_restart:{t}"), r.label.clone(), Scope::All, t, Some(0), &|e| e.excuses_master = true);
             }
             Action::MasterToken(tok) => {
                 master_token = if tok.is_empty() { None } else { Some(tok.clone()) };
@@ -274,8 +277,10 @@ pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Epi
                     let excuses = matches!(link, LinkKind::SidecarEtcd | LinkKind::SidecarVllm)
                         && !failover
                         && !matches!(fault, LinkFault::Latency { ms, jitter_ms } if ms + jitter_ms < 200);
+                    let master = *link == LinkKind::MasterEtcd;
                     open(&mut eps, key, r.label.clone(), s, t, duration.map(|d| d.as_ms()), &|e| {
                         e.excuses_registration = excuses;
+                        e.excuses_master = master;
                     });
                 }
             }
@@ -387,7 +392,7 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
         Condition::State { is, .. } => ctx.latest(i).is_some_and(|o| ObservedState::matches(o.state, *is)),
         Condition::Registered(_) => ctx.latest(i).is_some_and(|o| o.etcd.is_some()),
         Condition::Unregistered(_) => ctx.latest(i).is_some_and(|o| o.etcd.is_none()),
-        Condition::Incarnations { at_least, .. } => {
+        Condition::Incarnations { at_least, at_most, .. } => {
             let mut seen: Vec<&str> = Vec::new();
             for s in ctx.samples {
                 if let Some(inc) = s.instances.get(i).and_then(|o| o.etcd.as_deref()) {
@@ -396,7 +401,7 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
                     }
                 }
             }
-            seen.len() >= *at_least
+            at_least.is_none_or(|n| seen.len() >= n) && at_most.is_none_or(|n| seen.len() <= n)
         }
         Condition::Heartbeat { at_least, min_waiting, max_waiting, .. } => {
             let base = ctx.baseline(i).map(InstanceObs::accepted).unwrap_or(0);
@@ -458,7 +463,11 @@ pub fn describe(c: &Condition) -> String {
         Condition::Registered(i) => format!("{i} registered in etcd"),
         Condition::Unregistered(i) => format!("{i} key gone from etcd"),
         Condition::AllActive(_) => "all instances ACTIVE and registered".into(),
-        Condition::Incarnations { instance, at_least } => format!("{instance} seen with >= {at_least} incarnations"),
+        Condition::Incarnations { instance, at_least, at_most } => match (at_least, at_most) {
+            (Some(a), Some(b)) => format!("{instance} seen with {a}..={b} incarnations"),
+            (Some(a), None) => format!("{instance} seen with >= {a} incarnations"),
+            (None, b) => format!("{instance} seen with <= {} incarnations", b.unwrap_or(0)),
+        },
         Condition::Heartbeat { instance, at_least, min_waiting, max_waiting } => {
             let mut s = format!("{instance}: {} heartbeat(s) accepted", at_least.unwrap_or(1));
             if let Some(m) = min_waiting {
@@ -489,10 +498,10 @@ pub fn invariants(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Vec<Ver
         out.push(registered_when_healthy(sc, samples, eps));
     }
     if inv.single_incarnation {
-        out.push(single_incarnation(sc, samples));
+        out.push(single_incarnation(sc, samples, eps));
     }
     if inv.no_stale_heartbeat_accepted {
-        out.push(no_stale_heartbeat(sc, samples));
+        out.push(no_stale_heartbeat(sc, samples, eps));
     }
     if inv.no_401_when_tokens_match {
         out.push(no_401(sc, samples, eps));
@@ -551,14 +560,19 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
     verdict("registered_when_healthy", None, format!("held ({checked} instance-samples checked, grace {grace} ms)"))
 }
 
-fn single_incarnation(sc: &Scenario, samples: &[Sample]) -> Verdict {
+/// Whether the master is excused from lagging etcd at `t` (its link cut or just restarted).
+fn master_excused(eps: &[Episode], t: u64, grace: u64) -> bool {
+    eps.iter().any(|e| e.excuses_master && overlaps(e, t.saturating_sub(grace + 3000), t))
+}
+
+fn single_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
     let grace = sc.invariants.incarnation_grace.as_ms();
     let names = sc.instance_names();
     let mut since: HashMap<usize, u64> = HashMap::new();
     for s in samples {
         for (i, o) in s.instances.iter().enumerate() {
             let split = matches!((&o.etcd, &o.master_incarnation, o.state), (Some(e), Some(m), Some(st)) if e != m && st != ObservedState::Suspect);
-            if split {
+            if split && !master_excused(eps, s.t_ms, grace) {
                 let start = *since.entry(i).or_insert(s.t_ms);
                 if s.t_ms - start > grace {
                     return verdict(
@@ -581,7 +595,7 @@ fn single_incarnation(sc: &Scenario, samples: &[Sample]) -> Verdict {
     verdict("single_incarnation", None, format!("held (grace {grace} ms)"))
 }
 
-fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample]) -> Verdict {
+fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
     let grace = sc.invariants.incarnation_grace.as_ms();
     let names = sc.instance_names();
     // Per instance: incarnations in order of first sighting in etcd.
@@ -603,7 +617,7 @@ fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample]) -> Verdict {
             let Some(m) = &o.master_incarnation else { continue };
             let Some(pos) = seen.iter().position(|(x, _)| x == m) else { continue };
             if let Some((newer, t_newer)) = seen.get(pos + 1) {
-                if grew && s.t_ms > t_newer + grace {
+                if grew && s.t_ms > t_newer + grace && !master_excused(eps, s.t_ms, grace) {
                     return verdict(
                         "no_stale_heartbeat_accepted",
                         Some((s.t_ms, format!("{}: heartbeats of incarnation {m} still accepted at t={} ms, superseded by {newer} at t={t_newer} ms", names[i], s.t_ms))),
@@ -617,30 +631,26 @@ fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample]) -> Verdict {
 }
 
 fn no_401(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
+    // The master answers 401 before it reads the body, so a 401 names no instance: the
+    // count is cluster-wide, and excused only while some sidecar's token mismatches.
     let grace = sc.topology.heartbeat_interval.as_ms() + 1000;
-    let names = sc.instance_names();
-    let mut prev: Vec<u64> = vec![0; names.len()];
+    let mut prev = 0u64;
     let mut prev_t = 0u64;
     for s in samples {
-        for (i, o) in s.instances.iter().enumerate() {
-            let n = o.status_count(401);
-            let was = prev.get(i).copied().unwrap_or(0);
-            if let Some(p) = prev.get_mut(i) {
-                *p = n;
-            }
-            if n > was {
-                let excused = eps
-                    .iter()
-                    .any(|e| e.scope.covers(i) && e.token_mismatch && overlaps(e, prev_t.saturating_sub(grace), s.t_ms));
-                if !excused {
-                    return verdict(
-                        "no_401_when_tokens_match",
-                        Some((s.t_ms, format!("{}: heartbeat answered 401 at t≈{} ms while its token matched the master's", names[i], s.t_ms))),
-                        String::new(),
-                    );
-                }
+        let n = s.instances.iter().map(|o| o.status_count(401)).max().unwrap_or(0);
+        if n > prev {
+            let excused = eps
+                .iter()
+                .any(|e| e.token_mismatch && overlaps(e, prev_t.saturating_sub(grace), s.t_ms));
+            if !excused {
+                return verdict(
+                    "no_401_when_tokens_match",
+                    Some((s.t_ms, format!("a heartbeat was answered 401 at t≈{} ms while every sidecar's token matched the master's", s.t_ms))),
+                    String::new(),
+                );
             }
         }
+        prev = n;
         prev_t = s.t_ms;
     }
     verdict("no_401_when_tokens_match", None, "held".into())
