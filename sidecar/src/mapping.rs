@@ -1,8 +1,33 @@
-//! From parsed samples to heartbeat metrics. (Interface stub: the parser issue fills it.)
+//! From a scraped page to the heartbeat's `load_metrics` and `latency_metrics`.
+//!
+//! The contract (§5) fixes the reference mapping; this module implements it with the
+//! corrections the issue asks for:
+//!
+//! - `waiting_requests_num`: sum of `vllm:num_requests_waiting` over label sets.
+//! - `gpu_cache_usage_perc`: `vllm:kv_cache_usage_perc` (newer engines), else the
+//!   deprecated `vllm:gpu_cache_usage_perc`: the *mean* over label sets (engines),
+//!   clamped to [0, 1]. The reference sums, which reads two engines at 0.5 as 1.0.
+//! - `recent_max_ttft` / `recent_max_tbt` (ms) from `vllm:time_to_first_token_seconds`
+//!   and `vllm:inter_token_latency_seconds` (else `vllm:time_per_output_token_seconds`),
+//!   over the interval since the previous scrape: `avg` is the reference (Δsum/Δcount,
+//!   truncated), `p50`/`p90`/`p99` interpolate in the interval's bucket deltas the way
+//!   PromQL's `histogram_quantile` does, `max` is the upper bound of the highest bucket
+//!   that grew (the last finite bound when only `+Inf` grew).
+//!
+//! Interval state is kept per series (label set without `le`), so one engine restarting
+//! (its count or sum going down) only re-baselines that series instead of producing a
+//! negative or huge number; a series seen for the first time is a baseline too. NaN and
+//! infinite samples are ignored, and every output is finite and non-negative.
+//!
+//! Two entry points give the same answer: [`Mapper::observe`] on a parsed page and
+//! [`Mapper::observe_text`], which lexes only the lines it needs (the scrape path's
+//! fast path: most of a vLLM page is never tokenized).
+
+use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::prom::Page;
+use crate::prom::{self, Format, Labels, Page};
 
 /// Which latency statistic the heartbeat reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -41,23 +66,457 @@ pub struct HeartbeatMetrics {
     pub latency_metrics: LatencyMetrics,
 }
 
+pub const WAITING: &str = "vllm:num_requests_waiting";
+pub const KV_USAGE: &str = "vllm:kv_cache_usage_perc";
+pub const GPU_CACHE_USAGE: &str = "vllm:gpu_cache_usage_perc";
+pub const TTFT: &str = "vllm:time_to_first_token_seconds";
+pub const ITL: &str = "vllm:inter_token_latency_seconds";
+pub const TPOT: &str = "vllm:time_per_output_token_seconds";
+
+/// The histograms the mapping reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hist {
+    Ttft = 0,
+    Itl = 1,
+    Tpot = 2,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    Bucket,
+    Sum,
+    Count,
+}
+
+/// What a sample name means to the mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Waiting,
+    Kv,
+    GpuKv,
+    Hist(Hist, Part),
+}
+
+/// Classify a metric name; `buckets`: whether bucket samples are needed at all.
+#[inline]
+fn classify(name: &str, buckets: bool) -> Option<Target> {
+    let rest = name.strip_prefix("vllm:")?;
+    let (hist, part) = match rest.as_bytes().first()? {
+        b'n' if name == WAITING => return Some(Target::Waiting),
+        b'k' if name == KV_USAGE => return Some(Target::Kv),
+        b'g' if name == GPU_CACHE_USAGE => return Some(Target::GpuKv),
+        b't' | b'i' => {
+            let (base, part) = if let Some(b) = name.strip_suffix("_sum") {
+                (b, Part::Sum)
+            } else if let Some(b) = name.strip_suffix("_count") {
+                (b, Part::Count)
+            } else if let Some(b) = name.strip_suffix("_bucket") {
+                if !buckets {
+                    return None;
+                }
+                (b, Part::Bucket)
+            } else {
+                return None;
+            };
+            let hist = match base {
+                TTFT => Hist::Ttft,
+                ITL => Hist::Itl,
+                TPOT => Hist::Tpot,
+                _ => return None,
+            };
+            (hist, part)
+        }
+        _ => return None,
+    };
+    Some(Target::Hist(hist, part))
+}
+
+/// Whether a line (starting with a bare name) may hold a sample the mapping reads:
+/// cheap prefix tests, never false for a line [`classify`] would accept.
+#[inline]
+fn may_match(line: &[u8], buckets: bool) -> bool {
+    let Some(rest) = line.strip_prefix(b"vllm:") else {
+        return false;
+    };
+    let hist = |base: &str| match line.strip_prefix(base.as_bytes()) {
+        Some(after) => {
+            after.starts_with(b"_s")
+                || after.starts_with(b"_c")
+                || (buckets && after.starts_with(b"_b"))
+        }
+        None => false,
+    };
+    match rest.first() {
+        Some(b'n') => line.starts_with(WAITING.as_bytes()),
+        Some(b'k') => line.starts_with(KV_USAGE.as_bytes()),
+        Some(b'g') => line.starts_with(GPU_CACHE_USAGE.as_bytes()),
+        Some(b't') => hist(TTFT) || hist(TPOT),
+        Some(b'i') => hist(ITL),
+        _ => false,
+    }
+}
+
+/// One series' cumulative values in one scrape.
+#[derive(Clone, Debug, Default)]
+struct Snapshot {
+    sum: Option<f64>,
+    count: Option<f64>,
+    /// `(le, cumulative count)`, sorted by `le` when the scrape ends.
+    buckets: Vec<(f64, f64)>,
+}
+
+impl Snapshot {
+    fn clear(&mut self) {
+        self.sum = None;
+        self.count = None;
+        self.buckets.clear();
+    }
+}
+
+#[derive(Debug, Default)]
+struct Series {
+    prev: Option<Snapshot>,
+    cur: Snapshot,
+    seen: bool,
+}
+
+/// Interval state of one histogram family: series keyed by their labels without `le`.
+#[derive(Debug, Default)]
+struct HistState {
+    series: HashMap<String, Series>,
+    any_seen: bool,
+}
+
+/// What one interval of one histogram family adds up to.
+#[derive(Debug, Default)]
+struct Interval {
+    sum: f64,
+    count: f64,
+    /// `(le, cumulative delta)` summed over series with the same bounds.
+    buckets: Vec<(f64, f64)>,
+}
+
 /// Keeps the previous scrape's counters to compute interval statistics.
 #[derive(Debug, Default)]
 pub struct Mapper {
     config: MapperConfig,
+    hists: [HistState; 3],
+    /// Reused between scrapes for series keys.
+    key: String,
+}
+
+/// Per-scrape gauges.
+#[derive(Default)]
+struct Gauges {
+    waiting: f64,
+    kv: (f64, u32),
+    gpu_kv: (f64, u32),
 }
 
 impl Mapper {
     pub fn new(config: MapperConfig) -> Self {
-        Mapper { config }
+        Mapper {
+            config,
+            ..Mapper::default()
+        }
     }
 
     pub fn config(&self) -> &MapperConfig {
         &self.config
     }
 
-    /// Map one scrape. Stub: answers zeros.
-    pub fn observe(&mut self, _page: &Page<'_>) -> HeartbeatMetrics {
-        HeartbeatMetrics::default()
+    /// Map one parsed scrape.
+    pub fn observe(&mut self, page: &Page<'_>) -> HeartbeatMetrics {
+        let buckets = self.config.latency_stat != LatencyStat::Avg;
+        self.begin();
+        let mut g = Gauges::default();
+        for s in &page.samples {
+            if let Some(t) = classify(&s.name, buckets) {
+                self.feed(&mut g, t, &s.labels, s.value);
+            }
+        }
+        self.end(g)
     }
+
+    /// Map one scrape straight from its text: the same result as
+    /// `observe(&prom::parse(text, format, Mode::Lenient)?)`, lexing only the lines of
+    /// the metrics above.
+    pub fn observe_text(&mut self, text: &str, format: Format) -> HeartbeatMetrics {
+        let buckets = self.config.latency_stat != LatencyStat::Avg;
+        self.begin();
+        let mut g = Gauges::default();
+        prom::scan(
+            text,
+            format,
+            |line| may_match(line.as_bytes(), buckets),
+            |s| {
+                if let Some(t) = classify(&s.name, buckets) {
+                    self.feed(&mut g, t, &s.labels, s.value);
+                }
+            },
+        );
+        self.end(g)
+    }
+
+    fn begin(&mut self) {
+        for h in &mut self.hists {
+            h.any_seen = false;
+            for s in h.series.values_mut() {
+                s.seen = false;
+                s.cur.clear();
+            }
+        }
+    }
+
+    #[inline]
+    fn feed(&mut self, g: &mut Gauges, target: Target, labels: &Labels<'_>, value: f64) {
+        if !value.is_finite() {
+            return;
+        }
+        if let Some(model) = &self.config.model {
+            if labels.get("model_name").as_deref() != Some(model.as_str()) {
+                return;
+            }
+        }
+        match target {
+            Target::Waiting => {
+                if value >= 0.0 {
+                    g.waiting += value;
+                }
+            }
+            Target::Kv => {
+                g.kv.0 += value;
+                g.kv.1 += 1;
+            }
+            Target::GpuKv => {
+                g.gpu_kv.0 += value;
+                g.gpu_kv.1 += 1;
+            }
+            Target::Hist(h, part) => {
+                let mut le = None;
+                self.key.clear();
+                for (n, v) in labels.iter() {
+                    if n == "le" {
+                        le = Some(v);
+                        continue;
+                    }
+                    self.key.push_str(&n);
+                    self.key.push('\u{0}');
+                    self.key.push_str(&v);
+                    self.key.push('\u{0}');
+                }
+                let state = &mut self.hists[h as usize];
+                let series = match state.series.get_mut(self.key.as_str()) {
+                    Some(s) => s,
+                    None => state.series.entry(self.key.clone()).or_default(),
+                };
+                series.seen = true;
+                state.any_seen = true;
+                match part {
+                    Part::Sum => series.cur.sum = Some(value),
+                    Part::Count => series.cur.count = Some(value),
+                    Part::Bucket => {
+                        // A bucket without a usable bound cannot be placed: ignore it.
+                        if let Some(le) =
+                            le.and_then(|l| prom::parse_f64(&l)).filter(|l| !l.is_nan())
+                        {
+                            series.cur.buckets.push((le, value));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn end(&mut self, g: Gauges) -> HeartbeatMetrics {
+        let stat = self.config.latency_stat;
+        let kv = if g.kv.1 > 0 { g.kv } else { g.gpu_kv };
+        let usage = if kv.1 > 0 { kv.0 / kv.1 as f64 } else { 0.0 };
+        let usage = if usage.is_finite() {
+            usage.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let mut ttft = self.hists[Hist::Ttft as usize].interval();
+        let itl = self.hists[Hist::Itl as usize].interval();
+        let tpot = self.hists[Hist::Tpot as usize].interval();
+        let mut tbt = if self.hists[Hist::Itl as usize].any_seen {
+            itl
+        } else {
+            tpot
+        };
+        HeartbeatMetrics {
+            load_metrics: LoadMetrics {
+                waiting_requests_num: if g.waiting.is_finite() {
+                    g.waiting as u64
+                } else {
+                    0
+                },
+                gpu_cache_usage_perc: usage,
+            },
+            latency_metrics: LatencyMetrics {
+                recent_max_ttft: to_ms(ttft.statistic(stat)),
+                recent_max_tbt: to_ms(tbt.statistic(stat)),
+            },
+        }
+    }
+}
+
+/// Seconds to whole milliseconds, truncated; anything not finite or negative is 0.
+fn to_ms(seconds: f64) -> i64 {
+    let ms = seconds * 1000.0;
+    if ms.is_finite() && ms > 0.0 {
+        ms as i64 // saturates at i64::MAX
+    } else {
+        0
+    }
+}
+
+impl HistState {
+    /// Close the scrape: add up the interval of every series that has a baseline, then
+    /// make this scrape the baseline. Series not on this page are forgotten.
+    fn interval(&mut self) -> Interval {
+        let mut out = Interval::default();
+        self.series.retain(|_, s| s.seen);
+        for s in self.series.values_mut() {
+            let cur = &mut s.cur;
+            if !cur.buckets.windows(2).all(|w| w[0].0 <= w[1].0) {
+                cur.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+            }
+            if let Some(prev) = &s.prev {
+                add_delta(&mut out, prev, cur);
+            }
+            match &mut s.prev {
+                Some(prev) => {
+                    prev.sum = cur.sum;
+                    prev.count = cur.count;
+                    prev.buckets.clear();
+                    prev.buckets.extend_from_slice(&cur.buckets);
+                }
+                None => s.prev = Some(cur.clone()),
+            }
+        }
+        out
+    }
+}
+
+/// Add one series' interval to `out`, unless it went backwards (a restart: the new
+/// values are only a baseline).
+fn add_delta(out: &mut Interval, prev: &Snapshot, cur: &Snapshot) {
+    if let (Some(s0), Some(c0), Some(s1), Some(c1)) = (prev.sum, prev.count, cur.sum, cur.count) {
+        if s1 < s0 || c1 < c0 {
+            return;
+        }
+        out.sum += s1 - s0;
+        out.count += c1 - c0;
+    } else if prev.count.zip(cur.count).is_some_and(|(c0, c1)| c1 < c0)
+        || prev.sum.zip(cur.sum).is_some_and(|(s0, s1)| s1 < s0)
+    {
+        return;
+    }
+    let same_bounds = prev.buckets.len() == cur.buckets.len()
+        && prev
+            .buckets
+            .iter()
+            .zip(&cur.buckets)
+            .all(|(a, b)| a.0 == b.0);
+    if !same_bounds
+        || prev
+            .buckets
+            .iter()
+            .zip(&cur.buckets)
+            .any(|(a, b)| b.1 < a.1)
+    {
+        return;
+    }
+    for (a, b) in prev.buckets.iter().zip(&cur.buckets) {
+        let d = b.1 - a.1;
+        match out.buckets.iter_mut().find(|(le, _)| *le == b.0) {
+            Some(slot) => slot.1 += d,
+            None => out.buckets.push((b.0, d)),
+        }
+    }
+}
+
+impl Interval {
+    /// The statistic, in seconds (0 when nothing was observed in the interval).
+    fn statistic(&mut self, stat: LatencyStat) -> f64 {
+        match stat {
+            LatencyStat::Avg => {
+                if self.count > 0.0 {
+                    self.sum / self.count
+                } else {
+                    0.0
+                }
+            }
+            LatencyStat::P50 => self.quantile(0.5),
+            LatencyStat::P90 => self.quantile(0.9),
+            LatencyStat::P99 => self.quantile(0.99),
+            LatencyStat::Max => self.max(),
+        }
+    }
+
+    fn sorted_buckets(&mut self) -> &[(f64, f64)] {
+        self.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        &self.buckets
+    }
+
+    /// `histogram_quantile`: linear interpolation inside the bucket holding the rank;
+    /// the `+Inf` bucket answers the last finite bound.
+    fn quantile(&mut self, q: f64) -> f64 {
+        let b = self.sorted_buckets();
+        let Some(&(_, total)) = b.last() else {
+            return 0.0;
+        };
+        if total <= 0.0 {
+            return 0.0;
+        }
+        let rank = q * total;
+        let mut lower_le = 0.0;
+        let mut lower_count = 0.0;
+        for (i, &(le, cum)) in b.iter().enumerate() {
+            if cum >= rank {
+                if le == f64::INFINITY {
+                    return last_finite(b);
+                }
+                if i == 0 && le <= 0.0 {
+                    return le;
+                }
+                let width = cum - lower_count;
+                if width <= 0.0 {
+                    return le;
+                }
+                return lower_le + (le - lower_le) * (rank - lower_count) / width;
+            }
+            lower_le = le;
+            lower_count = cum;
+        }
+        last_finite(b)
+    }
+
+    /// Upper bound of the highest bucket that grew.
+    fn max(&mut self) -> f64 {
+        let b = self.sorted_buckets();
+        let mut below = 0.0;
+        let mut highest = None;
+        for &(le, cum) in b {
+            if cum > below {
+                highest = Some(le);
+            }
+            below = below.max(cum);
+        }
+        match highest {
+            Some(le) if le == f64::INFINITY => last_finite(b),
+            Some(le) => le,
+            None => 0.0,
+        }
+    }
+}
+
+fn last_finite(b: &[(f64, f64)]) -> f64 {
+    b.iter()
+        .rev()
+        .map(|x| x.0)
+        .find(|le| le.is_finite())
+        .unwrap_or(0.0)
 }

@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use super::number::{parse_f64, parse_i64, parse_om_timestamp};
-use super::sample::{closing_quote, unescape, Labels, Sample};
+use super::sample::{closing_quote, quoted_end, unescape, Labels, Sample};
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Dialect {
@@ -85,14 +85,36 @@ fn skip_blanks(b: &[u8], mut i: usize) -> usize {
 
 /// End of a token: the next space or tab (or the end of the line).
 #[inline]
-fn token_end(b: &[u8], mut i: usize) -> usize {
-    while let Some(&c) = b.get(i) {
-        if c == b' ' || c == b'\t' {
-            break;
+fn token_end(b: &[u8], i: usize) -> usize {
+    match b.get(i..) {
+        Some(rest) => {
+            i + rest
+                .iter()
+                .position(|&c| c == b' ' || c == b'\t')
+                .unwrap_or(rest.len())
         }
-        i += 1;
+        None => i,
     }
-    i
+}
+
+/// End of a run of bytes of class `mask` starting at `i`.
+#[inline(always)]
+fn run_end(b: &[u8], i: usize, mask: u8) -> usize {
+    match b.get(i..) {
+        Some(rest) => {
+            i + rest
+                .iter()
+                .position(|&c| CLASS[c as usize] & mask == 0)
+                .unwrap_or(rest.len())
+        }
+        None => i,
+    }
+}
+
+/// Whether a line starting with `c` starts with a bare metric name.
+#[inline]
+pub(crate) fn starts_name(c: u8) -> bool {
+    CLASS[c as usize] & NAME_START != 0
 }
 
 /// Whether a metric name matches the legacy grammar.
@@ -123,16 +145,26 @@ struct LabelBlock<'a> {
 }
 
 /// Lex one sample line.
-pub(crate) fn sample_line<'a>(line: &'a str, d: Dialect) -> Result<LineSample<'a>, LexError> {
+///
+/// `prev_name` is the previous line's (valid, bare) metric name or `""`: pages list a
+/// metric's samples one after another, and a line that starts with the same name needs
+/// no second look at its characters.
+pub(crate) fn sample_line<'a>(
+    line: &'a str,
+    d: Dialect,
+    prev_name: &str,
+) -> Result<LineSample<'a>, LexError> {
     let b = line.as_bytes();
     let lax = d.lax_spacing();
     let mut i = 0;
     let mut name: Option<Cow<'a, str>> = None;
     if class(b, 0) & NAME_START != 0 {
-        i = 1;
-        while class(b, i) & NAME != 0 {
-            i += 1;
-        }
+        let p = prev_name.len();
+        i = if p > 0 && b.starts_with(prev_name.as_bytes()) && class(b, p) & NAME == 0 {
+            p
+        } else {
+            run_end(b, 1, NAME)
+        };
         name = Some(Cow::Borrowed(line.get(..i).unwrap_or_default()));
         // `name {labels}` is allowed in Prometheus; blanks before the value are not eaten here.
         if lax {
@@ -346,9 +378,8 @@ fn label_block<'a>(
     let mut name = None;
     let mut count = 0usize;
     let mut after_comma = false;
-    // Names seen so far, for the strict duplicate check (spill to the heap past 8).
-    let mut seen: [&str; 8] = [""; 8];
-    let mut seen_more: Vec<&str> = Vec::new();
+    // Names seen so far, for the strict duplicate check (strict mode only).
+    let mut seen: Vec<&str> = Vec::new();
     loop {
         if lax {
             i = skip_blanks(b, i);
@@ -418,10 +449,7 @@ fn label_block<'a>(
             if class(b, i) & LABEL_START == 0 {
                 return err(i, "expected a label name");
             }
-            i += 1;
-            while class(b, i) & LABEL != 0 {
-                i += 1;
-            }
+            i = run_end(b, i + 1, LABEL);
             label_name = line.get(name_start..i).unwrap_or_default();
             if lax {
                 i = skip_blanks(b, i);
@@ -438,12 +466,12 @@ fn label_block<'a>(
             return err(i, "expected '\"' to open the label value");
         }
         let vstart = i + 1;
-        let Some(len) = closing_quote(b.get(vstart..).unwrap_or_default()) else {
+        let Some((len, has_escape)) = quoted_end(b.get(vstart..).unwrap_or_default()) else {
             return err(i, "unterminated label value");
         };
-        let value = line.get(vstart..vstart + len).unwrap_or_default();
         i = vstart + len + 1;
-        if memchr::memchr(b'\\', value.as_bytes()).is_some() {
+        if has_escape {
+            let value = line.get(vstart..vstart + len).unwrap_or_default();
             escaped = true;
             if d.strict && !d.om {
                 check_escapes(value, vstart)?;
@@ -453,22 +481,13 @@ fn label_block<'a>(
             if label_name == "__name__" {
                 return err(name_start, "label name \"__name__\" is reserved");
             }
-            let dup = if count < seen.len() {
-                seen[..count].contains(&label_name)
-            } else {
-                seen.contains(&label_name) || seen_more.contains(&label_name)
-            };
-            if dup {
+            if seen.contains(&label_name) {
                 return Err(LexError {
                     col: name_start,
                     msg: Cow::Owned(format!("duplicate label name {label_name:?}")),
                 });
             }
-            if let Some(slot) = seen.get_mut(count) {
-                *slot = label_name;
-            } else {
-                seen_more.push(label_name);
-            }
+            seen.push(label_name);
         }
         count += 1;
         if lax {
@@ -658,7 +677,7 @@ mod tests {
         line: &str,
         d: Dialect,
     ) -> Result<(String, Vec<(String, String)>, f64, Option<i64>), String> {
-        sample_line(line, d)
+        sample_line(line, d, "")
             .map(|l| {
                 (
                     l.sample.name.to_string(),

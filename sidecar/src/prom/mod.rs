@@ -23,6 +23,8 @@ use std::borrow::Cow;
 
 pub use sample::{LabelIter, Labels, Sample};
 
+pub(crate) use number::parse_f64;
+
 use lexer::{Comment, Dialect};
 
 /// Which text format a page is in.
@@ -127,13 +129,71 @@ impl<'a> Iterator for Lines<'a> {
 }
 
 fn parse_lenient(text: &str, om: bool) -> Page<'_> {
-    let d = Dialect { om, strict: false };
     // One sample per ~100 bytes on real pages; proportional to the input, so bounded.
     let mut page = Page {
         samples: Vec::with_capacity(text.len() / 100 + 1),
         ..Page::default()
     };
+    let mut first: Option<ParseError> = None;
+    let mut skipped = 0usize;
+    lenient_lines::<false>(
+        text,
+        om,
+        |_| true,
+        |n, line, r| match r {
+            Ok(s) => page.samples.push(s),
+            Err(e) => {
+                skipped += 1;
+                if first.is_none() {
+                    first = Some(match e {
+                        Some(e) => error_at(n, line, e.col, &e.msg),
+                        None => ParseError {
+                            line: n,
+                            message: "text after # EOF".into(),
+                        },
+                    });
+                }
+            }
+        },
+    );
+    page.skipped_lines = skipped;
+    page.first_skipped = first;
+    page
+}
+
+/// Lenient parsing for a consumer that wants only a few metrics: `may_want(line)` is
+/// asked about every line that starts with a bare metric name, and `false` skips the
+/// line without lexing it (it must answer `true` for every line whose name is wanted;
+/// it may answer `true` for more). `each` gets the samples of the remaining lines, so
+/// it still filters by `sample.name`. With that contract the result equals filtering
+/// [`parse`]'s lenient output. The mapping's fast path: most of a page is never lexed.
+pub fn scan<'a>(
+    text: &'a str,
+    format: Format,
+    may_want: impl FnMut(&str) -> bool,
+    mut each: impl FnMut(Sample<'a>),
+) {
+    let om = format == Format::OpenMetrics;
+    lenient_lines::<true>(text, om, may_want, |_, _, r| {
+        if let Ok(s) = r {
+            each(s)
+        }
+    });
+}
+
+/// The lenient line loop. With `FILTER`, a line that starts with a bare name is lexed
+/// only when `may_want(line)`. `sink` gets each lexed line: a sample, or an error
+/// (`None`: a line after `# EOF`).
+#[inline(always)]
+fn lenient_lines<'a, const FILTER: bool>(
+    text: &'a str,
+    om: bool,
+    mut may_want: impl FnMut(&str) -> bool,
+    mut sink: impl FnMut(usize, &'a str, Result<Sample<'a>, Option<lexer::LexError>>),
+) {
+    let d = Dialect { om, strict: false };
     let mut lines = Lines::new(text);
+    let mut prev_name: &str = "";
     while let Some(mut line) = lines.next() {
         if let Some(l) = line.strip_suffix('\r') {
             line = l;
@@ -143,14 +203,11 @@ fn parse_lenient(text: &str, om: bool) -> Page<'_> {
             Some(b'#') => {
                 if om && line.trim_end() == "# EOF" {
                     // Whatever follows is not part of the exposition.
-                    let rest = lines.by_ref().filter(|l| !l.trim().is_empty()).count();
-                    if rest > 0 && page.first_skipped.is_none() {
-                        page.first_skipped = Some(ParseError {
-                            line: lines.number,
-                            message: "text after # EOF".into(),
-                        });
+                    while let Some(rest) = lines.next() {
+                        if !rest.trim().is_empty() {
+                            sink(lines.number, rest, Err(None));
+                        }
                     }
-                    page.skipped_lines += rest;
                     break;
                 }
                 continue;
@@ -161,19 +218,26 @@ fn parse_lenient(text: &str, om: bool) -> Page<'_> {
                     continue;
                 }
             }
-            _ => {}
-        }
-        match lexer::sample_line(line, d) {
-            Ok(s) => page.samples.push(s.sample),
-            Err(e) => {
-                page.skipped_lines += 1;
-                if page.first_skipped.is_none() {
-                    page.first_skipped = Some(error_at(lines.number, line, e.col, &e.msg));
+            Some(&c) if FILTER && lexer::starts_name(c) => {
+                if !may_want(line) {
+                    continue;
                 }
             }
+            Some(_) => {}
+        }
+        match lexer::sample_line(line, d, prev_name) {
+            Ok(s) => {
+                // Only a bare name (the line's first bytes) was checked character by character.
+                if let Cow::Borrowed(n) = s.sample.name {
+                    if n.as_ptr() == line.as_ptr() {
+                        prev_name = n;
+                    }
+                }
+                sink(lines.number, line, Ok(s.sample))
+            }
+            Err(e) => sink(lines.number, line, Err(Some(e))),
         }
     }
-    page
 }
 
 fn parse_strict(text: &str, om: bool) -> Result<Page<'_>, ParseError> {
@@ -223,8 +287,8 @@ fn parse_strict(text: &str, om: bool) -> Result<Page<'_>, ParseError> {
                 rules.comment(c).map_err(plain)?;
             }
             Some(_) => {
-                let s =
-                    lexer::sample_line(body, d).map_err(|e| error_at(n, line, e.col, &e.msg))?;
+                let s = lexer::sample_line(body, d, "")
+                    .map_err(|e| error_at(n, line, e.col, &e.msg))?;
                 rules.sample(&s).map_err(plain)?;
                 page.samples.push(s.sample);
             }

@@ -35,47 +35,40 @@ pub(crate) fn parse_f64(s: &str) -> Option<f64> {
         Some(_) => false,
         None => return None,
     };
+    // Leading zeros carry no information; after them at most 19 digits fit a u64.
+    let first = i;
+    while b.get(i) == Some(&b'0') {
+        i += 1;
+    }
+    let mut any = i > first;
     let mut mant: u64 = 0;
-    let mut digits = 0usize; // significant digits accumulated into `mant`
-    let mut dropped = false; // digits beyond what `mant` holds exactly
-    let mut exp: i64 = 0;
-    let mut any = false;
+    let int_start = i;
     while let Some(&c) = b.get(i) {
         let d = c.wrapping_sub(b'0');
         if d > 9 {
             break;
         }
-        any = true;
-        if digits < 19 {
-            if mant != 0 || d != 0 {
-                digits += 1;
-            }
-            mant = mant * 10 + d as u64;
-        } else {
-            dropped = true;
-            exp += 1;
-        }
+        mant = mant.wrapping_mul(10).wrapping_add(d as u64);
         i += 1;
     }
+    let mut ndigits = i - int_start;
+    any |= ndigits > 0;
+    let mut exp: i64 = 0;
     if b.get(i) == Some(&b'.') {
         i += 1;
+        let frac_start = i;
         while let Some(&c) = b.get(i) {
             let d = c.wrapping_sub(b'0');
             if d > 9 {
                 break;
             }
-            any = true;
-            if digits < 19 {
-                if mant != 0 || d != 0 {
-                    digits += 1;
-                }
-                mant = mant * 10 + d as u64;
-                exp -= 1;
-            } else {
-                dropped = true;
-            }
+            mant = mant.wrapping_mul(10).wrapping_add(d as u64);
             i += 1;
         }
+        let nfrac = i - frac_start;
+        any |= nfrac > 0;
+        ndigits += nfrac;
+        exp = -(nfrac as i64);
     }
     if !any {
         return special(b, neg);
@@ -114,7 +107,7 @@ pub(crate) fn parse_f64(s: &str) -> Option<f64> {
     if i != b.len() {
         return None;
     }
-    if !dropped && mant <= MAX_EXACT && (-22..=22).contains(&exp) {
+    if ndigits <= 19 && mant <= MAX_EXACT && (-22..=22).contains(&exp) {
         let m = mant as f64;
         let v = if exp >= 0 {
             m * POW10[exp as usize]

@@ -169,12 +169,30 @@ impl<'a> Iterator for LabelIter<'a> {
 /// Index of the first unescaped `"` in `b` (which starts after an opening quote).
 #[inline]
 pub(crate) fn closing_quote(b: &[u8]) -> Option<usize> {
+    quoted_end(b).map(|(i, _)| i)
+}
+
+/// Index of the first unescaped `"` in `b`, and whether a backslash came before it.
+#[inline(always)]
+pub(crate) fn quoted_end(b: &[u8]) -> Option<(usize, bool)> {
+    // Most label values are short: a plain loop beats a SIMD search's setup there.
     let mut i = 0;
+    for &c in b.iter().take(16) {
+        if c == b'"' {
+            return Some((i, false));
+        }
+        if c == b'\\' {
+            break;
+        }
+        i += 1;
+    }
+    let mut escaped = false;
     loop {
         i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
         if b.get(i) == Some(&b'"') {
-            return Some(i);
+            return Some((i, escaped));
         }
+        escaped = true;
         i += 2;
     }
 }
