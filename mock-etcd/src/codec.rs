@@ -239,7 +239,9 @@ pub fn parse_value<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, Stri
         Some(b'-' | b'0'..=b'9') => return Err(top_level_mismatch("number")),
         _ => {}
     }
-    serde_json::from_slice(body).map_err(|e| go_message(&e, body))
+    // Like Go's json.Decoder, read the first value and ignore whatever follows it.
+    let mut de = serde_json::Deserializer::from_slice(body);
+    T::deserialize(&mut de).map_err(|e| go_message(&e, body))
 }
 
 fn top_level_mismatch(kind: &str) -> String {

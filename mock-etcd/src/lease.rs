@@ -219,7 +219,10 @@ pub async fn keepalive(State(shared): State<Arc<Shared>>, body: Body) -> Respons
     // A malformed first message is a plain 500 error, as the gateway answers it.
     let first = match ka.reader.next().await {
         Some(Piece::Malformed(msg)) => return EtcdError::grpc(code::UNKNOWN, msg).into_response(),
-        Some(Piece::Message(v)) => ka.answer(v),
+        Some(Piece::Message(v)) => match ka.answer(v) {
+            Ok(line) => Some(line),
+            Err(msg) => return EtcdError::grpc(code::UNKNOWN, msg).into_response(),
+        },
         None => None,
     };
     let stream = futures_util::stream::unfold((ka, first), |(mut ka, pending)| async move {
@@ -233,11 +236,10 @@ pub async fn keepalive(State(shared): State<Arc<Shared>>, body: Body) -> Respons
                 _ = stop.wait() => None,
             };
             match piece {
-                Some(Piece::Message(v)) => {
-                    if let Some(l) = ka.answer(v) {
-                        return Some((Ok(l), (ka, None)));
-                    }
-                }
+                Some(Piece::Message(v)) => match ka.answer(v) {
+                    Ok(l) => return Some((Ok(l), (ka, None))),
+                    Err(_) => return None,
+                },
                 Some(Piece::Malformed(_)) | None => return None,
             }
         }
@@ -252,9 +254,9 @@ struct KeepAlive {
 }
 
 impl KeepAlive {
-    /// The answer line to one request object; None ends the stream (undecodable).
-    fn answer(&mut self, v: serde_json::Value) -> Option<String> {
-        let req: IdRequest = codec::from_value(v).ok()?;
+    /// The answer line to one request object; Err if it does not decode.
+    fn answer(&mut self, v: serde_json::Value) -> Result<String, String> {
+        let req: IdRequest = codec::from_value(v)?;
         let mut store = self.shared.store();
         let ttl = store.keepalive(req.id, Instant::now()).unwrap_or(0);
         let line = KeepAliveLine {
@@ -265,9 +267,9 @@ impl KeepAlive {
             },
         };
         drop(store);
-        let mut s = serde_json::to_string(&line).ok()?;
+        let mut s = serde_json::to_string(&line).map_err(|e| e.to_string())?;
         s.push('\n');
-        Some(s)
+        Ok(s)
     }
 }
 

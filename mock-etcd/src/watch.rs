@@ -332,13 +332,21 @@ pub async fn watch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: 
         Ok(Some(Piece::Malformed(msg))) => {
             return EtcdError::grpc(code::UNKNOWN, msg).into_response()
         }
-        Ok(Some(Piece::Message(v))) => s.handle(v),
+        Ok(Some(Piece::Message(v))) => {
+            if let Err(msg) = s.handle(v) {
+                return EtcdError::grpc(code::UNKNOWN, msg).into_response();
+            }
+        }
         Ok(None) | Err(_) => {}
     }
-    let stream = futures_util::stream::unfold(s, |mut s| async move {
-        s.next_line()
-            .await
-            .map(|l| (Ok::<_, std::convert::Infallible>(l), s))
+    // Like the gateway, send the headers with the first response line, not before.
+    let first = s.next_line().await;
+    let stream = futures_util::stream::unfold((s, first), |(mut s, first)| async move {
+        let l = match first {
+            Some(l) => l,
+            None => s.next_line().await?,
+        };
+        Some((Ok::<_, std::convert::Infallible>(l), (s, None)))
     });
     stream_response(Body::from_stream(stream))
 }
@@ -382,7 +390,11 @@ impl Session {
                 _ = stop.wait() => return None,
             };
             match piece {
-                Some(Piece::Message(v)) => self.handle(v),
+                Some(Piece::Message(v)) => {
+                    if self.handle(v).is_err() {
+                        self.reader.close();
+                    }
+                }
                 // The gateway stops reading requests but keeps the stream.
                 Some(Piece::Malformed(_)) | None => self.reader.close(),
             }
@@ -418,14 +430,9 @@ impl Session {
         out
     }
 
-    fn handle(&mut self, v: serde_json::Value) {
-        let req: WatchRequest = match codec::from_value(v) {
-            Ok(r) => r,
-            Err(_) => {
-                self.reader.close();
-                return;
-            }
-        };
+    /// Serve one request object; Err if it does not decode.
+    fn handle(&mut self, v: serde_json::Value) -> Result<(), String> {
+        let req: WatchRequest = codec::from_value(v)?;
         if let Some(c) = req.create_request {
             self.create(c);
         } else if let Some(c) = req.cancel_request {
@@ -439,6 +446,7 @@ impl Session {
             };
             self.out.send(line(&resp), store.rev);
         }
+        Ok(())
     }
 
     fn create(&mut self, c: CreateRequest) {

@@ -1,0 +1,951 @@
+//! Differential test: the same requests to a real etcd 3.4 and to mock-etcd, answers
+//! compared after normalizing what legitimately differs (cluster/member IDs, raft term,
+//! auto lease IDs, tokens, and a remaining TTL that may straddle a second boundary).
+//!
+//! Needs the `etcd` binary (Debian `etcd-server`); without it the test says so and passes.
+
+#[path = "support/real_etcd.rs"]
+mod real_etcd;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use mock_etcd::{Config, MockEtcd};
+use real_etcd::RealEtcd;
+use serde_json::{json, Value};
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s.as_bytes())
+}
+
+#[derive(Debug, Clone)]
+struct Resp {
+    status: u16,
+    content_type: String,
+    text: String,
+}
+
+struct Side {
+    url: String,
+    token: Option<String>,
+    ids: HashMap<String, String>,
+}
+
+struct Diff {
+    http: reqwest::Client,
+    real: Side,
+    fake: Side,
+    /// side value -> alias, for auto lease IDs and tokens.
+    aliases: HashMap<String, String>,
+    steps: usize,
+}
+
+impl Side {
+    fn fill(&self, body: &str) -> String {
+        let mut out = body.to_string();
+        for (alias, id) in &self.ids {
+            out = out.replace(&format!("${alias}"), id);
+        }
+        out
+    }
+}
+
+impl Diff {
+    fn new(real: &str, fake: &str) -> Diff {
+        Diff {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap(),
+            real: Side {
+                url: real.to_string(),
+                token: None,
+                ids: HashMap::new(),
+            },
+            fake: Side {
+                url: fake.to_string(),
+                token: None,
+                ids: HashMap::new(),
+            },
+            aliases: HashMap::new(),
+            steps: 0,
+        }
+    }
+
+    async fn send(
+        &self,
+        side: &Side,
+        method: &str,
+        path: &str,
+        body: &str,
+        auth: Option<&str>,
+    ) -> Resp {
+        let url = format!("{}{}", side.url, path);
+        let mut req = match method {
+            "GET" => self.http.get(url),
+            _ => self.http.post(url).body(side.fill(body)),
+        };
+        let token = match auth {
+            Some("$TOKEN") => side.token.clone(),
+            Some(t) => Some(t.to_string()),
+            None => None,
+        };
+        if let Some(t) = token {
+            req = req.header("Authorization", t);
+        }
+        let r = req
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{path} to {}: {e}", side.url));
+        let status = r.status().as_u16();
+        let content_type = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let text = r.text().await.unwrap();
+        Resp {
+            status,
+            content_type,
+            text,
+        }
+    }
+
+    /// Send to both; assert same status, content type and (normalized) body.
+    async fn check_with(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: &str,
+        auth: Option<&str>,
+    ) -> (Value, Value) {
+        self.steps += 1;
+        let (r, f) = tokio::join!(
+            self.send(&self.real, method, path, body, auth),
+            self.send(&self.fake, method, path, body, auth)
+        );
+        let ctx = format!(
+            "step {}: {method} {path} {body}\n real: {r:?}\n fake: {f:?}",
+            self.steps
+        );
+        assert_eq!(r.status, f.status, "status differs; {ctx}");
+        assert_eq!(
+            r.content_type, f.content_type,
+            "content-type differs; {ctx}"
+        );
+        let (rv, fv) = match (parse_body(&r.text), parse_body(&f.text)) {
+            (Some(a), Some(b)) => (a, b),
+            _ => {
+                assert_eq!(r.text, f.text, "body differs; {ctx}");
+                return (Value::Null, Value::Null);
+            }
+        };
+        let (rn, fn_) = (self.normalize(rv.clone()), self.normalize(fv.clone()));
+        assert_eq!(rn, fn_, "body differs; {ctx}");
+        (rv, fv)
+    }
+
+    async fn check(&mut self, path: &str, body: &str) -> (Value, Value) {
+        self.check_with("POST", path, body, None).await
+    }
+
+    async fn check_auth(&mut self, path: &str, body: &str) -> (Value, Value) {
+        self.check_with("POST", path, body, Some("$TOKEN")).await
+    }
+
+    /// Grant on both and remember the two IDs under one alias (`$L1` in later bodies).
+    async fn grant(&mut self, alias: &str, body: &str) -> (i64, i64) {
+        self.steps += 1;
+        let (r, f) = tokio::join!(
+            self.send(&self.real, "POST", "/v3/lease/grant", body, None),
+            self.send(&self.fake, "POST", "/v3/lease/grant", body, None)
+        );
+        assert_eq!(
+            (r.status, f.status),
+            (200, 200),
+            "grant {body}: {r:?} {f:?}"
+        );
+        let (r, f): (Value, Value) = (
+            serde_json::from_str(&r.text).unwrap(),
+            serde_json::from_str(&f.text).unwrap(),
+        );
+        let ids = self.alias_ids(alias, &r["ID"], &f["ID"]);
+        assert_eq!(self.normalize(r), self.normalize(f), "grant {body}");
+        ids
+    }
+
+    fn alias_ids(&mut self, alias: &str, r: &Value, f: &Value) -> (i64, i64) {
+        let (r, f) = (
+            r.as_str().unwrap().to_string(),
+            f.as_str().unwrap().to_string(),
+        );
+        self.aliases.insert(r.clone(), alias.to_string());
+        self.aliases.insert(f.clone(), alias.to_string());
+        self.real.ids.insert(alias.to_string(), r.clone());
+        self.fake.ids.insert(alias.to_string(), f.clone());
+        (r.parse().unwrap(), f.parse().unwrap())
+    }
+
+    fn normalize(&self, v: Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.into_iter()
+                    .map(|(k, v)| {
+                        let v = match k.as_str() {
+                            "cluster_id" | "member_id" | "raft_term" => json!("N"),
+                            "token" => {
+                                let t = v.as_str().unwrap_or("");
+                                let (letters, idx) =
+                                    t.split_once('.').expect("token is letters.index");
+                                assert_eq!(letters.len(), 16, "token {t}");
+                                assert!(idx.parse::<u64>().is_ok(), "token {t}");
+                                json!("TOKEN")
+                            }
+                            _ => self.normalize(v),
+                        };
+                        (k, v)
+                    })
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.into_iter().map(|v| self.normalize(v)).collect()),
+            Value::String(s) => match self.aliases.get(&s) {
+                Some(a) => json!(a),
+                None => Value::String(s),
+            },
+            other => other,
+        }
+    }
+
+    async fn open_stream(&self, side: &Side, path: &str, body: &str) -> Lines {
+        let client = reqwest::Client::new();
+        let mut req = client
+            .post(format!("{}{}", side.url, path))
+            .body(side.fill(body));
+        if let Some(t) = &side.token {
+            req = req.header("Authorization", t.clone());
+        }
+        let resp = tokio::time::timeout(Duration::from_secs(5), req.send())
+            .await
+            .unwrap_or_else(|_| panic!("stream {path} {body} on {} did not open in 5 s", side.url))
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        Lines {
+            resp,
+            buf: Vec::new(),
+        }
+    }
+}
+
+/// One JSON value, or a stream of JSON lines as an array.
+fn parse_body(text: &str) -> Option<Value> {
+    if let Ok(v) = serde_json::from_str::<Value>(text) {
+        return Some(v);
+    }
+    let lines: Result<Vec<Value>, _> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(serde_json::from_str::<Value>)
+        .collect();
+    lines.ok().map(Value::Array)
+}
+
+struct Lines {
+    resp: reqwest::Response,
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    /// The next line, or None at end of stream or deadline.
+    async fn next(&mut self, deadline: Instant) -> Option<Value> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                let s = String::from_utf8_lossy(&line).trim().to_string();
+                if s.is_empty() {
+                    continue;
+                }
+                return Some(
+                    serde_json::from_str(&s).unwrap_or_else(|e| panic!("bad line {s}: {e}")),
+                );
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match tokio::time::timeout(left, self.resp.chunk()).await {
+                Ok(Ok(Some(c))) => self.buf.extend_from_slice(&c),
+                Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
+                    if self.buf.is_empty() {
+                        return None;
+                    }
+                    let rest = std::mem::take(&mut self.buf);
+                    let s = String::from_utf8_lossy(&rest).trim().to_string();
+                    return serde_json::from_str(&s).ok();
+                }
+            }
+        }
+    }
+
+    async fn rest(&mut self, deadline: Instant) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(v) = self.next(deadline).await {
+            out.push(v);
+        }
+        out
+    }
+}
+
+fn fake_config(users: Vec<(String, String)>) -> Config {
+    Config {
+        users,
+        token_ttl: Duration::from_secs(2),
+        ..Config::default()
+    }
+}
+
+async fn start_pair(auth: bool) -> Option<(RealEtcd, MockEtcd)> {
+    let real = RealEtcd::start(&["--auth-token-ttl", "2"]).await?;
+    let users = if auth {
+        vec![("root".to_string(), "rootpw".to_string())]
+    } else {
+        Vec::new()
+    };
+    let fake = mock_etcd::start(fake_config(users), mock_kit::Events::none("etcd"))
+        .await
+        .unwrap();
+    Some((real, fake))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_etcd_and_fake_answer_alike() {
+    if real_etcd::etcd_binary().is_none() {
+        println!("skipped: etcd not found (apt-get install etcd-server)");
+        return;
+    }
+    let ((real, fake), (real_auth, fake_auth)) = tokio::join!(
+        async { start_pair(false).await.expect("etcd starts") },
+        async { start_pair(true).await.expect("etcd starts") }
+    );
+    let mut d = Diff::new(&real.url, &fake.url());
+    kv_sequence(&mut d).await;
+    lease_sequence(&mut d).await;
+    txn_sequence(&mut d).await;
+    error_sequence(&mut d).await;
+    watch_sequence(&mut d).await;
+    no_auth_sequence(&mut d).await;
+    let mut a = Diff::new(&real_auth.url, &fake_auth.url());
+    enable_real_auth(&a).await;
+    auth_sequence(&mut a).await;
+    fake.stop().await;
+    fake_auth.stop().await;
+}
+
+async fn kv_sequence(d: &mut Diff) {
+    let (foo, bar, baz) = (b64("foo"), b64("bar"), b64("baz"));
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{foo}","value":"{bar}"}}"#),
+    )
+    .await;
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{foo}","value":"{baz}","prev_kv":true}}"#),
+    )
+    .await;
+    d.check("/v3/kv/range", &format!(r#"{{"key":"{foo}"}}"#))
+        .await;
+    d.check("/v3beta/kv/range", &format!(r#"{{"key":"{foo}"}}"#))
+        .await;
+    d.check("/v3/kv/range", &format!(r#"{{"key":"{}"}}"#, b64("nope")))
+        .await;
+    d.check("/v3/kv/range", r#"{"key":"AA==","range_end":"AA=="}"#)
+        .await;
+    d.check(
+        "/v3/kv/range",
+        &format!(r#"{{"key":"{foo}","count_only":true}}"#),
+    )
+    .await;
+    d.check(
+        "/v3/kv/range",
+        &format!(r#"{{"key":"{foo}","keys_only":true}}"#),
+    )
+    .await;
+    for i in 1..=3 {
+        d.check(
+            "/v3/kv/put",
+            &format!(
+                r#"{{"key":"{}","value":"{}"}}"#,
+                b64(&format!("p/{i}")),
+                b64(&format!("v{i}"))
+            ),
+        )
+        .await;
+    }
+    let (p, p0) = (b64("p/"), b64("p0"));
+    for extra in [
+        r#""limit":2"#,
+        r#""limit":"2","count_only":true"#,
+        r#""limit":3"#,
+        r#""limit":2,"keys_only":true"#,
+        r#""revision":3"#,
+        r#""revision":"4""#,
+        r#""revision":1000"#,
+        r#""limit":-1"#,
+        r#""sort_order":"DESCEND","sort_target":"KEY""#,
+        r#""sort_target":"MOD""#,
+        r#""sort_order":2,"sort_target":"CREATE","limit":1"#,
+        r#""min_mod_revision":5,"keys_only":true"#,
+        r#""max_create_revision":4"#,
+        r#""serializable":true,"count_only":true"#,
+    ] {
+        d.check(
+            "/v3/kv/range",
+            &format!(r#"{{"key":"{p}","range_end":"{p0}",{extra}}}"#),
+        )
+        .await;
+    }
+    d.check(
+        "/v3/kv/range",
+        &format!(r#"{{"key":"{}","range_end":"{}"}}"#, b64("p/2"), b64("p/1")),
+    )
+    .await;
+    d.check(
+        "/v3/kv/range",
+        &format!(
+            r#"{{"key":"{}","range_end":"AA==","keys_only":true}}"#,
+            b64("p/2")
+        ),
+    )
+    .await;
+    d.check(
+        "/v3/kv/deleterange",
+        &format!(r#"{{"key":"{}","prev_kv":true}}"#, b64("p/3")),
+    )
+    .await;
+    d.check(
+        "/v3/kv/deleterange",
+        &format!(r#"{{"key":"{}","prev_kv":true}}"#, b64("p/3")),
+    )
+    .await;
+    d.check(
+        "/v3/kv/deleterange",
+        &format!(r#"{{"key":"{p}","range_end":"{p0}"}}"#),
+    )
+    .await;
+    d.check(
+        "/v3/kv/range",
+        &format!(r#"{{"key":"{p}","range_end":"{p0}","revision":6}}"#),
+    )
+    .await;
+    // Empty value, ignore_value / ignore_lease, and their errors.
+    let e = b64("empty");
+    d.check("/v3/kv/put", &format!(r#"{{"key":"{e}"}}"#)).await;
+    d.check("/v3/kv/range", &format!(r#"{{"key":"{e}"}}"#))
+        .await;
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{e}","ignore_value":true,"prev_kv":true}}"#),
+    )
+    .await;
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{}","ignore_value":true}}"#, b64("nokey")),
+    )
+    .await;
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{}","ignore_lease":true}}"#, b64("nokey")),
+    )
+    .await;
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{e}","value":"{bar}","ignore_value":true}}"#),
+    )
+    .await;
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{e}","ignore_lease":true,"lease":5}}"#),
+    )
+    .await;
+    d.check("/v3/kv/put", &format!(r#"{{"value":"{bar}"}}"#))
+        .await;
+    d.check("/v3/kv/deleterange", "{}").await;
+    d.check("/v3/kv/compaction", r#"{"revision":3}"#).await;
+    d.check("/v3/kv/compaction", r#"{"revision":2}"#).await;
+    d.check("/v3/kv/compaction", r#"{"revision":100000}"#).await;
+    d.check(
+        "/v3/kv/range",
+        &format!(r#"{{"key":"{foo}","revision":2}}"#),
+    )
+    .await;
+    d.check(
+        "/v3/kv/range",
+        &format!(r#"{{"key":"{foo}","revision":3}}"#),
+    )
+    .await;
+}
+
+async fn lease_sequence(d: &mut Diff) {
+    d.grant("L1", r#"{"TTL":1}"#).await;
+    d.grant("L0", r#"{"TTL":0}"#).await;
+    d.grant("L2", r#"{"TTL":-5}"#).await;
+    d.check("/v3/lease/grant", r#"{"TTL":30,"ID":1000}"#).await;
+    d.check("/v3/lease/grant", r#"{"TTL":30,"ID":"1000"}"#)
+        .await;
+    d.check("/v3/lease/grant", r#"{"TTL":9000000001}"#).await;
+    d.check("/v3/lease/grant", r#"{"TTL":9000000000,"ID":1001}"#)
+        .await;
+    let (k1, k2, v) = (b64("lk/1"), b64("lk/2"), b64("v"));
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{k1}","value":"{v}","lease":1000}}"#),
+    )
+    .await;
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{k2}","value":"{v}","lease":"1000"}}"#),
+    )
+    .await;
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{k1}","value":"{v}","lease":"999"}}"#),
+    )
+    .await;
+    d.check(
+        "/v3/kv/range",
+        &format!(r#"{{"key":"{}","range_end":"{}"}}"#, b64("lk/"), b64("lk0")),
+    )
+    .await;
+    // Remaining TTL may straddle a second between the two calls: compare it loosely.
+    for body in [r#"{"ID":1000,"keys":true}"#, r#"{"ID":1000}"#] {
+        let (r, f) = tokio::join!(
+            d.send(&d.real, "POST", "/v3/lease/timetolive", body, None),
+            d.send(&d.fake, "POST", "/v3/lease/timetolive", body, None)
+        );
+        let (mut r, mut f): (Value, Value) = (
+            serde_json::from_str(&r.text).unwrap(),
+            serde_json::from_str(&f.text).unwrap(),
+        );
+        let ttl = |v: &Value| v["TTL"].as_str().unwrap().parse::<i64>().unwrap();
+        assert!(
+            (28..=30).contains(&ttl(&r)) && (28..=30).contains(&ttl(&f)),
+            "{r} {f}"
+        );
+        r["TTL"] = json!("T");
+        f["TTL"] = json!("T");
+        // etcd lists a lease's keys in Go map order (random): compare them as a set.
+        for v in [&mut r, &mut f] {
+            if let Some(keys) = v.get_mut("keys").and_then(Value::as_array_mut) {
+                keys.sort_by_key(|k| k.to_string());
+            }
+        }
+        assert_eq!(d.normalize(r), d.normalize(f));
+    }
+    d.check("/v3/lease/timetolive", r#"{"ID":4242,"keys":true}"#)
+        .await;
+    d.check("/v3/kv/lease/timetolive", r#"{"ID":"4242"}"#).await;
+    // Detach one key from its lease by a put without lease.
+    d.check("/v3/kv/put", &format!(r#"{{"key":"{k2}","value":"{v}"}}"#))
+        .await;
+    d.check("/v3/kv/range", &format!(r#"{{"key":"{k2}"}}"#))
+        .await;
+    d.check("/v3/lease/leases", "{}").await;
+    d.check("/v3/kv/lease/leases", "").await;
+    d.check("/v3/lease/keepalive", r#"{"ID":1000}"#).await;
+    d.check(
+        "/v3/lease/keepalive",
+        r#"{"ID":1000}{"ID":4242} {"ID":"$L1"}"#,
+    )
+    .await;
+    d.check("/v3/lease/keepalive", "").await;
+    d.check("/v3/lease/keepalive", "{}").await;
+    d.check("/v3/lease/keepalive", "{bad}").await;
+    d.check("/v3/lease/keepalive", r#"{"ID":"x"}"#).await;
+    d.check("/v3/lease/revoke", r#"{"ID":1000}"#).await;
+    d.check("/v3/lease/revoke", r#"{"ID":1000}"#).await;
+    d.check(
+        "/v3/kv/range",
+        &format!(r#"{{"key":"{}","range_end":"{}"}}"#, b64("lk/"), b64("lk0")),
+    )
+    .await;
+    d.check("/v3/lease/revoke", r#"{"ID":1001}"#).await;
+}
+
+async fn txn_sequence(d: &mut Diff) {
+    let (k, v, n) = (b64("t/1"), b64("one"), b64("t/new"));
+    d.check("/v3/kv/put", &format!(r#"{{"key":"{k}","value":"{v}"}}"#))
+        .await;
+    let cases = [
+        format!(
+            r#"{{"compare":[{{"key":"{k}","target":"VALUE","result":"EQUAL","value":"{v}"}}],
+            "success":[{{"request_put":{{"key":"{n}","value":"{v}","prev_kv":true}}}},{{"request_range":{{"key":"{k}"}}}},
+                       {{"request_delete_range":{{"key":"{}","prev_kv":true}}}}],
+            "failure":[{{"request_range":{{"key":"{k}"}}}}]}}"#,
+            b64("t/zz")
+        ),
+        format!(
+            r#"{{"compare":[{{"key":"{k}","target":"VALUE","result":"EQUAL","value":"{n}"}}],
+            "success":[{{"request_put":{{"key":"{n}","value":"{v}"}}}}],"failure":[{{"request_range":{{"key":"{k}"}}}}]}}"#
+        ),
+        format!(
+            r#"{{"compare":[{{"key":"{}","target":"CREATE","result":"EQUAL","create_revision":0}}],
+            "success":[{{"request_put":{{"key":"{}","value":"{v}"}}}}]}}"#,
+            b64("t/missing"),
+            b64("t/missing")
+        ),
+        format!(
+            r#"{{"compare":[{{"key":"{}","target":"CREATE","result":"EQUAL","create_revision":0}}],
+            "success":[{{"request_put":{{"key":"{}","value":"{v}"}}}}]}}"#,
+            b64("t/missing"),
+            b64("t/missing")
+        ),
+        "{}".to_string(),
+        format!(
+            r#"{{"compare":[{{"key":"{k}","target":"VERSION","result":"GREATER","version":0}},
+            {{"key":"{k}","target":"MOD","result":"LESS","mod_revision":"100000"}},
+            {{"key":"{k}","target":"LEASE","result":"EQUAL","lease":0}},
+            {{"key":"{k}","target":"VALUE","result":"NOT_EQUAL","value":"{n}"}}],
+            "success":[{{"request_put":{{"key":"{k}","value":"{v}"}}}},{{"request_put":{{"key":"{n}","value":"{v}"}}}}]}}"#
+        ),
+        format!(
+            r#"{{"success":[{{"request_put":{{"key":"{k}","value":"{v}"}}}},{{"request_put":{{"key":"{k}","value":"{v}"}}}}]}}"#
+        ),
+        format!(
+            r#"{{"success":[{{"request_delete_range":{{"key":"{}","range_end":"{}"}}}},{{"request_put":{{"key":"{k}","value":"{v}"}}}}]}}"#,
+            b64("t/"),
+            b64("t0")
+        ),
+        format!(
+            r#"{{"success":[{{"request_put":{{"key":"{k}","value":"{v}","lease":999999}}}}]}}"#
+        ),
+        format!(
+            r#"{{"compare":[{{"key":"{k}","target":1,"result":0,"create_revision":1}}],"success":[{{"request_range":{{"key":"{k}","count_only":true}}}}],"failure":[{{"request_range":{{"key":"{k}","keys_only":true}}}}]}}"#
+        ),
+        format!(
+            r#"{{"compare":[{{"key":"{}","range_end":"{}","target":"VERSION","result":"GREATER","version":0}}],"success":[{{"request_range":{{"key":"{k}","count_only":true}}}}]}}"#,
+            b64("t/"),
+            b64("t0")
+        ),
+        format!(
+            r#"{{"compare":[{{"key":"{k}","target":"VALUE","result":"EQUAL"}}],"success":[]}}"#
+        ),
+        format!(r#"{{"compare":[{{"key":"{k}"}}]}}"#),
+        r#"{"compare":[{"target":"VALUE"}]}"#.to_string(),
+        format!(
+            r#"{{"success":[{{"request_txn":{{"success":[{{"request_range":{{"key":"{k}","count_only":true}}}}]}}}}]}}"#
+        ),
+        format!(
+            r#"{{"success":[{{"request_txn":{{"success":[{{"request_put":{{"key":"{}","value":"{v}"}}}}]}}}},{{"request_range":{{"key":"{k}"}}}}]}}"#,
+            b64("t/nested")
+        ),
+        r#"{"success":[{}]}"#.to_string(),
+        format!(r#"{{"success":[{{"request_range":{{"key":"{k}","revision":100000}}}}]}}"#),
+        format!(
+            r#"{{"success":[{{"request_put":{{"key":"{k}","value":"{v}","ignore_value":true}}}}]}}"#
+        ),
+    ];
+    for c in &cases {
+        d.check("/v3/kv/txn", c).await;
+    }
+}
+
+async fn error_sequence(d: &mut Diff) {
+    for body in [
+        "{bad",
+        "[]",
+        "5",
+        "\"x\"",
+        "{\"key\":\"!!!\"}",
+        "{\"key\":5}",
+        "{\"key\":\"Zm9v\",\"limit\":\"abc\"}",
+        "{\"key\":\"Zm9v\",\"unknown\":1}",
+        "{\"key\":\"Zm9v\",\"keys_only\":\"yes\"}",
+        "{\"key\":\"Zm9v\"} x",
+        "null",
+        "{\"key\":null}",
+    ] {
+        d.check("/v3/kv/range", body).await;
+    }
+    d.check_with("GET", "/v3/kv/range", "", None).await;
+    d.check_with("GET", "/v3/watch", "", None).await;
+    d.check("/v3/kv/rangex", "{}").await;
+    d.check("/v3alpha/kv/range", "{}").await;
+    d.check("/v4/foo", "{}").await;
+    d.check_with("GET", "/health", "", None).await;
+    d.check("/health", "").await;
+    d.check_with("GET", "/version", "", None).await;
+    // Size limits: raft's 1.5 MiB request limit, then gRPC's receive limit.
+    let big = |n: usize| {
+        format!(
+            r#"{{"key":"{}","value":"{}"}}"#,
+            b64("big"),
+            base64::engine::general_purpose::STANDARD.encode(vec![b'x'; n])
+        )
+    };
+    d.check("/v3/kv/put", &big(1_500_000)).await;
+    d.check("/v3/kv/put", &big(1_580_000)).await;
+    d.check("/v3/kv/put", &big(2_200_000)).await;
+    d.check(
+        "/v3/kv/deleterange",
+        &format!(r#"{{"key":"{}"}}"#, b64("big")),
+    )
+    .await;
+}
+
+async fn watch_sequence(d: &mut Diff) {
+    let (w, w0) = (b64("w/"), b64("w0"));
+    let body = format!(r#"{{"create_request":{{"key":"{w}","range_end":"{w0}","prev_kv":true}}}}"#);
+    let (mut rw, mut fw) = tokio::join!(
+        d.open_stream(&d.real, "/v3/watch", &body),
+        d.open_stream(&d.fake, "/v3/watch", &body)
+    );
+    let single = format!(r#"{{"create_request":{{"key":"{}"}}}}"#, b64("w/a"));
+    let (mut rs, mut fs) = tokio::join!(
+        d.open_stream(&d.real, "/v3/watch", &single),
+        d.open_stream(&d.fake, "/v3/watch", &single)
+    );
+    let soon = || Instant::now() + Duration::from_secs(5);
+    for (r, f) in [(&mut rw, &mut fw), (&mut rs, &mut fs)] {
+        let (a, b) = (r.next(soon()).await, f.next(soon()).await);
+        assert_eq!(
+            d.normalize(a.unwrap()),
+            d.normalize(b.unwrap()),
+            "created line"
+        );
+    }
+    let (start_real, _) = d.check("/v3/kv/range", r#"{"key":"AA=="}"#).await;
+    let start_rev: i64 = start_real["header"]["revision"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    d.grant("LW", r#"{"TTL":2}"#).await;
+    let v = b64("x");
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{}","value":"{v}","lease":"$LW"}}"#, b64("w/a")),
+    )
+    .await;
+    d.check(
+        "/v3/kv/put",
+        &format!(
+            r#"{{"key":"{}","value":"{}","lease":"$LW"}}"#,
+            b64("w/a"),
+            b64("y")
+        ),
+    )
+    .await;
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{}","value":"{v}","lease":"$LW"}}"#, b64("w/b")),
+    )
+    .await;
+    d.check(
+        "/v3/kv/txn",
+        &format!(
+            r#"{{"success":[{{"request_put":{{"key":"{}","value":"{v}"}}}},{{"request_put":{{"key":"{}","value":"{v}"}}}}]}}"#,
+            b64("w/c"),
+            b64("w/d")
+        ),
+    )
+    .await;
+    // Four write revisions, then the lease expiry deletes w/a and w/b in one revision.
+    let deadline = Instant::now() + Duration::from_secs(8);
+    for (r, f, n) in [(&mut rw, &mut fw, 5), (&mut rs, &mut fs, 3)] {
+        for i in 0..n {
+            let (a, b) = tokio::join!(r.next(deadline), f.next(deadline));
+            let (a, b) = (
+                a.unwrap_or_else(|| panic!("real line {i}")),
+                b.unwrap_or_else(|| panic!("fake line {i}")),
+            );
+            assert_eq!(d.normalize(a), d.normalize(b), "watch line {i}");
+        }
+    }
+    // The expired lease: keepalive answers without TTL, timetolive -1.
+    d.check("/v3/lease/keepalive", r#"{"ID":"$LW"}"#).await;
+    d.check("/v3/lease/timetolive", r#"{"ID":"$LW","keys":true}"#)
+        .await;
+    d.check("/v3/lease/revoke", r#"{"ID":"$LW"}"#).await;
+    // Replay from history, a future start, multi-watch with cancel/progress, compaction.
+    let quick = || Instant::now() + Duration::from_millis(1500);
+    let bodies = [
+        format!(
+            r#"{{"create_request":{{"key":"{w}","range_end":"{w0}","start_revision":{start_rev},"prev_kv":true}}}}"#
+        ),
+        format!(
+            r#"{{"create_request":{{"key":"{w}","range_end":"{w0}","start_revision":100000}}}}"#
+        ),
+        format!(
+            r#"{{"create_request":{{"key":"{}"}}}}{{"create_request":{{"key":"{}"}}}}{{"cancel_request":{{"watch_id":0}}}}{{"cancel_request":{{"watch_id":7}}}}{{"progress_request":{{}}}}"#,
+            b64("w/a"),
+            b64("w/b")
+        ),
+        format!(
+            r#"{{"create_request":{{"key":"{}","watch_id":5}}}}{{"create_request":{{"key":"{}","watch_id":5}}}}{{"create_request":{{}}}}"#,
+            b64("w/a"),
+            b64("w/a")
+        ),
+        format!(
+            r#"{{"create_request":{{"key":"{w}","range_end":"{w0}","start_revision":{start_rev},"filters":["NOPUT"]}}}}"#
+        ),
+        format!(r#"{{"create_request":{{"key":"{}"}}}}{{bad}}"#, b64("w/a")),
+    ];
+    for body in &bodies {
+        let (mut r, mut f) = tokio::join!(
+            d.open_stream(&d.real, "/v3/watch", body),
+            d.open_stream(&d.fake, "/v3/watch", body)
+        );
+        let (a, b) = tokio::join!(r.rest(quick()), f.rest(quick()));
+        assert_eq!(
+            a.into_iter().map(|v| d.normalize(v)).collect::<Vec<_>>(),
+            b.into_iter().map(|v| d.normalize(v)).collect::<Vec<_>>(),
+            "watch {body}"
+        );
+    }
+    d.check("/v3/watch", "{bad}").await;
+    d.check(
+        "/v3/kv/compaction",
+        &format!(r#"{{"revision":{}}}"#, start_rev + 2),
+    )
+    .await;
+    let body = format!(
+        r#"{{"create_request":{{"key":"{w}","range_end":"{w0}","start_revision":{start_rev}}}}}"#
+    );
+    let (mut r, mut f) = tokio::join!(
+        d.open_stream(&d.real, "/v3/watch", &body),
+        d.open_stream(&d.fake, "/v3/watch", &body)
+    );
+    let (a, b) = tokio::join!(r.rest(quick()), f.rest(quick()));
+    assert_eq!(a.len(), 2, "created + compacted: {a:?}");
+    assert_eq!(
+        a.into_iter().map(|v| d.normalize(v)).collect::<Vec<_>>(),
+        b.into_iter().map(|v| d.normalize(v)).collect::<Vec<_>>(),
+        "compacted watch"
+    );
+}
+
+async fn no_auth_sequence(d: &mut Diff) {
+    d.check("/v3/auth/authenticate", r#"{"name":"root","password":"x"}"#)
+        .await;
+    d.check_with("POST", "/v3/kv/range", r#"{"key":"Zm9v"}"#, Some("bogus"))
+        .await;
+}
+
+async fn enable_real_auth(d: &Diff) {
+    for (path, body) in [
+        (
+            "/v3/auth/user/add",
+            r#"{"name":"root","password":"rootpw"}"#,
+        ),
+        ("/v3/auth/role/add", r#"{"name":"root"}"#),
+        ("/v3/auth/user/grant", r#"{"user":"root","role":"root"}"#),
+        ("/v3/auth/enable", "{}"),
+    ] {
+        let r = d.send(&d.real, "POST", path, body, None).await;
+        assert_eq!(r.status, 200, "{path}: {r:?}");
+    }
+}
+
+async fn auth_sequence(d: &mut Diff) {
+    let k = b64("a/1");
+    for body in [
+        r#"{"name":"root","password":"bad"}"#,
+        r#"{"name":"nobody","password":"x"}"#,
+        "{}",
+    ] {
+        d.check("/v3/auth/authenticate", body).await;
+    }
+    let (r, f) = d
+        .check(
+            "/v3/auth/authenticate",
+            r#"{"name":"root","password":"rootpw"}"#,
+        )
+        .await;
+    d.real.token = r["token"].as_str().map(String::from);
+    d.fake.token = f["token"].as_str().map(String::from);
+    d.check("/v3/kv/range", &format!(r#"{{"key":"{k}"}}"#))
+        .await;
+    d.check("/v3/kv/put", &format!(r#"{{"key":"{k}","value":"eA=="}}"#))
+        .await;
+    d.check_with(
+        "POST",
+        "/v3/kv/range",
+        &format!(r#"{{"key":"{k}"}}"#),
+        Some("bogus"),
+    )
+    .await;
+    d.check_auth("/v3/kv/put", &format!(r#"{{"key":"{k}","value":"eA=="}}"#))
+        .await;
+    d.check_auth("/v3/kv/range", &format!(r#"{{"key":"{k}"}}"#))
+        .await;
+    d.check("/v3/kv/txn", "{}").await;
+    d.check("/v3/kv/txn", &format!(r#"{{"compare":[{{"key":"{k}"}}]}}"#))
+        .await;
+    d.check_with("POST", "/v3/kv/txn", "{}", Some("bogus"))
+        .await;
+    d.check("/v3/kv/deleterange", &format!(r#"{{"key":"{k}"}}"#))
+        .await;
+    d.grant("LA", r#"{"TTL":60}"#).await;
+    d.check_with("POST", "/v3/lease/grant", r#"{"TTL":60}"#, Some("bogus"))
+        .await;
+    d.check_auth(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{k}","value":"eA==","lease":"$LA"}}"#),
+    )
+    .await;
+    d.check_with(
+        "POST",
+        "/v3/lease/keepalive",
+        r#"{"ID":"$LA"}"#,
+        Some("bogus"),
+    )
+    .await;
+    d.check_with(
+        "POST",
+        "/v3/lease/timetolive",
+        r#"{"ID":4242}"#,
+        Some("bogus"),
+    )
+    .await;
+    d.check("/v3/lease/revoke", r#"{"ID":"$LA"}"#).await;
+    d.check_with("POST", "/v3/lease/revoke", r#"{"ID":"$LA"}"#, Some("bogus"))
+        .await;
+    d.check_with(
+        "POST",
+        "/v3/auth/authenticate",
+        r#"{"name":"root","password":"rootpw"}"#,
+        Some("bogus"),
+    )
+    .await;
+    d.check_auth("/v3/lease/revoke", r#"{"ID":"$LA"}"#).await;
+    d.check("/v3/auth/authenticate", r#"{"name":"root","password":"x"}"#)
+        .await;
+    // A watch without a token, and one with an invalid token.
+    let body = format!(r#"{{"create_request":{{"key":"{k}"}}}}"#);
+    let quick = || Instant::now() + Duration::from_millis(800);
+    for token in [None, Some("bogus".to_string())] {
+        let (rt, ft) = (d.real.token.take(), d.fake.token.take());
+        d.real.token = token.clone();
+        d.fake.token = token.clone();
+        let (mut r, mut f) = tokio::join!(
+            d.open_stream(&d.real, "/v3/watch", &body),
+            d.open_stream(&d.fake, "/v3/watch", &body)
+        );
+        d.real.token = rt;
+        d.fake.token = ft;
+        let (a, b) = tokio::join!(r.rest(quick()), f.rest(quick()));
+        assert_eq!(
+            a.into_iter().map(|v| d.normalize(v)).collect::<Vec<_>>(),
+            b.into_iter().map(|v| d.normalize(v)).collect::<Vec<_>>(),
+            "watch with token {token:?}"
+        );
+    }
+    // Simple tokens expire after the idle TTL (2 s here; etcd checks once a second).
+    // Using a token refreshes it, so this waits once, without polling.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    d.check_auth("/v3/kv/range", &format!(r#"{{"key":"{k}"}}"#))
+        .await;
+    let (r, _) = d
+        .check_auth("/v3/kv/range", &format!(r#"{{"key":"{k}"}}"#))
+        .await;
+    assert_eq!(r["code"], json!(16), "token expired on both: {r}");
+}
