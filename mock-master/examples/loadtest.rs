@@ -68,7 +68,12 @@ async fn put(http: &reqwest::Client, etcd: &str, key: &str, value: &str) -> bool
 }
 
 /// One raw keep-alive client: send heartbeats until `deadline` or `budget` runs out.
-async fn client(addr: SocketAddr, requests: Vec<Vec<u8>>, deadline: Instant, budget: usize) -> (Vec<u32>, usize) {
+async fn client(
+    addr: SocketAddr,
+    requests: Vec<Vec<u8>>,
+    deadline: Instant,
+    budget: usize,
+) -> (Vec<u32>, usize) {
     let mut lat = Vec::with_capacity(budget.min(1 << 20));
     let mut errors = 0;
     let Ok(mut conn) = TcpStream::connect(addr).await else {
@@ -87,7 +92,8 @@ async fn client(addr: SocketAddr, requests: Vec<Vec<u8>>, deadline: Instant, bud
         // Read one response: headers, then Content-Length bytes of body.
         let mut filled = 0;
         let complete = loop {
-            match tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf[filled..])).await {
+            match tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf[filled..])).await
+            {
                 Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break false,
                 Ok(Ok(n)) => filled += n,
             }
@@ -126,7 +132,10 @@ fn pct(sorted: &[u32], p: f64) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let clients = args.first().copied().unwrap_or(64).clamp(1, 4096);
     let max_requests = args.get(1).copied().unwrap_or(600_000);
     let max_secs = args.get(2).copied().unwrap_or(15).clamp(1, 120);
@@ -135,7 +144,10 @@ async fn main() {
         eprintln!("loadtest: needs `etcd` on PATH (Debian: etcd-server)");
         std::process::exit(1);
     };
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
     let t0 = Instant::now();
     while !put(&http, &etcd_url, "probe", "x").await {
         if t0.elapsed() > Duration::from_secs(10) {
@@ -144,11 +156,19 @@ async fn main() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let names: Vec<String> = (0..INSTANCES).map(|i| format!("10.1.{}.{}:8000", i / 250, i % 250)).collect();
+    let names: Vec<String> = (0..INSTANCES)
+        .map(|i| format!("10.1.{}.{}:8000", i / 250, i % 250))
+        .collect();
     for n in &names {
         let v = serde_json::json!({"name": n, "rpc_address": n, "type": 0, "backend_type": "vllm",
             "incarnation_id": format!("{n}-inc"), "register_ts_ms": 1});
-        put(&http, &etcd_url, &format!("XLLM:DEFAULT:{n}"), &v.to_string()).await;
+        put(
+            &http,
+            &etcd_url,
+            &format!("XLLM:DEFAULT:{n}"),
+            &v.to_string(),
+        )
+        .await;
     }
     let config = mock_master::Config {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -156,8 +176,14 @@ async fn main() {
         token: Some(TOKEN.to_string()),
         ..Default::default()
     };
-    let master = mock_master::start(config, mock_kit::Events::none("master")).await.unwrap();
-    assert_eq!(master.instances().len(), INSTANCES, "instances not learned from etcd");
+    let master = mock_master::start(config, mock_kit::Events::none("master"))
+        .await
+        .unwrap();
+    assert_eq!(
+        master.instances().len(),
+        INSTANCES,
+        "instances not learned from etcd"
+    );
     let addr = master.addr();
 
     let requests: Vec<Vec<u8>> = names

@@ -597,3 +597,110 @@ async fn watch_survives_a_broken_connection_real_etcd() {
     assert_eq!(transitions(&ring, "z:1"), vec![t(D, "ACTIVE")]);
     m.stop().await;
 }
+
+// ---- the same scenarios against mock-etcd ----
+
+async fn mock_etcd() -> mock_etcd::MockEtcd {
+    mock_etcd::start(mock_etcd::Config::default(), mock_kit::Events::none("etcd"))
+        .await
+        .unwrap()
+}
+
+macro_rules! mocked {
+    ($($name:ident),* $(,)?) => {
+        mod mock_etcd_gateway {
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let etcd = mock_etcd().await;
+                    super::$name(&etcd.url()).await;
+                    etcd.stop().await;
+                }
+            )*
+        }
+    };
+}
+
+mocked!(
+    put_register_refresh_replace,
+    bad_values_and_other_keys_are_skipped,
+    stale_delete_is_ignored,
+    delete_with_healthy_probe_lease_lost_and_back,
+    delete_with_failed_probe_suspect_then_deregistered,
+    probe_of_a_dead_address_fails,
+    lease_revoke_is_a_delete,
+    paused_watch_resumes_without_loss_or_repeats,
+    loadmetrics_are_published_and_not_taken_for_instances,
+    restart_relearns_from_a_fresh_range,
+    instances_endpoint_and_state,
+);
+
+/// mock-etcd closes every watch stream: the master re-opens from the next revision and
+/// neither loses nor repeats an event.
+#[tokio::test]
+async fn closed_watches_are_resumed_mock_etcd() {
+    let etcd = mock_etcd().await;
+    let gw = Gw::new(&etcd.url());
+    let ns = unique_ns("close");
+    let x = Stub::start("m").await;
+    let (m, ring) = master(&etcd.url(), &ns).await;
+    gw.put(&key(&ns, "DEFAULT", &x.name), &reg_value(&x.name, 0, "x"))
+        .await;
+    assert!(wait_state(&m, &x.name, Some(InstanceState::Active)).await);
+    for round in 0..3 {
+        etcd.close_watches();
+        let n = format!("n{round}:1");
+        gw.put(&key(&ns, "DEFAULT", &n), &reg_value(&n, 0, "n"))
+            .await;
+        assert!(wait_state(&m, &n, Some(InstanceState::Active)).await);
+    }
+    gw.delete(&key(&ns, "DEFAULT", &x.name)).await;
+    assert!(wait_state(&m, &x.name, Some(InstanceState::LeaseLost)).await);
+    etcd.close_watches();
+    gw.put(&key(&ns, "DEFAULT", "last:1"), &reg_value("last:1", 0, "l"))
+        .await;
+    assert!(wait_state(&m, "last:1", Some(InstanceState::Active)).await);
+    assert_eq!(m.instance(&x.name).unwrap().state, InstanceState::LeaseLost);
+    assert_eq!(
+        transitions(&ring, &x.name),
+        vec![t(D, "ACTIVE"), t("ACTIVE", "LEASE_LOST")]
+    );
+    for round in 0..3 {
+        assert_eq!(
+            transitions(&ring, &format!("n{round}:1")),
+            vec![t(D, "ACTIVE")]
+        );
+    }
+    assert!(kinds(&ring, "watch_reconnect").len() >= 4);
+    m.stop().await;
+    etcd.stop().await;
+}
+
+#[tokio::test]
+async fn compaction_forces_a_relist_mock_etcd() {
+    let etcd = mock_etcd().await;
+    let gw = Gw::new(&etcd.url());
+    let ns = unique_ns("compact");
+    let gone = Stub::start("m").await;
+    gone.set_health(503);
+    let (m, ring) = master(&etcd.url(), &ns).await;
+    gw.put(
+        &key(&ns, "DEFAULT", &gone.name),
+        &reg_value(&gone.name, 0, "g"),
+    )
+    .await;
+    assert!(wait_state(&m, &gone.name, Some(InstanceState::Active)).await);
+    m.pause_watch();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    gw.delete(&key(&ns, "DEFAULT", &gone.name)).await;
+    gw.put(&key(&ns, "DEFAULT", "new:1"), &reg_value("new:1", 0, "n"))
+        .await;
+    gw.compact(gw.revision().await).await;
+    m.resume_watch();
+    assert!(wait_state(&m, "new:1", Some(InstanceState::Active)).await);
+    assert!(wait_state(&m, &gone.name, Some(InstanceState::Suspect)).await);
+    assert_eq!(kinds(&ring, "watch_compacted").len(), 1);
+    m.stop().await;
+    etcd.stop().await;
+}
