@@ -7,7 +7,9 @@ use std::path::Path;
 use sidecar::prom::{parse, Format, Mode};
 
 fn suite_dir(kind: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/openmetrics-suite").join(kind)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/openmetrics-suite")
+        .join(kind)
 }
 
 fn cases(kind: &str) -> Vec<(String, Vec<u8>)> {
@@ -15,7 +17,10 @@ fn cases(kind: &str) -> Vec<(String, Vec<u8>)> {
         .unwrap()
         .map(|e| {
             let p = e.unwrap().path();
-            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
         })
         .collect();
     v.sort();
@@ -36,7 +41,11 @@ fn openmetrics_suite_good_cases_parse() {
         let page = parse(text, Format::OpenMetrics, Mode::Lenient).unwrap();
         assert_eq!(page.skipped_lines, 0, "{name}");
     }
-    assert!(failures.is_empty(), "valid expositions rejected:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "valid expositions rejected:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -46,14 +55,19 @@ fn openmetrics_suite_bad_cases_fail() {
     let mut accepted = Vec::new();
     for (name, bytes) in &bad {
         // Invalid UTF-8 would be rejected before parsing (the input is a &str).
-        let Ok(text) = std::str::from_utf8(bytes) else { continue };
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            continue;
+        };
         if parse(text, Format::OpenMetrics, Mode::Strict).is_ok() {
             accepted.push(name.clone());
         }
         // Lenient never fails and never panics.
         assert!(parse(text, Format::OpenMetrics, Mode::Lenient).is_ok());
     }
-    assert!(accepted.is_empty(), "invalid expositions accepted: {accepted:?}");
+    assert!(
+        accepted.is_empty(),
+        "invalid expositions accepted: {accepted:?}"
+    );
 }
 
 /// Facts from `TestPromParse` (promparse_test.go).
@@ -93,29 +107,85 @@ fn prometheus_parser_cases() {
     assert!(err.message.contains("not grouped"), "{err}");
     {
         let mode = Mode::Lenient;
-        let page = parse(input, Format::Prometheus, mode).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        let page =
+            parse(input, Format::Prometheus, mode).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
         let got: Vec<_> = page
             .samples
             .iter()
-            .map(|s| (s.name.to_string(), s.labels.to_vec(), s.value, s.timestamp_ms))
+            .map(|s| {
+                (
+                    s.name.to_string(),
+                    s.labels.to_vec(),
+                    s.value,
+                    s.timestamp_ms,
+                )
+            })
             .collect();
         let l = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
-            pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+            pairs
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
         };
         let want = vec![
-            ("go_gc_duration_seconds".to_string(), l(&[("quantile", "0")]), 4.9351e-05, None),
-            ("go_gc_duration_seconds".into(), l(&[("quantile", "0.25")]), 7.424100000000001e-05, None),
-            ("go_gc_duration_seconds".into(), l(&[("quantile", "0.5"), ("a", "b")]), 8.3835e-05, None),
-            ("go_gc_duration_seconds".into(), l(&[("quantile", "0.8"), ("a", "b")]), 8.3835e-05, None),
-            ("go_gc_duration_seconds".into(), l(&[("quantile", "0.9"), ("a", "b")]), 8.3835e-05, None),
-            ("wind_speed".into(), l(&[("A", "2"), ("c", "3")]), 12345.0, None),
+            (
+                "go_gc_duration_seconds".to_string(),
+                l(&[("quantile", "0")]),
+                4.9351e-05,
+                None,
+            ),
+            (
+                "go_gc_duration_seconds".into(),
+                l(&[("quantile", "0.25")]),
+                7.424100000000001e-05,
+                None,
+            ),
+            (
+                "go_gc_duration_seconds".into(),
+                l(&[("quantile", "0.5"), ("a", "b")]),
+                8.3835e-05,
+                None,
+            ),
+            (
+                "go_gc_duration_seconds".into(),
+                l(&[("quantile", "0.8"), ("a", "b")]),
+                8.3835e-05,
+                None,
+            ),
+            (
+                "go_gc_duration_seconds".into(),
+                l(&[("quantile", "0.9"), ("a", "b")]),
+                8.3835e-05,
+                None,
+            ),
+            (
+                "wind_speed".into(),
+                l(&[("A", "2"), ("c", "3")]),
+                12345.0,
+                None,
+            ),
             ("go_gc_duration_seconds_count".into(), vec![], 99.0, None),
-            ("some:aggregate:rate5m".into(), l(&[("a_b", "c")]), 1.0, None),
+            (
+                "some:aggregate:rate5m".into(),
+                l(&[("a_b", "c")]),
+                1.0,
+                None,
+            ),
             ("go_goroutines".into(), vec![], 33.0, Some(123123)),
             ("_metric_starting_with_underscore".into(), vec![], 1.0, None),
-            ("testmetric".into(), l(&[("_label_starting_with_underscore", "foo")]), 1.0, None),
+            (
+                "testmetric".into(),
+                l(&[("_label_starting_with_underscore", "foo")]),
+                1.0,
+                None,
+            ),
             ("testmetric".into(), l(&[("label", "\"bar\"")]), 1.0, None),
-            ("null_byte_metric".into(), l(&[("a", "abc\u{0}")]), 1.0, None),
+            (
+                "null_byte_metric".into(),
+                l(&[("a", "abc\u{0}")]),
+                1.0,
+                None,
+            ),
         ];
         assert_eq!(got, want, "{mode:?}");
     }
@@ -159,8 +229,14 @@ fn prometheus_quoted_utf8_names() {
     assert_eq!(page.samples[3].labels.get("a").as_deref(), Some("b"));
     assert_eq!(page.samples[2].name, "go.gc_duration_seconds_count");
     let last = &page.samples[4];
-    assert_eq!(last.name, "Heizölrückstoßabdämpfung 10€ metric with \"interesting\" {character\nchoices}");
-    assert_eq!(last.labels.to_vec(), vec![("strange©™\n'quoted' \"name\"".to_string(), "6".to_string())]);
+    assert_eq!(
+        last.name,
+        "Heizölrückstoßabdämpfung 10€ metric with \"interesting\" {character\nchoices}"
+    );
+    assert_eq!(
+        last.labels.to_vec(),
+        vec![("strange©™\n'quoted' \"name\"".to_string(), "6".to_string())]
+    );
 }
 
 /// `TestPromParseErrors` and `TestPromNullByteHandling`: each input is an error.
@@ -192,11 +268,21 @@ fn prometheus_parse_errors() {
         let err = parse(input, Format::Prometheus, Mode::Strict);
         assert!(err.is_err(), "accepted {input:?}");
         let lenient = parse(input, Format::Prometheus, Mode::Lenient).unwrap();
-        assert!(lenient.samples.is_empty() || input.starts_with('#'), "{input:?}");
+        assert!(
+            lenient.samples.is_empty() || input.starts_with('#'),
+            "{input:?}"
+        );
     }
     // NUL inside a label value is fine.
-    for input in ["null_byte_metric{a=\"abc\u{0}\"} 1", "a{b=\"\u{0}ss\"} 1\n", "a{b=\"\u{0}\"} 1\n"] {
-        assert!(parse(input, Format::Prometheus, Mode::Strict).is_ok(), "{input:?}");
+    for input in [
+        "null_byte_metric{a=\"abc\u{0}\"} 1",
+        "a{b=\"\u{0}ss\"} 1\n",
+        "a{b=\"\u{0}\"} 1\n",
+    ] {
+        assert!(
+            parse(input, Format::Prometheus, Mode::Strict).is_ok(),
+            "{input:?}"
+        );
     }
 }
 
@@ -236,7 +322,11 @@ fn openmetrics_parser_cases() {
     let lenient = parse(input, Format::OpenMetrics, Mode::Lenient).unwrap();
     assert_eq!(lenient.samples.len(), 11);
     assert_eq!(lenient.skipped_lines, 0);
-    let gor = lenient.samples.iter().find(|s| s.name == "go_goroutines").unwrap();
+    let gor = lenient
+        .samples
+        .iter()
+        .find(|s| s.name == "go_goroutines")
+        .unwrap();
     assert_eq!(gor.value, 33.0);
     assert_eq!(gor.timestamp_ms, Some(123_123));
 
@@ -247,8 +337,12 @@ fn openmetrics_parser_cases() {
         )
     };
     assert!(parse(&tail(""), Format::OpenMetrics, Mode::Strict).is_ok());
-    let err = parse(&tail("hhh_count 1 # {id=\"histogram-count-test\"} 4\n"), Format::OpenMetrics, Mode::Strict)
-        .unwrap_err();
+    let err = parse(
+        &tail("hhh_count 1 # {id=\"histogram-count-test\"} 4\n"),
+        Format::OpenMetrics,
+        Mode::Strict,
+    )
+    .unwrap_err();
     assert!(err.message.contains("exemplar"), "{err}");
     assert_eq!(err.line, 3);
 }
