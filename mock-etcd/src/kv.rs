@@ -210,8 +210,10 @@ pub struct TxnResponse {
     pub responses: Vec<ResponseOp>,
 }
 
+/// A txn's per-op answer; variant names are the gateway's field names.
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "snake_case")]
+#[allow(clippy::enum_variant_names)]
 pub enum ResponseOp {
     ResponseRange(RangeResponse),
     ResponsePut(PutResponse),

@@ -229,19 +229,14 @@ pub async fn keepalive(State(shared): State<Arc<Shared>>, body: Body) -> Respons
         if let Some(l) = pending {
             return Some((Ok::<_, std::convert::Infallible>(l), (ka, None)));
         }
-        loop {
-            let stop = ka.stop.clone();
-            let piece = tokio::select! {
-                p = ka.reader.next() => p,
-                _ = stop.wait() => None,
-            };
-            match piece {
-                Some(Piece::Message(v)) => match ka.answer(v) {
-                    Ok(l) => return Some((Ok(l), (ka, None))),
-                    Err(_) => return None,
-                },
-                Some(Piece::Malformed(_)) | None => return None,
-            }
+        let stop = ka.stop.clone();
+        let piece = tokio::select! {
+            p = ka.reader.next() => p,
+            _ = stop.wait() => None,
+        };
+        match piece {
+            Some(Piece::Message(v)) => ka.answer(v).ok().map(|l| (Ok(l), (ka, None))),
+            Some(Piece::Malformed(_)) | None => None,
         }
     });
     stream_response(Body::from_stream(stream))

@@ -77,6 +77,8 @@ impl Lease {
     }
 }
 
+type KeyBounds<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
+
 /// A key interval as etcd reads `key`/`range_end`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyRange {
@@ -99,7 +101,7 @@ impl KeyRange {
         }
     }
 
-    fn bounds(&self) -> Option<(Bound<&[u8]>, Bound<&[u8]>)> {
+    fn bounds(&self) -> Option<KeyBounds<'_>> {
         if self.end.is_empty() {
             Some((
                 Bound::Included(&self.key[..]),

@@ -325,35 +325,41 @@ async fn real_etcd_and_fake_answer_alike() {
         async { start_pair(false).await.expect("etcd starts") },
         async { start_pair(true).await.expect("etcd starts") }
     );
-    let mut d = Diff::new(&real.url, &fake.url());
-    kv_sequence(&mut d).await;
-    lease_sequence(&mut d).await;
-    txn_sequence(&mut d).await;
-    error_sequence(&mut d).await;
-    watch_sequence(&mut d).await;
-    no_auth_sequence(&mut d).await;
-    let mut a = Diff::new(&real_auth.url, &fake_auth.url());
-    enable_real_auth(&a).await;
-    auth_sequence(&mut a).await;
+    // The two pairs are independent: run them side by side.
+    let plain = async {
+        let mut d = Diff::new(&real.url, &fake.url());
+        kv_sequence(&mut d).await;
+        lease_sequence(&mut d).await;
+        txn_sequence(&mut d).await;
+        error_sequence(&mut d).await;
+        watch_sequence(&mut d).await;
+        no_auth_sequence(&mut d).await;
+    };
+    let with_auth = async {
+        let mut a = Diff::new(&real_auth.url, &fake_auth.url());
+        enable_real_auth(&a).await;
+        auth_sequence(&mut a).await;
+    };
+    tokio::join!(plain, with_auth);
     fake.stop().await;
     fake_auth.stop().await;
 }
 
 async fn kv_sequence(d: &mut Diff) {
-    let (foo, bar, baz) = (b64("foo"), b64("bar"), b64("baz"));
+    let (k_foo, v_bar, v_baz) = (b64("foo"), b64("bar"), b64("baz"));
     d.check(
         "/v3/kv/put",
-        &format!(r#"{{"key":"{foo}","value":"{bar}"}}"#),
+        &format!(r#"{{"key":"{k_foo}","value":"{v_bar}"}}"#),
     )
     .await;
     d.check(
         "/v3/kv/put",
-        &format!(r#"{{"key":"{foo}","value":"{baz}","prev_kv":true}}"#),
+        &format!(r#"{{"key":"{k_foo}","value":"{v_baz}","prev_kv":true}}"#),
     )
     .await;
-    d.check("/v3/kv/range", &format!(r#"{{"key":"{foo}"}}"#))
+    d.check("/v3/kv/range", &format!(r#"{{"key":"{k_foo}"}}"#))
         .await;
-    d.check("/v3beta/kv/range", &format!(r#"{{"key":"{foo}"}}"#))
+    d.check("/v3beta/kv/range", &format!(r#"{{"key":"{k_foo}"}}"#))
         .await;
     d.check("/v3/kv/range", &format!(r#"{{"key":"{}"}}"#, b64("nope")))
         .await;
@@ -361,12 +367,12 @@ async fn kv_sequence(d: &mut Diff) {
         .await;
     d.check(
         "/v3/kv/range",
-        &format!(r#"{{"key":"{foo}","count_only":true}}"#),
+        &format!(r#"{{"key":"{k_foo}","count_only":true}}"#),
     )
     .await;
     d.check(
         "/v3/kv/range",
-        &format!(r#"{{"key":"{foo}","keys_only":true}}"#),
+        &format!(r#"{{"key":"{k_foo}","keys_only":true}}"#),
     )
     .await;
     for i in 1..=3 {
@@ -458,7 +464,7 @@ async fn kv_sequence(d: &mut Diff) {
     .await;
     d.check(
         "/v3/kv/put",
-        &format!(r#"{{"key":"{e}","value":"{bar}","ignore_value":true}}"#),
+        &format!(r#"{{"key":"{e}","value":"{v_bar}","ignore_value":true}}"#),
     )
     .await;
     d.check(
@@ -466,7 +472,7 @@ async fn kv_sequence(d: &mut Diff) {
         &format!(r#"{{"key":"{e}","ignore_lease":true,"lease":5}}"#),
     )
     .await;
-    d.check("/v3/kv/put", &format!(r#"{{"value":"{bar}"}}"#))
+    d.check("/v3/kv/put", &format!(r#"{{"value":"{v_bar}"}}"#))
         .await;
     d.check("/v3/kv/deleterange", "{}").await;
     d.check("/v3/kv/compaction", r#"{"revision":3}"#).await;
@@ -474,12 +480,12 @@ async fn kv_sequence(d: &mut Diff) {
     d.check("/v3/kv/compaction", r#"{"revision":100000}"#).await;
     d.check(
         "/v3/kv/range",
-        &format!(r#"{{"key":"{foo}","revision":2}}"#),
+        &format!(r#"{{"key":"{k_foo}","revision":2}}"#),
     )
     .await;
     d.check(
         "/v3/kv/range",
-        &format!(r#"{{"key":"{foo}","revision":3}}"#),
+        &format!(r#"{{"key":"{k_foo}","revision":3}}"#),
     )
     .await;
 }
@@ -789,12 +795,17 @@ async fn watch_sequence(d: &mut Diff) {
         ),
         format!(r#"{{"create_request":{{"key":"{}"}}}}{{bad}}"#, b64("w/a")),
     ];
-    for body in &bodies {
+    let dd = &*d;
+    let outcomes = futures_util::future::join_all(bodies.iter().map(|body| async move {
         let (mut r, mut f) = tokio::join!(
-            d.open_stream(&d.real, "/v3/watch", body),
-            d.open_stream(&d.fake, "/v3/watch", body)
+            dd.open_stream(&dd.real, "/v3/watch", body),
+            dd.open_stream(&dd.fake, "/v3/watch", body)
         );
         let (a, b) = tokio::join!(r.rest(quick()), f.rest(quick()));
+        (body, a, b)
+    }))
+    .await;
+    for (body, a, b) in outcomes {
         assert_eq!(
             a.into_iter().map(|v| d.normalize(v)).collect::<Vec<_>>(),
             b.into_iter().map(|v| d.normalize(v)).collect::<Vec<_>>(),
