@@ -1,0 +1,386 @@
+//! The vLLM mapping: the reference's cases, the corrections, the interval statistics,
+//! the fixtures (checked against numbers computed independently by gen_pages.py), and
+//! properties over arbitrary scrape sequences.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use sidecar::mapping::{HeartbeatMetrics, LatencyStat, Mapper, MapperConfig};
+use sidecar::prom::{parse, Format, Mode};
+
+fn mapper(stat: LatencyStat, model: Option<&str>) -> Mapper {
+    Mapper::new(MapperConfig {
+        latency_stat: stat,
+        model: model.map(String::from),
+    })
+}
+
+/// Observe through both entry points and insist they agree.
+fn observe(m: &mut (Mapper, Mapper), text: &str) -> HeartbeatMetrics {
+    let page = parse(text, Format::Prometheus, Mode::Lenient).unwrap();
+    let a = m.0.observe(&page);
+    let b = m.1.observe_text(text, Format::Prometheus);
+    assert_eq!(a, b, "observe and observe_text disagree on:\n{text}");
+    a
+}
+
+fn pair(stat: LatencyStat, model: Option<&str>) -> (Mapper, Mapper) {
+    (mapper(stat, model), mapper(stat, model))
+}
+
+/// A TTFT histogram (seconds) with cumulative bucket counts for `les`.
+fn ttft(labels: &str, les: &[(&str, f64)], sum: f64, count: f64) -> String {
+    let mut s = String::from("# TYPE vllm:time_to_first_token_seconds histogram\n");
+    let sep = if labels.is_empty() { "" } else { "," };
+    for (le, c) in les {
+        s += &format!("vllm:time_to_first_token_seconds_bucket{{{labels}{sep}le=\"{le}\"}} {c}\n");
+    }
+    s += &format!("vllm:time_to_first_token_seconds_sum{{{labels}}} {sum}\n");
+    s += &format!("vllm:time_to_first_token_seconds_count{{{labels}}} {count}\n");
+    s
+}
+
+fn fixture(rel: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap()
+}
+
+#[test]
+fn waiting_is_summed_over_label_sets() {
+    let mut m = pair(LatencyStat::Avg, None);
+    let page = "vllm:num_requests_waiting{engine=\"0\",model_name=\"a\"} 3.0\n\
+                vllm:num_requests_waiting{engine=\"1\",model_name=\"a\"} 4\n\
+                vllm:num_requests_waiting{engine=\"0\",model_name=\"b\"} 1e1\n";
+    assert_eq!(observe(&mut m, page).load_metrics.waiting_requests_num, 17);
+}
+
+#[test]
+fn kv_usage_is_a_mean_clamped_and_prefers_the_new_name() {
+    let mut m = pair(LatencyStat::Avg, None);
+    let two = "vllm:gpu_cache_usage_perc{engine=\"0\"} 0.5\nvllm:gpu_cache_usage_perc{engine=\"1\"} 0.5\n";
+    assert_eq!(observe(&mut m, two).load_metrics.gpu_cache_usage_perc, 0.5);
+    let sci = "vllm:gpu_cache_usage_perc{engine=\"0\"} 1.23e-04\n";
+    assert_eq!(
+        observe(&mut m, sci).load_metrics.gpu_cache_usage_perc,
+        0.000123
+    );
+    let both = "vllm:gpu_cache_usage_perc 0.9\nvllm:kv_cache_usage_perc 0.25\n";
+    assert_eq!(
+        observe(&mut m, both).load_metrics.gpu_cache_usage_perc,
+        0.25
+    );
+    let over = "vllm:kv_cache_usage_perc 1.5\n";
+    assert_eq!(observe(&mut m, over).load_metrics.gpu_cache_usage_perc, 1.0);
+    let under = "vllm:kv_cache_usage_perc -0.5\n";
+    assert_eq!(
+        observe(&mut m, under).load_metrics.gpu_cache_usage_perc,
+        0.0
+    );
+    assert_eq!(observe(&mut m, "").load_metrics.gpu_cache_usage_perc, 0.0);
+}
+
+#[test]
+fn nan_and_inf_are_dropped() {
+    let mut m = pair(LatencyStat::Avg, None);
+    let page = "vllm:num_requests_waiting{engine=\"0\"} NaN\nvllm:num_requests_waiting{engine=\"1\"} +Inf\n\
+                vllm:num_requests_waiting{engine=\"2\"} 2\nvllm:kv_cache_usage_perc{engine=\"0\"} NaN\n\
+                vllm:kv_cache_usage_perc{engine=\"1\"} 0.4\n";
+    let h = observe(&mut m, page);
+    assert_eq!(h.load_metrics.waiting_requests_num, 2);
+    assert_eq!(h.load_metrics.gpu_cache_usage_perc, 0.4);
+}
+
+#[test]
+fn interval_average_and_no_growth() {
+    let mut m = pair(LatencyStat::Avg, None);
+    // First scrape: no baseline.
+    let h = observe(&mut m, &ttft("", &[("+Inf", 10.0)], 5.0, 10.0));
+    assert_eq!(h.latency_metrics.recent_max_ttft, 0);
+    // 4 more requests, 1.0 s more: 250 ms.
+    let h = observe(&mut m, &ttft("", &[("+Inf", 14.0)], 6.0, 14.0));
+    assert_eq!(h.latency_metrics.recent_max_ttft, 250);
+    // Truncated, not rounded: 3 requests, 0.5 s → 166.67 ms → 166.
+    let h = observe(&mut m, &ttft("", &[("+Inf", 17.0)], 6.5, 17.0));
+    assert_eq!(h.latency_metrics.recent_max_ttft, 166);
+    // No growth: 0.
+    let h = observe(&mut m, &ttft("", &[("+Inf", 17.0)], 6.5, 17.0));
+    assert_eq!(h.latency_metrics.recent_max_ttft, 0);
+}
+
+#[test]
+fn counter_reset_starts_a_new_baseline() {
+    let mut m = pair(LatencyStat::Avg, None);
+    observe(&mut m, &ttft("", &[("+Inf", 100.0)], 50.0, 100.0));
+    // vLLM restarted: counters went down. No negative or huge number.
+    let h = observe(&mut m, &ttft("", &[("+Inf", 2.0)], 0.2, 2.0));
+    assert_eq!(h.latency_metrics.recent_max_ttft, 0);
+    // The next interval is measured from the new baseline: 2 requests, 0.6 s → 300 ms.
+    let h = observe(&mut m, &ttft("", &[("+Inf", 4.0)], 0.8, 4.0));
+    assert_eq!(h.latency_metrics.recent_max_ttft, 300);
+    // Only the sum going down is a reset too.
+    let h = observe(&mut m, &ttft("", &[("+Inf", 5.0)], 0.1, 5.0));
+    assert_eq!(h.latency_metrics.recent_max_ttft, 0);
+}
+
+#[test]
+fn one_engine_restarting_does_not_spoil_the_others() {
+    let mut m = pair(LatencyStat::Avg, None);
+    let page = |c0: f64, s0: f64, c1: f64, s1: f64| {
+        let mut p = String::from("# TYPE vllm:time_to_first_token_seconds histogram\n");
+        for (e, c, s) in [(0, c0, s0), (1, c1, s1)] {
+            p += &format!(
+                "vllm:time_to_first_token_seconds_bucket{{engine=\"{e}\",le=\"+Inf\"}} {c}\n"
+            );
+            p += &format!("vllm:time_to_first_token_seconds_sum{{engine=\"{e}\"}} {s}\n");
+            p += &format!("vllm:time_to_first_token_seconds_count{{engine=\"{e}\"}} {c}\n");
+        }
+        p
+    };
+    observe(&mut m, &page(100.0, 10.0, 100.0, 10.0));
+    // Engine 1 restarted (100 → 1); engine 0 saw 10 requests at 0.1 s each.
+    let h = observe(&mut m, &page(110.0, 11.0, 1.0, 5.0));
+    assert_eq!(h.latency_metrics.recent_max_ttft, 100);
+}
+
+#[test]
+fn tbt_prefers_inter_token_latency() {
+    let hist = |name: &str, sum: f64, count: f64| {
+        format!("{name}_bucket{{le=\"+Inf\"}} {count}\n{name}_sum {sum}\n{name}_count {count}\n")
+    };
+    let mut m = pair(LatencyStat::Avg, None);
+    let both = |k: f64| {
+        hist("vllm:inter_token_latency_seconds", 0.01 * k, k)
+            + &hist("vllm:time_per_output_token_seconds", 0.05 * k, k)
+    };
+    observe(&mut m, &both(10.0));
+    assert_eq!(
+        observe(&mut m, &both(20.0)).latency_metrics.recent_max_tbt,
+        10
+    );
+    let mut m = pair(LatencyStat::Avg, None);
+    let tpot = |k: f64| hist("vllm:time_per_output_token_seconds", 0.05 * k, k);
+    observe(&mut m, &tpot(10.0));
+    assert_eq!(
+        observe(&mut m, &tpot(20.0)).latency_metrics.recent_max_tbt,
+        50
+    );
+}
+
+#[test]
+fn model_filter() {
+    let page = |k: f64| {
+        format!(
+            "vllm:num_requests_waiting{{model_name=\"a\"}} 1\nvllm:num_requests_waiting{{model_name=\"b\"}} 2\n\
+             vllm:num_requests_waiting 4\nvllm:kv_cache_usage_perc{{model_name=\"a\"}} 0.2\n\
+             vllm:kv_cache_usage_perc{{model_name=\"b\"}} 0.8\n{}{}",
+            ttft("model_name=\"a\"", &[("+Inf", k)], 0.1 * k, k),
+            ttft("model_name=\"b\"", &[("+Inf", k)], 0.3 * k, k).replace("# TYPE vllm:time_to_first_token_seconds histogram\n", ""),
+        )
+    };
+    let mut all = pair(LatencyStat::Avg, None);
+    let mut a = pair(LatencyStat::Avg, Some("a"));
+    let mut b = pair(LatencyStat::Avg, Some("b"));
+    let mut none = pair(LatencyStat::Avg, Some("c"));
+    for m in [&mut all, &mut a, &mut b, &mut none] {
+        observe(m, &page(10.0));
+    }
+    let h = observe(&mut all, &page(20.0));
+    assert_eq!(
+        (
+            h.load_metrics.waiting_requests_num,
+            h.latency_metrics.recent_max_ttft
+        ),
+        (7, 200)
+    );
+    assert_eq!(h.load_metrics.gpu_cache_usage_perc, 0.5);
+    let h = observe(&mut a, &page(20.0));
+    assert_eq!(
+        (
+            h.load_metrics.waiting_requests_num,
+            h.latency_metrics.recent_max_ttft
+        ),
+        (1, 100)
+    );
+    assert_eq!(h.load_metrics.gpu_cache_usage_perc, 0.2);
+    let h = observe(&mut b, &page(20.0));
+    assert_eq!(
+        (
+            h.load_metrics.waiting_requests_num,
+            h.latency_metrics.recent_max_ttft
+        ),
+        (2, 300)
+    );
+    assert_eq!(observe(&mut none, &page(20.0)), HeartbeatMetrics::default());
+}
+
+#[test]
+fn bucket_statistics() {
+    let les = ["0.1", "0.2", "0.4", "0.8", "+Inf"];
+    let page = |cum: [f64; 5]| {
+        let b: Vec<(&str, f64)> = les.iter().copied().zip(cum).collect();
+        ttft("", &b, 0.0, cum[4])
+    };
+    let run = |stat, before: [f64; 5], after: [f64; 5]| {
+        let mut m = pair(stat, None);
+        observe(&mut m, &page(before));
+        observe(&mut m, &page(after))
+            .latency_metrics
+            .recent_max_ttft
+    };
+    let before = [10.0, 10.0, 10.0, 10.0, 10.0];
+    // Interval: 4 in (0, 0.1], 4 in (0.1, 0.2], 2 in (0.2, 0.4].
+    let after = [14.0, 18.0, 20.0, 20.0, 20.0];
+    assert_eq!(run(LatencyStat::P50, before, after), 125); // rank 5: 0.1 + 0.1 * 1/4
+    assert_eq!(run(LatencyStat::P90, before, after), 300); // rank 9: 0.2 + 0.2 * 1/2
+    assert_eq!(run(LatencyStat::P99, before, after), 390); // rank 9.9: 0.2 + 0.2 * 1.9/2
+    assert_eq!(run(LatencyStat::Max, before, after), 400);
+    // Only +Inf grew: the last finite bound.
+    let inf_only = [10.0, 10.0, 10.0, 10.0, 13.0];
+    assert_eq!(run(LatencyStat::Max, before, inf_only), 800);
+    assert_eq!(run(LatencyStat::P50, before, inf_only), 800);
+    // Nothing grew: 0.
+    assert_eq!(run(LatencyStat::Max, before, before), 0);
+    assert_eq!(run(LatencyStat::P99, before, before), 0);
+    // First bucket only: interpolated from 0.
+    assert_eq!(
+        run(LatencyStat::P50, before, [14.0, 14.0, 14.0, 14.0, 14.0]),
+        50
+    );
+    // Buckets going down are a reset.
+    assert_eq!(run(LatencyStat::Max, after, before), 0);
+}
+
+#[test]
+fn fixtures_match_the_independent_computation() {
+    let expected: serde_json::Value =
+        serde_json::from_str(&fixture("fixtures/expected.json")).unwrap();
+    let first = fixture("fixtures/multi-engine.prom");
+    let next = fixture("fixtures/multi-engine-next.prom");
+    let stats = [
+        ("avg", LatencyStat::Avg),
+        ("p50", LatencyStat::P50),
+        ("p90", LatencyStat::P90),
+        ("p99", LatencyStat::P99),
+        ("max", LatencyStat::Max),
+    ];
+    for (key, want) in expected.as_object().unwrap() {
+        let model = if key == "all" {
+            None
+        } else {
+            Some(key.as_str())
+        };
+        for (stat_name, stat) in stats {
+            let mut m = pair(stat, model);
+            let h0 = observe(&mut m, &first);
+            assert_eq!(h0.latency_metrics.recent_max_ttft, 0);
+            let h = observe(&mut m, &next);
+            assert_eq!(
+                h.latency_metrics.recent_max_ttft,
+                want["ttft_ms"][stat_name].as_i64().unwrap(),
+                "{key} {stat_name}"
+            );
+            assert_eq!(
+                h.latency_metrics.recent_max_tbt,
+                want["tbt_ms"][stat_name].as_i64().unwrap(),
+                "{key} {stat_name}"
+            );
+            assert_eq!(
+                h.load_metrics.waiting_requests_num,
+                want["waiting_requests_num"].as_u64().unwrap()
+            );
+            assert_eq!(
+                h.load_metrics.gpu_cache_usage_perc,
+                want["gpu_cache_usage_perc"].as_f64().unwrap()
+            );
+            assert!(h.latency_metrics.recent_max_ttft > 0);
+        }
+    }
+    // The OpenMetrics rendering of the second page maps the same (format from
+    // Content-Type in the sidecar).
+    let om = fixture("fixtures/multi-engine-next.om");
+    let mut a = mapper(LatencyStat::P90, None);
+    let mut b = mapper(LatencyStat::P90, None);
+    a.observe_text(&first, Format::Prometheus);
+    b.observe_text(&first, Format::Prometheus);
+    let via_om = a.observe_text(&om, Format::OpenMetrics);
+    let via_prom = b.observe(&parse(&next, Format::Prometheus, Mode::Lenient).unwrap());
+    assert_eq!(via_om, via_prom);
+}
+
+#[test]
+fn real_page() {
+    let text = fixture("../../shared/fixtures/vllm-0.10-metrics.txt");
+    let mut m = pair(LatencyStat::Avg, None);
+    let h = observe(&mut m, &text);
+    assert_eq!(h.load_metrics.waiting_requests_num, 0);
+    assert_eq!(h.load_metrics.gpu_cache_usage_perc, 0.0011764705882353343);
+    assert_eq!(h.latency_metrics, Default::default());
+    // The same page again: counts did not grow.
+    assert_eq!(observe(&mut m, &text).latency_metrics.recent_max_ttft, 0);
+    // Two more TTFT observations (0.5 s in all) on top of the real page: 250 ms.
+    let grown = text
+        .replace("vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"Qwen/Qwen3-4B-Instruct-2507-FP8\"} 6.0",
+                 "vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"Qwen/Qwen3-4B-Instruct-2507-FP8\"} 8.0")
+        .replace("} 0.24629998207092285", "} 0.74629998207092285");
+    assert_ne!(grown, text);
+    assert_eq!(observe(&mut m, &grown).latency_metrics.recent_max_ttft, 250);
+}
+
+/// Arbitrary pages of the metrics the mapping reads, with hostile values.
+fn page_strategy() -> impl Strategy<Value = String> {
+    let value = prop_oneof![
+        Just("NaN".to_string()),
+        Just("+Inf".to_string()),
+        Just("-Inf".to_string()),
+        Just("1e308".to_string()),
+        Just("-1e308".to_string()),
+        (-1e6f64..1e6).prop_map(|v| format!("{v}")),
+        (0u32..1000).prop_map(|v| format!("{v}")),
+    ];
+    let name = prop_oneof![
+        Just("vllm:num_requests_waiting"),
+        Just("vllm:kv_cache_usage_perc"),
+        Just("vllm:gpu_cache_usage_perc"),
+        Just("vllm:time_to_first_token_seconds_sum"),
+        Just("vllm:time_to_first_token_seconds_count"),
+        Just("vllm:time_to_first_token_seconds_bucket"),
+        Just("vllm:inter_token_latency_seconds_sum"),
+        Just("vllm:inter_token_latency_seconds_count"),
+        Just("vllm:inter_token_latency_seconds_bucket"),
+        Just("vllm:time_per_output_token_seconds_bucket"),
+        Just("vllm:time_per_output_token_seconds_count"),
+        Just("other_metric"),
+    ];
+    let le = prop_oneof![
+        Just("0.1"),
+        Just("1"),
+        Just("+Inf"),
+        Just("NaN"),
+        Just("-5"),
+        Just("x")
+    ];
+    let line = (name, 0u8..3, prop_oneof![Just("a"), Just("b")], le, value).prop_map(
+        |(n, e, model, le, v)| {
+            format!("{n}{{engine=\"{e}\",model_name=\"{model}\",le=\"{le}\"}} {v}\n")
+        },
+    );
+    prop::collection::vec(line, 0..40).prop_map(|lines| lines.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn output_is_finite_and_non_negative(pages in prop::collection::vec(page_strategy(), 1..6),
+                                         stat in prop_oneof![Just(LatencyStat::Avg), Just(LatencyStat::P50),
+                                                             Just(LatencyStat::P99), Just(LatencyStat::Max)],
+                                         filter in prop_oneof![Just(None), Just(Some("a"))]) {
+        let mut m = pair(stat, filter);
+        for p in &pages {
+            let h = observe(&mut m, p);
+            prop_assert!(h.latency_metrics.recent_max_ttft >= 0);
+            prop_assert!(h.latency_metrics.recent_max_tbt >= 0);
+            let kv = h.load_metrics.gpu_cache_usage_perc;
+            prop_assert!(kv.is_finite() && (0.0..=1.0).contains(&kv));
+        }
+    }
+}
