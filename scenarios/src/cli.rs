@@ -184,7 +184,11 @@ pub async fn up(args: UpArgs) -> u8 {
         println!("{k:28} {v}");
     }
     println!("\nmock control APIs: GET <url>/_mock/state, POST <url>/_mock/faults. Ctrl-C to stop.");
-    let _ = tokio::signal::ctrl_c().await;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
     cluster.shutdown().await;
     0
 }

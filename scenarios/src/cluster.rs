@@ -384,6 +384,11 @@ impl Cluster {
         Ok(())
     }
 
+    /// Each instance's registered address, topology order.
+    pub fn addrs(&self) -> Vec<String> {
+        self.instances.iter().map(|x| x.register_addr.clone()).collect()
+    }
+
     pub fn namespace(&self) -> &str {
         &self.namespace
     }
@@ -693,18 +698,26 @@ impl Cluster {
         for g in gens {
             g.stop();
         }
-        for inst in &mut self.instances {
-            if let Some(p) = inst.sidecar.as_mut() {
-                if p.running() {
-                    p.kill().await;
-                }
+        for inst in &self.instances {
+            if let Some(p) = inst.sidecar.as_ref() {
+                p.kill_now();
             }
         }
+        for inst in &mut self.instances {
+            if let Some(p) = inst.sidecar.as_mut() {
+                p.wait(Duration::from_secs(5)).await;
+            }
+        }
+        let mut stops = Vec::new();
         for inst in &self.instances {
             inst.etcd_links.iter().for_each(Proxy::stop);
             inst.master_link.stop();
             inst.vllm_link.stop();
-            inst.vllm.stop().await;
+            let v = inst.vllm.clone();
+            stops.push(tokio::spawn(async move { v.stop().await }));
+        }
+        for s in stops {
+            let _ = s.await;
         }
         self.master_links.iter().for_each(Proxy::stop);
         self.master.stop().await;

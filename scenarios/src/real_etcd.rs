@@ -111,8 +111,8 @@ impl RealEtcd {
             .members
             .get_mut(i)
             .ok_or_else(|| std::io::Error::other(format!("no etcd member {i}")))?;
-        let child = Command::new(bin)
-            .args([
+        let mut cmd = Command::new(bin);
+        cmd.args([
                 "--name",
                 &m.name,
                 "--data-dir",
@@ -144,9 +144,9 @@ impl RealEtcd {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()?;
-        m.child = Some(child);
+            .kill_on_drop(true);
+        crate::sidecar::die_with_parent(&mut cmd);
+        m.child = Some(cmd.spawn()?);
         Ok(())
     }
 

@@ -103,6 +103,7 @@ pub async fn run_scenario(sc: &Scenario, file: &str, opts: &RunOptions, progress
             return outcome;
         }
     };
+    let addrs = cluster.addrs();
     let cluster = Arc::new(tokio::sync::Mutex::new(cluster));
     let samples: Arc<Mutex<Vec<Sample>>> = Arc::new(Mutex::new(Vec::new()));
     let stop = mock_kit::Shutdown::new();
@@ -126,7 +127,7 @@ pub async fn run_scenario(sc: &Scenario, file: &str, opts: &RunOptions, progress
         let within = step.within.map(|d| d.0).unwrap_or(Duration::from_secs(10));
         let deadline = tokio::time::Instant::now() + within;
         if let Some(cond) = step.when.as_ref().or(step.expect.as_ref()) {
-            let met = wait_for(cond, sc, &samples, &timeline, &cluster, from, cursor, deadline).await;
+            let met = wait_for(cond, sc, &samples, &timeline, &cluster, &addrs, from, cursor, deadline).await;
             let is_await = step.expect.is_some();
             let mut v = Verdict {
                 kind: if is_await { "await" } else { "when" }.into(),
@@ -140,7 +141,7 @@ pub async fn run_scenario(sc: &Scenario, file: &str, opts: &RunOptions, progress
                 },
             };
             if let (Some(hold), Some(_)) = (step.hold, met) {
-                if let Some(broke) = hold_for(cond, sc, &samples, &timeline, &cluster, from, cursor, hold.0).await {
+                if let Some(broke) = hold_for(cond, sc, &samples, &timeline, &cluster, &addrs, from, cursor, hold.0).await {
                     v.passed = false;
                     v.first_violation_ms = Some(broke);
                     v.detail = format!("held, then stopped holding at t={:.2}s (needed {hold})", broke as f64 / 1000.0);
@@ -238,6 +239,7 @@ async fn check(
     samples: &Mutex<Vec<Sample>>,
     timeline: &Timeline,
     cluster: &tokio::sync::Mutex<Cluster>,
+    addrs: &[String],
     from: usize,
     cursor: usize,
 ) -> Option<u64> {
@@ -254,6 +256,7 @@ async fn check(
         timeline,
         cursor,
         routed: &routed,
+        addrs,
     };
     if g.len() > from && verdict::holds(cond, &ctx) {
         g.last().map(|s| s.t_ms)
@@ -270,12 +273,13 @@ async fn wait_for(
     samples: &Mutex<Vec<Sample>>,
     timeline: &Timeline,
     cluster: &tokio::sync::Mutex<Cluster>,
+    addrs: &[String],
     from: usize,
     cursor: usize,
     deadline: tokio::time::Instant,
 ) -> Option<u64> {
     loop {
-        if let Some(t) = check(cond, sc, samples, timeline, cluster, from, cursor).await {
+        if let Some(t) = check(cond, sc, samples, timeline, cluster, addrs, from, cursor).await {
             return Some(t);
         }
         if tokio::time::Instant::now() >= deadline {
@@ -293,6 +297,7 @@ async fn hold_for(
     samples: &Mutex<Vec<Sample>>,
     timeline: &Timeline,
     cluster: &tokio::sync::Mutex<Cluster>,
+    addrs: &[String],
     from: usize,
     cursor: usize,
     hold: Duration,
@@ -306,7 +311,7 @@ async fn hold_for(
             continue;
         }
         seen = n;
-        if check(cond, sc, samples, timeline, cluster, from, cursor).await.is_none() {
+        if check(cond, sc, samples, timeline, cluster, addrs, from, cursor).await.is_none() {
             return Some(timeline.now());
         }
     }

@@ -6,11 +6,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 use tokio::sync::watch;
 
 use mock_kit::Events;
@@ -71,11 +70,23 @@ fn build_binary(profile_dir: Option<&Path>) -> Result<PathBuf, String> {
     }
 }
 
+/// Have the kernel SIGKILL the child if the runner dies (a killed test run must not leave
+/// 200 orphaned sidecars behind).
+pub fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl(2),
+    // which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+}
+
 /// A running (or exited) sidecar process.
 #[derive(Debug)]
 pub struct SidecarProc {
     pid: Option<u32>,
-    child: Arc<Mutex<Option<Child>>>,
     exit: watch::Receiver<Option<i32>>,
 }
 
@@ -91,13 +102,14 @@ fn code_of(status: std::process::ExitStatus) -> i32 {
 impl SidecarProc {
     /// Start the binary with `args`; its output lines go to `events` as `log` events.
     pub fn spawn(bin: &Path, args: &[String], events: Events) -> std::io::Result<SidecarProc> {
-        let mut child = Command::new(bin)
-            .args(args)
+        let mut cmd = Command::new(bin);
+        cmd.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()?;
+            .kill_on_drop(true);
+        die_with_parent(&mut cmd);
+        let mut child = cmd.spawn()?;
         let pid = child.id();
         events.emit("spawn", serde_json::json!({"pid": pid, "args": args}));
         if let Some(out) = child.stdout.take() {
@@ -106,31 +118,17 @@ impl SidecarProc {
         if let Some(err) = child.stderr.take() {
             tokio::spawn(pipe_lines(err, events.clone(), "stderr"));
         }
-        let child = Arc::new(Mutex::new(Some(child)));
         let (tx, exit) = watch::channel(None);
-        let waiter = child.clone();
+        // The waiter owns the child and reaps it (SIGCHLD-driven, no polling).
         tokio::spawn(async move {
-            loop {
-                let polled = {
-                    let mut g = lock(&waiter);
-                    match g.as_mut() {
-                        Some(c) => c.try_wait(),
-                        None => return,
-                    }
-                };
-                match polled {
-                    Ok(Some(status)) => {
-                        let code = code_of(status);
-                        events.emit("exit", serde_json::json!({"code": code}));
-                        let _ = tx.send(Some(code));
-                        return;
-                    }
-                    Ok(None) => tokio::time::sleep(Duration::from_millis(20)).await,
-                    Err(_) => return,
-                }
-            }
+            let code = match child.wait().await {
+                Ok(status) => code_of(status),
+                Err(_) => -1,
+            };
+            events.emit("exit", serde_json::json!({"code": code}));
+            let _ = tx.send(Some(code));
         });
-        Ok(SidecarProc { pid, child, exit })
+        Ok(SidecarProc { pid, exit })
     }
 
     /// Exit code once exited.
@@ -144,8 +142,8 @@ impl SidecarProc {
 
     fn signal(&self, sig: i32) {
         if let (Some(pid), true) = (self.pid, self.running()) {
-            // SAFETY: kill(2) with a pid we spawned and have not reaped yet (the waiter
-            // only reaps after exit, after which `running()` is false).
+            // SAFETY: kill(2) on a pid we spawned. The waiter reaps it only after it exited,
+            // and `running()` turns false right then, so the pid is not yet reused.
             unsafe {
                 libc::kill(pid as i32, sig);
             }
@@ -192,7 +190,6 @@ impl Drop for SidecarProc {
         if self.running() {
             self.signal(libc::SIGKILL);
         }
-        lock(&self.child).take();
     }
 }
 
@@ -205,12 +202,5 @@ async fn pipe_lines(r: impl tokio::io::AsyncRead + Unpin, events: Events, stream
             _ => serde_json::json!({"line": line, "stream": stream}),
         };
         events.emit("log", detail);
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }

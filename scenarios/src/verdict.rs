@@ -358,6 +358,8 @@ pub struct Ctx<'a> {
     pub cursor: usize,
     /// Routing decisions of the load generator (instance indices), oldest first.
     pub routed: &'a [usize],
+    /// Each instance's registered address (the name the master knows it by).
+    pub addrs: &'a [String],
 }
 
 impl Ctx<'_> {
@@ -417,8 +419,18 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
             }) && enough
         }
         Condition::HeartbeatStatus { status, .. } => {
-            let base = ctx.baseline(i).map(|o| o.status_count(*status)).unwrap_or(0);
-            ctx.latest(i).is_some_and(|o| o.status_count(*status) > base)
+            // The master's heartbeat events name the instance when it read the body; an
+            // answer given before that (401, an injected fault) names none and counts for all.
+            let addr = ctx.addrs.get(i).map(String::as_str).unwrap_or("");
+            ctx.timeline.any_since(ctx.cursor, |e| {
+                e.source == "master"
+                    && e.kind == "heartbeat"
+                    && e.detail.get("status").and_then(|s| s.as_u64()) == Some(u64::from(*status))
+                    && match e.detail.get("name").and_then(|n| n.as_str()) {
+                        Some(n) => n == addr,
+                        None => true,
+                    }
+            })
         }
         Condition::Exited { code, .. } => ctx
             .latest(i)
