@@ -340,6 +340,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     }
 }
 
+/// Scenarios with more instances than this run alone.
+pub const HEAVY_INSTANCES: usize = 50;
+
 /// Run many scenarios, at most `jobs` at once (each on its own ports), biggest first so
 /// the longest one does not start last. Outcomes come back in input order.
 pub async fn run_many(list: &[crate::library::Loaded], opts: &RunOptions, jobs: usize, show_progress: bool) -> Vec<Outcome> {
@@ -365,7 +368,9 @@ pub async fn run_many(list: &[crate::library::Loaded], opts: &RunOptions, jobs: 
         handles.push((
             i,
             tokio::spawn(async move {
-                let _permit = sem.acquire_owned().await;
+                // A big scenario runs alone: it needs the whole machine.
+                let heavy = l.scenario.topology.instances > HEAVY_INSTANCES;
+                let _permit = if heavy { sem.acquire_many_owned(jobs.max(1) as u32).await } else { sem.acquire_many_owned(1).await };
                 let bar = multi.insert_before(&total, ProgressBar::new_spinner());
                 bar.set_style(
                     ProgressStyle::with_template("  {spinner} {prefix:28} {elapsed:>4} {wide_msg}")
