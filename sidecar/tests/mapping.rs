@@ -367,7 +367,7 @@ fn page_strategy() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn output_is_finite_and_non_negative(pages in prop::collection::vec(page_strategy(), 1..6),
