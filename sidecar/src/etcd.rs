@@ -31,6 +31,16 @@ use crate::http::{describe, read_capped, snippet};
 /// No gateway answer the sidecar needs is anywhere near this.
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 
+/// Every gateway path the client calls; their URLs are built once per endpoint.
+const PATHS: [&str; 6] = [
+    "/v3/lease/grant",
+    "/v3/lease/keepalive",
+    "/v3/lease/revoke",
+    "/v3/kv/put",
+    "/v3/kv/range",
+    "/v3/auth/authenticate",
+];
+
 /// An etcd call that failed on every endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EtcdError {
@@ -75,6 +85,8 @@ struct Credentials {
 pub struct EtcdClient {
     http: reqwest::Client,
     endpoints: Vec<Url>,
+    /// `urls[i][j]`: endpoint `i` joined with `PATHS[j]`.
+    urls: Vec<Vec<Url>>,
     timeout: Duration,
     credentials: Option<Credentials>,
     token: Mutex<Option<Secret>>,
@@ -106,9 +118,19 @@ impl EtcdClient {
             username: username.to_string(),
             password,
         });
+        let urls = endpoints
+            .iter()
+            .map(|base| {
+                PATHS
+                    .iter()
+                    .map(|path| base.join(path).unwrap_or_else(|_| base.clone()))
+                    .collect()
+            })
+            .collect();
         EtcdClient {
             http,
             endpoints,
+            urls,
             timeout,
             credentials,
             token: Mutex::new(None),
@@ -244,8 +266,18 @@ impl EtcdClient {
     ) -> Result<Map<String, Value>, EtcdError> {
         let mut last = String::from("no endpoint");
         let mut token_rejected = None;
-        for base in &self.endpoints {
-            match self.attempt(base, path, body, token.as_ref()).await {
+        for (i, base) in self.endpoints.iter().enumerate() {
+            let url = PATHS
+                .iter()
+                .position(|p| *p == path)
+                .and_then(|j| self.urls.get(i)?.get(j))
+                .cloned()
+                .or_else(|| base.join(path).ok());
+            let Some(url) = url else {
+                last = format!("{base}: cannot join {path}");
+                continue;
+            };
+            match self.attempt(base, url, path, body, token.as_ref()).await {
                 Attempt::Answer(map) => return Ok(map),
                 Attempt::Failed(why) | Attempt::NotFound(why) => last = why,
                 Attempt::TokenRejected(why) => {
@@ -266,14 +298,11 @@ impl EtcdClient {
     async fn attempt(
         &self,
         base: &Url,
+        url: Url,
         path: &str,
         body: &Value,
         token: Option<&Secret>,
     ) -> Attempt {
-        let url = match base.join(path) {
-            Ok(url) => url,
-            Err(e) => return Attempt::Failed(format!("{base}: bad URL: {e}")),
-        };
         let request = || {
             let mut request = self.http.post(url.clone()).timeout(self.timeout).json(body);
             if let Some(token) = token {

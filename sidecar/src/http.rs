@@ -44,7 +44,8 @@ pub async fn read_capped(response: reqwest::Response, limit: usize) -> Result<By
             return Err(BodyError::TooLarge { limit });
         }
     }
-    let mut buf = BytesMut::new();
+    let expected = response.content_length().unwrap_or(0).min(limit as u64);
+    let mut buf = BytesMut::with_capacity(usize::try_from(expected).unwrap_or(0));
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(BodyError::Read)?;
