@@ -144,6 +144,8 @@ pub struct Cluster {
     load: Mutex<Vec<LoadGen>>,
     routed: Arc<Routed>,
     stop: Shutdown,
+    /// The observer's last successful read of a real etcd.
+    last_etcd: HashMap<String, String>,
 }
 
 fn io<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
@@ -300,6 +302,7 @@ impl Cluster {
             load: Mutex::new(Vec::new()),
             routed: Arc::new(Routed::default()),
             stop: Shutdown::new(),
+            last_etcd: HashMap::new(),
         };
         let starts: Vec<usize> = (0..cluster.instances.len())
             .filter(|i| {
@@ -429,8 +432,17 @@ impl Cluster {
             _ => {
                 let prefix = format!("{}XLLM:", normalize_namespace(&self.namespace));
                 match self.gateway.range_prefix(&prefix).await {
-                    Ok(kvs) => kvs.into_iter().map(|kv| (kv.key, kv.value)).collect(),
-                    Err(_) => HashMap::new(),
+                    Ok(kvs) => {
+                        let m: HashMap<String, String> = kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
+                        self.last_etcd = m.clone();
+                        m
+                    }
+                    // An unreadable etcd (killed member, overload) is not an empty one:
+                    // keep the last view rather than report every key gone.
+                    Err(e) => {
+                        self.timeline.source("observer").emit("etcd_read_failed", serde_json::json!({"error": e}));
+                        self.last_etcd.clone()
+                    }
                 }
             }
         };

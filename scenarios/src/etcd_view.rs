@@ -38,7 +38,7 @@ pub struct Gateway {
 impl Gateway {
     pub fn new(endpoints: Vec<String>) -> Gateway {
         let http = reqwest::Client::builder()
-            .timeout(Duration::from_millis(800))
+            .timeout(Duration::from_secs(2))
             .build()
             .unwrap_or_default();
         Gateway { endpoints, http }

@@ -36,7 +36,7 @@ fn main() -> ExitCode {
         }
     };
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "off,scenarios=warn".into()))
         .with_writer(std::io::stderr)
         .try_init();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
