@@ -323,12 +323,7 @@ fn step_label(step: &crate::spec::Step) -> String {
         return format!("await {}", verdict::describe(c));
     }
     match &step.action {
-        Some(a) => {
-            let v = serde_json::to_value(a).unwrap_or_default();
-            let s = v.to_string();
-            let s = s.trim_start_matches('{').trim_end_matches('}').replace('"', "");
-            s.chars().take(90).collect()
-        }
+        Some(a) => crate::spec::describe_action(a),
         None => "step".into(),
     }
 }

@@ -773,6 +773,41 @@ impl Scenario {
     }
 }
 
+/// A short human description of an action, for reports: `link sidecar_etcd i0: blackhole for 4s`.
+pub fn describe_action(a: &Action) -> String {
+    let compact = |v: serde_json::Value| -> String {
+        match v {
+            serde_json::Value::String(s) => s,
+            other => other.to_string().replace('"', ""),
+        }
+    };
+    let dur = |d: &Option<Dur>| d.map(|d| format!(" for {d}")).unwrap_or_default();
+    match a {
+        Action::Link { link, instance, endpoint, fault, duration } => {
+            let link = compact(serde_json::to_value(link).unwrap_or_default());
+            let ep = endpoint.map(|e| format!(" endpoint {e}")).unwrap_or_default();
+            let who = if link == "master_etcd" { String::new() } else { format!(" {instance}") };
+            format!("link {link}{who}{ep}: {}{}", compact(serde_json::to_value(fault).unwrap_or_default()), dur(duration))
+        }
+        Action::VllmFault { instance, fault, duration, .. } => {
+            format!("vllm {instance}: {}{}", compact(serde_json::to_value(fault).unwrap_or_default()), dur(duration))
+        }
+        Action::EtcdFault { fault, duration, .. } => format!("etcd: {}{}", compact(serde_json::to_value(fault).unwrap_or_default()), dur(duration)),
+        Action::MasterFault { fault, duration, .. } => format!("master: {}{}", compact(serde_json::to_value(fault).unwrap_or_default()), dur(duration)),
+        Action::VllmHealth { instance, health } => format!("vllm {instance}: health {}", compact(serde_json::to_value(health).unwrap_or_default())),
+        Action::Load { instance, rps, duration, .. } => match instance {
+            Some(i) => format!("load {rps} rps on {i} for {duration}"),
+            None => format!("load {rps} rps via the master for {duration}"),
+        },
+        other => {
+            let v = serde_json::to_value(other).unwrap_or_default();
+            let s = compact(v);
+            let s = s.trim_start_matches('{').trim_end_matches('}').replacen(':', " ", 1);
+            s.chars().take(90).collect()
+        }
+    }
+}
+
 /// 1-based line of a byte offset.
 pub fn line_of(text: &str, offset: usize) -> usize {
     text.get(..offset.min(text.len()))
