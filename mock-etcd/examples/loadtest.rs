@@ -20,7 +20,10 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 
 fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 struct Outcome {
@@ -59,14 +62,20 @@ async fn drive(base: &str, leases: u64, concurrency: u64, secs: u64, max_ops: u6
     let errors = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let (http, next, errors, base) = (http.clone(), next.clone(), errors.clone(), base.to_string());
+        let (http, next, errors, base) =
+            (http.clone(), next.clone(), errors.clone(), base.to_string());
         tasks.push(tokio::spawn(async move {
             loop {
                 let id = next.fetch_add(1, Ordering::Relaxed);
                 if id > leases {
                     break;
                 }
-                let ok = post(&http, &format!("{base}/v3/lease/grant"), format!(r#"{{"ID":{id},"TTL":60}}"#)).await
+                let ok = post(
+                    &http,
+                    &format!("{base}/v3/lease/grant"),
+                    format!(r#"{{"ID":{id},"TTL":60}}"#),
+                )
+                .await
                     && post(
                         &http,
                         &format!("{base}/v3/kv/put"),
@@ -93,13 +102,19 @@ async fn drive(base: &str, leases: u64, concurrency: u64, secs: u64, max_ops: u6
     let started = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..concurrency {
-        let (http, ops, errors, base) = (http.clone(), ops.clone(), errors.clone(), base.to_string());
+        let (http, ops, errors, base) =
+            (http.clone(), ops.clone(), errors.clone(), base.to_string());
         tasks.push(tokio::spawn(async move {
             let mut i = w;
             while Instant::now() < deadline && ops.load(Ordering::Relaxed) < max_ops {
                 let id = i % leases + 1;
                 let ok = if i % 2 == 0 {
-                    post(&http, &format!("{base}/v3/lease/keepalive"), format!(r#"{{"ID":{id}}}"#)).await
+                    post(
+                        &http,
+                        &format!("{base}/v3/lease/keepalive"),
+                        format!(r#"{{"ID":{id}}}"#),
+                    )
+                    .await
                 } else {
                     post(
                         &http,
@@ -157,7 +172,10 @@ fn main() {
         .build()
         .expect("runtime");
     let fake = fake_rt
-        .block_on(mock_etcd::start(mock_etcd::Config::default(), mock_kit::Events::none("etcd")))
+        .block_on(mock_etcd::start(
+            mock_etcd::Config::default(),
+            mock_kit::Events::none("etcd"),
+        ))
         .expect("mock-etcd starts");
     let client_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -180,7 +198,10 @@ fn main() {
         }
         report("mock-etcd", &fake_outcome, leases);
         if let Some(r) = &real_outcome {
-            println!("ratio: mock-etcd / real etcd = {:.1}x (goal >= 5x)", fake_outcome.rate() / r.rate().max(1e-9));
+            println!(
+                "ratio: mock-etcd / real etcd = {:.1}x (goal >= 5x)",
+                fake_outcome.rate() / r.rate().max(1e-9)
+            );
         }
     });
     fake_rt.block_on(fake.stop());

@@ -520,6 +520,20 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Whatever arrives, parsing answers (an error or a message), never panics.
+        #[test]
+        fn parsing_never_panics(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+                                text in "[{}\\[\\]\":,0-9a-z ]{0,40}") {
+            let _ = parse::<R>(&body);
+            let _ = parse::<R>(text.as_bytes());
+            let _ = go_syntax(text.as_bytes());
+            let mut s = MessageSplitter::default();
+            s.push(text.as_bytes());
+            while let Some(Piece::Message(_)) = s.next(true) {}
+        }
+    }
+
     #[test]
     fn splitter_waits_for_complete_messages() {
         let mut s = MessageSplitter::default();

@@ -340,7 +340,7 @@ impl Store {
         } else {
             id
         };
-        let expires = now + Duration::from_secs(ttl as u64);
+        let expires = deadline(now, ttl);
         self.leases.insert(
             id,
             Lease {
@@ -357,7 +357,7 @@ impl Store {
     /// Refresh a lease; answers its granted TTL, or None if it does not exist.
     pub fn keepalive(&mut self, id: i64, now: Instant) -> Option<i64> {
         let lease = self.leases.get_mut(&id)?;
-        lease.expires = now + Duration::from_secs(lease.ttl as u64);
+        lease.expires = deadline(now, lease.ttl);
         let (expires, ttl) = (lease.expires, lease.ttl);
         self.expiry.push(Reverse((expires, id)));
         // Lazily dropped entries accumulate with keepalives; rebuild when it pays.
@@ -426,6 +426,13 @@ impl Store {
             self.compact_rev = self.rev;
         }
     }
+}
+
+/// `now + ttl` seconds, saturating far in the future instead of overflowing.
+fn deadline(now: Instant, ttl: i64) -> Instant {
+    let d = Duration::from_secs(ttl.max(0) as u64);
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 /// etcd's ID generator puts the member ID's low 16 bits on top and a millisecond
