@@ -46,9 +46,14 @@ impl Token {
 
     /// Does a request carrying `presented` (the header's bytes, if any) pass?
     pub fn admits(&self, presented: Option<&[u8]>) -> bool {
-        match self.current() {
+        // Compared under the read lock: no reference-count traffic per request.
+        let check = |t: &Option<Arc<[u8]>>| match t {
             None => true,
-            Some(expected) => presented.is_some_and(|p| constant_time_eq(&expected, p)),
+            Some(expected) => presented.is_some_and(|p| constant_time_eq(expected, p)),
+        };
+        match self.0.read() {
+            Ok(g) => check(&g),
+            Err(p) => check(&p.into_inner()),
         }
     }
 }

@@ -172,7 +172,7 @@ pub async fn start(mut config: Config, events: Events) -> std::io::Result<MockMa
         faults: FaultRegistry::new(),
         events: events.clone(),
         etcd: etcd.clone(),
-        heartbeat_counts: Mutex::new(BTreeMap::new()),
+        heartbeat_counts: server::StatusCounts::default(),
         paused: paused_tx,
         commands: cmd_tx,
         upstream,
@@ -323,9 +323,7 @@ impl MockMaster {
         self.shared.faults.clear();
         self.resume_watch();
         self.shared.token.set(self.shared.config.token.clone());
-        if let Ok(mut g) = self.shared.heartbeat_counts.lock() {
-            g.clear();
-        }
+        self.shared.heartbeat_counts.clear();
         self.shared.events.emit("reset", json!({}));
     }
 

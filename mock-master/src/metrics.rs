@@ -15,6 +15,8 @@ type Labels = Vec<(&'static str, String)>;
 pub struct Metrics {
     registry: Registry,
     heartbeats: Family<Labels, Counter>,
+    /// Handles on the heartbeat counters of the usual statuses (no lookup per request).
+    common: Vec<(u16, Counter)>,
     transitions: Family<Labels, Counter>,
     instances: Family<Labels, Gauge>,
     probes: Family<Labels, Counter>,
@@ -77,9 +79,21 @@ impl Metrics {
             "OpenAI requests by route and outcome",
             routed.clone(),
         );
+        let common = [200u16, 400, 401, 409, 413]
+            .into_iter()
+            .map(|s| {
+                (
+                    s,
+                    heartbeats
+                        .get_or_create(&vec![("status", s.to_string())])
+                        .clone(),
+                )
+            })
+            .collect();
         Metrics {
             registry,
             heartbeats,
+            common,
             transitions,
             instances,
             probes,
@@ -91,9 +105,16 @@ impl Metrics {
     }
 
     pub fn heartbeat(&self, status: u16) {
-        self.heartbeats
-            .get_or_create(&vec![("status", status.to_string())])
-            .inc();
+        match self.common.iter().find(|(s, _)| *s == status) {
+            Some((_, c)) => {
+                c.inc();
+            }
+            None => {
+                self.heartbeats
+                    .get_or_create(&vec![("status", status.to_string())])
+                    .inc();
+            }
+        }
     }
 
     pub fn transition(&self, from: &str, to: &str) {

@@ -359,17 +359,13 @@ impl Registry {
         if inst.state == InstanceState::Suspect {
             self.set_state(name, inst, InstanceState::LeaseLost, "heartbeat", now);
         }
-        g.updated.insert(name.to_string(), load);
-        Beat::Accepted
-    }
-
-    /// Count an answer given to a heartbeat for `name` that the registry did not see
-    /// (faults, bad bodies after the name was read are not counted here).
-    pub fn count_answer(&self, name: &str, status: u16) {
-        let mut g = self.lock();
-        if let Some(inst) = g.instances.get_mut(name) {
-            *inst.heartbeats.entry(status).or_default() += 1;
+        match g.updated.get_mut(name) {
+            Some(m) => *m = load,
+            None => {
+                g.updated.insert(name.to_string(), load);
+            }
         }
+        Beat::Accepted
     }
 
     /// Apply the timeouts: LEASE_LOST without heartbeat -> SUSPECT; SUSPECT too long ->

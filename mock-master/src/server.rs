@@ -1,7 +1,7 @@
 //! The HTTP face of the master: shared state, the one error type, the router.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::DefaultBodyLimit;
@@ -29,7 +29,7 @@ pub struct Shared {
     pub faults: FaultRegistry<Fault>,
     pub events: Events,
     pub etcd: EtcdClient,
-    pub heartbeat_counts: Mutex<BTreeMap<u16, u64>>,
+    pub heartbeat_counts: StatusCounts,
     pub paused: watch::Sender<bool>,
     pub commands: mpsc::Sender<Command>,
     /// Client for proxied OpenAI requests and model listings.
@@ -42,21 +42,49 @@ pub struct Shared {
 
 pub type AppState = Arc<Shared>;
 
+/// Heartbeat answers by status: one atomic per possible status (100..=599), so
+/// counting never takes a lock on the hot path.
+pub struct StatusCounts(Vec<AtomicU64>);
+
+impl Default for StatusCounts {
+    fn default() -> Self {
+        StatusCounts((100..600).map(|_| AtomicU64::new(0)).collect())
+    }
+}
+
+impl StatusCounts {
+    pub fn add(&self, status: u16) {
+        if let Some(c) = status
+            .checked_sub(100)
+            .and_then(|i| self.0.get(usize::from(i)))
+        {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn snapshot(&self) -> BTreeMap<u16, u64> {
+        (100u16..)
+            .zip(self.0.iter())
+            .map(|(s, c)| (s, c.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    pub fn clear(&self) {
+        for c in &self.0 {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 impl Shared {
     pub fn count_heartbeat(&self, status: u16) {
         self.metrics.heartbeat(status);
-        let mut g = match self.heartbeat_counts.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        *g.entry(status).or_default() += 1;
+        self.heartbeat_counts.add(status);
     }
 
     pub fn heartbeat_counts(&self) -> BTreeMap<u16, u64> {
-        match self.heartbeat_counts.lock() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        self.heartbeat_counts.snapshot()
     }
 }
 
@@ -116,17 +144,27 @@ async fn metrics(axum::extract::State(s): axum::extract::State<AppState>) -> Res
         .into_response()
 }
 
-/// Read a request body, at most `cap` bytes; `Err(true)` when it was larger.
+/// Read a request body, at most `cap` bytes; `Err(true)` when it was larger. A body
+/// that arrives in one chunk (the common case) is not copied.
 pub async fn read_body(body: axum::body::Body, cap: usize) -> Result<bytes::Bytes, bool> {
     use futures_util::StreamExt;
     let mut stream = body.into_data_stream();
-    let mut out = bytes::BytesMut::new();
+    let mut first: Option<bytes::Bytes> = None;
+    let mut rest = bytes::BytesMut::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|_| false)?;
-        if out.len() + chunk.len() > cap {
+        let have = first.as_ref().map_or(0, |f| f.len()) + rest.len();
+        if have + chunk.len() > cap {
             return Err(true);
         }
-        out.extend_from_slice(&chunk);
+        match first.take() {
+            None if rest.is_empty() => first = Some(chunk),
+            Some(f) => {
+                rest.extend_from_slice(&f);
+                rest.extend_from_slice(&chunk);
+            }
+            None => rest.extend_from_slice(&chunk),
+        }
     }
-    Ok(out.freeze())
+    Ok(first.unwrap_or_else(|| rest.freeze()))
 }

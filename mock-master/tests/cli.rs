@@ -12,8 +12,22 @@ async fn prints_its_address_first_and_takes_the_token_from_env() {
         .await
         .unwrap();
     let mut child = Command::new(BIN)
-        .args(["--listen", "127.0.0.1:0", "--etcd-endpoints", &etcd.url(), "--etcd-namespace", "ns"])
-        .args(["--probe-attempts", "1", "--suspect-window-ms", "500", "--publish-interval-ms", "100"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--etcd-endpoints",
+            &etcd.url(),
+            "--etcd-namespace",
+            "ns",
+        ])
+        .args([
+            "--probe-attempts",
+            "1",
+            "--suspect-window-ms",
+            "500",
+            "--publish-interval-ms",
+            "100",
+        ])
         .env("XLLM_INTERNAL_API_TOKEN", "from-env")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
@@ -25,15 +39,34 @@ async fn prints_its_address_first_and_takes_the_token_from_env() {
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).map(|_| line)
     });
-    let line = tokio::time::timeout(Duration::from_secs(20), line).await.unwrap().unwrap().unwrap();
-    let addr = line.trim().strip_prefix("listening on ").expect("first line names the address");
+    let line = tokio::time::timeout(Duration::from_secs(20), line)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("first line names the address");
     let url = format!("http://{addr}");
     let http = reqwest::Client::new();
-    let state: serde_json::Value = http.get(format!("{url}/_mock/state")).send().await.unwrap().json().await.unwrap();
+    let state: serde_json::Value = http
+        .get(format!("{url}/_mock/state"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(state["namespace"], "/ns/");
     assert_eq!(state["token_set"], true);
     let hb = serde_json::json!({"name": "a:1", "incarnation_id": "x"});
-    let r = http.post(format!("{url}/v1/internal/heartbeat")).json(&hb).send().await.unwrap();
+    let r = http
+        .post(format!("{url}/v1/internal/heartbeat"))
+        .json(&hb)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 401);
     let r = http
         .post(format!("{url}/v1/internal/heartbeat"))
@@ -50,7 +83,11 @@ async fn prints_its_address_first_and_takes_the_token_from_env() {
 
 #[test]
 fn a_flag_error_exits_2_with_one_line() {
-    for args in [vec!["--listen", "nowhere"], vec!["--probe-attempts", "-1"], vec!["--bogus"]] {
+    for args in [
+        vec!["--listen", "nowhere"],
+        vec!["--probe-attempts", "-1"],
+        vec!["--bogus"],
+    ] {
         let out = Command::new(BIN).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
