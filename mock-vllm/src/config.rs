@@ -143,7 +143,10 @@ impl Config {
             return Err("data_parallel must be between 1 and 64".into());
         }
         if self.dialect == Dialect::V0 && self.data_parallel > 1 {
-            return Err("the v0 engine has no data parallelism (no engine label): use --data-parallel 1".into());
+            return Err(
+                "the v0 engine has no data parallelism (no engine label): use --data-parallel 1"
+                    .into(),
+            );
         }
         if self.kv_capacity_tokens == 0 {
             return Err("kv_capacity_tokens must be at least 1".into());

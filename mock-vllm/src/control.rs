@@ -75,7 +75,9 @@ struct CrashBody {
 /// Answers 202 at once; the crash happens 20 ms later (so this answer gets out), the
 /// restart `restart_after_ms` after that.
 async fn crash(State(shared): State<Arc<Shared>>, body: Option<Json<CrashBody>>) -> Response {
-    let restart_after = body.and_then(|Json(b)| b.restart_after_ms).map(Duration::from_millis);
+    let restart_after = body
+        .and_then(|Json(b)| b.restart_after_ms)
+        .map(Duration::from_millis);
     let h = handle(&shared);
     let stopped = shared.stopped.clone();
     tokio::spawn(async move {

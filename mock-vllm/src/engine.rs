@@ -111,18 +111,29 @@ impl Engine {
             s.running += 1;
             s.kv_used += need;
             self.publish(&s);
-            return Admit::Running(Slot { engine: self.clone(), need });
+            return Admit::Running(Slot {
+                engine: self.clone(),
+                need,
+            });
         }
         if s.waiting >= self.max_waiting {
             drop(s);
             lock(&self.stats).rejected += 1;
             return Admit::Rejected;
         }
-        let waiter = Arc::new(Waiter { need, state: AtomicU8::new(WAITING), notify: Notify::new() });
+        let waiter = Arc::new(Waiter {
+            need,
+            state: AtomicU8::new(WAITING),
+            notify: Notify::new(),
+        });
         s.queue.push_back(waiter.clone());
         s.waiting += 1;
         self.publish(&s);
-        Admit::Queued(Ticket { engine: self.clone(), waiter, converted: false })
+        Admit::Queued(Ticket {
+            engine: self.clone(),
+            waiter,
+            converted: false,
+        })
     }
 
     fn fits(&self, s: &Sched, need: u64) -> bool {
@@ -217,7 +228,8 @@ impl Engine {
 
     /// Time from being scheduled to the first token.
     pub fn prefill_time(&self, prompt_tokens: u32, rng: &mut impl Rng) -> Duration {
-        let base = self.prefill_overhead.as_secs_f64() + self.prefill_per_token.as_secs_f64() * prompt_tokens as f64;
+        let base = self.prefill_overhead.as_secs_f64()
+            + self.prefill_per_token.as_secs_f64() * prompt_tokens as f64;
         Duration::from_secs_f64(self.jittered(base * self.slowdown(), rng).max(0.0))
     }
 
@@ -242,7 +254,10 @@ impl Ticket {
         loop {
             if self.waiter.state.load(Ordering::Acquire) == GRANTED {
                 self.converted = true;
-                return Slot { engine: self.engine.clone(), need: self.waiter.need };
+                return Slot {
+                    engine: self.engine.clone(),
+                    need: self.waiter.need,
+                };
             }
             self.waiter.notify.notified().await;
         }
@@ -261,7 +276,8 @@ impl Drop for Ticket {
                 s.waiting = s.waiting.saturating_sub(1);
                 // Keep cancelled leftovers from piling up behind a stuck head.
                 if s.queue.len() > 2 * self.engine.max_waiting.min(1 << 20) + 64 {
-                    s.queue.retain(|w| w.state.load(Ordering::Acquire) != CANCELLED);
+                    s.queue
+                        .retain(|w| w.state.load(Ordering::Acquire) != CANCELLED);
                 }
                 self.engine.publish(&s);
             }
@@ -276,15 +292,24 @@ mod tests {
     use super::*;
 
     fn engine(max: usize, waiting: usize) -> Arc<Engine> {
-        let cfg = Config { max_num_seqs: max, max_waiting: waiting, kv_capacity_tokens: 100, ..Config::default() };
+        let cfg = Config {
+            max_num_seqs: max,
+            max_waiting: waiting,
+            kv_capacity_tokens: 100,
+            ..Config::default()
+        };
         Engine::new(0, &cfg, 0.0)
     }
 
     #[tokio::test]
     async fn queue_fifo_and_limits() {
         let e = engine(1, 1);
-        let Admit::Running(a) = e.admit(10) else { panic!("first runs") };
-        let Admit::Queued(t) = e.admit(10) else { panic!("second waits") };
+        let Admit::Running(a) = e.admit(10) else {
+            panic!("first runs")
+        };
+        let Admit::Queued(t) = e.admit(10) else {
+            panic!("second waits")
+        };
         assert!(matches!(e.admit(10), Admit::Rejected));
         assert_eq!((e.running(), e.waiting()), (1, 1));
         drop(a);
@@ -297,9 +322,15 @@ mod tests {
     #[tokio::test]
     async fn cancelled_waiter_leaves_no_trace() {
         let e = engine(1, 10);
-        let Admit::Running(a) = e.admit(10) else { panic!() };
-        let Admit::Queued(t1) = e.admit(10) else { panic!() };
-        let Admit::Queued(t2) = e.admit(10) else { panic!() };
+        let Admit::Running(a) = e.admit(10) else {
+            panic!()
+        };
+        let Admit::Queued(t1) = e.admit(10) else {
+            panic!()
+        };
+        let Admit::Queued(t2) = e.admit(10) else {
+            panic!()
+        };
         drop(t1);
         assert_eq!(e.waiting(), 1);
         drop(a);
@@ -313,7 +344,9 @@ mod tests {
     #[tokio::test]
     async fn kv_capacity_gates_admission() {
         let e = engine(10, 10);
-        let Admit::Running(_a) = e.admit(80) else { panic!() };
+        let Admit::Running(_a) = e.admit(80) else {
+            panic!()
+        };
         assert!(matches!(e.admit(30), Admit::Queued(_)));
         assert!((e.kv_usage() - 0.8).abs() < 1e-9);
     }

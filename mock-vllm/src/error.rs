@@ -19,7 +19,12 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>, nested: bool) -> Self {
-        ApiError { status, message: message.into(), param: None, nested }
+        ApiError {
+            status,
+            message: message.into(),
+            param: None,
+            nested,
+        }
     }
 
     /// The `type` vLLM reports for a status.
@@ -41,9 +46,13 @@ impl ApiError {
         let param = json!(self.param);
         let kind = self.kind();
         if self.nested {
-            format!(r#"{{"error":{{"message":{message},"type":"{kind}","param":{param},"code":{code}}}}}"#)
+            format!(
+                r#"{{"error":{{"message":{message},"type":"{kind}","param":{param},"code":{code}}}}}"#
+            )
         } else {
-            format!(r#"{{"object":"error","message":{message},"type":"{kind}","param":{param},"code":{code}}}"#)
+            format!(
+                r#"{{"object":"error","message":{message},"type":"{kind}","param":{param},"code":{code}}}"#
+            )
         }
     }
 }
@@ -51,6 +60,11 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = self.body();
-        (self.status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response()
     }
 }

@@ -25,7 +25,11 @@ pub type Labels = Vec<(&'static str, String)>;
 #[derive(Clone, Debug)]
 pub enum Child {
     /// Counter or gauge value.
-    Value { labels: Labels, value: f64, created: Option<f64> },
+    Value {
+        labels: Labels,
+        value: f64,
+        created: Option<f64>,
+    },
     /// Histogram: upper bounds (without +Inf), cumulative counts per bound plus +Inf.
     Histogram {
         labels: Labels,
@@ -36,7 +40,12 @@ pub enum Child {
         created: Option<f64>,
     },
     /// Summary without quantiles (what prometheus-fastapi-instrumentator exports).
-    Summary { labels: Labels, count: f64, sum: f64, created: Option<f64> },
+    Summary {
+        labels: Labels,
+        count: f64,
+        sum: f64,
+        created: Option<f64>,
+    },
 }
 
 /// A metric family: name (counters without `_total`), help, type, children in the
@@ -51,7 +60,12 @@ pub struct Family {
 
 impl Family {
     pub fn new(name: impl Into<String>, help: impl Into<String>, kind: Kind) -> Self {
-        Family { name: name.into(), help: help.into(), kind, children: Vec::new() }
+        Family {
+            name: name.into(),
+            help: help.into(),
+            kind,
+            children: Vec::new(),
+        }
     }
 }
 
@@ -64,7 +78,11 @@ pub fn python_repr(d: f64) -> String {
         return if d > 0.0 { "inf".into() } else { "-inf".into() };
     }
     if d == 0.0 {
-        return if d.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
+        return if d.is_sign_negative() {
+            "-0.0".into()
+        } else {
+            "0.0".into()
+        };
     }
     // Shortest round-trip digits and decimal exponent, as Rust's `{:e}` gives them.
     let sci = format!("{:e}", d.abs());
@@ -75,7 +93,11 @@ pub fn python_repr(d: f64) -> String {
     let decpt = exp + 1; // value = 0.DIGITS * 10^decpt
     if !(-4 < decpt && decpt <= 16) {
         let (first, rest) = digits.split_at(1);
-        let m = if rest.is_empty() { first.to_string() } else { format!("{first}.{rest}") };
+        let m = if rest.is_empty() {
+            first.to_string()
+        } else {
+            format!("{first}.{rest}")
+        };
         let esign = if exp < 0 { '-' } else { '+' };
         return format!("{sign}{m}e{esign}{:02}", exp.abs());
     }
@@ -171,17 +193,35 @@ pub fn render_text(families: &[Family], out: &mut String) {
         let mut created = String::new();
         for c in &f.children {
             match c {
-                Child::Value { labels, value, created: cr } => {
+                Child::Value {
+                    labels,
+                    value,
+                    created: cr,
+                } => {
                     let ls = label_str(labels, None, true);
-                    let suffix = if f.kind == Kind::Counter { "_total" } else { "" };
+                    let suffix = if f.kind == Kind::Counter {
+                        "_total"
+                    } else {
+                        ""
+                    };
                     line(out, &f.name, suffix, &ls, &go_float(*value));
                     if let Some(t) = cr {
                         line(&mut created, &f.name, "_created", &ls, &go_float(*t));
                     }
                 }
-                Child::Histogram { labels, bounds, cumulative, count, sum, created: cr } => {
+                Child::Histogram {
+                    labels,
+                    bounds,
+                    cumulative,
+                    count,
+                    sum,
+                    created: cr,
+                } => {
                     for (i, v) in cumulative.iter().enumerate() {
-                        let le = bounds.get(i).map(|b| go_float(*b)).unwrap_or_else(|| "+Inf".into());
+                        let le = bounds
+                            .get(i)
+                            .map(|b| go_float(*b))
+                            .unwrap_or_else(|| "+Inf".into());
                         let ls = label_str(labels, Some(("le", &le)), true);
                         line(out, &f.name, "_bucket", &ls, &go_float(*v));
                     }
@@ -192,7 +232,12 @@ pub fn render_text(families: &[Family], out: &mut String) {
                         line(&mut created, &f.name, "_created", &ls, &go_float(*t));
                     }
                 }
-                Child::Summary { labels, count, sum, created: cr } => {
+                Child::Summary {
+                    labels,
+                    count,
+                    sum,
+                    created: cr,
+                } => {
                     let ls = label_str(labels, None, true);
                     line(out, &f.name, "_count", &ls, &go_float(*count));
                     line(out, &f.name, "_sum", &ls, &go_float(*sum));
@@ -229,18 +274,37 @@ pub fn render_openmetrics(families: &[Family], out: &mut String) {
             Kind::Histogram => "histogram",
             Kind::Summary => "summary",
         };
-        let _ = writeln!(out, "# HELP {} {}", f.name, escape_help(&f.help).replace('"', "\\\""));
+        let _ = writeln!(
+            out,
+            "# HELP {} {}",
+            f.name,
+            escape_help(&f.help).replace('"', "\\\"")
+        );
         let _ = writeln!(out, "# TYPE {} {ty}", f.name);
         for c in &f.children {
             match c {
                 Child::Value { labels, value, .. } => {
                     let ls = label_str(labels, None, false);
-                    let (suffix, integral) = if f.kind == Kind::Counter { ("_total", true) } else { ("", false) };
+                    let (suffix, integral) = if f.kind == Kind::Counter {
+                        ("_total", true)
+                    } else {
+                        ("", false)
+                    };
                     line(out, &f.name, suffix, &ls, &om_number(*value, integral));
                 }
-                Child::Histogram { labels, bounds, cumulative, count, sum, .. } => {
+                Child::Histogram {
+                    labels,
+                    bounds,
+                    cumulative,
+                    count,
+                    sum,
+                    ..
+                } => {
                     for (i, v) in cumulative.iter().enumerate() {
-                        let le = bounds.get(i).map(|b| go_float(*b)).unwrap_or_else(|| "+Inf".into());
+                        let le = bounds
+                            .get(i)
+                            .map(|b| go_float(*b))
+                            .unwrap_or_else(|| "+Inf".into());
                         let ls = label_str(labels, Some(("le", &le)), false);
                         line(out, &f.name, "_bucket", &ls, &om_number(*v, true));
                     }
@@ -248,7 +312,9 @@ pub fn render_openmetrics(families: &[Family], out: &mut String) {
                     line(out, &f.name, "_count", &ls, &om_number(*count, true));
                     line(out, &f.name, "_sum", &ls, &go_float(*sum));
                 }
-                Child::Summary { labels, count, sum, .. } => {
+                Child::Summary {
+                    labels, count, sum, ..
+                } => {
                     let ls = label_str(labels, None, false);
                     line(out, &f.name, "_count", &ls, &om_number(*count, true));
                     line(out, &f.name, "_sum", &ls, &go_float(*sum));

@@ -61,12 +61,30 @@ mod tests {
 
     #[test]
     fn wire_shape() {
-        let f: mock_kit::faults::FaultRequest<Fault> =
-            serde_json::from_str(r#"{"kind":"completion_fail","fraction":0.5,"status":503,"count":3}"#).unwrap();
-        assert_eq!(f.fault, Fault::CompletionFail { fraction: 0.5, status: 503 });
+        let f: mock_kit::faults::FaultRequest<Fault> = serde_json::from_str(
+            r#"{"kind":"completion_fail","fraction":0.5,"status":503,"count":3}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            f.fault,
+            Fault::CompletionFail {
+                fraction: 0.5,
+                status: 503
+            }
+        );
         assert_eq!(f.count, Some(3));
-        let t: Fault = serde_json::from_str(r#"{"kind":"metrics_truncate","at_bytes":10}"#).unwrap();
-        assert_eq!(t, Fault::MetricsTruncate { at_bytes: 10, abort: false });
-        assert_eq!(serde_json::to_value(Fault::MetricsHang).unwrap(), serde_json::json!({"kind":"metrics_hang"}));
+        let t: Fault =
+            serde_json::from_str(r#"{"kind":"metrics_truncate","at_bytes":10}"#).unwrap();
+        assert_eq!(
+            t,
+            Fault::MetricsTruncate {
+                at_bytes: 10,
+                abort: false
+            }
+        );
+        assert_eq!(
+            serde_json::to_value(Fault::MetricsHang).unwrap(),
+            serde_json::json!({"kind":"metrics_hang"})
+        );
     }
 }

@@ -69,7 +69,10 @@ async fn main() {
         Ok(a) => a,
         Err(e) if e.use_stderr() => {
             let msg = e.to_string();
-            eprintln!("mock-vllm: {}", msg.lines().next().unwrap_or("bad arguments"));
+            eprintln!(
+                "mock-vllm: {}",
+                msg.lines().next().unwrap_or("bad arguments")
+            );
             std::process::exit(2);
         }
         Err(e) => {
@@ -77,9 +80,12 @@ async fn main() {
             std::process::exit(0);
         }
     };
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-    ).init();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
     let config = Config {
         listen: args.listen,
         model: args.model,
@@ -120,13 +126,14 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(t) => t,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

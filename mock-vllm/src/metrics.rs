@@ -14,11 +14,15 @@ use crate::server::{lock, Core, Shared};
 use crate::stats::{EngineStats, FinishReason, Hist};
 
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Wall clock as epoch seconds (0 before 1970).
 pub fn epoch_secs() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 /// One engine's gauges and a copy of its counters, read once per scrape.
@@ -44,7 +48,10 @@ impl Ctx<'_> {
         if self.dialect == Dialect::V0 {
             vec![("model_name", self.model.to_string())]
         } else {
-            vec![("model_name", self.model.to_string()), ("engine", e.index.to_string())]
+            vec![
+                ("model_name", self.model.to_string()),
+                ("engine", e.index.to_string()),
+            ]
         }
     }
 
@@ -53,12 +60,30 @@ impl Ctx<'_> {
     }
 
     /// A per-engine gauge; overrides and the non-finite fault apply here.
-    fn gauge(&self, name: &str, help: &str, value: impl Fn(&EngineView) -> f64, nonfinite: f64) -> Family {
+    fn gauge(
+        &self,
+        name: &str,
+        help: &str,
+        value: impl Fn(&EngineView) -> f64,
+        nonfinite: f64,
+    ) -> Family {
         let mut f = Family::new(name, help, Kind::Gauge);
-        let forced = self.overrides.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+        let forced = self
+            .overrides
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v);
         for e in &self.engines {
-            let v = if self.nonfinite { nonfinite } else { forced.unwrap_or_else(|| value(e)) };
-            f.children.push(Child::Value { labels: self.labels(e), value: v, created: None });
+            let v = if self.nonfinite {
+                nonfinite
+            } else {
+                forced.unwrap_or_else(|| value(e))
+            };
+            f.children.push(Child::Value {
+                labels: self.labels(e),
+                value: v,
+                created: None,
+            });
         }
         f
     }
@@ -83,14 +108,27 @@ impl Ctx<'_> {
             if self.dialect == Dialect::V0 && h.count == 0 {
                 continue;
             }
-            let sum = if self.nonfinite && name.ends_with("_seconds") { f64::NAN } else { h.sum };
-            f.children.push(hist_child(self.labels(e), h, sum, self.created(e.stats.created)));
+            let sum = if self.nonfinite && name.ends_with("_seconds") {
+                f64::NAN
+            } else {
+                h.sum
+            };
+            f.children.push(hist_child(
+                self.labels(e),
+                h,
+                sum,
+                self.created(e.stats.created),
+            ));
         }
         f
     }
 
     fn success(&self) -> Family {
-        let mut f = Family::new("vllm:request_success", "Count of successfully processed requests.", Kind::Counter);
+        let mut f = Family::new(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            Kind::Counter,
+        );
         let mut push = |e: &EngineView, r: FinishReason| {
             let mut labels = self.labels(e);
             labels.push(("finished_reason", r.as_str().to_string()));
@@ -119,7 +157,11 @@ impl Ctx<'_> {
     }
 
     fn cache_config_info(&self) -> Family {
-        let mut f = Family::new("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", Kind::Gauge);
+        let mut f = Family::new(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            Kind::Gauge,
+        );
         for e in &self.engines {
             let blocks = (e.kv_capacity / crate::stats::BLOCK_SIZE as u64).to_string();
             let s = |v: &str| v.to_string();
@@ -162,7 +204,11 @@ impl Ctx<'_> {
                     ("swap_space_bytes", s("4294967296.0")),
                 ]
             };
-            f.children.push(Child::Value { labels, value: 1.0, created: None });
+            f.children.push(Child::Value {
+                labels,
+                value: 1.0,
+                created: None,
+            });
         }
         f
     }
@@ -203,7 +249,13 @@ pub(crate) fn render(shared: &Shared, nonfinite: bool) -> (String, &'static str)
             }
         })
         .collect();
-    let ctx = Ctx { dialect, model: &shared.cfg.model, engines, nonfinite, overrides };
+    let ctx = Ctx {
+        dialect,
+        model: &shared.cfg.model,
+        engines,
+        nonfinite,
+        overrides,
+    };
     let mut fams = Vec::new();
     if dialect != Dialect::OpenMetrics {
         runtime_families(shared, &core, dialect, &mut fams);
@@ -278,13 +330,27 @@ fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
         "Cumulative number of preemption from the engine.",
         |s| s.preemptions,
     ));
-    out.push(c.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", |s| s.prompt_tokens));
-    out.push(c.counter("vllm:generation_tokens", "Number of generation tokens processed.", |s| s.generation_tokens));
+    out.push(c.counter(
+        "vllm:prompt_tokens",
+        "Number of prefill tokens processed.",
+        |s| s.prompt_tokens,
+    ));
+    out.push(c.counter(
+        "vllm:generation_tokens",
+        "Number of generation tokens processed.",
+        |s| s.generation_tokens,
+    ));
     out.push(c.success());
-    out.push(c.histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", |s| &s.h_prompt));
-    out.push(c.histogram("vllm:request_generation_tokens", "Number of generation tokens processed.", |s| {
-        &s.h_generation
-    }));
+    out.push(c.histogram(
+        "vllm:request_prompt_tokens",
+        "Number of prefill tokens processed.",
+        |s| &s.h_prompt,
+    ));
+    out.push(c.histogram(
+        "vllm:request_generation_tokens",
+        "Number of generation tokens processed.",
+        |s| &s.h_generation,
+    ));
     out.push(c.histogram(
         "vllm:iteration_tokens_total",
         "Histogram of number of tokens per engine_step.",
@@ -295,7 +361,11 @@ fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
         "Histogram of maximum number of requested generation tokens.",
         |s| &s.h_max_generation,
     ));
-    out.push(c.histogram("vllm:request_params_n", "Histogram of the n request parameter.", |s| &s.h_n));
+    out.push(c.histogram(
+        "vllm:request_params_n",
+        "Histogram of the n request parameter.",
+        |s| &s.h_n,
+    ));
     out.push(c.histogram(
         "vllm:request_params_max_tokens",
         "Histogram of the max_tokens request parameter.",
@@ -365,20 +435,45 @@ fn v0_families(c: &Ctx, out: &mut Vec<Family>) {
         |e| e.waiting,
         f64::NAN,
     ));
-    out.push(Family::new("vllm:lora_requests_info", "Running stats on lora requests.", Kind::Gauge));
-    out.push(c.gauge("vllm:num_requests_swapped", "Number of requests swapped to CPU.", |_| 0.0, f64::NAN));
+    out.push(Family::new(
+        "vllm:lora_requests_info",
+        "Running stats on lora requests.",
+        Kind::Gauge,
+    ));
+    out.push(c.gauge(
+        "vllm:num_requests_swapped",
+        "Number of requests swapped to CPU.",
+        |_| 0.0,
+        f64::NAN,
+    ));
     out.push(c.gauge(
         "vllm:gpu_cache_usage_perc",
         "GPU KV-cache usage. 1 means 100 percent usage.",
         |e| e.kv,
         f64::INFINITY,
     ));
-    out.push(c.gauge("vllm:cpu_cache_usage_perc", "CPU KV-cache usage. 1 means 100 percent usage.", |_| 0.0, f64::NAN));
-    out.push(c.gauge("vllm:cpu_prefix_cache_hit_rate", "CPU prefix cache block hit rate.", |_| -1.0, f64::NAN));
+    out.push(c.gauge(
+        "vllm:cpu_cache_usage_perc",
+        "CPU KV-cache usage. 1 means 100 percent usage.",
+        |_| 0.0,
+        f64::NAN,
+    ));
+    out.push(c.gauge(
+        "vllm:cpu_prefix_cache_hit_rate",
+        "CPU prefix cache block hit rate.",
+        |_| -1.0,
+        f64::NAN,
+    ));
     out.push(c.gauge(
         "vllm:gpu_prefix_cache_hit_rate",
         "GPU prefix cache block hit rate.",
-        |e| if e.stats.prefix_queries > 0.0 { e.stats.prefix_hits / e.stats.prefix_queries } else { 0.0 },
+        |e| {
+            if e.stats.prefix_queries > 0.0 {
+                e.stats.prefix_hits / e.stats.prefix_queries
+            } else {
+                0.0
+            }
+        },
         f64::NAN,
     ));
     out.push(c.counter(
@@ -386,11 +481,21 @@ fn v0_families(c: &Ctx, out: &mut Vec<Family>) {
         "Cumulative number of preemption from the engine.",
         |s| s.preemptions,
     ));
-    out.push(c.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", |s| s.prompt_tokens));
-    out.push(c.counter("vllm:generation_tokens", "Number of generation tokens processed.", |s| s.generation_tokens));
-    out.push(c.counter("vllm:tokens", "Number of prefill plus generation tokens processed.", |s| {
-        s.prompt_tokens + s.generation_tokens
-    }));
+    out.push(c.counter(
+        "vllm:prompt_tokens",
+        "Number of prefill tokens processed.",
+        |s| s.prompt_tokens,
+    ));
+    out.push(c.counter(
+        "vllm:generation_tokens",
+        "Number of generation tokens processed.",
+        |s| s.generation_tokens,
+    ));
+    out.push(c.counter(
+        "vllm:tokens",
+        "Number of prefill plus generation tokens processed.",
+        |s| s.prompt_tokens + s.generation_tokens,
+    ));
     out.push(c.histogram(
         "vllm:iteration_tokens_total",
         "Histogram of number of tokens per engine_step.",
@@ -406,7 +511,11 @@ fn v0_families(c: &Ctx, out: &mut Vec<Family>) {
         "Histogram of time per output token in seconds.",
         |s| &s.h_itl,
     ));
-    latency_families(c, "Histogram of end to end request latency in seconds.", out);
+    latency_families(
+        c,
+        "Histogram of end to end request latency in seconds.",
+        out,
+    );
     out.push(c.histogram(
         "vllm:time_in_queue_requests",
         "Histogram of the time the request spent in the queue in seconds.",
@@ -422,27 +531,57 @@ fn v0_families(c: &Ctx, out: &mut Vec<Family>) {
         "Histogram of time spent in the model execute function in ms.",
         Kind::Histogram,
     ));
-    out.push(c.histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", |s| &s.h_prompt));
-    out.push(c.histogram("vllm:request_generation_tokens", "Number of generation tokens processed.", |s| {
-        &s.h_generation
-    }));
+    out.push(c.histogram(
+        "vllm:request_prompt_tokens",
+        "Number of prefill tokens processed.",
+        |s| &s.h_prompt,
+    ));
+    out.push(c.histogram(
+        "vllm:request_generation_tokens",
+        "Number of generation tokens processed.",
+        |s| &s.h_generation,
+    ));
     out.push(c.histogram(
         "vllm:request_max_num_generation_tokens",
         "Histogram of maximum number of requested generation tokens.",
         |s| &s.h_max_generation,
     ));
-    out.push(c.histogram("vllm:request_params_n", "Histogram of the n request parameter.", |s| &s.h_n));
+    out.push(c.histogram(
+        "vllm:request_params_n",
+        "Histogram of the n request parameter.",
+        |s| &s.h_n,
+    ));
     out.push(c.histogram(
         "vllm:request_params_max_tokens",
         "Histogram of the max_tokens request parameter.",
         |s| &s.h_max_tokens,
     ));
     out.push(c.success());
-    out.push(Family::new("vllm:spec_decode_draft_acceptance_rate", "Speulative token acceptance rate.", Kind::Gauge));
-    out.push(Family::new("vllm:spec_decode_efficiency", "Speculative decoding system efficiency.", Kind::Gauge));
-    out.push(Family::new("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", Kind::Counter));
-    out.push(Family::new("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", Kind::Counter));
-    out.push(Family::new("vllm:spec_decode_num_emitted_tokens", "Number of emitted tokens.", Kind::Counter));
+    out.push(Family::new(
+        "vllm:spec_decode_draft_acceptance_rate",
+        "Speulative token acceptance rate.",
+        Kind::Gauge,
+    ));
+    out.push(Family::new(
+        "vllm:spec_decode_efficiency",
+        "Speculative decoding system efficiency.",
+        Kind::Gauge,
+    ));
+    out.push(Family::new(
+        "vllm:spec_decode_num_accepted_tokens",
+        "Number of accepted tokens.",
+        Kind::Counter,
+    ));
+    out.push(Family::new(
+        "vllm:spec_decode_num_draft_tokens",
+        "Number of draft tokens.",
+        Kind::Counter,
+    ));
+    out.push(Family::new(
+        "vllm:spec_decode_num_emitted_tokens",
+        "Number of emitted tokens.",
+        Kind::Counter,
+    ));
     out.push(c.cache_config_info());
 }
 
@@ -475,7 +614,11 @@ fn process_view() -> ProcessView {
     }
     if let Ok(limits) = std::fs::read_to_string("/proc/self/limits") {
         if let Some(l) = limits.lines().find(|l| l.starts_with("Max open files")) {
-            p.max_fds = l.split_whitespace().nth(3).and_then(|s| s.parse().ok()).unwrap_or(0.0);
+            p.max_fds = l
+                .split_whitespace()
+                .nth(3)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0.0);
         }
     }
     p
@@ -483,7 +626,11 @@ fn process_view() -> ProcessView {
 
 fn single(name: &str, help: &str, kind: Kind, value: f64) -> Family {
     let mut f = Family::new(name, help, kind);
-    f.children.push(Child::Value { labels: vec![], value, created: None });
+    f.children.push(Child::Value {
+        labels: vec![],
+        value,
+        created: None,
+    });
     f
 }
 
@@ -493,20 +640,36 @@ fn runtime_families(shared: &Shared, core: &Core, _dialect: Dialect, out: &mut V
     let gc = |name: &str, help: &str, vals: [f64; 3]| {
         let mut f = Family::new(name, help, Kind::Counter);
         for (i, v) in vals.iter().enumerate() {
-            f.children.push(Child::Value { labels: vec![("generation", i.to_string())], value: *v, created: None });
+            f.children.push(Child::Value {
+                labels: vec![("generation", i.to_string())],
+                value: *v,
+                created: None,
+            });
         }
         f
     };
     out.push(gc(
         "python_gc_objects_collected",
         "Objects collected during gc",
-        [12000.0 + served * 9.0, 3000.0 + served, 900.0 + (served / 10.0).floor()],
+        [
+            12000.0 + served * 9.0,
+            3000.0 + served,
+            900.0 + (served / 10.0).floor(),
+        ],
     ));
-    out.push(gc("python_gc_objects_uncollectable", "Uncollectable objects found during GC", [0.0; 3]));
+    out.push(gc(
+        "python_gc_objects_uncollectable",
+        "Uncollectable objects found during GC",
+        [0.0; 3],
+    ));
     out.push(gc(
         "python_gc_collections",
         "Number of times this generation was collected",
-        [400.0 + (served / 3.0).floor(), 36.0 + (served / 30.0).floor(), 3.0 + (served / 300.0).floor()],
+        [
+            400.0 + (served / 3.0).floor(),
+            36.0 + (served / 30.0).floor(),
+            3.0 + (served / 300.0).floor(),
+        ],
     ));
     let mut info = Family::new("python_info", "Python platform information", Kind::Gauge);
     info.children.push(Child::Value {
@@ -522,8 +685,18 @@ fn runtime_families(shared: &Shared, core: &Core, _dialect: Dialect, out: &mut V
     });
     out.push(info);
     let p = process_view();
-    out.push(single("process_virtual_memory_bytes", "Virtual memory size in bytes.", Kind::Gauge, p.vsize));
-    out.push(single("process_resident_memory_bytes", "Resident memory size in bytes.", Kind::Gauge, p.rss));
+    out.push(single(
+        "process_virtual_memory_bytes",
+        "Virtual memory size in bytes.",
+        Kind::Gauge,
+        p.vsize,
+    ));
+    out.push(single(
+        "process_resident_memory_bytes",
+        "Resident memory size in bytes.",
+        Kind::Gauge,
+        p.rss,
+    ));
     out.push(single(
         "process_start_time_seconds",
         "Start time of the process since unix epoch in seconds.",
@@ -540,8 +713,18 @@ fn runtime_families(shared: &Shared, core: &Core, _dialect: Dialect, out: &mut V
     if let Some(last) = out.last_mut() {
         last.name = "process_cpu_seconds".into();
     }
-    out.push(single("process_open_fds", "Number of open file descriptors.", Kind::Gauge, p.open_fds));
-    out.push(single("process_max_fds", "Maximum number of open file descriptors.", Kind::Gauge, p.max_fds));
+    out.push(single(
+        "process_open_fds",
+        "Number of open file descriptors.",
+        Kind::Gauge,
+        p.open_fds,
+    ));
+    out.push(single(
+        "process_max_fds",
+        "Maximum number of open file descriptors.",
+        Kind::Gauge,
+        p.max_fds,
+    ));
 }
 
 /// prometheus-fastapi-instrumentator's families (vLLM excludes /metrics, /health, ...).
@@ -555,7 +738,11 @@ fn http_families(core: &Core, dialect: Dialect, out: &mut Vec<Family>) {
     );
     for ((h, m, s), v, t) in &http.requests {
         req.children.push(Child::Value {
-            labels: vec![("handler", h.clone()), ("method", m.clone()), ("status", s.clone())],
+            labels: vec![
+                ("handler", h.clone()),
+                ("method", m.clone()),
+                ("status", s.clone()),
+            ],
             value: *v,
             created: created(*t),
         });
@@ -566,8 +753,16 @@ fn http_families(core: &Core, dialect: Dialect, out: &mut Vec<Family>) {
             "Content length of {what} by handler. Only value of header is respected. Otherwise ignored. No percentile calculated. "
         )
     };
-    let mut reqsize = Family::new("http_request_size_bytes", size_help("incoming requests"), Kind::Summary);
-    let mut respsize = Family::new("http_response_size_bytes", size_help("outgoing responses"), Kind::Summary);
+    let mut reqsize = Family::new(
+        "http_request_size_bytes",
+        size_help("incoming requests"),
+        Kind::Summary,
+    );
+    let mut respsize = Family::new(
+        "http_response_size_bytes",
+        size_help("outgoing responses"),
+        Kind::Summary,
+    );
     for h in &http.handlers {
         reqsize.children.push(Child::Summary {
             labels: vec![("handler", h.handler.clone())],
@@ -589,7 +784,12 @@ fn http_families(core: &Core, dialect: Dialect, out: &mut Vec<Family>) {
         "Latency with many buckets but no API specific labels. Made for more accurate percentile calculations. ",
         Kind::Histogram,
     );
-    highr.children.push(hist_child(vec![], &http.highr, http.highr.sum, created(http.created)));
+    highr.children.push(hist_child(
+        vec![],
+        &http.highr,
+        http.highr.sum,
+        created(http.created),
+    ));
     out.push(highr);
     let mut dur = Family::new(
         "http_request_duration_seconds",

@@ -21,7 +21,9 @@ use crate::faults::Fault;
 use crate::metrics::epoch_secs;
 use crate::server::Shared;
 use crate::stats::{FinishReason, Finished};
-use crate::tokenizer::{count_tokens, token_text, CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_REPLY_PRIMER};
+use crate::tokenizer::{
+    count_tokens, token_text, CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_REPLY_PRIMER,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Api {
@@ -43,15 +45,23 @@ struct Req {
 }
 
 pub(crate) async fn completions(State(shared): State<Arc<Shared>>, body: Body) -> Response {
-    serve(shared, Api::Completions, body).await.unwrap_or_else(IntoResponse::into_response)
+    serve(shared, Api::Completions, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }
 
 pub(crate) async fn chat_completions(State(shared): State<Arc<Shared>>, body: Body) -> Response {
-    serve(shared, Api::Chat, body).await.unwrap_or_else(IntoResponse::into_response)
+    serve(shared, Api::Chat, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }
 
 fn bad(shared: &Shared, msg: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, msg, shared.cfg.dialect.nested_errors())
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        msg,
+        shared.cfg.dialect.nested_errors(),
+    )
 }
 
 /// pydantic's message for a field of the wrong type, as vLLM relays it.
@@ -63,7 +73,10 @@ fn type_error(shared: &Shared, field: &str, expected: &str, got: &Value) -> ApiE
 }
 
 fn missing(shared: &Shared, field: &str) -> ApiError {
-    bad(shared, format!("[{{'type': 'missing', 'loc': ('body', '{field}'), 'msg': 'Field required'}}]"))
+    bad(
+        shared,
+        format!("[{{'type': 'missing', 'loc': ('body', '{field}'), 'msg': 'Field required'}}]"),
+    )
 }
 
 fn opt_u32(shared: &Shared, v: &Value, field: &str) -> Result<Option<u32>, ApiError> {
@@ -117,8 +130,12 @@ fn prompt_of(shared: &Shared, v: &Value) -> Result<(u32, u64), ApiError> {
 
 /// Prompt tokens of chat `messages` under the mock chat template.
 fn messages_of(shared: &Shared, v: &Value) -> Result<(u32, u64), ApiError> {
-    let msgs = v.get("messages").ok_or_else(|| missing(shared, "messages"))?;
-    let Value::Array(msgs) = msgs else { return Err(type_error(shared, "messages", "list", msgs)) };
+    let msgs = v
+        .get("messages")
+        .ok_or_else(|| missing(shared, "messages"))?;
+    let Value::Array(msgs) = msgs else {
+        return Err(type_error(shared, "messages", "list", msgs));
+    };
     if msgs.is_empty() {
         return Err(bad(shared, "messages must contain at least one message"));
     }
@@ -139,14 +156,24 @@ fn messages_of(shared: &Shared, v: &Value) -> Result<(u32, u64), ApiError> {
                             s.push_str(t);
                             s.push(' ');
                         }
-                        None => return Err(bad(shared, format!("messages[{i}]: only text content parts are supported"))),
+                        None => {
+                            return Err(bad(
+                                shared,
+                                format!("messages[{i}]: only text content parts are supported"),
+                            ))
+                        }
                     }
                 }
                 s
             }
             Some(other) => return Err(type_error(shared, "content", "string", other)),
         };
-        tokens += CHAT_TOKENS_PER_MESSAGE as u64 + if content.trim().is_empty() { 0 } else { count_tokens(&content) as u64 };
+        tokens += CHAT_TOKENS_PER_MESSAGE as u64
+            + if content.trim().is_empty() {
+                0
+            } else {
+                count_tokens(&content) as u64
+            };
         text.push_str(role);
         text.push('\u{1}');
         text.push_str(&content);
@@ -189,16 +216,24 @@ fn parse(shared: &Shared, api: Api, bytes: &[u8]) -> Result<Req, ApiError> {
     }
     let n = opt_u32(shared, &v, "n")?.unwrap_or(1);
     if n != 1 {
-        return Err(bad(shared, format!("mock-vllm supports n=1 only, got n={n}.")));
+        return Err(bad(
+            shared,
+            format!("mock-vllm supports n=1 only, got n={n}."),
+        ));
     }
     let stream = opt_bool(shared, &v, "stream")?;
     let include_usage = match v.get("stream_options") {
         None | Some(Value::Null) => false,
         Some(o) if o.is_object() => {
             if !stream {
-                return Err(bad(shared, "Stream options can only be defined when `stream=True`."));
+                return Err(bad(
+                    shared,
+                    "Stream options can only be defined when `stream=True`.",
+                ));
             }
-            o.get("include_usage").and_then(Value::as_bool).unwrap_or(false)
+            o.get("include_usage")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
         }
         Some(other) => return Err(type_error(shared, "stream_options", "dictionary", other)),
     };
@@ -223,9 +258,20 @@ fn parse(shared: &Shared, api: Api, bytes: &[u8]) -> Result<Req, ApiError> {
             ),
         ));
     }
-    let min_tokens = opt_u32(shared, &v, "min_tokens")?.unwrap_or(0).min(max_tokens);
+    let min_tokens = opt_u32(shared, &v, "min_tokens")?
+        .unwrap_or(0)
+        .min(max_tokens);
     let ignore_eos = opt_bool(shared, &v, "ignore_eos")?;
-    Ok(Req { prompt_tokens, prompt_hash, max_tokens_param, max_tokens, min_tokens, ignore_eos, stream, include_usage })
+    Ok(Req {
+        prompt_tokens,
+        prompt_hash,
+        max_tokens_param,
+        max_tokens,
+        min_tokens,
+        ignore_eos,
+        stream,
+        include_usage,
+    })
 }
 
 /// A request in flight on an engine: holds the slot, records an abort if dropped
@@ -315,7 +361,9 @@ impl Plan {
     /// One SSE chunk carrying tokens `[from, to)`; `finish` on the last one.
     fn chunk(&self, from: u32, to: u32, finish: Option<FinishReason>) -> String {
         let text = self.text(from, to);
-        let fin = finish.map(|r| format!("\"{}\"", r.as_str())).unwrap_or_else(|| "null".into());
+        let fin = finish
+            .map(|r| format!("\"{}\"", r.as_str()))
+            .unwrap_or_else(|| "null".into());
         match self.api {
             Api::Completions => format!(
                 "data: {{\"id\":\"{}\",\"object\":\"text_completion\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"text\":\"{}\",\"logprobs\":null,\"finish_reason\":{},\"stop_reason\":null}}]}}\n\n",
@@ -337,7 +385,11 @@ impl Plan {
     }
 
     fn usage_chunk(&self, completion: u32) -> String {
-        let object = if self.api == Api::Chat { "chat.completion.chunk" } else { "text_completion" };
+        let object = if self.api == Api::Chat {
+            "chat.completion.chunk"
+        } else {
+            "text_completion"
+        };
         format!(
             "data: {{\"id\":\"{}\",\"object\":\"{object}\",\"created\":{},\"model\":{},\"choices\":[],\"usage\":{}}}\n\n",
             self.id,
@@ -384,23 +436,42 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
     let arrival = Instant::now();
     let nested = shared.cfg.dialect.nested_errors();
     if shared.starting() {
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "The server is starting up.", nested));
-    }
-    let bytes = axum::body::to_bytes(body, shared.cfg.max_body_bytes).await.map_err(|_| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("Request body too large or unreadable (limit {} bytes).", shared.cfg.max_body_bytes),
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The server is starting up.",
             nested,
-        )
-    })?;
+        ));
+    }
+    let bytes = axum::body::to_bytes(body, shared.cfg.max_body_bytes)
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "Request body too large or unreadable (limit {} bytes).",
+                    shared.cfg.max_body_bytes
+                ),
+                nested,
+            )
+        })?;
     let req = parse(&shared, api, &bytes)?;
 
     let core = shared.core();
     let seq = core.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut rng = StdRng::seed_from_u64(shared.cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seq.wrapping_add(1));
+    let mut rng = StdRng::seed_from_u64(
+        shared.cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seq.wrapping_add(1),
+    );
 
-    let failing = {
-        let roll: f64 = rng.gen();
+    let roll: f64 = rng.gen();
+    let armed = shared.faults.any(|f| {
+        matches!(
+            f,
+            Fault::CompletionFail { .. } | Fault::CompletionHang | Fault::CompletionDrop { .. }
+        )
+    });
+    let failing = if !armed {
+        None
+    } else {
         fire_fault(&shared, |f| match f {
             Fault::CompletionFail { fraction, status } if roll < *fraction => Some(*status),
             _ => None,
@@ -408,11 +479,19 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
     };
     if let Some(status) = failing {
         let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        return Err(ApiError::new(code, "Injected failure (completion_fail fault).", nested));
+        return Err(ApiError::new(
+            code,
+            "Injected failure (completion_fail fault).",
+            nested,
+        ));
     }
 
     let Some(engine) = core.pick_engine().cloned() else {
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "No engine.", nested));
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "No engine.",
+            nested,
+        ));
     };
     let (lo, hi) = shared.cfg.natural_output_tokens;
     let natural = rng.gen_range(lo..=hi).max(req.min_tokens);
@@ -428,22 +507,39 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
         Admit::Rejected => {
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
-                format!("The waiting queue is full ({} requests).", shared.cfg.max_waiting),
+                format!(
+                    "The waiting queue is full ({} requests).",
+                    shared.cfg.max_waiting
+                ),
                 nested,
             ))
         }
     };
     let scheduled = Instant::now();
-    let mut inflight = Inflight { engine: engine.clone(), slot: Some(slot), pending_itls: Vec::new(), done: false };
+    let mut inflight = Inflight {
+        engine: engine.clone(),
+        slot: Some(slot),
+        pending_itls: Vec::new(),
+        done: false,
+    };
 
-    if fire_fault(&shared, |f| matches!(f, Fault::CompletionHang).then_some(())).is_some() {
+    if armed
+        && fire_fault(&shared, |f| {
+            matches!(f, Fault::CompletionHang).then_some(())
+        })
+        .is_some()
+    {
         let _hold = inflight;
         return Ok(crate::routes::hang().await);
     }
-    let drop_after = fire_fault(&shared, |f| match f {
-        Fault::CompletionDrop { after_tokens } => Some(*after_tokens),
-        _ => None,
-    });
+    let drop_after = if armed {
+        fire_fault(&shared, |f| match f {
+            Fault::CompletionDrop { after_tokens } => Some(*after_tokens),
+            _ => None,
+        })
+    } else {
+        None
+    };
 
     let prefix = if api == Api::Chat { "chatcmpl" } else { "cmpl" };
     let plan = Plan {
@@ -472,33 +568,55 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
 
     // Non-streaming: sleep to the first token, then to the last.
     let prefill = engine.prefill_time(plan.prompt_tokens, &mut rng);
-    tokio::time::sleep_until((scheduled + prefill).into()).await;
+    sleep_until(scheduled + prefill).await;
     let first = Instant::now();
     let hit = engine.prefix_lookup(plan.req.prompt_hash);
-    engine.stats().record_prefill(plan.prompt_tokens, hit, first.duration_since(arrival).as_secs_f64());
-    let planned: Vec<Duration> = (1..plan.out_tokens).map(|_| engine.inter_token_time(&mut rng)).collect();
+    engine.stats().record_prefill(
+        plan.prompt_tokens,
+        hit,
+        first.duration_since(arrival).as_secs_f64(),
+    );
+    let planned: Vec<Duration> = (1..plan.out_tokens)
+        .map(|_| engine.inter_token_time(&mut rng))
+        .collect();
     if let Some(k) = plan.drop_after {
         if k < plan.out_tokens {
             let until: Duration = planned.iter().take(k.saturating_sub(1) as usize).sum();
-            tokio::time::sleep_until((first + until).into()).await;
+            sleep_until(first + until).await;
             drop(inflight);
-            let chunks: Vec<Result<Bytes, std::io::Error>> =
-                vec![Ok(Bytes::from_static(b"{\"id\":")), Err(std::io::Error::other("completion_drop"))];
-            return Ok(([(header::CONTENT_TYPE, "application/json")], Body::from_stream(futures_util::stream::iter(chunks)))
+            let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+                Ok(Bytes::from_static(b"{\"id\":")),
+                Err(std::io::Error::other("completion_drop")),
+            ];
+            return Ok((
+                [(header::CONTENT_TYPE, "application/json")],
+                Body::from_stream(futures_util::stream::iter(chunks)),
+            )
                 .into_response());
         }
     }
     let total: Duration = planned.iter().sum();
-    tokio::time::sleep_until((first + total).into()).await;
+    sleep_until(first + total).await;
     let end = Instant::now();
     // The decode really took `end - first`: spread it over the tokens as planned.
     let real = end.duration_since(first).as_secs_f64();
-    let scale = if total.is_zero() { 1.0 } else { real / total.as_secs_f64() };
+    let scale = if total.is_zero() {
+        1.0
+    } else {
+        real / total.as_secs_f64()
+    };
     inflight.pending_itls = planned.iter().map(|d| d.as_secs_f64() * scale).collect();
     let finished = plan.finished(first, end, plan.out_tokens);
     inflight.finish(plan.reason, &finished);
     let body = plan.full_body();
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// Sleep until `at`, without touching the timer wheel when it is already due.
+async fn sleep_until(at: Instant) {
+    if at > Instant::now() {
+        tokio::time::sleep_until(at.into()).await;
+    }
 }
 
 struct StreamState {
@@ -519,20 +637,32 @@ fn stream_body(
     rng: StdRng,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
     let last = plan.scheduled;
-    let st = StreamState { plan, inflight, rng, sent: 0, first: None, last, done: false };
+    let st = StreamState {
+        plan,
+        inflight,
+        rng,
+        sent: 0,
+        first: None,
+        last,
+        done: false,
+    };
     futures_util::stream::unfold(st, |mut st| async move {
         if st.done {
             return None;
         }
         let engine = st.inflight.engine.clone();
-        if st.plan.drop_after.is_some_and(|k| st.sent >= k && st.sent < st.plan.out_tokens) {
+        if st
+            .plan
+            .drop_after
+            .is_some_and(|k| st.sent >= k && st.sent < st.plan.out_tokens)
+        {
             st.done = true;
             return Some((Err(std::io::Error::other("completion_drop")), st));
         }
         let mut out = String::new();
         if st.sent == 0 {
             let prefill = engine.prefill_time(st.plan.prompt_tokens, &mut st.rng);
-            tokio::time::sleep_until((st.plan.scheduled + prefill).into()).await;
+            sleep_until(st.plan.scheduled + prefill).await;
             let now = Instant::now();
             st.first = Some(now);
             st.last = now;
@@ -547,9 +677,11 @@ fn stream_body(
             }
         } else {
             let itl = engine.inter_token_time(&mut st.rng);
-            tokio::time::sleep_until((st.last + itl).into()).await;
+            sleep_until(st.last + itl).await;
             let now = Instant::now();
-            st.inflight.pending_itls.push(now.duration_since(st.last).as_secs_f64());
+            st.inflight
+                .pending_itls
+                .push(now.duration_since(st.last).as_secs_f64());
             if st.inflight.pending_itls.len() >= 16 {
                 st.inflight.flush();
             }
@@ -557,7 +689,10 @@ fn stream_body(
         }
         st.sent += 1;
         let last_token = st.sent >= st.plan.out_tokens;
-        out.push_str(&st.plan.chunk(st.sent - 1, st.sent, last_token.then_some(st.plan.reason)));
+        out.push_str(
+            &st.plan
+                .chunk(st.sent - 1, st.sent, last_token.then_some(st.plan.reason)),
+        );
         if last_token {
             let first = st.first.unwrap_or(st.last);
             let finished = st.plan.finished(first, st.last, st.sent);
@@ -571,4 +706,3 @@ fn stream_body(
         Some((Ok(Bytes::from(out)), st))
     })
 }
-

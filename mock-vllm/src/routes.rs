@@ -27,10 +27,17 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/version", get(version))
         .route("/metrics", get(metrics))
         .route("/v1/completions", post(crate::openai::completions))
-        .route("/v1/chat/completions", post(crate::openai::chat_completions))
+        .route(
+            "/v1/chat/completions",
+            post(crate::openai::chat_completions),
+        )
         .layer(middleware::from_fn_with_state(shared.clone(), instrument))
         .with_state(shared.clone());
-    let router = if shared.cfg.control { serving.merge(crate::control::routes(shared)) } else { serving };
+    let router = if shared.cfg.control {
+        serving.merge(crate::control::routes(shared))
+    } else {
+        serving
+    };
     router.fallback(not_found)
 }
 
@@ -55,16 +62,28 @@ async fn instrument(State(shared): State<Arc<Shared>>, req: Request, next: Next)
     if !UNINSTRUMENTED.contains(&path.as_str()) {
         let resp_bytes = content_length(resp.headers().get(header::CONTENT_LENGTH));
         let core = shared.core();
-        lock(&core.http).record(&path, &method, status, req_bytes, resp_bytes, start.elapsed().as_secs_f64());
+        lock(&core.http).record(
+            &path,
+            &method,
+            status,
+            req_bytes,
+            resp_bytes,
+            start.elapsed().as_secs_f64(),
+        );
     }
     if shared.events.enabled() {
-        shared.events.emit("request", json!({"path": path, "method": method, "status": status}));
+        shared.events.emit(
+            "request",
+            json!({"path": path, "method": method, "status": status}),
+        );
     }
     resp
 }
 
 fn content_length(v: Option<&HeaderValue>) -> u64 {
-    v.and_then(|v| v.to_str().ok()).and_then(|s| s.parse().ok()).unwrap_or(0)
+    v.and_then(|v| v.to_str().ok())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Never answers; the connection goes when the client gives up or the server stops.
@@ -147,11 +166,22 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
         return hang().await;
     }
     let stale = fire(&shared, |f| matches!(f, Fault::MetricsStale).then_some(())).is_some();
-    let nonfinite = fire(&shared, |f| matches!(f, Fault::MetricsNonfinite).then_some(())).is_some();
+    let nonfinite = fire(&shared, |f| {
+        matches!(f, Fault::MetricsNonfinite).then_some(())
+    })
+    .is_some();
     let (page, content_type) = if stale {
         let mut frozen = lock(&shared.stale);
-        let (fresh, ct) = if frozen.is_none() { crate::metrics::render(&shared, nonfinite) } else { (String::new(), "") };
-        let ct = if ct.is_empty() { content_type_of(&shared) } else { ct };
+        let (fresh, ct) = if frozen.is_none() {
+            crate::metrics::render(&shared, nonfinite)
+        } else {
+            (String::new(), "")
+        };
+        let ct = if ct.is_empty() {
+            content_type_of(&shared)
+        } else {
+            ct
+        };
         let bytes = frozen.get_or_insert_with(|| Bytes::from(fresh)).clone();
         (bytes, ct)
     } else {
@@ -178,9 +208,14 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     }) {
         let prefix = page.slice(..at.min(page.len()));
         if abort {
-            let chunks: Vec<Result<Bytes, std::io::Error>> =
-                vec![Ok(prefix), Err(std::io::Error::other("metrics_truncate: connection reset"))];
-            return page_response(Body::from_stream(futures_util::stream::iter(chunks)), content_type);
+            let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+                Ok(prefix),
+                Err(std::io::Error::other("metrics_truncate: connection reset")),
+            ];
+            return page_response(
+                Body::from_stream(futures_util::stream::iter(chunks)),
+                content_type,
+            );
         }
         return page_response(Body::from(prefix), content_type);
     }
@@ -212,7 +247,9 @@ fn with_garbage(shared: &Shared, page: &[u8], n: usize) -> Bytes {
     let mut rng = lock(&shared.rng);
     for i in 0..n {
         // Never after `# EOF`: keep the junk inside the page.
-        let limit = lines.len().saturating_sub(usize::from(lines.last().is_some_and(|l| l == "# EOF")));
+        let limit = lines
+            .len()
+            .saturating_sub(usize::from(lines.last().is_some_and(|l| l == "# EOF")));
         let at = rng.gen_range(0..=limit);
         lines.insert(at, GARBAGE[i % GARBAGE.len()].to_string());
     }
@@ -233,7 +270,9 @@ fn padded(page: &Bytes, bytes: usize) -> Bytes {
     };
     let mut out = String::with_capacity(bytes + 128);
     out.push_str(&body);
-    out.push_str("# HELP mock_padding Filler series (metrics_huge fault).\n# TYPE mock_padding gauge\n");
+    out.push_str(
+        "# HELP mock_padding Filler series (metrics_huge fault).\n# TYPE mock_padding gauge\n",
+    );
     let mut i = 0u64;
     while out.len() + eof.len() < bytes {
         out.push_str(&format!("mock_padding{{i=\"{i}\"}} 1.0\n"));
@@ -244,7 +283,10 @@ fn padded(page: &Bytes, bytes: usize) -> Bytes {
 }
 
 /// The page in 50 ms slices at `bps` bytes per second.
-fn trickle(page: Bytes, bps: u64) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+fn trickle(
+    page: Bytes,
+    bps: u64,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
     let chunk = ((bps / 20).max(1) as usize).min(page.len().max(1));
     futures_util::stream::unfold((page, 0usize, true), move |(page, at, first)| async move {
         if at >= page.len() {

@@ -76,7 +76,9 @@ impl Core {
     fn new(cfg: &Config) -> Arc<Self> {
         let now = epoch_secs();
         Arc::new(Core {
-            engines: (0..cfg.data_parallel).map(|i| Engine::new(i, cfg, now)).collect(),
+            engines: (0..cfg.data_parallel)
+                .map(|i| Engine::new(i, cfg, now))
+                .collect(),
             http: Mutex::new(HttpStats::new(now)),
             started: Instant::now(),
             seq: AtomicU64::new(0),
@@ -155,13 +157,17 @@ pub struct MockVllm {
 
 impl std::fmt::Debug for MockVllm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MockVllm").field("addr", &self.shared.addr).finish()
+        f.debug_struct("MockVllm")
+            .field("addr", &self.shared.addr)
+            .finish()
     }
 }
 
 /// Bind `config.listen` and serve. The address is known (port 0 resolved) on return.
 pub async fn start(config: Config, events: Events) -> std::io::Result<MockVllm> {
-    config.validate().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    config
+        .validate()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let listener = TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;
     let shared = Arc::new(Shared {
@@ -181,7 +187,10 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockVllm> 
     });
     let handle = MockVllm { shared };
     handle.serve_on(listener).await;
-    handle.shared.events.emit("state", json!({"state": "started", "addr": addr.to_string()}));
+    handle.shared.events.emit(
+        "state",
+        json!({"state": "started", "addr": addr.to_string()}),
+    );
     Ok(handle)
 }
 
@@ -220,7 +229,9 @@ impl MockVllm {
 
     async fn take_down(&self, reset: bool) -> bool {
         let mut server = self.shared.server.lock().await;
-        let Some(run) = server.take() else { return false };
+        let Some(run) = server.take() else {
+            return false;
+        };
         run.crash.store(reset, Ordering::Relaxed);
         run.stop.trigger();
         let _ = run.join.await;
@@ -232,14 +243,18 @@ impl MockVllm {
     pub async fn stop(&self) {
         self.shared.stopped.trigger();
         if self.take_down(false).await {
-            self.shared.events.emit("state", json!({"state": "stopped"}));
+            self.shared
+                .events
+                .emit("state", json!({"state": "stopped"}));
         }
     }
 
     /// Die like a killed process: stop listening and reset every open connection.
     pub async fn crash(&self) {
         if self.take_down(true).await {
-            self.shared.events.emit("state", json!({"state": "crashed"}));
+            self.shared
+                .events
+                .emit("state", json!({"state": "crashed"}));
         }
     }
 
@@ -254,7 +269,9 @@ impl MockVllm {
             match TcpListener::bind(self.shared.addr).await {
                 Ok(l) => {
                     self.serve_on(l).await;
-                    self.shared.events.emit("state", json!({"state": "restarted"}));
+                    self.shared
+                        .events
+                        .emit("state", json!({"state": "restarted"}));
                     return Ok(());
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
@@ -289,11 +306,16 @@ impl MockVllm {
         let now = epoch_secs();
         for e in &core.engines {
             let mut s = e.stats();
-            let buckets = crate::stats::Buckets::for_dialect(self.shared.cfg.dialect, self.shared.cfg.max_model_len);
+            let buckets = crate::stats::Buckets::for_dialect(
+                self.shared.cfg.dialect,
+                self.shared.cfg.max_model_len,
+            );
             *s = crate::stats::EngineStats::new(&buckets, now);
         }
         *lock(&core.http) = HttpStats::new(now);
-        self.shared.events.emit("state", json!({"state": "counter_reset"}));
+        self.shared
+            .events
+            .emit("state", json!({"state": "counter_reset"}));
     }
 
     /// Report `wave` instead of the measured value for gauge family `name` (every label
@@ -367,7 +389,12 @@ impl MockVllm {
     }
 }
 
-async fn accept_loop(listener: TcpListener, router: Router, stop: Shutdown, crash: Arc<AtomicBool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    router: Router,
+    stop: Shutdown,
+    crash: Arc<AtomicBool>,
+) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -411,13 +438,21 @@ impl Drop for Conn {
 }
 
 impl AsyncRead for Conn {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for Conn {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
     }
 

@@ -21,7 +21,12 @@ pub struct Hist {
 impl Hist {
     pub fn new(bounds: Arc<[f64]>) -> Self {
         let n = bounds.len() + 1;
-        Hist { bounds, counts: vec![0; n], sum: 0.0, count: 0 }
+        Hist {
+            bounds,
+            counts: vec![0; n],
+            sum: 0.0,
+            count: 0,
+        }
     }
 
     /// prometheus_client puts `v` in the first bucket with `v <= bound`.
@@ -29,7 +34,11 @@ impl Hist {
         if n == 0 {
             return;
         }
-        let i = self.bounds.iter().position(|b| v <= *b).unwrap_or(self.bounds.len());
+        let i = self
+            .bounds
+            .iter()
+            .position(|b| v <= *b)
+            .unwrap_or(self.bounds.len());
         if let Some(c) = self.counts.get_mut(i) {
             *c += n;
         }
@@ -86,33 +95,46 @@ impl Buckets {
     pub fn for_dialect(dialect: Dialect, max_model_len: u32) -> Self {
         let v0 = dialect == Dialect::V0;
         let ttft: &[f64] = if v0 {
-            &[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0]
+            &[
+                0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0,
+            ]
         } else {
             &[
-                0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-                80.0, 160.0, 640.0, 2560.0,
+                0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
             ]
         };
         let itl: &[f64] = if v0 {
-            &[0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5]
+            &[
+                0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+            ]
         } else {
             &[
-                0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+                0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                10.0, 20.0, 40.0, 80.0,
             ]
         };
         let latency: &[f64] = if v0 {
-            &[0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0]
+            &[
+                0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+            ]
         } else {
             &[
-                0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
-                960.0, 1920.0, 7680.0,
+                0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+                120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
             ]
         };
         let iteration: &[f64] = if v0 {
             // enforce_eager list (the CUDA-graph sizes of a real GPU otherwise).
-            &[1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8096.0]
+            &[
+                1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8096.0,
+            ]
         } else {
-            &[1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0]
+            &[
+                1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0,
+                16384.0,
+            ]
         };
         Buckets {
             tokens_125: buckets_1_2_5(max_model_len).into(),
@@ -134,7 +156,11 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
-    pub const ALL: [FinishReason; 3] = [FinishReason::Stop, FinishReason::Length, FinishReason::Abort];
+    pub const ALL: [FinishReason; 3] = [
+        FinishReason::Stop,
+        FinishReason::Length,
+        FinishReason::Abort,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -253,13 +279,15 @@ impl EngineStats {
         self.h_decode.observe(f.decode);
         self.h_prompt.observe(f.prompt_tokens as f64);
         self.h_generation.observe(f.generation_tokens as f64);
-        self.h_max_generation.observe(f.max_generation_tokens as f64);
+        self.h_max_generation
+            .observe(f.max_generation_tokens as f64);
         self.h_n.observe(f.n as f64);
         if let Some(m) = f.max_tokens_param {
             self.h_max_tokens.observe(m as f64);
         }
         if f.generation_tokens > 1 {
-            self.h_request_tpot.observe(f.decode / (f.generation_tokens - 1) as f64);
+            self.h_request_tpot
+                .observe(f.decode / (f.generation_tokens - 1) as f64);
         }
     }
 
@@ -296,33 +324,60 @@ pub struct HttpStats {
 }
 
 const HIGHR: [f64; 21] = [
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 7.5, 10.0, 30.0, 60.0,
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0,
+    7.5, 10.0, 30.0, 60.0,
 ];
 const FEW: [f64; 3] = [0.1, 0.5, 1.0];
 
 impl HttpStats {
     pub fn new(created: f64) -> Self {
-        HttpStats { created, requests: Vec::new(), handlers: Vec::new(), highr: Hist::new(HIGHR.as_slice().into()) }
+        HttpStats {
+            created,
+            requests: Vec::new(),
+            handlers: Vec::new(),
+            highr: Hist::new(HIGHR.as_slice().into()),
+        }
     }
 
-    pub fn record(&mut self, handler: &str, method: &str, status: u16, req_bytes: u64, resp_bytes: u64, secs: f64) {
-        let now = crate::metrics::epoch_secs();
-        let group = format!("{}xx", status / 100);
+    pub fn record(
+        &mut self,
+        handler: &str,
+        method: &str,
+        status: u16,
+        req_bytes: u64,
+        resp_bytes: u64,
+        secs: f64,
+    ) {
+        let group = match status / 100 {
+            1 => "1xx",
+            2 => "2xx",
+            3 => "3xx",
+            4 => "4xx",
+            _ => "5xx",
+        };
         match self
             .requests
             .iter_mut()
-            .find(|((h, m, s), _, _)| h == handler && m == method && *s == group)
+            .find(|((h, m, s), _, _)| h == handler && m == method && s == group)
         {
             Some(entry) => entry.1 += 1.0,
-            None => self.requests.push(((handler.into(), method.into(), group), 1.0, now)),
+            None => self.requests.push((
+                (handler.into(), method.into(), group.into()),
+                1.0,
+                crate::metrics::epoch_secs(),
+            )),
         }
-        let idx = match self.handlers.iter().position(|h| h.handler == handler && h.method == method) {
+        let idx = match self
+            .handlers
+            .iter()
+            .position(|h| h.handler == handler && h.method == method)
+        {
             Some(i) => i,
             None => {
                 self.handlers.push(HandlerStats {
                     handler: handler.into(),
                     method: method.into(),
-                    created: now,
+                    created: crate::metrics::epoch_secs(),
                     request_bytes: (0.0, 0.0),
                     response_bytes: (0.0, 0.0),
                     duration: Hist::new(FEW.as_slice().into()),
@@ -347,7 +402,10 @@ mod tests {
 
     #[test]
     fn one_two_five() {
-        assert_eq!(buckets_1_2_5(100), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]);
+        assert_eq!(
+            buckets_1_2_5(100),
+            vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
+        );
         assert_eq!(buckets_1_2_5(8192).last(), Some(&5000.0));
     }
 

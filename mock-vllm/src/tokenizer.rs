@@ -22,7 +22,8 @@ pub const CHAT_TOKENS_PER_MESSAGE: u32 = 4;
 pub const CHAT_TOKENS_REPLY_PRIMER: u32 = 2;
 
 const WORDS: [&str; 16] = [
-    "the", "mock", "vllm", "says", "hi", "to", "you", "and", "all", "its", "load", "is", "fake", "but", "time", "real",
+    "the", "mock", "vllm", "says", "hi", "to", "you", "and", "all", "its", "load", "is", "fake",
+    "but", "time", "real",
 ];
 
 /// The text of output token `i` of a request whose words start at `offset`.

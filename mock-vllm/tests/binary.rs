@@ -6,18 +6,38 @@ use std::process::{Command, Stdio};
 #[test]
 fn prints_address_and_serves() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_mock-vllm"))
-        .args(["--listen", "127.0.0.1:0", "--model", "m", "--metrics-dialect", "v0.11"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--model",
+            "m",
+            "--metrics-dialect",
+            "v0.11",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("listening on ").expect(&line).to_string();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect(&line)
+        .to_string();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let status = rt.block_on(async {
-        let c = reqwest::Client::builder().timeout(std::time::Duration::from_secs(5)).build().unwrap();
-        c.get(format!("http://{addr}/health")).send().await.unwrap().status()
+        let c = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(5))
+            .build()
+            .unwrap();
+        c.get(format!("http://{addr}/health"))
+            .send()
+            .await
+            .unwrap()
+            .status()
     });
     child.kill().unwrap();
     let _ = child.wait();
@@ -26,8 +46,15 @@ fn prints_address_and_serves() {
 
 #[test]
 fn bad_flags_exit_2_with_one_line() {
-    for args in [&["--metrics-dialect", "v9"][..], &["--max-num-seqs", "0"][..], &["--listen", "nope"][..]] {
-        let out = Command::new(env!("CARGO_BIN_EXE_mock-vllm")).args(args).output().unwrap();
+    for args in [
+        &["--metrics-dialect", "v9"][..],
+        &["--max-num-seqs", "0"][..],
+        &["--listen", "nope"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_mock-vllm"))
+            .args(args)
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.trim().lines().count(), 1, "{err}");

@@ -44,7 +44,10 @@ async fn two_slots_ten_requests_queue_then_drain() {
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    assert!(saw_queue, "num_requests_waiting never rose (max {max_waiting})");
+    assert!(
+        saw_queue,
+        "num_requests_waiting never rose (max {max_waiting})"
+    );
     for t in tasks {
         t.await.unwrap();
     }
@@ -59,8 +62,14 @@ async fn two_slots_ten_requests_queue_then_drain() {
     ] {
         assert_eq!(sample_sum(&page, h), Some(10.0), "{h}");
     }
-    assert_eq!(sample_sum(&page, "vllm:generation_tokens_total"), Some(80.0));
-    assert_eq!(sample_sum(&page, "vllm:time_per_output_token_seconds_count"), Some(70.0));
+    assert_eq!(
+        sample_sum(&page, "vllm:generation_tokens_total"),
+        Some(80.0)
+    );
+    assert_eq!(
+        sample_sum(&page, "vllm:time_per_output_token_seconds_count"),
+        Some(70.0)
+    );
     // Later requests waited: the queue time sum is real, not zero.
     assert!(sample_sum(&page, "vllm:request_queue_time_seconds_sum").unwrap() > 0.01);
     server.stop().await;
@@ -77,12 +86,29 @@ async fn full_queue_answers_429() {
     .await;
     let url = server.url();
     let long = |url: String| {
-        tokio::spawn(async move { complete(&url, json!({"prompt": "x", "max_tokens": 20, "ignore_eos": true})).await.status() })
+        tokio::spawn(async move {
+            complete(
+                &url,
+                json!({"prompt": "x", "max_tokens": 20, "ignore_eos": true}),
+            )
+            .await
+            .status()
+        })
     };
     let a = long(url.clone());
-    assert!(until(Duration::from_secs(5), || async { server.state()["engines"][0]["running"] == 1 }).await);
+    assert!(
+        until(Duration::from_secs(5), || async {
+            server.state()["engines"][0]["running"] == 1
+        })
+        .await
+    );
     let b = long(url.clone());
-    assert!(until(Duration::from_secs(5), || async { server.state()["engines"][0]["waiting"] == 1 }).await);
+    assert!(
+        until(Duration::from_secs(5), || async {
+            server.state()["engines"][0]["waiting"] == 1
+        })
+        .await
+    );
     let r = complete(&url, json!({"prompt": "x", "max_tokens": 1})).await;
     assert_eq!(r.status(), 429);
     let body: serde_json::Value = r.json().await.unwrap();
@@ -107,7 +133,14 @@ async fn kv_usage_is_tokens_held_over_capacity() {
     let prompt = "abcd ".repeat(100);
     let task = {
         let url = url.clone();
-        tokio::spawn(async move { complete(&url, json!({"prompt": prompt, "max_tokens": 100, "ignore_eos": true})).await.status() })
+        tokio::spawn(async move {
+            complete(
+                &url,
+                json!({"prompt": prompt, "max_tokens": 100, "ignore_eos": true}),
+            )
+            .await
+            .status()
+        })
     };
     let saw = until(Duration::from_secs(5), || {
         let url = url.clone();
@@ -123,9 +156,17 @@ async fn kv_usage_is_tokens_held_over_capacity() {
 
 #[tokio::test]
 async fn client_gone_while_waiting_leaves_the_queue() {
-    let server = start(Config { max_num_seqs: 1, inter_token_latency: Duration::from_millis(20), ..Config::default() }).await;
+    let server = start(Config {
+        max_num_seqs: 1,
+        inter_token_latency: Duration::from_millis(20),
+        ..Config::default()
+    })
+    .await;
     let url = server.url();
-    let c = reqwest::Client::builder().timeout(Duration::from_millis(150)).build().unwrap();
+    let c = reqwest::Client::builder()
+        .timeout(Duration::from_millis(150))
+        .build()
+        .unwrap();
     // Two long requests with a short client timeout: the second times out in the queue.
     let long = json!({"prompt": "x", "max_tokens": 50, "ignore_eos": true});
     let first = c.post(format!("{url}/v1/completions")).json(&long).send();
@@ -140,7 +181,10 @@ async fn client_gone_while_waiting_leaves_the_queue() {
     assert!(drained, "{}", server.state());
     let page = scrape(&url).await;
     // The running one is counted as aborted; the queued one just left the queue.
-    assert!(page.contains("finished_reason=\"abort\",model_name=\"mock-model\"} 1.0"), "{page}");
+    assert!(
+        page.contains("finished_reason=\"abort\",model_name=\"mock-model\"} 1.0"),
+        "{page}"
+    );
     server.stop().await;
 }
 
@@ -158,7 +202,12 @@ async fn data_parallel_engines_share_the_load() {
     for _ in 0..4 {
         let url = url.clone();
         tasks.push(tokio::spawn(async move {
-            complete(&url, json!({"prompt": "x", "max_tokens": 5, "ignore_eos": true})).await.status()
+            complete(
+                &url,
+                json!({"prompt": "x", "max_tokens": 5, "ignore_eos": true}),
+            )
+            .await
+            .status()
         }));
     }
     for t in tasks {
@@ -166,11 +215,16 @@ async fn data_parallel_engines_share_the_load() {
     }
     let page = scrape(&url).await;
     for e in ["0", "1"] {
-        let needle = format!("vllm:e2e_request_latency_seconds_count{{engine=\"{e}\",model_name=\"mock-model\"}} ");
+        let needle = format!(
+            "vllm:e2e_request_latency_seconds_count{{engine=\"{e}\",model_name=\"mock-model\"}} "
+        );
         let line = page.lines().find(|l| l.starts_with(&needle)).unwrap();
         let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
         assert!(v >= 1.0, "engine {e} got {v}");
     }
-    assert_eq!(sample_sum(&page, "vllm:e2e_request_latency_seconds_count"), Some(4.0));
+    assert_eq!(
+        sample_sum(&page, "vllm:e2e_request_latency_seconds_count"),
+        Some(4.0)
+    );
     server.stop().await;
 }

@@ -10,10 +10,19 @@ use mock_vllm::{Config, Dialect, Waveform};
 use serde_json::json;
 
 async fn page_after_traffic(dialect: Dialect, dp: usize) -> (String, String) {
-    let server = start(Config { dialect, data_parallel: dp, ..Config::default() }).await;
+    let server = start(Config {
+        dialect,
+        data_parallel: dp,
+        ..Config::default()
+    })
+    .await;
     let url = server.url();
     for max in [3, 5] {
-        let r = complete(&url, json!({"prompt": "hello there world", "max_tokens": max})).await;
+        let r = complete(
+            &url,
+            json!({"prompt": "hello there world", "max_tokens": max}),
+        )
+        .await;
         assert_eq!(r.status(), 200);
     }
     let resp = client().get(format!("{url}/metrics")).send().await.unwrap();
@@ -27,18 +36,34 @@ async fn page_after_traffic(dialect: Dialect, dp: usize) -> (String, String) {
 async fn v0_10_has_the_families_of_the_real_page() {
     let (page, ct) = page_after_traffic(Dialect::V0_10, 1).await;
     assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8");
-    let fixture = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/vllm-0.10-metrics.txt"))
-        .or_else(|_| std::fs::read_to_string("/work/shared/fixtures/vllm-0.10-metrics.txt"))
-        .expect("fixture page");
-    let Some(ours) = python(FAMILIES_TEXT, &page) else { return };
+    let fixture = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/fixtures/vllm-0.10-metrics.txt"
+    ))
+    .or_else(|_| std::fs::read_to_string("/work/shared/fixtures/vllm-0.10-metrics.txt"))
+    .expect("fixture page");
+    let Some(ours) = python(FAMILIES_TEXT, &page) else {
+        return;
+    };
     let theirs = python(FAMILIES_TEXT, &fixture).unwrap().unwrap();
     assert_eq!(ours.unwrap(), theirs);
     // Same bucket boundaries as the real page for the series the sidecar reads.
-    for prefix in ["vllm:time_to_first_token_seconds_bucket", "vllm:time_per_output_token_seconds_bucket"] {
+    for prefix in [
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:time_per_output_token_seconds_bucket",
+    ] {
         let les = |p: &str| -> Vec<String> {
             p.lines()
                 .filter(|l| l.starts_with(prefix))
-                .map(|l| l.split("le=\"").nth(1).unwrap().split('"').next().unwrap().to_string())
+                .map(|l| {
+                    l.split("le=\"")
+                        .nth(1)
+                        .unwrap()
+                        .split('"')
+                        .next()
+                        .unwrap()
+                        .to_string()
+                })
                 .collect()
         };
         let ours = les(&page);
@@ -49,13 +74,21 @@ async fn v0_10_has_the_families_of_the_real_page() {
         }
     }
     assert_eq!(sample_sum(&page, "vllm:request_success_total"), Some(2.0));
-    assert_eq!(sample_sum(&page, "vllm:time_to_first_token_seconds_count"), Some(2.0));
+    assert_eq!(
+        sample_sum(&page, "vllm:time_to_first_token_seconds_count"),
+        Some(2.0)
+    );
     // Each request's first token comes with prefill; the rest are decode steps.
     assert_eq!(sample_sum(&page, "vllm:generation_tokens_total"), Some(8.0));
-    assert_eq!(sample_sum(&page, "vllm:time_per_output_token_seconds_count"), Some(6.0));
+    assert_eq!(
+        sample_sum(&page, "vllm:time_per_output_token_seconds_count"),
+        Some(6.0)
+    );
     // "hello there world": three 5-letter words, 2 tokens each.
     assert_eq!(sample_sum(&page, "vllm:prompt_tokens_total"), Some(12.0));
-    assert!(page.contains("vllm:num_requests_waiting{engine=\"0\",model_name=\"mock-model\"} 0.0\n"));
+    assert!(
+        page.contains("vllm:num_requests_waiting{engine=\"0\",model_name=\"mock-model\"} 0.0\n")
+    );
     assert!(page.contains("# TYPE vllm:request_success_created gauge\n"));
 }
 
@@ -67,7 +100,9 @@ async fn v0_parses_and_has_no_engine_label_nor_created() {
     assert!(page.contains("vllm:gpu_cache_usage_perc{model_name=\"mock-model\"} 0.0\n"));
     assert!(page.contains("# TYPE vllm:time_per_output_token_seconds histogram\n"));
     assert!(!page.contains("vllm:kv_cache_usage_perc"));
-    let Some(out) = python(FAMILIES_TEXT, &page) else { return };
+    let Some(out) = python(FAMILIES_TEXT, &page) else {
+        return;
+    };
     let out = out.unwrap();
     assert!(out.contains("vllm:num_requests_swapped gauge"));
 }
@@ -75,7 +110,11 @@ async fn v0_parses_and_has_no_engine_label_nor_created() {
 #[tokio::test]
 async fn v0_11_renames_and_drops_old_names() {
     let (page, _) = page_after_traffic(Dialect::V0_11, 2).await;
-    for gone in ["vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds", "vllm:gpu_prefix_cache"] {
+    for gone in [
+        "vllm:gpu_cache_usage_perc",
+        "vllm:time_per_output_token_seconds",
+        "vllm:gpu_prefix_cache",
+    ] {
         assert!(!page.contains(gone), "{gone}");
     }
     for present in [
@@ -86,17 +125,29 @@ async fn v0_11_renames_and_drops_old_names() {
         assert!(page.contains(present), "{present}");
     }
     // Two engines, requests balanced across both.
-    assert_eq!(sample_sum(&page, "vllm:e2e_request_latency_seconds_count"), Some(2.0));
-    let Some(out) = python(FAMILIES_TEXT, &page) else { return };
-    assert!(out.unwrap().contains("vllm:inter_token_latency_seconds histogram"));
+    assert_eq!(
+        sample_sum(&page, "vllm:e2e_request_latency_seconds_count"),
+        Some(2.0)
+    );
+    let Some(out) = python(FAMILIES_TEXT, &page) else {
+        return;
+    };
+    assert!(out
+        .unwrap()
+        .contains("vllm:inter_token_latency_seconds histogram"));
 }
 
 #[tokio::test]
 async fn openmetrics_passes_the_strict_parser() {
     let (page, ct) = page_after_traffic(Dialect::OpenMetrics, 1).await;
-    assert_eq!(ct, "application/openmetrics-text; version=1.0.0; charset=utf-8");
+    assert_eq!(
+        ct,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
     assert!(page.ends_with("# EOF\n"));
-    let Some(out) = python(FAMILIES_OPENMETRICS, &page) else { return };
+    let Some(out) = python(FAMILIES_OPENMETRICS, &page) else {
+        return;
+    };
     let out = out.unwrap_or_else(|e| panic!("openmetrics parser rejected the page: {e}"));
     assert!(out.contains("vllm:num_requests_waiting gauge"));
     assert!(out.contains("vllm:request_success counter"));
@@ -107,7 +158,10 @@ async fn openmetrics_passes_the_strict_parser() {
 async fn gauge_overrides_follow_the_waveform() {
     let server = start(Config::default()).await;
     let url = server.url();
-    server.override_gauge("vllm:num_requests_waiting", Waveform::Constant { value: 7.0 });
+    server.override_gauge(
+        "vllm:num_requests_waiting",
+        Waveform::Constant { value: 7.0 },
+    );
     let page = scrape(&url).await;
     assert_eq!(sample_sum(&page, "vllm:num_requests_waiting"), Some(7.0));
     // Square wave through the control API: both levels show up over two periods.
@@ -131,7 +185,11 @@ async fn gauge_overrides_follow_the_waveform() {
     })
     .await;
     assert!(ok, "saw {seen:?}");
-    let r = client().delete(format!("{url}/_mock/gauges")).send().await.unwrap();
+    let r = client()
+        .delete(format!("{url}/_mock/gauges"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 204);
     let page = scrape(&url).await;
     assert_eq!(sample_sum(&page, "vllm:num_requests_waiting"), Some(0.0));
@@ -144,14 +202,27 @@ async fn counter_reset_zeroes_counters_and_moves_created() {
     let url = server.url();
     complete(&url, json!({"prompt": "a b c", "max_tokens": 4})).await;
     let before = scrape(&url).await;
-    assert_eq!(sample_sum(&before, "vllm:generation_tokens_total"), Some(4.0));
+    assert_eq!(
+        sample_sum(&before, "vllm:generation_tokens_total"),
+        Some(4.0)
+    );
     let created_before = sample_sum(&before, "vllm:generation_tokens_created").unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let r = client().post(format!("{url}/_mock/counter_reset")).send().await.unwrap();
+    let r = client()
+        .post(format!("{url}/_mock/counter_reset"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 204);
     let after = scrape(&url).await;
-    assert_eq!(sample_sum(&after, "vllm:generation_tokens_total"), Some(0.0));
-    assert_eq!(sample_sum(&after, "vllm:e2e_request_latency_seconds_count"), Some(0.0));
+    assert_eq!(
+        sample_sum(&after, "vllm:generation_tokens_total"),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample_sum(&after, "vllm:e2e_request_latency_seconds_count"),
+        Some(0.0)
+    );
     assert!(sample_sum(&after, "vllm:generation_tokens_created").unwrap() > created_before);
     server.stop().await;
 }

@@ -8,9 +8,25 @@ use serde_json::{json, Value};
 
 #[tokio::test]
 async fn models_and_version_shapes() {
-    let s = start(Config { model: "org/Model-7B".into(), ..Config::default() }).await;
-    let body = client().get(format!("{}/v1/models", s.url())).send().await.unwrap().text().await.unwrap();
-    assert!(body.starts_with(r#"{"object":"list","data":[{"id":"org/Model-7B","object":"model","created":"#), "{body}");
+    let s = start(Config {
+        model: "org/Model-7B".into(),
+        ..Config::default()
+    })
+    .await;
+    let body = client()
+        .get(format!("{}/v1/models", s.url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        body.starts_with(
+            r#"{"object":"list","data":[{"id":"org/Model-7B","object":"model","created":"#
+        ),
+        "{body}"
+    );
     let v: Value = serde_json::from_str(&body).unwrap();
     let m = &v["data"][0];
     assert_eq!(m["owned_by"], "vllm");
@@ -18,7 +34,14 @@ async fn models_and_version_shapes() {
     assert!(m["parent"].is_null());
     assert_eq!(m["max_model_len"], 8192);
     assert_eq!(m["permission"][0]["object"], "model_permission");
-    let v: Value = client().get(format!("{}/version", s.url())).send().await.unwrap().json().await.unwrap();
+    let v: Value = client()
+        .get(format!("{}/version", s.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(v["version"], "0.10.1.1");
     s.stop().await;
 }
@@ -32,11 +55,21 @@ async fn completion_usage_counts_prompt_and_honours_max_tokens() {
     assert_eq!(v["object"], "text_completion");
     assert!(v["id"].as_str().unwrap().starts_with("cmpl-"));
     // one(1) two(1) three(2) fourfive(2)
-    assert_eq!(v["usage"], json!({"prompt_tokens": 6, "total_tokens": 13, "completion_tokens": 7, "prompt_tokens_details": null}));
+    assert_eq!(
+        v["usage"],
+        json!({"prompt_tokens": 6, "total_tokens": 13, "completion_tokens": 7, "prompt_tokens_details": null})
+    );
     assert_eq!(v["choices"][0]["finish_reason"], "length");
-    assert_eq!(mock_vllm::tokenizer::count_tokens(v["choices"][0]["text"].as_str().unwrap()), 7);
+    assert_eq!(
+        mock_vllm::tokenizer::count_tokens(v["choices"][0]["text"].as_str().unwrap()),
+        7
+    );
     // Token ids count one each; without ignore_eos the natural length may stop earlier.
-    let v: Value = complete(&s.url(), json!({"prompt": [1, 2, 3], "max_tokens": 500})).await.json().await.unwrap();
+    let v: Value = complete(&s.url(), json!({"prompt": [1, 2, 3], "max_tokens": 500}))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(v["usage"]["prompt_tokens"], 3);
     let n = v["usage"]["completion_tokens"].as_u64().unwrap();
     assert!((16..=64).contains(&n), "{n}");
@@ -70,7 +103,10 @@ async fn chat_non_streaming_and_streaming() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.headers()["content-type"], "text/event-stream; charset=utf-8");
+    assert_eq!(
+        r.headers()["content-type"],
+        "text/event-stream; charset=utf-8"
+    );
     let text = r.text().await.unwrap();
     let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
     assert!(events.iter().all(|e| e.starts_with("data: ")));
@@ -79,8 +115,15 @@ async fn chat_non_streaming_and_streaming() {
         .iter()
         .map(|e| serde_json::from_str(&e["data: ".len()..]).unwrap())
         .collect();
-    assert_eq!(chunks[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
-    let content: Vec<&Value> = chunks.iter().filter(|c| c["choices"][0]["delta"]["content"].is_string()).skip(1).collect();
+    assert_eq!(
+        chunks[0]["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
+    let content: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["choices"][0]["delta"]["content"].is_string())
+        .skip(1)
+        .collect();
     assert_eq!(content.len(), 5);
     assert_eq!(content[4]["choices"][0]["finish_reason"], "length");
     let usage = chunks.last().unwrap();
@@ -92,7 +135,11 @@ async fn chat_non_streaming_and_streaming() {
 #[tokio::test]
 async fn completion_streaming_without_usage() {
     let s = start(Config::default()).await;
-    let r = complete(&s.url(), json!({"prompt": "hi", "max_tokens": 3, "stream": true, "ignore_eos": true})).await;
+    let r = complete(
+        &s.url(),
+        json!({"prompt": "hi", "max_tokens": 3, "stream": true, "ignore_eos": true}),
+    )
+    .await;
     let text = r.text().await.unwrap();
     let data: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
     assert_eq!(data.len(), 4, "{text}");
@@ -116,7 +163,11 @@ async fn error_of(url: &str, path: &str, body: &str) -> (u16, Value) {
 
 #[tokio::test]
 async fn malformed_requests_get_vllm_errors() {
-    let s = start(Config { max_body_bytes: 10_000, ..Config::default() }).await;
+    let s = start(Config {
+        max_body_bytes: 10_000,
+        ..Config::default()
+    })
+    .await;
     let url = s.url();
     for (path, body) in [
         ("/v1/completions", "{not json"),
@@ -125,10 +176,16 @@ async fn malformed_requests_get_vllm_errors() {
         ("/v1/completions", r#"{"prompt": "a", "max_tokens": 0}"#),
         ("/v1/completions", r#"{"prompt": "a", "max_tokens": "x"}"#),
         ("/v1/completions", r#"{"prompt": "a", "max_tokens": 9000}"#),
-        ("/v1/completions", r#"{"prompt": "a", "stream_options": {"include_usage": true}}"#),
+        (
+            "/v1/completions",
+            r#"{"prompt": "a", "stream_options": {"include_usage": true}}"#,
+        ),
         ("/v1/completions", r#"{"prompt": "a", "n": 2}"#),
         ("/v1/chat/completions", r#"{"messages": []}"#),
-        ("/v1/chat/completions", r#"{"messages": [{"content": "x"}]}"#),
+        (
+            "/v1/chat/completions",
+            r#"{"messages": [{"content": "x"}]}"#,
+        ),
     ] {
         let (status, v) = error_of(&url, path, body).await;
         assert_eq!(status, 400, "{body}");
@@ -138,8 +195,16 @@ async fn malformed_requests_get_vllm_errors() {
         assert!(v["param"].is_null());
         assert!(!v["message"].as_str().unwrap().is_empty());
     }
-    let (status, v) = error_of(&url, "/v1/completions", r#"{"model": "nope", "prompt": "a"}"#).await;
-    assert_eq!((status, v["type"].as_str().unwrap()), (404, "NotFoundError"));
+    let (status, v) = error_of(
+        &url,
+        "/v1/completions",
+        r#"{"model": "nope", "prompt": "a"}"#,
+    )
+    .await;
+    assert_eq!(
+        (status, v["type"].as_str().unwrap()),
+        (404, "NotFoundError")
+    );
     let big = format!(r#"{{"prompt": "{}"}}"#, "a".repeat(20_000));
     let (status, v) = error_of(&url, "/v1/completions", &big).await;
     assert_eq!(status, 413);
@@ -151,8 +216,17 @@ async fn malformed_requests_get_vllm_errors() {
 
 #[tokio::test]
 async fn newer_dialects_nest_errors() {
-    let s = start(Config { dialect: Dialect::V0_11, ..Config::default() }).await;
-    let (status, v) = error_of(&s.url(), "/v1/completions", r#"{"prompt": "a", "max_tokens": 0}"#).await;
+    let s = start(Config {
+        dialect: Dialect::V0_11,
+        ..Config::default()
+    })
+    .await;
+    let (status, v) = error_of(
+        &s.url(),
+        "/v1/completions",
+        r#"{"prompt": "a", "max_tokens": 0}"#,
+    )
+    .await;
     assert_eq!(status, 400);
     assert_eq!(v["error"]["type"], "BadRequestError");
     assert_eq!(v["error"]["code"], 400);

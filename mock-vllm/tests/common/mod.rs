@@ -8,15 +8,27 @@ use std::time::{Duration, Instant};
 use mock_vllm::{Config, MockVllm};
 
 pub async fn start(cfg: Config) -> MockVllm {
-    mock_vllm::start(cfg, mock_kit::Events::none("vllm:test")).await.unwrap()
+    mock_vllm::start(cfg, mock_kit::Events::none("vllm:test"))
+        .await
+        .unwrap()
 }
 
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap()
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
 }
 
 pub async fn scrape(url: &str) -> String {
-    client().get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap()
+    client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 /// Sum of every sample of `name` (exact metric name, any labels) on a text page.
@@ -58,7 +70,9 @@ where
 /// Run `script` with the page on stdin under the real Python `prometheus_client`.
 /// `None` (and a message) when python3 or prometheus_client is missing.
 pub fn python(script: &str, page: &str) -> Option<Result<String, String>> {
-    let probe = Command::new("python3").args(["-c", "import prometheus_client"]).output();
+    let probe = Command::new("python3")
+        .args(["-c", "import prometheus_client"])
+        .output();
     match probe {
         Ok(o) if o.status.success() => {}
         _ => {
@@ -73,7 +87,12 @@ pub fn python(script: &str, page: &str) -> Option<Result<String, String>> {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(page.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     if out.status.success() {
@@ -100,5 +119,10 @@ print("\n".join(sorted(f.name + " " + f.type for f in fams)))
 "#;
 
 pub async fn complete(url: &str, body: serde_json::Value) -> reqwest::Response {
-    client().post(format!("{url}/v1/completions")).json(&body).send().await.unwrap()
+    client()
+        .post(format!("{url}/v1/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
 }
