@@ -129,14 +129,45 @@ pub mod de {
 
     /// bytes: standard base64 (padding required, CR/LF ignored); null is empty.
     pub fn bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        match serde_json::Value::deserialize(d)? {
-            serde_json::Value::Null => Ok(Vec::new()),
-            serde_json::Value::String(s) => decode_b64(&s).map_err(D::Error::custom),
-            other => Err(D::Error::custom(format!(
-                "json: cannot unmarshal {} into Go value of type []uint8",
-                go_kind(&other)
-            ))),
+        // A visitor, not a `Value`: keys and values are the hot path of every request.
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a base64 string")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Vec<u8>, E> {
+                decode_b64(s).map_err(E::custom)
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Vec<u8>, E> {
+                Ok(Vec::new())
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<Vec<u8>, E> {
+                Ok(Vec::new())
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Vec<u8>, E> {
+                Err(E::custom(mismatch("bool")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Vec<u8>, E> {
+                Err(E::custom(mismatch("number")))
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Vec<u8>, E> {
+                Err(E::custom(mismatch("number")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Vec<u8>, E> {
+                Err(E::custom(mismatch("number")))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _: A) -> Result<Vec<u8>, A::Error> {
+                Err(A::Error::custom(mismatch("array")))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, _: A) -> Result<Vec<u8>, A::Error> {
+                Err(A::Error::custom(mismatch("object")))
+            }
         }
+        fn mismatch(kind: &str) -> String {
+            format!("json: cannot unmarshal {kind} into Go value of type []uint8")
+        }
+        d.deserialize_any(V)
     }
 
     /// bool; null is false.
