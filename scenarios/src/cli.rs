@@ -17,6 +17,9 @@ pub struct RunArgs {
     /// fake, real (the Debian etcd binary on loopback) or the URL of an existing etcd.
     #[arg(long, default_value = "fake")]
     pub etcd: EtcdChoice,
+    /// With `--etcd real`: members of the real cluster (1 or 3).
+    #[arg(long, default_value = "1", value_parser = ["1", "3"])]
+    pub etcd_cluster: String,
     /// Report directory (default: target/scenario-reports/<time>).
     #[arg(long)]
     pub report: Option<PathBuf>,
@@ -41,8 +44,19 @@ pub struct UpArgs {
     pub instances: Option<usize>,
     #[arg(long, default_value = "fake")]
     pub etcd: EtcdChoice,
+    /// With `--etcd real`: members of the real cluster (1 or 3).
+    #[arg(long, default_value = "1", value_parser = ["1", "3"])]
+    pub etcd_cluster: String,
     #[arg(long)]
     pub sidecar_bin: Option<PathBuf>,
+}
+
+/// `--etcd real --etcd-cluster 3` means a real 3-member cluster.
+fn etcd_choice(etcd: &EtcdChoice, members: &str) -> EtcdChoice {
+    match (etcd, members) {
+        (EtcdChoice::Real, "3") => EtcdChoice::Real3,
+        (e, _) => e.clone(),
+    }
 }
 
 fn default_report_dir() -> PathBuf {
@@ -62,7 +76,7 @@ pub async fn run(args: RunArgs) -> u8 {
     let report = args.report.clone().unwrap_or_else(default_report_dir);
     let opts = RunOptions {
         seed: args.seed,
-        etcd: args.etcd.clone(),
+        etcd: etcd_choice(&args.etcd, &args.etcd_cluster),
         report_dir: Some(report.clone()),
         sidecar_bin: args.sidecar_bin.clone(),
         sidecar_overrides: Vec::new(),
@@ -79,17 +93,33 @@ pub async fn run(args: RunArgs) -> u8 {
     let outcomes = run_many(&list, &opts, args.jobs, true).await;
     let wall = started.elapsed();
     println!();
-    println!("{:8} {:30} {:>8} {:>9}  {}", "STATUS", "SCENARIO", "WALL", "INSTANCES", "NOTE");
+    println!("STATUS   SCENARIO                           WALL INSTANCES  NOTE");
     for o in &outcomes {
         let note = match o.status.as_str() {
             "skipped" => o.skip_reason.clone().unwrap_or_default(),
-            "failed" => o.failures().next().map(|v| format!("{}: {}", v.name, v.detail)).unwrap_or_default(),
+            "failed" => o
+                .failures()
+                .next()
+                .map(|v| format!("{}: {}", v.name, v.detail))
+                .unwrap_or_default(),
             _ => String::new(),
         };
-        println!("{:8} {:30} {:>7.1}s {:>9}  {}", o.status.to_uppercase(), o.name, o.wall_ms as f64 / 1000.0, o.instances, note);
+        println!(
+            "{:8} {:30} {:>7.1}s {:>9}  {}",
+            o.status.to_uppercase(),
+            o.name,
+            o.wall_ms as f64 / 1000.0,
+            o.instances,
+            note
+        );
     }
     let failed: Vec<_> = outcomes.iter().filter(|o| o.status == "failed").collect();
-    let largest = outcomes.iter().filter(|o| o.status == "passed").map(|o| o.instances).max().unwrap_or(0);
+    let largest = outcomes
+        .iter()
+        .filter(|o| o.status == "passed")
+        .map(|o| o.instances)
+        .max()
+        .unwrap_or(0);
     println!(
         "\n{} scenarios: {} passed, {} failed, {} skipped in {:.1}s wall; largest passing scenario held {largest} instances",
         outcomes.len(),
@@ -110,10 +140,16 @@ pub async fn run(args: RunArgs) -> u8 {
         for o in failed {
             println!("\nFAILED {} ({}):", o.name, o.file);
             for v in o.failures() {
-                let at = v.first_violation_ms.map(|t| format!(" at t={:.2}s", t as f64 / 1000.0)).unwrap_or_default();
+                let at = v
+                    .first_violation_ms
+                    .map(|t| format!(" at t={:.2}s", t as f64 / 1000.0))
+                    .unwrap_or_default();
                 println!("  {} {}{at}: {}", v.kind, v.name, v.detail);
             }
-            println!("  timeline: {}", report.join(&o.name).join("timeline.html").display());
+            println!(
+                "  timeline: {}",
+                report.join(&o.name).join("timeline.html").display()
+            );
             println!("  re-run:   {}", o.rerun);
         }
         1
@@ -122,7 +158,9 @@ pub async fn run(args: RunArgs) -> u8 {
 
 /// Locate (or build) the sidecar binary once, before any scenario starts.
 fn prepare(mut opts: RunOptions, list: &[library::Loaded]) -> Result<RunOptions, String> {
-    let needs_sidecar = list.iter().any(|l| !l.scenario.steps.is_empty() || l.scenario.topology.start_sidecars);
+    let needs_sidecar = list
+        .iter()
+        .any(|l| !l.scenario.steps.is_empty() || l.scenario.topology.start_sidecars);
     if opts.sidecar_bin.is_none() && needs_sidecar {
         opts.sidecar_bin = Some(crate::sidecar::locate_binary()?);
     }
@@ -135,7 +173,10 @@ pub fn list() -> u8 {
         Ok(l) => {
             for s in l {
                 let etcd = format!("{:?}", s.scenario.topology.etcd).to_lowercase();
-                println!("{:30} {:>4} inst  etcd={:8} {}", s.scenario.name, s.scenario.topology.instances, etcd, s.scenario.description);
+                println!(
+                    "{:30} {:>4} inst  etcd={:8} {}",
+                    s.scenario.name, s.scenario.topology.instances, etcd, s.scenario.description
+                );
             }
             0
         }
@@ -160,7 +201,8 @@ pub async fn up(args: UpArgs) -> u8 {
         sc.topology.instances = n.clamp(1, 500);
         sc.topology.overrides.clear();
     }
-    let kind = match EtcdKind::resolve(sc.topology.etcd, &args.etcd) {
+    let choice = etcd_choice(&args.etcd, &args.etcd_cluster);
+    let kind = match EtcdKind::resolve(sc.topology.etcd, &choice) {
         Ok(k) => k,
         Err(e) => {
             eprintln!("scenarios: {e}");
@@ -169,7 +211,7 @@ pub async fn up(args: UpArgs) -> u8 {
     };
     let timeline = crate::timeline::Timeline::new();
     let opts = ClusterOptions {
-        etcd: args.etcd.clone(),
+        etcd: choice.clone(),
         sidecar_bin: args.sidecar_bin.clone(),
         sidecar_overrides: Vec::new(),
     };
@@ -183,7 +225,9 @@ pub async fn up(args: UpArgs) -> u8 {
     for (k, v) in cluster.endpoints() {
         println!("{k:28} {v}");
     }
-    println!("\nmock control APIs: GET <url>/_mock/state, POST <url>/_mock/faults. Ctrl-C to stop.");
+    println!(
+        "\nmock control APIs: GET <url>/_mock/state, POST <url>/_mock/faults. Ctrl-C to stop."
+    );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}

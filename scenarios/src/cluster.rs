@@ -25,14 +25,18 @@ use crate::observe::{Cumulative, InstanceObs, ObservedState, Sample};
 use crate::proxy::{LinkFault, Proxy};
 use crate::real_etcd::RealEtcd;
 use crate::sidecar::SidecarProc;
-use crate::spec::{self, Action, EtcdFault, EtcdNeed, Health, LinkKind, MasterFault, Scenario, VllmFault};
+use crate::spec::{
+    self, Action, EtcdFault, EtcdNeed, Health, LinkKind, MasterFault, Scenario, VllmFault,
+};
 use crate::timeline::Timeline;
 
-/// Which etcd the runner was asked for (`--etcd`).
+/// Which etcd the runner was asked for (`--etcd`, `--etcd-cluster`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EtcdChoice {
     Fake,
     Real,
+    /// A real 3-member cluster for every scenario that takes any etcd.
+    Real3,
     /// An existing etcd (its client URLs).
     Url(Vec<String>),
 }
@@ -43,10 +47,14 @@ impl std::str::FromStr for EtcdChoice {
         match s {
             "fake" => Ok(EtcdChoice::Fake),
             "real" => Ok(EtcdChoice::Real),
-            u if u.starts_with("http://") || u.starts_with("https://") => {
-                Ok(EtcdChoice::Url(u.split(',').map(|x| x.trim().trim_end_matches('/').to_string()).collect()))
-            }
-            other => Err(format!("--etcd `{other}`: use fake, real or an http:// URL")),
+            u if u.starts_with("http://") || u.starts_with("https://") => Ok(EtcdChoice::Url(
+                u.split(',')
+                    .map(|x| x.trim().trim_end_matches('/').to_string())
+                    .collect(),
+            )),
+            other => Err(format!(
+                "--etcd `{other}`: use fake, real or an http:// URL"
+            )),
         }
     }
 }
@@ -56,6 +64,7 @@ impl std::fmt::Display for EtcdChoice {
         match self {
             EtcdChoice::Fake => f.write_str("fake"),
             EtcdChoice::Real => f.write_str("real"),
+            EtcdChoice::Real3 => f.write_str("real --etcd-cluster 3"),
             EtcdChoice::Url(u) => f.write_str(&u.join(",")),
         }
     }
@@ -81,7 +90,12 @@ impl EtcdKind {
         match (need, choice) {
             (EtcdNeed::Fake, _) => Ok(EtcdKind::Fake),
             (EtcdNeed::Cluster3, _) => real(EtcdKind::Cluster3),
-            (EtcdNeed::Real, EtcdChoice::Url(_)) | (EtcdNeed::Any, EtcdChoice::Url(_)) => Ok(EtcdKind::External),
+            (EtcdNeed::Real, EtcdChoice::Url(_)) | (EtcdNeed::Any, EtcdChoice::Url(_)) => {
+                Ok(EtcdKind::External)
+            }
+            (EtcdNeed::Real, EtcdChoice::Real3) | (EtcdNeed::Any, EtcdChoice::Real3) => {
+                real(EtcdKind::Cluster3)
+            }
             (EtcdNeed::Real, _) | (EtcdNeed::Any, EtcdChoice::Real) => real(EtcdKind::Real),
             (EtcdNeed::Any, EtcdChoice::Fake) => Ok(EtcdKind::Fake),
         }
@@ -180,10 +194,21 @@ pub fn normalize_namespace(ns: &str) -> String {
 impl Cluster {
     /// Start everything the scenario's topology asks for. Sidecars start if the topology
     /// says so.
-    pub async fn start(sc: &Scenario, seed: u64, kind: EtcdKind, opts: ClusterOptions, timeline: Arc<Timeline>) -> Result<Cluster, String> {
+    pub async fn start(
+        sc: &Scenario,
+        seed: u64,
+        kind: EtcdKind,
+        opts: ClusterOptions,
+        timeline: Arc<Timeline>,
+    ) -> Result<Cluster, String> {
         let topo = &sc.topology;
         // A unique namespace per run: runs sharing an external etcd never see each other.
-        let namespace = format!("{}-{}-{:x}", topo.namespace.trim_matches('/'), sc.name, seed ^ (timeline.t0_ms << 8) ^ u64::from(std::process::id()));
+        let namespace = format!(
+            "{}-{}-{:x}",
+            topo.namespace.trim_matches('/'),
+            sc.name,
+            seed ^ (timeline.t0_ms << 8) ^ u64::from(std::process::id())
+        );
         let (etcd, targets): (Etcd, Vec<SocketAddr>) = match kind {
             EtcdKind::Fake => {
                 let mut cfg = mock_etcd::Config::default();
@@ -194,13 +219,17 @@ impl Cluster {
                     cfg.token_ttl = ttl.0;
                 }
                 cfg.min_lease_ttl = 1;
-                let e = mock_etcd::start(cfg, timeline.source("etcd")).await.map_err(io("starting fake etcd"))?;
+                let e = mock_etcd::start(cfg, timeline.source("etcd"))
+                    .await
+                    .map_err(io("starting fake etcd"))?;
                 let a = e.addr();
                 (Etcd::Fake(e), vec![a])
             }
             EtcdKind::Real | EtcdKind::Cluster3 => {
                 let n = if kind == EtcdKind::Cluster3 { 3 } else { 1 };
-                let r = RealEtcd::start(n, timeline.source("etcd")).await.map_err(io("starting real etcd"))?;
+                let r = RealEtcd::start(n, timeline.source("etcd"))
+                    .await
+                    .map_err(io("starting real etcd"))?;
                 let a = r.client_addrs();
                 (Etcd::Real(tokio::sync::Mutex::new(r)), a)
             }
@@ -208,7 +237,10 @@ impl Cluster {
                 let EtcdChoice::Url(urls) = &opts.etcd else {
                     return Err("external etcd without a URL".into());
                 };
-                let a = urls.iter().map(|u| addr_of(u)).collect::<Result<Vec<_>, _>>()?;
+                let a = urls
+                    .iter()
+                    .map(|u| addr_of(u))
+                    .collect::<Result<Vec<_>, _>>()?;
                 (Etcd::External, a)
             }
         };
@@ -222,12 +254,26 @@ impl Cluster {
         let endpoint_targets: Vec<SocketAddr> = if targets.len() > 1 {
             targets.clone()
         } else {
-            targets.iter().copied().cycle().take(topo.etcd_endpoints).collect()
+            targets
+                .iter()
+                .copied()
+                .cycle()
+                .take(topo.etcd_endpoints)
+                .collect()
         };
 
         let mut master_links = Vec::new();
         for (k, t) in targets.iter().enumerate() {
-            master_links.push(Proxy::start(&format!("master->etcd#{k}"), *t, next_seed(), timeline.source("link")).await.map_err(io("proxy"))?);
+            master_links.push(
+                Proxy::start(
+                    &format!("master->etcd#{k}"),
+                    *t,
+                    next_seed(),
+                    timeline.source("link"),
+                )
+                .await
+                .map_err(io("proxy"))?,
+            );
         }
         let m = &topo.master;
         let master_cfg = mock_master::Config {
@@ -243,7 +289,9 @@ impl Cluster {
             upstream_timeout: Duration::from_secs(30),
             ..Default::default()
         };
-        let master = mock_master::start(master_cfg, timeline.source("master")).await.map_err(io("starting fake master"))?;
+        let master = mock_master::start(master_cfg, timeline.source("master"))
+            .await
+            .map_err(io("starting fake master"))?;
 
         let norm = normalize_namespace(&namespace);
         let mut instances = Vec::new();
@@ -252,8 +300,14 @@ impl Cluster {
             let mut vcfg = mock_vllm::Config {
                 seed: seed.wrapping_add(i as u64),
                 dialect: vllm_dialect(o.and_then(|o| o.dialect).unwrap_or(topo.dialect)),
-                data_parallel: o.and_then(|o| o.data_parallel).unwrap_or(topo.data_parallel).max(1) as usize,
-                startup_delay: o.and_then(|o| o.vllm_startup_delay).unwrap_or(topo.vllm_startup_delay).0,
+                data_parallel: o
+                    .and_then(|o| o.data_parallel)
+                    .unwrap_or(topo.data_parallel)
+                    .max(1) as usize,
+                startup_delay: o
+                    .and_then(|o| o.vllm_startup_delay)
+                    .unwrap_or(topo.vllm_startup_delay)
+                    .0,
                 ..Default::default()
             };
             if let Some(n) = topo.max_num_seqs {
@@ -262,16 +316,43 @@ impl Cluster {
             if let Some(k) = topo.kv_capacity_tokens {
                 vcfg.kv_capacity_tokens = k.max(1);
             }
-            let vllm = mock_vllm::start(vcfg, timeline.source(format!("vllm:{name}"))).await.map_err(io("starting fake vLLM"))?;
+            let vllm = mock_vllm::start(vcfg, timeline.source(format!("vllm:{name}")))
+                .await
+                .map_err(io("starting fake vLLM"))?;
             let mut etcd_links = Vec::new();
             for (k, t) in endpoint_targets.iter().enumerate() {
-                etcd_links.push(Proxy::start(&format!("{name}->etcd#{k}"), *t, next_seed(), timeline.source("link")).await.map_err(io("proxy"))?);
+                etcd_links.push(
+                    Proxy::start(
+                        &format!("{name}->etcd#{k}"),
+                        *t,
+                        next_seed(),
+                        timeline.source("link"),
+                    )
+                    .await
+                    .map_err(io("proxy"))?,
+                );
             }
-            let master_link = Proxy::start(&format!("{name}->master"), master.addr(), next_seed(), timeline.source("link")).await.map_err(io("proxy"))?;
-            let vllm_link = Proxy::start(&format!("{name}->vllm"), vllm.addr(), next_seed(), timeline.source("link")).await.map_err(io("proxy"))?;
+            let master_link = Proxy::start(
+                &format!("{name}->master"),
+                master.addr(),
+                next_seed(),
+                timeline.source("link"),
+            )
+            .await
+            .map_err(io("proxy"))?;
+            let vllm_link = Proxy::start(
+                &format!("{name}->vllm"),
+                vllm.addr(),
+                next_seed(),
+                timeline.source("link"),
+            )
+            .await
+            .map_err(io("proxy"))?;
             let register_addr = vllm.addr().to_string();
             let key = format!("{norm}XLLM:{}:{register_addr}", topo.instance_type);
-            let token = o.and_then(|o| o.token.clone()).or_else(|| topo.token.clone());
+            let token = o
+                .and_then(|o| o.token.clone())
+                .or_else(|| topo.token.clone());
             instances.push(Instance {
                 name,
                 register_addr,
@@ -307,7 +388,11 @@ impl Cluster {
         let starts: Vec<usize> = (0..cluster.instances.len())
             .filter(|i| {
                 let n = spec::instance_name(*i);
-                topo.overrides.iter().find(|o| o.name == n).and_then(|o| o.start_sidecar).unwrap_or(topo.start_sidecars)
+                topo.overrides
+                    .iter()
+                    .find(|o| o.name == n)
+                    .and_then(|o| o.start_sidecar)
+                    .unwrap_or(topo.start_sidecars)
             })
             .collect();
         if !starts.is_empty() {
@@ -329,21 +414,45 @@ impl Cluster {
     /// The sidecar's flags for instance `i`, overrides applied.
     fn sidecar_args(&self, i: usize) -> Vec<String> {
         let topo = &self.sc.topology;
-        let Some(inst) = self.instances.get(i) else { return Vec::new() };
+        let Some(inst) = self.instances.get(i) else {
+            return Vec::new();
+        };
         let mut flags: Vec<(String, String)> = vec![
-            ("--etcd-endpoints".into(), inst.etcd_links.iter().map(|p| p.url()).collect::<Vec<_>>().join(",")),
+            (
+                "--etcd-endpoints".into(),
+                inst.etcd_links
+                    .iter()
+                    .map(|p| p.url())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
             ("--etcd-namespace".into(), self.namespace.clone()),
-            ("--etcd-timeout".into(), topo.etcd_timeout.secs_f64().to_string()),
+            (
+                "--etcd-timeout".into(),
+                topo.etcd_timeout.secs_f64().to_string(),
+            ),
             ("--vllm-url".into(), inst.vllm_link.url()),
             ("--register-addr".into(), inst.register_addr.clone()),
             ("--instance-type".into(), topo.instance_type.clone()),
             ("--instance-name".into(), inst.name.clone()),
             ("--lease-ttl".into(), topo.lease_ttl.to_string()),
-            ("--keepalive-interval".into(), topo.keepalive_interval.secs_f64().to_string()),
-            ("--health-timeout".into(), topo.health_timeout.secs_f64().to_string()),
-            ("--health-fail-threshold".into(), topo.health_fail_threshold.to_string()),
+            (
+                "--keepalive-interval".into(),
+                topo.keepalive_interval.secs_f64().to_string(),
+            ),
+            (
+                "--health-timeout".into(),
+                topo.health_timeout.secs_f64().to_string(),
+            ),
+            (
+                "--health-fail-threshold".into(),
+                topo.health_fail_threshold.to_string(),
+            ),
             ("--xllm-service-url".into(), inst.master_link.url()),
-            ("--heartbeat-interval".into(), topo.heartbeat_interval.secs_f64().to_string()),
+            (
+                "--heartbeat-interval".into(),
+                topo.heartbeat_interval.secs_f64().to_string(),
+            ),
             ("--log-format".into(), "json".into()),
             ("--log-level".into(), "INFO".into()),
             ("--model".into(), "mock-model".into()),
@@ -371,7 +480,12 @@ impl Cluster {
         flags.into_iter().flat_map(|(k, v)| [k, v]).collect()
     }
 
-    fn start_sidecar(&mut self, i: usize, bin: &std::path::Path, token: Option<String>) -> Result<(), String> {
+    fn start_sidecar(
+        &mut self,
+        i: usize,
+        bin: &std::path::Path,
+        token: Option<String>,
+    ) -> Result<(), String> {
         if let Some(t) = token {
             if let Some(inst) = self.instances.get_mut(i) {
                 inst.token = Some(t);
@@ -383,13 +497,19 @@ impl Cluster {
             return Err(format!("sidecar {} is already running", inst.name));
         }
         let events = self.timeline.source(format!("sidecar:{}", inst.name));
-        inst.sidecar = Some(SidecarProc::spawn(bin, &args, events).map_err(|e| format!("spawning {}: {e}", bin.display()))?);
+        inst.sidecar = Some(
+            SidecarProc::spawn(bin, &args, events)
+                .map_err(|e| format!("spawning {}: {e}", bin.display()))?,
+        );
         Ok(())
     }
 
     /// Each instance's registered address, topology order.
     pub fn addrs(&self) -> Vec<String> {
-        self.instances.iter().map(|x| x.register_addr.clone()).collect()
+        self.instances
+            .iter()
+            .map(|x| x.register_addr.clone())
+            .collect()
     }
 
     pub fn namespace(&self) -> &str {
@@ -404,16 +524,29 @@ impl Cluster {
     pub fn endpoints(&self) -> Vec<(String, String)> {
         let mut v = vec![
             ("etcd".to_string(), self.etcd_urls.join(",")),
-            ("etcd namespace".to_string(), normalize_namespace(&self.namespace)),
+            (
+                "etcd namespace".to_string(),
+                normalize_namespace(&self.namespace),
+            ),
             ("master".to_string(), self.master.url()),
         ];
         for inst in &self.instances {
             v.push((format!("{} vLLM", inst.name), inst.vllm.url()));
-            v.push((format!("{} vLLM (via proxy)", inst.name), inst.vllm_link.url()));
-            v.push((format!("{} master (via proxy)", inst.name), inst.master_link.url()));
+            v.push((
+                format!("{} vLLM (via proxy)", inst.name),
+                inst.vllm_link.url(),
+            ));
+            v.push((
+                format!("{} master (via proxy)", inst.name),
+                inst.master_link.url(),
+            ));
             v.push((
                 format!("{} etcd (via proxy)", inst.name),
-                inst.etcd_links.iter().map(|p| p.url()).collect::<Vec<_>>().join(","),
+                inst.etcd_links
+                    .iter()
+                    .map(|p| p.url())
+                    .collect::<Vec<_>>()
+                    .join(","),
             ));
             v.push((format!("{} key", inst.name), inst.key.clone()));
         }
@@ -433,27 +566,36 @@ impl Cluster {
                 let prefix = format!("{}XLLM:", normalize_namespace(&self.namespace));
                 match self.gateway.range_prefix(&prefix).await {
                     Ok(kvs) => {
-                        let m: HashMap<String, String> = kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
+                        let m: HashMap<String, String> =
+                            kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
                         self.last_etcd = m.clone();
                         m
                     }
                     // An unreadable etcd (killed member, overload) is not an empty one:
                     // keep the last view rather than report every key gone.
                     Err(e) => {
-                        self.timeline.source("observer").emit("etcd_read_failed", serde_json::json!({"error": e}));
+                        self.timeline
+                            .source("observer")
+                            .emit("etcd_read_failed", serde_json::json!({"error": e}));
                         self.last_etcd.clone()
                     }
                 }
             }
         };
-        let views: HashMap<String, mock_master::InstanceView> =
-            self.master.instances().into_iter().map(|v| (v.name.clone(), v)).collect();
+        let views: HashMap<String, mock_master::InstanceView> = self
+            .master
+            .instances()
+            .into_iter()
+            .map(|v| (v.name.clone(), v))
+            .collect();
         let mut out = Vec::with_capacity(self.instances.len());
         for inst in &mut self.instances {
             let etcd = etcd_vals.get(&inst.key).map(|v| incarnation_of(v));
             let view = views.get(&inst.register_addr);
             let counts = view.map(|v| v.heartbeats.clone()).unwrap_or_default();
-            let heartbeats = inst.counts.update(view.map(|v| v.incarnation.as_str()), &counts);
+            let heartbeats = inst
+                .counts
+                .update(view.map(|v| v.incarnation.as_str()), &counts);
             let (sidecar_running, sidecar_exit) = match &inst.sidecar {
                 Some(p) => (p.running(), p.exit_code()),
                 None => (false, None),
@@ -484,7 +626,10 @@ impl Cluster {
         if let Some(n) = global.get(&401).copied() {
             // Attribute unnamed 401s to every instance whose sidecar runs: an invariant on
             // 401s then fires for any instance, and is excused only by a token mismatch.
-            for o in out.iter_mut().filter(|o| o.sidecar_running || o.sidecar_exit.is_some()) {
+            for o in out
+                .iter_mut()
+                .filter(|o| o.sidecar_running || o.sidecar_exit.is_some())
+            {
                 o.heartbeats.insert(401, n);
             }
         }
@@ -501,7 +646,11 @@ impl Cluster {
             if t == "all" {
                 (0..self.instances.len()).collect()
             } else {
-                self.instances.iter().position(|x| x.name == t).into_iter().collect()
+                self.instances
+                    .iter()
+                    .position(|x| x.name == t)
+                    .into_iter()
+                    .collect()
             }
         };
         match action {
@@ -537,10 +686,17 @@ impl Cluster {
                     }
                 }
             }
-            Action::VllmFault { instance, fault, count, duration } => {
+            Action::VllmFault {
+                instance,
+                fault,
+                count,
+                duration,
+            } => {
                 for i in targets(instance) {
                     if let Some(x) = self.instances.get(i) {
-                        x.vllm.faults().add(vllm_fault(fault), *count, duration.map(|d| d.0));
+                        x.vllm
+                            .faults()
+                            .add(vllm_fault(fault), *count, duration.map(|d| d.0));
                     }
                 }
             }
@@ -572,8 +728,14 @@ impl Cluster {
                     }
                 }
             }
-            Action::EtcdFault { fault, count, duration } => {
-                self.fake_etcd()?.faults().add(etcd_fault(fault), *count, duration.map(|d| d.0));
+            Action::EtcdFault {
+                fault,
+                count,
+                duration,
+            } => {
+                self.fake_etcd()?
+                    .faults()
+                    .add(etcd_fault(fault), *count, duration.map(|d| d.0));
             }
             Action::EtcdClearFaults(_) => {
                 let e = self.fake_etcd()?;
@@ -590,8 +752,15 @@ impl Cluster {
                     for i in targets(t) {
                         if let Some(x) = self.instances.get(i) {
                             match e.get(&x.key) {
-                                Some((_, lease)) if lease != 0 => expired.push(e.expire_lease(lease)),
-                                _ => return Err(format!("{} has no key with a lease to expire", x.name)),
+                                Some((_, lease)) if lease != 0 => {
+                                    expired.push(e.expire_lease(lease))
+                                }
+                                _ => {
+                                    return Err(format!(
+                                        "{} has no key with a lease to expire",
+                                        x.name
+                                    ))
+                                }
                             }
                         }
                     }
@@ -600,35 +769,75 @@ impl Cluster {
             }
             Action::EtcdLoseData { reset_revision } => self.fake_etcd()?.lose_data(*reset_revision),
             Action::EtcdKill(which) => {
-                let Etcd::Real(r) = &self.etcd else { return Err("etcd_kill needs real etcd".into()) };
-                let i = r.lock().await.kill(which).await.map_err(io("killing etcd member"))?;
+                let Etcd::Real(r) = &self.etcd else {
+                    return Err("etcd_kill needs real etcd".into());
+                };
+                let i = r
+                    .lock()
+                    .await
+                    .kill(which)
+                    .await
+                    .map_err(io("killing etcd member"))?;
                 return Ok(Some(i.to_string()));
             }
             Action::EtcdRestart(which) => {
-                let Etcd::Real(r) = &self.etcd else { return Err("etcd_restart needs real etcd".into()) };
-                let i = r.lock().await.restart(which).await.map_err(io("restarting etcd member"))?;
+                let Etcd::Real(r) = &self.etcd else {
+                    return Err("etcd_restart needs real etcd".into());
+                };
+                let i = r
+                    .lock()
+                    .await
+                    .restart(which)
+                    .await
+                    .map_err(io("restarting etcd member"))?;
                 return Ok(Some(i.to_string()));
             }
             Action::MasterRestart { relist } => self.master.restart_with(*relist).await,
-            Action::MasterToken(tok) => self.master.set_token(Some(tok.clone()).filter(|t| !t.is_empty())),
-            Action::MasterFault { fault, count, duration } => {
+            Action::MasterToken(tok) => self
+                .master
+                .set_token(Some(tok.clone()).filter(|t| !t.is_empty())),
+            Action::MasterFault {
+                fault,
+                count,
+                duration,
+            } => {
                 let f = match fault {
-                    MasterFault::HeartbeatStatus { status } => mock_master::Fault::HeartbeatStatus { status: *status },
+                    MasterFault::HeartbeatStatus { status } => {
+                        mock_master::Fault::HeartbeatStatus { status: *status }
+                    }
                     MasterFault::Latency { ms } => mock_master::Fault::Latency { ms: *ms },
                 };
                 self.master.faults().add(f, *count, duration.map(|d| d.0));
             }
             Action::MasterClearFaults(_) => self.master.faults().clear(),
-            Action::Link { link, instance, endpoint, fault, duration } => {
+            Action::Link {
+                link,
+                instance,
+                endpoint,
+                fault,
+                duration,
+            } => {
                 let mut links: Vec<&Proxy> = Vec::new();
                 if *link == LinkKind::MasterEtcd {
-                    links.extend(self.master_links.iter().enumerate().filter(|(k, _)| endpoint.is_none_or(|e| e == *k)).map(|(_, p)| p));
+                    links.extend(
+                        self.master_links
+                            .iter()
+                            .enumerate()
+                            .filter(|(k, _)| endpoint.is_none_or(|e| e == *k))
+                            .map(|(_, p)| p),
+                    );
                 } else {
                     for i in targets(instance) {
-                        let Some(x) = self.instances.get(i) else { continue };
+                        let Some(x) = self.instances.get(i) else {
+                            continue;
+                        };
                         match link {
                             LinkKind::SidecarEtcd => links.extend(
-                                x.etcd_links.iter().enumerate().filter(|(k, _)| endpoint.is_none_or(|e| e == *k)).map(|(_, p)| p),
+                                x.etcd_links
+                                    .iter()
+                                    .enumerate()
+                                    .filter(|(k, _)| endpoint.is_none_or(|e| e == *k))
+                                    .map(|(_, p)| p),
                             ),
                             LinkKind::SidecarMaster => links.push(&x.master_link),
                             LinkKind::SidecarVllm => links.push(&x.vllm_link),
@@ -641,7 +850,8 @@ impl Cluster {
                 }
                 if let (Some(d), false) = (duration, *fault == LinkFault::Heal) {
                     // Heal after the duration, unless something else replaced the fault.
-                    let owned: Vec<(crate::proxy::LinkHandle, LinkFault)> = links.iter().map(|p| (p.handle(), fault.clone())).collect();
+                    let owned: Vec<(crate::proxy::LinkHandle, LinkFault)> =
+                        links.iter().map(|p| (p.handle(), fault.clone())).collect();
                     let d = d.0;
                     let stop = self.stop.clone();
                     tokio::spawn(async move {
@@ -656,15 +866,30 @@ impl Cluster {
                     });
                 }
             }
-            Action::Load { instance, rps, duration, max_tokens } => {
+            Action::Load {
+                instance,
+                rps,
+                duration,
+                max_tokens,
+            } => {
                 let (url, route) = match instance {
                     Some(t) => {
                         let i = targets(t).into_iter().next().ok_or("no such instance")?;
-                        (self.instances.get(i).map(|x| x.vllm.url()).unwrap_or_default(), false)
+                        (
+                            self.instances
+                                .get(i)
+                                .map(|x| x.vllm.url())
+                                .unwrap_or_default(),
+                            false,
+                        )
                     }
                     None => (self.master.url(), true),
                 };
-                let names: Vec<String> = self.instances.iter().map(|x| x.register_addr.clone()).collect();
+                let names: Vec<String> = self
+                    .instances
+                    .iter()
+                    .map(|x| x.register_addr.clone())
+                    .collect();
                 let gen = LoadGen::start(
                     url,
                     route.then(|| (names, self.routed.clone())),
@@ -749,8 +974,17 @@ fn set_flag(flags: &mut Vec<(String, String)>, k: &str, v: &str) {
 fn incarnation_of(value: &str) -> String {
     serde_json::from_str::<serde_json::Value>(value)
         .ok()
-        .and_then(|v| v.get("incarnation_id").and_then(|x| x.as_str()).map(str::to_string))
-        .unwrap_or_else(|| format!("<no incarnation: {}>", value.chars().take(60).collect::<String>()))
+        .and_then(|v| {
+            v.get("incarnation_id")
+                .and_then(|x| x.as_str())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| {
+            format!(
+                "<no incarnation: {}>",
+                value.chars().take(60).collect::<String>()
+            )
+        })
 }
 
 fn vllm_dialect(d: spec::Dialect) -> mock_vllm::Dialect {
@@ -768,10 +1002,17 @@ fn vllm_fault(f: &VllmFault) -> mock_vllm::Fault {
         VllmFault::MetricsStatus { status } => F::MetricsStatus { status },
         VllmFault::MetricsHang => F::MetricsHang,
         VllmFault::MetricsSlow { bytes_per_sec } => F::MetricsSlow { bytes_per_sec },
-        VllmFault::MetricsTruncate { at_bytes } => F::MetricsTruncate { at_bytes: at_bytes as usize, abort: false },
-        VllmFault::MetricsGarbage { lines } => F::MetricsGarbage { lines: lines as usize },
+        VllmFault::MetricsTruncate { at_bytes } => F::MetricsTruncate {
+            at_bytes: at_bytes as usize,
+            abort: false,
+        },
+        VllmFault::MetricsGarbage { lines } => F::MetricsGarbage {
+            lines: lines as usize,
+        },
         VllmFault::MetricsNonfinite => F::MetricsNonfinite,
-        VllmFault::MetricsHuge { bytes } => F::MetricsHuge { bytes: bytes as usize },
+        VllmFault::MetricsHuge { bytes } => F::MetricsHuge {
+            bytes: bytes as usize,
+        },
         VllmFault::MetricsStale => F::MetricsStale,
         VllmFault::CompletionFail { fraction, status } => F::CompletionFail { fraction, status },
         VllmFault::CompletionHang => F::CompletionHang,
@@ -781,13 +1022,23 @@ fn vllm_fault(f: &VllmFault) -> mock_vllm::Fault {
 
 fn etcd_fault(f: &EtcdFault) -> mock_etcd::Fault {
     match f {
-        EtcdFault::Fail { path, status, grpc_code, message } => mock_etcd::Fault::Fail {
+        EtcdFault::Fail {
+            path,
+            status,
+            grpc_code,
+            message,
+        } => mock_etcd::Fault::Fail {
             path: path.clone(),
             status: *status,
             grpc_code: grpc_code.unwrap_or(14),
-            message: message.clone().unwrap_or_else(|| "etcdserver: request timed out".into()),
+            message: message
+                .clone()
+                .unwrap_or_else(|| "etcdserver: request timed out".into()),
         },
-        EtcdFault::Latency { path, ms } => mock_etcd::Fault::Latency { path: path.clone(), ms: *ms },
+        EtcdFault::Latency { path, ms } => mock_etcd::Fault::Latency {
+            path: path.clone(),
+            ms: *ms,
+        },
         EtcdFault::Hang { path } => mock_etcd::Fault::Hang { path: path.clone() },
     }
 }

@@ -52,7 +52,12 @@ impl Gateway {
         });
         let mut last = String::from("no endpoints");
         for ep in &self.endpoints {
-            let r = self.http.post(format!("{ep}/v3/kv/range")).json(&body).send().await;
+            let r = self
+                .http
+                .post(format!("{ep}/v3/kv/range"))
+                .json(&body)
+                .send()
+                .await;
             let r = match r {
                 Ok(r) if r.status().is_success() => r,
                 Ok(r) => {
@@ -70,7 +75,12 @@ impl Gateway {
             };
             let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
             let mut out = Vec::new();
-            for kv in v.get("kvs").and_then(|k| k.as_array()).into_iter().flatten() {
+            for kv in v
+                .get("kvs")
+                .and_then(|k| k.as_array())
+                .into_iter()
+                .flatten()
+            {
                 let dec = |f: &str| {
                     kv.get(f)
                         .and_then(|x| x.as_str())
@@ -80,7 +90,10 @@ impl Gateway {
                 };
                 let lease = kv
                     .get("lease")
-                    .and_then(|l| l.as_i64().or_else(|| l.as_str().and_then(|s| s.parse().ok())))
+                    .and_then(|l| {
+                        l.as_i64()
+                            .or_else(|| l.as_str().and_then(|s| s.parse().ok()))
+                    })
                     .unwrap_or(0);
                 out.push(Kv {
                     key: dec("key"),

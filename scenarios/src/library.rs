@@ -5,30 +5,93 @@ use crate::spec::{Scenario, SpecError};
 
 /// Every built-in scenario: (file name, text).
 pub const BUILTIN: &[(&str, &str)] = &[
-    ("happy-path.toml", include_str!("../library/happy-path.toml")),
-    ("etcd-auth-expiry.toml", include_str!("../library/etcd-auth-expiry.toml")),
-    ("etcd-cluster3-leader-killed.toml", include_str!("../library/etcd-cluster3-leader-killed.toml")),
-    ("etcd-data-loss.toml", include_str!("../library/etcd-data-loss.toml")),
-    ("etcd-failover.toml", include_str!("../library/etcd-failover.toml")),
-    ("etcd-lease-lost.toml", include_str!("../library/etcd-lease-lost.toml")),
-    ("load-routing.toml", include_str!("../library/load-routing.toml")),
-    ("many-instances.toml", include_str!("../library/many-instances.toml")),
-    ("master-etcd-partition.toml", include_str!("../library/master-etcd-partition.toml")),
-    ("master-restart.toml", include_str!("../library/master-restart.toml")),
-    ("master-unreachable.toml", include_str!("../library/master-unreachable.toml")),
-    ("metrics-counter-reset.toml", include_str!("../library/metrics-counter-reset.toml")),
-    ("metrics-garbage.toml", include_str!("../library/metrics-garbage.toml")),
-    ("metrics-truncated-slow.toml", include_str!("../library/metrics-truncated-slow.toml")),
-    ("partition-long.toml", include_str!("../library/partition-long.toml")),
-    ("partition-short.toml", include_str!("../library/partition-short.toml")),
+    (
+        "happy-path.toml",
+        include_str!("../library/happy-path.toml"),
+    ),
+    (
+        "etcd-auth-expiry.toml",
+        include_str!("../library/etcd-auth-expiry.toml"),
+    ),
+    (
+        "etcd-cluster3-leader-killed.toml",
+        include_str!("../library/etcd-cluster3-leader-killed.toml"),
+    ),
+    (
+        "etcd-data-loss.toml",
+        include_str!("../library/etcd-data-loss.toml"),
+    ),
+    (
+        "etcd-failover.toml",
+        include_str!("../library/etcd-failover.toml"),
+    ),
+    (
+        "etcd-lease-lost.toml",
+        include_str!("../library/etcd-lease-lost.toml"),
+    ),
+    (
+        "load-routing.toml",
+        include_str!("../library/load-routing.toml"),
+    ),
+    (
+        "many-instances.toml",
+        include_str!("../library/many-instances.toml"),
+    ),
+    (
+        "master-etcd-partition.toml",
+        include_str!("../library/master-etcd-partition.toml"),
+    ),
+    (
+        "master-restart.toml",
+        include_str!("../library/master-restart.toml"),
+    ),
+    (
+        "master-unreachable.toml",
+        include_str!("../library/master-unreachable.toml"),
+    ),
+    (
+        "metrics-counter-reset.toml",
+        include_str!("../library/metrics-counter-reset.toml"),
+    ),
+    (
+        "metrics-garbage.toml",
+        include_str!("../library/metrics-garbage.toml"),
+    ),
+    (
+        "metrics-truncated-slow.toml",
+        include_str!("../library/metrics-truncated-slow.toml"),
+    ),
+    (
+        "partition-long.toml",
+        include_str!("../library/partition-long.toml"),
+    ),
+    (
+        "partition-short.toml",
+        include_str!("../library/partition-short.toml"),
+    ),
     ("sigkill.toml", include_str!("../library/sigkill.toml")),
     ("sigterm.toml", include_str!("../library/sigterm.toml")),
-    ("slow-vllm-start.toml", include_str!("../library/slow-vllm-start.toml")),
-    ("token-mismatch.toml", include_str!("../library/token-mismatch.toml")),
-    ("token-rotation.toml", include_str!("../library/token-rotation.toml")),
+    (
+        "slow-vllm-start.toml",
+        include_str!("../library/slow-vllm-start.toml"),
+    ),
+    (
+        "token-mismatch.toml",
+        include_str!("../library/token-mismatch.toml"),
+    ),
+    (
+        "token-rotation.toml",
+        include_str!("../library/token-rotation.toml"),
+    ),
     ("vllm-dies.toml", include_str!("../library/vllm-dies.toml")),
-    ("vllm-health-hang.toml", include_str!("../library/vllm-health-hang.toml")),
-    ("vllm-recovers.toml", include_str!("../library/vllm-recovers.toml")),
+    (
+        "vllm-health-hang.toml",
+        include_str!("../library/vllm-health-hang.toml"),
+    ),
+    (
+        "vllm-recovers.toml",
+        include_str!("../library/vllm-recovers.toml"),
+    ),
 ];
 
 /// A parsed scenario and where it came from.
@@ -67,7 +130,10 @@ pub fn load(args: &[String]) -> Result<Vec<Loaded>, SpecError> {
                 message: format!("cannot read: {e}"),
             })?;
             let scenario = Scenario::parse(a, &text)?;
-            out.push(Loaded { file: a.clone(), scenario });
+            out.push(Loaded {
+                file: a.clone(),
+                scenario,
+            });
             continue;
         }
         let name = a.trim_start_matches("library/").trim_end_matches(".toml");
@@ -77,9 +143,9 @@ pub fn load(args: &[String]) -> Result<Vec<Loaded>, SpecError> {
                 return Err(SpecError {
                     file: a.clone(),
                     line: None,
-                    message: format!(
+                    message:
                         "no such file, and no built-in scenario of that name (see `scenarios list`)"
-                    ),
+                            .to_string(),
                 })
             }
         }

@@ -82,7 +82,10 @@ impl LoadGen {
         let stop = Shutdown::new();
         let s = stop.clone();
         tokio::spawn(async move {
-            let http = match reqwest::Client::builder().timeout(Duration::from_secs(20)).build() {
+            let http = match reqwest::Client::builder()
+                .timeout(Duration::from_secs(20))
+                .build()
+            {
                 Ok(c) => c,
                 Err(_) => return,
             };
@@ -108,7 +111,11 @@ impl LoadGen {
                 let route = route.clone();
                 tokio::spawn(async move {
                     if let Ok(r) = req.send().await {
-                        let to = r.headers().get("x-routed-to").and_then(|v| v.to_str().ok()).map(str::to_string);
+                        let to = r
+                            .headers()
+                            .get("x-routed-to")
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_string);
                         if let (Some((names, routed)), Some(to)) = (route, to) {
                             if let Some(i) = names.iter().position(|n| *n == to) {
                                 routed.push(i);
@@ -119,7 +126,10 @@ impl LoadGen {
                     drop(permit);
                 });
             }
-            events.emit("load_off", serde_json::json!({"sent": sent, "dropped": dropped}));
+            events.emit(
+                "load_off",
+                serde_json::json!({"sent": sent, "dropped": dropped}),
+            );
         });
         LoadGen { stop }
     }

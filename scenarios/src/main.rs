@@ -5,7 +5,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "scenarios", about = "Fault scenarios for vllm-sidecar against a mock xllm cluster.")]
+#[command(
+    name = "scenarios",
+    about = "Fault scenarios for vllm-sidecar against a mock xllm cluster."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -30,16 +33,25 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             let msg = e.render().to_string();
-            let line = msg.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid arguments");
+            let line = msg
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid arguments");
             eprintln!("scenarios: {}", line.trim_start_matches("error: "));
             return ExitCode::from(2);
         }
     };
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "off,scenarios=warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "off,scenarios=warn".into()),
+        )
         .with_writer(std::io::stderr)
         .try_init();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("scenarios: cannot start the runtime: {e}");

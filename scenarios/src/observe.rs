@@ -41,7 +41,9 @@ impl InstanceObs {
 
     /// Routable and agreeing with etcd: what "fully registered" means.
     pub fn fully_active(&self) -> bool {
-        self.state == Some(ObservedState::Active) && self.etcd.is_some() && self.etcd == self.master_incarnation
+        self.state == Some(ObservedState::Active)
+            && self.etcd.is_some()
+            && self.etcd == self.master_incarnation
     }
 }
 
@@ -89,9 +91,15 @@ pub struct Cumulative {
 }
 
 impl Cumulative {
-    pub fn update(&mut self, incarnation: Option<&str>, counts: &BTreeMap<u16, u64>) -> BTreeMap<u16, u64> {
+    pub fn update(
+        &mut self,
+        incarnation: Option<&str>,
+        counts: &BTreeMap<u16, u64>,
+    ) -> BTreeMap<u16, u64> {
         let reset = incarnation != self.last_incarnation.as_deref()
-            || counts.iter().any(|(s, n)| self.last.get(s).is_some_and(|l| n < l))
+            || counts
+                .iter()
+                .any(|(s, n)| self.last.get(s).is_some_and(|l| n < l))
             || self.last.keys().any(|s| !counts.contains_key(s));
         if reset {
             for (s, n) in std::mem::take(&mut self.last) {

@@ -88,22 +88,29 @@ struct Inner {
 
 impl Proxy {
     /// Listen on `127.0.0.1:0` and forward to `target`.
-    pub async fn start(name: &str, target: SocketAddr, seed: u64, events: Events) -> std::io::Result<Proxy> {
+    pub async fn start(
+        name: &str,
+        target: SocketAddr,
+        seed: u64,
+        events: Events,
+    ) -> std::io::Result<Proxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (state, _) = watch::channel(LinkState {
             fault: LinkFault::Heal,
             generation: 0,
         });
-        let proxy = Proxy { inner: Arc::new(Inner {
-            name: name.to_string(),
-            addr,
-            target: Arc::new(Mutex::new(target)),
-            state,
-            shutdown: Shutdown::new(),
-            events,
-            rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
-        }) };
+        let proxy = Proxy {
+            inner: Arc::new(Inner {
+                name: name.to_string(),
+                addr,
+                target: Arc::new(Mutex::new(target)),
+                state,
+                shutdown: Shutdown::new(),
+                events,
+                rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
+            }),
+        };
         proxy.spawn_acceptor(listener);
         Ok(proxy)
     }
@@ -252,14 +259,35 @@ async fn serve_conn(
     let (ur, uw) = upstream.into_split();
     let rng = Arc::new(Mutex::new(rng));
     let conn_stop = shutdown.child();
-    let up = tokio::spawn(pump(cr, uw, Direction::ToTarget, state.clone(), conn_stop.clone(), rng.clone(), generation));
-    let down = tokio::spawn(pump(ur, cw, Direction::FromTarget, state, conn_stop.clone(), rng, generation));
+    let up = tokio::spawn(pump(
+        cr,
+        uw,
+        Direction::ToTarget,
+        state.clone(),
+        conn_stop.clone(),
+        rng.clone(),
+        generation,
+    ));
+    let down = tokio::spawn(pump(
+        ur,
+        cw,
+        Direction::FromTarget,
+        state,
+        conn_stop.clone(),
+        rng,
+        generation,
+    ));
     let _ = up.await;
     conn_stop.trigger();
     let _ = down.await;
 }
 
-async fn blackhole(mut client: TcpStream, mut state: watch::Receiver<LinkState>, shutdown: Shutdown, generation: u64) {
+async fn blackhole(
+    mut client: TcpStream,
+    mut state: watch::Receiver<LinkState>,
+    shutdown: Shutdown,
+    generation: u64,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         tokio::select! {
@@ -321,7 +349,11 @@ async fn pump(
             LinkFault::Partition { direction } if direction == dir => continue,
             LinkFault::Partition { .. } => {}
             LinkFault::Latency { ms, jitter_ms } => {
-                let extra = if jitter_ms > 0 { lock(&rng).gen_range(0..=jitter_ms) } else { 0 };
+                let extra = if jitter_ms > 0 {
+                    lock(&rng).gen_range(0..=jitter_ms)
+                } else {
+                    0
+                };
                 tokio::time::sleep(Duration::from_millis(ms + extra)).await;
             }
             LinkFault::Bandwidth { bytes_per_sec } => {
@@ -377,7 +409,9 @@ mod tests {
     #[tokio::test]
     async fn forwards_and_applies_faults() {
         let target = echo_server().await;
-        let p = Proxy::start("t", target, 1, Events::none("t")).await.unwrap();
+        let p = Proxy::start("t", target, 1, Events::none("t"))
+            .await
+            .unwrap();
         assert_eq!(roundtrip(p.addr()).await.unwrap(), b"ping");
 
         p.set(LinkFault::Blackhole).await.unwrap();
@@ -398,7 +432,11 @@ mod tests {
         p.set(LinkFault::Heal).await.unwrap();
         assert_eq!(roundtrip(p.addr()).await.unwrap(), b"ping");
 
-        p.set(LinkFault::Partition { direction: Direction::FromTarget }).await.unwrap();
+        p.set(LinkFault::Partition {
+            direction: Direction::FromTarget,
+        })
+        .await
+        .unwrap();
         assert!(roundtrip(p.addr()).await.is_err());
         p.set(LinkFault::Heal).await.unwrap();
         assert_eq!(roundtrip(p.addr()).await.unwrap(), b"ping");
@@ -407,13 +445,20 @@ mod tests {
     #[tokio::test]
     async fn reset_kills_open_connections() {
         let target = echo_server().await;
-        let p = Proxy::start("t", target, 1, Events::none("t")).await.unwrap();
+        let p = Proxy::start("t", target, 1, Events::none("t"))
+            .await
+            .unwrap();
         let mut s = TcpStream::connect(p.addr()).await.unwrap();
         s.write_all(b"ping").await.unwrap();
         let mut buf = [0u8; 4];
         s.read_exact(&mut buf).await.unwrap();
         p.set(LinkFault::Reset).await.unwrap();
-        let r = tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await.unwrap();
-        assert!(matches!(r, Ok(0) | Err(_)), "connection survived a reset: {r:?}");
+        let r = tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf))
+            .await
+            .unwrap();
+        assert!(
+            matches!(r, Ok(0) | Err(_)),
+            "connection survived a reset: {r:?}"
+        );
     }
 }

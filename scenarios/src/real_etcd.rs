@@ -22,7 +22,9 @@ pub fn unavailable() -> Option<String> {
     if Path::new(&bin).is_file() {
         None
     } else {
-        Some(format!("real etcd not installed ({bin} missing; apt-get install etcd-server)"))
+        Some(format!(
+            "real etcd not installed ({bin} missing; apt-get install etcd-server)"
+        ))
     }
 }
 
@@ -46,7 +48,9 @@ pub struct RealEtcd {
 
 impl std::fmt::Debug for RealEtcd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RealEtcd").field("clients", &self.client_addrs()).finish()
+        f.debug_struct("RealEtcd")
+            .field("clients", &self.client_addrs())
+            .finish()
     }
 }
 
@@ -64,7 +68,11 @@ impl RealEtcd {
         if let Some(why) = bin_missing {
             return Err(std::io::Error::new(std::io::ErrorKind::NotFound, why));
         }
-        let unique = format!("{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let unique = format!(
+            "{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
         let root = std::env::temp_dir().join(format!("scenarios-etcd-{unique}"));
         std::fs::create_dir_all(&root)?;
         let mut members = Vec::new();
@@ -100,7 +108,10 @@ impl RealEtcd {
         for i in 0..n {
             etcd.wait_healthy(i, Duration::from_secs(20)).await?;
         }
-        etcd.events.emit("started", serde_json::json!({"members": etcd.client_addrs()}));
+        etcd.events.emit(
+            "started",
+            serde_json::json!({"members": etcd.client_addrs()}),
+        );
         Ok(etcd)
     }
 
@@ -113,38 +124,38 @@ impl RealEtcd {
             .ok_or_else(|| std::io::Error::other(format!("no etcd member {i}")))?;
         let mut cmd = Command::new(bin);
         cmd.args([
-                "--name",
-                &m.name,
-                "--data-dir",
-                &m.data_dir.to_string_lossy(),
-                "--listen-client-urls",
-                &format!("http://{}", m.client),
-                "--advertise-client-urls",
-                &format!("http://{}", m.client),
-                "--listen-peer-urls",
-                &format!("http://{}", m.peer),
-                "--initial-advertise-peer-urls",
-                &format!("http://{}", m.peer),
-                "--initial-cluster",
-                &initial_cluster,
-                "--initial-cluster-token",
-                &token,
-                "--initial-cluster-state",
-                state,
-                // Fast elections so a killed leader is replaced within a lease TTL.
-                "--heartbeat-interval",
-                "50",
-                "--election-timeout",
-                "500",
-                "--log-level",
-                "error",
-                "--logger",
-                "zap",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true);
+            "--name",
+            &m.name,
+            "--data-dir",
+            &m.data_dir.to_string_lossy(),
+            "--listen-client-urls",
+            &format!("http://{}", m.client),
+            "--advertise-client-urls",
+            &format!("http://{}", m.client),
+            "--listen-peer-urls",
+            &format!("http://{}", m.peer),
+            "--initial-advertise-peer-urls",
+            &format!("http://{}", m.peer),
+            "--initial-cluster",
+            &initial_cluster,
+            "--initial-cluster-token",
+            &token,
+            "--initial-cluster-state",
+            state,
+            // Fast elections so a killed leader is replaced within a lease TTL.
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "500",
+            "--log-level",
+            "error",
+            "--logger",
+            "zap",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
         crate::sidecar::die_with_parent(&mut cmd);
         m.child = Some(cmd.spawn()?);
         Ok(())
@@ -197,7 +208,9 @@ impl RealEtcd {
             else {
                 continue;
             };
-            let Ok(v) = r.json::<serde_json::Value>().await else { continue };
+            let Ok(v) = r.json::<serde_json::Value>().await else {
+                continue;
+            };
             let leader = v.get("leader").and_then(json_u64);
             let me = v.pointer("/header/member_id").and_then(json_u64);
             if let Some(leader) = leader.filter(|l| *l != 0) {
@@ -205,7 +218,12 @@ impl RealEtcd {
                     return self.members.iter().position(|x| x.client == m.client);
                 }
                 // Ask the others who they are.
-                for (i, other) in self.members.iter().enumerate().filter(|(_, o)| o.child.is_some()) {
+                for (i, other) in self
+                    .members
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, o)| o.child.is_some())
+                {
                     let Ok(r) = self
                         .http
                         .post(format!("http://{}/v3/maintenance/status", other.client))
@@ -215,7 +233,9 @@ impl RealEtcd {
                     else {
                         continue;
                     };
-                    let Ok(v) = r.json::<serde_json::Value>().await else { continue };
+                    let Ok(v) = r.json::<serde_json::Value>().await else {
+                        continue;
+                    };
                     if v.pointer("/header/member_id").and_then(json_u64) == Some(leader) {
                         return Some(i);
                     }
@@ -233,7 +253,8 @@ impl RealEtcd {
                 let _ = c.kill().await;
             }
         }
-        self.events.emit("member_killed", serde_json::json!({"member": i}));
+        self.events
+            .emit("member_killed", serde_json::json!({"member": i}));
         Ok(i)
     }
 
@@ -250,7 +271,8 @@ impl RealEtcd {
         if self.members.get(i).is_some_and(|m| m.child.is_none()) {
             self.spawn_member(i, "existing")?;
             self.wait_healthy(i, Duration::from_secs(20)).await?;
-            self.events.emit("member_restarted", serde_json::json!({"member": i}));
+            self.events
+                .emit("member_restarted", serde_json::json!({"member": i}));
         }
         Ok(i)
     }
@@ -271,7 +293,8 @@ impl RealEtcd {
 }
 
 fn json_u64(v: &serde_json::Value) -> Option<u64> {
-    v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+    v.as_u64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
 }
 
 impl Drop for RealEtcd {

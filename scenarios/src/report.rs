@@ -47,13 +47,28 @@ impl Outcome {
 }
 
 /// Write one scenario's report directory.
-pub fn write_dir(dir: &Path, sc: &Scenario, outcome: &Outcome, timeline: Option<&Timeline>) -> std::io::Result<()> {
+pub fn write_dir(
+    dir: &Path,
+    sc: &Scenario,
+    outcome: &Outcome,
+    timeline: Option<&Timeline>,
+) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut resolved = sc.clone();
     resolved.seed = outcome.seed;
-    let toml = toml::to_string_pretty(&resolved).unwrap_or_else(|e| format!("# cannot render: {e}\n"));
-    std::fs::write(dir.join("scenario.toml"), format!("# resolved scenario, seed {}\n# re-run: {}\n{toml}", outcome.seed, outcome.rerun))?;
-    std::fs::write(dir.join("verdicts.json"), serde_json::to_string_pretty(outcome).unwrap_or_default())?;
+    let toml =
+        toml::to_string_pretty(&resolved).unwrap_or_else(|e| format!("# cannot render: {e}\n"));
+    std::fs::write(
+        dir.join("scenario.toml"),
+        format!(
+            "# resolved scenario, seed {}\n# re-run: {}\n{toml}",
+            outcome.seed, outcome.rerun
+        ),
+    )?;
+    std::fs::write(
+        dir.join("verdicts.json"),
+        serde_json::to_string_pretty(outcome).unwrap_or_default(),
+    )?;
     if let Some(tl) = timeline {
         let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("events.jsonl"))?);
         tl.write_jsonl(&mut f)?;
@@ -63,7 +78,10 @@ pub fn write_dir(dir: &Path, sc: &Scenario, outcome: &Outcome, timeline: Option<
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// The HTML page with the SVG timeline.
@@ -76,12 +94,23 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
     let faults: Vec<&Episode> = o.episodes.iter().filter(|e| e.is_fault).collect();
     let height = top + lane * shown as f64 + 30.0 + 14.0 * faults.len() as f64;
     let mut svg = String::new();
-    let _ = write!(svg, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{height}" font-family="monospace" font-size="11">"#, left + width + 20.0);
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{height}" font-family="monospace" font-size="11">"#,
+        left + width + 20.0
+    );
     // Time axis.
     let step = nice_step(end);
     let mut t = 0;
     while t <= end {
-        let _ = write!(svg, r##"<line x1="{0}" y1="{top}" x2="{0}" y2="{1}" stroke="#eee"/><text x="{0}" y="{2}" text-anchor="middle">{3}s</text>"##, x(t), top + lane * shown as f64, top - 8.0, t as f64 / 1000.0);
+        let _ = write!(
+            svg,
+            r##"<line x1="{0}" y1="{top}" x2="{0}" y2="{1}" stroke="#eee"/><text x="{0}" y="{2}" text-anchor="middle">{3}s</text>"##,
+            x(t),
+            top + lane * shown as f64,
+            top - 8.0,
+            t as f64 / 1000.0
+        );
         t += step;
     }
     // Faults, shaded over the lanes they touch.
@@ -93,9 +122,21 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
         };
         let x0 = x(e.start_ms);
         let x1 = x(e.end_ms.unwrap_or(end)).max(x0 + 2.0);
-        let _ = write!(svg, r##"<rect x="{x0}" y="{y0}" width="{}" height="{h}" fill="#f6a" fill-opacity="0.25"><title>{}</title></rect>"##, x1 - x0, esc(&e.label));
+        let _ = write!(
+            svg,
+            r##"<rect x="{x0}" y="{y0}" width="{}" height="{h}" fill="#f6a" fill-opacity="0.25"><title>{}</title></rect>"##,
+            x1 - x0,
+            esc(&e.label)
+        );
         let ly = top + lane * shown as f64 + 24.0 + 14.0 * k as f64;
-        let _ = write!(svg, r##"<rect x="{x0}" y="{}" width="{}" height="8" fill="#f6a"/><text x="{}" y="{ly}">{}</text>"##, ly - 8.0, x1 - x0, x1 + 4.0, esc(&e.label));
+        let _ = write!(
+            svg,
+            r##"<rect x="{x0}" y="{}" width="{}" height="8" fill="#f6a"/><text x="{}" y="{ly}">{}</text>"##,
+            ly - 8.0,
+            x1 - x0,
+            x1 + 4.0,
+            esc(&e.label)
+        );
     }
     // One lane per instance: master state (upper), etcd key (lower), heartbeat ticks.
     for (i, name) in names.iter().take(shown).enumerate() {
@@ -103,7 +144,9 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
         let _ = write!(svg, r#"<text x="4" y="{}">{}</text>"#, y + 12.0, esc(name));
         let mut prev: Option<(u64, Option<ObservedState>, bool, u64)> = None;
         for s in &o.samples {
-            let Some(obs) = s.instances.get(i) else { continue };
+            let Some(obs) = s.instances.get(i) else {
+                continue;
+            };
             let cur = (obs.state, obs.etcd.is_some());
             match prev {
                 Some((t0, st, reg, hb)) => {
@@ -112,7 +155,13 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
                         prev = Some((s.t_ms, cur.0, cur.1, hb));
                     }
                     if obs.accepted() > hb {
-                        let _ = write!(svg, r##"<line x1="{0}" y1="{1}" x2="{0}" y2="{2}" stroke="#124" stroke-width="1"/>"##, x(s.t_ms), y + 1.0, y + 4.0);
+                        let _ = write!(
+                            svg,
+                            r##"<line x1="{0}" y1="{1}" x2="{0}" y2="{2}" stroke="#124" stroke-width="1"/>"##,
+                            x(s.t_ms),
+                            y + 1.0,
+                            y + 4.0
+                        );
                     }
                     if let Some(p) = prev.as_mut() {
                         p.3 = obs.accepted();
@@ -126,7 +175,13 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
     for v in o.verdicts.iter().filter(|v| v.kind == "await") {
         if let Some(t) = v.t_ms {
             let color = if v.passed { "#2a2" } else { "#d00" };
-            let _ = write!(svg, r#"<circle cx="{}" cy="{}" r="4" fill="{color}"><title>{}</title></circle>"#, x(t), top - 20.0, esc(&v.name));
+            let _ = write!(
+                svg,
+                r#"<circle cx="{}" cy="{}" r="4" fill="{color}"><title>{}</title></circle>"#,
+                x(t),
+                top - 20.0,
+                esc(&v.name)
+            );
         }
     }
     svg.push_str("</svg>");
@@ -140,7 +195,9 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
             if v.passed { "PASS" } else { "FAIL" },
             esc(&v.kind),
             esc(&v.name),
-            v.t_ms.map(|t| format!("{:.2}s", t as f64 / 1000.0)).unwrap_or_default(),
+            v.t_ms
+                .map(|t| format!("{:.2}s", t as f64 / 1000.0))
+                .unwrap_or_default(),
             esc(&v.detail)
         );
     }
@@ -151,8 +208,12 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
             "<tr><td>{}</td><td>{:.2}s</td><td>{}</td><td>{}</td></tr>",
             esc(&r.fault),
             r.start_ms as f64 / 1000.0,
-            r.end_ms.map(|t| format!("{:.2}s", t as f64 / 1000.0)).unwrap_or_else(|| "never".into()),
-            r.time_to_recover_ms.map(|t| format!("{t} ms")).unwrap_or_else(|| "not recovered".into())
+            r.end_ms
+                .map(|t| format!("{:.2}s", t as f64 / 1000.0))
+                .unwrap_or_else(|| "never".into()),
+            r.time_to_recover_ms
+                .map(|t| format!("{t} ms"))
+                .unwrap_or_else(|| "not recovered".into())
         );
     }
     format!(
@@ -178,7 +239,15 @@ tr.bad{{background:#fdd}} tr.ok td:first-child{{color:#080}} .legend span{{displ
     )
 }
 
-fn bar(svg: &mut String, x0: f64, x1: f64, y: f64, lane: f64, st: Option<ObservedState>, reg: bool) {
+fn bar(
+    svg: &mut String,
+    x0: f64,
+    x1: f64,
+    y: f64,
+    lane: f64,
+    st: Option<ObservedState>,
+    reg: bool,
+) {
     let color = match st {
         Some(ObservedState::Active) => "#3b3",
         Some(ObservedState::LeaseLost) => "#f90",
@@ -186,9 +255,19 @@ fn bar(svg: &mut String, x0: f64, x1: f64, y: f64, lane: f64, st: Option<Observe
         None => "#ccc",
     };
     let w = (x1 - x0).max(0.5);
-    let _ = write!(svg, r#"<rect x="{x0}" y="{}" width="{w}" height="{}" fill="{color}"/>"#, y + 4.0, lane * 0.45);
+    let _ = write!(
+        svg,
+        r#"<rect x="{x0}" y="{}" width="{w}" height="{}" fill="{color}"/>"#,
+        y + 4.0,
+        lane * 0.45
+    );
     if reg {
-        let _ = write!(svg, r##"<rect x="{x0}" y="{}" width="{w}" height="{}" fill="#36c"/>"##, y + 4.0 + lane * 0.5, lane * 0.25);
+        let _ = write!(
+            svg,
+            r##"<rect x="{x0}" y="{}" width="{w}" height="{}" fill="#36c"/>"##,
+            y + 4.0 + lane * 0.5,
+            lane * 0.25
+        );
     }
 }
 
@@ -209,14 +288,32 @@ pub fn junit(outcomes: &[Outcome]) -> String {
         outcomes.len()
     );
     for o in outcomes {
-        let _ = write!(s, "  <testcase classname=\"scenarios\" name=\"{}\" time=\"{:.3}\">", esc(&o.name), o.wall_ms as f64 / 1000.0);
+        let _ = write!(
+            s,
+            "  <testcase classname=\"scenarios\" name=\"{}\" time=\"{:.3}\">",
+            esc(&o.name),
+            o.wall_ms as f64 / 1000.0
+        );
         match o.status.as_str() {
             "skipped" => {
-                let _ = write!(s, "<skipped message=\"{}\"/>", esc(o.skip_reason.as_deref().unwrap_or("")));
+                let _ = write!(
+                    s,
+                    "<skipped message=\"{}\"/>",
+                    esc(o.skip_reason.as_deref().unwrap_or(""))
+                );
             }
             "failed" => {
-                let msg: Vec<String> = o.failures().map(|v| format!("{} {}: {}", v.kind, v.name, v.detail)).collect();
-                let _ = write!(s, "<failure message=\"{}\">{}\nre-run: {}</failure>", esc(msg.first().map(String::as_str).unwrap_or("failed")), esc(&msg.join("\n")), esc(&o.rerun));
+                let msg: Vec<String> = o
+                    .failures()
+                    .map(|v| format!("{} {}: {}", v.kind, v.name, v.detail))
+                    .collect();
+                let _ = write!(
+                    s,
+                    "<failure message=\"{}\">{}\nre-run: {}</failure>",
+                    esc(msg.first().map(String::as_str).unwrap_or("failed")),
+                    esc(&msg.join("\n")),
+                    esc(&o.rerun)
+                );
             }
             _ => {}
         }

@@ -46,10 +46,18 @@ impl Default for RunOptions {
 }
 
 /// Run one scenario to its verdicts. `file` names it (a path, or `library/<name>.toml`).
-pub async fn run_scenario(sc: &Scenario, file: &str, opts: &RunOptions, progress: Option<ProgressBar>) -> Outcome {
+pub async fn run_scenario(
+    sc: &Scenario,
+    file: &str,
+    opts: &RunOptions,
+    progress: Option<ProgressBar>,
+) -> Outcome {
     let started = Instant::now();
     let seed = opts.seed.unwrap_or(sc.seed);
-    let rerun = format!("{} run {} --seed {seed} --etcd {}", opts.command, file, opts.etcd);
+    let rerun = format!(
+        "{} run {} --seed {seed} --etcd {}",
+        opts.command, file, opts.etcd
+    );
     let mut outcome = Outcome {
         name: sc.name.clone(),
         file: file.to_string(),
@@ -108,7 +116,12 @@ pub async fn run_scenario(sc: &Scenario, file: &str, opts: &RunOptions, progress
     let samples: Arc<Mutex<Vec<Sample>>> = Arc::new(Mutex::new(Vec::new()));
     let stop = mock_kit::Shutdown::new();
     let period = Duration::from_millis(if sc.topology.instances > 50 { 200 } else { 50 });
-    let observer = tokio::spawn(observe_loop(cluster.clone(), samples.clone(), period, stop.clone()));
+    let observer = tokio::spawn(observe_loop(
+        cluster.clone(),
+        samples.clone(),
+        period,
+        stop.clone(),
+    ));
 
     let mut records: Vec<ActionRecord> = Vec::new();
     let mut verdicts: Vec<Verdict> = Vec::new();
@@ -127,7 +140,10 @@ pub async fn run_scenario(sc: &Scenario, file: &str, opts: &RunOptions, progress
         let within = step.within.map(|d| d.0).unwrap_or(Duration::from_secs(10));
         let deadline = tokio::time::Instant::now() + within;
         if let Some(cond) = step.when.as_ref().or(step.expect.as_ref()) {
-            let met = wait_for(cond, sc, &samples, &timeline, &cluster, &addrs, from, cursor, deadline).await;
+            let met = wait_for(
+                cond, sc, &samples, &timeline, &cluster, &addrs, from, cursor, deadline,
+            )
+            .await;
             let is_await = step.expect.is_some();
             let mut v = Verdict {
                 kind: if is_await { "await" } else { "when" }.into(),
@@ -141,10 +157,17 @@ pub async fn run_scenario(sc: &Scenario, file: &str, opts: &RunOptions, progress
                 },
             };
             if let (Some(hold), Some(_)) = (step.hold, met) {
-                if let Some(broke) = hold_for(cond, sc, &samples, &timeline, &cluster, &addrs, from, cursor, hold.0).await {
+                if let Some(broke) = hold_for(
+                    cond, sc, &samples, &timeline, &cluster, &addrs, from, cursor, hold.0,
+                )
+                .await
+                {
                     v.passed = false;
                     v.first_violation_ms = Some(broke);
-                    v.detail = format!("held, then stopped holding at t={:.2}s (needed {hold})", broke as f64 / 1000.0);
+                    v.detail = format!(
+                        "held, then stopped holding at t={:.2}s (needed {hold})",
+                        broke as f64 / 1000.0
+                    );
                 } else {
                     v.detail.push_str(&format!(", and kept holding for {hold}"));
                 }
@@ -160,9 +183,10 @@ pub async fn run_scenario(sc: &Scenario, file: &str, opts: &RunOptions, progress
         }
         if let Some(action) = &step.action {
             let t_ms = timeline.now();
-            timeline
-                .source("runner")
-                .emit("action", serde_json::json!({"step": i + 1, "label": label, "action": action}));
+            timeline.source("runner").emit(
+                "action",
+                serde_json::json!({"step": i + 1, "label": label, "action": action}),
+            );
             let r = cluster.lock().await.apply(action).await;
             let (error, detail) = match r {
                 Ok(d) => (None, d),
@@ -219,7 +243,12 @@ pub async fn run_scenario(sc: &Scenario, file: &str, opts: &RunOptions, progress
     outcome
 }
 
-async fn observe_loop(cluster: Arc<tokio::sync::Mutex<Cluster>>, samples: Arc<Mutex<Vec<Sample>>>, period: Duration, stop: mock_kit::Shutdown) {
+async fn observe_loop(
+    cluster: Arc<tokio::sync::Mutex<Cluster>>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    period: Duration,
+    stop: mock_kit::Shutdown,
+) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -311,7 +340,10 @@ async fn hold_for(
             continue;
         }
         seen = n;
-        if check(cond, sc, samples, timeline, cluster, addrs, from, cursor).await.is_none() {
+        if check(cond, sc, samples, timeline, cluster, addrs, from, cursor)
+            .await
+            .is_none()
+        {
             return Some(timeline.now());
         }
     }
@@ -340,7 +372,12 @@ pub const HEAVY_INSTANCES: usize = 50;
 
 /// Run many scenarios, at most `jobs` at once (each on its own ports), biggest first so
 /// the longest one does not start last. Outcomes come back in input order.
-pub async fn run_many(list: &[crate::library::Loaded], opts: &RunOptions, jobs: usize, show_progress: bool) -> Vec<Outcome> {
+pub async fn run_many(
+    list: &[crate::library::Loaded],
+    opts: &RunOptions,
+    jobs: usize,
+    show_progress: bool,
+) -> Vec<Outcome> {
     use indicatif::{MultiProgress, ProgressDrawTarget, ProgressStyle};
     let multi = MultiProgress::with_draw_target(if show_progress {
         ProgressDrawTarget::stderr()
@@ -354,18 +391,36 @@ pub async fn run_many(list: &[crate::library::Loaded], opts: &RunOptions, jobs: 
     );
     let sem = Arc::new(tokio::sync::Semaphore::new(jobs.max(1)));
     let mut order: Vec<usize> = (0..list.len()).collect();
-    order.sort_by_key(|i| std::cmp::Reverse(list.get(*i).map(|l| l.scenario.topology.instances).unwrap_or(0)));
+    order.sort_by_key(|i| {
+        std::cmp::Reverse(
+            list.get(*i)
+                .map(|l| l.scenario.topology.instances)
+                .unwrap_or(0),
+        )
+    });
     let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut handles = Vec::new();
     for i in order {
-        let Some(l) = list.get(i).cloned() else { continue };
-        let (sem, opts, multi, total, failed) = (sem.clone(), opts.clone(), multi.clone(), total.clone(), failed.clone());
+        let Some(l) = list.get(i).cloned() else {
+            continue;
+        };
+        let (sem, opts, multi, total, failed) = (
+            sem.clone(),
+            opts.clone(),
+            multi.clone(),
+            total.clone(),
+            failed.clone(),
+        );
         handles.push((
             i,
             tokio::spawn(async move {
                 // A big scenario runs alone: it needs the whole machine.
                 let heavy = l.scenario.topology.instances > HEAVY_INSTANCES;
-                let _permit = if heavy { sem.acquire_many_owned(jobs.max(1) as u32).await } else { sem.acquire_many_owned(1).await };
+                let _permit = if heavy {
+                    sem.acquire_many_owned(jobs.max(1) as u32).await
+                } else {
+                    sem.acquire_many_owned(1).await
+                };
                 let bar = multi.insert_before(&total, ProgressBar::new_spinner());
                 bar.set_style(
                     ProgressStyle::with_template("  {spinner} {prefix:28} {elapsed:>4} {wide_msg}")

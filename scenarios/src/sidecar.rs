@@ -33,7 +33,9 @@ pub fn locate_binary() -> Result<PathBuf, String> {
         if candidate.is_file() {
             return Ok(candidate);
         }
-        if d.file_name().is_some_and(|n| n == "deps" || n == "examples") {
+        if d.file_name()
+            .is_some_and(|n| n == "deps" || n == "examples")
+        {
             dir = d.parent().map(Path::to_path_buf);
             continue;
         }
@@ -49,24 +51,34 @@ fn build_binary(profile_dir: Option<&Path>) -> Result<PathBuf, String> {
         .ok_or("no workspace root")?
         .to_path_buf();
     let release = profile_dir.is_some_and(|d| d.file_name().is_some_and(|n| n == "release"));
-    let mut cmd = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let mut cmd =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(&workspace)
         .args(["build", "-q", "-p", "sidecar", "--bin", "vllm-sidecar"]);
     if release {
         cmd.arg("--release");
     }
-    let status = cmd.status().map_err(|e| format!("running cargo build for vllm-sidecar: {e}"))?;
+    let status = cmd
+        .status()
+        .map_err(|e| format!("running cargo build for vllm-sidecar: {e}"))?;
     if !status.success() {
-        return Err(format!("cargo build -p sidecar --bin vllm-sidecar failed: {status}"));
+        return Err(format!(
+            "cargo build -p sidecar --bin vllm-sidecar failed: {status}"
+        ));
     }
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| workspace.join("target"));
-    let p = target.join(if release { "release" } else { "debug" }).join("vllm-sidecar");
+    let p = target
+        .join(if release { "release" } else { "debug" })
+        .join("vllm-sidecar");
     if p.is_file() {
         Ok(p)
     } else {
-        Err(format!("built vllm-sidecar but {} does not exist", p.display()))
+        Err(format!(
+            "built vllm-sidecar but {} does not exist",
+            p.display()
+        ))
     }
 }
 

@@ -283,7 +283,10 @@ pub enum Action {
     SidecarStop(Target),
     /// SIGKILL.
     SidecarKill(Target),
-    VllmHealth { instance: Target, health: Health },
+    VllmHealth {
+        instance: Target,
+        health: Health,
+    },
     VllmFault {
         instance: Target,
         fault: VllmFault,
@@ -411,8 +414,13 @@ pub enum EtcdFault {
         #[serde(default)]
         message: Option<String>,
     },
-    Latency { path: String, ms: u64 },
-    Hang { path: String },
+    Latency {
+        path: String,
+        ms: u64,
+    },
+    Hang {
+        path: String,
+    },
 }
 
 fn default_fail_status() -> u16 {
@@ -488,7 +496,7 @@ impl fmt::Debug for Dur {
 impl fmt::Display for Dur {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.as_ms();
-        if ms % 1000 == 0 {
+        if ms.is_multiple_of(1000) {
             write!(f, "{}s", ms / 1000)
         } else {
             write!(f, "{}ms", ms)
@@ -501,7 +509,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
         Some(i) => s.split_at(i),
-        None => return Err(format!("duration `{s}` needs a unit: ms, s or m (e.g. \"1.5s\")")),
+        None => {
+            return Err(format!(
+                "duration `{s}` needs a unit: ms, s or m (e.g. \"1.5s\")"
+            ))
+        }
     };
     let n: f64 = num
         .trim()
@@ -511,7 +523,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "ms" => n / 1000.0,
         "s" => n,
         "m" => n * 60.0,
-        other => return Err(format!("duration `{s}`: unknown unit `{other}` (use ms, s or m)")),
+        other => {
+            return Err(format!(
+                "duration `{s}`: unknown unit `{other}` (use ms, s or m)"
+            ))
+        }
     };
     if !secs.is_finite() || !(0.0..=86_400.0).contains(&secs) {
         return Err(format!("duration `{s}` out of range (0 to 24h)"));
@@ -528,12 +544,20 @@ impl<'de> Deserialize<'de> for Dur {
             Text(String),
         }
         let raw = Raw::deserialize(d).map_err(|_| {
-            serde::de::Error::custom("expected a duration: a string like \"1.5s\" or \"300ms\", or seconds as a number")
+            serde::de::Error::custom(
+                "expected a duration: a string like \"1.5s\" or \"300ms\", or seconds as a number",
+            )
         })?;
         match raw {
-            Raw::Num(n) if n.is_finite() && (0.0..=86_400.0).contains(&n) => Ok(Dur(Duration::from_secs_f64(n))),
-            Raw::Num(n) => Err(serde::de::Error::custom(format!("duration {n} out of range"))),
-            Raw::Text(s) => parse_duration(&s).map(Dur).map_err(serde::de::Error::custom),
+            Raw::Num(n) if n.is_finite() && (0.0..=86_400.0).contains(&n) => {
+                Ok(Dur(Duration::from_secs_f64(n)))
+            }
+            Raw::Num(n) => Err(serde::de::Error::custom(format!(
+                "duration {n} out of range"
+            ))),
+            Raw::Text(s) => parse_duration(&s)
+                .map(Dur)
+                .map_err(serde::de::Error::custom),
         }
     }
 }
@@ -596,9 +620,14 @@ impl Scenario {
 
     /// The invariant grace for registration: lease TTL + 2 keepalives + 1 s unless set.
     pub fn registered_grace(&self) -> Duration {
-        self.invariants.registered_grace.map(|d| d.0).unwrap_or_else(|| {
-            Duration::from_secs(self.topology.lease_ttl) + self.topology.keepalive_interval.0 * 2 + Duration::from_secs(1)
-        })
+        self.invariants
+            .registered_grace
+            .map(|d| d.0)
+            .unwrap_or_else(|| {
+                Duration::from_secs(self.topology.lease_ttl)
+                    + self.topology.keepalive_interval.0 * 2
+                    + Duration::from_secs(1)
+            })
     }
 
     fn validate(&self) -> Result<(), (Option<usize>, String)> {
@@ -607,42 +636,77 @@ impl Scenario {
             return Err((None, "`name` is empty".into()));
         }
         if !(1..=500).contains(&t.instances) {
-            return Err((None, format!("topology.instances = {} (allowed 1..=500)", t.instances)));
+            return Err((
+                None,
+                format!("topology.instances = {} (allowed 1..=500)", t.instances),
+            ));
         }
         if !(1..=4).contains(&t.etcd_endpoints) {
-            return Err((None, format!("topology.etcd_endpoints = {} (allowed 1..=4)", t.etcd_endpoints)));
+            return Err((
+                None,
+                format!(
+                    "topology.etcd_endpoints = {} (allowed 1..=4)",
+                    t.etcd_endpoints
+                ),
+            ));
         }
         if t.lease_ttl == 0 {
-            return Err((None, "topology.lease_ttl must be at least 1 (seconds)".into()));
+            return Err((
+                None,
+                "topology.lease_ttl must be at least 1 (seconds)".into(),
+            ));
         }
         if t.keepalive_interval.0.is_zero() || t.heartbeat_interval.0.is_zero() {
             return Err((None, "topology intervals must be > 0".into()));
         }
         if !["DEFAULT", "PREFILL", "DECODE", "MIX"].contains(&t.instance_type.as_str()) {
-            return Err((None, format!("topology.instance_type `{}`: use DEFAULT, PREFILL, DECODE or MIX", t.instance_type)));
+            return Err((
+                None,
+                format!(
+                    "topology.instance_type `{}`: use DEFAULT, PREFILL, DECODE or MIX",
+                    t.instance_type
+                ),
+            ));
         }
         if t.etcd_user.is_some() != t.etcd_password.is_some() {
-            return Err((None, "topology.etcd_user and etcd_password go together".into()));
+            return Err((
+                None,
+                "topology.etcd_user and etcd_password go together".into(),
+            ));
         }
         if (t.etcd_user.is_some() || t.etcd_token_ttl.is_some()) && t.etcd != EtcdNeed::Fake {
-            return Err((None, "etcd auth settings need topology.etcd = \"fake\"".into()));
+            return Err((
+                None,
+                "etcd auth settings need topology.etcd = \"fake\"".into(),
+            ));
         }
         let names = self.instance_names();
         let known = |n: &str| names.iter().any(|x| x == n);
         for o in &t.overrides {
             if !known(&o.name) {
-                return Err((None, format!("[[topology.instance]] `{}` is not an instance (have i0..i{})", o.name, t.instances - 1)));
+                return Err((
+                    None,
+                    format!(
+                        "[[topology.instance]] `{}` is not an instance (have i0..i{})",
+                        o.name,
+                        t.instances - 1
+                    ),
+                ));
             }
         }
         for (i, step) in self.steps.iter().enumerate() {
             let err = |m: String| Err((Some(i), m));
             match (&step.action, &step.expect) {
-                (Some(_), Some(_)) => return err("a step has either `action` or `await`, not both".into()),
+                (Some(_), Some(_)) => {
+                    return err("a step has either `action` or `await`, not both".into())
+                }
                 (None, None) => return err("a step needs `action` or `await`".into()),
                 _ => {}
             }
             if step.when.is_some() && step.action.is_none() {
-                return err("`when` goes with an `action` (use `await` to check a condition)".into());
+                return err(
+                    "`when` goes with an `action` (use `await` to check a condition)".into(),
+                );
             }
             if (step.expect.is_some() || step.when.is_some()) && step.within.is_none() {
                 return err("`await` and `when` need a deadline: `within = \"3s\"`".into());
@@ -667,7 +731,12 @@ impl Scenario {
         Ok(())
     }
 
-    fn check_target(&self, t: &str, known: &dyn Fn(&str) -> bool, allow_all: bool) -> Result<(), String> {
+    fn check_target(
+        &self,
+        t: &str,
+        known: &dyn Fn(&str) -> bool,
+        allow_all: bool,
+    ) -> Result<(), String> {
         if known(t) || (allow_all && t == "all") {
             Ok(())
         } else {
@@ -690,10 +759,16 @@ impl Scenario {
             | Condition::Exited { instance, .. }
             | Condition::Log { instance, .. }
             | Condition::RoutedShare { instance, .. } => self.check_target(instance, known, false),
-            Condition::Incarnations { at_least: None, at_most: None, .. } => Err("`incarnations` needs `at_least` or `at_most`".into()),
+            Condition::Incarnations {
+                at_least: None,
+                at_most: None,
+                ..
+            } => Err("`incarnations` needs `at_least` or `at_most`".into()),
             Condition::Incarnations { instance, .. } => self.check_target(instance, known, false),
             Condition::AllActive(true) => Ok(()),
-            Condition::AllActive(false) => Err("`all_active = false` means nothing; use `all_active = true`".into()),
+            Condition::AllActive(false) => {
+                Err("`all_active = false` means nothing; use `all_active = true`".into())
+            }
         }
     }
 
@@ -702,14 +777,18 @@ impl Scenario {
             if self.topology.etcd == EtcdNeed::Fake {
                 Ok(())
             } else {
-                Err(format!("`{what}` needs the fake etcd: set topology.etcd = \"fake\""))
+                Err(format!(
+                    "`{what}` needs the fake etcd: set topology.etcd = \"fake\""
+                ))
             }
         };
         let flag = |b: bool, what: &str| -> Result<(), String> {
             if b {
                 Ok(())
             } else {
-                Err(format!("`{what} = false` means nothing; write `{what} = true`"))
+                Err(format!(
+                    "`{what} = false` means nothing; write `{what} = true`"
+                ))
             }
         };
         match a {
@@ -722,7 +801,12 @@ impl Scenario {
             | Action::VllmCrash(instance)
             | Action::VllmRestart(instance)
             | Action::VllmCounterReset(instance) => self.check_target(instance, known, true),
-            Action::Link { instance, link, endpoint, .. } => {
+            Action::Link {
+                instance,
+                link,
+                endpoint,
+                ..
+            } => {
                 self.check_target(instance, known, true)?;
                 if let Some(e) = endpoint {
                     if *link != LinkKind::SidecarEtcd && *link != LinkKind::MasterEtcd {
@@ -735,9 +819,15 @@ impl Scenario {
                 Ok(())
             }
             Action::EtcdFault { .. } => fake_only("etcd_fault"),
-            Action::EtcdClearFaults(b) => flag(*b, "etcd_clear_faults").and(fake_only("etcd_clear_faults")),
-            Action::EtcdReleaseHung(b) => flag(*b, "etcd_release_hung").and(fake_only("etcd_release_hung")),
-            Action::EtcdExpireLease(t) => self.check_target(t, known, true).and(fake_only("etcd_expire_lease")),
+            Action::EtcdClearFaults(b) => {
+                flag(*b, "etcd_clear_faults").and(fake_only("etcd_clear_faults"))
+            }
+            Action::EtcdReleaseHung(b) => {
+                flag(*b, "etcd_release_hung").and(fake_only("etcd_release_hung"))
+            }
+            Action::EtcdExpireLease(t) => self
+                .check_target(t, known, true)
+                .and(fake_only("etcd_expire_lease")),
             Action::EtcdLoseData { .. } => fake_only("etcd_lose_data"),
             Action::EtcdKill(m) | Action::EtcdRestart(m) => {
                 if self.topology.etcd != EtcdNeed::Cluster3 {
@@ -746,12 +836,16 @@ impl Scenario {
                 if m == "leader" || m.parse::<usize>().is_ok_and(|i| i < 3) {
                     Ok(())
                 } else {
-                    Err(format!("etcd member `{m}`: use \"leader\", \"0\", \"1\" or \"2\""))
+                    Err(format!(
+                        "etcd member `{m}`: use \"leader\", \"0\", \"1\" or \"2\""
+                    ))
                 }
             }
             Action::MasterClearFaults(b) => flag(*b, "master_clear_faults"),
             Action::LoadOff(b) => flag(*b, "load_off"),
-            Action::MasterToken(_) | Action::MasterFault { .. } | Action::MasterRestart { .. } => Ok(()),
+            Action::MasterToken(_) | Action::MasterFault { .. } | Action::MasterRestart { .. } => {
+                Ok(())
+            }
             Action::Load { instance, rps, .. } => {
                 if let Some(i) = instance {
                     self.check_target(i, known, false)?;
@@ -783,26 +877,74 @@ pub fn describe_action(a: &Action) -> String {
     };
     let dur = |d: &Option<Dur>| d.map(|d| format!(" for {d}")).unwrap_or_default();
     match a {
-        Action::Link { link, instance, endpoint, fault, duration } => {
+        Action::Link {
+            link,
+            instance,
+            endpoint,
+            fault,
+            duration,
+        } => {
             let link = compact(serde_json::to_value(link).unwrap_or_default());
-            let ep = endpoint.map(|e| format!(" endpoint {e}")).unwrap_or_default();
-            let who = if link == "master_etcd" { String::new() } else { format!(" {instance}") };
-            format!("link {link}{who}{ep}: {}{}", compact(serde_json::to_value(fault).unwrap_or_default()), dur(duration))
+            let ep = endpoint
+                .map(|e| format!(" endpoint {e}"))
+                .unwrap_or_default();
+            let who = if link == "master_etcd" {
+                String::new()
+            } else {
+                format!(" {instance}")
+            };
+            format!(
+                "link {link}{who}{ep}: {}{}",
+                compact(serde_json::to_value(fault).unwrap_or_default()),
+                dur(duration)
+            )
         }
-        Action::VllmFault { instance, fault, duration, .. } => {
-            format!("vllm {instance}: {}{}", compact(serde_json::to_value(fault).unwrap_or_default()), dur(duration))
+        Action::VllmFault {
+            instance,
+            fault,
+            duration,
+            ..
+        } => {
+            format!(
+                "vllm {instance}: {}{}",
+                compact(serde_json::to_value(fault).unwrap_or_default()),
+                dur(duration)
+            )
         }
-        Action::EtcdFault { fault, duration, .. } => format!("etcd: {}{}", compact(serde_json::to_value(fault).unwrap_or_default()), dur(duration)),
-        Action::MasterFault { fault, duration, .. } => format!("master: {}{}", compact(serde_json::to_value(fault).unwrap_or_default()), dur(duration)),
-        Action::VllmHealth { instance, health } => format!("vllm {instance}: health {}", compact(serde_json::to_value(health).unwrap_or_default())),
-        Action::Load { instance, rps, duration, .. } => match instance {
+        Action::EtcdFault {
+            fault, duration, ..
+        } => format!(
+            "etcd: {}{}",
+            compact(serde_json::to_value(fault).unwrap_or_default()),
+            dur(duration)
+        ),
+        Action::MasterFault {
+            fault, duration, ..
+        } => format!(
+            "master: {}{}",
+            compact(serde_json::to_value(fault).unwrap_or_default()),
+            dur(duration)
+        ),
+        Action::VllmHealth { instance, health } => format!(
+            "vllm {instance}: health {}",
+            compact(serde_json::to_value(health).unwrap_or_default())
+        ),
+        Action::Load {
+            instance,
+            rps,
+            duration,
+            ..
+        } => match instance {
             Some(i) => format!("load {rps} rps on {i} for {duration}"),
             None => format!("load {rps} rps via the master for {duration}"),
         },
         other => {
             let v = serde_json::to_value(other).unwrap_or_default();
             let s = compact(v);
-            let s = s.trim_start_matches('{').trim_end_matches('}').replacen(':', " ", 1);
+            let s = s
+                .trim_start_matches('{')
+                .trim_end_matches('}')
+                .replacen(':', " ", 1);
             s.chars().take(90).collect()
         }
     }
@@ -848,7 +990,13 @@ action = { vllm_fault = { instance = "i0", fault = "metrics_nonfinite" } }
         let sc = Scenario::parse("ok.toml", OK).unwrap();
         assert_eq!(sc.steps.len(), 3);
         assert_eq!(sc.steps[1].at, Some(Dur::ms(1000)));
-        assert!(matches!(sc.steps[2].action, Some(Action::VllmFault { fault: VllmFault::MetricsNonfinite, .. })));
+        assert!(matches!(
+            sc.steps[2].action,
+            Some(Action::VllmFault {
+                fault: VllmFault::MetricsNonfinite,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -879,7 +1027,10 @@ action = { vllm_fault = { instance = "i0", fault = "metrics_nonfinite" } }
     #[test]
     fn await_needs_a_deadline_and_durations_need_units() {
         let bad = OK.replace("within = \"3s\"\n", "");
-        assert!(Scenario::parse("b", &bad).unwrap_err().message.contains("deadline"));
+        assert!(Scenario::parse("b", &bad)
+            .unwrap_err()
+            .message
+            .contains("deadline"));
         let bad = OK.replace("\"3s\"", "\"3\"");
         let e = Scenario::parse("b", &bad).unwrap_err();
         assert!(e.message.contains("unit"), "{e}");

@@ -56,7 +56,11 @@ impl Timeline {
 
     /// Count events from `from` onwards satisfying `f`.
     pub fn count_since(&self, from: usize, mut f: impl FnMut(&Event) -> bool) -> usize {
-        lock(&self.events).iter().skip(from).filter(|e| f(e)).count()
+        lock(&self.events)
+            .iter()
+            .skip(from)
+            .filter(|e| f(e))
+            .count()
     }
 
     pub fn snapshot(&self) -> Vec<Event> {

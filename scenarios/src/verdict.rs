@@ -93,7 +93,12 @@ fn scope_of(target: &str, names: &[String]) -> Vec<Scope> {
     if target == "all" {
         vec![Scope::All]
     } else {
-        names.iter().position(|n| n == target).map(Scope::Instance).into_iter().collect()
+        names
+            .iter()
+            .position(|n| n == target)
+            .map(Scope::Instance)
+            .into_iter()
+            .collect()
     }
 }
 
@@ -102,7 +107,13 @@ pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Epi
     let names = sc.instance_names();
     let topo = &sc.topology;
     let mut eps: Vec<Episode> = Vec::new();
-    let open = |eps: &mut Vec<Episode>, key: String, label: String, scope: Scope, t: u64, dur: Option<u64>, f: &dyn Fn(&mut Episode)| {
+    let open = |eps: &mut Vec<Episode>,
+                key: String,
+                label: String,
+                scope: Scope,
+                t: u64,
+                dur: Option<u64>,
+                f: &dyn Fn(&mut Episode)| {
         close(eps, &key, t);
         let mut e = Episode {
             label,
@@ -122,19 +133,42 @@ pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Epi
     // Start-up: every instance registers for the first time.
     for (i, n) in names.iter().enumerate() {
         let o = topo.overrides.iter().find(|o| &o.name == n);
-        let delay = o.and_then(|o| o.vllm_startup_delay).unwrap_or(topo.vllm_startup_delay).as_ms();
-        let starts = o.and_then(|o| o.start_sidecar).unwrap_or(topo.start_sidecars);
-        open(&mut eps, format!("startup:{i}"), format!("start-up {n}"), Scope::Instance(i), 0, Some(delay), &|e| {
-            e.excuses_registration = true;
-            e.vllm_down = delay > 0;
-            e.is_fault = false;
-        });
-        let sidecar_token = o.and_then(|o| o.token.clone()).or_else(|| topo.token.clone());
-        if starts && !tokens_match(topo.token.as_deref(), sidecar_token.as_deref()) {
-            open(&mut eps, format!("token:{i}"), format!("token mismatch {n}"), Scope::Instance(i), 0, None, &|e| {
-                e.token_mismatch = true;
+        let delay = o
+            .and_then(|o| o.vllm_startup_delay)
+            .unwrap_or(topo.vllm_startup_delay)
+            .as_ms();
+        let starts = o
+            .and_then(|o| o.start_sidecar)
+            .unwrap_or(topo.start_sidecars);
+        open(
+            &mut eps,
+            format!("startup:{i}"),
+            format!("start-up {n}"),
+            Scope::Instance(i),
+            0,
+            Some(delay),
+            &|e| {
+                e.excuses_registration = true;
+                e.vllm_down = delay > 0;
                 e.is_fault = false;
-            });
+            },
+        );
+        let sidecar_token = o
+            .and_then(|o| o.token.clone())
+            .or_else(|| topo.token.clone());
+        if starts && !tokens_match(topo.token.as_deref(), sidecar_token.as_deref()) {
+            open(
+                &mut eps,
+                format!("token:{i}"),
+                format!("token mismatch {n}"),
+                Scope::Instance(i),
+                0,
+                None,
+                &|e| {
+                    e.token_mismatch = true;
+                    e.is_fault = false;
+                },
+            );
         }
     }
     let mut master_token = topo.token.clone();
@@ -153,15 +187,21 @@ pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Epi
         match &r.action {
             Action::SidecarStart { instance, token } => {
                 for s in scope_of(instance, &names) {
-                    open(&mut eps, format!("sidecar_start:{s:?}:{t}"), r.label.clone(), s, t, Some(0), &|e| {
-                        e.excuses_registration = true;
-                        e.is_fault = false;
-                    });
+                    open(
+                        &mut eps,
+                        format!("sidecar_start:{s:?}:{t}"),
+                        r.label.clone(),
+                        s,
+                        t,
+                        Some(0),
+                        &|e| {
+                            e.excuses_registration = true;
+                            e.is_fault = false;
+                        },
+                    );
                     for (i, tok) in sidecar_tokens.iter_mut().enumerate() {
-                        if s.covers(i) {
-                            if token.is_some() {
-                                *tok = token.clone();
-                            }
+                        if s.covers(i) && token.is_some() {
+                            *tok = token.clone();
                         }
                     }
                 }
@@ -169,9 +209,17 @@ pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Epi
             Action::SidecarStop(_) | Action::SidecarKill(_) => {
                 // The sidecar is not running: no registration is expected (observed directly).
                 for s in scope_of(action_target(&r.action), &names) {
-                    open(&mut eps, format!("sidecar_down:{s:?}"), r.label.clone(), s, t, Some(0), &|e| {
-                        e.excuses_registration = true;
-                    });
+                    open(
+                        &mut eps,
+                        format!("sidecar_down:{s:?}"),
+                        r.label.clone(),
+                        s,
+                        t,
+                        Some(0),
+                        &|e| {
+                            e.excuses_registration = true;
+                        },
+                    );
                 }
             }
             Action::VllmHealth { instance, health } => {
@@ -192,10 +240,18 @@ pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Epi
             }
             Action::VllmCrash(instance) => {
                 for s in scope_of(instance, &names) {
-                    open(&mut eps, format!("vllm_crash:{s:?}"), r.label.clone(), s, t, None, &|e| {
-                        e.excuses_registration = true;
-                        e.vllm_down = true;
-                    });
+                    open(
+                        &mut eps,
+                        format!("vllm_crash:{s:?}"),
+                        r.label.clone(),
+                        s,
+                        t,
+                        None,
+                        &|e| {
+                            e.excuses_registration = true;
+                            e.vllm_down = true;
+                        },
+                    );
                 }
             }
             Action::VllmRestart(instance) => {
@@ -206,12 +262,30 @@ pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Epi
                     }
                 }
             }
-            Action::VllmFault { instance, fault, duration, .. } => {
-                let metrics = !matches!(fault, VllmFault::CompletionFail { .. } | VllmFault::CompletionHang | VllmFault::CompletionDrop { .. });
+            Action::VllmFault {
+                instance,
+                fault,
+                duration,
+                ..
+            } => {
+                let metrics = !matches!(
+                    fault,
+                    VllmFault::CompletionFail { .. }
+                        | VllmFault::CompletionHang
+                        | VllmFault::CompletionDrop { .. }
+                );
                 for s in scope_of(instance, &names) {
-                    open(&mut eps, format!("vllm_fault:{s:?}:{t}"), r.label.clone(), s, t, duration.map(|d| d.as_ms()), &|e| {
-                        e.is_fault = metrics;
-                    });
+                    open(
+                        &mut eps,
+                        format!("vllm_fault:{s:?}:{t}"),
+                        r.label.clone(),
+                        s,
+                        t,
+                        duration.map(|d| d.as_ms()),
+                        &|e| {
+                            e.is_fault = metrics;
+                        },
+                    );
                 }
             }
             Action::VllmClearFaults(instance) => {
@@ -224,48 +298,128 @@ pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Epi
             }
             Action::VllmCounterReset(instance) => {
                 for s in scope_of(instance, &names) {
-                    open(&mut eps, format!("counter_reset:{t}"), r.label.clone(), s, t, Some(0), &|_| {});
+                    open(
+                        &mut eps,
+                        format!("counter_reset:{t}"),
+                        r.label.clone(),
+                        s,
+                        t,
+                        Some(0),
+                        &|_| {},
+                    );
                 }
             }
             Action::EtcdFault { duration, .. } => {
-                open(&mut eps, format!("etcd_fault:{t}"), r.label.clone(), Scope::All, t, duration.map(|d| d.as_ms()), &|e| {
-                    e.excuses_registration = true;
-                });
+                open(
+                    &mut eps,
+                    format!("etcd_fault:{t}"),
+                    r.label.clone(),
+                    Scope::All,
+                    t,
+                    duration.map(|d| d.as_ms()),
+                    &|e| {
+                        e.excuses_registration = true;
+                    },
+                );
             }
-            Action::EtcdClearFaults(_) | Action::EtcdReleaseHung(_) => close_prefix(&mut eps, "etcd_fault:", t),
+            Action::EtcdClearFaults(_) | Action::EtcdReleaseHung(_) => {
+                close_prefix(&mut eps, "etcd_fault:", t)
+            }
             Action::EtcdExpireLease(target) => {
                 for s in scope_of(target, &names) {
-                    open(&mut eps, format!("expire:{t}"), r.label.clone(), s, t, Some(0), &|e| e.excuses_registration = true);
+                    open(
+                        &mut eps,
+                        format!("expire:{t}"),
+                        r.label.clone(),
+                        s,
+                        t,
+                        Some(0),
+                        &|e| e.excuses_registration = true,
+                    );
                 }
             }
             Action::EtcdLoseData { .. } => {
-                open(&mut eps, format!("lose_data:{t}"), r.label.clone(), Scope::All, t, Some(0), &|e| e.excuses_registration = true);
+                open(
+                    &mut eps,
+                    format!("lose_data:{t}"),
+                    r.label.clone(),
+                    Scope::All,
+                    t,
+                    Some(0),
+                    &|e| e.excuses_registration = true,
+                );
             }
             Action::EtcdKill(_) => {
                 let member = r.detail.clone().unwrap_or_default();
-                open(&mut eps, format!("etcd_kill:{member}"), r.label.clone(), Scope::All, t, None, &|_| {});
+                open(
+                    &mut eps,
+                    format!("etcd_kill:{member}"),
+                    r.label.clone(),
+                    Scope::All,
+                    t,
+                    None,
+                    &|_| {},
+                );
                 // The election itself is a short excused gap.
-                open(&mut eps, format!("etcd_election:{t}"), format!("{} (election)", r.label), Scope::All, t, Some(0), &|e| {
-                    e.excuses_registration = true;
-                    e.is_fault = false;
-                });
+                open(
+                    &mut eps,
+                    format!("etcd_election:{t}"),
+                    format!("{} (election)", r.label),
+                    Scope::All,
+                    t,
+                    Some(0),
+                    &|e| {
+                        e.excuses_registration = true;
+                        e.is_fault = false;
+                    },
+                );
             }
             Action::EtcdRestart(_) => {
                 let member = r.detail.clone().unwrap_or_default();
                 close(&mut eps, &format!("etcd_kill:{member}"), t);
             }
             Action::MasterRestart { .. } => {
-                open(&mut eps, format!("master_restart:{t}"), r.label.clone(), Scope::All, t, Some(0), &|e| e.excuses_master = true);
+                open(
+                    &mut eps,
+                    format!("master_restart:{t}"),
+                    r.label.clone(),
+                    Scope::All,
+                    t,
+                    Some(0),
+                    &|e| e.excuses_master = true,
+                );
             }
             Action::MasterToken(tok) => {
-                master_token = if tok.is_empty() { None } else { Some(tok.clone()) };
+                master_token = if tok.is_empty() {
+                    None
+                } else {
+                    Some(tok.clone())
+                };
             }
             Action::MasterFault { duration, .. } => {
-                open(&mut eps, format!("master_fault:{t}"), r.label.clone(), Scope::All, t, duration.map(|d| d.as_ms()), &|_| {});
+                open(
+                    &mut eps,
+                    format!("master_fault:{t}"),
+                    r.label.clone(),
+                    Scope::All,
+                    t,
+                    duration.map(|d| d.as_ms()),
+                    &|_| {},
+                );
             }
             Action::MasterClearFaults(_) => close_prefix(&mut eps, "master_fault:", t),
-            Action::Link { link, instance, endpoint, fault, duration } => {
-                let scopes = if *link == LinkKind::MasterEtcd { vec![Scope::All] } else { scope_of(instance, &names) };
+            Action::Link {
+                link,
+                instance,
+                endpoint,
+                fault,
+                duration,
+            } => {
+                let scopes = if *link == LinkKind::MasterEtcd {
+                    vec![Scope::All]
+                } else {
+                    scope_of(instance, &names)
+                };
                 for s in scopes {
                     let key = format!("link:{link:?}:{s:?}:{endpoint:?}");
                     if *fault == LinkFault::Heal {
@@ -278,25 +432,44 @@ pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Epi
                         && !failover
                         && !matches!(fault, LinkFault::Latency { ms, jitter_ms } if ms + jitter_ms < 200);
                     let master = *link == LinkKind::MasterEtcd;
-                    open(&mut eps, key, r.label.clone(), s, t, duration.map(|d| d.as_ms()), &|e| {
-                        e.excuses_registration = excuses;
-                        e.excuses_master = master;
-                    });
+                    open(
+                        &mut eps,
+                        key,
+                        r.label.clone(),
+                        s,
+                        t,
+                        duration.map(|d| d.as_ms()),
+                        &|e| {
+                            e.excuses_registration = excuses;
+                            e.excuses_master = master;
+                        },
+                    );
                 }
             }
             Action::Load { .. } | Action::LoadOff(_) => {}
         }
         // Token state after this action.
-        if matches!(r.action, Action::MasterToken(_) | Action::SidecarStart { .. }) {
+        if matches!(
+            r.action,
+            Action::MasterToken(_) | Action::SidecarStart { .. }
+        ) {
             for (i, tok) in sidecar_tokens.iter().enumerate() {
                 let key = format!("token:{i}");
                 if tokens_match(master_token.as_deref(), tok.as_deref()) {
                     close(&mut eps, &key, t);
                 } else if !eps.iter().any(|e| e.key == key && e.end_ms.is_none()) {
-                    open(&mut eps, key, format!("token mismatch {}", names[i]), Scope::Instance(i), t, None, &|e| {
-                        e.token_mismatch = true;
-                        e.is_fault = false;
-                    });
+                    open(
+                        &mut eps,
+                        key,
+                        format!("token mismatch {}", names[i]),
+                        Scope::Instance(i),
+                        t,
+                        None,
+                        &|e| {
+                            e.token_mismatch = true;
+                            e.is_fault = false;
+                        },
+                    );
                 }
             }
         }
@@ -332,13 +505,19 @@ fn tokens_match(master: Option<&str>, sidecar: Option<&str>) -> bool {
 }
 
 fn close(eps: &mut [Episode], key: &str, t: u64) {
-    for e in eps.iter_mut().filter(|e| e.key == key && e.end_ms.is_none_or(|end| end > t)) {
+    for e in eps
+        .iter_mut()
+        .filter(|e| e.key == key && e.end_ms.is_none_or(|end| end > t))
+    {
         e.end_ms = Some(t.max(e.start_ms));
     }
 }
 
 fn close_prefix(eps: &mut [Episode], prefix: &str, t: u64) {
-    for e in eps.iter_mut().filter(|e| e.key.starts_with(prefix) && e.end_ms.is_none_or(|end| end > t)) {
+    for e in eps
+        .iter_mut()
+        .filter(|e| e.key.starts_with(prefix) && e.end_ms.is_none_or(|end| end > t))
+    {
         e.end_ms = Some(t.max(e.start_ms));
     }
 }
@@ -391,10 +570,14 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
             .samples
             .last()
             .is_some_and(|s| s.instances.iter().all(InstanceObs::fully_active)),
-        Condition::State { is, .. } => ctx.latest(i).is_some_and(|o| ObservedState::matches(o.state, *is)),
+        Condition::State { is, .. } => ctx
+            .latest(i)
+            .is_some_and(|o| ObservedState::matches(o.state, *is)),
         Condition::Registered(_) => ctx.latest(i).is_some_and(|o| o.etcd.is_some()),
         Condition::Unregistered(_) => ctx.latest(i).is_some_and(|o| o.etcd.is_none()),
-        Condition::Incarnations { at_least, at_most, .. } => {
+        Condition::Incarnations {
+            at_least, at_most, ..
+        } => {
             let mut seen: Vec<&str> = Vec::new();
             for s in ctx.samples {
                 if let Some(inc) = s.instances.get(i).and_then(|o| o.etcd.as_deref()) {
@@ -405,16 +588,25 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
             }
             at_least.is_none_or(|n| seen.len() >= n) && at_most.is_none_or(|n| seen.len() <= n)
         }
-        Condition::Heartbeat { at_least, min_waiting, max_waiting, .. } => {
+        Condition::Heartbeat {
+            at_least,
+            min_waiting,
+            max_waiting,
+            ..
+        } => {
             let base = ctx.baseline(i).map(InstanceObs::accepted).unwrap_or(0);
-            let enough = ctx.latest(i).is_some_and(|o| o.accepted() >= base + at_least.unwrap_or(1));
+            let enough = ctx
+                .latest(i)
+                .is_some_and(|o| o.accepted() >= base + at_least.unwrap_or(1));
             if min_waiting.is_none() && max_waiting.is_none() {
                 return enough;
             }
             ctx.samples.iter().skip(ctx.from).any(|s| {
                 s.instances.get(i).is_some_and(|o| {
                     o.accepted() > base
-                        && o.waiting.is_some_and(|w| min_waiting.is_none_or(|m| w >= m) && max_waiting.is_none_or(|m| w <= m))
+                        && o.waiting.is_some_and(|w| {
+                            min_waiting.is_none_or(|m| w >= m) && max_waiting.is_none_or(|m| w <= m)
+                        })
                 })
             }) && enough
         }
@@ -432,14 +624,16 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
                     }
             })
         }
-        Condition::Exited { code, .. } => ctx
-            .latest(i)
-            .is_some_and(|o| o.sidecar_exit.is_some() && (code.is_none() || o.sidecar_exit == *code)),
+        Condition::Exited { code, .. } => ctx.latest(i).is_some_and(|o| {
+            o.sidecar_exit.is_some() && (code.is_none() || o.sidecar_exit == *code)
+        }),
         Condition::Log { instance, contains } => {
             let source = format!("sidecar:{instance}");
             let needle = contains.to_lowercase();
             ctx.timeline.any_since(ctx.cursor, |e| {
-                e.source == source && e.kind == "log" && e.detail.to_string().to_lowercase().contains(&needle)
+                e.source == source
+                    && e.kind == "log"
+                    && e.detail.to_string().to_lowercase().contains(&needle)
             })
         }
         Condition::RoutedShare { at_most, last, .. } => {
@@ -475,13 +669,25 @@ pub fn describe(c: &Condition) -> String {
         Condition::Registered(i) => format!("{i} registered in etcd"),
         Condition::Unregistered(i) => format!("{i} key gone from etcd"),
         Condition::AllActive(_) => "all instances ACTIVE and registered".into(),
-        Condition::Incarnations { instance, at_least, at_most } => match (at_least, at_most) {
+        Condition::Incarnations {
+            instance,
+            at_least,
+            at_most,
+        } => match (at_least, at_most) {
             (Some(a), Some(b)) => format!("{instance} seen with {a}..={b} incarnations"),
             (Some(a), None) => format!("{instance} seen with >= {a} incarnations"),
             (None, b) => format!("{instance} seen with <= {} incarnations", b.unwrap_or(0)),
         },
-        Condition::Heartbeat { instance, at_least, min_waiting, max_waiting } => {
-            let mut s = format!("{instance}: {} heartbeat(s) accepted", at_least.unwrap_or(1));
+        Condition::Heartbeat {
+            instance,
+            at_least,
+            min_waiting,
+            max_waiting,
+        } => {
+            let mut s = format!(
+                "{instance}: {} heartbeat(s) accepted",
+                at_least.unwrap_or(1)
+            );
             if let Some(m) = min_waiting {
                 s.push_str(&format!(" with waiting >= {m}"));
             }
@@ -490,14 +696,23 @@ pub fn describe(c: &Condition) -> String {
             }
             s
         }
-        Condition::HeartbeatStatus { instance, status } => format!("{instance}: a heartbeat answered {status}"),
+        Condition::HeartbeatStatus { instance, status } => {
+            format!("{instance}: a heartbeat answered {status}")
+        }
         Condition::Exited { instance, code } => match code {
             Some(c) => format!("{instance} sidecar exited with {c}"),
             None => format!("{instance} sidecar exited"),
         },
         Condition::Log { instance, contains } => format!("{instance} logged \"{contains}\""),
-        Condition::RoutedShare { instance, at_most, last } => {
-            format!("{instance} got <= {:.0}% of the last {last} routed requests", at_most * 100.0)
+        Condition::RoutedShare {
+            instance,
+            at_most,
+            last,
+        } => {
+            format!(
+                "{instance} got <= {:.0}% of the last {last} routed requests",
+                at_most * 100.0
+            )
         }
     }
 }
@@ -550,10 +765,19 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
                 continue;
             }
             let from = s.t_ms.saturating_sub(grace);
-            if last_down.get(i).copied().flatten().is_some_and(|d| d > from) || s.t_ms < grace {
+            if last_down
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|d| d > from)
+                || s.t_ms < grace
+            {
                 continue;
             }
-            if eps.iter().any(|e| e.scope.covers(i) && e.excuses_registration && overlaps(e, from, s.t_ms)) {
+            if eps
+                .iter()
+                .any(|e| e.scope.covers(i) && e.excuses_registration && overlaps(e, from, s.t_ms))
+            {
                 continue;
             }
             checked += 1;
@@ -569,12 +793,17 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
             }
         }
     }
-    verdict("registered_when_healthy", None, format!("held ({checked} instance-samples checked, grace {grace} ms)"))
+    verdict(
+        "registered_when_healthy",
+        None,
+        format!("held ({checked} instance-samples checked, grace {grace} ms)"),
+    )
 }
 
 /// Whether the master is excused from lagging etcd at `t` (its link cut or just restarted).
 fn master_excused(eps: &[Episode], t: u64, grace: u64) -> bool {
-    eps.iter().any(|e| e.excuses_master && overlaps(e, t.saturating_sub(grace + 3000), t))
+    eps.iter()
+        .any(|e| e.excuses_master && overlaps(e, t.saturating_sub(grace + 3000), t))
 }
 
 fn single_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
@@ -604,7 +833,11 @@ fn single_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
             }
         }
     }
-    verdict("single_incarnation", None, format!("held (grace {grace} ms)"))
+    verdict(
+        "single_incarnation",
+        None,
+        format!("held (grace {grace} ms)"),
+    )
 }
 
 fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
@@ -615,7 +848,9 @@ fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
     let mut prev_accepted = vec![0u64; names.len()];
     for s in samples {
         for (i, o) in s.instances.iter().enumerate() {
-            let Some(seen) = first_seen.get_mut(i) else { continue };
+            let Some(seen) = first_seen.get_mut(i) else {
+                continue;
+            };
             if let Some(e) = &o.etcd {
                 if !seen.iter().any(|(x, _)| x == e) {
                     seen.push((e.clone(), s.t_ms));
@@ -626,8 +861,12 @@ fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
             if let Some(p) = prev_accepted.get_mut(i) {
                 *p = accepted;
             }
-            let Some(m) = &o.master_incarnation else { continue };
-            let Some(pos) = seen.iter().position(|(x, _)| x == m) else { continue };
+            let Some(m) = &o.master_incarnation else {
+                continue;
+            };
+            let Some(pos) = seen.iter().position(|(x, _)| x == m) else {
+                continue;
+            };
             if let Some((newer, t_newer)) = seen.get(pos + 1) {
                 if grew && s.t_ms > t_newer + grace && !master_excused(eps, s.t_ms, grace) {
                     return verdict(
@@ -649,7 +888,12 @@ fn no_401(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
     let mut prev = 0u64;
     let mut prev_t = 0u64;
     for s in samples {
-        let n = s.instances.iter().map(|o| o.status_count(401)).max().unwrap_or(0);
+        let n = s
+            .instances
+            .iter()
+            .map(|o| o.status_count(401))
+            .max()
+            .unwrap_or(0);
         if n > prev {
             let excused = eps
                 .iter()
@@ -672,7 +916,9 @@ fn heartbeats_sane(sc: &Scenario, samples: &[Sample]) -> Verdict {
     let names = sc.instance_names();
     for s in samples {
         for (i, o) in s.instances.iter().enumerate() {
-            let bad = o.gpu_cache.is_some_and(|g| !g.is_finite() || !(0.0..=1.0).contains(&g))
+            let bad = o
+                .gpu_cache
+                .is_some_and(|g| !g.is_finite() || !(0.0..=1.0).contains(&g))
                 || o.waiting.is_some_and(|w| w > 10_000_000)
                 || o.ttft_ms.is_some_and(|x| !(0..=86_400_000).contains(&x))
                 || o.tbt_ms.is_some_and(|x| !(0..=86_400_000).contains(&x));
@@ -706,7 +952,9 @@ pub fn recoveries(samples: &[Sample], eps: &[Episode]) -> Vec<Recovery> {
                 .filter(|s| s.t_ms >= end)
                 .find(|s| {
                     s.instances.iter().enumerate().all(|(i, o)| {
-                        let down = eps.iter().any(|x| x.scope.covers(i) && x.vllm_down && overlaps(x, s.t_ms, s.t_ms));
+                        let down = eps.iter().any(|x| {
+                            x.scope.covers(i) && x.vllm_down && overlaps(x, s.t_ms, s.t_ms)
+                        });
                         !o.sidecar_running || down || o.fully_active()
                     })
                 })

@@ -18,7 +18,15 @@ fn a_misspelled_field_is_rejected_with_file_and_line() {
     )
     .unwrap();
     let started = std::time::Instant::now();
-    let out = scenarios().args(["run", bad.to_str().unwrap(), "--report", dir.to_str().unwrap()]).output().unwrap();
+    let out = scenarios()
+        .args([
+            "run",
+            bad.to_str().unwrap(),
+            "--report",
+            dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "stderr: {err}");
     assert!(err.contains("bad.toml:6:"), "no file:line in: {err}");
@@ -34,15 +42,31 @@ fn an_unknown_action_and_an_unknown_scenario_are_errors() {
     let dir = std::env::temp_dir().join(format!("scenarios-cli2-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("act.toml");
-    std::fs::write(&bad, "name = \"x\"\ndescription = \"d\"\n[[step]]\naction = { vllm_explode = \"i0\" }\n").unwrap();
-    let out = scenarios().args(["run", bad.to_str().unwrap()]).output().unwrap();
+    std::fs::write(
+        &bad,
+        "name = \"x\"\ndescription = \"d\"\n[[step]]\naction = { vllm_explode = \"i0\" }\n",
+    )
+    .unwrap();
+    let out = scenarios()
+        .args(["run", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("act.toml:4:") && err.contains("vllm_explode"), "{err}");
+    assert!(
+        err.contains("act.toml:4:") && err.contains("vllm_explode"),
+        "{err}"
+    );
 
-    let out = scenarios().args(["run", "no-such-scenario"]).output().unwrap();
+    let out = scenarios()
+        .args(["run", "no-such-scenario"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let out = scenarios().args(["run", "--jobs", "many"]).output().unwrap();
+    let out = scenarios()
+        .args(["run", "--jobs", "many"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -53,7 +77,13 @@ fn list_shows_the_library() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.lines().count() >= 16, "{text}");
-    for name in ["happy-path", "sigkill", "partition-long", "many-instances", "etcd-cluster3-leader-killed"] {
+    for name in [
+        "happy-path",
+        "sigkill",
+        "partition-long",
+        "many-instances",
+        "etcd-cluster3-leader-killed",
+    ] {
         assert!(text.contains(name), "{name} missing from:\n{text}");
     }
 }
