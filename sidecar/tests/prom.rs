@@ -340,7 +340,7 @@ fn real_vllm_page() {
         page.samples
             .iter()
             .find(|s| {
-                s.name == name && label.map_or(true, |(k, v)| s.labels.get(k).as_deref() == Some(v))
+                s.name == name && label.is_none_or(|(k, v)| s.labels.get(k).as_deref() == Some(v))
             })
             .unwrap_or_else(|| panic!("{name}"))
             .value

@@ -91,16 +91,18 @@ fn label_set() -> impl Strategy<Value = Vec<(String, String)>> {
         .prop_map(|m| m.into_iter().collect())
 }
 
+type LabelSet = Vec<(String, String)>;
+
 #[derive(Clone, Debug)]
 enum Family {
     Gauge {
-        sets: Vec<(Vec<(String, String)>, (f64, String), Option<i64>)>,
+        sets: Vec<(LabelSet, (f64, String), Option<i64>)>,
     },
     Counter {
         sets: Vec<(Vec<(String, String)>, u32)>,
     },
     Histogram {
-        sets: Vec<(Vec<(String, String)>, Vec<u32>, f64)>,
+        sets: Vec<(LabelSet, Vec<u32>, f64)>,
     },
 }
 

@@ -200,7 +200,7 @@ async fn preview_from_urls_uses_the_content_type_and_caps_the_body() {
     let expected: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("fixtures/expected.json")).unwrap())
             .unwrap();
-    let args = vec![
+    let args = [
         "preview".to_string(),
         "--previous".into(),
         format!("{uri}/first"),
@@ -222,7 +222,7 @@ async fn preview_from_urls_uses_the_content_type_and_caps_the_body() {
         expected["all"]["ttft_ms"]["avg"]
     );
 
-    let args = vec![
+    let args = [
         "preview".to_string(),
         "--max-bytes".into(),
         "1000".into(),
@@ -236,7 +236,7 @@ async fn preview_from_urls_uses_the_content_type_and_caps_the_body() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("larger than 1000"));
 
-    let args = vec!["preview".to_string(), format!("{uri}/down")];
+    let args = ["preview".to_string(), format!("{uri}/down")];
     let out = tokio::task::spawn_blocking(move || {
         run(&args.iter().map(String::as_str).collect::<Vec<_>>(), None)
     })

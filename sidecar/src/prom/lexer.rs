@@ -673,10 +673,9 @@ mod tests {
         strict: true,
     };
 
-    fn lex(
-        line: &str,
-        d: Dialect,
-    ) -> Result<(String, Vec<(String, String)>, f64, Option<i64>), String> {
+    type Lexed = (String, Vec<(String, String)>, f64, Option<i64>);
+
+    fn lex(line: &str, d: Dialect) -> Result<Lexed, String> {
         sample_line(line, d, "")
             .map(|l| {
                 (

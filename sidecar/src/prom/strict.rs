@@ -109,7 +109,7 @@ impl<'a> Family<'a> {
     }
 
     /// The suffix by which `sample` belongs to this family, if it does.
-    fn suffix_of<'s>(&self, sample: &'s str, om: bool) -> Option<&'static str> {
+    fn suffix_of(&self, sample: &str, om: bool) -> Option<&'static str> {
         let rest = sample.strip_prefix(&*self.name)?;
         self.kind.suffixes(om).iter().copied().find(|s| *s == rest)
     }
@@ -365,7 +365,7 @@ impl<'a> Rules<'a> {
             key.push_str(v);
             key.push('\u{0}');
         }
-        let new_point = f.point.as_ref().map_or(true, |p| p.key != key);
+        let new_point = f.point.as_ref().is_none_or(|p| p.key != key);
         if new_point {
             if let Some(p) = f.point.take() {
                 let done_key = p.key.clone();
