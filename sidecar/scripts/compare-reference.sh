@@ -11,15 +11,19 @@
 # It downloads nothing: pass the directory that holds the reference's `vllm_sidecar/`
 # package (its only dependency is `requests`).
 #
-#   sidecar/scripts/compare-reference.sh /path/with/vllm_sidecar [DURATION] [INTERVAL]
+#   sidecar/scripts/compare-reference.sh /path/with/vllm_sidecar [DURATION] [KEEPALIVE] [HEARTBEAT]
+#
+# DURATION defaults to 60 s, KEEPALIVE to 0.2 s and HEARTBEAT to KEEPALIVE; the lease TTL
+# is the reference's default, 6 s. The reference's own defaults are KEEPALIVE 2, HEARTBEAT 3.
 #
 # Env: SIDECAR_BIN (default target/release/vllm-sidecar; build it with
 # `cargo build --release -p sidecar`), METRICS_PAGE (default the shared vLLM fixture).
 set -euo pipefail
 
-REF_PARENT=${1:?usage: $0 DIR_CONTAINING_vllm_sidecar [DURATION_S] [INTERVAL_S]}
+REF_PARENT=${1:?usage: $0 DIR_CONTAINING_vllm_sidecar [DURATION_S] [KEEPALIVE_S] [HEARTBEAT_S]}
 DURATION=${2:-60}
 INTERVAL=${3:-0.2}
+HEARTBEAT=${4:-$INTERVAL}
 WARMUP=5
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -90,8 +94,8 @@ for _ in $(seq 100); do
 done
 
 COMMON=(--etcd-endpoints "127.0.0.1:$EC" --vllm-url "http://127.0.0.1:$VP"
-  --xllm-service-url "http://127.0.0.1:$MP" --lease-ttl 3
-  --keepalive-interval "$INTERVAL" --heartbeat-interval "$INTERVAL")
+  --xllm-service-url "http://127.0.0.1:$MP" --lease-ttl 6
+  --keepalive-interval "$INTERVAL" --heartbeat-interval "$HEARTBEAT")
 
 (cd "$REF_PARENT" && exec python3 -m vllm_sidecar.sidecar "${COMMON[@]}" \
   --register-addr reference.local:18000 --log-level WARNING) >"$WORK/ref.log" 2>&1 &
@@ -113,13 +117,13 @@ for p in REF OURS; do
   eval "${p}_RSS=$(mem "$pid" VmRSS)"
 done
 
-python3 - "$WORK/counts.json" "$DURATION" "$INTERVAL" "$WARMUP" \
+python3 - "$WORK/counts.json" "$DURATION" "$INTERVAL/$HEARTBEAT" "$WARMUP" \
   "$REF_HWM" "$REF_RSS" "$REF_CPU0" "$REF_CPU" "$OURS_HWM" "$OURS_RSS" "$OURS_CPU0" "$OURS_CPU" <<'EOF'
 import json, sys
 counts = json.load(open(sys.argv[1]))
 dur, interval, warm = float(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 rh, rr, rc0, rc, oh, orr, oc0, oc = map(float, sys.argv[5:])
-print(f"run: {dur:.0f} s, keepalive and heartbeat every {interval} s, real etcd + stub vLLM/master")
+print(f"run: {dur:.0f} s, keepalive/heartbeat every {interval} s, lease TTL 6 s, real etcd + stub vLLM/master")
 print(f"{'':26}{'reference (Python)':>20}{'vllm-sidecar':>16}{'ratio':>10}")
 def row(name, a, b, unit, fmt="{:.1f}"):
     ratio = (a / b) if b else float("inf")
