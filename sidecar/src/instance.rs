@@ -39,6 +39,16 @@ impl InstanceType {
     }
 }
 
+impl std::fmt::Display for InstanceType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = self
+            .key_prefix()
+            .trim_start_matches("XLLM:")
+            .trim_end_matches(':');
+        f.write_str(name)
+    }
+}
+
 /// `""` stays `""`; otherwise strip every leading and trailing `/` and wrap what is
 /// left as `/<rest>/` (nothing left gives `""`).
 pub fn normalize_namespace(namespace: &str) -> String {

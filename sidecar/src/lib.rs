@@ -59,7 +59,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> std::io::Result<()> {
     tracing::info!(
         register_addr = %config.register_addr,
         backend_type = %config.backend_type,
-        instance_type = ?config.instance_type,
+        instance_type = %config.instance_type,
         "sidecar starting"
     );
     let sidecar = lifecycle::Sidecar::new(config);

@@ -34,6 +34,7 @@ pub fn init(level: &str, format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false);
     let installed = match format {
         LogFormat::Text => builder.try_init(),
