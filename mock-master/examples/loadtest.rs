@@ -122,6 +122,28 @@ async fn client(
     (lat, errors)
 }
 
+/// CPU seconds (user + system) this process used so far, from /proc (Linux); 0 elsewhere.
+/// With clients and server in one process, requests per CPU second tells what the
+/// machine could do with its cores to itself, even when other work shares them.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the ")" that closes the command name; utime and stime are 14 and 15.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Counted from field 3 (state) on; clock ticks are 100 per second on Linux.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn pct(sorted: &[u32], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -217,6 +239,7 @@ async fn main() {
     master.reset();
 
     let per_client = max_requests.div_ceil(clients);
+    let cpu_before = cpu_seconds();
     let start = Instant::now();
     let deadline = start + Duration::from_secs(max_secs as u64);
     let mut tasks = Vec::new();
@@ -234,6 +257,7 @@ async fn main() {
         }
     }
     let elapsed = start.elapsed();
+    let cpu = cpu_seconds() - cpu_before;
     all.sort_unstable();
     let rate = all.len() as f64 / elapsed.as_secs_f64();
     println!(
@@ -246,6 +270,12 @@ async fn main() {
         pct(&all, 0.99),
         pct(&all, 1.0),
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+    );
+    println!(
+        "cpu={cpu:.2}s ({:.2} cores busy of {:.1}s wall) => {:.0} heartbeats per CPU-second (clients + server)",
+        cpu / elapsed.as_secs_f64(),
+        elapsed.as_secs_f64(),
+        if cpu > 0.0 { all.len() as f64 / cpu } else { 0.0 },
     );
     println!("master answers: {:?}", master.heartbeat_counts());
     master.stop().await;

@@ -64,8 +64,8 @@ pub use registry::{InstanceState, InstanceView};
 use server::{AppState, Shared};
 
 /// Everything the master can be configured with. `Default` holds the real master's
-/// defaults.
-#[derive(Debug, Clone)]
+/// defaults. `Debug` shows whether a token is set, never the token.
+#[derive(Clone)]
 pub struct Config {
     pub listen: SocketAddr,
     pub etcd_endpoints: Vec<String>,
@@ -109,6 +109,27 @@ impl Default for Config {
             etcd_timeout: Duration::from_secs(3),
             upstream_timeout: Duration::from_secs(600),
         }
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("etcd_endpoints", &self.etcd_endpoints)
+            .field("etcd_namespace", &self.etcd_namespace)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("probe_attempts", &self.probe_attempts)
+            .field("probe_timeout", &self.probe_timeout)
+            .field("probe_interval", &self.probe_interval)
+            .field("lease_lost_timeout", &self.lease_lost_timeout)
+            .field("suspect_window", &self.suspect_window)
+            .field("publish_interval", &self.publish_interval)
+            .field("control", &self.control)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("etcd_timeout", &self.etcd_timeout)
+            .field("upstream_timeout", &self.upstream_timeout)
+            .finish()
     }
 }
 
@@ -349,6 +370,17 @@ impl MockMaster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_never_shows_the_token() {
+        let c = Config {
+            token: Some("hunter2".into()),
+            ..Default::default()
+        };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2"));
+        assert!(shown.contains("<set>"));
+    }
 
     #[test]
     fn namespaces_normalize_as_the_contract_says() {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-#[derive(Debug, Parser)]
+#[derive(Parser)]
 #[command(
     name = "mock-master",
     about = "A fake xllm-service master (heartbeats, instance states, routing)"
