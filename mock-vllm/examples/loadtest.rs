@@ -99,8 +99,58 @@ async fn in_flight(target: usize) {
         }
     }
     println!(
-        "in-flight: {target} concurrent 100-token requests: peak running+waiting {peak}, {ok} answered 200, all done in {:.2?}",
+        "in-flight: {target} concurrent 200-token requests: peak running+waiting {peak}, {ok} answered 200, all done in {:.2?}",
         started.elapsed()
+    );
+    server.stop().await;
+}
+
+/// `n` concurrent SSE streams of 50 tokens at 50 ms: n * 20 chunks per second.
+async fn streaming(n: usize) {
+    let server = mock_vllm::start(
+        Config {
+            max_num_seqs: n,
+            max_waiting: n,
+            kv_capacity_tokens: 100_000_000,
+            inter_token_latency: Duration::from_millis(50),
+            ..Config::default()
+        },
+        mock_kit::Events::none("vllm:loadtest"),
+    )
+    .await
+    .expect("start");
+    let addr = server.addr().to_string();
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(n);
+    for _ in 0..n {
+        let addr = addr.clone();
+        tasks.push(tokio::spawn(async move {
+            let s = TcpStream::connect(&addr).await?;
+            let mut s = BufReader::new(s);
+            let body = r#"{"prompt":"hi","max_tokens":50,"ignore_eos":true,"stream":true}"#;
+            let req = format!(
+                "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            s.get_mut().write_all(req.as_bytes()).await?;
+            let mut all = Vec::new();
+            s.read_to_end(&mut all).await?;
+            let text = String::from_utf8_lossy(&all);
+            Ok::<usize, std::io::Error>(text.matches("\"text\"").count())
+        }));
+    }
+    let peak = watch_peak(&server, started, Duration::from_secs(60), n).await;
+    let (mut ok, mut tokens) = (0, 0);
+    for t in tasks {
+        if let Ok(Ok(k)) = t.await {
+            ok += usize::from(k == 50);
+            tokens += k;
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "streaming: {n} concurrent SSE streams x 50 tokens: peak {peak} in flight, {ok} complete, {tokens} chunks in {secs:.2} s = {:.0} chunks/s",
+        tokens as f64 / secs
     );
     server.stop().await;
 }
@@ -120,11 +170,11 @@ async fn watch_peak(server: &MockVllm, started: Instant, limit: Duration, target
     peak
 }
 
-async fn short_rps(seconds: u64, conns: usize) {
+async fn short_rps(seconds: u64, conns: usize, prefill: Duration) {
     let server = mock_vllm::start(
         Config {
             max_num_seqs: 1024,
-            prefill_overhead: Duration::ZERO,
+            prefill_overhead: prefill,
             prefill_per_token: Duration::ZERO,
             inter_token_latency: Duration::ZERO,
             ..Config::default()
@@ -166,7 +216,7 @@ async fn short_rps(seconds: u64, conns: usize) {
     }
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "short requests: {n} in {secs:.2} s over {conns} keep-alive connections = {:.0} req/s ({errors} errors)",
+        "short requests (prefill {prefill:?}, max_tokens 1): {n} in {secs:.2} s over {conns} keep-alive connections = {:.0} req/s ({errors} errors)",
         n as f64 / secs
     );
     server.stop().await;
@@ -185,6 +235,8 @@ fn main() {
         .expect("runtime");
     rt.block_on(async {
         in_flight(target.min(20_000)).await;
-        short_rps(seconds, conns.min(4096)).await;
+        streaming(2000).await;
+        short_rps(seconds, conns.min(4096), Duration::ZERO).await;
+        short_rps(seconds, conns.min(4096) * 4, Duration::from_millis(2)).await;
     });
 }

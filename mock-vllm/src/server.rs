@@ -168,7 +168,7 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockVllm> 
     config
         .validate()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let listener = TcpListener::bind(config.listen).await?;
+    let listener = bind(config.listen)?;
     let addr = listener.local_addr()?;
     let shared = Arc::new(Shared {
         core: RwLock::new(Core::new(&config)),
@@ -266,7 +266,7 @@ impl MockVllm {
         lock(&self.shared.stale).take();
         let mut last = None;
         for _ in 0..50 {
-            match TcpListener::bind(self.shared.addr).await {
+            match bind(self.shared.addr) {
                 Ok(l) => {
                     self.serve_on(l).await;
                     self.shared
@@ -387,6 +387,15 @@ impl MockVllm {
             "overrides": overrides,
         })
     }
+}
+
+/// Bind with a deep accept backlog (thousands of clients connect at once in load tests)
+/// and SO_REUSEADDR (restart on the same port right after a crash).
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(8192)
 }
 
 async fn accept_loop(
