@@ -258,9 +258,6 @@ impl Config {
         if args.metrics_max_bytes == 0 {
             return Err(bad("--metrics-max-bytes must be at least 1"));
         }
-        if !args.etcd_password.is_empty() && args.etcd_username.is_empty() {
-            return Err(bad("--etcd-password is set but --etcd-username is empty"));
-        }
 
         Ok(Config {
             etcd_endpoints,

@@ -62,6 +62,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> std::io::Result<()> {
         instance_type = %config.instance_type,
         "sidecar starting"
     );
+    if config.etcd_username.is_empty() && !config.etcd_password.is_empty() {
+        // The reference ignores a password without a user too; say so.
+        tracing::warn!("--etcd-password is set but --etcd-username is empty: not authenticating");
+    }
     let sidecar = lifecycle::Sidecar::new(config);
     let admin = match sidecar.config().admin_listen {
         Some(addr) => {
