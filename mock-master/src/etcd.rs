@@ -230,7 +230,7 @@ impl EtcdClient {
                 Ok(Ok(resp)) if resp.status().is_success() => {
                     return Ok(WatchStream {
                         response: resp,
-                        buf: Vec::new(),
+                        frames: Framer::default(),
                         idle,
                     })
                 }
@@ -247,36 +247,28 @@ impl EtcdClient {
 #[derive(Debug)]
 pub struct WatchStream {
     response: reqwest::Response,
-    buf: Vec<u8>,
+    frames: Framer,
     idle: Duration,
 }
 
-impl WatchStream {
-    /// The next message; `Ok(None)` when the server ended the stream. Silence longer than
-    /// the idle timeout is an error (the caller re-opens the watch).
-    pub async fn next(&mut self) -> Result<Option<WatchResponse>, EtcdError> {
-        loop {
-            if let Some(v) = self.take_value()? {
-                return parse_watch_message(&v).map(Some);
-            }
-            let chunk = tokio::time::timeout(self.idle, self.response.chunk())
-                .await
-                .map_err(|_| err(format!("watch silent for {:?}", self.idle)))?
-                .map_err(|e| err(format!("watch stream: {e}")))?;
-            match chunk {
-                Some(c) => {
-                    if self.buf.len() + c.len() > MAX_WATCH_BUFFER {
-                        return Err(err("watch message too large"));
-                    }
-                    self.buf.extend_from_slice(&c);
-                }
-                None => return Ok(None),
-            }
+/// Splits a byte stream into JSON values, however the bytes were chunked (the gateway
+/// writes one object per line, but the transport may split or join them).
+#[derive(Debug, Default)]
+pub struct Framer {
+    buf: Vec<u8>,
+}
+
+impl Framer {
+    pub fn push(&mut self, bytes: &[u8]) -> Result<(), EtcdError> {
+        if self.buf.len() + bytes.len() > MAX_WATCH_BUFFER {
+            return Err(err("watch message too large"));
         }
+        self.buf.extend_from_slice(bytes);
+        Ok(())
     }
 
-    /// One complete JSON value from the front of the buffer, if there is one.
-    fn take_value(&mut self) -> Result<Option<Value>, EtcdError> {
+    /// The next complete JSON value, if the buffer holds one.
+    pub fn next_value(&mut self) -> Result<Option<Value>, EtcdError> {
         let mut it = serde_json::Deserializer::from_slice(&self.buf).into_iter::<Value>();
         match it.next() {
             Some(Ok(v)) => {
@@ -289,6 +281,26 @@ impl WatchStream {
             None => {
                 self.buf.clear();
                 Ok(None)
+            }
+        }
+    }
+}
+
+impl WatchStream {
+    /// The next message; `Ok(None)` when the server ended the stream. Silence longer than
+    /// the idle timeout is an error (the caller re-opens the watch).
+    pub async fn next(&mut self) -> Result<Option<WatchResponse>, EtcdError> {
+        loop {
+            if let Some(v) = self.frames.next_value()? {
+                return parse_watch_message(&v).map(Some);
+            }
+            let chunk = tokio::time::timeout(self.idle, self.response.chunk())
+                .await
+                .map_err(|_| err(format!("watch silent for {:?}", self.idle)))?
+                .map_err(|e| err(format!("watch stream: {e}")))?;
+            match chunk {
+                Some(c) => self.frames.push(&c)?,
+                None => return Ok(None),
             }
         }
     }
@@ -413,6 +425,35 @@ mod tests {
             r.events[0].prev_kv.as_ref().unwrap().value,
             br#"{"x":1}"#.to_vec()
         );
+    }
+
+    #[test]
+    fn framing_survives_any_chunking() {
+        let text =
+            "{\"result\":{\"created\":true}}\n{\"result\":{\"header\":{\"revision\":\"7\"}}}\n";
+        for size in 1..text.len() {
+            let mut f = Framer::default();
+            let mut got = Vec::new();
+            for chunk in text.as_bytes().chunks(size) {
+                f.push(chunk).unwrap();
+                while let Some(v) = f.next_value().unwrap() {
+                    got.push(parse_watch_message(&v).unwrap());
+                }
+            }
+            assert_eq!(got.len(), 2, "chunk size {size}");
+            assert!(got[0].created);
+            assert_eq!(got[1].revision, 7);
+        }
+        let mut f = Framer::default();
+        f.push(b"{\"result\": nope}").unwrap();
+        assert!(f.next_value().is_err());
+    }
+
+    #[test]
+    fn an_error_message_is_an_error() {
+        let v: Value =
+            serde_json::from_str(r#"{"error":{"grpc_code":14,"message":"unavailable"}}"#).unwrap();
+        assert!(parse_watch_message(&v).is_err());
     }
 
     #[test]
