@@ -111,7 +111,10 @@ fn fnv(data: &[u8]) -> u64 {
 fn prompt_of(shared: &Shared, v: &Value) -> Result<(u32, u64), ApiError> {
     let p = v.get("prompt").ok_or_else(|| missing(shared, "prompt"))?;
     let single = match p {
-        Value::Array(items) if items.len() == 1 && !items[0].is_number() => &items[0],
+        Value::Array(items) if items.len() == 1 => match items.first() {
+            Some(x) if !x.is_number() => x,
+            _ => p,
+        },
         other => other,
     };
     match single {

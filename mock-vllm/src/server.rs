@@ -392,7 +392,11 @@ impl MockVllm {
 /// Bind with a deep accept backlog (thousands of clients connect at once in load tests)
 /// and SO_REUSEADDR (restart on the same port right after a crash).
 fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(8192)

@@ -464,17 +464,25 @@ async fn control_state_reset_and_no_control() {
 #[tokio::test]
 async fn events_report_requests_health_and_faults() {
     let ring = mock_kit::events::RingSink::new(100);
-    let events = mock_kit::Events::new("vllm:test", Some(ring.clone() as std::sync::Arc<dyn mock_kit::EventSink>));
+    let events = mock_kit::Events::new(
+        "vllm:test",
+        Some(ring.clone() as std::sync::Arc<dyn mock_kit::EventSink>),
+    );
     let s = mock_vllm::start(Config::default(), events).await.unwrap();
     let url = s.url();
     complete(&url, json!({"prompt": "a", "max_tokens": 1})).await;
     s.set_health(Health::Down);
-    s.faults().add(Fault::MetricsStatus { status: 500 }, Some(1), None);
+    s.faults()
+        .add(Fault::MetricsStatus { status: 500 }, Some(1), None);
     let _ = client().get(format!("{url}/metrics")).send().await.unwrap();
     let got = ring.snapshot();
-    let has = |kind: &str, pred: &dyn Fn(&serde_json::Value) -> bool| got.iter().any(|e| e.kind == kind && pred(&e.detail));
-    assert!(has("request", &|d| d["path"] == "/v1/completions" && d["status"] == 200));
-    assert!(has("request", &|d| d["path"] == "/metrics" && d["status"] == 500));
+    let has = |kind: &str, pred: &dyn Fn(&serde_json::Value) -> bool| {
+        got.iter().any(|e| e.kind == kind && pred(&e.detail))
+    };
+    assert!(has("request", &|d| d["path"] == "/v1/completions"
+        && d["status"] == 200));
+    assert!(has("request", &|d| d["path"] == "/metrics"
+        && d["status"] == 500));
     assert!(has("health", &|d| d["mode"] == "down"));
     assert!(has("fault", &|d| d["fault"]["kind"] == "metrics_status"));
     assert!(got.iter().all(|e| e.source == "vllm:test"));
