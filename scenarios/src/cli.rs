@@ -60,7 +60,11 @@ fn etcd_choice(etcd: &EtcdChoice, members: &str) -> EtcdChoice {
 }
 
 fn default_report_dir() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/scenario-reports");
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest
+        .parent()
+        .unwrap_or(manifest)
+        .join("target/scenario-reports");
     root.join(format!("run-{}", mock_kit::events::now_ms()))
 }
 

@@ -14,8 +14,10 @@ use tokio::sync::watch;
 
 use mock_kit::Events;
 
-/// Where the sidecar binary is: `$VLLM_SIDECAR_BIN`, else next to the current executable
-/// (walking up out of `deps/` for test binaries), else built with cargo.
+/// Where the sidecar binary is: `$VLLM_SIDECAR_BIN`; else, when run by cargo (`cargo run`,
+/// `cargo test`), freshly built by `cargo build -p sidecar` in the runner's own profile and
+/// target dir (a no-op when up to date, and never a stale binary); else the one next to the
+/// runner; else built.
 pub fn locate_binary() -> Result<PathBuf, String> {
     if let Ok(p) = std::env::var("VLLM_SIDECAR_BIN") {
         let p = PathBuf::from(p);
@@ -26,21 +28,21 @@ pub fn locate_binary() -> Result<PathBuf, String> {
         };
     }
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut dir = exe.parent().map(Path::to_path_buf);
-    let mut profile_dir = None;
-    while let Some(d) = dir {
-        let candidate = d.join("vllm-sidecar");
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
+    let mut profile_dir = exe.parent().map(Path::to_path_buf);
+    while let Some(d) = profile_dir.clone() {
         if d.file_name()
             .is_some_and(|n| n == "deps" || n == "examples")
         {
-            dir = d.parent().map(Path::to_path_buf);
-            continue;
+            profile_dir = d.parent().map(Path::to_path_buf);
+        } else {
+            break;
         }
-        profile_dir = Some(d);
-        break;
+    }
+    let beside = profile_dir.as_ref().map(|d| d.join("vllm-sidecar"));
+    if std::env::var_os("CARGO").is_none() {
+        if let Some(p) = beside.filter(|p| p.is_file()) {
+            return Ok(p);
+        }
     }
     build_binary(profile_dir.as_deref())
 }
@@ -50,13 +52,27 @@ fn build_binary(profile_dir: Option<&Path>) -> Result<PathBuf, String> {
         .parent()
         .ok_or("no workspace root")?
         .to_path_buf();
-    let release = profile_dir.is_some_and(|d| d.file_name().is_some_and(|n| n == "release"));
+    let profile = profile_dir
+        .and_then(|d| d.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "debug".into());
+    let target = profile_dir
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| workspace.join("target"));
     let mut cmd =
         std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(&workspace)
+        .env("CARGO_TARGET_DIR", &target)
         .args(["build", "-q", "-p", "sidecar", "--bin", "vllm-sidecar"]);
-    if release {
-        cmd.arg("--release");
+    match profile.as_str() {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        other => {
+            cmd.args(["--profile", other]);
+        }
     }
     let status = cmd
         .status()
@@ -66,12 +82,7 @@ fn build_binary(profile_dir: Option<&Path>) -> Result<PathBuf, String> {
             "cargo build -p sidecar --bin vllm-sidecar failed: {status}"
         ));
     }
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| workspace.join("target"));
-    let p = target
-        .join(if release { "release" } else { "debug" })
-        .join("vllm-sidecar");
+    let p = target.join(&profile).join("vllm-sidecar");
     if p.is_file() {
         Ok(p)
     } else {
