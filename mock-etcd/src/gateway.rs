@@ -61,6 +61,29 @@ fn handler_for(path: &str) -> MethodRouter<Arc<Shared>> {
     r.fallback(|| async { error::method_not_allowed() })
 }
 
+/// etcd's CORS handler answers every OPTIONS, on any path, with an empty 200.
+async fn preflight(req: Request, next: axum::middleware::Next) -> Response {
+    if req.method() == axum::http::Method::OPTIONS {
+        let mut r = StatusCode::OK.into_response();
+        crate::codec::cors(r.headers_mut());
+        return r;
+    }
+    next.run(req).await
+}
+
+/// axum names the allowed method on a 405; grpc-gateway does not.
+async fn strip_allow(mut resp: Response) -> Response {
+    if resp.status() == StatusCode::METHOD_NOT_ALLOWED
+        && resp
+            .headers()
+            .get(header::ALLOW)
+            .is_some_and(|v| v.as_bytes().starts_with(b"POST"))
+    {
+        resp.headers_mut().remove(header::ALLOW);
+    }
+    resp
+}
+
 /// Every etcd path, both spellings, with the fault/journal middleware around them.
 pub fn router(shared: Arc<Shared>) -> Router {
     let mut r: Router<Arc<Shared>> = Router::new();
@@ -73,21 +96,61 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/health", get(health).fallback(|| async { get_only() }))
         .route("/version", get(version).fallback(|| async { get_only() }))
         .fallback(not_found);
-    r.layer(axum::middleware::from_fn_with_state(
-        shared.clone(),
-        faults::middleware,
-    ))
-    .layer(DefaultBodyLimit::disable())
-    .with_state(shared)
+    r.layer(axum::middleware::map_response(strip_allow))
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            faults::middleware,
+        ))
+        .layer(axum::middleware::from_fn(preflight))
+        .layer(DefaultBodyLimit::disable())
+        .with_state(shared)
 }
 
 async fn not_found(req: Request) -> Response {
     let p = req.uri().path();
+    // Go's ServeMux redirects unclean paths and subtree roots without their slash.
+    let cleaned = clean_path(p);
+    let target = if cleaned != p {
+        Some(cleaned)
+    } else if p == "/v3" || p == "/v3beta" {
+        Some(format!("{p}/"))
+    } else {
+        None
+    };
+    if let Some(mut to) = target {
+        if let Some(q) = req.uri().query() {
+            to = format!("{to}?{q}");
+        }
+        let mut r = StatusCode::MOVED_PERMANENTLY.into_response();
+        if let Ok(v) = HeaderValue::from_str(&to) {
+            r.headers_mut().insert(header::LOCATION, v);
+        }
+        return r;
+    }
     if p.starts_with("/v3/") || p.starts_with("/v3beta/") {
         error::gateway_not_found()
     } else {
         error::mux_not_found()
     }
+}
+
+/// Go's `path.Clean` as ServeMux applies it (a trailing slash is kept).
+fn clean_path(p: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in p.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            s => parts.push(s),
+        }
+    }
+    let mut out = format!("/{}", parts.join("/"));
+    if p.ends_with('/') && out != "/" {
+        out.push('/');
+    }
+    out
 }
 
 fn get_only() -> Response {

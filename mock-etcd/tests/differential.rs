@@ -23,6 +23,8 @@ fn b64(s: &str) -> String {
 struct Resp {
     status: u16,
     content_type: String,
+    location: String,
+    allow: String,
     text: String,
 }
 
@@ -56,6 +58,7 @@ impl Diff {
         Diff {
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
+                .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .unwrap(),
             real: Side {
@@ -82,10 +85,8 @@ impl Diff {
         auth: Option<&str>,
     ) -> Resp {
         let url = format!("{}{}", side.url, path);
-        let mut req = match method {
-            "GET" => self.http.get(url),
-            _ => self.http.post(url).body(side.fill(body)),
-        };
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut req = self.http.request(method, url).body(side.fill(body));
         let token = match auth {
             Some("$TOKEN") => side.token.clone(),
             Some(t) => Some(t.to_string()),
@@ -99,16 +100,21 @@ impl Diff {
             .await
             .unwrap_or_else(|e| panic!("{path} to {}: {e}", side.url));
         let status = r.status().as_u16();
-        let content_type = r
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
+        let header = |name: &str| {
+            r.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string()
+        };
+        let (content_type, location, allow) =
+            (header("content-type"), header("location"), header("allow"));
         let text = r.text().await.unwrap();
         Resp {
             status,
             content_type,
+            location,
+            allow,
             text,
         }
     }
@@ -676,6 +682,18 @@ async fn error_sequence(d: &mut Diff) {
     d.check("/v3/kv/rangex", "{}").await;
     d.check("/v3alpha/kv/range", "{}").await;
     d.check("/v4/foo", "{}").await;
+    for (method, path) in [
+        ("OPTIONS", "/v3/kv/range"),
+        ("OPTIONS", "/health"),
+        ("PUT", "/v3/kv/put"),
+        ("DELETE", "/v3/kv/range"),
+        ("POST", "//v3/kv/range"),
+        ("POST", "/v3"),
+        ("POST", "/v3beta/../v3/kv/range?a=b"),
+        ("POST", "/v3/"),
+    ] {
+        d.check_with(method, path, "{}", None).await;
+    }
     d.check_with("GET", "/health", "", None).await;
     d.check("/health", "").await;
     d.check_with("GET", "/version", "", None).await;
