@@ -624,6 +624,11 @@ fn process_view() -> ProcessView {
     p
 }
 
+/// CPU seconds this process has used so far.
+pub fn cpu_seconds() -> f64 {
+    process_view().cpu_secs
+}
+
 fn single(name: &str, help: &str, kind: Kind, value: f64) -> Family {
     let mut f = Family::new(name, help, kind);
     f.children.push(Child::Value {
@@ -636,7 +641,13 @@ fn single(name: &str, help: &str, kind: Kind, value: f64) -> Family {
 
 /// The default prometheus_client collectors of a CPython 3.12 process.
 fn runtime_families(shared: &Shared, core: &Core, _dialect: Dialect, out: &mut Vec<Family>) {
-    let served: f64 = core.seq.load(std::sync::atomic::Ordering::Relaxed) as f64;
+    // Garbage collection grows with the work done since the (pretend) process start.
+    let served: f64 = core
+        .engines
+        .iter()
+        .map(|e| e.stats().h_e2e.count as f64)
+        .sum();
+    let (start, cpu_base) = *lock(&shared.process_epoch);
     let gc = |name: &str, help: &str, vals: [f64; 3]| {
         let mut f = Family::new(name, help, Kind::Counter);
         for (i, v) in vals.iter().enumerate() {
@@ -701,13 +712,13 @@ fn runtime_families(shared: &Shared, core: &Core, _dialect: Dialect, out: &mut V
         "process_start_time_seconds",
         "Start time of the process since unix epoch in seconds.",
         Kind::Gauge,
-        (shared.process_start * 100.0).round() / 100.0,
+        (start * 100.0).round() / 100.0,
     ));
     out.push(single(
         "process_cpu_seconds_total",
         "Total user and system CPU time spent in seconds.",
         Kind::Counter,
-        p.cpu_secs,
+        (p.cpu_secs - cpu_base).max(0.0),
     ));
     // prometheus_client names it without `_total` internally; the writer adds it.
     if let Some(last) = out.last_mut() {

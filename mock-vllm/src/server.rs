@@ -116,7 +116,9 @@ pub(crate) struct Shared {
     pub stale: Mutex<Option<Bytes>>,
     /// Seeded randomness for faults (fractions, garbage positions).
     pub rng: Mutex<StdRng>,
-    pub process_start: f64,
+    /// What the process families report as a fresh start: (start time, CPU seconds
+    /// already spent before it). Moves on restart and counter reset.
+    pub process_epoch: Mutex<(f64, f64)>,
     addr: SocketAddr,
     server: tokio::sync::Mutex<Option<Running>>,
     listening: AtomicBool,
@@ -179,7 +181,7 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockVllm> 
         health: AtomicU8::new(0),
         overrides: Mutex::new(Vec::new()),
         stale: Mutex::new(None),
-        process_start: epoch_secs(),
+        process_epoch: Mutex::new((epoch_secs(), 0.0)),
         addr,
         server: tokio::sync::Mutex::new(None),
         listening: AtomicBool::new(false),
@@ -263,6 +265,7 @@ impl MockVllm {
     pub async fn restart(&self) -> std::io::Result<()> {
         self.take_down(true).await;
         self.shared.set_core(Core::new(&self.shared.cfg));
+        *lock(&self.shared.process_epoch) = (epoch_secs(), crate::metrics::cpu_seconds());
         lock(&self.shared.stale).take();
         let mut last = None;
         for _ in 0..50 {
