@@ -149,6 +149,7 @@ struct LabelBlock<'a> {
 /// `prev_name` is the previous line's (valid, bare) metric name or `""`: pages list a
 /// metric's samples one after another, and a line that starts with the same name needs
 /// no second look at its characters.
+#[inline(always)]
 pub(crate) fn sample_line<'a>(
     line: &'a str,
     d: Dialect,
@@ -364,6 +365,7 @@ fn exemplar_tail(line: &str, i: usize) -> Result<(), LexError> {
 }
 
 /// Lex a label block whose `{` is just before `start`.
+#[inline(always)]
 fn label_block<'a>(
     line: &'a str,
     start: usize,

@@ -191,7 +191,6 @@ fn lenient_lines<'a, const FILTER: bool>(
     mut may_want: impl FnMut(&str) -> bool,
     mut sink: impl FnMut(usize, &'a str, Result<Sample<'a>, Option<lexer::LexError>>),
 ) {
-    let d = Dialect { om, strict: false };
     let mut lines = Lines::new(text);
     let mut prev_name: &str = "";
     while let Some(mut line) = lines.next() {
@@ -225,7 +224,28 @@ fn lenient_lines<'a, const FILTER: bool>(
             }
             Some(_) => {}
         }
-        match lexer::sample_line(line, d, prev_name) {
+        // Two call sites with constant dialects: the lexer is inlined into each and the
+        // strict-only branches fold away.
+        let lexed = if om {
+            lexer::sample_line(
+                line,
+                Dialect {
+                    om: true,
+                    strict: false,
+                },
+                prev_name,
+            )
+        } else {
+            lexer::sample_line(
+                line,
+                Dialect {
+                    om: false,
+                    strict: false,
+                },
+                prev_name,
+            )
+        };
+        match lexed {
             Ok(s) => {
                 // Only a bare name (the line's first bytes) was checked character by character.
                 if let Cow::Borrowed(n) = s.sample.name {
