@@ -109,11 +109,14 @@ impl Sidecar {
     pub async fn run(self, shutdown: Shutdown) {
         let cfg = self.config.clone();
         let (events_tx, events_rx) = mpsc::channel(16);
+        // One time grid for every periodic job, so the process wakes once for several.
+        let epoch = Instant::now();
         let probe = HealthProbe::new(self.http.clone(), &cfg.vllm_url, cfg.health_timeout);
 
         let health = tokio::spawn(health_loop(
             probe.clone(),
             cfg.clone(),
+            epoch,
             events_tx.clone(),
             shutdown.clone(),
         ));
@@ -138,6 +141,7 @@ impl Sidecar {
             scraper,
             heartbeat_client,
             cfg.clone(),
+            epoch,
             self.status_tx.subscribe(),
             events_tx,
             self.telemetry.clone(),
@@ -151,7 +155,7 @@ impl Sidecar {
             self.telemetry.clone(),
             self.status_tx.clone(),
         );
-        lifecycle.run(events_rx, shutdown).await;
+        lifecycle.run(events_rx, epoch, shutdown).await;
         abort(health);
         abort(heartbeat);
 
@@ -220,10 +224,16 @@ impl Lifecycle {
         self.lease.is_some() && self.incarnation.is_some()
     }
 
-    async fn run(&mut self, mut events: mpsc::Receiver<Event>, mut shutdown: Shutdown) {
+    async fn run(
+        &mut self,
+        mut events: mpsc::Receiver<Event>,
+        epoch: Instant,
+        mut shutdown: Shutdown,
+    ) {
         let period = self.cfg.keepalive_period();
-        let mut keepalive = tokio::time::interval_at(Instant::now() + period, period);
-        keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut keepalive =
+            tokio::time::interval_at(on_grid(epoch, period, Instant::now() + period), period);
+        keepalive.set_missed_tick_behavior(MissedTickBehavior::Skip);
         loop {
             let want_register = !self.registered() && self.healthy;
             let step = tokio::select! {
@@ -255,7 +265,7 @@ impl Lifecycle {
                     Step::Register => {
                         self.register(None).await;
                         if self.registered() {
-                            keepalive.reset();
+                            keepalive.reset_at(on_grid(epoch, period, Instant::now() + period / 2));
                         }
                         true
                     }
@@ -443,6 +453,7 @@ impl Lifecycle {
 async fn health_loop(
     probe: HealthProbe,
     cfg: Arc<Config>,
+    epoch: Instant,
     events: mpsc::Sender<Event>,
     mut shutdown: Shutdown,
 ) {
@@ -463,8 +474,9 @@ async fn health_loop(
         return;
     }
     let period = cfg.keepalive_interval;
-    let mut tick = tokio::time::interval_at(Instant::now() + period, period);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let first = on_grid(epoch, period, Instant::now() + period / 2);
+    let mut tick = tokio::time::interval_at(first, period);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     loop {
         tokio::select! {
             _ = shutdown.wait() => return,
@@ -482,6 +494,7 @@ async fn heartbeat_loop(
     mut scraper: Scraper,
     client: HeartbeatClient,
     cfg: Arc<Config>,
+    epoch: Instant,
     mut status: watch::Receiver<Status>,
     events: mpsc::Sender<Event>,
     telemetry: Arc<Telemetry>,
@@ -502,7 +515,7 @@ async fn heartbeat_loop(
                 if now != incarnation {
                     // Give the master time to see the new key before the first heartbeat.
                     incarnation = now;
-                    next = Instant::now() + interval;
+                    next = on_grid(epoch, interval, Instant::now() + interval / 2);
                     backoff.reset();
                 }
                 continue;
@@ -511,7 +524,7 @@ async fn heartbeat_loop(
         }
         let current = status.borrow().clone();
         let Some(registration) = current.registration.filter(|_| current.healthy) else {
-            next = Instant::now() + interval;
+            next = on_grid(epoch, interval, Instant::now() + interval / 2);
             continue;
         };
         let ok = heartbeat_once(
@@ -523,14 +536,22 @@ async fn heartbeat_loop(
             &telemetry,
         )
         .await;
-        next = Instant::now()
-            + if ok {
-                backoff.reset();
-                interval
-            } else {
-                backoff.next_delay().max(interval / 2)
-            };
+        next = if ok {
+            backoff.reset();
+            on_grid(epoch, interval, Instant::now() + interval / 2)
+        } else {
+            Instant::now() + backoff.next_delay().max(interval / 2)
+        };
     }
+}
+
+/// The first instant of the grid `epoch + k·period` at or after `not_before`.
+fn on_grid(epoch: Instant, period: Duration, not_before: Instant) -> Instant {
+    let period_ns = period.as_nanos().max(1);
+    let elapsed_ns = not_before.saturating_duration_since(epoch).as_nanos();
+    let k = elapsed_ns.div_ceil(period_ns);
+    let offset = u64::try_from(k.saturating_mul(period_ns)).unwrap_or(u64::MAX);
+    epoch + Duration::from_nanos(offset)
 }
 
 /// One scrape + POST; `false` when it should be retried with backoff.
@@ -594,5 +615,26 @@ async fn heartbeat_once(
             tracing::warn!(error = %e, "heartbeat POST failed");
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_points_are_multiples_of_the_period_from_the_epoch() {
+        let epoch = Instant::now();
+        let p = Duration::from_millis(200);
+        assert_eq!(on_grid(epoch, p, epoch), epoch);
+        assert_eq!(
+            on_grid(epoch, p, epoch + Duration::from_millis(1)),
+            epoch + p
+        );
+        assert_eq!(on_grid(epoch, p, epoch + p), epoch + p);
+        assert_eq!(
+            on_grid(epoch, p, epoch + Duration::from_millis(450)),
+            epoch + p * 3
+        );
     }
 }
