@@ -316,6 +316,7 @@ impl MockVllm {
             *s = crate::stats::EngineStats::new(&buckets, now);
         }
         *lock(&core.http) = HttpStats::new(now);
+        *lock(&self.shared.process_epoch) = (now, crate::metrics::cpu_seconds());
         self.shared
             .events
             .emit("state", json!({"state": "counter_reset"}));

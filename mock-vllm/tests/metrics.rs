@@ -226,6 +226,11 @@ async fn counter_reset_zeroes_counters_and_moves_created() {
     assert!(sample_sum(&after, "vllm:generation_tokens_created").unwrap() > created_before);
     // To a scraper it looks like a new process.
     let start = |p: &str| sample_sum(p, "process_start_time_seconds").unwrap();
-    assert!(start(&after) > start(&before));
+    assert!(
+        start(&after) > start(&before),
+        "{} {}",
+        start(&before),
+        start(&after)
+    );
     server.stop().await;
 }
