@@ -13,6 +13,10 @@ const WAIT: Duration = Duration::from_secs(5);
 
 /// A master with the given stubs registered (incarnation = "inc-" + index).
 async fn cluster(stubs: &[&Stub]) -> Option<(MockMaster, Gw, String)> {
+    cluster_with(stubs, Duration::from_secs(30)).await
+}
+
+async fn cluster_with(stubs: &[&Stub], lease_lost: Duration) -> Option<(MockMaster, Gw, String)> {
     let url = shared_etcd().await?;
     let ns = unique_ns("route");
     let gw = Gw::new(url);

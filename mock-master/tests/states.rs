@@ -15,11 +15,24 @@ use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(5);
 
+/// A master whose LEASE_LOST and SUSPECT timeouts are far away (30 s): states stay
+/// put while a test looks at them, however slow the machine.
 async fn master(url: &str, ns: &str) -> (MockMaster, Arc<RingSink>) {
+    master_with(url, ns, 30_000, 30_000).await
+}
+
+/// A master with short timeouts, for the tests of the timeouts themselves.
+async fn master_with(
+    url: &str,
+    ns: &str,
+    lease_lost_ms: u64,
+    suspect_ms: u64,
+) -> (MockMaster, Arc<RingSink>) {
     let (events, ring) = ring_events();
-    let m = mock_master::start(fast_config(url, ns), events)
-        .await
-        .unwrap();
+    let mut cfg = fast_config(url, ns);
+    cfg.lease_lost_timeout = Duration::from_millis(lease_lost_ms);
+    cfg.suspect_window = Duration::from_millis(suspect_ms);
+    let m = mock_master::start(cfg, events).await.unwrap();
     (m, ring)
 }
 
@@ -158,7 +171,7 @@ async fn delete_with_healthy_probe_lease_lost_and_back(url: &str) {
     let ns = unique_ns("ll");
     let stub = Stub::start("m").await;
     let name = stub.name.clone();
-    let (m, ring) = master(url, &ns).await;
+    let (m, ring) = master_with(url, &ns, 1000, 3000).await;
     let k = key(&ns, "DEFAULT", &name);
     gw.put(&k, &reg_value(&name, 0, "inc-1")).await;
     assert!(wait_state(&m, &name, Some(InstanceState::Active)).await);
@@ -170,8 +183,8 @@ async fn delete_with_healthy_probe_lease_lost_and_back(url: &str) {
         "one good attempt is enough"
     );
 
-    // Heartbeats keep it LEASE_LOST past the lease-lost timeout (400 ms).
-    for _ in 0..8 {
+    // Heartbeats every 100 ms keep it LEASE_LOST past the lease-lost timeout (1 s).
+    for _ in 0..15 {
         assert_eq!(
             beat(&m.url(), None, hb(&name, "inc-1", 1, 0.1)).await.0,
             200
@@ -207,7 +220,7 @@ async fn delete_with_failed_probe_suspect_then_deregistered(url: &str) {
     let stub = Stub::start("m").await;
     stub.set_health(503);
     let name = stub.name.clone();
-    let (m, ring) = master(url, &ns).await;
+    let (m, ring) = master_with(url, &ns, 400, 800).await;
     let k = key(&ns, "DEFAULT", &name);
     gw.put(&k, &reg_value(&name, 0, "inc-1")).await;
     assert!(wait_state(&m, &name, Some(InstanceState::Active)).await);
