@@ -12,6 +12,10 @@
 //!   a keepalive error) or the master answered 409; it revokes after
 //!   `--health-fail-threshold` failed probes in a row and on shutdown (bounded by
 //!   `--shutdown-timeout`, even if etcd hangs).
+//!
+//! The periodic jobs run on one time grid (`epoch + k·period`): their timers fire in the
+//! same instant and their requests go out together, so the process wakes once per cycle
+//! rather than once per job; at short intervals that is most of its CPU.
 
 use std::sync::Arc;
 use std::time::Duration;
