@@ -513,3 +513,49 @@ async fn waits_for_health_before_registering() {
     .await;
     run.stop().await;
 }
+
+#[tokio::test]
+async fn registers_with_etcd_auth_and_sends_the_token() {
+    let w = World::start(200).await;
+    mount(
+        &w.etcd,
+        "POST",
+        "/v3/auth/authenticate",
+        ok(r#"{"token":"tok.9"}"#),
+    )
+    .await;
+    let run = start(w.config(&["--etcd-username", "root", "--etcd-password", "pw"]));
+    eventually("registered", Duration::from_secs(5), || async {
+        run.incarnation().is_some()
+    })
+    .await;
+    let auth = &requests(&w.etcd, "/v3/auth/authenticate").await[0];
+    assert_eq!(
+        json(auth),
+        serde_json::json!({"name": "root", "password": "pw"})
+    );
+    let put = &requests(&w.etcd, "/v3/kv/put").await[0];
+    assert_eq!(put.headers.get("authorization").unwrap(), "tok.9");
+    run.stop().await;
+    let revoke = &requests(&w.etcd, "/v3/lease/revoke").await[0];
+    assert_eq!(revoke.headers.get("authorization").unwrap(), "tok.9");
+}
+
+#[tokio::test]
+async fn master_errors_back_off_and_do_not_touch_the_lease() {
+    let w = World::start(503).await;
+    let run = start(w.config(&[]));
+    eventually(
+        "three failed heartbeats",
+        Duration::from_secs(10),
+        || async { count(&w.master, "/v1/internal/heartbeat").await >= 3 },
+    )
+    .await;
+    assert_eq!(
+        put_incarnations(&w.etcd).await.len(),
+        1,
+        "a 503 does not re-register"
+    );
+    assert!(run.telemetry.encode().contains("answer=\"other\""));
+    run.stop().await;
+}
