@@ -265,7 +265,7 @@ async fn status_and_latency_faults() {
     m.faults().add(
         Fault::HeartbeatStatus { status: 500 },
         None,
-        Some(Duration::from_millis(100)),
+        Some(Duration::from_millis(1000)),
     );
     assert_eq!(beat(&u, None, hb(&name, "inc-1", 0, 0.0)).await.0, 500);
     assert!(

@@ -27,7 +27,10 @@ async fn cluster_with(stubs: &[&Stub], lease_lost: Duration) -> Option<(MockMast
         )
         .await;
     }
-    let m = mock_master::start(fast_config(url, &ns), mock_kit::Events::none("master"))
+    let mut cfg = fast_config(url, &ns);
+    cfg.lease_lost_timeout = lease_lost;
+    cfg.suspect_window = Duration::from_secs(30);
+    let m = mock_master::start(cfg, mock_kit::Events::none("master"))
         .await
         .unwrap();
     assert_eq!(m.instances().len(), stubs.len());
@@ -103,7 +106,7 @@ async fn traffic_moves_away_from_a_loaded_instance() {
 #[tokio::test]
 async fn lease_lost_is_routable_suspect_is_not() {
     let (a, b) = (Stub::start("m").await, Stub::start("m").await);
-    let Some((m, gw, ns)) = cluster(&[&a, &b]).await else {
+    let Some((m, gw, ns)) = cluster_with(&[&a, &b], Duration::from_millis(1500)).await else {
         return;
     };
     // A loses its lease but answers /health: LEASE_LOST, still routed to.
