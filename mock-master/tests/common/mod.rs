@@ -397,7 +397,7 @@ pub fn fast_config(etcd_url: &str, ns: &str) -> mock_master::Config {
         etcd_endpoints: vec![etcd_url.to_string()],
         etcd_namespace: ns.to_string(),
         probe_attempts: 2,
-        probe_timeout: Duration::from_millis(300),
+        probe_timeout: Duration::from_millis(2000),
         probe_interval: Duration::from_millis(50),
         lease_lost_timeout: Duration::from_millis(400),
         suspect_window: Duration::from_millis(800),
