@@ -443,6 +443,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn latency_delays_each_way() {
+        let target = echo_server().await;
+        let p = Proxy::start("t", target, 1, Events::none("t"))
+            .await
+            .unwrap();
+        p.set(LinkFault::Latency {
+            ms: 100,
+            jitter_ms: 0,
+        })
+        .await
+        .unwrap();
+        let mut s = TcpStream::connect(p.addr()).await.unwrap();
+        let started = std::time::Instant::now();
+        s.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        // A lower bound only: delayed once on the way in and once on the way out.
+        assert!(
+            started.elapsed() >= Duration::from_millis(200),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
     async fn reset_kills_open_connections() {
         let target = echo_server().await;
         let p = Proxy::start("t", target, 1, Events::none("t"))

@@ -952,8 +952,12 @@ pub fn recoveries(samples: &[Sample], eps: &[Episode]) -> Vec<Recovery> {
                 .filter(|s| s.t_ms >= end)
                 .find(|s| {
                     s.instances.iter().enumerate().all(|(i, o)| {
+                        // Down at t (an episode that ended at t no longer counts).
                         let down = eps.iter().any(|x| {
-                            x.scope.covers(i) && x.vllm_down && overlaps(x, s.t_ms, s.t_ms)
+                            x.scope.covers(i)
+                                && x.vllm_down
+                                && x.start_ms <= s.t_ms
+                                && x.end_ms.is_none_or(|e| e > s.t_ms)
                         });
                         !o.sidecar_running || down || o.fully_active()
                     })
@@ -972,4 +976,100 @@ pub fn recoveries(samples: &[Sample], eps: &[Episode]) -> Vec<Recovery> {
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Scenario;
+
+    fn scenario() -> Scenario {
+        Scenario::parse("t.toml", "name = \"t\"\ndescription = \"d\"\n[topology]\nlease_ttl = 1\nkeepalive_interval = \"250ms\"\n").unwrap()
+    }
+
+    /// One instance, sampled every 100 ms for 8 s; `registered(t)` says whether its key exists.
+    fn samples(registered: impl Fn(u64) -> bool) -> Vec<Sample> {
+        (0..80)
+            .map(|k| {
+                let t = k * 100;
+                Sample {
+                    t_ms: t,
+                    instances: vec![InstanceObs {
+                        etcd: registered(t).then(|| "i0-a".to_string()),
+                        sidecar_running: true,
+                        ..Default::default()
+                    }],
+                    routed: 0,
+                }
+            })
+            .collect()
+    }
+
+    fn record(t_ms: u64, action: Action) -> ActionRecord {
+        ActionRecord {
+            step: 1,
+            t_ms,
+            label: "x".into(),
+            action,
+            error: None,
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn a_key_missing_without_excuse_is_a_violation() {
+        let sc = scenario(); // grace = 1 s + 2 × 250 ms + 1 s = 2.5 s
+        let s = samples(|t| !(3000..3300).contains(&t));
+        let eps = episodes(&sc, &[], 4000);
+        let v = registered_when_healthy(&sc, &s, &eps);
+        assert!(!v.passed);
+        assert_eq!(v.first_violation_ms, Some(3000));
+    }
+
+    #[test]
+    fn a_key_missing_while_vllm_was_down_is_excused_until_the_grace_ends() {
+        let sc = scenario();
+        let down = record(
+            2900,
+            Action::VllmHealth {
+                instance: "i0".into(),
+                health: Health::Down,
+            },
+        );
+        let up = record(
+            3100,
+            Action::VllmHealth {
+                instance: "i0".into(),
+                health: Health::Up,
+            },
+        );
+        let s = samples(|t| !(3000..3300).contains(&t));
+        let eps = episodes(&sc, &[down.clone(), up.clone()], 4000);
+        assert!(registered_when_healthy(&sc, &s, &eps).passed);
+        // Still missing 2.5 s after vLLM came back: no excuse left.
+        let late = samples(|t| t < 2900);
+        let eps = episodes(&sc, &[down, up], 4000);
+        let v = registered_when_healthy(&sc, &late, &eps);
+        assert!(!v.passed);
+        assert!(
+            v.first_violation_ms.is_some_and(|t| t >= 3100 + 2500),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn recovery_time_runs_from_the_end_of_the_fault() {
+        let mut s = samples(|t| !(1000..2000).contains(&t));
+        for o in s.iter_mut() {
+            let active = o.instances[0].etcd.is_some();
+            o.instances[0].state = active.then_some(ObservedState::Active);
+            o.instances[0].master_incarnation = o.instances[0].etcd.clone();
+        }
+        let crash = record(1000, Action::VllmCrash("i0".into()));
+        let restart = record(1500, Action::VllmRestart("i0".into()));
+        let r = recoveries(&s, &episodes(&scenario(), &[crash, restart], 4000));
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].end_ms, Some(1500));
+        assert_eq!(r[0].time_to_recover_ms, Some(500));
+    }
 }
