@@ -14,7 +14,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, MethodRouter};
+use axum::routing::{any, MethodRouter};
 use axum::Router;
 use http_body_util::BodyExt;
 
@@ -45,20 +45,28 @@ pub const PATHS: &[&str] = &[
 
 fn handler_for(path: &str) -> MethodRouter<Arc<Shared>> {
     let r: MethodRouter<Arc<Shared>> = match path {
-        "/kv/range" => post(kv::range),
-        "/kv/put" => post(kv::put),
-        "/kv/deleterange" => post(kv::delete_range),
-        "/kv/txn" => post(kv::txn),
-        "/kv/compaction" => post(kv::compaction),
-        "/lease/grant" => post(lease::grant),
-        "/lease/revoke" | "/kv/lease/revoke" => post(lease::revoke),
-        "/lease/keepalive" => post(lease::keepalive),
-        "/lease/timetolive" | "/kv/lease/timetolive" => post(lease::time_to_live),
-        "/lease/leases" | "/kv/lease/leases" => post(lease::leases),
-        "/watch" => post(watch::watch),
-        _ => post(auth::authenticate),
+        "/kv/range" => any(kv::range),
+        "/kv/put" => any(kv::put),
+        "/kv/deleterange" => any(kv::delete_range),
+        "/kv/txn" => any(kv::txn),
+        "/kv/compaction" => any(kv::compaction),
+        "/lease/grant" => any(lease::grant),
+        "/lease/revoke" | "/kv/lease/revoke" => any(lease::revoke),
+        "/lease/keepalive" => any(lease::keepalive),
+        "/lease/timetolive" | "/kv/lease/timetolive" => any(lease::time_to_live),
+        "/lease/leases" | "/kv/lease/leases" => any(lease::leases),
+        "/watch" => any(watch::watch),
+        _ => any(auth::authenticate),
     };
-    r.fallback(|| async { error::method_not_allowed() })
+    // `any` + our own check: axum's method routing would add an `Allow` header.
+    r.layer(axum::middleware::from_fn(require_post))
+}
+
+async fn require_post(req: Request, next: axum::middleware::Next) -> Response {
+    if req.method() != axum::http::Method::POST {
+        return error::method_not_allowed();
+    }
+    next.run(req).await
 }
 
 /// etcd's CORS handler answers every OPTIONS, on any path, with an empty 200.
@@ -71,19 +79,6 @@ async fn preflight(req: Request, next: axum::middleware::Next) -> Response {
     next.run(req).await
 }
 
-/// axum names the allowed method on a 405; grpc-gateway does not.
-async fn strip_allow(mut resp: Response) -> Response {
-    if resp.status() == StatusCode::METHOD_NOT_ALLOWED
-        && resp
-            .headers()
-            .get(header::ALLOW)
-            .is_some_and(|v| v.as_bytes().starts_with(b"POST"))
-    {
-        resp.headers_mut().remove(header::ALLOW);
-    }
-    resp
-}
-
 /// Every etcd path, both spellings, with the fault/journal middleware around them.
 pub fn router(shared: Arc<Shared>) -> Router {
     let mut r: Router<Arc<Shared>> = Router::new();
@@ -93,17 +88,16 @@ pub fn router(shared: Arc<Shared>) -> Router {
         }
     }
     r = r
-        .route("/health", get(health).fallback(|| async { get_only() }))
-        .route("/version", get(version).fallback(|| async { get_only() }))
+        .route("/health", any(health))
+        .route("/version", any(version))
         .fallback(not_found);
-    r.layer(axum::middleware::map_response(strip_allow))
-        .layer(axum::middleware::from_fn_with_state(
-            shared.clone(),
-            faults::middleware,
-        ))
-        .layer(axum::middleware::from_fn(preflight))
-        .layer(DefaultBodyLimit::disable())
-        .with_state(shared)
+    r.layer(axum::middleware::from_fn_with_state(
+        shared.clone(),
+        faults::middleware,
+    ))
+    .layer(axum::middleware::from_fn(preflight))
+    .layer(DefaultBodyLimit::disable())
+    .with_state(shared)
 }
 
 async fn not_found(req: Request) -> Response {
@@ -160,7 +154,10 @@ fn get_only() -> Response {
     r
 }
 
-async fn health() -> Response {
+async fn health(method: axum::http::Method) -> Response {
+    if method != axum::http::Method::GET {
+        return get_only();
+    }
     let mut r = (StatusCode::OK, r#"{"health":"true"}"#).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -169,7 +166,10 @@ async fn health() -> Response {
     r
 }
 
-async fn version() -> Response {
+async fn version(method: axum::http::Method) -> Response {
+    if method != axum::http::Method::GET {
+        return get_only();
+    }
     let mut r = (
         StatusCode::OK,
         r#"{"etcdserver":"3.4.23","etcdcluster":"3.4.0"}"#,

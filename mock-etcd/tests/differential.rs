@@ -141,6 +141,11 @@ impl Diff {
             r.content_type, f.content_type,
             "content-type differs; {ctx}"
         );
+        assert_eq!(
+            (&r.location, &r.allow),
+            (&f.location, &f.allow),
+            "headers differ; {ctx}"
+        );
         let (rv, fv) = match (parse_body(&r.text), parse_body(&f.text)) {
             (Some(a), Some(b)) => (a, b),
             _ => {
