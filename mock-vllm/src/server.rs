@@ -85,9 +85,13 @@ impl Core {
         })
     }
 
-    /// The least loaded engine (vLLM's data-parallel balancing), lowest index on ties.
+    /// The least loaded engine (vLLM's data-parallel balancing), round-robin on ties.
     pub fn pick_engine(&self) -> Option<&Arc<Engine>> {
-        self.engines.iter().min_by_key(|e| e.load())
+        let n = self.engines.len().max(1);
+        let turn = self.seq.load(Ordering::Relaxed) as usize % n;
+        self.engines
+            .iter()
+            .min_by_key(|e| (e.load(), (e.index + n - turn) % n))
     }
 }
 

@@ -263,7 +263,10 @@ async fn completion_hang_holds_a_running_slot() {
     let s = start(Config::default()).await;
     s.faults().add(Fault::CompletionHang, Some(1), None);
     let url = s.url();
-    let c = quick();
+    let c = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
     let r = c
         .post(format!("{url}/v1/completions"))
         .json(&json!({"prompt": "a", "max_tokens": 1}))
@@ -313,7 +316,7 @@ async fn completion_drop_mid_stream() {
 #[tokio::test]
 async fn health_modes_and_startup_delay() {
     let s = start(Config {
-        startup_delay: Duration::from_millis(200),
+        startup_delay: Duration::from_millis(800),
         ..Config::default()
     })
     .await;

@@ -13,7 +13,7 @@ use serde_json::json;
 async fn two_slots_ten_requests_queue_then_drain() {
     let server = start(Config {
         max_num_seqs: 2,
-        inter_token_latency: Duration::from_millis(5),
+        inter_token_latency: Duration::from_millis(10),
         ..Config::default()
     })
     .await;
@@ -163,16 +163,24 @@ async fn client_gone_while_waiting_leaves_the_queue() {
     })
     .await;
     let url = server.url();
-    let c = reqwest::Client::builder()
-        .timeout(Duration::from_millis(150))
-        .build()
-        .unwrap();
-    // Two long requests with a short client timeout: the second times out in the queue.
+    // Two long requests; once one runs and one waits, both clients hang up.
     let long = json!({"prompt": "x", "max_tokens": 50, "ignore_eos": true});
-    let first = c.post(format!("{url}/v1/completions")).json(&long).send();
-    let second = c.post(format!("{url}/v1/completions")).json(&long).send();
-    let (a, b) = tokio::join!(first, second);
-    assert!(a.is_err() && b.is_err());
+    let first = tokio::spawn({
+        let (url, long) = (url.clone(), long.clone());
+        async move { complete(&url, long).await }
+    });
+    let second = tokio::spawn({
+        let (url, long) = (url.clone(), long.clone());
+        async move { complete(&url, long).await }
+    });
+    let both = until(Duration::from_secs(5), || async {
+        let s = server.state();
+        s["engines"][0]["running"] == 1 && s["engines"][0]["waiting"] == 1
+    })
+    .await;
+    assert!(both, "{}", server.state());
+    first.abort();
+    second.abort();
     let drained = until(Duration::from_secs(5), || async {
         let s = server.state();
         s["engines"][0]["running"] == 0 && s["engines"][0]["waiting"] == 0
