@@ -1,7 +1,7 @@
 //! Load test: sustained puts and keepalives with 10,000 live leases, against mock-etcd
 //! and against a real etcd 3.4 started on loopback, side by side in one run.
 //!
-//! `cargo run --release -p mock-etcd --example loadtest`
+//! `cargo run --release -p mock-etcd --example etcd_loadtest`
 //!
 //! Each target gets the same work: grant N leases (TTL 60 s) and put one key per lease
 //! (setup, timed separately), then C concurrent clients alternate a put of a leased key

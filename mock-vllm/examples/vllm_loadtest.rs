@@ -1,7 +1,7 @@
 //! Bounded load test: how many simulated requests one mock-vllm process holds in flight,
 //! and how many short requests per second it serves, over loopback.
 //!
-//! `cargo run --release -p mock-vllm --example loadtest [-- IN_FLIGHT SECONDS CONNS]`
+//! `cargo run --release -p mock-vllm --example vllm_loadtest [-- IN_FLIGHT SECONDS CONNS]`
 //!
 //! Client and server share this process (and its cores); the client is a minimal
 //! keep-alive HTTP/1.1 writer/reader so most of the CPU goes to the server.
