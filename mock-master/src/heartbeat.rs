@@ -51,7 +51,11 @@ pub async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Body) -
         Fault::HeartbeatStatus { status } => Some(*status),
         _ => None,
     }) {
-        let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        // A final answer must be 2xx..5xx; anything else armed becomes a 500.
+        let code = Some(status)
+            .filter(|s| (200..=599).contains(s))
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         s.count_heartbeat(code.as_u16());
         s.events
             .emit("heartbeat", json!({"status": code.as_u16(), "fault": true}));
