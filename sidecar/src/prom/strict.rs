@@ -200,8 +200,10 @@ impl<'a> Rules<'a> {
                 }
                 f.unit = true;
                 if !unit.is_empty() {
-                    if !f.name.ends_with(unit)
-                        || !f.name[..f.name.len() - unit.len()].ends_with('_')
+                    if !f
+                        .name
+                        .strip_suffix(unit)
+                        .is_some_and(|rest| rest.ends_with('_'))
                     {
                         return fail(format!(
                             "metric name {:?} does not end with _{unit}",
