@@ -141,14 +141,17 @@ impl Sidecar {
             cfg.internal_token.clone(),
             cfg.health_timeout,
         );
-        let heartbeat = tokio::spawn(heartbeat_loop(
+        let heartbeater = Heartbeater {
             scraper,
-            heartbeat_client,
+            client: heartbeat_client,
+            events: events_tx,
+            telemetry: self.telemetry.clone(),
+        };
+        let heartbeat = tokio::spawn(heartbeat_loop(
+            heartbeater,
             cfg.clone(),
             epoch,
             self.status_tx.subscribe(),
-            events_tx,
-            self.telemetry.clone(),
             shutdown.clone(),
         ));
 
@@ -493,15 +496,20 @@ async fn health_loop(
     }
 }
 
+/// What one heartbeat needs: where to scrape, where to post, whom to tell.
+struct Heartbeater {
+    scraper: Scraper,
+    client: HeartbeatClient,
+    events: mpsc::Sender<Event>,
+    telemetry: Arc<Telemetry>,
+}
+
 /// Scrape and post on the heartbeat cadence while registered and healthy.
 async fn heartbeat_loop(
-    mut scraper: Scraper,
-    client: HeartbeatClient,
+    mut heartbeater: Heartbeater,
     cfg: Arc<Config>,
     epoch: Instant,
     mut status: watch::Receiver<Status>,
-    events: mpsc::Sender<Event>,
-    telemetry: Arc<Telemetry>,
     mut shutdown: Shutdown,
 ) {
     let interval = cfg.heartbeat_interval;
@@ -531,15 +539,7 @@ async fn heartbeat_loop(
             next = on_grid(epoch, interval, Instant::now() + interval / 2);
             continue;
         };
-        let ok = heartbeat_once(
-            &mut scraper,
-            &client,
-            &cfg,
-            &registration,
-            &events,
-            &telemetry,
-        )
-        .await;
+        let ok = heartbeat_once(&mut heartbeater, &cfg, &registration).await;
         next = if ok {
             backoff.reset();
             on_grid(epoch, interval, Instant::now() + interval / 2)
@@ -559,14 +559,13 @@ fn on_grid(epoch: Instant, period: Duration, not_before: Instant) -> Instant {
 }
 
 /// One scrape + POST; `false` when it should be retried with backoff.
-async fn heartbeat_once(
-    scraper: &mut Scraper,
-    client: &HeartbeatClient,
-    cfg: &Config,
-    registration: &Registration,
-    events: &mpsc::Sender<Event>,
-    telemetry: &Telemetry,
-) -> bool {
+async fn heartbeat_once(h: &mut Heartbeater, cfg: &Config, registration: &Registration) -> bool {
+    let Heartbeater {
+        scraper,
+        client,
+        events,
+        telemetry,
+    } = h;
     let scrape = match scraper.scrape().await {
         Ok(scrape) => scrape,
         Err(e) => {
