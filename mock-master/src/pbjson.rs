@@ -492,4 +492,56 @@ mod tests {
             assert!(parse(bad).is_err(), "accepted {bad}");
         }
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Render `v` as a JSON number or as a string, as protobuf's JSON allows.
+        fn either(v: String, as_string: bool) -> String {
+            if as_string {
+                format!("\"{v}\"")
+            } else {
+                v
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn any_encoding_of_the_same_values_decodes_the_same(
+                waiting in any::<u64>(),
+                usage in -1.0e30f32..1.0e30f32,
+                ttft in any::<i64>(),
+                tbt in any::<i64>(),
+                camel in any::<bool>(),
+                strings in any::<[bool; 4]>(),
+            ) {
+                let (lm, w, g, lat, t1, t2, inc) = if camel {
+                    ("loadMetrics", "waitingRequestsNum", "gpuCacheUsagePerc", "latencyMetrics", "recentMaxTtft", "recentMaxTbt", "incarnationId")
+                } else {
+                    ("load_metrics", "waiting_requests_num", "gpu_cache_usage_perc", "latency_metrics", "recent_max_ttft", "recent_max_tbt", "incarnation_id")
+                };
+                let body = format!(
+                    r#"{{"name":"n","{inc}":"i","{lm}":{{"{w}":{},"{g}":{}}},"{lat}":{{"{t1}":{},"{t2}":{}}}}}"#,
+                    either(waiting.to_string(), strings[0]),
+                    either(format!("{usage:e}"), strings[1]),
+                    either(ttft.to_string(), strings[2]),
+                    either(tbt.to_string(), strings[3]),
+                );
+                let r = HeartbeatRequest::from_json(body.as_bytes()).unwrap();
+                prop_assert_eq!(r.incarnation_id.as_str(), "i");
+                prop_assert_eq!(r.load_metrics.waiting_requests_num, waiting);
+                // As protobuf does: the decimal text to double, then to float.
+                let expected = format!("{usage:e}").parse::<f64>().unwrap() as f32;
+                prop_assert_eq!(r.load_metrics.gpu_cache_usage_perc, expected);
+                prop_assert_eq!(r.latency_metrics.recent_max_ttft, ttft);
+                prop_assert_eq!(r.latency_metrics.recent_max_tbt, tbt);
+            }
+
+            #[test]
+            fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+                let _ = HeartbeatRequest::from_json(&body);
+            }
+        }
+    }
 }
