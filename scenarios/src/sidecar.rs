@@ -17,8 +17,13 @@ use mock_kit::Events;
 /// Where the sidecar binary is: `$VLLM_SIDECAR_BIN`; else, when run by cargo (`cargo run`,
 /// `cargo test`), freshly built by `cargo build -p sidecar` in the runner's own profile and
 /// target dir (a no-op when up to date, and never a stale binary); else the one next to the
-/// runner; else built.
+/// runner; else built. Resolved once per process.
 pub fn locate_binary() -> Result<PathBuf, String> {
+    static FOUND: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    FOUND.get_or_init(locate_uncached).clone()
+}
+
+fn locate_uncached() -> Result<PathBuf, String> {
     if let Ok(p) = std::env::var("VLLM_SIDECAR_BIN") {
         let p = PathBuf::from(p);
         return if p.is_file() {
