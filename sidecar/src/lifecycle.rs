@@ -514,6 +514,10 @@ async fn heartbeat_loop(
 ) {
     let interval = cfg.heartbeat_interval;
     let mut backoff = Backoff::new(interval, interval * 4);
+    // Re-registrations caused by 409s in a row (a master that never sees our key, e.g. a
+    // namespace mismatch) slow down instead of churning leases every heartbeat.
+    let mut conflict_backoff = Backoff::new(interval, interval.max(Duration::from_secs(30)));
+    let mut after_conflict = false;
     let mut next = Instant::now() + interval;
     let mut incarnation: Option<String> = None;
     loop {
@@ -524,11 +528,16 @@ async fn heartbeat_loop(
                     return;
                 }
                 let now = status.borrow_and_update().registration.as_ref().map(|r| r.incarnation.clone());
-                if now != incarnation {
+                if now.is_some() && now != incarnation {
                     // Give the master time to see the new key before the first heartbeat.
                     incarnation = now;
-                    next = on_grid(epoch, interval, Instant::now() + interval / 2);
                     backoff.reset();
+                    next = if std::mem::take(&mut after_conflict) {
+                        Instant::now() + conflict_backoff.next_delay().max(interval)
+                    } else {
+                        conflict_backoff.reset();
+                        on_grid(epoch, interval, Instant::now() + interval / 2)
+                    };
                 }
                 continue;
             }
@@ -539,12 +548,17 @@ async fn heartbeat_loop(
             next = on_grid(epoch, interval, Instant::now() + interval / 2);
             continue;
         };
-        let ok = heartbeat_once(&mut heartbeater, &cfg, &registration).await;
-        next = if ok {
-            backoff.reset();
-            on_grid(epoch, interval, Instant::now() + interval / 2)
-        } else {
-            Instant::now() + backoff.next_delay().max(interval / 2)
+        next = match heartbeat_once(&mut heartbeater, &cfg, &registration).await {
+            Outcome::Delivered => {
+                backoff.reset();
+                conflict_backoff.reset();
+                on_grid(epoch, interval, Instant::now() + interval / 2)
+            }
+            Outcome::Conflict => {
+                after_conflict = true;
+                on_grid(epoch, interval, Instant::now() + interval / 2)
+            }
+            Outcome::Failed => Instant::now() + backoff.next_delay().max(interval / 2),
         };
     }
 }
@@ -558,8 +572,17 @@ fn on_grid(epoch: Instant, period: Duration, not_before: Instant) -> Instant {
     epoch + Duration::from_nanos(offset)
 }
 
-/// One scrape + POST; `false` when it should be retried with backoff.
-async fn heartbeat_once(h: &mut Heartbeater, cfg: &Config, registration: &Registration) -> bool {
+/// How one heartbeat went.
+enum Outcome {
+    Delivered,
+    /// 409: the lifecycle loop was told to register again.
+    Conflict,
+    /// Retry with backoff.
+    Failed,
+}
+
+/// One scrape + POST.
+async fn heartbeat_once(h: &mut Heartbeater, cfg: &Config, registration: &Registration) -> Outcome {
     let Heartbeater {
         scraper,
         client,
@@ -575,7 +598,7 @@ async fn heartbeat_once(h: &mut Heartbeater, cfg: &Config, registration: &Regist
                 telemetry.scrape_errors.inc();
             }
             tracing::warn!(error = %e, "metrics scrape failed; heartbeat skipped");
-            return false;
+            return Outcome::Failed;
         }
     };
     telemetry
@@ -595,28 +618,28 @@ async fn heartbeat_once(h: &mut Heartbeater, cfg: &Config, registration: &Regist
             match answer {
                 Answer::Ok => {
                     tracing::debug!(metrics = ?scrape.metrics, "heartbeat ok");
-                    true
+                    Outcome::Delivered
                 }
                 Answer::Conflict => {
                     let _ = events
                         .send(Event::Conflict(registration.incarnation.clone()))
                         .await;
-                    true
+                    Outcome::Conflict
                 }
                 Answer::Unauthorized => {
                     tracing::error!("heartbeat 401: the master rejected --internal-token");
-                    false
+                    Outcome::Failed
                 }
                 Answer::Other(status, text) => {
                     tracing::warn!(status, body = %text, "heartbeat answered HTTP {status}");
-                    false
+                    Outcome::Failed
                 }
             }
         }
         Err(e) => {
             telemetry.heartbeat("error");
             tracing::warn!(error = %e, "heartbeat POST failed");
-            false
+            Outcome::Failed
         }
     }
 }

@@ -559,3 +559,29 @@ async fn master_errors_back_off_and_do_not_touch_the_lease() {
     assert!(run.telemetry.encode().contains("answer=\"other\""));
     run.stop().await;
 }
+
+#[tokio::test]
+async fn conflicts_in_a_row_slow_down_re_registration() {
+    let w = World::start(409).await;
+    let run = start(w.config(&[]));
+    // Note when each registration is seen (polled every 10 ms).
+    let mut seen = Vec::new();
+    let until = tokio::time::Instant::now() + Duration::from_secs(15);
+    while seen.len() < 5 {
+        let puts = count(&w.etcd, "/v3/kv/put").await;
+        while seen.len() < puts {
+            seen.push(tokio::time::Instant::now());
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "only {} registrations",
+            seen.len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Without backoff every gap would be one heartbeat interval (0.2 s); the fourth
+    // consecutive conflict waits at least 0.8 s.
+    let last_gap = seen[4] - seen[3];
+    assert!(last_gap >= Duration::from_millis(600), "gap {last_gap:?}");
+    run.stop().await;
+}
