@@ -53,6 +53,18 @@ pub(crate) fn parse_f64(s: &str) -> Option<f64> {
     }
     let mut ndigits = i - int_start;
     any |= ndigits > 0;
+    // `17`, `17.0`: how prometheus_client writes whole numbers, most of a vLLM page.
+    if any && ndigits <= 15 {
+        let whole = match b.get(i..) {
+            Some([]) => true,
+            Some([b'.', b'0']) => true,
+            _ => false,
+        };
+        if whole {
+            let v = mant as f64;
+            return Some(if neg { -v } else { v });
+        }
+    }
     let mut exp: i64 = 0;
     if b.get(i) == Some(&b'.') {
         i += 1;
