@@ -40,7 +40,18 @@ python3 -c 'import requests' 2>/dev/null || { echo "python3 requests missing" >&
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 WORK=$(mktemp -d)
 PIDS=()
+SIDECARS=()
 cleanup() {
+  # Sidecars first (they revoke their leases while etcd is still up), then the rest;
+  # anything still running after 10 s is killed.
+  for pid in "${SIDECARS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for _ in $(seq 100); do
+    alive=0
+    for pid in "${SIDECARS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${SIDECARS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$WORK"
@@ -99,9 +110,9 @@ COMMON=(--etcd-endpoints "127.0.0.1:$EC" --vllm-url "http://127.0.0.1:$VP"
 
 (cd "$REF_PARENT" && exec python3 -m vllm_sidecar.sidecar "${COMMON[@]}" \
   --register-addr reference.local:18000 --log-level WARNING) >"$WORK/ref.log" 2>&1 &
-REF=$!; PIDS+=($REF)
+REF=$!; SIDECARS+=($REF)
 "$BIN" "${COMMON[@]}" --register-addr rust.local:18000 --log-level WARNING >"$WORK/rust.log" 2>&1 &
-OURS=$!; PIDS+=($OURS)
+OURS=$!; SIDECARS+=($OURS)
 
 tck=$(getconf CLK_TCK)
 cpu() { awk -v t="$tck" '{ printf "%.3f", ($14 + $15) / t }' "/proc/$1/stat"; }
@@ -136,4 +147,3 @@ print(f"heartbeats delivered: reference {counts.get('reference.local:18000', 0)}
       f"vllm-sidecar {counts.get('rust.local:18000', 0)}")
 EOF
 
-kill -TERM $REF $OURS 2>/dev/null || true
