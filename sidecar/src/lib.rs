@@ -10,9 +10,10 @@
 //! (interval state) → heartbeat body → master.
 //!
 //! - [`prom`]: the Prometheus / OpenMetrics text parser, lenient and strict:
-//!   `prom::parse(text, options)`.
-//! - [`mapping`]: from parsed samples to the heartbeat's load and latency metrics, with
-//!   the state kept between scrapes: `mapping::Mapper::observe`.
+//!   `prom::parse(text, format, mode)`.
+//! - [`mapping`]: from a page to the heartbeat's load and latency metrics, with the
+//!   state kept between scrapes: `Mapper::observe` (parsed page) or
+//!   `Mapper::observe_text` (the scrape path, straight from the text).
 //! - [`tools`]: the `parse` and `preview` subcommands.
 //!
 //! Registration is a separate concern: health probe → lease → etcd key.
