@@ -1018,7 +1018,7 @@ mod tests {
 
     #[test]
     fn a_key_missing_without_excuse_is_a_violation() {
-        let sc = scenario(); // grace = 1 s + 2 × 250 ms + 1 s = 2.5 s
+        let sc = scenario(); // grace = 2 × 250 ms + 2 s = 2.5 s
         let s = samples(|t| !(3000..3300).contains(&t));
         let eps = episodes(&sc, &[], 4000);
         let v = registered_when_healthy(&sc, &s, &eps);
