@@ -12,8 +12,9 @@ use serde_json::json;
 const TOKEN: &str = "s3cret-token";
 
 /// A master with `token`, and one registered instance `name` at incarnation `inc-1`.
-async fn setup(token: Option<&str>) -> Option<(MockMaster, String, Gw, String)> {
-    let url = shared_etcd().await?;
+async fn setup(token: Option<&str>) -> (MockMaster, String, TestEtcd) {
+    let etcd = any_etcd().await;
+    let url = &etcd.url();
     let ns = unique_ns("hb");
     let gw = Gw::new(url);
     let name = "127.0.0.1:18000".to_string();
@@ -29,14 +30,12 @@ async fn setup(token: Option<&str>) -> Option<(MockMaster, String, Gw, String)> 
         m.instance(&name).is_some(),
         "initial range did not register the instance"
     );
-    Some((m, name, gw, ns))
+    (m, name, etcd)
 }
 
 #[tokio::test]
 async fn every_row_of_the_table_in_order() {
-    let Some((m, name, _gw, _ns)) = setup(Some(TOKEN)).await else {
-        return;
-    };
+    let (m, name, _etcd) = setup(Some(TOKEN)).await;
     let u = m.url();
 
     // 401: missing or wrong token, even with a bad body (the token is checked first).
@@ -121,9 +120,7 @@ async fn every_row_of_the_table_in_order() {
 
 #[tokio::test]
 async fn protobuf_json_spellings_are_accepted() {
-    let Some((m, name, _gw, _ns)) = setup(None).await else {
-        return;
-    };
+    let (m, name, _etcd) = setup(None).await;
     let body = json!({"name": name, "incarnationId": "inc-1", "cacheEvent": {"stored_cache": []},
         "loadMetrics": {"waitingRequestsNum": "42", "gpuCacheUsagePerc": "0.5"},
         "latencyMetrics": {"recentMaxTtft": "100", "recentMaxTbt": 1e1}, "future_field": [1, {"x": null}]});
@@ -154,9 +151,7 @@ async fn protobuf_json_spellings_are_accepted() {
 
 #[tokio::test]
 async fn oversized_and_non_json_bodies() {
-    let Some((m, name, _gw, _ns)) = setup(None).await else {
-        return;
-    };
+    let (m, name, _etcd) = setup(None).await;
     let http = reqwest::Client::new();
     let big = format!(
         r#"{{"name":"{name}","incarnation_id":"inc-1","pad":"{}"}}"#,
@@ -194,9 +189,7 @@ async fn oversized_and_non_json_bodies() {
 
 #[tokio::test]
 async fn token_rotation_over_the_control_api() {
-    let Some((m, name, _gw, _ns)) = setup(Some(TOKEN)).await else {
-        return;
-    };
+    let (m, name, _etcd) = setup(Some(TOKEN)).await;
     let u = m.url();
     let http = reqwest::Client::new();
     let r = http
@@ -228,9 +221,7 @@ async fn token_rotation_over_the_control_api() {
 
 #[tokio::test]
 async fn status_and_latency_faults() {
-    let Some((m, name, _gw, _ns)) = setup(None).await else {
-        return;
-    };
+    let (m, name, _etcd) = setup(None).await;
     let u = m.url();
     let http = reqwest::Client::new();
     // Two 503s, then back to normal; added over the control API.
@@ -279,9 +270,8 @@ async fn status_and_latency_faults() {
 
 #[tokio::test]
 async fn no_control_means_no_mock_routes() {
-    let Some(url) = shared_etcd().await else {
-        return;
-    };
+    let etcd = any_etcd().await;
+    let url = &etcd.url();
     let mut cfg = fast_config(url, &unique_ns("nc"));
     cfg.control = false;
     let m = mock_master::start(cfg, mock_kit::Events::none("master"))

@@ -12,12 +12,13 @@ use serde_json::{json, Value};
 const WAIT: Duration = Duration::from_secs(5);
 
 /// A master with the given stubs registered (incarnation = "inc-" + index).
-async fn cluster(stubs: &[&Stub]) -> Option<(MockMaster, Gw, String)> {
+async fn cluster(stubs: &[&Stub]) -> (MockMaster, Gw, String, TestEtcd) {
     cluster_with(stubs, Duration::from_secs(30)).await
 }
 
-async fn cluster_with(stubs: &[&Stub], lease_lost: Duration) -> Option<(MockMaster, Gw, String)> {
-    let url = shared_etcd().await?;
+async fn cluster_with(stubs: &[&Stub], lease_lost: Duration) -> (MockMaster, Gw, String, TestEtcd) {
+    let etcd = any_etcd().await;
+    let url = &etcd.url();
     let ns = unique_ns("route");
     let gw = Gw::new(url);
     for (i, s) in stubs.iter().enumerate() {
@@ -34,7 +35,7 @@ async fn cluster_with(stubs: &[&Stub], lease_lost: Duration) -> Option<(MockMast
         .await
         .unwrap();
     assert_eq!(m.instances().len(), stubs.len());
-    Some((m, gw, ns))
+    (m, gw, ns, etcd)
 }
 
 /// Send `n` completions; answers who served each.
@@ -61,9 +62,7 @@ async fn send(m: &MockMaster, path: &str, n: usize) -> Vec<String> {
 #[tokio::test]
 async fn traffic_moves_away_from_a_loaded_instance() {
     let (a, b) = (Stub::start("m").await, Stub::start("m").await);
-    let Some((m, _gw, _ns)) = cluster(&[&a, &b]).await else {
-        return;
-    };
+    let (m, _gw, _ns, _etcd) = cluster(&[&a, &b]).await;
     // No load reported yet: round robin over both.
     let served = send(&m, "/v1/completions", 10).await;
     assert_eq!(served.iter().filter(|s| **s == a.name).count(), 5);
@@ -106,9 +105,7 @@ async fn traffic_moves_away_from_a_loaded_instance() {
 #[tokio::test]
 async fn lease_lost_is_routable_suspect_is_not() {
     let (a, b) = (Stub::start("m").await, Stub::start("m").await);
-    let Some((m, gw, ns)) = cluster_with(&[&a, &b], Duration::from_millis(1500)).await else {
-        return;
-    };
+    let (m, gw, ns, _etcd) = cluster_with(&[&a, &b], Duration::from_millis(1500)).await;
     // A loses its lease but answers /health: LEASE_LOST, still routed to.
     gw.delete(&key(&ns, "DEFAULT", &a.name)).await;
     assert!(
@@ -145,9 +142,7 @@ async fn lease_lost_is_routable_suspect_is_not() {
 
 #[tokio::test]
 async fn no_routable_instance_is_503() {
-    let Some((m, _gw, _ns)) = cluster(&[]).await else {
-        return;
-    };
+    let (m, _gw, _ns, _etcd) = cluster(&[]).await;
     let http = reqwest::Client::new();
     for path in ["/v1/completions", "/v1/chat/completions"] {
         let r = http
@@ -172,9 +167,7 @@ async fn no_routable_instance_is_503() {
 #[tokio::test]
 async fn streams_are_relayed() {
     let a = Stub::start("m").await;
-    let Some((m, _gw, _ns)) = cluster(&[&a]).await else {
-        return;
-    };
+    let (m, _gw, _ns, _etcd) = cluster(&[&a]).await;
     let r = reqwest::Client::new()
         .post(format!("{}/v1/chat/completions", m.url()))
         .json(&json!({"model": "m", "messages": [], "stream": true}))
@@ -198,9 +191,7 @@ async fn models_are_the_union_over_routable_instances() {
         Stub::start("m2").await,
         Stub::start("m1").await,
     );
-    let Some((m, _gw, _ns)) = cluster(&[&a, &b, &c]).await else {
-        return;
-    };
+    let (m, _gw, _ns, _etcd) = cluster(&[&a, &b, &c]).await;
     let v: Value = reqwest::get(format!("{}/v1/models", m.url()))
         .await
         .unwrap()
@@ -223,9 +214,7 @@ async fn models_are_the_union_over_routable_instances() {
 async fn a_dead_upstream_is_502() {
     let a = Stub::start("m").await;
     a.stop();
-    let Some((m, _gw, _ns)) = cluster(&[&a]).await else {
-        return;
-    };
+    let (m, _gw, _ns, _etcd) = cluster(&[&a]).await;
     let r = reqwest::Client::new()
         .post(format!("{}/v1/completions", m.url()))
         .json(&json!({"prompt": "x"}))

@@ -477,3 +477,32 @@ impl Drop for CutProxy {
         self.cut(true);
     }
 }
+
+/// The shared real etcd, or (when the binary is missing) a mock-etcd of this test's own.
+pub enum TestEtcd {
+    Real(&'static str),
+    Mock(mock_etcd::MockEtcd),
+}
+
+impl TestEtcd {
+    pub fn url(&self) -> String {
+        match self {
+            TestEtcd::Real(u) => u.to_string(),
+            TestEtcd::Mock(m) => m.url(),
+        }
+    }
+}
+
+pub async fn any_etcd() -> TestEtcd {
+    match shared_etcd().await {
+        Some(u) => TestEtcd::Real(u),
+        None => {
+            eprintln!("no real etcd: running against mock-etcd instead");
+            TestEtcd::Mock(
+                mock_etcd::start(mock_etcd::Config::default(), Events::none("etcd"))
+                    .await
+                    .unwrap(),
+            )
+        }
+    }
+}
