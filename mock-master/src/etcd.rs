@@ -80,6 +80,7 @@ pub struct EtcdClient {
     endpoints: Vec<String>,
     http: reqwest::Client,
     watch_http: reqwest::Client,
+    timeout: Duration,
 }
 
 /// `127.0.0.1:2379` -> `http://127.0.0.1:2379`; schemes are kept; trailing `/` dropped.
@@ -131,6 +132,7 @@ impl EtcdClient {
             endpoints,
             http,
             watch_http,
+            timeout,
         })
     }
 
@@ -206,7 +208,8 @@ impl EtcdClient {
     }
 
     /// Open a watch on every key starting with `prefix`, from `start_revision`, with the
-    /// previous value of each key in every event.
+    /// previous value of each key in every event. The answer's headers must come within
+    /// the call timeout; after that, silence longer than `idle` ends the stream.
     pub async fn watch(
         &self,
         prefix: &[u8],
@@ -236,7 +239,7 @@ impl EtcdClient {
                 }
                 Ok(Ok(resp)) => last = err(format!("{url}: HTTP {}", resp.status())),
                 Ok(Err(e)) => last = err(format!("{url}: {e}")),
-                Err(_) => last = err(format!("{url}: no answer within {idle:?}")),
+                Err(_) => last = err(format!("{url}: no answer within {:?}", self.timeout)),
             }
         }
         Err(last)

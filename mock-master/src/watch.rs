@@ -151,7 +151,8 @@ impl Watcher {
                             if resp.canceled {
                                 if resp.compact_revision > 0 {
                                     pos = Position::List { apply: true };
-                                    self.events.emit("watch_compacted", json!({"from_revision": next, "compact_revision": resp.compact_revision}));
+                                    let detail = json!({"from_revision": next, "compact_revision": resp.compact_revision});
+                                    self.events.emit("watch_compacted", detail);
                                     break format!("compacted at {}", resp.compact_revision);
                                 }
                                 break format!("canceled: {}", resp.cancel_reason);
