@@ -228,7 +228,8 @@ impl EtcdClient {
         for ep in &self.endpoints {
             let url = format!("{ep}/v3/watch");
             let sent =
-                tokio::time::timeout(idle, self.watch_http.post(&url).json(&body).send()).await;
+                tokio::time::timeout(self.timeout, self.watch_http.post(&url).json(&body).send())
+                    .await;
             match sent {
                 Ok(Ok(resp)) if resp.status().is_success() => {
                     return Ok(WatchStream {
