@@ -57,6 +57,32 @@ pub async fn read_capped(response: reqwest::Response, limit: usize) -> Result<By
     Ok(buf.freeze())
 }
 
+/// Read the whole body into `buf` (cleared first), failing as soon as it passes `limit`
+/// bytes. The buffer is the caller's, so a periodic read of the same page reuses one
+/// allocation instead of a fresh one every time.
+pub async fn read_capped_into(
+    response: reqwest::Response,
+    limit: usize,
+    buf: &mut Vec<u8>,
+) -> Result<(), BodyError> {
+    buf.clear();
+    if let Some(len) = response.content_length() {
+        if len > limit as u64 {
+            return Err(BodyError::TooLarge { limit });
+        }
+        buf.reserve(usize::try_from(len).unwrap_or(0));
+    }
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(BodyError::Read)?;
+        if buf.len() + chunk.len() > limit {
+            return Err(BodyError::TooLarge { limit });
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(())
+}
+
 /// A transport error with its causes ("error sending request: connection refused"), and
 /// without the URL (the caller names the peer).
 pub fn describe(error: reqwest::Error) -> String {

@@ -102,7 +102,7 @@ impl Telemetry {
         );
         registry.register(
             "parse_errors",
-            "vLLM /metrics pages that did not parse, plus lines skipped",
+            "vLLM /metrics pages that were not text, plus lines skipped (counted on the first scrape and every 64th)",
             t.parse_errors.clone(),
         );
         registry.register(
