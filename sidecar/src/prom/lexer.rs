@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use super::number::{parse_f64, parse_i64, parse_om_timestamp};
+use super::number::{parse_f64, parse_i64, parse_om_timestamp, short_decimal};
 use super::sample::{closing_quote, quoted_end, unescape, Labels, Sample};
 
 #[derive(Clone, Copy, Debug)]
@@ -195,13 +195,19 @@ pub(crate) fn sample_line<'a>(
 
     // Value.
     let value_start = separator(b, i, lax, "expected a space before the value")?;
-    let value_end = token_end(b, value_start);
-    let value_text = line.get(value_start..value_end).unwrap_or_default();
-    let Some(value) = parse_f64(value_text) else {
-        return Err(LexError {
-            col: value_start,
-            msg: Cow::Owned(format!("invalid value {value_text:?}")),
-        });
+    let (value, value_end) = match short_decimal(b, value_start) {
+        Some(v) => v,
+        None => {
+            let value_end = token_end(b, value_start);
+            let value_text = line.get(value_start..value_end).unwrap_or_default();
+            let Some(v) = parse_f64(value_text) else {
+                return Err(LexError {
+                    col: value_start,
+                    msg: Cow::Owned(format!("invalid value {value_text:?}")),
+                });
+            };
+            (v, value_end)
+        }
     };
     i = value_end;
 
@@ -373,6 +379,15 @@ fn label_block<'a>(
     name_allowed: bool,
 ) -> Result<LabelBlock<'a>, LexError> {
     let b = line.as_bytes();
+    if !d.strict {
+        if let Some((end, escaped)) = plain_label_block(b, start) {
+            return Ok(LabelBlock {
+                end,
+                labels: Labels::new(line.get(start..end - 1).unwrap_or_default(), escaped),
+                name: None,
+            });
+        }
+    }
     let lax = d.lax_spacing();
     let mut i = start;
     let mut raw_start = start;
@@ -502,6 +517,37 @@ fn label_block<'a>(
             if d.strict && lax_double_comma(b, i, lax) {
                 return err(i, "empty label (two commas)");
             }
+        }
+    }
+}
+
+/// The common label block, `name="value",...}` without blanks or quoted names: its end
+/// (after `}`) and whether a value holds a backslash. `None` for anything else, which
+/// [`label_block`] then lexes from the start (so both agree by construction).
+#[inline(always)]
+fn plain_label_block(b: &[u8], start: usize) -> Option<(usize, bool)> {
+    let mut i = start;
+    let mut escaped = false;
+    loop {
+        let c = *b.get(i)?;
+        if c == b'}' {
+            return Some((i + 1, escaped));
+        }
+        if CLASS[c as usize] & LABEL_START == 0 {
+            return None;
+        }
+        i = run_end(b, i + 1, LABEL);
+        if b.get(i..i + 2) != Some(b"=\"") {
+            return None;
+        }
+        let vstart = i + 2;
+        let (len, has_escape) = quoted_end(b.get(vstart..)?)?;
+        escaped |= has_escape;
+        i = vstart + len + 1;
+        match b.get(i) {
+            Some(b',') => i += 1,
+            Some(b'}') => {}
+            _ => return None,
         }
     }
 }

@@ -55,11 +55,7 @@ pub(crate) fn parse_f64(s: &str) -> Option<f64> {
     any |= ndigits > 0;
     // `17`, `17.0`: how prometheus_client writes whole numbers, most of a vLLM page.
     if any && ndigits <= 15 {
-        let whole = match b.get(i..) {
-            Some([]) => true,
-            Some([b'.', b'0']) => true,
-            _ => false,
-        };
+        let whole = matches!(b.get(i..), Some([] | [b'.', b'0']));
         if whole {
             let v = mant as f64;
             return Some(if neg { -v } else { v });
@@ -130,6 +126,86 @@ pub(crate) fn parse_f64(s: &str) -> Option<f64> {
     }
     // Grammar already checked: std only converts.
     s.parse::<f64>().ok()
+}
+
+/// The value token starting at `start` when it is a short plain decimal (`17`, `6.0`,
+/// `0.25`, `1.771042457421372e+09`: digits, an optional fraction, an optional exponent
+/// of at most 3 digits, a mantissa of at most 2^53) ending at a blank or the line's end:
+/// the value and the token's end. Exact by the same argument as [`parse_f64`]'s fast
+/// path (at most 19 digits, so the mantissa cannot overflow before the check).
+/// `None` for everything else, which `parse_f64` then handles.
+#[inline(always)]
+pub(crate) fn short_decimal(b: &[u8], start: usize) -> Option<(f64, usize)> {
+    let mut i = start;
+    let mut mant: u64 = 0;
+    while let Some(&c) = b.get(i) {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        mant = mant.wrapping_mul(10).wrapping_add(d as u64);
+        i += 1;
+    }
+    let nint = i - start;
+    if nint == 0 || nint > 19 {
+        return None;
+    }
+    let mut exp: i64 = 0;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let fs = i;
+        while let Some(&c) = b.get(i) {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            mant = mant.wrapping_mul(10).wrapping_add(d as u64);
+            i += 1;
+        }
+        let nfrac = i - fs;
+        if nint + nfrac > 19 {
+            return None;
+        }
+        exp = -(nfrac as i64);
+    }
+    if let Some(b'e' | b'E') = b.get(i) {
+        i += 1;
+        let neg = match b.get(i) {
+            Some(b'-') => {
+                i += 1;
+                true
+            }
+            Some(b'+') => {
+                i += 1;
+                false
+            }
+            _ => false,
+        };
+        let es = i;
+        let mut e: i64 = 0;
+        while let Some(&c) = b.get(i) {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 || i - es >= 3 {
+                break;
+            }
+            e = e * 10 + d as i64;
+            i += 1;
+        }
+        if i == es {
+            return None;
+        }
+        exp += if neg { -e } else { e };
+    }
+    if !matches!(b.get(i), None | Some(b' ' | b'\t')) || mant > MAX_EXACT {
+        return None;
+    }
+    let m = mant as f64;
+    let v = if exp >= 0 {
+        m * *POW10.get(exp as usize)?
+    } else {
+        m / *POW10.get(exp.unsigned_abs() as usize)?
+    };
+    Some((v, i))
 }
 
 /// `inf`, `infinity`, `nan` in any case; a sign only on the infinities.
@@ -226,6 +302,78 @@ mod tests {
             let ours = parse_f64(s).unwrap_or_else(|| panic!("{s}"));
             let std: f64 = s.parse().unwrap();
             assert_eq!(ours.to_bits(), std.to_bits(), "{s}");
+        }
+    }
+
+    #[test]
+    fn short_decimals_equal_std() {
+        for s in [
+            "6.0",
+            "0.0",
+            "17",
+            "5.",
+            "1733.0",
+            "0.25",
+            "1.771042457421372e+09",
+            "1e22",
+            "1e-22",
+            "123456789012345",
+            "1.5E-3",
+            "999999999999999e22",
+            "1e022",
+        ] {
+            let (v, end) = short_decimal(s.as_bytes(), 0).unwrap_or_else(|| panic!("{s}"));
+            assert_eq!(end, s.len(), "{s}");
+            assert_eq!(v.to_bits(), s.parse::<f64>().unwrap().to_bits(), "{s}");
+        }
+        // Left to parse_f64: signs, leading dot, too many digits, big exponents, junk.
+        for s in [
+            "-1",
+            "+1",
+            ".5",
+            "9007199254740993",
+            "1.23456789012345678",
+            "12345678901234567890",
+            "1e23",
+            "1e-23",
+            "1e1234",
+            "1e",
+            "1.5x",
+            "Inf",
+            "",
+        ] {
+            assert_eq!(short_decimal(s.as_bytes(), 0), None, "{s}");
+        }
+        assert_eq!(short_decimal(b"x 6.0 12", 2), Some((6.0, 5)));
+        assert_eq!(short_decimal(b"6.0\t1", 0), Some((6.0, 3)));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decimals_equal_std(s in "[0-9]{1,18}(\\.[0-9]{0,18})?([eE][+-]?[0-9]{1,4})?") {
+            let std = s.parse::<f64>().unwrap();
+            proptest::prop_assert_eq!(parse_f64(&s).map(f64::to_bits), Some(std.to_bits()));
+            if let Some((v, end)) = short_decimal(s.as_bytes(), 0) {
+                proptest::prop_assert_eq!(end, s.len());
+                proptest::prop_assert_eq!(v.to_bits(), std.to_bits());
+            }
+            let spaced = format!("{s} 1");
+            if let Some((v, end)) = short_decimal(spaced.as_bytes(), 0) {
+                proptest::prop_assert_eq!(end, s.len());
+                proptest::prop_assert_eq!(v.to_bits(), std.to_bits());
+            }
+        }
+
+        #[test]
+        fn any_f64_round_trips(v in proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL | proptest::num::f64::ZERO) {
+            for s in [format!("{v}"), format!("{v:e}"), format!("{v:E}"), format!("{v:.3}")] {
+                let std = s.parse::<f64>().unwrap();
+                proptest::prop_assert_eq!(parse_f64(&s).map(f64::to_bits), Some(std.to_bits()), "{}", s);
+                if let Some((x, end)) = short_decimal(s.as_bytes(), 0) {
+                    proptest::prop_assert_eq!(end, s.len());
+                    proptest::prop_assert_eq!(x.to_bits(), std.to_bits(), "{}", s);
+                }
+            }
         }
     }
 
