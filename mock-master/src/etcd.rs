@@ -4,7 +4,15 @@
 //! real etcd and against `mock-etcd`. Written from the gateway's wire format (base64 keys
 //! and values, 64-bit integers as JSON strings, one JSON object per watch message), not
 //! from any other crate of this workspace.
+//!
+//! With credentials the client authenticates (`/v3/auth/authenticate`) before its first
+//! call and sends the simple token in `Authorization` on every call, as etcdctl does.
+//! Simple tokens expire after `--auth-token-ttl` of idle time and vanish when etcd
+//! restarts, so a call answered 401 (gRPC 16, "invalid auth token") re-authenticates
+//! once and is retried; a watch refused for its token ([`is_auth_cancel`]) drops the
+//! token so the next open authenticates again.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as B64;
@@ -74,13 +82,62 @@ pub struct WatchResponse {
     pub events: Vec<WatchEvent>,
 }
 
-/// The gateway client. Endpoints are tried in order for every call.
-#[derive(Debug, Clone)]
+/// A user name and password for etcd auth. `Debug` never shows the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<set>")
+            .finish()
+    }
+}
+
+/// The gateway client. Endpoints are tried in order for every call. Clones share the
+/// auth token.
+#[derive(Clone)]
 pub struct EtcdClient {
     endpoints: Vec<String>,
     http: reqwest::Client,
     watch_http: reqwest::Client,
     timeout: Duration,
+    credentials: Option<Arc<Credentials>>,
+    token: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for EtcdClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdClient")
+            .field("endpoints", &self.endpoints)
+            .field("timeout", &self.timeout)
+            .field("credentials", &self.credentials)
+            .finish()
+    }
+}
+
+/// How one call to one endpoint failed: the token was refused, or anything else.
+enum CallError {
+    Unauthenticated(EtcdError),
+    Other(EtcdError),
+}
+
+impl CallError {
+    fn into_inner(self) -> EtcdError {
+        match self {
+            CallError::Unauthenticated(e) | CallError::Other(e) => e,
+        }
+    }
+}
+
+/// True when a watch was canceled because of its token (missing, expired or unknown):
+/// the gateway answers such a watch with created+canceled, not with an HTTP error.
+pub fn is_auth_cancel(reason: &str) -> bool {
+    reason.contains("invalid auth token") || reason.contains("user name is empty")
 }
 
 /// `127.0.0.1:2379` -> `http://127.0.0.1:2379`; schemes are kept; trailing `/` dropped.
@@ -133,7 +190,74 @@ impl EtcdClient {
             http,
             watch_http,
             timeout,
+            credentials: None,
+            token: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// Authenticate as `username` (empty: no auth, the default).
+    pub fn with_credentials(mut self, username: &str, password: &str) -> Self {
+        self.credentials = (!username.is_empty()).then(|| {
+            Arc::new(Credentials {
+                username: username.to_string(),
+                password: password.to_string(),
+            })
+        });
+        self
+    }
+
+    fn current_token(&self) -> Option<String> {
+        self.token.lock().ok().and_then(|g| g.clone())
+    }
+
+    /// Forget `used` (if it is still the current token): the next call authenticates.
+    pub fn invalidate_token(&self, used: Option<&str>) {
+        if let Ok(mut g) = self.token.lock() {
+            if used.is_none() || g.as_deref() == used {
+                *g = None;
+            }
+        }
+    }
+
+    /// The token to send to `ep`: none without credentials; else the current one, or a
+    /// fresh one if there is none.
+    async fn token_for(&self, ep: &str) -> Result<Option<String>, EtcdError> {
+        if self.credentials.is_none() {
+            return Ok(None);
+        }
+        if let Some(t) = self.current_token() {
+            return Ok(Some(t));
+        }
+        self.authenticate(ep).await.map(Some)
+    }
+
+    /// `POST /v3/auth/authenticate` on `ep`; stores and answers the new token.
+    async fn authenticate(&self, ep: &str) -> Result<String, EtcdError> {
+        let Some(c) = &self.credentials else {
+            return Err(err("no etcd credentials configured"));
+        };
+        let body = json!({ "name": c.username, "password": c.password });
+        let v = self
+            .call_one(ep, "/v3/auth/authenticate", &body, None)
+            .await
+            .map_err(|e| {
+                err(format!(
+                    "authenticating as {}: {}",
+                    c.username,
+                    e.into_inner()
+                ))
+            })?;
+        let token = v
+            .get("token")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| err(format!("{ep}: authenticate answered no token")))?
+            .to_string();
+        if let Ok(mut g) = self.token.lock() {
+            *g = Some(token.clone());
+        }
+        tracing::debug!(endpoint = ep, user = %c.username, "authenticated to etcd");
+        Ok(token)
     }
 
     pub fn endpoints(&self) -> &[String] {
@@ -141,38 +265,68 @@ impl EtcdClient {
     }
 
     /// POST `body` to `path` on each endpoint in turn; the first 200 whose body is a JSON
-    /// object wins.
+    /// object wins. A refused token is renewed once per endpoint.
     async fn call(&self, path: &str, body: &Value) -> Result<Value, EtcdError> {
         let mut last = err("no endpoint answered");
         for ep in &self.endpoints {
-            match self.call_one(ep, path, body).await {
+            let token = match self.token_for(ep).await {
+                Ok(t) => t,
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
+            match self.call_one(ep, path, body, token.as_deref()).await {
                 Ok(v) => return Ok(v),
-                Err(e) => last = e,
+                Err(CallError::Unauthenticated(e)) if self.credentials.is_some() => {
+                    tracing::info!(endpoint = %ep, error = %e, "etcd refused the token; re-authenticating");
+                    self.invalidate_token(token.as_deref());
+                    let retried = match self.authenticate(ep).await {
+                        Ok(t) => self
+                            .call_one(ep, path, body, Some(&t))
+                            .await
+                            .map_err(CallError::into_inner),
+                        Err(e) => Err(e),
+                    };
+                    match retried {
+                        Ok(v) => return Ok(v),
+                        Err(e) => last = e,
+                    }
+                }
+                Err(e) => last = e.into_inner(),
             }
         }
         Err(last)
     }
 
-    async fn call_one(&self, ep: &str, path: &str, body: &Value) -> Result<Value, EtcdError> {
+    async fn call_one(
+        &self,
+        ep: &str,
+        path: &str,
+        body: &Value,
+        token: Option<&str>,
+    ) -> Result<Value, CallError> {
         let url = format!("{ep}{path}");
-        let resp = self
-            .http
-            .post(&url)
-            .json(body)
-            .send()
-            .await
-            .map_err(|e| err(format!("{url}: {e}")))?;
+        let other = |e: String| CallError::Other(err(format!("{url}: {e}")));
+        let mut req = self.http.post(&url).json(body);
+        if let Some(t) = token {
+            req = req.header(reqwest::header::AUTHORIZATION, t);
+        }
+        let resp = req.send().await.map_err(|e| other(e.to_string()))?;
         let status = resp.status();
-        let bytes = read_capped(resp, MAX_BODY)
-            .await
-            .map_err(|e| err(format!("{url}: {e}")))?;
+        let bytes = read_capped(resp, MAX_BODY).await.map_err(other)?;
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes);
-            return Err(err(format!("{url}: HTTP {status}: {}", text.trim())));
+            let e = err(format!("{url}: HTTP {status}: {}", text.trim()));
+            // etcd: 401 with gRPC code 16 (Unauthenticated), "invalid auth token".
+            if status == reqwest::StatusCode::UNAUTHORIZED {
+                return Err(CallError::Unauthenticated(e));
+            }
+            return Err(CallError::Other(e));
         }
         match serde_json::from_slice::<Value>(&bytes) {
             Ok(v @ Value::Object(_)) => Ok(v),
-            _ => Err(err(format!("{url}: answer is not a JSON object"))),
+            _ => Err(other("answer is not a JSON object".to_string())),
         }
     }
 
@@ -227,18 +381,33 @@ impl EtcdClient {
         let mut last = err("no endpoint answered");
         for ep in &self.endpoints {
             let url = format!("{ep}/v3/watch");
-            let sent =
-                tokio::time::timeout(self.timeout, self.watch_http.post(&url).json(&body).send())
-                    .await;
+            let token = match self.token_for(ep).await {
+                Ok(t) => t,
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
+            let mut req = self.watch_http.post(&url).json(&body);
+            if let Some(t) = &token {
+                req = req.header(reqwest::header::AUTHORIZATION, t);
+            }
+            let sent = tokio::time::timeout(self.timeout, req.send()).await;
             match sent {
                 Ok(Ok(resp)) if resp.status().is_success() => {
                     return Ok(WatchStream {
                         response: resp,
                         frames: Framer::default(),
                         idle,
+                        token,
                     })
                 }
-                Ok(Ok(resp)) => last = err(format!("{url}: HTTP {}", resp.status())),
+                Ok(Ok(resp)) => {
+                    if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
+                        self.invalidate_token(token.as_deref());
+                    }
+                    last = err(format!("{url}: HTTP {}", resp.status()))
+                }
                 Ok(Err(e)) => last = err(format!("{url}: {e}")),
                 Err(_) => last = err(format!("{url}: no answer within {:?}", self.timeout)),
             }
@@ -248,11 +417,12 @@ impl EtcdClient {
 }
 
 /// An open watch: a stream of JSON messages on one long HTTP response.
-#[derive(Debug)]
 pub struct WatchStream {
     response: reqwest::Response,
     frames: Framer,
     idle: Duration,
+    /// The token the watch was opened with (to drop it if etcd refuses it).
+    token: Option<String>,
 }
 
 /// Splits a byte stream into JSON values, however the bytes were chunked (the gateway
@@ -290,7 +460,21 @@ impl Framer {
     }
 }
 
+impl std::fmt::Debug for WatchStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchStream")
+            .field("idle", &self.idle)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
 impl WatchStream {
+    /// The token this watch was opened with, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
     /// The next message; `Ok(None)` when the server ended the stream. Silence longer than
     /// the idle timeout is an error (the caller re-opens the watch).
     pub async fn next(&mut self) -> Result<Option<WatchResponse>, EtcdError> {

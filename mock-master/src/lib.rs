@@ -33,6 +33,12 @@
 //! keepalive never rewrites a key, so without the range a restarted master would never
 //! hear of healthy instances again. [`MockMaster::restart_with`]`(false)` skips the
 //! range: instances come back only when they put their key again (after a 409).
+//!
+//! # etcd auth and data loss
+//!
+//! With [`Config::etcd_username`] set, [`etcd::EtcdClient`] authenticates and renews its
+//! simple token whenever etcd refuses it. If etcd loses its data and its revisions start
+//! over, [`watch::Watcher`] notices the lower header revision, re-lists and re-watches.
 
 pub mod auth;
 pub mod control;
@@ -89,6 +95,10 @@ pub struct Config {
     pub etcd_timeout: Duration,
     /// Timeout of a proxied request, first byte to last.
     pub upstream_timeout: Duration,
+    /// etcd user to authenticate as (empty: etcd auth off, no token sent).
+    pub etcd_username: String,
+    /// Its password. Never logged; `Debug` shows only whether it is set.
+    pub etcd_password: String,
 }
 
 impl Default for Config {
@@ -108,6 +118,8 @@ impl Default for Config {
             max_body_bytes: 4 * 1024 * 1024,
             etcd_timeout: Duration::from_secs(3),
             upstream_timeout: Duration::from_secs(600),
+            etcd_username: String::new(),
+            etcd_password: String::new(),
         }
     }
 }
@@ -129,6 +141,11 @@ impl std::fmt::Debug for Config {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("etcd_timeout", &self.etcd_timeout)
             .field("upstream_timeout", &self.upstream_timeout)
+            .field("etcd_username", &self.etcd_username)
+            .field(
+                "etcd_password",
+                &(!self.etcd_password.is_empty()).then_some("<set>"),
+            )
             .finish()
     }
 }
@@ -168,8 +185,9 @@ pub async fn start(mut config: Config, events: Events) -> std::io::Result<MockMa
     config.etcd_namespace = normalize_namespace(&config.etcd_namespace);
     let metrics = Arc::new(metrics::Metrics::new());
     let registry = registry::Registry::new(events.clone(), metrics.clone());
-    let etcd =
-        etcd::EtcdClient::new(&config.etcd_endpoints, config.etcd_timeout).map_err(io_err)?;
+    let etcd = etcd::EtcdClient::new(&config.etcd_endpoints, config.etcd_timeout)
+        .map_err(io_err)?
+        .with_credentials(&config.etcd_username, &config.etcd_password);
     let prober = probe::Prober::new(
         config.probe_attempts,
         config.probe_timeout,
@@ -379,6 +397,19 @@ mod tests {
         };
         let shown = format!("{c:?}");
         assert!(!shown.contains("hunter2"));
+        assert!(shown.contains("<set>"));
+    }
+
+    #[test]
+    fn debug_never_shows_the_etcd_password() {
+        let c = Config {
+            etcd_username: "root".into(),
+            etcd_password: "s3cr3t-pw".into(),
+            ..Default::default()
+        };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cr3t-pw"));
+        assert!(shown.contains("root"));
         assert!(shown.contains("<set>"));
     }
 

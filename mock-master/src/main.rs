@@ -39,6 +39,18 @@ struct Args {
     no_control: bool,
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// etcd user to authenticate as (empty: etcd auth off).
+    #[arg(long, env = "ETCD_USERNAME", default_value = "")]
+    etcd_username: String,
+    /// Password of --etcd-username.
+    #[arg(
+        long,
+        env = "ETCD_PASSWORD",
+        default_value = "",
+        hide_env_values = true,
+        hide_default_value = true
+    )]
+    etcd_password: String,
 }
 
 #[tokio::main]
@@ -76,6 +88,8 @@ async fn main() {
         publish_interval: Duration::from_millis(args.publish_interval_ms),
         control: !args.no_control,
         max_body_bytes: args.max_body_bytes,
+        etcd_username: args.etcd_username,
+        etcd_password: args.etcd_password,
         ..Default::default()
     };
     let master = match mock_master::start(config, mock_kit::Events::none("master")).await {

@@ -7,6 +7,13 @@
 //! skips events at or below that revision, so none is applied twice. If etcd compacted
 //! that revision away, it re-lists and reconciles instead. Keys under the prefix that are
 //! not instance keys (`XLLM:LOADMETRICS:…`, written by the master itself) are ignored.
+//!
+//! Revisions only grow, so a header revision lower than the highest one seen means etcd
+//! lost its data and restarted from scratch: a watch from the old revision would wait for
+//! a revision far in the future and miss every new registration. The watcher then
+//! re-lists (keys gone take the delete path, new keys register) and watches from the
+//! fresh revision + 1. A watch canceled for its auth token drops the token, so the
+//! re-opened watch authenticates again.
 
 use std::time::Duration;
 
@@ -14,7 +21,7 @@ use mock_kit::{Events, Shutdown};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::etcd::{EtcdClient, EventKind, WatchEvent};
+use crate::etcd::{is_auth_cancel, EtcdClient, EventKind, WatchEvent};
 use crate::metrics::Metrics;
 use crate::probe::Prober;
 use crate::registry::{instance_name, InstanceMeta, ProbeTicket, Registry};
@@ -71,6 +78,8 @@ impl Watcher {
         let mut backoff = BACKOFF_START;
         let mut opened_before = false;
         let mut reason = String::from("start");
+        // Highest header revision etcd has shown us since the last listing.
+        let mut seen: i64 = 0;
         loop {
             if self.shutdown.is_triggered() {
                 return;
@@ -78,6 +87,7 @@ impl Watcher {
             if let Position::List { apply } = pos {
                 match self.list(apply).await {
                     Ok(rev) => {
+                        seen = rev;
                         pos = Position::From(rev + 1);
                         backoff = BACKOFF_START;
                     }
@@ -148,7 +158,20 @@ impl Watcher {
                     msg = stream.next() => match msg {
                         Ok(Some(resp)) => {
                             backoff = BACKOFF_START;
+                            if resp.revision > 0 && resp.revision < seen {
+                                pos = Position::List { apply: true };
+                                let detail = json!({"seen_revision": seen, "revision": resp.revision});
+                                tracing::warn!(seen_revision = seen, revision = resp.revision, "etcd revision went back (data loss?); re-listing");
+                                self.events.emit("etcd_revision_reset", detail);
+                                break format!("revision reset from {seen} to {}", resp.revision);
+                            }
+                            seen = seen.max(resp.revision);
                             if resp.canceled {
+                                if is_auth_cancel(&resp.cancel_reason) {
+                                    self.etcd.invalidate_token(stream.token());
+                                    self.events.emit("etcd_auth_refused", json!({"op": "watch"}));
+                                    break format!("canceled: {}", resp.cancel_reason);
+                                }
                                 if resp.compact_revision > 0 {
                                     pos = Position::List { apply: true };
                                     let detail = json!({"from_revision": next, "compact_revision": resp.compact_revision});

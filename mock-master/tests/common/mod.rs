@@ -64,6 +64,11 @@ pub fn etcd_available() -> bool {
 
 /// Start a fresh etcd; `None` (with a message) when the binary is missing.
 pub async fn start_etcd() -> Option<RealEtcd> {
+    start_etcd_with("").await
+}
+
+/// [`start_etcd`] with extra command-line flags (e.g. `--auth-token-ttl 1`).
+pub async fn start_etcd_with(extra: &str) -> Option<RealEtcd> {
     if !etcd_available() {
         eprintln!("SKIPPED: no `etcd` binary on PATH (install etcd-server to run this test)");
         return None;
@@ -84,7 +89,7 @@ pub async fn start_etcd() -> Option<RealEtcd> {
         // which also happens when the test process exits without dropping this value.
         let script = format!(
             "{ETCD_BIN} --name default --data-dir '{d}/data' --listen-client-urls {client} --advertise-client-urls {client} \
-             --listen-peer-urls {peer} --initial-advertise-peer-urls {peer} --initial-cluster default={peer} \
+             --listen-peer-urls {peer} --initial-advertise-peer-urls {peer} --initial-cluster default={peer} {extra} \
              >/dev/null 2>&1 & pid=$!; cat >/dev/null; kill $pid; wait $pid; rm -rf '{d}'",
             d = dir.display()
         );
