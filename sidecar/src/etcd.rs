@@ -304,7 +304,7 @@ impl EtcdClient {
         token: Option<&Secret>,
     ) -> Attempt {
         let request = || {
-            let mut request = self.http.post(url.clone()).timeout(self.timeout).json(body);
+            let mut request = self.http.post(url.clone()).json(body);
             if let Some(token) = token {
                 request = request.header(reqwest::header::AUTHORIZATION, token.expose());
             }

@@ -33,12 +33,7 @@ impl HealthProbe {
     /// True iff `/health` answers 2xx within the timeout.
     pub async fn is_healthy(&self) -> bool {
         let probe = async {
-            let response = self
-                .http
-                .get(self.health_url.clone())
-                .timeout(self.timeout)
-                .send()
-                .await?;
+            let response = self.http.get(self.health_url.clone()).send().await?;
             let ok = response.status().is_success();
             // Drain (bounded) so the connection can be reused.
             let _ = read_capped(response, 64 * 1024).await;
@@ -60,13 +55,7 @@ impl HealthProbe {
     /// The first model id from `/v1/models`, for the registration log line only.
     pub async fn served_model(&self) -> Option<String> {
         let fetch = async {
-            let response = self
-                .http
-                .get(self.models_url.clone())
-                .timeout(self.timeout)
-                .send()
-                .await
-                .ok()?;
+            let response = self.http.get(self.models_url.clone()).send().await.ok()?;
             let bytes = read_capped(response, 1024 * 1024).await.ok()?;
             let value: Value = serde_json::from_slice(&bytes).ok()?;
             value

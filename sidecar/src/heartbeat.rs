@@ -92,11 +92,7 @@ impl HeartbeatClient {
 
     /// POST one heartbeat. `Err` is a transport failure (no answer within the timeout).
     pub async fn send(&self, body: &HeartbeatBody<'_>) -> Result<Answer, String> {
-        let mut request = self
-            .http
-            .post(self.url.clone())
-            .timeout(self.timeout)
-            .json(body);
+        let mut request = self.http.post(self.url.clone()).json(body);
         if !self.token.is_empty() {
             request = request.header("X-Internal-Token", self.token.expose());
         }

@@ -8,6 +8,10 @@ use futures_util::StreamExt;
 
 /// A client with connection reuse (the reference reuses sessions too) and no proxy: the
 /// sidecar talks to its own vLLM and to cluster-internal services only.
+///
+/// Requests carry no reqwest timeout of their own: every caller bounds the whole exchange
+/// (send and body) with one `tokio::time::timeout`, so an exchange arms one timer, not
+/// two (at short intervals, timer churn is a visible share of the sidecar's CPU).
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .no_proxy()

@@ -119,7 +119,6 @@ impl Scraper {
                 .http
                 .get(self.url.clone())
                 .header(reqwest::header::ACCEPT, "text/plain;version=0.0.4;q=1.0, application/openmetrics-text;version=1.0.0;q=0.5, */*;q=0.1")
-                .timeout(self.timeout)
                 .send()
                 .await
                 .map_err(|e| ScrapeError::Request(crate::http::describe(e)))?;
