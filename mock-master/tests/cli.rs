@@ -96,3 +96,90 @@ fn a_flag_error_exits_2_with_one_line() {
         assert!(out.stdout.is_empty());
     }
 }
+
+#[tokio::test]
+async fn authenticates_to_etcd_with_flags_and_env_and_never_logs_the_password() {
+    use base64::engine::general_purpose::STANDARD as B64;
+    use base64::Engine as _;
+    let cfg = mock_etcd::Config {
+        users: vec![("root".into(), "pw-from-env".into())],
+        ..Default::default()
+    };
+    let etcd = mock_etcd::start(cfg, mock_kit::Events::none("etcd"))
+        .await
+        .unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let auth: serde_json::Value = http
+        .post(format!("{}/v3/auth/authenticate", etcd.url()))
+        .json(&serde_json::json!({"name": "root", "password": "pw-from-env"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let value = serde_json::json!({"name": "127.0.0.1:9", "rpc_address": "127.0.0.1:9", "type": 0,
+        "incarnation_id": "i1", "register_ts_ms": 1});
+    let r = http
+        .post(format!("{}/v3/kv/put", etcd.url()))
+        .header("Authorization", auth["token"].as_str().unwrap())
+        .json(
+            &serde_json::json!({"key": B64.encode("XLLM:DEFAULT:127.0.0.1:9"),
+            "value": B64.encode(value.to_string())}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+
+    let dir = std::env::temp_dir().join(format!("mock-master-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log_path = dir.join("stderr.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["--listen", "127.0.0.1:0", "--etcd-endpoints", &etcd.url()])
+        .args(["--etcd-username", "root"])
+        .env("ETCD_PASSWORD", "pw-from-env")
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map(|_| line)
+    });
+    let line = tokio::time::timeout(Duration::from_secs(20), line)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_string();
+    let state: serde_json::Value = http
+        .get(format!("http://{addr}/_mock/state"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let logged = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        state["instances"].to_string().contains("127.0.0.1:9"),
+        "the authenticated first listing found nothing: {state}"
+    );
+    assert!(logged.contains("authenticated to etcd"), "{logged}");
+    assert!(!logged.contains("pw-from-env"), "{logged}");
+    etcd.stop().await;
+}
