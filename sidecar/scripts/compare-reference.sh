@@ -69,12 +69,13 @@ PIDS+=($!)
 # vLLM + master stub, one process, two ports.
 VP=$(free_port); MP=$(free_port)
 cat >"$WORK/stub.py" <<'EOF'
-import json, sys, threading
+import json, os, sys, threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 vport, mport, page_path, counts_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 page = open(page_path, "rb").read()
 counts = Counter()
+lock = threading.Lock()
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def log_message(self, *a): pass
@@ -90,7 +91,9 @@ class H(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(n) or b"{}")
         counts[body.get("name", "?")] += 1
-        with open(counts_path, "w") as f: json.dump(counts, f)
+        with lock:  # written aside, then renamed: the reader never sees half a file
+            with open(counts_path + ".tmp", "w") as f: json.dump(counts, f)
+            os.replace(counts_path + ".tmp", counts_path)
         self.reply(200, b'{"ok":true}', "application/json")
 for port in (vport, mport):
     threading.Thread(target=ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever, daemon=True).start()
