@@ -14,10 +14,10 @@ use tokio::sync::watch;
 
 use mock_kit::Events;
 
-/// Where the sidecar binary is: `$VLLM_SIDECAR_BIN`; else, when run by cargo (`cargo run`,
-/// `cargo test`), freshly built by `cargo build -p sidecar` in the runner's own profile and
-/// target dir (a no-op when up to date, and never a stale binary); else the one next to the
-/// runner; else built. Resolved once per process.
+/// Where the sidecar binary is: `$VLLM_SIDECAR_BIN`; else the one next to the runner when
+/// run outside cargo, or under cargo when it is newer than every sidecar source; else
+/// built by `cargo build -p sidecar` in the runner's own profile and target dir (never a
+/// stale binary). Resolved once per process.
 pub fn locate_binary() -> Result<PathBuf, String> {
     static FOUND: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     FOUND.get_or_init(locate_uncached).clone()
@@ -44,12 +44,53 @@ fn locate_uncached() -> Result<PathBuf, String> {
         }
     }
     let beside = profile_dir.as_ref().map(|d| d.join("vllm-sidecar"));
-    if std::env::var_os("CARGO").is_none() {
-        if let Some(p) = beside.filter(|p| p.is_file()) {
+    if let Some(p) = beside.filter(|p| p.is_file()) {
+        // Outside cargo any binary beside the runner is the one shipped with it; under
+        // cargo only one newer than every sidecar source (as after `cargo test
+        // --workspace`, which builds it with the workspace's features: a nested
+        // `cargo build -p sidecar` would rebuild dependencies with other features).
+        if std::env::var_os("CARGO").is_none() || newer_than_sources(&p) {
             return Ok(p);
         }
     }
     build_binary(profile_dir.as_deref())
+}
+
+/// Whether `binary` was written after every file the sidecar is built from.
+fn newer_than_sources(binary: &Path) -> bool {
+    let Some(built) = modified(binary) else {
+        return false;
+    };
+    let workspace = match Path::new(env!("CARGO_MANIFEST_DIR")).parent() {
+        Some(w) => w.to_path_buf(),
+        None => return false,
+    };
+    let mut pending = vec![workspace.join("sidecar/src")];
+    let mut sources = vec![
+        workspace.join("sidecar/Cargo.toml"),
+        workspace.join("Cargo.toml"),
+        workspace.join("Cargo.lock"),
+    ];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return false;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                sources.push(path);
+            }
+        }
+    }
+    sources
+        .iter()
+        .all(|s| modified(s).is_some_and(|m| m <= built))
+}
+
+fn modified(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 fn build_binary(profile_dir: Option<&Path>) -> Result<PathBuf, String> {
