@@ -3,7 +3,11 @@
 //!
 //! `instructions MODE FILE N`: MODE is `lenient`, `strict`, `avg` or `p99`
 //! (`observe_text`), run N times. Instructions per byte is
-//! `(Ir(N) - Ir(0)) / (N * file size)`; `scripts`: see `benches/instructions.sh`.
+//! `(Ir(N) - Ir(0)) / (N * file size)`: see `benches/instructions.sh`.
+//!
+//! Run natively it also prints the throughput over the time the thread was actually on
+//! a CPU (`/proc/thread-self/schedstat`), which a busy shared machine does not skew
+//! the way it skews wall-clock time.
 
 use std::hint::black_box;
 
@@ -19,6 +23,8 @@ fn main() {
     let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{file}: {e}"));
     let n: usize = n.parse().unwrap_or_else(|e| panic!("N: {e}"));
     let mut out = 0u64;
+    let cpu0 = on_cpu_ns();
+    let wall0 = std::time::Instant::now();
     match mode.as_str() {
         "lenient" | "strict" => {
             let m = if mode == "strict" {
@@ -49,5 +55,20 @@ fn main() {
         }
         other => panic!("unknown mode {other}"),
     }
-    println!("{out}");
+    let cpu = on_cpu_ns().saturating_sub(cpu0).max(1);
+    let wall = wall0.elapsed().as_nanos().max(1) as u64;
+    let bytes = (text.len() * n) as f64;
+    eprintln!(
+        "{mode}: {:.0} MB/s on-CPU, {:.0} MB/s wall ({out})",
+        bytes / cpu as f64 * 1e3,
+        bytes / wall as f64 * 1e3
+    );
+}
+
+/// Nanoseconds this thread has spent running on a CPU (0 where unavailable).
+fn on_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
