@@ -231,10 +231,16 @@ async fn token_expiry_is_survived_real_etcd() {
     etcdctl(&etcd.url, &["auth", "enable"]);
     let gw = AuthGw::new(&etcd.url);
     let ns = unique_ns("realauth");
-    let (a, b) = (Stub::start("m").await, Stub::start("m").await);
+    let (a, b, c) = (
+        Stub::start("m").await,
+        Stub::start("m").await,
+        Stub::start("m").await,
+    );
     gw.put(&key(&ns, "DEFAULT", &a.name), &reg_value(&a.name, 0, "a"))
         .await;
-    let (m, _ring) = authed_master(&etcd.url, &ns, "pw").await;
+    // Through a proxy whose connections can be cut: a broken watch without touching etcd.
+    let proxy = CutProxy::start(&etcd.url).await;
+    let (m, ring) = authed_master(&proxy.url, &ns, "pw").await;
     assert_eq!(
         m.instance(&a.name).map(|v| v.state),
         Some(InstanceState::Active)
@@ -253,5 +259,21 @@ async fn token_expiry_is_survived_real_etcd() {
             s.name
         );
     }
+    // Expired again, then the watch breaks: real etcd refuses the re-opened watch for
+    // its token (created+canceled); the master re-authenticates and sees c.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.cut(false);
+    assert!(
+        poll(WAIT, || async {
+            ring.snapshot()
+                .iter()
+                .any(|e| e.kind == "etcd_auth_refused")
+        })
+        .await,
+        "real etcd never refused the watch: the expiry was not tested"
+    );
+    gw.put(&key(&ns, "DEFAULT", &c.name), &reg_value(&c.name, 0, "c"))
+        .await;
+    assert!(wait_active(&m, &c.name).await, "c not seen after re-auth");
     m.stop().await;
 }
