@@ -131,7 +131,7 @@ pub struct Store {
     pub leases: HashMap<i64, Lease>,
     expiry: BinaryHeap<Reverse<(Instant, i64)>>,
     next_lease: i64,
-    lease_base: i64,
+    member_id: u64,
     pub min_lease_ttl: i64,
     pub watchers: Registry,
 }
@@ -144,7 +144,7 @@ pub struct Batch {
 
 impl Store {
     pub fn new(history_cap: usize, min_lease_ttl: i64, header: Header) -> Self {
-        let lease_base = lease_id_base(header.member_id);
+        let member_id = header.member_id;
         Store {
             rev: 1,
             compact_rev: 0,
@@ -153,8 +153,8 @@ impl Store {
             history_cap: history_cap.max(1),
             leases: HashMap::new(),
             expiry: BinaryHeap::new(),
-            next_lease: lease_base,
-            lease_base,
+            next_lease: lease_id_base(member_id),
+            member_id,
             min_lease_ttl,
             watchers: Registry::new(header),
         }
@@ -418,7 +418,10 @@ impl Store {
         self.history.clear();
         self.leases.clear();
         self.expiry.clear();
-        self.next_lease = self.lease_base;
+        // A restarted etcd seeds its ID generator from the clock again, so a lease granted
+        // after the loss never takes the ID of one granted before it: a client still
+        // keeping an old lease alive must hear that it is gone, not refresh someone else's.
+        self.next_lease = lease_id_base(self.member_id).max(self.next_lease);
         if reset_revision {
             self.rev = 1;
             self.compact_rev = 0;
@@ -462,6 +465,23 @@ mod tests {
         assert!(r("a", "b").contains(b"ab"));
         assert!(KeyRange::new(b"a".to_vec(), vec![0]).contains(b"zzz"));
         assert!(r("b", "a").bounds().is_none());
+    }
+
+    #[test]
+    fn leases_granted_after_data_loss_never_reuse_an_old_id() {
+        let mut s = Store::new(100, 2, hdr());
+        let now = Instant::now();
+        let old: Vec<i64> = (0..3)
+            .map(|_| s.grant(0, 5, now).map(|(id, _)| id).unwrap())
+            .collect();
+        s.lose_data(true);
+        for _ in 0..3 {
+            let (id, _) = s.grant(0, 5, now).unwrap();
+            assert!(!old.contains(&id), "lease {id} reused after data loss");
+        }
+        for id in old {
+            assert_eq!(s.keepalive(id, now), None);
+        }
     }
 
     #[test]
