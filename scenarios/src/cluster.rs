@@ -287,6 +287,8 @@ impl Cluster {
             publish_interval: m.publish_interval.0,
             etcd_timeout: Duration::from_secs(2),
             upstream_timeout: Duration::from_secs(30),
+            etcd_username: topo.etcd_user.clone().unwrap_or_default(),
+            etcd_password: topo.etcd_password.clone().unwrap_or_default(),
             ..Default::default()
         };
         let master = mock_master::start(master_cfg, timeline.source("master"))
