@@ -939,9 +939,11 @@ pub fn describe_action(a: &Action) -> String {
         other => {
             let v = serde_json::to_value(other).unwrap_or_default();
             let s = compact(v);
+            // Drop only the outer braces: `{a:{b:1}}` reads `a {b:1}`.
             let s = s
-                .trim_start_matches('{')
-                .trim_end_matches('}')
+                .strip_prefix('{')
+                .and_then(|s| s.strip_suffix('}'))
+                .unwrap_or(&s)
                 .replacen(':', " ", 1);
             s.chars().take(90).collect()
         }
@@ -982,6 +984,24 @@ action = { link = { link = "sidecar_etcd", instance = "i0", fault = { latency = 
 [[step]]
 action = { vllm_fault = { instance = "i0", fault = "metrics_nonfinite" } }
 "#;
+
+    #[test]
+    fn action_labels_keep_inner_braces() {
+        let text = r#"
+name = "t"
+description = "d"
+[topology]
+etcd = "fake"
+[[step]]
+action = { etcd_lose_data = { reset_revision = true } }
+"#;
+        let sc = Scenario::parse("t.toml", text).unwrap();
+        let action = sc.steps[0].action.as_ref().unwrap();
+        assert_eq!(
+            describe_action(action),
+            "etcd_lose_data {reset_revision:true}"
+        );
+    }
 
     #[test]
     fn parses_a_good_file() {
