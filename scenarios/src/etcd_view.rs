@@ -16,17 +16,8 @@ pub struct Kv {
     pub lease: i64,
 }
 
-/// The smallest key greater than every key with this prefix.
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
+/// The smallest key greater than every key with this prefix (the master's rule, shared).
+pub use mock_master::etcd::prefix_range_end as prefix_end;
 
 /// A gateway client over a list of endpoints (first answering wins).
 #[derive(Clone, Debug)]
