@@ -9,7 +9,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use reqwest::Url;
+use url::Url;
 
 use crate::instance::InstanceType;
 use crate::mapping::LatencyStat;

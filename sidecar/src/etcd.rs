@@ -22,11 +22,11 @@ use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
-use reqwest::Url;
 use serde_json::{json, Map, Value};
+use url::Url;
 
 use crate::config::Secret;
-use crate::http::{describe, read_capped, snippet};
+use crate::http::{snippet, Client, Request, Target};
 
 /// No gateway answer the sidecar needs is anywhere near this.
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;
@@ -83,10 +83,10 @@ struct Credentials {
 /// The etcd gateway client. Cheap to share behind an `Arc`; the token is replaced in place
 /// on re-authentication.
 pub struct EtcdClient {
-    http: reqwest::Client,
+    http: Client,
     endpoints: Vec<Url>,
-    /// `urls[i][j]`: endpoint `i` joined with `PATHS[j]`.
-    urls: Vec<Vec<Url>>,
+    /// `targets[i][j]`: endpoint `i` joined with `PATHS[j]`.
+    targets: Vec<Vec<Result<Target, String>>>,
     timeout: Duration,
     credentials: Option<Credentials>,
     token: Mutex<Option<Secret>>,
@@ -108,7 +108,7 @@ impl std::fmt::Debug for EtcdClient {
 impl EtcdClient {
     /// `username` empty means no auth. Nothing is sent until the first call.
     pub fn new(
-        http: reqwest::Client,
+        http: Client,
         endpoints: Vec<Url>,
         timeout: Duration,
         username: &str,
@@ -118,19 +118,14 @@ impl EtcdClient {
             username: username.to_string(),
             password,
         });
-        let urls = endpoints
+        let targets = endpoints
             .iter()
-            .map(|base| {
-                PATHS
-                    .iter()
-                    .map(|path| base.join(path).unwrap_or_else(|_| base.clone()))
-                    .collect()
-            })
+            .map(|base| PATHS.iter().map(|path| join(base, path)).collect())
             .collect();
         EtcdClient {
             http,
             endpoints,
-            urls,
+            targets,
             timeout,
             credentials,
             token: Mutex::new(None),
@@ -267,17 +262,28 @@ impl EtcdClient {
         let mut last = String::from("no endpoint");
         let mut token_rejected = None;
         for (i, base) in self.endpoints.iter().enumerate() {
-            let url = PATHS
+            let prepared = PATHS
                 .iter()
                 .position(|p| *p == path)
-                .and_then(|j| self.urls.get(i)?.get(j))
-                .cloned()
-                .or_else(|| base.join(path).ok());
-            let Some(url) = url else {
-                last = format!("{base}: cannot join {path}");
-                continue;
+                .and_then(|j| self.targets.get(i)?.get(j));
+            let target = match prepared {
+                Some(Ok(target)) => target.clone(),
+                Some(Err(why)) => {
+                    last = why.clone();
+                    continue;
+                }
+                None => match join(base, path) {
+                    Ok(target) => target,
+                    Err(why) => {
+                        last = why;
+                        continue;
+                    }
+                },
             };
-            match self.attempt(base, url, path, body, token.as_ref()).await {
+            match self
+                .attempt(base, &target, path, body, token.as_ref())
+                .await
+            {
                 Attempt::Answer(map) => return Ok(map),
                 Attempt::Failed(why) | Attempt::NotFound(why) => last = why,
                 Attempt::TokenRejected(why) => {
@@ -298,40 +304,39 @@ impl EtcdClient {
     async fn attempt(
         &self,
         base: &Url,
-        url: Url,
+        target: &Target,
         path: &str,
         body: &Value,
         token: Option<&Secret>,
     ) -> Attempt {
-        let request = || {
-            let mut request = self.http.post(url.clone()).json(body);
-            if let Some(token) = token {
-                request = request.header(reqwest::header::AUTHORIZATION, token.expose());
+        let json = match serde_json::to_vec(body) {
+            Ok(json) => json,
+            Err(e) => return Attempt::Failed(format!("{base}: encoding {path}: {e}")),
+        };
+        let with_token;
+        let headers: &[(&str, &str)] = match token {
+            None => &[("content-type", "application/json")],
+            Some(token) => {
+                with_token = [
+                    ("content-type", "application/json"),
+                    ("authorization", token.expose()),
+                ];
+                &with_token
             }
-            request
         };
-        let exchange = async {
-            // A pooled connection to an etcd that restarted fails at once: one retry on a
-            // fresh connection, so a single-endpoint setup survives an etcd restart.
-            let response = match request().send().await {
-                Ok(response) => response,
-                Err(e) if !e.is_timeout() => request().send().await.map_err(describe)?,
-                Err(e) => return Err(describe(e)),
-            };
-            let status = response.status();
-            let bytes = read_capped(response, MAX_ANSWER_BYTES)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>((status, bytes))
-        };
-        let (status, bytes) = match tokio::time::timeout(self.timeout, exchange).await {
-            Ok(Ok(answer)) => answer,
+        let request = Request::post_json(target, &json).headers(headers);
+        // The client itself resends once on a fresh connection when a pooled one turns
+        // out closed (an etcd that restarted), so a single endpoint survives a restart.
+        let exchange = self.http.send(request, MAX_ANSWER_BYTES);
+        let response = match tokio::time::timeout(self.timeout, exchange).await {
+            Ok(Ok(response)) => response,
             Ok(Err(why)) => return Attempt::Failed(format!("{base}: {why}")),
             Err(_) => {
                 return Attempt::Failed(format!("{base}: timed out after {:?}", self.timeout))
             }
         };
-        if status.is_success() {
+        let (status, bytes) = (response.head.status, response.body);
+        if (200..300).contains(&status) {
             return match serde_json::from_slice::<Value>(&bytes) {
                 Ok(Value::Object(map)) => Attempt::Answer(map),
                 Ok(_) => Attempt::Answer(Map::new()),
@@ -339,8 +344,8 @@ impl EtcdClient {
             };
         }
         let (code, message) = error_body(&bytes);
-        let why = format!("{base}: {path} -> HTTP {}: {message}", status.as_u16());
-        if is_token_rejection(status.as_u16(), code, &message) {
+        let why = format!("{base}: {path} -> HTTP {status}: {message}");
+        if is_token_rejection(status, code, &message) {
             Attempt::TokenRejected(why)
         } else if code == Some(5) {
             Attempt::NotFound(why)
@@ -348,6 +353,14 @@ impl EtcdClient {
             Attempt::Failed(why)
         }
     }
+}
+
+/// `base` joined with a gateway path, prepared for requests.
+fn join(base: &Url, path: &str) -> Result<Target, String> {
+    let url = base
+        .join(path)
+        .map_err(|e| format!("{base}: cannot join {path}: {e}"))?;
+    Target::new(&url).map_err(|e| format!("{base}: {e}"))
 }
 
 /// etcd's gateway error body: `{"error","message","code"}` (gRPC code).

@@ -3,46 +3,43 @@
 
 use std::time::Duration;
 
-use reqwest::Url;
 use serde_json::Value;
+use url::Url;
 
-use crate::http::read_capped;
+use crate::http::{Client, Request, Target};
 
 /// Probes one vLLM server.
 #[derive(Debug, Clone)]
 pub struct HealthProbe {
-    http: reqwest::Client,
-    health_url: Url,
-    models_url: Url,
+    http: Client,
+    health: Option<Target>,
+    models: Option<Target>,
     timeout: Duration,
 }
 
 impl HealthProbe {
-    pub fn new(http: reqwest::Client, vllm_url: &Url, timeout: Duration) -> HealthProbe {
+    pub fn new(http: Client, vllm_url: &Url, timeout: Duration) -> HealthProbe {
         let base = vllm_url.as_str().trim_end_matches('/').to_string();
-        let join =
-            |path: &str| Url::parse(&format!("{base}{path}")).unwrap_or_else(|_| vllm_url.clone());
+        let join = |path: &str| Target::parse(&format!("{base}{path}")).ok();
         HealthProbe {
             http,
-            health_url: join("/health"),
-            models_url: join("/v1/models"),
+            health: join("/health"),
+            models: join("/v1/models"),
             timeout,
         }
     }
 
     /// True iff `/health` answers 2xx within the timeout.
     pub async fn is_healthy(&self) -> bool {
-        let probe = async {
-            let response = self.http.get(self.health_url.clone()).send().await?;
-            let ok = response.status().is_success();
-            // Drain (bounded) so the connection can be reused.
-            let _ = read_capped(response, 64 * 1024).await;
-            Ok::<bool, reqwest::Error>(ok)
+        let Some(target) = &self.health else {
+            return false;
         };
+        // The body is read (bounded) so the connection can be reused.
+        let probe = self.http.send(Request::get(target), 64 * 1024);
         match tokio::time::timeout(self.timeout, probe).await {
-            Ok(Ok(ok)) => ok,
+            Ok(Ok(response)) => response.head.is_success(),
             Ok(Err(e)) => {
-                tracing::debug!(error = %crate::http::describe(e), "vLLM health probe failed");
+                tracing::debug!(error = %e, "vLLM health probe failed");
                 false
             }
             Err(_) => {
@@ -54,10 +51,14 @@ impl HealthProbe {
 
     /// The first model id from `/v1/models`, for the registration log line only.
     pub async fn served_model(&self) -> Option<String> {
+        let target = self.models.as_ref()?;
         let fetch = async {
-            let response = self.http.get(self.models_url.clone()).send().await.ok()?;
-            let bytes = read_capped(response, 1024 * 1024).await.ok()?;
-            let value: Value = serde_json::from_slice(&bytes).ok()?;
+            let response = self
+                .http
+                .send(Request::get(target), 1024 * 1024)
+                .await
+                .ok()?;
+            let value: Value = serde_json::from_slice(&response.body).ok()?;
             value
                 .get("data")?
                 .as_array()?

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use reqwest::Url;
 use serde::Serialize;
+use url::Url;
 
 use crate::config::Secret;
-use crate::http::{read_capped, snippet};
+use crate::http::{snippet, Client, Request, Target};
 use crate::mapping::{HeartbeatMetrics, LatencyMetrics, LoadMetrics};
 
 /// The body, as the master's protobuf JSON parser reads it.
@@ -59,8 +59,8 @@ impl Answer {
 /// Posts heartbeats to one master.
 #[derive(Clone)]
 pub struct HeartbeatClient {
-    http: reqwest::Client,
-    url: Url,
+    http: Client,
+    target: Result<Target, String>,
     token: Secret,
     timeout: Duration,
 }
@@ -68,7 +68,7 @@ pub struct HeartbeatClient {
 impl std::fmt::Debug for HeartbeatClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HeartbeatClient")
-            .field("url", &self.url.as_str())
+            .field("url", &self.target.as_ref().map(|t| t.url().as_str()))
             .field("token", &self.token)
             .field("timeout", &self.timeout)
             .finish()
@@ -76,15 +76,10 @@ impl std::fmt::Debug for HeartbeatClient {
 }
 
 impl HeartbeatClient {
-    pub fn new(
-        http: reqwest::Client,
-        url: Url,
-        token: Secret,
-        timeout: Duration,
-    ) -> HeartbeatClient {
+    pub fn new(http: Client, url: Url, token: Secret, timeout: Duration) -> HeartbeatClient {
         HeartbeatClient {
             http,
-            url,
+            target: Target::new(&url),
             token,
             timeout,
         }
@@ -92,23 +87,29 @@ impl HeartbeatClient {
 
     /// POST one heartbeat. `Err` is a transport failure (no answer within the timeout).
     pub async fn send(&self, body: &HeartbeatBody<'_>) -> Result<Answer, String> {
-        let mut request = self.http.post(self.url.clone()).json(body);
-        if !self.token.is_empty() {
-            request = request.header("X-Internal-Token", self.token.expose());
-        }
-        let exchange = async {
-            let response = request.send().await.map_err(crate::http::describe)?;
-            let status = response.status().as_u16();
-            let bytes = read_capped(response, 64 * 1024).await.unwrap_or_default();
-            Ok::<_, String>(match status {
-                200 => Answer::Ok,
-                409 => Answer::Conflict,
-                401 => Answer::Unauthorized,
-                other => Answer::Other(other, snippet(&bytes, 120)),
-            })
+        let target = self.target.as_ref().map_err(Clone::clone)?;
+        let json = serde_json::to_vec(body).map_err(|e| format!("encoding the body: {e}"))?;
+        let with_token;
+        let headers: &[(&str, &str)] = if self.token.is_empty() {
+            &[("content-type", "application/json")]
+        } else {
+            with_token = [
+                ("content-type", "application/json"),
+                ("x-internal-token", self.token.expose()),
+            ];
+            &with_token
         };
-        tokio::time::timeout(self.timeout, exchange)
+        let request = Request::post_json(target, &json).headers(headers);
+        let exchange = self.http.send(request, 64 * 1024);
+        let response = tokio::time::timeout(self.timeout, exchange)
             .await
             .map_err(|_| format!("no answer within {:?}", self.timeout))?
+            .map_err(|e| e.to_string())?;
+        Ok(match response.head.status {
+            200 => Answer::Ok,
+            409 => Answer::Conflict,
+            401 => Answer::Unauthorized,
+            other => Answer::Other(other, snippet(&response.body, 120)),
+        })
     }
 }

@@ -1,107 +1,797 @@
-//! The one HTTP client the sidecar uses for vLLM, etcd and the master, and the capped body
-//! read every answer goes through: no peer can make the sidecar buffer without bound.
+//! The sidecar's own HTTP/1.1 client: keep-alive connections, one request at a time on
+//! each, every body read capped.
+//!
+//! Why not a general client: the sidecar makes the same four small exchanges (health,
+//! keepalive, `/metrics`, heartbeat) forever, several times a second at short intervals.
+//! Measured against the reference, a general client's per-request machinery (URL
+//! re-parsing, header maps, a connection task per socket with channels between) was most
+//! of the sidecar's user-space CPU. Here a request is one buffer and one `write`, the
+//! answer is read on the caller's task straight into the caller's buffer, and an idle
+//! connection waits in a short list until the next exchange to the same origin.
+//!
+//! What it speaks: HTTP/1.1 over TCP, or TLS for `https://` (rustls with the webpki
+//! roots, built on first use). Bodies framed by `Content-Length`, `chunked`, or the end
+//! of the connection; `1xx` answers skipped. A connection is reused only when its answer
+//! was read to the end and the server did not ask to close it; a request that fails on a
+//! reused connection before any answer arrived is sent once more on a fresh one (the
+//! server may have closed it while idle).
+//!
+//! Timeouts belong to the caller: every exchange runs under one `tokio::time::timeout`
+//! covering connect, send and the whole body. A cancelled exchange drops its connection.
 
-use std::time::Duration;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::rustls;
+use url::Url;
 
-/// A client with connection reuse (the reference reuses sessions too) and no proxy: the
-/// sidecar talks to its own vLLM and to cluster-internal services only.
-///
-/// Requests carry no reqwest timeout of their own: every caller bounds the whole exchange
-/// (send and body) with one `tokio::time::timeout`, so an exchange arms one timer, not
-/// two (at short intervals, timer churn is a visible share of the sidecar's CPU).
-pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .pool_idle_timeout(Duration::from_secs(30))
-        .pool_max_idle_per_host(2)
-        .connect_timeout(Duration::from_secs(10))
-        .tcp_nodelay(true)
-        .build()
-        .unwrap_or_else(|_| reqwest::Client::new())
-}
+/// Status line plus headers may not exceed this.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Headers per answer.
+const MAX_HEADERS: usize = 64;
+/// A chunk-size or trailer line may not exceed this.
+const MAX_LINE_BYTES: usize = 4 * 1024;
+/// Informational (1xx) answers skipped before giving up.
+const MAX_INFORMATIONAL: usize = 8;
+/// Idle connections kept per origin.
+const MAX_IDLE_PER_ORIGIN: usize = 2;
+/// Size of a connection's read buffer; larger bodies are read straight into the caller's.
+const READ_BUFFER_BYTES: usize = 16 * 1024;
 
-/// Why a body could not be read.
+/// Why an exchange failed.
 #[derive(Debug)]
-pub enum BodyError {
+pub enum Error {
+    /// No connection could be made (refused, unreachable, name not resolved, TLS failed).
+    Connect(String),
+    /// The connection failed while sending or reading.
+    Io(io::Error),
+    /// The connection closed before the answer was complete.
+    Closed,
+    /// The answer broke HTTP/1.1.
+    Malformed(String),
+    /// The body passed the caller's cap.
     TooLarge { limit: usize },
-    Read(reqwest::Error),
 }
 
-impl std::fmt::Display for BodyError {
+impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            BodyError::TooLarge { limit } => write!(f, "body larger than {limit} bytes"),
-            BodyError::Read(e) => write!(f, "reading body: {e}"),
+            Error::Connect(e) => write!(f, "cannot connect: {e}"),
+            Error::Io(e) => write!(f, "connection failed: {e}"),
+            Error::Closed => write!(f, "connection closed before the answer was complete"),
+            Error::Malformed(e) => write!(f, "malformed HTTP answer: {e}"),
+            Error::TooLarge { limit } => write!(f, "body larger than {limit} bytes"),
         }
     }
 }
 
-impl std::error::Error for BodyError {}
+impl std::error::Error for Error {}
 
-/// Read the whole body, failing as soon as it passes `limit` bytes.
-pub async fn read_capped(response: reqwest::Response, limit: usize) -> Result<Bytes, BodyError> {
-    if let Some(len) = response.content_length() {
-        if len > limit as u64 {
-            return Err(BodyError::TooLarge { limit });
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Error {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            Error::Closed
+        } else {
+            Error::Io(e)
         }
     }
-    let expected = response.content_length().unwrap_or(0).min(limit as u64);
-    let mut buf = BytesMut::with_capacity(usize::try_from(expected).unwrap_or(0));
-    let mut stream = response.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(BodyError::Read)?;
-        if buf.len() + chunk.len() > limit {
-            return Err(BodyError::TooLarge { limit });
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
 }
 
-/// Read the whole body into `buf` (cleared first), failing as soon as it passes `limit`
-/// bytes. The buffer is the caller's, so a periodic read of the same page reuses one
-/// allocation instead of a fresh one every time.
-pub async fn read_capped_into(
-    response: reqwest::Response,
-    limit: usize,
-    buf: &mut Vec<u8>,
-) -> Result<(), BodyError> {
-    buf.clear();
-    if let Some(len) = response.content_length() {
-        if len > limit as u64 {
-            return Err(BodyError::TooLarge { limit });
-        }
-        buf.reserve(usize::try_from(len).unwrap_or(0));
-    }
-    let mut stream = response.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(BodyError::Read)?;
-        if buf.len() + chunk.len() > limit {
-            return Err(BodyError::TooLarge { limit });
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(())
+/// Where requests go: scheme, host and port. Compared to pick idle connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Origin {
+    tls: bool,
+    host: String,
+    port: u16,
 }
 
-/// A transport error with its causes ("error sending request: connection refused"), and
-/// without the URL (the caller names the peer).
-pub fn describe(error: reqwest::Error) -> String {
-    let error = error.without_url();
-    let mut out = error.to_string();
-    let mut source = std::error::Error::source(&error);
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
+/// A URL prepared once for repeated requests: its origin, the `Host` header and the
+/// request target (path and query).
+#[derive(Debug, Clone)]
+pub struct Target {
+    origin: Arc<Origin>,
+    host_header: String,
+    path: String,
+    url: Url,
+}
+
+impl Target {
+    /// An `http://` or `https://` URL with a host.
+    pub fn new(url: &Url) -> Result<Target, String> {
+        let tls = match url.scheme() {
+            "http" => false,
+            "https" => true,
+            other => return Err(format!("{url}: unsupported scheme {other:?}")),
+        };
+        let host = match url.host() {
+            Some(url::Host::Domain(d)) => d.to_string(),
+            Some(url::Host::Ipv4(ip)) => ip.to_string(),
+            Some(url::Host::Ipv6(ip)) => ip.to_string(),
+            None => return Err(format!("{url}: no host")),
+        };
+        let port = url
+            .port_or_known_default()
+            .ok_or_else(|| format!("{url}: no port"))?;
+        let host_header = match (url.host_str(), url.port()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_string(),
+            (None, _) => return Err(format!("{url}: no host")),
+        };
+        let mut path = url.path().to_string();
+        if let Some(query) = url.query() {
+            path.push('?');
+            path.push_str(query);
         }
-        source = cause.source();
+        Ok(Target {
+            origin: Arc::new(Origin { tls, host, port }),
+            host_header,
+            path,
+            url: url.clone(),
+        })
     }
+
+    /// Parse and prepare a URL string.
+    pub fn parse(url: &str) -> Result<Target, String> {
+        let parsed = Url::parse(url).map_err(|e| format!("{url:?}: {e}"))?;
+        Target::new(&parsed)
+    }
+
+    pub fn url(&self) -> &Url {
+        &self.url
+    }
+}
+
+/// What came back, apart from the body (which went into the caller's buffer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub status: u16,
+    /// The `Content-Type` header, empty when absent.
+    pub content_type: String,
+}
+
+impl Head {
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+/// An answer with its body.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub head: Head,
+    pub body: Vec<u8>,
+}
+
+/// One request: method, target, extra headers (`Host` and `Content-Length` are added)
+/// and body.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub method: &'a str,
+    pub target: &'a Target,
+    pub headers: &'a [(&'a str, &'a str)],
+    pub body: &'a [u8],
+}
+
+impl<'a> Request<'a> {
+    pub fn get(target: &'a Target) -> Request<'a> {
+        Request {
+            method: "GET",
+            target,
+            headers: &[],
+            body: &[],
+        }
+    }
+
+    /// A POST of a JSON body.
+    pub fn post_json(target: &'a Target, body: &'a [u8]) -> Request<'a> {
+        Request {
+            method: "POST",
+            target,
+            headers: &[("content-type", "application/json")],
+            body,
+        }
+    }
+
+    pub fn headers(self, headers: &'a [(&'a str, &'a str)]) -> Request<'a> {
+        Request { headers, ..self }
+    }
+}
+
+/// The client: idle connections by origin, and the TLS settings once one is needed.
+/// Cheap to clone; clones share their connections.
+#[derive(Clone, Default)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    idle: Mutex<Vec<(Arc<Origin>, Conn)>>,
+    tls: OnceLock<Arc<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let idle = self.inner.idle.lock().map(|v| v.len()).unwrap_or(0);
+        f.debug_struct("Client").field("idle", &idle).finish()
+    }
+}
+
+/// The client every part of the sidecar shares.
+pub fn client() -> Client {
+    Client::default()
+}
+
+impl Client {
+    /// A client that trusts only `roots` for `https://` (tests, private CAs).
+    pub fn with_root_certificates(
+        roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    ) -> Result<Client, String> {
+        let mut store = rustls::RootCertStore::empty();
+        for cert in roots {
+            store
+                .add(cert)
+                .map_err(|e| format!("bad root certificate: {e}"))?;
+        }
+        let client = Client::default();
+        let _ = client.inner.tls.set(tls_config(store)?);
+        Ok(client)
+    }
+
+    /// Send `request`; the body (at most `limit` bytes) replaces the contents of `body`.
+    pub async fn send_into(
+        &self,
+        request: Request<'_>,
+        limit: usize,
+        body: &mut Vec<u8>,
+    ) -> Result<Head, Error> {
+        let origin = &request.target.origin;
+        let wire = encode(&request);
+        if let Some(conn) = self.take_idle(origin) {
+            match self.exchange(conn, origin, &wire, limit, body).await {
+                // The server closed the idle connection before we used it: try a fresh one.
+                Err(Stale) => {}
+                Ok(result) => return result,
+            }
+        }
+        let conn = self.connect(origin).await?;
+        match self.exchange(conn, origin, &wire, limit, body).await {
+            Ok(result) => result,
+            Err(Stale) => Err(Error::Closed),
+        }
+    }
+
+    /// Send `request` and return the answer with its body (at most `limit` bytes).
+    pub async fn send(&self, request: Request<'_>, limit: usize) -> Result<Response, Error> {
+        let mut body = Vec::new();
+        let head = self.send_into(request, limit, &mut body).await?;
+        Ok(Response { head, body })
+    }
+
+    /// One exchange on `conn`; `Err(Stale)` when it failed before a byte of the answer.
+    async fn exchange(
+        &self,
+        mut conn: Conn,
+        origin: &Arc<Origin>,
+        wire: &[u8],
+        limit: usize,
+        body: &mut Vec<u8>,
+    ) -> Result<Result<Head, Error>, Stale> {
+        if let Err(e) = conn.stream.write_all(wire).await {
+            return if conn.reused {
+                Err(Stale)
+            } else {
+                Ok(Err(e.into()))
+            };
+        }
+        if let Err(e) = conn.stream.flush().await {
+            return if conn.reused {
+                Err(Stale)
+            } else {
+                Ok(Err(e.into()))
+            };
+        }
+        match conn.read_answer(limit, body).await {
+            Ok((head, reusable)) => {
+                if reusable {
+                    self.put_idle(origin, conn);
+                }
+                Ok(Ok(head))
+            }
+            Err(e) if conn.reused && !conn.answered && is_early_close(&e) => Err(Stale),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    fn take_idle(&self, origin: &Arc<Origin>) -> Option<Conn> {
+        let mut idle = self.inner.idle.lock().ok()?;
+        let at = idle.iter().rposition(|(o, _)| o == origin)?;
+        let (_, mut conn) = idle.swap_remove(at);
+        conn.reused = true;
+        conn.answered = false;
+        Some(conn)
+    }
+
+    fn put_idle(&self, origin: &Arc<Origin>, conn: Conn) {
+        if let Ok(mut idle) = self.inner.idle.lock() {
+            if idle.iter().filter(|(o, _)| o == origin).count() < MAX_IDLE_PER_ORIGIN {
+                idle.push((origin.clone(), conn));
+            }
+        }
+    }
+
+    async fn connect(&self, origin: &Origin) -> Result<Conn, Error> {
+        let tcp = connect_tcp(&origin.host, origin.port).await?;
+        let _ = tcp.set_nodelay(true);
+        let stream = if origin.tls {
+            let config = match self.inner.tls.get() {
+                Some(config) => config.clone(),
+                None => {
+                    let mut store = rustls::RootCertStore::empty();
+                    store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+                    let config = tls_config(store).map_err(Error::Connect)?;
+                    let _ = self.inner.tls.set(config.clone());
+                    config
+                }
+            };
+            let name = rustls::pki_types::ServerName::try_from(origin.host.clone())
+                .map_err(|e| Error::Connect(format!("{}: {e}", origin.host)))?;
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .map_err(|e| Error::Connect(format!("TLS handshake with {}: {e}", origin.host)))?;
+            Stream::Tls(Box::new(tls))
+        } else {
+            Stream::Plain(tcp)
+        };
+        Ok(Conn {
+            stream,
+            buf: vec![0; READ_BUFFER_BYTES],
+            start: 0,
+            end: 0,
+            reused: false,
+            answered: false,
+        })
+    }
+}
+
+/// A reused connection that failed before answering: resend on a fresh one.
+struct Stale;
+
+fn is_early_close(e: &Error) -> bool {
+    match e {
+        Error::Closed => true,
+        Error::Io(e) => matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::BrokenPipe
+        ),
+        _ => false,
+    }
+}
+
+fn tls_config(roots: rustls::RootCertStore) -> Result<Arc<rustls::ClientConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS set-up: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Connect to each resolved address in turn (no lookup for an IP literal).
+async fn connect_tcp(host: &str, port: u16) -> Result<TcpStream, Error> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return TcpStream::connect(SocketAddr::new(ip, port))
+            .await
+            .map_err(|e| Error::Connect(e.to_string()));
+    }
+    let addrs = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| Error::Connect(format!("cannot resolve {host}: {e}")))?;
+    let mut last = format!("{host} resolved to no address");
+    for addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = format!("{addr}: {e}"),
+        }
+    }
+    Err(Error::Connect(last))
+}
+
+/// The request as it goes on the wire: head and body in one buffer, one write.
+fn encode(request: &Request<'_>) -> Vec<u8> {
+    let target = request.target;
+    let mut out = Vec::with_capacity(128 + target.path.len() + request.body.len());
+    out.extend_from_slice(request.method.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+    out.extend_from_slice(target.host_header.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in request.headers {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        // A header value never carries a line break onto the wire.
+        out.extend(value.bytes().filter(|b| *b != b'\r' && *b != b'\n'));
+        out.extend_from_slice(b"\r\n");
+    }
+    if !request.body.is_empty() || request.method != "GET" {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(request.body.len().to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(request.body);
     out
+}
+
+/// How the body of an answer ends.
+enum Framing {
+    Length(usize),
+    Chunked,
+    UntilClose,
+}
+
+/// One connection and the bytes read from it but not yet used (`buf[start..end]`).
+struct Conn {
+    stream: Stream,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Taken from the idle list (so it may have been closed by the server meanwhile).
+    reused: bool,
+    /// At least one byte of the current answer has arrived.
+    answered: bool,
+}
+
+impl Conn {
+    /// Read one answer (skipping 1xx ones) into `body`; also says whether the connection
+    /// can carry another request.
+    async fn read_answer(
+        &mut self,
+        limit: usize,
+        body: &mut Vec<u8>,
+    ) -> Result<(Head, bool), Error> {
+        body.clear();
+        for _ in 0..MAX_INFORMATIONAL {
+            let head_len = self.read_head().await?;
+            let parsed = parse_head(&self.buf[self.start..self.start + head_len])?;
+            self.start += head_len;
+            if (100..200).contains(&parsed.head.status) {
+                if parsed.head.status == 101 {
+                    return Err(Error::Malformed(
+                        "unexpected 101 Switching Protocols".into(),
+                    ));
+                }
+                continue;
+            }
+            let framing = if parsed.head.status == 204 || parsed.head.status == 304 {
+                Framing::Length(0)
+            } else {
+                parsed.framing
+            };
+            let mut reusable = parsed.keep_alive;
+            match framing {
+                Framing::Length(n) => {
+                    if n > limit {
+                        return Err(Error::TooLarge { limit });
+                    }
+                    self.read_exact_into(n, body).await?;
+                }
+                Framing::Chunked => self.read_chunked(limit, body).await?,
+                Framing::UntilClose => {
+                    self.read_to_close(limit, body).await?;
+                    reusable = false;
+                }
+            }
+            // Bytes beyond the answer: the server is not speaking one-at-a-time HTTP.
+            if self.start != self.end {
+                reusable = false;
+            }
+            return Ok((parsed.head, reusable));
+        }
+        Err(Error::Malformed("too many informational answers".into()))
+    }
+
+    /// Read more bytes after `buf[..end]`, compacting or growing the buffer when full;
+    /// 0 means the peer closed.
+    async fn fill(&mut self) -> Result<usize, Error> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        if self.end == self.buf.len() {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            } else {
+                let grown = (self.buf.len() * 2).min(MAX_HEAD_BYTES + READ_BUFFER_BYTES);
+                if grown <= self.buf.len() {
+                    return Err(Error::Malformed("line or head too long".into()));
+                }
+                self.buf.resize(grown, 0);
+            }
+        }
+        let n = self.stream.read(&mut self.buf[self.end..]).await?;
+        if n > 0 {
+            self.answered = true;
+        }
+        self.end += n;
+        Ok(n)
+    }
+
+    /// Read until the buffered bytes hold a whole head; answers its length.
+    async fn read_head(&mut self) -> Result<usize, Error> {
+        // Bytes after `start` already searched (an offset: `fill` may move them).
+        let mut scanned: usize = 0;
+        loop {
+            let from = self.start + scanned.saturating_sub(3);
+            if let Some(at) = memchr::memmem::find(&self.buf[from..self.end], b"\r\n\r\n") {
+                return Ok(from + at + 4 - self.start);
+            }
+            if self.end - self.start > MAX_HEAD_BYTES {
+                return Err(Error::Malformed(format!(
+                    "head larger than {MAX_HEAD_BYTES} bytes"
+                )));
+            }
+            scanned = self.end - self.start;
+            if self.fill().await? == 0 {
+                return Err(Error::Closed);
+            }
+        }
+    }
+
+    /// Exactly `n` more body bytes into `body`: the buffered ones first, the rest read
+    /// straight into `body`.
+    async fn read_exact_into(&mut self, n: usize, body: &mut Vec<u8>) -> Result<(), Error> {
+        let buffered = n.min(self.end - self.start);
+        body.extend_from_slice(&self.buf[self.start..self.start + buffered]);
+        self.start += buffered;
+        let mut missing = n - buffered;
+        if missing == 0 {
+            return Ok(());
+        }
+        body.reserve(missing);
+        while missing > 0 {
+            let at = body.len();
+            body.resize(at + missing, 0);
+            let got = self.stream.read(&mut body[at..]).await;
+            let got = match got {
+                Ok(got) => got,
+                Err(e) => {
+                    body.truncate(at);
+                    return Err(e.into());
+                }
+            };
+            body.truncate(at + got);
+            if got == 0 {
+                return Err(Error::Closed);
+            }
+            self.answered = true;
+            missing -= got;
+        }
+        Ok(())
+    }
+
+    /// One line (without its CRLF) from the buffer, at most `MAX_LINE_BYTES`; answers its
+    /// range in `buf`.
+    async fn read_line(&mut self) -> Result<std::ops::Range<usize>, Error> {
+        let mut searched = self.start;
+        loop {
+            if let Some(at) = memchr::memchr(b'\n', &self.buf[searched..self.end]) {
+                let line_end = searched + at;
+                let range = self.start..line_end;
+                self.start = line_end + 1;
+                let end = if range.end > range.start && self.buf[range.end - 1] == b'\r' {
+                    range.end - 1
+                } else {
+                    range.end
+                };
+                return Ok(range.start..end);
+            }
+            if self.end - self.start > MAX_LINE_BYTES {
+                return Err(Error::Malformed("chunk line too long".into()));
+            }
+            let offset = self.end - self.start;
+            if self.fill().await? == 0 {
+                return Err(Error::Closed);
+            }
+            searched = self.start + offset;
+        }
+    }
+
+    async fn read_chunked(&mut self, limit: usize, body: &mut Vec<u8>) -> Result<(), Error> {
+        loop {
+            let line = self.read_line().await?;
+            let size = parse_chunk_size(&self.buf[line])?;
+            if size == 0 {
+                // Trailers, up to the empty line.
+                loop {
+                    let trailer = self.read_line().await?;
+                    if trailer.is_empty() {
+                        return Ok(());
+                    }
+                }
+            }
+            if size > limit.saturating_sub(body.len()) {
+                return Err(Error::TooLarge { limit });
+            }
+            self.read_exact_into(size, body).await?;
+            let end = self.read_line().await?;
+            if !end.is_empty() {
+                return Err(Error::Malformed("chunk not followed by CRLF".into()));
+            }
+        }
+    }
+
+    async fn read_to_close(&mut self, limit: usize, body: &mut Vec<u8>) -> Result<(), Error> {
+        loop {
+            let buffered = &self.buf[self.start..self.end];
+            if body.len() + buffered.len() > limit {
+                return Err(Error::TooLarge { limit });
+            }
+            body.extend_from_slice(buffered);
+            self.start = self.end;
+            if self.fill().await? == 0 {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// A parsed head and what it says about the body and the connection.
+struct ParsedHead {
+    head: Head,
+    framing: Framing,
+    keep_alive: bool,
+}
+
+fn parse_head(bytes: &[u8]) -> Result<ParsedHead, Error> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    match response.parse(bytes) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(Error::Malformed("incomplete head".into())),
+        Err(e) => return Err(Error::Malformed(e.to_string())),
+    }
+    let status = response.code.unwrap_or(0);
+    let http11 = response.version == Some(1);
+    let mut content_type = String::new();
+    let mut length: Option<usize> = None;
+    let mut chunked = false;
+    let mut transfer_encoding = false;
+    let mut close = !http11;
+    for header in response.headers.iter() {
+        let value = std::str::from_utf8(header.value)
+            .map_err(|_| Error::Malformed(format!("{} is not text", header.name)))?
+            .trim();
+        if header.name.eq_ignore_ascii_case("content-length") {
+            let n: usize = value
+                .parse()
+                .map_err(|_| Error::Malformed(format!("bad Content-Length {value:?}")))?;
+            if length.is_some_and(|m| m != n) {
+                return Err(Error::Malformed("conflicting Content-Length".into()));
+            }
+            length = Some(n);
+        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
+            transfer_encoding = true;
+            // `chunked` must be the last coding for the length to come from the chunks.
+            chunked = value
+                .rsplit(',')
+                .next()
+                .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"));
+        } else if header.name.eq_ignore_ascii_case("content-type") {
+            content_type = value.to_string();
+        } else if header.name.eq_ignore_ascii_case("connection") {
+            for token in value.split(',').map(str::trim) {
+                if token.eq_ignore_ascii_case("close") {
+                    close = true;
+                } else if token.eq_ignore_ascii_case("keep-alive") && !http11 {
+                    close = false;
+                }
+            }
+        }
+    }
+    // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length.
+    let framing = if transfer_encoding {
+        if chunked {
+            Framing::Chunked
+        } else {
+            Framing::UntilClose
+        }
+    } else if let Some(n) = length {
+        Framing::Length(n)
+    } else {
+        Framing::UntilClose
+    };
+    Ok(ParsedHead {
+        head: Head {
+            status,
+            content_type,
+        },
+        framing,
+        keep_alive: !close,
+    })
+}
+
+/// The hex size at the start of a chunk line (extensions after `;` ignored).
+fn parse_chunk_size(line: &[u8]) -> Result<usize, Error> {
+    let digits = line.split(|b| *b == b';').next().unwrap_or(&[]);
+    let digits = digits.trim_ascii();
+    if digits.is_empty() || digits.len() > 15 {
+        return Err(Error::Malformed("bad chunk size".into()));
+    }
+    let mut size = 0usize;
+    for d in digits {
+        let v = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            b'A'..=b'F' => d - b'A' + 10,
+            _ => return Err(Error::Malformed("bad chunk size".into())),
+        };
+        size = size * 16 + usize::from(v);
+    }
+    Ok(size)
+}
+
+/// A plain or TLS connection.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
 /// At most `max` characters of a peer's answer, for a log line.
@@ -112,4 +802,62 @@ pub fn snippet(body: &[u8], max: usize) -> String {
         out.push('…');
     }
     out.replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_sizes() {
+        assert_eq!(parse_chunk_size(b"1a").unwrap(), 26);
+        assert_eq!(parse_chunk_size(b"FF;ext=1").unwrap(), 255);
+        assert_eq!(parse_chunk_size(b"0").unwrap(), 0);
+        assert!(parse_chunk_size(b"").is_err());
+        assert!(parse_chunk_size(b"xyz").is_err());
+        assert!(parse_chunk_size(b"ffffffffffffffffff").is_err());
+    }
+
+    #[test]
+    fn request_encoding() {
+        let target = Target::parse("http://example.test:8080/v3/kv/put?x=1").unwrap();
+        let wire = encode(&Request::post_json(&target, b"{}"));
+        assert_eq!(
+            String::from_utf8(wire).unwrap(),
+            "POST /v3/kv/put?x=1 HTTP/1.1\r\nhost: example.test:8080\r\n\
+             content-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+        );
+        let target = Target::parse("http://[::1]/health").unwrap();
+        let wire = encode(&Request::get(&target).headers(&[("x", "a\r\nb")]));
+        assert_eq!(
+            String::from_utf8(wire).unwrap(),
+            "GET /health HTTP/1.1\r\nhost: [::1]\r\nx: ab\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn heads() {
+        let p =
+            parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\n")
+                .unwrap();
+        assert_eq!(p.head.status, 200);
+        assert_eq!(p.head.content_type, "text/plain");
+        assert!(matches!(p.framing, Framing::Length(5)));
+        assert!(p.keep_alive);
+        let p = parse_head(b"HTTP/1.0 200 OK\r\n\r\n").unwrap();
+        assert!(!p.keep_alive);
+        assert!(matches!(p.framing, Framing::UntilClose));
+        let p = parse_head(
+            b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+        assert!(matches!(p.framing, Framing::Chunked));
+        assert!(!p.keep_alive);
+        assert!(
+            parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+                .is_err()
+        );
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n").is_err());
+        assert!(parse_head(b"NOT HTTP\r\n\r\n").is_err());
+    }
 }

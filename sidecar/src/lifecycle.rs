@@ -71,7 +71,7 @@ enum Step {
 /// A configured sidecar, not yet running.
 pub struct Sidecar {
     config: Arc<Config>,
-    http: reqwest::Client,
+    http: crate::http::Client,
     etcd: Arc<EtcdClient>,
     telemetry: Arc<Telemetry>,
     status_tx: watch::Sender<Status>,

@@ -10,9 +10,9 @@
 
 use std::time::{Duration, Instant};
 
-use reqwest::Url;
+use url::Url;
 
-use crate::http::{read_capped_into, BodyError};
+use crate::http::{Client, Request, Target};
 use crate::mapping::{HeartbeatMetrics, Mapper};
 use crate::prom::{self, Format, Mode};
 
@@ -21,7 +21,6 @@ use crate::prom::{self, Format, Mode};
 pub enum ScrapeError {
     Request(String),
     Status(u16),
-    Body(BodyError),
     TimedOut(Duration),
     NotUtf8,
     Parse(String),
@@ -32,7 +31,6 @@ impl std::fmt::Display for ScrapeError {
         match self {
             ScrapeError::Request(e) => write!(f, "GET /metrics failed: {e}"),
             ScrapeError::Status(s) => write!(f, "GET /metrics answered HTTP {s}"),
-            ScrapeError::Body(e) => write!(f, "/metrics body: {e}"),
             ScrapeError::TimedOut(t) => write!(f, "/metrics not read within {t:?}"),
             ScrapeError::NotUtf8 => write!(f, "/metrics body is not UTF-8"),
             ScrapeError::Parse(e) => write!(f, "/metrics did not parse: {e}"),
@@ -53,6 +51,10 @@ impl ScrapeError {
 /// the lenient parser skips.
 pub const AUDIT_EVERY: u64 = 64;
 
+/// What the scrape asks for: the classic text format first, as Prometheus does.
+const ACCEPT: &str =
+    "text/plain;version=0.0.4;q=1.0, application/openmetrics-text;version=1.0.0;q=0.5, */*;q=0.1";
+
 /// A body buffer grown past this (a huge page once) is not kept between scrapes.
 const KEEP_BUFFER_BYTES: usize = 4 * 1024 * 1024;
 
@@ -69,8 +71,8 @@ pub struct Scrape {
 /// Scrapes one vLLM server; keeps the mapping's interval state between scrapes.
 #[derive(Debug)]
 pub struct Scraper {
-    http: reqwest::Client,
-    url: Url,
+    http: Client,
+    target: Result<Target, String>,
     timeout: Duration,
     max_bytes: usize,
     mapper: Mapper,
@@ -82,7 +84,7 @@ pub struct Scraper {
 
 impl Scraper {
     pub fn new(
-        http: reqwest::Client,
+        http: Client,
         url: Url,
         timeout: Duration,
         max_bytes: usize,
@@ -90,7 +92,7 @@ impl Scraper {
     ) -> Scraper {
         Scraper {
             http,
-            url,
+            target: Target::new(&url),
             timeout,
             max_bytes,
             mapper,
@@ -114,33 +116,20 @@ impl Scraper {
         body: &mut Vec<u8>,
         started: Instant,
     ) -> Result<Scrape, ScrapeError> {
-        let fetch = async {
-            let response = self
-                .http
-                .get(self.url.clone())
-                .header(reqwest::header::ACCEPT, "text/plain;version=0.0.4;q=1.0, application/openmetrics-text;version=1.0.0;q=0.5, */*;q=0.1")
-                .send()
-                .await
-                .map_err(|e| ScrapeError::Request(crate::http::describe(e)))?;
-            let status = response.status();
-            if !status.is_success() {
-                return Err(ScrapeError::Status(status.as_u16()));
-            }
-            let format = Format::from_content_type(
-                response
-                    .headers()
-                    .get(reqwest::header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or(""),
-            );
-            read_capped_into(response, self.max_bytes, body)
-                .await
-                .map_err(ScrapeError::Body)?;
-            Ok(format)
-        };
-        let format = tokio::time::timeout(self.timeout, fetch)
+        let target = self
+            .target
+            .as_ref()
+            .map_err(|e| ScrapeError::Request(e.clone()))?;
+        let request = Request::get(target).headers(&[("accept", ACCEPT)]);
+        let fetch = self.http.send_into(request, self.max_bytes, body);
+        let head = tokio::time::timeout(self.timeout, fetch)
             .await
-            .map_err(|_| ScrapeError::TimedOut(self.timeout))??;
+            .map_err(|_| ScrapeError::TimedOut(self.timeout))?
+            .map_err(|e| ScrapeError::Request(e.to_string()))?;
+        if !head.is_success() {
+            return Err(ScrapeError::Status(head.status));
+        }
+        let format = Format::from_content_type(&head.content_type);
         let text = std::str::from_utf8(body).map_err(|_| ScrapeError::NotUtf8)?;
         let audit = self.reads.is_multiple_of(AUDIT_EVERY);
         self.reads += 1;

@@ -274,34 +274,20 @@ async fn load(
     if !is_url(source) {
         return read_local(source, cap).map(|b| (b, None));
     }
-    let client = reqwest::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .build()
-        .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
-    let fetch = async {
-        let mut resp = client.get(source).send().await.map_err(|e| e.to_string())?;
-        if !resp.status().is_success() {
-            return Err(format!("HTTP {}", resp.status()));
-        }
-        let format = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(Format::from_content_type);
-        let mut body = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
-            if body.len() + chunk.len() > cap {
-                return Err(format!("body larger than {cap} bytes"));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok((body, format))
-    };
-    // The client timeout covers the whole request; this bounds the body read as well.
-    tokio::time::timeout(timeout, fetch)
+    let target = crate::http::Target::parse(source)?;
+    let client = crate::http::client();
+    let fetch = client.send(crate::http::Request::get(&target), cap);
+    // One timeout bounds connect, send and the whole body.
+    let response = tokio::time::timeout(timeout, fetch)
         .await
         .map_err(|_| format!("timed out after {timeout:?}"))?
+        .map_err(|e| e.to_string())?;
+    if !response.head.is_success() {
+        return Err(format!("HTTP {}", response.head.status));
+    }
+    let format = (!response.head.content_type.is_empty())
+        .then(|| Format::from_content_type(&response.head.content_type));
+    Ok((response.body, format))
 }
 
 /// A file or stdin, at most `cap` bytes.

@@ -430,7 +430,7 @@ fn etcd_auth_and_reauthentication_after_an_etcd_restart() {
     assert_eq!(etcd.post("/v3/auth/enable", json!({}), None).0, 200);
 
     let client = sidecar::etcd::EtcdClient::new(
-        reqwest::Client::builder().no_proxy().build().unwrap(),
+        sidecar::http::client(),
         vec![reqwest::Url::parse(&etcd.url).unwrap()],
         Duration::from_secs(3),
         "root",
@@ -474,7 +474,7 @@ fn etcd_auth_and_reauthentication_after_an_etcd_restart() {
 
     // Wrong password: an auth error, not a hang or a panic.
     let wrong = sidecar::etcd::EtcdClient::new(
-        reqwest::Client::builder().no_proxy().build().unwrap(),
+        sidecar::http::client(),
         vec![reqwest::Url::parse(&etcd.url).unwrap()],
         Duration::from_secs(3),
         "root",
