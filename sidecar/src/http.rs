@@ -561,17 +561,9 @@ impl Conn {
         }
         body.reserve(missing);
         while missing > 0 {
-            let at = body.len();
-            body.resize(at + missing, 0);
-            let got = self.stream.read(&mut body[at..]).await;
-            let got = match got {
-                Ok(got) => got,
-                Err(e) => {
-                    body.truncate(at);
-                    return Err(e.into());
-                }
-            };
-            body.truncate(at + got);
+            // Straight into the body's spare capacity, never past this answer's end.
+            let mut room = bytes::BufMut::limit(&mut *body, missing);
+            let got = self.stream.read_buf(&mut room).await?;
             if got == 0 {
                 return Err(Error::Closed);
             }

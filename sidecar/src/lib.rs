@@ -32,11 +32,13 @@
 //! - [`heartbeat`]: the POST to the master and its answers: `HeartbeatClient::send`.
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics` on `--admin-listen`: `admin::serve`.
 //! - [`telemetry`]: the sidecar's own Prometheus metrics: `Telemetry::encode`.
-//! - [`backoff`], [`http`], [`logging`], [`shutdown`]: small plumbing.
+//! - [`http`]: the HTTP/1.1 keep-alive client every exchange goes through.
+//! - [`alarm`], [`backoff`], [`logging`], [`shutdown`]: small plumbing.
 //!
 //! The whole program: [`run`].
 
 pub mod admin;
+pub mod alarm;
 pub mod backoff;
 pub mod config;
 pub mod etcd;

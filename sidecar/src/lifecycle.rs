@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio::time::{sleep, sleep_until, Instant, MissedTickBehavior};
+use tokio::time::{sleep, sleep_until, Instant};
+
+use crate::alarm::Alarm;
 
 use crate::backoff::Backoff;
 use crate::config::Config;
@@ -238,9 +240,8 @@ impl Lifecycle {
         mut shutdown: Shutdown,
     ) {
         let period = self.cfg.keepalive_period();
-        let mut keepalive =
-            tokio::time::interval_at(on_grid(epoch, period, Instant::now() + period), period);
-        keepalive.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        let mut alarm = Alarm::new();
+        let mut keepalive_at = on_grid(epoch, period, Instant::now() + period);
         loop {
             let want_register = !self.registered() && self.healthy;
             let step = tokio::select! {
@@ -251,7 +252,10 @@ impl Lifecycle {
                     Some(Event::Conflict(incarnation)) => Step::Conflict(incarnation),
                     None => Step::Shutdown,
                 },
-                _ = keepalive.tick(), if self.registered() => Step::Keepalive,
+                _ = alarm.sleep_until(keepalive_at), if self.registered() => {
+                    keepalive_at = next_tick(epoch, period, keepalive_at);
+                    Step::Keepalive
+                }
                 _ = sleep_until(self.retry_at), if want_register => Step::Register,
             };
             let work = async {
@@ -272,7 +276,7 @@ impl Lifecycle {
                     Step::Register => {
                         self.register(None).await;
                         if self.registered() {
-                            keepalive.reset_at(on_grid(epoch, period, Instant::now() + period / 2));
+                            keepalive_at = on_grid(epoch, period, Instant::now() + period / 2);
                         }
                         true
                     }
@@ -481,14 +485,14 @@ async fn health_loop(
         return;
     }
     let period = cfg.keepalive_interval;
-    let first = on_grid(epoch, period, Instant::now() + period / 2);
-    let mut tick = tokio::time::interval_at(first, period);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut alarm = Alarm::new();
+    let mut at = on_grid(epoch, period, Instant::now() + period / 2);
     loop {
         tokio::select! {
             _ = shutdown.wait() => return,
-            _ = tick.tick() => {}
+            _ = alarm.sleep_until(at) => {}
         }
+        at = next_tick(epoch, period, at);
         let ok = probe.is_healthy().await;
         if events.send(Event::Health(ok)).await.is_err() {
             return;
@@ -519,6 +523,7 @@ async fn heartbeat_loop(
     let mut conflict_backoff = Backoff::new(interval, interval.max(Duration::from_secs(30)));
     let mut after_conflict = false;
     let mut next = Instant::now() + interval;
+    let mut alarm = Alarm::new();
     let mut incarnation: Option<String> = None;
     loop {
         tokio::select! {
@@ -541,7 +546,7 @@ async fn heartbeat_loop(
                 }
                 continue;
             }
-            _ = sleep_until(next) => {}
+            _ = alarm.sleep_until(next) => {}
         }
         let current = status.borrow().clone();
         let Some(registration) = current.registration.filter(|_| current.healthy) else {
@@ -561,6 +566,12 @@ async fn heartbeat_loop(
             Outcome::Failed => Instant::now() + backoff.next_delay().max(interval / 2),
         };
     }
+}
+
+/// The grid point after the tick `last` that is not already past: a job that overran
+/// skips the ticks it missed instead of running them back to back.
+fn next_tick(epoch: Instant, period: Duration, last: Instant) -> Instant {
+    on_grid(epoch, period, (last + period).max(Instant::now()))
 }
 
 /// The first instant of the grid `epoch + k·period` at or after `not_before`.
