@@ -11,10 +11,17 @@
 //!
 //! What it speaks: HTTP/1.1 over TCP, or TLS for `https://` (rustls with the webpki
 //! roots, built on first use). Bodies framed by `Content-Length`, `chunked`, or the end
-//! of the connection; `1xx` answers skipped. A connection is reused only when its answer
-//! was read to the end and the server did not ask to close it; a request that fails on a
-//! reused connection before any answer arrived is sent once more on a fresh one (the
-//! server may have closed it while idle).
+//! of the connection; `1xx` answers skipped; no body after `HEAD`, `204` or `304`. A
+//! connection is reused only when its answer was read to the end, nothing followed it,
+//! and the server did not ask to close it. Before reuse an idle connection is polled
+//! once: closed by the server, or holding bytes nobody asked for (they would pass for
+//! the next answer), it is dropped. A request that fails on a reused connection before
+//! any answer arrived is sent once more on a fresh one (the server may have closed it
+//! while idle).
+//!
+//! Caps, so a broken or hostile peer costs bounded memory and reading: the body at the
+//! caller's limit (a larger `Content-Length` fails before reading), the head at 64 KiB,
+//! chunk extensions plus trailers at 64 KiB.
 //!
 //! Timeouts belong to the caller: every exchange runs under one `tokio::time::timeout`
 //! covering connect, send and the whole body. A cancelled exchange drops its connection.
@@ -34,6 +41,8 @@ const MAX_HEAD_BYTES: usize = 64 * 1024;
 const MAX_HEADERS: usize = 64;
 /// A chunk-size or trailer line may not exceed this.
 const MAX_LINE_BYTES: usize = 4 * 1024;
+/// Chunk extensions and trailers (read and dropped) may not exceed this per answer.
+const MAX_CHUNK_META_BYTES: usize = 64 * 1024;
 /// Informational (1xx) answers skipped before giving up.
 const MAX_INFORMATIONAL: usize = 8;
 /// Idle connections kept per origin.
@@ -250,15 +259,21 @@ impl Client {
     ) -> Result<Head, Error> {
         let origin = &request.target.origin;
         let wire = encode(&request);
-        if let Some(conn) = self.take_idle(origin) {
-            match self.exchange(conn, origin, &wire, limit, body).await {
+        // An answer to HEAD announces a body it never sends.
+        let expect = if request.method.eq_ignore_ascii_case("HEAD") {
+            Expect::NoBody
+        } else {
+            Expect::Body { limit }
+        };
+        if let Some(conn) = self.take_idle(origin).await {
+            match self.exchange(conn, origin, &wire, expect, body).await {
                 // The server closed the idle connection before we used it: try a fresh one.
                 Err(Stale) => {}
                 Ok(result) => return result,
             }
         }
         let conn = self.connect(origin).await?;
-        match self.exchange(conn, origin, &wire, limit, body).await {
+        match self.exchange(conn, origin, &wire, expect, body).await {
             Ok(result) => result,
             Err(Stale) => Err(Error::Closed),
         }
@@ -277,7 +292,7 @@ impl Client {
         mut conn: Conn,
         origin: &Arc<Origin>,
         wire: &[u8],
-        limit: usize,
+        expect: Expect,
         body: &mut Vec<u8>,
     ) -> Result<Result<Head, Error>, Stale> {
         if let Err(e) = conn.stream.write_all(wire).await {
@@ -294,7 +309,7 @@ impl Client {
                 Ok(Err(e.into()))
             };
         }
-        match conn.read_answer(limit, body).await {
+        match conn.read_answer(expect, body).await {
             Ok((head, reusable)) => {
                 if reusable {
                     self.put_idle(origin, conn);
@@ -306,13 +321,23 @@ impl Client {
         }
     }
 
-    fn take_idle(&self, origin: &Arc<Origin>) -> Option<Conn> {
+    /// An idle connection to `origin` that is still open and silent; the others found on
+    /// the way are dropped. Never waits (one poll, with the lock held throughout).
+    async fn take_idle(&self, origin: &Arc<Origin>) -> Option<Conn> {
+        std::future::poll_fn(|cx| std::task::Poll::Ready(self.take_idle_now(origin, cx))).await
+    }
+
+    fn take_idle_now(&self, origin: &Arc<Origin>, cx: &mut std::task::Context<'_>) -> Option<Conn> {
         let mut idle = self.inner.idle.lock().ok()?;
-        let at = idle.iter().rposition(|(o, _)| o == origin)?;
-        let (_, mut conn) = idle.swap_remove(at);
-        conn.reused = true;
-        conn.answered = false;
-        Some(conn)
+        while let Some(at) = idle.iter().rposition(|(o, _)| o == origin) {
+            let (_, mut conn) = idle.swap_remove(at);
+            if conn.is_quiet(cx) {
+                conn.reused = true;
+                conn.answered = false;
+                return Some(conn);
+            }
+        }
+        None
     }
 
     fn put_idle(&self, origin: &Arc<Origin>, conn: Conn) {
@@ -360,6 +385,15 @@ impl Client {
 
 /// A reused connection that failed before answering: resend on a fresh one.
 struct Stale;
+
+/// What the answer may carry.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    /// A body of at most `limit` bytes, framed as the head says.
+    Body { limit: usize },
+    /// No body whatever the head says (the answer to HEAD).
+    NoBody,
+}
 
 fn is_early_close(e: &Error) -> bool {
     match e {
@@ -452,14 +486,30 @@ struct Conn {
 }
 
 impl Conn {
+    /// Whether an idle connection is still open and silent. One closed by the server, or
+    /// holding bytes nobody asked for (which would pass for the next request's answer),
+    /// must not carry another request. One poll, never a wait: `cx` is the caller's task,
+    /// which uses the connection next (or drops it) anyway.
+    fn is_quiet(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        let mut probe = [0u8; 1];
+        let mut probe = ReadBuf::new(&mut probe);
+        std::pin::Pin::new(&mut self.stream)
+            .poll_read(cx, &mut probe)
+            .is_pending()
+    }
+
     /// Read one answer (skipping 1xx ones) into `body`; also says whether the connection
     /// can carry another request.
     async fn read_answer(
         &mut self,
-        limit: usize,
+        expect: Expect,
         body: &mut Vec<u8>,
     ) -> Result<(Head, bool), Error> {
         body.clear();
+        let limit = match expect {
+            Expect::Body { limit } => limit,
+            Expect::NoBody => 0,
+        };
         for _ in 0..MAX_INFORMATIONAL {
             let head_len = self.read_head().await?;
             let parsed = parse_head(&self.buf[self.start..self.start + head_len])?;
@@ -472,7 +522,10 @@ impl Conn {
                 }
                 continue;
             }
-            let framing = if parsed.head.status == 204 || parsed.head.status == 304 {
+            let no_body = matches!(expect, Expect::NoBody)
+                || parsed.head.status == 204
+                || parsed.head.status == 304;
+            let framing = if no_body {
                 Framing::Length(0)
             } else {
                 parsed.framing
@@ -535,18 +588,23 @@ impl Conn {
         loop {
             let from = self.start + scanned.saturating_sub(3);
             if let Some(at) = memchr::memmem::find(&self.buf[from..self.end], b"\r\n\r\n") {
-                return Ok(from + at + 4 - self.start);
+                let len = from + at + 4 - self.start;
+                if len > MAX_HEAD_BYTES {
+                    break;
+                }
+                return Ok(len);
             }
             if self.end - self.start > MAX_HEAD_BYTES {
-                return Err(Error::Malformed(format!(
-                    "head larger than {MAX_HEAD_BYTES} bytes"
-                )));
+                break;
             }
             scanned = self.end - self.start;
             if self.fill().await? == 0 {
                 return Err(Error::Closed);
             }
         }
+        Err(Error::Malformed(format!(
+            "head larger than {MAX_HEAD_BYTES} bytes"
+        )))
     }
 
     /// Exactly `n` more body bytes into `body`: the buffered ones first, the rest read
@@ -580,6 +638,9 @@ impl Conn {
         loop {
             if let Some(at) = memchr::memchr(b'\n', &self.buf[searched..self.end]) {
                 let line_end = searched + at;
+                if line_end - self.start > MAX_LINE_BYTES {
+                    return Err(Error::Malformed("chunk line too long".into()));
+                }
                 let range = self.start..line_end;
                 self.start = line_end + 1;
                 let end = if range.end > range.start && self.buf[range.end - 1] == b'\r' {
@@ -601,9 +662,23 @@ impl Conn {
     }
 
     async fn read_chunked(&mut self, limit: usize, body: &mut Vec<u8>) -> Result<(), Error> {
+        // Extension and trailer bytes so far: dropped, but they cost reading all the same.
+        let mut meta = 0usize;
+        let mut add_meta = |n: usize| {
+            meta += n;
+            if meta > MAX_CHUNK_META_BYTES {
+                Err(Error::Malformed(format!(
+                    "chunk extensions and trailers larger than {MAX_CHUNK_META_BYTES} bytes"
+                )))
+            } else {
+                Ok(())
+            }
+        };
         loop {
             let line = self.read_line().await?;
-            let size = parse_chunk_size(&self.buf[line])?;
+            let line = &self.buf[line];
+            let size = parse_chunk_size(line)?;
+            add_meta(memchr::memchr(b';', line).map_or(0, |at| line.len() - at))?;
             if size == 0 {
                 // Trailers, up to the empty line.
                 loop {
@@ -611,6 +686,7 @@ impl Conn {
                     if trailer.is_empty() {
                         return Ok(());
                     }
+                    add_meta(trailer.len())?;
                 }
             }
             if size > limit.saturating_sub(body.len()) {
@@ -666,9 +742,11 @@ fn parse_head(bytes: &[u8]) -> Result<ParsedHead, Error> {
             .map_err(|_| Error::Malformed(format!("{} is not text", header.name)))?
             .trim();
         if header.name.eq_ignore_ascii_case("content-length") {
-            let n: usize = value
-                .parse()
-                .map_err(|_| Error::Malformed(format!("bad Content-Length {value:?}")))?;
+            // Digits only (`parse` would take a sign).
+            let n: usize = Some(value)
+                .filter(|v| v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| Error::Malformed(format!("bad Content-Length {value:?}")))?;
             if length.is_some_and(|m| m != n) {
                 return Err(Error::Malformed("conflicting Content-Length".into()));
             }
@@ -692,7 +770,11 @@ fn parse_head(bytes: &[u8]) -> Result<ParsedHead, Error> {
             }
         }
     }
-    // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length.
+    // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and a message with both
+    // may be an attempt at smuggling: read it, but do not trust the connection after.
+    if transfer_encoding && length.is_some() {
+        close = true;
+    }
     let framing = if transfer_encoding {
         if chunked {
             Framing::Chunked
@@ -729,7 +811,10 @@ fn parse_chunk_size(line: &[u8]) -> Result<usize, Error> {
             b'A'..=b'F' => d - b'A' + 10,
             _ => return Err(Error::Malformed("bad chunk size".into())),
         };
-        size = size * 16 + usize::from(v);
+        size = size
+            .checked_mul(16)
+            .and_then(|s| s.checked_add(usize::from(v)))
+            .ok_or_else(|| Error::Malformed("chunk size overflows".into()))?;
     }
     Ok(size)
 }
@@ -808,6 +893,9 @@ mod tests {
         assert!(parse_chunk_size(b"").is_err());
         assert!(parse_chunk_size(b"xyz").is_err());
         assert!(parse_chunk_size(b"ffffffffffffffffff").is_err());
+        assert!(parse_chunk_size(b"+1").is_err());
+        assert!(parse_chunk_size(b"0x1").is_err());
+        assert_eq!(parse_chunk_size(b"7fffffff").unwrap(), 0x7fff_ffff);
     }
 
     #[test]
@@ -850,6 +938,14 @@ mod tests {
                 .is_err()
         );
         assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n").is_err());
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: +1\r\n\r\n").is_err());
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length:\r\n\r\n").is_err());
+        let p = parse_head(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        )
+        .unwrap();
+        assert!(matches!(p.framing, Framing::Chunked));
+        assert!(!p.keep_alive);
         assert!(parse_head(b"NOT HTTP\r\n\r\n").is_err());
     }
 }
