@@ -266,24 +266,25 @@ impl EtcdClient {
                 .iter()
                 .position(|p| *p == path)
                 .and_then(|j| self.targets.get(i)?.get(j));
+            let joined;
             let target = match prepared {
-                Some(Ok(target)) => target.clone(),
+                Some(Ok(target)) => target,
                 Some(Err(why)) => {
                     last = why.clone();
                     continue;
                 }
                 None => match join(base, path) {
-                    Ok(target) => target,
+                    Ok(target) => {
+                        joined = target;
+                        &joined
+                    }
                     Err(why) => {
                         last = why;
                         continue;
                     }
                 },
             };
-            match self
-                .attempt(base, &target, path, body, token.as_ref())
-                .await
-            {
+            match self.attempt(base, target, path, body, token.as_ref()).await {
                 Attempt::Answer(map) => return Ok(map),
                 Attempt::Failed(why) | Attempt::NotFound(why) => last = why,
                 Attempt::TokenRejected(why) => {
