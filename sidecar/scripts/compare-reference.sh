@@ -5,7 +5,7 @@
 # Python server playing vLLM (/health, /v1/models, /metrics with a real vLLM page) and the
 # master (/v1/internal/heartbeat, always 200). Same intervals for both. After DURATION
 # seconds the script reads, from /proc, each process's peak and current resident memory
-# (VmHWM, VmRSS) and CPU time (utime + stime), in total and for the steady state (from
+# (VmHWM, VmRSS) and CPU time (schedstat), in total and for the steady state (from
 # WARMUP seconds on), plus how many heartbeats each one delivered. Then SIGTERM for both.
 #
 # It downloads nothing: pass the directory that holds the reference's `vllm_sidecar/`
@@ -117,8 +117,12 @@ REF=$!; SIDECARS+=($REF)
 "$BIN" "${COMMON[@]}" --register-addr rust.local:18000 --log-level WARNING >"$WORK/rust.log" 2>&1 &
 OURS=$!; SIDECARS+=($OURS)
 
-tck=$(getconf CLK_TCK)
-cpu() { awk -v t="$tck" '{ printf "%.3f", ($14 + $15) / t }' "/proc/$1/stat"; }
+# CPU time from the scheduler's own accounting, in ns, summed over the process's threads
+# (`/proc/PID/task/*/schedstat`, first field): utime + stime in `/proc/PID/stat` counts in
+# 10 ms ticks, too coarse for the sidecar's tenths of a second. Neither process starts
+# threads that end before the reading (the sidecar's endpoints are IP literals here, so
+# no resolver threads), so the sum covers all their CPU.
+cpu() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.4f", s / 1e9 }'; }
 mem() { awk -v k="$2" '$1 == k":" { print $2 }' "/proc/$1/status"; }
 
 sleep "$WARMUP"
@@ -144,8 +148,8 @@ def row(name, a, b, unit, fmt="{:.1f}"):
     print(f"{name:26}{(fmt.format(a) + unit):>20}{(fmt.format(b) + unit):>16}{ratio:>9.1f}x")
 row("peak RSS (VmHWM)", rh / 1024, oh / 1024, " MiB")
 row("RSS at end (VmRSS)", rr / 1024, orr / 1024, " MiB")
-row("CPU total", rc, oc, " s", "{:.3f}")
-row(f"CPU after {warm:.0f} s warm-up", rc - rc0, oc - oc0, " s", "{:.3f}")
+row("CPU total", rc, oc, " s", "{:.4f}")
+row(f"CPU after {warm:.0f} s warm-up", rc - rc0, oc - oc0, " s", "{:.4f}")
 print(f"heartbeats delivered: reference {counts.get('reference.local:18000', 0)}, "
       f"vllm-sidecar {counts.get('rust.local:18000', 0)}")
 EOF

@@ -35,6 +35,10 @@ use tokio::net::TcpStream;
 use tokio_rustls::rustls;
 use url::Url;
 
+/// The blank line that ends a head; the searcher is built once, not per read.
+static END_OF_HEAD: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\r\n\r\n"));
+
 /// Status line plus headers may not exceed this.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// Headers per answer.
@@ -587,7 +591,7 @@ impl Conn {
         let mut scanned: usize = 0;
         loop {
             let from = self.start + scanned.saturating_sub(3);
-            if let Some(at) = memchr::memmem::find(&self.buf[from..self.end], b"\r\n\r\n") {
+            if let Some(at) = END_OF_HEAD.find(&self.buf[from..self.end]) {
                 let len = from + at + 4 - self.start;
                 if len > MAX_HEAD_BYTES {
                     break;
