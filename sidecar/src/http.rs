@@ -9,8 +9,9 @@
 //! answer is read on the caller's task straight into the caller's buffer, and an idle
 //! connection waits in a short list until the next exchange to the same origin.
 //!
-//! What it speaks: HTTP/1.1 over TCP, or TLS for `https://` (rustls with the webpki
-//! roots, built on first use). Bodies framed by `Content-Length`, `chunked`, or the end
+//! What it speaks: HTTP/1.1 over TCP, or TLS for `https://` (rustls, set up on first
+//! use; the CAs from the bundle `REQUESTS_CA_BUNDLE` or `SSL_CERT_FILE` names, as the
+//! reference's `requests` reads it, else the webpki roots). Bodies framed by `Content-Length`, `chunked`, or the end
 //! of the connection; `1xx` answers skipped; no body after `HEAD`, `204` or `304`. A
 //! connection is reused only when its answer was read to the end, nothing followed it,
 //! and the server did not ask to close it. Before reuse an idle connection is polled
@@ -359,9 +360,9 @@ impl Client {
             let config = match self.inner.tls.get() {
                 Some(config) => config.clone(),
                 None => {
-                    let mut store = rustls::RootCertStore::empty();
-                    store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-                    let config = tls_config(store).map_err(Error::Connect)?;
+                    let config = default_roots()
+                        .and_then(tls_config)
+                        .map_err(Error::Connect)?;
                     let _ = self.inner.tls.set(config.clone());
                     config
                 }
@@ -410,6 +411,52 @@ fn is_early_close(e: &Error) -> bool {
         ),
         _ => false,
     }
+}
+
+/// The environment variables naming a PEM bundle of trusted CAs, in the order they are
+/// read: the reference's (`requests` honours it) first, then OpenSSL's.
+pub const CA_BUNDLE_VARS: [&str; 2] = ["REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"];
+
+/// A CA bundle file larger than this is refused.
+const MAX_CA_BUNDLE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The CAs an `https://` peer must chain to: the bundle a [`CA_BUNDLE_VARS`] variable
+/// names (replacing the built-in roots, as with `requests`), else the webpki roots.
+fn default_roots() -> Result<rustls::RootCertStore, String> {
+    for var in CA_BUNDLE_VARS {
+        if let Some(path) = std::env::var_os(var).filter(|p| !p.is_empty()) {
+            let path = std::path::PathBuf::from(path);
+            return roots_from_pem_file(&path)
+                .map_err(|e| format!("{var}={}: {e}", path.display()));
+        }
+    }
+    let mut store = rustls::RootCertStore::empty();
+    store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    Ok(store)
+}
+
+/// Every certificate in a PEM file, as trust anchors; a file with none is an error.
+pub fn roots_from_pem_file(path: &std::path::Path) -> Result<rustls::RootCertStore, String> {
+    use rustls::pki_types::pem::PemObject;
+    use std::io::Read;
+    let mut pem = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_CA_BUNDLE_BYTES + 1).read_to_end(&mut pem))
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if pem.len() as u64 > MAX_CA_BUNDLE_BYTES {
+        return Err(format!("larger than {MAX_CA_BUNDLE_BYTES} bytes"));
+    }
+    let mut store = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| format!("not a PEM certificate bundle: {e}"))?;
+        store
+            .add(cert)
+            .map_err(|e| format!("bad CA certificate: {e}"))?;
+    }
+    if store.is_empty() {
+        return Err("no certificates in it".into());
+    }
+    Ok(store)
 }
 
 fn tls_config(roots: rustls::RootCertStore) -> Result<Arc<rustls::ClientConfig>, String> {

@@ -1,0 +1,123 @@
+//! `https://` peers signed by a private CA, trusted through the environment variable the
+//! reference's `requests` reads (`REQUESTS_CA_BUNDLE`) or OpenSSL's (`SSL_CERT_FILE`).
+//!
+//! Its own test binary with one test: the variables are process-wide, and every other
+//! TLS test relies on their absence.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sidecar::http::{client, Error, Request, Target};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_rustls::rustls;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tls")
+        .join(name)
+}
+
+fn acceptor() -> tokio_rustls::TlsAcceptor {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_file_iter(fixture("leaf.pem"))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(fixture("leaf.key")).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+/// An HTTPS server answering every request on every connection with `ok`.
+async fn https_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let tls = acceptor();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                let Ok(mut stream) = tls.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 4096];
+                let mut seen = Vec::new();
+                while let Ok(n) = stream.read(&mut buf).await {
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if stream.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    format!("https://127.0.0.1:{port}/health")
+}
+
+async fn get(url: &str) -> Result<Vec<u8>, Error> {
+    let target = Target::parse(url).unwrap();
+    // A new client each time: the TLS set-up (and so the roots) is read on first use.
+    let client = client();
+    let exchange = client.send(Request::get(&target), 1024);
+    let response = tokio::time::timeout(Duration::from_secs(5), exchange)
+        .await
+        .expect("no answer within 5 s")?;
+    assert_eq!(response.head.status, 200);
+    Ok(response.body)
+}
+
+#[tokio::test]
+async fn ca_bundle_variables_decide_which_servers_are_trusted() {
+    let url = https_server().await;
+    for var in sidecar::http::CA_BUNDLE_VARS {
+        std::env::remove_var(var);
+    }
+
+    // The built-in roots do not know the test CA.
+    let err = get(&url).await.unwrap_err();
+    assert!(matches!(err, Error::Connect(_)), "{err}");
+
+    // The reference's variable.
+    std::env::set_var("REQUESTS_CA_BUNDLE", fixture("ca.pem"));
+    assert_eq!(get(&url).await.unwrap(), b"ok");
+    std::env::remove_var("REQUESTS_CA_BUNDLE");
+
+    // OpenSSL's.
+    std::env::set_var("SSL_CERT_FILE", fixture("ca.pem"));
+    assert_eq!(get(&url).await.unwrap(), b"ok");
+
+    // The first one set wins: a bundle without the test CA (its leaf's key, no
+    // certificate at all) is an error naming the variable and the file.
+    std::env::set_var("REQUESTS_CA_BUNDLE", fixture("leaf.key"));
+    let err = get(&url).await.unwrap_err().to_string();
+    assert!(
+        err.contains("REQUESTS_CA_BUNDLE") && err.contains("leaf.key"),
+        "{err}"
+    );
+    assert!(err.contains("no certificates"), "{err}");
+
+    // A file that is not there.
+    std::env::set_var("REQUESTS_CA_BUNDLE", fixture("missing.pem"));
+    let err = get(&url).await.unwrap_err().to_string();
+    assert!(err.contains("cannot read"), "{err}");
+
+    for var in sidecar::http::CA_BUNDLE_VARS {
+        std::env::remove_var(var);
+    }
+}
