@@ -10,8 +10,9 @@
 //! connection waits in a short list until the next exchange to the same origin.
 //!
 //! What it speaks: HTTP/1.1 over TCP, or TLS for `https://` (rustls, set up on first
-//! use; the CAs from the bundle `REQUESTS_CA_BUNDLE` or `SSL_CERT_FILE` names, as the
-//! reference's `requests` reads it, else the webpki roots). Bodies framed by `Content-Length`, `chunked`, or the end
+//! use; the CAs from the bundle `REQUESTS_CA_BUNDLE`, `CURL_CA_BUNDLE` or
+//! `SSL_CERT_FILE` names, as the reference's `requests` reads them, else the webpki
+//! roots). Bodies framed by `Content-Length`, `chunked`, or the end
 //! of the connection; `1xx` answers skipped; no body after `HEAD`, `204` or `304`. A
 //! connection is reused only when its answer was read to the end, nothing followed it,
 //! and the server did not ask to close it. Before reuse an idle connection is polled
@@ -414,8 +415,8 @@ fn is_early_close(e: &Error) -> bool {
 }
 
 /// The environment variables naming a PEM bundle of trusted CAs, in the order they are
-/// read: the reference's (`requests` honours it) first, then OpenSSL's.
-pub const CA_BUNDLE_VARS: [&str; 2] = ["REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"];
+/// read: the two the reference's `requests` honours, in its order, then OpenSSL's.
+pub const CA_BUNDLE_VARS: [&str; 3] = ["REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE"];
 
 /// A CA bundle file larger than this is refused.
 const MAX_CA_BUNDLE_BYTES: u64 = 16 * 1024 * 1024;

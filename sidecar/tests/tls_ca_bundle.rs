@@ -1,5 +1,6 @@
-//! `https://` peers signed by a private CA, trusted through the environment variable the
-//! reference's `requests` reads (`REQUESTS_CA_BUNDLE`) or OpenSSL's (`SSL_CERT_FILE`).
+//! `https://` peers signed by a private CA, trusted through the environment variables the
+//! reference's `requests` reads (`REQUESTS_CA_BUNDLE`, `CURL_CA_BUNDLE`) or OpenSSL's
+//! (`SSL_CERT_FILE`).
 //!
 //! Its own test binary with one test: the variables are process-wide, and every other
 //! TLS test relies on their absence.
@@ -97,6 +98,11 @@ async fn ca_bundle_variables_decide_which_servers_are_trusted() {
     std::env::set_var("REQUESTS_CA_BUNDLE", fixture("ca.pem"));
     assert_eq!(get(&url).await.unwrap(), b"ok");
     std::env::remove_var("REQUESTS_CA_BUNDLE");
+
+    // curl's, which requests also reads.
+    std::env::set_var("CURL_CA_BUNDLE", fixture("ca.pem"));
+    assert_eq!(get(&url).await.unwrap(), b"ok");
+    std::env::remove_var("CURL_CA_BUNDLE");
 
     // OpenSSL's.
     std::env::set_var("SSL_CERT_FILE", fixture("ca.pem"));
