@@ -8,6 +8,9 @@
 //! `Server::connections` queues a sentinel connection behind the client's and reads the
 //! count once the server accepted it (a listener's accept queue is FIFO).
 
+#[path = "support/tls.rs"]
+mod tls;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,7 +22,6 @@ use sidecar::http::{Client, Error, Head, Request, Target};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::oneshot;
-use tokio_rustls::rustls;
 
 // ---------------------------------------------------------------------------------------
 // The scripted server.
@@ -1124,28 +1126,7 @@ async fn concurrent_clones_on_threads_all_get_their_own_answer() {
 // ---------------------------------------------------------------------------------------
 // 14: TLS.
 
-fn ca() -> rustls::pki_types::CertificateDer<'static> {
-    use rustls::pki_types::pem::PemObject;
-    rustls::pki_types::CertificateDer::from_pem_slice(include_bytes!("fixtures/tls/ca.pem"))
-        .unwrap()
-}
-
-fn tls_acceptor() -> tokio_rustls::TlsAcceptor {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let chain = CertificateDer::pem_slice_iter(include_bytes!("fixtures/tls/leaf.pem"))
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let key = PrivateKeyDer::from_pem_slice(include_bytes!("fixtures/tls/leaf.key")).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
-    tokio_rustls::TlsAcceptor::from(Arc::new(config))
-}
+use tls::{acceptor as tls_acceptor, ca};
 
 #[tokio::test]
 async fn https_round_trips_and_reuses_the_connection() {

@@ -5,14 +5,15 @@
 //! Its own test binary with one test: the variables are process-wide, and every other
 //! TLS test relies on their absence.
 
+#[path = "support/tls.rs"]
+mod tls;
+
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use sidecar::http::{client, Error, Request, Target};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio_rustls::rustls;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -20,29 +21,11 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn acceptor() -> tokio_rustls::TlsAcceptor {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let chain = CertificateDer::pem_file_iter(fixture("leaf.pem"))
-        .unwrap()
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let key = PrivateKeyDer::from_pem_file(fixture("leaf.key")).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
-    tokio_rustls::TlsAcceptor::from(Arc::new(config))
-}
-
 /// An HTTPS server answering every request on every connection with `ok`.
 async fn https_server() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let tls = acceptor();
+    let tls = tls::acceptor();
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let tls = tls.clone();
