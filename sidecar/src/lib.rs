@@ -32,8 +32,10 @@
 //! - [`heartbeat`]: the POST to the master and its answers: `HeartbeatClient::send`.
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics` on `--admin-listen`: `admin::serve`.
 //! - [`telemetry`]: the sidecar's own Prometheus metrics: `Telemetry::encode`.
-//! - [`http`]: the HTTP/1.1 keep-alive client every exchange goes through.
-//! - [`alarm`], [`backoff`], [`logging`], [`shutdown`]: small plumbing.
+//! - [`http`]: the HTTP/1.1 keep-alive client every exchange goes through:
+//!   `Client::send` / `send_into`.
+//! - [`alarm`]: the periodic jobs' timer, one wake-up per tick: `Alarm::sleep_until`.
+//! - [`backoff`], [`logging`], [`shutdown`]: small plumbing.
 //!
 //! The whole program: [`run`].
 
