@@ -25,7 +25,6 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, Instant};
 
 use crate::alarm::Alarm;
-
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::etcd::EtcdClient;
