@@ -41,16 +41,9 @@ pub(crate) fn parse_f64(s: &str) -> Option<f64> {
         i += 1;
     }
     let mut any = i > first;
-    let mut mant: u64 = 0;
     let int_start = i;
-    while let Some(&c) = b.get(i) {
-        let d = c.wrapping_sub(b'0');
-        if d > 9 {
-            break;
-        }
-        mant = mant.wrapping_mul(10).wrapping_add(d as u64);
-        i += 1;
-    }
+    let (mut mant, end) = fold_digits(b, i, 0);
+    i = end;
     let mut ndigits = i - int_start;
     any |= ndigits > 0;
     // `17`, `17.0`: how prometheus_client writes whole numbers, most of a vLLM page.
@@ -65,14 +58,7 @@ pub(crate) fn parse_f64(s: &str) -> Option<f64> {
     if b.get(i) == Some(&b'.') {
         i += 1;
         let frac_start = i;
-        while let Some(&c) = b.get(i) {
-            let d = c.wrapping_sub(b'0');
-            if d > 9 {
-                break;
-            }
-            mant = mant.wrapping_mul(10).wrapping_add(d as u64);
-            i += 1;
-        }
+        (mant, i) = fold_digits(b, i, mant);
         let nfrac = i - frac_start;
         any |= nfrac > 0;
         ndigits += nfrac;
@@ -82,18 +68,8 @@ pub(crate) fn parse_f64(s: &str) -> Option<f64> {
         return special(b, neg);
     }
     if matches!(b.get(i), Some(b'e' | b'E')) {
-        i += 1;
-        let eneg = match b.get(i) {
-            Some(b'-') => {
-                i += 1;
-                true
-            }
-            Some(b'+') => {
-                i += 1;
-                false
-            }
-            _ => false,
-        };
+        let eneg;
+        (eneg, i) = exp_sign(b, i + 1);
         let mut e: i64 = 0;
         let mut edigits = false;
         while let Some(&c) = b.get(i) {
@@ -136,16 +112,7 @@ pub(crate) fn parse_f64(s: &str) -> Option<f64> {
 /// `None` for everything else, which `parse_f64` then handles.
 #[inline(always)]
 pub(crate) fn short_decimal(b: &[u8], start: usize) -> Option<(f64, usize)> {
-    let mut i = start;
-    let mut mant: u64 = 0;
-    while let Some(&c) = b.get(i) {
-        let d = c.wrapping_sub(b'0');
-        if d > 9 {
-            break;
-        }
-        mant = mant.wrapping_mul(10).wrapping_add(d as u64);
-        i += 1;
-    }
+    let (mut mant, mut i) = fold_digits(b, start, 0);
     let nint = i - start;
     if nint == 0 || nint > 19 {
         return None;
@@ -154,14 +121,7 @@ pub(crate) fn short_decimal(b: &[u8], start: usize) -> Option<(f64, usize)> {
     if b.get(i) == Some(&b'.') {
         i += 1;
         let fs = i;
-        while let Some(&c) = b.get(i) {
-            let d = c.wrapping_sub(b'0');
-            if d > 9 {
-                break;
-            }
-            mant = mant.wrapping_mul(10).wrapping_add(d as u64);
-            i += 1;
-        }
+        (mant, i) = fold_digits(b, i, mant);
         let nfrac = i - fs;
         if nint + nfrac > 19 {
             return None;
@@ -169,18 +129,8 @@ pub(crate) fn short_decimal(b: &[u8], start: usize) -> Option<(f64, usize)> {
         exp = -(nfrac as i64);
     }
     if let Some(b'e' | b'E') = b.get(i) {
-        i += 1;
-        let neg = match b.get(i) {
-            Some(b'-') => {
-                i += 1;
-                true
-            }
-            Some(b'+') => {
-                i += 1;
-                false
-            }
-            _ => false,
-        };
+        let neg;
+        (neg, i) = exp_sign(b, i + 1);
         let es = i;
         let mut e: i64 = 0;
         while let Some(&c) = b.get(i) {
@@ -206,6 +156,31 @@ pub(crate) fn short_decimal(b: &[u8], start: usize) -> Option<(f64, usize)> {
         m / *POW10.get(exp.unsigned_abs() as usize)?
     };
     Some((v, i))
+}
+
+/// The decimal digits from `i` on, folded into `mant`: the new mantissa and the index
+/// after the last digit. Wrapping: callers bound the digit count before trusting it.
+#[inline(always)]
+fn fold_digits(b: &[u8], mut i: usize, mut mant: u64) -> (u64, usize) {
+    while let Some(&c) = b.get(i) {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        mant = mant.wrapping_mul(10).wrapping_add(d as u64);
+        i += 1;
+    }
+    (mant, i)
+}
+
+/// An optional exponent sign at `i`: whether it is `-`, and the index after it.
+#[inline(always)]
+fn exp_sign(b: &[u8], i: usize) -> (bool, usize) {
+    match b.get(i) {
+        Some(b'-') => (true, i + 1),
+        Some(b'+') => (false, i + 1),
+        _ => (false, i),
+    }
 }
 
 /// `inf`, `infinity`, `nan` in any case; a sign only on the infinities.
