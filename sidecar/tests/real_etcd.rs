@@ -41,49 +41,70 @@ impl Etcd {
             eprintln!("SKIPPED: `etcd` binary not found (apt-get install etcd-server)");
             return None;
         }
-        let dir = std::env::temp_dir().join(format!(
-            "sidecar-etcd-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (client, peer) = (free_port(), free_port());
-        let url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let args: Vec<String> = vec![
-            "--data-dir".into(),
-            dir.join("data").display().to_string(),
-            "--listen-client-urls".into(),
-            url.clone(),
-            "--advertise-client-urls".into(),
-            url.clone(),
-            "--listen-peer-urls".into(),
-            peer_url.clone(),
-            "--initial-advertise-peer-urls".into(),
-            peer_url.clone(),
-            "--initial-cluster".into(),
-            format!("default={peer_url}"),
-        ];
-        let child = spawn_etcd(&args, &dir);
-        let etcd = Etcd {
-            child,
-            url,
-            dir,
-            args,
-        };
-        etcd.wait_ready();
-        Some(etcd)
+        // A port picked free can be taken before etcd binds it (by another test's
+        // outgoing connection): etcd then exits, and a fresh pair of ports is tried.
+        let mut last_log = String::new();
+        for _ in 0..3 {
+            let dir = std::env::temp_dir().join(format!(
+                "sidecar-etcd-{}-{}",
+                std::process::id(),
+                free_port()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            let (client, peer) = (free_port(), free_port());
+            let url = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let args: Vec<String> = vec![
+                "--data-dir".into(),
+                dir.join("data").display().to_string(),
+                "--listen-client-urls".into(),
+                url.clone(),
+                "--advertise-client-urls".into(),
+                url.clone(),
+                "--listen-peer-urls".into(),
+                peer_url.clone(),
+                "--initial-advertise-peer-urls".into(),
+                peer_url.clone(),
+                "--initial-cluster".into(),
+                format!("default={peer_url}"),
+            ];
+            let child = spawn_etcd(&args, &dir);
+            let mut etcd = Etcd {
+                child,
+                url,
+                dir,
+                args,
+            };
+            if etcd.try_wait_ready() {
+                return Some(etcd);
+            }
+            last_log = std::fs::read_to_string(etcd.dir.join("etcd.log")).unwrap_or_default();
+        }
+        let tail: String = last_log
+            .lines()
+            .rev()
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n");
+        panic!("etcd did not start after 3 tries; its log ends with:\n{tail}");
     }
 
-    fn wait_ready(&self) {
+    /// Wait until etcd answers `/health`; false when it exits first or takes over 20 s.
+    fn try_wait_ready(&mut self) -> bool {
         let until = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some((200, _)) = http("GET", &format!("{}/health", self.url), None, None) {
-                return;
+                return true;
             }
-            assert!(Instant::now() < until, "etcd did not start");
+            if !matches!(self.child.try_wait(), Ok(None)) || Instant::now() >= until {
+                return false;
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    fn wait_ready(&mut self) {
+        assert!(self.try_wait_ready(), "etcd did not start again");
     }
 
     fn restart(&mut self) {
