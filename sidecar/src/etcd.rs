@@ -261,11 +261,10 @@ impl EtcdClient {
     ) -> Result<Map<String, Value>, EtcdError> {
         let mut last = String::from("no endpoint");
         let mut token_rejected = None;
+        // Which prepared path this is: the same for every endpoint.
+        let path_index = PATHS.iter().position(|p| *p == path);
         for (i, base) in self.endpoints.iter().enumerate() {
-            let prepared = PATHS
-                .iter()
-                .position(|p| *p == path)
-                .and_then(|j| self.targets.get(i)?.get(j));
+            let prepared = path_index.and_then(|j| self.targets.get(i)?.get(j));
             let joined;
             let target = match prepared {
                 Some(Ok(target)) => target,
