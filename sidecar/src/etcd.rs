@@ -26,7 +26,7 @@ use serde_json::{json, Map, Value};
 use url::Url;
 
 use crate::config::Secret;
-use crate::http::{snippet, Client, Request, Target};
+use crate::http::{snippet, Client, Error as HttpError, Request, Target};
 
 /// No gateway answer the sidecar needs is anywhere near this.
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;
@@ -134,10 +134,8 @@ impl EtcdClient {
 
     /// Grant a lease of `ttl` seconds; answers its id. etcd may raise a very short TTL
     /// to its minimum (2 s with default election settings).
-    pub async fn lease_grant(&self, ttl: i64) -> Result<i64, EtcdError> {
-        let answer = self
-            .call("/v3/lease/grant", &json!({"TTL": ttl, "ID": 0}))
-            .await?;
+    pub fn lease_grant(&self, ttl: i64) -> Result<i64, EtcdError> {
+        let answer = self.call("/v3/lease/grant", &json!({"TTL": ttl, "ID": 0}))?;
         match answer.get("ID").and_then(int64) {
             Some(id) if id != 0 => Ok(id),
             _ => Err(EtcdError::BadAnswer("lease grant returned no ID".into())),
@@ -146,10 +144,8 @@ impl EtcdClient {
 
     /// Refresh a lease once; answers the TTL left, 0 when the lease is gone (etcd then
     /// omits `TTL`, or the whole `result` may be null).
-    pub async fn lease_keepalive(&self, lease: i64) -> Result<i64, EtcdError> {
-        let answer = self
-            .call("/v3/lease/keepalive", &json!({"ID": lease.to_string()}))
-            .await?;
+    pub fn lease_keepalive(&self, lease: i64) -> Result<i64, EtcdError> {
+        let answer = self.call("/v3/lease/keepalive", &json!({"ID": lease.to_string()}))?;
         let ttl = answer
             .get("result")
             .and_then(Value::as_object)
@@ -161,11 +157,8 @@ impl EtcdClient {
 
     /// Revoke a lease: its keys disappear at once. A lease etcd no longer knows is
     /// already gone, which is what revoking wants: that is `Ok`.
-    pub async fn lease_revoke(&self, lease: i64) -> Result<(), EtcdError> {
-        match self
-            .call("/v3/lease/revoke", &json!({"ID": lease.to_string()}))
-            .await
-        {
+    pub fn lease_revoke(&self, lease: i64) -> Result<(), EtcdError> {
+        match self.call("/v3/lease/revoke", &json!({"ID": lease.to_string()})) {
             Ok(_) => Ok(()),
             Err(EtcdError::Unavailable { last, .. }) if last.contains("lease not found") => Ok(()),
             Err(e) => Err(e),
@@ -173,20 +166,18 @@ impl EtcdClient {
     }
 
     /// Put `key` = `value`, attached to `lease` (0: no lease).
-    pub async fn put(&self, key: &str, value: &str, lease: i64) -> Result<(), EtcdError> {
+    pub fn put(&self, key: &str, value: &str, lease: i64) -> Result<(), EtcdError> {
         let mut body = json!({"key": B64.encode(key), "value": B64.encode(value)});
         if lease != 0 {
             body["lease"] = Value::String(lease.to_string());
         }
-        self.call("/v3/kv/put", &body).await.map(|_| ())
+        self.call("/v3/kv/put", &body).map(|_| ())
     }
 
     /// The value at `key`, `None` when absent (`Some("")` for an empty value, which etcd
     /// sends with no `value` field).
-    pub async fn get(&self, key: &str) -> Result<Option<String>, EtcdError> {
-        let answer = self
-            .call("/v3/kv/range", &json!({"key": B64.encode(key)}))
-            .await?;
+    pub fn get(&self, key: &str) -> Result<Option<String>, EtcdError> {
+        let answer = self.call("/v3/kv/range", &json!({"key": B64.encode(key)}))?;
         let Some(first) = answer
             .get("kvs")
             .and_then(Value::as_array)
@@ -202,7 +193,7 @@ impl EtcdClient {
     }
 
     /// Authenticate now (normally done lazily by the first call that needs it).
-    pub async fn authenticate(&self) -> Result<(), EtcdError> {
+    pub fn authenticate(&self) -> Result<(), EtcdError> {
         let Some(credentials) = &self.credentials else {
             return Ok(());
         };
@@ -210,10 +201,7 @@ impl EtcdClient {
             "name": credentials.username,
             "password": credentials.password.expose(),
         });
-        let answer = match self
-            .call_endpoints("/v3/auth/authenticate", &body, None)
-            .await
-        {
+        let answer = match self.call_endpoints("/v3/auth/authenticate", &body, None) {
             Ok(answer) => answer,
             Err(EtcdError::Unavailable { last, .. }) if last.contains("authentication failed") => {
                 return Err(EtcdError::Auth(last));
@@ -236,24 +224,24 @@ impl EtcdClient {
     }
 
     /// One call: authenticate first if needed, and once more if etcd rejects the token.
-    async fn call(&self, path: &str, body: &Value) -> Result<Map<String, Value>, EtcdError> {
+    fn call(&self, path: &str, body: &Value) -> Result<Map<String, Value>, EtcdError> {
         if self.credentials.is_none() {
-            return self.call_endpoints(path, body, None).await;
+            return self.call_endpoints(path, body, None);
         }
         if self.current_token().is_none() {
-            self.authenticate().await?;
+            self.authenticate()?;
         }
-        match self.call_endpoints(path, body, self.current_token()).await {
+        match self.call_endpoints(path, body, self.current_token()) {
             Err(EtcdError::Auth(reason)) => {
                 tracing::info!(%reason, "etcd rejected the auth token, authenticating again");
-                self.authenticate().await?;
-                self.call_endpoints(path, body, self.current_token()).await
+                self.authenticate()?;
+                self.call_endpoints(path, body, self.current_token())
             }
             other => other,
         }
     }
 
-    async fn call_endpoints(
+    fn call_endpoints(
         &self,
         path: &str,
         body: &Value,
@@ -283,7 +271,7 @@ impl EtcdClient {
                     }
                 },
             };
-            match self.attempt(base, target, path, body, token.as_ref()).await {
+            match self.attempt(base, target, path, body, token.as_ref()) {
                 Attempt::Answer(map) => return Ok(map),
                 Attempt::Failed(why) | Attempt::NotFound(why) => last = why,
                 Attempt::TokenRejected(why) => {
@@ -301,7 +289,7 @@ impl EtcdClient {
         }
     }
 
-    async fn attempt(
+    fn attempt(
         &self,
         base: &Url,
         target: &Target,
@@ -327,13 +315,12 @@ impl EtcdClient {
         let request = Request::post_json(target, &json).headers(headers);
         // The client itself resends once on a fresh connection when a pooled one turns
         // out closed (an etcd that restarted), so a single endpoint survives a restart.
-        let exchange = self.http.send(request, MAX_ANSWER_BYTES);
-        let response = match tokio::time::timeout(self.timeout, exchange).await {
-            Ok(Ok(response)) => response,
-            Ok(Err(why)) => return Attempt::Failed(format!("{base}: {why}")),
-            Err(_) => {
-                return Attempt::Failed(format!("{base}: timed out after {:?}", self.timeout))
+        let response = match self.http.send(request, MAX_ANSWER_BYTES, self.timeout) {
+            Ok(response) => response,
+            Err(HttpError::TimedOut(t)) => {
+                return Attempt::Failed(format!("{base}: timed out after {t:?}"))
             }
+            Err(why) => return Attempt::Failed(format!("{base}: {why}")),
         };
         let (status, bytes) = (response.head.status, response.body);
         if (200..300).contains(&status) {

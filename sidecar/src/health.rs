@@ -29,47 +29,38 @@ impl HealthProbe {
         }
     }
 
-    /// True iff `/health` answers 2xx within the timeout.
-    pub async fn is_healthy(&self) -> bool {
+    /// True iff `/health` answers 2xx within the timeout. Blocks.
+    pub fn is_healthy(&self) -> bool {
         let Some(target) = &self.health else {
             return false;
         };
         // The body is read (bounded) so the connection can be reused.
-        let probe = self.http.send(Request::get(target), 64 * 1024);
-        match tokio::time::timeout(self.timeout, probe).await {
-            Ok(Ok(response)) => response.head.is_success(),
-            Ok(Err(e)) => {
+        match self
+            .http
+            .send(Request::get(target), 64 * 1024, self.timeout)
+        {
+            Ok(response) => response.head.is_success(),
+            Err(e) => {
                 tracing::debug!(error = %e, "vLLM health probe failed");
-                false
-            }
-            Err(_) => {
-                tracing::debug!("vLLM health probe timed out");
                 false
             }
         }
     }
 
-    /// The first model id from `/v1/models`, for the registration log line only.
-    pub async fn served_model(&self) -> Option<String> {
+    /// The first model id from `/v1/models`, for the registration log line only. Blocks.
+    pub fn served_model(&self) -> Option<String> {
         let target = self.models.as_ref()?;
-        let fetch = async {
-            let response = self
-                .http
-                .send(Request::get(target), 1024 * 1024)
-                .await
-                .ok()?;
-            let value: Value = serde_json::from_slice(&response.body).ok()?;
-            value
-                .get("data")?
-                .as_array()?
-                .first()?
-                .get("id")?
-                .as_str()
-                .map(str::to_string)
-        };
-        tokio::time::timeout(self.timeout, fetch)
-            .await
-            .ok()
-            .flatten()
+        let response = self
+            .http
+            .send(Request::get(target), 1024 * 1024, self.timeout)
+            .ok()?;
+        let value: Value = serde_json::from_slice(&response.body).ok()?;
+        value
+            .get("data")?
+            .as_array()?
+            .first()?
+            .get("id")?
+            .as_str()
+            .map(str::to_string)
     }
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use url::Url;
 
 use crate::config::Secret;
-use crate::http::{snippet, Client, Request, Target};
+use crate::http::{snippet, Client, Error as HttpError, Request, Target};
 use crate::mapping::{HeartbeatMetrics, LatencyMetrics, LoadMetrics};
 
 /// The body, as the master's protobuf JSON parser reads it.
@@ -86,7 +86,8 @@ impl HeartbeatClient {
     }
 
     /// POST one heartbeat. `Err` is a transport failure (no answer within the timeout).
-    pub async fn send(&self, body: &HeartbeatBody<'_>) -> Result<Answer, String> {
+    /// Blocks.
+    pub fn send(&self, body: &HeartbeatBody<'_>) -> Result<Answer, String> {
         let target = self.target.as_ref().map_err(Clone::clone)?;
         let json = serde_json::to_vec(body).map_err(|e| format!("encoding the body: {e}"))?;
         let with_token;
@@ -100,11 +101,13 @@ impl HeartbeatClient {
             &with_token
         };
         let request = Request::post_json(target, &json).headers(headers);
-        let exchange = self.http.send(request, 64 * 1024);
-        let response = tokio::time::timeout(self.timeout, exchange)
-            .await
-            .map_err(|_| format!("no answer within {:?}", self.timeout))?
-            .map_err(|e| e.to_string())?;
+        let response = self
+            .http
+            .send(request, 64 * 1024, self.timeout)
+            .map_err(|e| match e {
+                HttpError::TimedOut(t) => format!("no answer within {t:?}"),
+                e => e.to_string(),
+            })?;
         Ok(match response.head.status {
             200 => Answer::Ok,
             409 => Answer::Conflict,

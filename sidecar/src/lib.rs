@@ -20,8 +20,8 @@
 //!
 //! - [`config`]: the flags (the reference's names, env vars and defaults) validated into
 //!   a `Config`: `Config::from_args`.
-//! - [`lifecycle`]: the state machine that owns the registration and runs the health and
-//!   heartbeat tasks: `Sidecar::new(config).run(shutdown)`.
+//! - [`lifecycle`]: the state machine that owns the registration, on a thread of its
+//!   own beside the health and heartbeat threads: `Sidecar::new(config).run(shutdown)`.
 //! - [`etcd`]: etcd v3 JSON-gateway client (endpoints in order, auth, re-auth):
 //!   `EtcdClient::lease_grant` / `lease_keepalive` / `lease_revoke` / `put`.
 //! - [`instance`]: the key and `InstanceMetaInfo` value the master reads: `instance_key`.
@@ -32,15 +32,15 @@
 //! - [`heartbeat`]: the POST to the master and its answers: `HeartbeatClient::send`.
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics` on `--admin-listen`: `admin::serve`.
 //! - [`telemetry`]: the sidecar's own Prometheus metrics: `Telemetry::encode`.
-//! - [`http`]: the HTTP/1.1 keep-alive client every exchange goes through:
-//!   `Client::send` / `send_into`.
-//! - [`alarm`]: the periodic jobs' timer, one wake-up per tick: `Alarm::sleep_until`.
+//! - [`http`]: the blocking HTTP/1.1 keep-alive client every exchange goes through, one
+//!   deadline per exchange: `Client::send` / `send_into`.
+//! - [`mailbox`]: how the threads wake each other, a queue with a deadline-bounded
+//!   receive: `Mailbox::recv_until`.
 //! - [`backoff`], [`logging`], [`shutdown`]: small plumbing.
 //!
 //! The whole program: [`run`].
 
 pub mod admin;
-pub mod alarm;
 pub mod backoff;
 pub mod config;
 pub mod etcd;
@@ -50,6 +50,7 @@ pub mod http;
 pub mod instance;
 pub mod lifecycle;
 pub mod logging;
+pub mod mailbox;
 pub mod mapping;
 pub mod prom;
 pub mod scrape;

@@ -40,10 +40,7 @@ fn main() {
     };
     let code = match cli.command {
         Some(Command::Parse(args)) => sidecar::tools::run_parse(args),
-        Some(Command::Preview(args)) => match runtime() {
-            Ok(rt) => rt.block_on(sidecar::tools::run_preview(args)),
-            Err(e) => fail(&format!("cannot start the runtime: {e}")),
-        },
+        Some(Command::Preview(args)) => sidecar::tools::run_preview(args),
         None => run(cli.run),
     };
     std::process::exit(code);
@@ -73,7 +70,8 @@ fn run(args: RunArgs) -> i32 {
     })
 }
 
-/// One thread is plenty for a few timers and HTTP calls, and keeps memory small.
+/// The runtime serves only the admin endpoint and the signals (the periodic jobs run on
+/// threads of their own): one thread is plenty, and keeps memory small.
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use url::Url;
 
-use crate::http::{Client, Request, Target};
+use crate::http::{Client, Error as HttpError, Request, Target};
 use crate::mapping::{HeartbeatMetrics, Mapper};
 use crate::prom::{self, Format, Mode};
 
@@ -101,31 +101,30 @@ impl Scraper {
         }
     }
 
-    pub async fn scrape(&mut self) -> Result<Scrape, ScrapeError> {
+    /// One scrape. Blocks for at most the scrape timeout.
+    pub fn scrape(&mut self) -> Result<Scrape, ScrapeError> {
         let started = Instant::now();
         let mut body = std::mem::take(&mut self.body);
-        let result = self.scrape_into(&mut body, started).await;
+        let result = self.scrape_into(&mut body, started);
         if body.capacity() <= KEEP_BUFFER_BYTES {
             self.body = body;
         }
         result
     }
 
-    async fn scrape_into(
-        &mut self,
-        body: &mut Vec<u8>,
-        started: Instant,
-    ) -> Result<Scrape, ScrapeError> {
+    fn scrape_into(&mut self, body: &mut Vec<u8>, started: Instant) -> Result<Scrape, ScrapeError> {
         let target = self
             .target
             .as_ref()
             .map_err(|e| ScrapeError::Request(e.clone()))?;
         let request = Request::get(target).headers(&[("accept", ACCEPT)]);
-        let fetch = self.http.send_into(request, self.max_bytes, body);
-        let head = tokio::time::timeout(self.timeout, fetch)
-            .await
-            .map_err(|_| ScrapeError::TimedOut(self.timeout))?
-            .map_err(|e| ScrapeError::Request(e.to_string()))?;
+        let head = self
+            .http
+            .send_into(request, self.max_bytes, self.timeout, body)
+            .map_err(|e| match e {
+                HttpError::TimedOut(t) => ScrapeError::TimedOut(t),
+                e => ScrapeError::Request(e.to_string()),
+            })?;
         if !head.is_success() {
             return Err(ScrapeError::Status(head.status));
         }

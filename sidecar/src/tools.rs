@@ -181,7 +181,7 @@ fn push_json_str(out: &mut String, s: &str) {
 
 /// Runs `vllm-sidecar preview`; answers the process exit code (1 when a page cannot be
 /// read).
-pub async fn run_preview(args: PreviewArgs) -> i32 {
+pub fn run_preview(args: PreviewArgs) -> i32 {
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
         eprintln!("vllm-sidecar preview: --timeout must be a positive number of seconds");
         return 2;
@@ -197,7 +197,7 @@ pub async fn run_preview(args: PreviewArgs) -> i32 {
         ("page", Some(args.input.as_str())),
     ] {
         let Some(source) = source else { continue };
-        let (bytes, detected) = match load(source, timeout, args.max_bytes).await {
+        let (bytes, detected) = match load(source, timeout, args.max_bytes) {
             Ok(x) => x,
             Err(e) => {
                 eprintln!("vllm-sidecar preview: {what} {source}: {e}");
@@ -266,22 +266,19 @@ fn is_url(s: &str) -> bool {
 }
 
 /// A file, stdin (`-`) or URL; with the format a URL's Content-Type names.
-async fn load(
-    source: &str,
-    timeout: Duration,
-    cap: usize,
-) -> Result<(Vec<u8>, Option<Format>), String> {
+fn load(source: &str, timeout: Duration, cap: usize) -> Result<(Vec<u8>, Option<Format>), String> {
     if !is_url(source) {
         return read_local(source, cap).map(|b| (b, None));
     }
     let target = crate::http::Target::parse(source)?;
     let client = crate::http::client();
-    let fetch = client.send(crate::http::Request::get(&target), cap);
     // One timeout bounds connect, send and the whole body.
-    let response = tokio::time::timeout(timeout, fetch)
-        .await
-        .map_err(|_| format!("timed out after {timeout:?}"))?
-        .map_err(|e| e.to_string())?;
+    let response = client
+        .send(crate::http::Request::get(&target), cap, timeout)
+        .map_err(|e| match e {
+            crate::http::Error::TimedOut(t) => format!("timed out after {t:?}"),
+            e => e.to_string(),
+        })?;
     if !response.head.is_success() {
         return Err(format!("HTTP {}", response.head.status));
     }

@@ -1,4 +1,7 @@
 //! The etcd gateway client against wiremock: JSON tolerance, endpoint order, auth.
+//!
+//! The clients block; wiremock serves from a runtime on a thread of its own, so they are
+//! called straight from the test's runtime thread.
 
 use std::time::Duration;
 
@@ -53,11 +56,11 @@ async fn lease_grant_keepalive_revoke_and_kv() {
     answer(&etcd, "/v3/lease/revoke", 200, r#"{"header":{}}"#).await;
     answer(&etcd, "/v3/kv/put", 200, r#"{"header":{}}"#).await;
     let c = client(&[&etcd], "", "");
-    let lease = c.lease_grant(6).await.unwrap();
+    let lease = c.lease_grant(6).unwrap();
     assert_eq!(lease, 7587899241118086159);
-    assert_eq!(c.lease_keepalive(lease).await.unwrap(), 4);
-    c.put("XLLM:DEFAULT:h:1", "{\"a\":1}", lease).await.unwrap();
-    c.lease_revoke(lease).await.unwrap();
+    assert_eq!(c.lease_keepalive(lease).unwrap(), 4);
+    c.put("XLLM:DEFAULT:h:1", "{\"a\":1}", lease).unwrap();
+    c.lease_revoke(lease).unwrap();
 
     let requests = etcd.received_requests().await.unwrap();
     let put = requests
@@ -92,7 +95,7 @@ async fn keepalive_null_result_missing_ttl_and_null_ttl_read_as_zero() {
         let etcd = MockServer::start().await;
         answer(&etcd, "/v3/lease/keepalive", 200, body).await;
         let c = client(&[&etcd], "", "");
-        assert_eq!(c.lease_keepalive(5).await.unwrap(), 0, "body {body}");
+        assert_eq!(c.lease_keepalive(5).unwrap(), 0, "body {body}");
     }
 }
 
@@ -116,9 +119,9 @@ async fn range_handles_missing_value_and_missing_kvs() {
         .await;
     answer(&etcd, "/v3/kv/range", 200, r#"{"header":{}}"#).await;
     let c = client(&[&etcd], "", "");
-    assert_eq!(c.get("empty").await.unwrap().as_deref(), Some(""));
-    assert_eq!(c.get("full").await.unwrap().as_deref(), Some("payload"));
-    assert_eq!(c.get("missing").await.unwrap(), None);
+    assert_eq!(c.get("empty").unwrap().as_deref(), Some(""));
+    assert_eq!(c.get("full").unwrap().as_deref(), Some("payload"));
+    assert_eq!(c.get("missing").unwrap(), None);
 }
 
 #[tokio::test]
@@ -127,7 +130,7 @@ async fn non_object_200_reads_as_empty_object() {
     answer(&etcd, "/v3/lease/grant", 200, "[]").await;
     let c = client(&[&etcd], "", "");
     // {} has no ID: a clear error, no panic.
-    let err = c.lease_grant(6).await.unwrap_err();
+    let err = c.lease_grant(6).unwrap_err();
     assert!(matches!(err, EtcdError::BadAnswer(_)), "{err}");
 }
 
@@ -156,11 +159,11 @@ async fn endpoints_are_tried_in_order_non_json_and_errors_move_on() {
         "",
         Secret::default(),
     );
-    assert_eq!(c.lease_grant(6).await.unwrap(), 42);
+    assert_eq!(c.lease_grant(6).unwrap(), 42);
     assert_eq!(broken.received_requests().await.unwrap().len(), 1);
     assert_eq!(failing.received_requests().await.unwrap().len(), 1);
     // The first endpoint that answers wins every call: the good one is asked once per call.
-    assert_eq!(c.lease_grant(6).await.unwrap(), 42);
+    assert_eq!(c.lease_grant(6).unwrap(), 42);
     assert_eq!(good.received_requests().await.unwrap().len(), 2);
 }
 
@@ -175,7 +178,7 @@ async fn all_endpoints_failing_is_an_error_naming_the_path() {
     )
     .await;
     let c = client(&[&a], "", "");
-    let err = c.lease_keepalive(1).await.unwrap_err().to_string();
+    let err = c.lease_keepalive(1).unwrap_err().to_string();
     assert!(err.contains("/v3/lease/keepalive"), "{err}");
     assert!(err.contains("boom"), "{err}");
 }
@@ -190,7 +193,7 @@ async fn revoke_of_unknown_lease_is_ok() {
         r#"{"error":"etcdserver: requested lease not found","message":"etcdserver: requested lease not found","code":5}"#,
     )
     .await;
-    client(&[&etcd], "", "").lease_revoke(9).await.unwrap();
+    client(&[&etcd], "", "").lease_revoke(9).unwrap();
 }
 
 #[tokio::test]
@@ -211,8 +214,8 @@ async fn authenticates_and_sends_the_bare_token() {
         .mount(&etcd)
         .await;
     let c = client(&[&etcd], "root", "pw");
-    c.put("k", "v", 0).await.unwrap();
-    c.put("k", "v", 0).await.unwrap();
+    c.put("k", "v", 0).unwrap();
+    c.put("k", "v", 0).unwrap();
     let auths = etcd
         .received_requests()
         .await
@@ -252,7 +255,7 @@ async fn reauthenticates_when_etcd_says_the_token_is_invalid() {
         .mount(&etcd)
         .await;
     let c = client(&[&etcd], "root", "pw");
-    c.put("k", "v", 0).await.unwrap();
+    c.put("k", "v", 0).unwrap();
     let paths: Vec<String> = etcd
         .received_requests()
         .await
@@ -282,7 +285,7 @@ async fn wrong_password_is_an_auth_error_without_the_password() {
     )
     .await;
     let c = client(&[&etcd], "root", "s3cret-pw");
-    let err = c.put("k", "v", 0).await.unwrap_err();
+    let err = c.put("k", "v", 0).unwrap_err();
     assert!(matches!(err, EtcdError::Auth(_)), "{err}");
     assert!(!err.to_string().contains("s3cret-pw"));
     assert!(!format!("{err:?} {c:?}").contains("s3cret-pw"));
@@ -307,18 +310,26 @@ async fn a_hanging_endpoint_times_out_and_the_next_answers() {
         r#"{"result":{"TTL":"3"}}"#,
     )
     .await;
-    let endpoints = vec![
-        Url::parse(&hanging.uri()).unwrap(),
-        Url::parse(&good.uri()).unwrap(),
-    ];
-    let c = EtcdClient::new(
-        sidecar::http::client(),
-        endpoints,
-        Duration::from_millis(300),
-        "",
-        Secret::default(),
-    );
+    let with = |endpoints: &[&MockServer]| {
+        EtcdClient::new(
+            sidecar::http::client(),
+            endpoints
+                .iter()
+                .map(|s| Url::parse(&s.uri()).unwrap())
+                .collect(),
+            Duration::from_millis(300),
+            "",
+            Secret::default(),
+        )
+    };
     let started = std::time::Instant::now();
-    assert_eq!(c.lease_keepalive(1).await.unwrap(), 3);
+    assert_eq!(with(&[&hanging, &good]).lease_keepalive(1).unwrap(), 3);
     assert!(started.elapsed() < Duration::from_secs(10));
+    // Alone, the hanging endpoint is an error that says so.
+    let err = with(&[&hanging])
+        .lease_keepalive(1)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("timed out after 300ms"), "{err}");
+    assert!(err.contains(&hanging.uri()), "{err}");
 }

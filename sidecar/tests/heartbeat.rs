@@ -1,4 +1,7 @@
 //! The heartbeat POST: body shape, token header, and how each answer reads.
+//!
+//! The clients block; wiremock serves from a runtime on a thread of its own, so they are
+//! called straight from the test's runtime thread.
 
 use std::time::Duration;
 
@@ -61,7 +64,7 @@ fn body_is_the_contracts_json() {
 async fn posts_with_the_token_when_set() {
     let s = master(200).await;
     let body = HeartbeatBody::new("h:1", "i", metrics());
-    assert_eq!(client(&s, "tok").send(&body).await.unwrap(), Answer::Ok);
+    assert_eq!(client(&s, "tok").send(&body).unwrap(), Answer::Ok);
     let r = &s.received_requests().await.unwrap()[0];
     assert_eq!(r.headers.get("x-internal-token").unwrap(), "tok");
     assert!(r
@@ -80,7 +83,6 @@ async fn posts_without_a_token_header_when_unset() {
     let s = master(200).await;
     client(&s, "")
         .send(&HeartbeatBody::new("h:1", "i", metrics()))
-        .await
         .unwrap();
     assert!(!s.received_requests().await.unwrap()[0]
         .headers
@@ -91,14 +93,14 @@ async fn posts_without_a_token_header_when_unset() {
 async fn answers_are_classified() {
     let body = HeartbeatBody::new("h:1", "i", metrics());
     assert_eq!(
-        client(&master(409).await, "").send(&body).await.unwrap(),
+        client(&master(409).await, "").send(&body).unwrap(),
         Answer::Conflict
     );
     assert_eq!(
-        client(&master(401).await, "").send(&body).await.unwrap(),
+        client(&master(401).await, "").send(&body).unwrap(),
         Answer::Unauthorized
     );
-    match client(&master(400).await, "").send(&body).await.unwrap() {
+    match client(&master(400).await, "").send(&body).unwrap() {
         Answer::Other(400, text) => assert!(text.contains("error")),
         other => panic!("{other:?}"),
     }
@@ -121,8 +123,30 @@ async fn no_answer_is_an_error_without_the_token() {
     );
     let err = c
         .send(&HeartbeatBody::new("h:1", "i", metrics()))
-        .await
         .unwrap_err();
     assert!(!err.contains("tok-XYZ"));
     assert!(!format!("{c:?}").contains("tok-XYZ"));
+}
+
+#[tokio::test]
+async fn a_master_slower_than_the_timeout_is_no_answer() {
+    let s = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/internal/heartbeat"))
+        .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_secs(10)))
+        .mount(&s)
+        .await;
+    let url = Url::parse(&format!("{}/v1/internal/heartbeat", s.uri())).unwrap();
+    let c = HeartbeatClient::new(
+        sidecar::http::client(),
+        url,
+        Secret::new("tok-XYZ"),
+        Duration::from_millis(200),
+    );
+    let err = c
+        .send(&HeartbeatBody::new("h:1", "i", metrics()))
+        .unwrap_err();
+    assert_eq!(err, "no answer within 200ms");
+    // It was asked, once.
+    assert_eq!(s.received_requests().await.unwrap().len(), 1);
 }

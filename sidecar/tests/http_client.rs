@@ -1,27 +1,31 @@
 //! The sidecar's HTTP/1.1 client (`sidecar::http`) against hand-scripted raw TCP servers:
-//! every body framing, every cap, and every connection-reuse decision, each checked by
-//! what the caller sees AND by what the server saw (which connection carried which
-//! request, how many connections were opened, which ones the client closed).
+//! every body framing, every cap, every connection-reuse decision and the exchange's
+//! deadline, each checked by what the caller sees AND by what the server saw (which
+//! connection carried which request, how many connections were opened, which ones the
+//! client closed).
 //!
 //! A server here is a `TcpListener` on loopback port 0 whose connections each run a small
-//! script (read a request, write exact bytes). Connection counts are exact, not "soon":
-//! `Server::connections` queues a sentinel connection behind the client's and reads the
-//! count once the server accepted it (a listener's accept queue is FIFO).
+//! blocking script on a thread of its own (read a request, write exact bytes), so the
+//! client's blocking calls run on the test's thread and the tests are plain `#[test]`s.
+//! Connection counts are exact, not "soon": `Server::connections` queues a sentinel
+//! connection behind the client's and reads the count once the server accepted it (a
+//! listener's accept queue is FIFO).
+//!
+//! Every exchange runs under a deadline (`GUARD` unless a test is about the deadline): a
+//! client that waits for bytes that never come fails its test with `TimedOut`, it never
+//! hangs it.
 
 #[path = "support/tls.rs"]
 mod tls;
 
-use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use sidecar::http::{Client, Error, Head, Request, Target};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket};
-use tokio::sync::oneshot;
+use sidecar::http::{Client, Error, Head, Request, Response, Target};
 
 // ---------------------------------------------------------------------------------------
 // The scripted server.
@@ -53,29 +57,59 @@ struct State {
     /// Local addresses of sentinel connections not yet accepted, and how many were.
     sentinels: Mutex<Vec<SocketAddr>>,
     sentinels_accepted: AtomicUsize,
+    /// Set when the `Server` is dropped: the accept loop ends.
+    stopped: AtomicBool,
 }
 
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+/// A server script's socket: plain or TLS.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tls::TlsStream>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
 
 /// The server's end of one connection.
 struct Peer {
     /// Accept index: 0 for the first connection.
     n: usize,
-    stream: Box<dyn Io>,
+    stream: Stream,
     buf: Vec<u8>,
     state: Arc<State>,
 }
 
 impl Peer {
     /// The next request (head plus a `content-length` body); `None` once the client closed.
-    async fn request(&mut self) -> Option<Seen> {
+    fn request(&mut self) -> Option<Seen> {
         loop {
             if let Some(at) = find(&self.buf, b"\r\n\r\n") {
                 let head = String::from_utf8(self.buf[..at + 4].to_vec()).unwrap();
                 let len = header(&head, "content-length").map_or(0, |v| v.parse().unwrap());
                 while self.buf.len() < at + 4 + len {
-                    if self.read_more().await == 0 {
+                    if self.read_more() == 0 {
                         return None;
                     }
                 }
@@ -89,99 +123,120 @@ impl Peer {
                 self.state.seen.lock().unwrap().push(seen.clone());
                 return Some(seen);
             }
-            if self.read_more().await == 0 {
+            if self.read_more() == 0 {
                 return None;
             }
         }
     }
 
-    async fn read_more(&mut self) -> usize {
+    /// One read; 0 when the client closed (or the read failed or timed out).
+    fn read_more(&mut self) -> usize {
         let mut chunk = [0u8; 4096];
-        let n = self.stream.read(&mut chunk).await.unwrap_or(0);
+        let n = self.stream.read(&mut chunk).unwrap_or(0);
         self.buf.extend_from_slice(&chunk[..n]);
         n
     }
 
-    async fn send(&mut self, bytes: &[u8]) {
-        let _ = self.stream.write_all(bytes).await;
-        let _ = self.stream.flush().await;
+    /// Write `bytes`; false when the client is gone.
+    fn send(&mut self, bytes: &[u8]) -> bool {
+        self.stream.write_all(bytes).is_ok() && self.stream.flush().is_ok()
     }
 
     /// `bytes` as separate writes cut at `cuts`, pausing after each so the client reads
     /// every piece on its own and its parser meets each boundary.
-    async fn send_cut(&mut self, bytes: &[u8], cuts: &[usize]) {
+    fn send_cut(&mut self, bytes: &[u8], cuts: &[usize]) {
         let mut from = 0;
         for &cut in cuts.iter().chain(std::iter::once(&bytes.len())) {
             let cut = cut.clamp(from, bytes.len());
-            self.send(&bytes[from..cut]).await;
+            self.send(&bytes[from..cut]);
             from = cut;
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Say the body ends here: TLS `close_notify`, or a plain FIN.
+    fn close_write(&mut self) {
+        match &mut self.stream {
+            Stream::Plain(s) => {
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            }
+            Stream::Tls(s) => {
+                s.conn.send_close_notify();
+                let _ = s.flush();
+            }
         }
     }
 
     /// Wait until the client closes this connection (or a read fails).
-    async fn until_closed(&mut self) {
-        while self.read_more().await > 0 {}
+    fn until_closed(&mut self) {
+        while self.read_more() > 0 {}
     }
 
     /// Answer every request with `answer(request)` until the client closes.
-    async fn answer_each(&mut self, answer: impl Fn(&Seen) -> Vec<u8>) {
-        while let Some(req) = self.request().await {
-            self.send(&answer(&req)).await;
+    fn answer_each(&mut self, answer: impl Fn(&Seen) -> Vec<u8>) {
+        while let Some(req) = self.request() {
+            self.send(&answer(&req));
         }
     }
 }
 
+/// Counts a script as finished however it ends (a failed `unwrap` in it included).
+struct LiveGuard(Arc<State>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A server-side read that waits longer than this gives up: no script thread outlives
+/// its test by much, whatever the client does.
+const SERVER_READ_TIMEOUT: Duration = Duration::from_secs(20);
+
 struct Server {
     addr: SocketAddr,
     state: Arc<State>,
-    accept_loop: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.accept_loop.abort();
+        self.state.stopped.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag.
+        let _ = TcpStream::connect(self.addr);
     }
 }
 
 impl Server {
     /// A server on 127.0.0.1 running `script` on each connection.
-    async fn start<F, Fut>(script: F) -> Server
-    where
-        F: Fn(Peer) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        Server::on(listener, None, script)
+    fn start(script: impl Fn(Peer) + Send + Sync + 'static) -> Server {
+        Server::on(TcpListener::bind("127.0.0.1:0").unwrap(), None, script)
     }
 
     /// The same over TLS.
-    async fn start_tls<F, Fut>(script: F) -> Server
-    where
-        F: Fn(Peer) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        Server::on(listener, Some(tls_acceptor()), script)
+    fn start_tls(script: impl Fn(Peer) + Send + Sync + 'static) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Server::on(listener, Some(tls::server_config()), script)
     }
 
-    fn on<F, Fut>(
+    fn on(
         listener: TcpListener,
-        tls: Option<tokio_rustls::TlsAcceptor>,
-        script: F,
-    ) -> Server
-    where
-        F: Fn(Peer) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
+        tls: Option<Arc<rustls::ServerConfig>>,
+        script: impl Fn(Peer) + Send + Sync + 'static,
+    ) -> Server {
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(State::default());
         let script = Arc::new(script);
         let loop_state = state.clone();
-        let accept_loop = tokio::spawn(async move {
-            loop {
-                let Ok((tcp, from)) = listener.accept().await else {
+        std::thread::spawn(move || {
+            for tcp in listener.incoming() {
+                if loop_state.stopped.load(Ordering::SeqCst) {
                     return;
+                }
+                let Ok(tcp) = tcp else {
+                    return;
+                };
+                let Ok(from) = tcp.peer_addr() else {
+                    continue;
                 };
                 {
                     let mut sentinels = loop_state.sentinels.lock().unwrap();
@@ -193,33 +248,30 @@ impl Server {
                 }
                 let n = loop_state.accepts.fetch_add(1, Ordering::SeqCst);
                 loop_state.live.fetch_add(1, Ordering::SeqCst);
+                let guard = LiveGuard(loop_state.clone());
                 let (state, script, tls) = (loop_state.clone(), script.clone(), tls.clone());
-                tokio::spawn(async move {
-                    let stream: Option<Box<dyn Io>> = match tls {
-                        None => Some(Box::new(tcp)),
-                        Some(acceptor) => match acceptor.accept(tcp).await {
-                            Ok(tls) => Some(Box::new(tls)),
-                            Err(_) => None,
+                std::thread::spawn(move || {
+                    let _guard = guard;
+                    // Each write its own segment, so cut answers arrive cut.
+                    tcp.set_nodelay(true).unwrap();
+                    tcp.set_read_timeout(Some(SERVER_READ_TIMEOUT)).unwrap();
+                    let stream = match tls {
+                        None => Stream::Plain(tcp),
+                        Some(config) => match tls::accept(&config, tcp) {
+                            Some(tls) => Stream::Tls(Box::new(tls)),
+                            None => return,
                         },
                     };
-                    if let Some(stream) = stream {
-                        let peer = Peer {
-                            n,
-                            stream,
-                            buf: Vec::new(),
-                            state: state.clone(),
-                        };
-                        script(peer).await;
-                    }
-                    state.live.fetch_sub(1, Ordering::SeqCst);
+                    script(Peer {
+                        n,
+                        stream,
+                        buf: Vec::new(),
+                        state,
+                    });
                 });
             }
         });
-        Server {
-            addr,
-            state,
-            accept_loop,
-        }
+        Server { addr, state }
     }
 
     fn url(&self, path: &str) -> Target {
@@ -227,24 +279,19 @@ impl Server {
     }
 
     /// Connections the client opened so far, exactly (see the module doc).
-    async fn connections(&self) -> usize {
-        let socket = match self.addr {
-            SocketAddr::V4(_) => TcpSocket::new_v4().unwrap(),
-            SocketAddr::V6(_) => TcpSocket::new_v6().unwrap(),
-        };
-        let any = SocketAddr::new(self.addr.ip(), 0);
-        socket.bind(any).unwrap();
-        self.state
-            .sentinels
-            .lock()
-            .unwrap()
-            .push(socket.local_addr().unwrap());
+    fn connections(&self) -> usize {
         let before = self.state.sentinels_accepted.load(Ordering::SeqCst);
-        let _sentinel = socket.connect(self.addr).await.unwrap();
+        let _sentinel = {
+            // Held while connecting: the accept loop cannot look the sentinel up before
+            // it is registered.
+            let mut sentinels = self.state.sentinels.lock().unwrap();
+            let sentinel = TcpStream::connect(self.addr).unwrap();
+            sentinels.push(sentinel.local_addr().unwrap());
+            sentinel
+        };
         until("the sentinel connection to be accepted", || {
             self.state.sentinels_accepted.load(Ordering::SeqCst) > before
-        })
-        .await;
+        });
         self.state.accepts.load(Ordering::SeqCst)
     }
 
@@ -263,19 +310,12 @@ impl Server {
 }
 
 /// Poll `done` until it holds; fail after 5 s.
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
+fn until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        std::thread::sleep(Duration::from_millis(2));
     }
-}
-
-/// An exchange that must finish: a client bug shows up as a failure, never a hung test.
-async fn within<T>(exchange: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(5), exchange)
-        .await
-        .expect("the exchange hung")
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -306,38 +346,47 @@ fn echo_path(req: &Seen) -> Vec<u8> {
 
 const LIMIT: usize = 64 * 1024;
 
-async fn get(client: &Client, target: &Target) -> Result<sidecar::http::Response, Error> {
-    within(client.send(Request::get(target), LIMIT)).await
+/// The deadline of every exchange that must finish: far past any answer here, so a
+/// client bug shows up as `TimedOut`, never as a hung test.
+const GUARD: Duration = Duration::from_secs(5);
+
+/// `request` with a body cap of `limit`, under the guard deadline.
+fn send(client: &Client, request: Request<'_>, limit: usize) -> Result<Response, Error> {
+    client.send(request, limit, GUARD)
 }
 
-fn text(response: &sidecar::http::Response) -> &str {
+fn get(client: &Client, target: &Target) -> Result<Response, Error> {
+    send(client, Request::get(target), LIMIT)
+}
+
+fn text(response: &Response) -> &str {
     std::str::from_utf8(&response.body).unwrap()
 }
 
 // ---------------------------------------------------------------------------------------
 // 1-5: framing and keep-alive.
 
-#[tokio::test]
-async fn content_length_answer_then_the_same_connection_again() {
-    let server = Server::start(|mut peer| async move { peer.answer_each(echo_path).await }).await;
+#[test]
+fn content_length_answer_then_the_same_connection_again() {
+    let server = Server::start(|mut peer| peer.answer_each(echo_path));
     let client = sidecar::http::client();
     for path in ["/one", "/two", "/three"] {
-        let r = get(&client, &server.url(path)).await.unwrap();
+        let r = get(&client, &server.url(path)).unwrap();
         assert_eq!(r.head.status, 200);
         assert_eq!(r.head.content_type, "text/plain");
         assert_eq!(text(&r), path);
     }
-    assert_eq!(server.connections().await, 1);
+    assert_eq!(server.connections(), 1);
     assert_eq!(server.conns(), [0, 0, 0]);
 }
 
-#[tokio::test]
-async fn send_into_replaces_the_callers_buffer() {
-    let server = Server::start(|mut peer| async move { peer.answer_each(echo_path).await }).await;
+#[test]
+fn send_into_replaces_the_callers_buffer() {
+    let server = Server::start(|mut peer| peer.answer_each(echo_path));
     let client = sidecar::http::client();
     let mut body = b"left over from before".to_vec();
-    let head = within(client.send_into(Request::get(&server.url("/x")), LIMIT, &mut body))
-        .await
+    let head = client
+        .send_into(Request::get(&server.url("/x")), LIMIT, GUARD, &mut body)
         .unwrap();
     assert_eq!(
         head,
@@ -357,10 +406,10 @@ A\r\n0123456789\r\n\
 b;x=\"y\";z\r\nHELLO WORLD\r\n\
 0\r\nx-checksum: 1234\r\nx-other: yes\r\n\r\n";
 
-#[tokio::test]
-async fn chunked_answer_split_across_every_boundary_then_reuse() {
-    let server = Server::start(|mut peer| async move {
-        peer.request().await.unwrap();
+#[test]
+fn chunked_answer_split_across_every_boundary_then_reuse() {
+    let server = Server::start(|mut peer| {
+        peer.request().unwrap();
         // Cut inside the head's blank line, the chunk-size lines, the chunk data, the CRLF
         // after the data, the last chunk and the trailers.
         let at = |needle: &str, offset: usize| find(CHUNKED, needle.as_bytes()).unwrap() + offset;
@@ -388,55 +437,50 @@ async fn chunked_answer_split_across_every_boundary_then_reuse() {
             at("yes\r\n\r\n", 4),
             at("yes\r\n\r\n", 6),
         ];
-        peer.send_cut(CHUNKED, &cuts).await;
-        peer.answer_each(echo_path).await;
-    })
-    .await;
+        peer.send_cut(CHUNKED, &cuts);
+        peer.answer_each(echo_path);
+    });
     let client = sidecar::http::client();
-    let r = get(&client, &server.url("/chunked")).await.unwrap();
+    let r = get(&client, &server.url("/chunked")).unwrap();
     assert_eq!(r.head.status, 200);
     assert_eq!(r.head.content_type, "text/plain; charset=utf-8");
     assert_eq!(text(&r), "abcdefghijklmnopqrstuvwxyz0123456789HELLO WORLD");
-    let r = get(&client, &server.url("/after")).await.unwrap();
+    let r = get(&client, &server.url("/after")).unwrap();
     assert_eq!(text(&r), "/after");
-    assert_eq!(server.connections().await, 1);
+    assert_eq!(server.connections(), 1);
     assert_eq!(server.conns(), [0, 0]);
 }
 
-#[tokio::test]
-async fn a_body_ended_by_close_is_whole_and_the_next_request_opens_a_connection() {
-    let server = Server::start(|mut peer| async move {
-        let req = peer.request().await.unwrap();
-        peer.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\n")
-            .await;
-        peer.send_cut(format!("until close {}", req.path()).as_bytes(), &[3, 9])
-            .await;
+#[test]
+fn a_body_ended_by_close_is_whole_and_the_next_request_opens_a_connection() {
+    let server = Server::start(|mut peer| {
+        let req = peer.request().unwrap();
+        peer.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\n");
+        peer.send_cut(format!("until close {}", req.path()).as_bytes(), &[3, 9]);
         // Dropping the stream closes it: that ends the body.
-    })
-    .await;
+    });
     let client = sidecar::http::client();
-    let r = get(&client, &server.url("/a")).await.unwrap();
+    let r = get(&client, &server.url("/a")).unwrap();
     assert_eq!(text(&r), "until close /a");
-    let r = get(&client, &server.url("/b")).await.unwrap();
+    let r = get(&client, &server.url("/b")).unwrap();
     assert_eq!(text(&r), "until close /b");
-    assert_eq!(server.connections().await, 2);
+    assert_eq!(server.connections(), 2);
     assert_eq!(server.conns(), [0, 1]);
 }
 
 /// Serves `first` to the first request of each connection and echoes later ones; says
 /// whether the second request reused the connection.
-async fn reused_after(first: &'static [u8]) -> bool {
-    let server = Server::start(move |mut peer| async move {
-        peer.request().await.unwrap();
-        peer.send(first).await;
-        peer.answer_each(echo_path).await;
-    })
-    .await;
+fn reused_after(first: &'static [u8]) -> bool {
+    let server = Server::start(move |mut peer| {
+        peer.request().unwrap();
+        peer.send(first);
+        peer.answer_each(echo_path);
+    });
     let client = sidecar::http::client();
-    let r = get(&client, &server.url("/1")).await.unwrap();
+    let r = get(&client, &server.url("/1")).unwrap();
     assert_eq!(text(&r), "first");
-    let r = get(&client, &server.url("/2")).await.unwrap();
-    let connections = server.connections().await;
+    let r = get(&client, &server.url("/2")).unwrap();
+    let connections = server.connections();
     // A new connection answers `first` again.
     match connections {
         1 => assert_eq!(text(&r), "/2"),
@@ -446,52 +490,44 @@ async fn reused_after(first: &'static [u8]) -> bool {
     connections == 1
 }
 
-#[tokio::test]
-async fn connection_close_and_http_1_0_are_honoured() {
-    assert!(
-        !reused_after(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\nfirst")
-            .await
-    );
-    assert!(
-        !reused_after(
-            b"HTTP/1.1 200 OK\r\nConnection: Keep-Alive, Close\r\nContent-Length: 5\r\n\r\nfirst"
-        )
-        .await
-    );
-    assert!(!reused_after(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nfirst").await);
-    assert!(
-        reused_after(
-            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 5\r\n\r\nfirst"
-        )
-        .await
-    );
-    assert!(reused_after(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst").await);
+#[test]
+fn connection_close_and_http_1_0_are_honoured() {
+    assert!(!reused_after(
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\nfirst"
+    ));
+    assert!(!reused_after(
+        b"HTTP/1.1 200 OK\r\nConnection: Keep-Alive, Close\r\nContent-Length: 5\r\n\r\nfirst"
+    ));
+    assert!(!reused_after(
+        b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nfirst"
+    ));
+    assert!(reused_after(
+        b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 5\r\n\r\nfirst"
+    ));
+    assert!(reused_after(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst"
+    ));
     // Both framings at once: the chunks win, and the connection is not trusted after.
-    assert!(!reused_after(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n0\r\n\r\n").await);
+    assert!(!reused_after(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n0\r\n\r\n"));
 }
 
-#[tokio::test]
-async fn answers_without_a_body_keep_the_connection() {
-    let server = Server::start(|mut peer| async move {
+#[test]
+fn answers_without_a_body_keep_the_connection() {
+    let server = Server::start(|mut peer| {
         peer.answer_each(|req| match req.path() {
             "/204" => b"HTTP/1.1 204 No Content\r\n\r\n".to_vec(),
             // A 304's Content-Length describes the representation; there is no body.
             "/304" => b"HTTP/1.1 304 Not Modified\r\ncontent-length: 10\r\n\r\n".to_vec(),
             "/head" => b"HTTP/1.1 200 OK\r\ncontent-length: 1234\r\n\r\n".to_vec(),
             _ => echo_path(req),
-        })
-        .await;
-    })
-    .await;
+        });
+    });
     let client = sidecar::http::client();
     for (path, status) in [("/204", 204), ("/304", 304), ("/204", 204)] {
-        let r = get(&client, &server.url(path)).await.unwrap();
+        let r = get(&client, &server.url(path)).unwrap();
         assert_eq!(r.head.status, status);
         assert!(r.body.is_empty());
-        assert_eq!(
-            text(&get(&client, &server.url("/next")).await.unwrap()),
-            "/next"
-        );
+        assert_eq!(text(&get(&client, &server.url("/next")).unwrap()), "/next");
     }
     // HEAD: the length is announced, never sent.
     let target = server.url("/head");
@@ -499,59 +535,48 @@ async fn answers_without_a_body_keep_the_connection() {
         method: "HEAD",
         ..Request::get(&target)
     };
-    let r = within(client.send(head_request, LIMIT)).await.unwrap();
+    let r = send(&client, head_request, LIMIT).unwrap();
     assert_eq!(r.head.status, 200);
     assert!(r.body.is_empty());
-    assert_eq!(
-        text(&get(&client, &server.url("/last")).await.unwrap()),
-        "/last"
-    );
-    assert_eq!(server.connections().await, 1);
+    assert_eq!(text(&get(&client, &server.url("/last")).unwrap()), "/last");
+    assert_eq!(server.connections(), 1);
 }
 
 // ---------------------------------------------------------------------------------------
 // 6: informational answers.
 
-#[tokio::test]
-async fn informational_answers_are_skipped() {
-    let server = Server::start(|mut peer| async move {
-        peer.request().await.unwrap();
+#[test]
+fn informational_answers_are_skipped() {
+    let server = Server::start(|mut peer| {
+        peer.request().unwrap();
         peer.send_cut(
             b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\nHTTP/1.1 201 Created\r\ncontent-length: 4\r\n\r\ndone",
             &[10, 27, 60],
-        )
-        .await;
-        peer.answer_each(echo_path).await;
-    })
-    .await;
+        );
+        peer.answer_each(echo_path);
+    });
     let client = sidecar::http::client();
-    let r = get(&client, &server.url("/")).await.unwrap();
+    let r = get(&client, &server.url("/")).unwrap();
     assert_eq!((r.head.status, text(&r)), (201, "done"));
     assert_eq!(
-        text(&get(&client, &server.url("/again")).await.unwrap()),
+        text(&get(&client, &server.url("/again")).unwrap()),
         "/again"
     );
-    assert_eq!(server.connections().await, 1);
+    assert_eq!(server.connections(), 1);
 }
 
-#[tokio::test]
-async fn endless_or_switching_informational_answers_are_malformed() {
+#[test]
+fn endless_or_switching_informational_answers_are_malformed() {
     for answer in [
         "HTTP/1.1 100 Continue\r\n\r\n".repeat(50),
         "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n".to_string(),
     ] {
         let server = Server::start(move |mut peer| {
-            let answer = answer.clone();
-            async move {
-                peer.request().await.unwrap();
-                peer.send(answer.as_bytes()).await;
-                peer.until_closed().await;
-            }
-        })
-        .await;
-        let e = get(&sidecar::http::client(), &server.url("/"))
-            .await
-            .unwrap_err();
+            peer.request().unwrap();
+            peer.send(answer.as_bytes());
+            peer.until_closed();
+        });
+        let e = get(&sidecar::http::client(), &server.url("/")).unwrap_err();
         assert!(matches!(e, Error::Malformed(_)), "{e:?}");
     }
 }
@@ -560,66 +585,61 @@ async fn endless_or_switching_informational_answers_are_malformed() {
 // 7: caps and malformed answers.
 
 /// The error for one request answered with `answer` on a connection the server then keeps
-/// open (so a client that waits for more hangs, and `within` fails the test).
-async fn error_for(answer: Vec<u8>, limit: usize) -> Error {
+/// open (so a client that waits for more runs into the guard deadline, and its
+/// `TimedOut` fails the test's check of the error).
+fn error_for(answer: Vec<u8>, limit: usize) -> Error {
     let server = Server::start(move |mut peer| {
-        let answer = answer.clone();
-        async move {
-            peer.request().await.unwrap();
-            peer.send(&answer).await;
-            peer.until_closed().await;
-        }
-    })
-    .await;
+        peer.request().unwrap();
+        peer.send(&answer);
+        peer.until_closed();
+    });
     let client = sidecar::http::client();
-    let e = within(client.send(Request::get(&server.url("/")), limit))
-        .await
-        .unwrap_err();
+    let e = send(&client, Request::get(&server.url("/")), limit).unwrap_err();
     // The failed connection is closed, not kept.
-    until("the client to close the connection", || server.live() == 0).await;
+    until("the client to close the connection", || server.live() == 0);
     e
 }
 
-#[tokio::test]
-async fn a_content_length_past_the_cap_fails_before_the_body() {
+#[test]
+fn a_content_length_past_the_cap_fails_before_the_body() {
     // The body never comes: only a client that does not read it can answer.
     let e = error_for(
         b"HTTP/1.1 200 OK\r\ncontent-length: 1000001\r\n\r\n".to_vec(),
         1_000_000,
-    )
-    .await;
+    );
     assert!(matches!(e, Error::TooLarge { limit: 1_000_000 }), "{e:?}");
     // At the cap exactly is fine.
-    let server =
-        Server::start(|mut peer| async move { peer.answer_each(|_| ok(&"x".repeat(100))).await })
-            .await;
-    let r = within(sidecar::http::client().send(Request::get(&server.url("/")), 100))
-        .await
-        .unwrap();
+    let server = Server::start(|mut peer| peer.answer_each(|_| ok(&"x".repeat(100))));
+    let r = send(
+        &sidecar::http::client(),
+        Request::get(&server.url("/")),
+        100,
+    )
+    .unwrap();
     assert_eq!(r.body.len(), 100);
 }
 
-#[tokio::test]
-async fn a_chunked_body_past_the_cap_is_too_large() {
+#[test]
+fn a_chunked_body_past_the_cap_is_too_large() {
     let mut answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..5 {
         answer.extend_from_slice(b"19\r\n0123456789012345678901234\r\n");
     }
     // 125 bytes in 25-byte chunks, and more chunks that never come.
-    let e = error_for(answer, 110).await;
+    let e = error_for(answer, 110);
     assert!(matches!(e, Error::TooLarge { limit: 110 }), "{e:?}");
 }
 
-#[tokio::test]
-async fn a_close_delimited_body_past_the_cap_is_too_large() {
+#[test]
+fn a_close_delimited_body_past_the_cap_is_too_large() {
     let mut answer = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
     answer.extend_from_slice(&[b'x'; 5000]);
-    let e = error_for(answer, 4096).await;
+    let e = error_for(answer, 4096);
     assert!(matches!(e, Error::TooLarge { limit: 4096 }), "{e:?}");
 }
 
-#[tokio::test]
-async fn a_head_past_64_kib_is_malformed() {
+#[test]
+fn a_head_past_64_kib_is_malformed() {
     // Lines of 2000 bytes: few enough headers for the parser's header count.
     let pad = |lines: usize| {
         let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
@@ -631,34 +651,26 @@ async fn a_head_past_64_kib_is_malformed() {
         head
     };
     // A head that never ends.
-    let e = error_for(pad(50), LIMIT).await;
+    let e = error_for(pad(50), LIMIT);
     assert!(matches!(e, Error::Malformed(_)), "{e:?}");
     // A head that does end, a little past the limit (66 KB, within the read buffer).
     let mut long = pad(34);
     long.extend_from_slice(b"content-length: 2\r\n\r\nok");
     assert!(long.len() > 64 * 1024 + 1000 && long.len() < 70_000);
-    let e = error_for(long, LIMIT).await;
+    let e = error_for(long, LIMIT);
     assert!(matches!(e, Error::Malformed(_)), "{e:?}");
     // Just under the limit is fine.
     let mut fits = pad(32);
     fits.extend_from_slice(b"content-length: 2\r\n\r\nok");
-    let server = Server::start(move |mut peer| {
-        let fits = fits.clone();
-        async move { peer.answer_each(|_| fits.clone()).await }
-    })
-    .await;
+    let server = Server::start(move |mut peer| peer.answer_each(|_| fits.clone()));
     assert_eq!(
-        text(
-            &get(&sidecar::http::client(), &server.url("/"))
-                .await
-                .unwrap()
-        ),
+        text(&get(&sidecar::http::client(), &server.url("/")).unwrap()),
         "ok"
     );
 }
 
-#[tokio::test]
-async fn broken_framing_is_malformed() {
+#[test]
+fn broken_framing_is_malformed() {
     for answer in [
         // Chunk-size lines that are not hex.
         &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n"[..],
@@ -678,7 +690,7 @@ async fn broken_framing_is_malformed() {
         b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
         b"HTTP/2 200\r\n\r\n",
     ] {
-        let e = error_for(answer.to_vec(), LIMIT).await;
+        let e = error_for(answer.to_vec(), LIMIT);
         assert!(
             matches!(e, Error::Malformed(_)),
             "{:?}: {e:?}",
@@ -687,8 +699,8 @@ async fn broken_framing_is_malformed() {
     }
 }
 
-#[tokio::test]
-async fn endless_chunk_lines_and_trailers_are_malformed() {
+#[test]
+fn endless_chunk_lines_and_trailers_are_malformed() {
     let chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
     // One chunk-size line with a 10 KiB extension.
     let mut long_line = chunked.to_vec();
@@ -708,30 +720,26 @@ async fn endless_chunk_lines_and_trailers_are_malformed() {
         trailers.extend_from_slice(format!("x-trailer-{i}: yes\r\n").as_bytes());
     }
     for answer in [long_line, many_extensions, trailers] {
-        let e = error_for(answer, LIMIT).await;
+        let e = error_for(answer, LIMIT);
         assert!(matches!(e, Error::Malformed(_)), "{e:?}");
     }
 }
 
-#[tokio::test]
-async fn transfer_codings_other_than_chunked_last_read_to_close() {
-    let server = Server::start(|mut peer| async move {
-        peer.request().await.unwrap();
-        peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, identity\r\n\r\n5\r\nhello")
-            .await;
-    })
-    .await;
-    let r = get(&sidecar::http::client(), &server.url("/"))
-        .await
-        .unwrap();
+#[test]
+fn transfer_codings_other_than_chunked_last_read_to_close() {
+    let server = Server::start(|mut peer| {
+        peer.request().unwrap();
+        peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, identity\r\n\r\n5\r\nhello");
+    });
+    let r = get(&sidecar::http::client(), &server.url("/")).unwrap();
     assert_eq!(text(&r), "5\r\nhello");
 }
 
 // ---------------------------------------------------------------------------------------
 // 8: truncated answers.
 
-#[tokio::test]
-async fn a_truncated_body_is_closed_and_the_connection_is_not_reused() {
+#[test]
+fn a_truncated_body_is_closed_and_the_connection_is_not_reused() {
     for truncated in [
         &b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly fifty bytes............................."[..],
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n10\r\nonly eight",
@@ -739,185 +747,165 @@ async fn a_truncated_body_is_closed_and_the_connection_is_not_reused() {
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\nx-trailer: cut",
         b"HTTP/1.1 200 OK\r\ncontent-len",
     ] {
-        let server = Server::start(move |mut peer| async move {
-            let req = peer.request().await.unwrap();
+        let server = Server::start(move |mut peer| {
+            let req = peer.request().unwrap();
             if peer.n == 0 {
-                peer.send(truncated).await;
+                peer.send(truncated);
             } else {
-                peer.send(&echo_path(&req)).await;
-                peer.answer_each(echo_path).await;
+                peer.send(&echo_path(&req));
+                peer.answer_each(echo_path);
             }
-        })
-        .await;
+        });
         let client = sidecar::http::client();
-        let e = get(&client, &server.url("/first")).await.unwrap_err();
+        let e = get(&client, &server.url("/first")).unwrap_err();
         assert!(
             matches!(e, Error::Closed),
             "{:?}: {e:?}",
             String::from_utf8_lossy(truncated)
         );
-        let r = get(&client, &server.url("/second")).await.unwrap();
+        let r = get(&client, &server.url("/second")).unwrap();
         assert_eq!(text(&r), "/second");
-        assert_eq!(server.connections().await, 2);
+        assert_eq!(server.connections(), 2);
     }
 }
 
 // ---------------------------------------------------------------------------------------
 // 9: stale keep-alive connections.
 
-#[tokio::test]
-async fn an_idle_connection_the_server_closed_is_replaced_transparently() {
-    let server = Server::start(|mut peer| async move {
+#[test]
+fn an_idle_connection_the_server_closed_is_replaced_transparently() {
+    let server = Server::start(|mut peer| {
         // Each connection answers one request and closes while idle.
-        let req = peer.request().await.unwrap();
-        peer.send(&ok(&format!("{} on {}", req.path(), peer.n)))
-            .await;
-    })
-    .await;
+        let req = peer.request().unwrap();
+        peer.send(&ok(&format!("{} on {}", req.path(), peer.n)));
+    });
     let client = sidecar::http::client();
-    let r = get(&client, &server.url("/get")).await.unwrap();
+    let r = get(&client, &server.url("/get")).unwrap();
     assert_eq!(text(&r), "/get on 0");
-    until("the server to close its end", || server.live() == 0).await;
-    let r = get(&client, &server.url("/get")).await.unwrap();
+    until("the server to close its end", || server.live() == 0);
+    let r = get(&client, &server.url("/get")).unwrap();
     assert_eq!(text(&r), "/get on 1");
-    until("the server to close its end", || server.live() == 0).await;
+    until("the server to close its end", || server.live() == 0);
     let post = server.url("/post");
-    let r = within(client.send(Request::post_json(&post, b"{\"n\":1}"), LIMIT))
-        .await
-        .unwrap();
+    let r = send(&client, Request::post_json(&post, b"{\"n\":1}"), LIMIT).unwrap();
     assert_eq!(text(&r), "/post on 2");
-    assert_eq!(server.connections().await, 3);
+    assert_eq!(server.connections(), 3);
     // Each request reached the server exactly once.
     let seen = server.seen();
     assert_eq!(server.conns(), [0, 1, 2]);
     assert_eq!(seen[2].body, b"{\"n\":1}");
 }
 
-#[tokio::test]
-async fn a_reused_connection_closed_without_an_answer_is_retried_once_on_a_new_one() {
-    let server = Server::start(|mut peer| async move {
+#[test]
+fn a_reused_connection_closed_without_an_answer_is_retried_once_on_a_new_one() {
+    let server = Server::start(|mut peer| {
         if peer.n == 0 {
             // Answer the first request, read the second, close without a word.
-            let req = peer.request().await.unwrap();
-            peer.send(&echo_path(&req)).await;
-            peer.request().await.unwrap();
+            let req = peer.request().unwrap();
+            peer.send(&echo_path(&req));
+            peer.request().unwrap();
         } else {
-            peer.answer_each(echo_path).await;
+            peer.answer_each(echo_path);
         }
-    })
-    .await;
+    });
     let client = sidecar::http::client();
-    assert_eq!(text(&get(&client, &server.url("/1")).await.unwrap()), "/1");
+    assert_eq!(text(&get(&client, &server.url("/1")).unwrap()), "/1");
     let post = server.url("/2");
-    let r = within(client.send(Request::post_json(&post, b"{}"), LIMIT))
-        .await
-        .unwrap();
+    let r = send(&client, Request::post_json(&post, b"{}"), LIMIT).unwrap();
     assert_eq!(text(&r), "/2");
-    assert_eq!(server.connections().await, 2);
+    assert_eq!(server.connections(), 2);
     // The second request went out twice: on the reused connection, then on a new one.
     assert_eq!(server.conns(), [0, 0, 1]);
 }
 
-#[tokio::test]
-async fn a_new_connection_closed_without_an_answer_is_an_error_not_a_retry_loop() {
-    let server = Server::start(|mut peer| async move {
+#[test]
+fn a_new_connection_closed_without_an_answer_is_an_error_not_a_retry_loop() {
+    let server = Server::start(|mut peer| {
         if peer.n == 0 {
-            let req = peer.request().await.unwrap();
-            peer.send(&echo_path(&req)).await;
+            let req = peer.request().unwrap();
+            peer.send(&echo_path(&req));
         }
         // Read a request and close without answering.
-        peer.request().await;
-    })
-    .await;
+        peer.request();
+    });
     let client = sidecar::http::client();
-    assert_eq!(text(&get(&client, &server.url("/1")).await.unwrap()), "/1");
+    assert_eq!(text(&get(&client, &server.url("/1")).unwrap()), "/1");
     // Reused connection closes unanswered, then the new one does too: one retry only.
-    let e = get(&client, &server.url("/2")).await.unwrap_err();
+    let e = get(&client, &server.url("/2")).unwrap_err();
     assert!(matches!(e, Error::Closed), "{e:?}");
-    assert_eq!(server.connections().await, 2);
+    assert_eq!(server.connections(), 2);
     // A fresh client on a fresh connection: no retry at all.
-    let e = get(&sidecar::http::client(), &server.url("/3"))
-        .await
-        .unwrap_err();
+    let e = get(&sidecar::http::client(), &server.url("/3")).unwrap_err();
     assert!(matches!(e, Error::Closed), "{e:?}");
-    assert_eq!(server.connections().await, 3);
+    assert_eq!(server.connections(), 3);
     assert_eq!(server.conns(), [0, 0, 1, 2]);
 }
 
 // ---------------------------------------------------------------------------------------
 // 10: bytes beyond the answer.
 
-#[tokio::test]
-async fn a_second_answer_to_one_request_poisons_the_connection() {
-    let server = Server::start(|mut peer| async move {
-        let req = peer.request().await.unwrap();
+#[test]
+fn a_second_answer_to_one_request_poisons_the_connection() {
+    let server = Server::start(|mut peer| {
+        let req = peer.request().unwrap();
         if peer.n == 0 {
             // Two answers in one write: the client holds both after its first read.
             let mut both = echo_path(&req);
             both.extend_from_slice(&ok("stray"));
-            peer.send(&both).await;
-            peer.until_closed().await;
+            peer.send(&both);
+            peer.until_closed();
         } else {
-            peer.send(&echo_path(&req)).await;
-            peer.answer_each(echo_path).await;
+            peer.send(&echo_path(&req));
+            peer.answer_each(echo_path);
         }
-    })
-    .await;
+    });
     let client = sidecar::http::client();
-    assert_eq!(text(&get(&client, &server.url("/1")).await.unwrap()), "/1");
-    assert_eq!(text(&get(&client, &server.url("/2")).await.unwrap()), "/2");
-    assert_eq!(server.connections().await, 2);
+    assert_eq!(text(&get(&client, &server.url("/1")).unwrap()), "/1");
+    assert_eq!(text(&get(&client, &server.url("/2")).unwrap()), "/2");
+    assert_eq!(server.connections(), 2);
     until("the poisoned connection to be closed", || {
         server.live() == 1
-    })
-    .await;
+    });
 }
 
-#[tokio::test]
-async fn an_answer_arriving_on_an_idle_connection_poisons_it() {
-    let (go_tx, go_rx) = oneshot::channel::<oneshot::Sender<()>>();
-    let go_rx = Arc::new(Mutex::new(Some(go_rx)));
+#[test]
+fn an_answer_arriving_on_an_idle_connection_poisons_it() {
+    let (go_tx, go_rx) = mpsc::channel::<mpsc::Sender<()>>();
+    let go_rx = Mutex::new(Some(go_rx));
     let server = Server::start(move |mut peer| {
         let go_rx = go_rx.lock().unwrap().take();
-        async move {
-            let req = peer.request().await.unwrap();
-            peer.send(&echo_path(&req)).await;
-            if let Some(go) = go_rx {
-                // Later, unasked, while the connection is idle: a second answer.
-                let done = go.await.unwrap();
-                peer.send(&ok("stray")).await;
-                done.send(()).unwrap();
-                peer.until_closed().await;
-            } else {
-                peer.answer_each(echo_path).await;
-            }
+        let req = peer.request().unwrap();
+        peer.send(&echo_path(&req));
+        if let Some(go) = go_rx {
+            // Later, unasked, while the connection is idle: a second answer.
+            let done = go.recv().unwrap();
+            peer.send(&ok("stray"));
+            done.send(()).unwrap();
+            peer.until_closed();
+        } else {
+            peer.answer_each(echo_path);
         }
-    })
-    .await;
+    });
     let client = sidecar::http::client();
-    assert_eq!(text(&get(&client, &server.url("/1")).await.unwrap()), "/1");
-    let (done_tx, done_rx) = oneshot::channel();
+    assert_eq!(text(&get(&client, &server.url("/1")).unwrap()), "/1");
+    let (done_tx, done_rx) = mpsc::channel();
     go_tx.send(done_tx).unwrap();
-    done_rx.await.unwrap();
-    // Loopback delivers during the server's write; let the client's reactor see it.
-    for _ in 0..5 {
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    assert_eq!(text(&get(&client, &server.url("/2")).await.unwrap()), "/2");
-    assert_eq!(server.connections().await, 2);
+    // Loopback delivers during the server's write: once it returned, the stray bytes wait
+    // in the client's socket.
+    done_rx.recv().unwrap();
+    assert_eq!(text(&get(&client, &server.url("/2")).unwrap()), "/2");
+    assert_eq!(server.connections(), 2);
     until("the poisoned connection to be closed", || {
         server.live() == 1
-    })
-    .await;
+    });
 }
 
 // ---------------------------------------------------------------------------------------
 // 11: the request on the wire.
 
-#[tokio::test]
-async fn the_request_as_the_server_sees_it() {
-    let server = Server::start(|mut peer| async move { peer.answer_each(echo_path).await }).await;
+#[test]
+fn the_request_as_the_server_sees_it() {
+    let server = Server::start(|mut peer| peer.answer_each(echo_path));
     let client = sidecar::http::client();
     let port = server.addr.port();
     let post = Target::parse(&format!(
@@ -933,12 +921,15 @@ async fn the_request_as_the_server_sees_it() {
         ),
     ];
     let body = br#"{"key":"a2V5"}"#;
-    let r = within(client.send(Request::post_json(&post, body).headers(&headers), LIMIT))
-        .await
-        .unwrap();
+    let r = send(
+        &client,
+        Request::post_json(&post, body).headers(&headers),
+        LIMIT,
+    )
+    .unwrap();
     assert_eq!(text(&r), "/v3/kv/put?a=1&b=two%20words");
     let get_target = Target::parse(&format!("http://127.0.0.1:{port}")).unwrap();
-    let r = get(&client, &get_target).await.unwrap();
+    let r = get(&client, &get_target).unwrap();
     assert_eq!(text(&r), "/");
 
     let seen = server.seen();
@@ -957,32 +948,28 @@ async fn the_request_as_the_server_sees_it() {
         format!("GET / HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n\r\n")
     );
     // An empty POST still says its length.
-    let r = within(client.send(Request::post_json(&post, b""), LIMIT))
-        .await
-        .unwrap();
+    let r = send(&client, Request::post_json(&post, b""), LIMIT).unwrap();
     assert_eq!(r.head.status, 200);
     assert_eq!(header(&server.seen()[2].head, "content-length"), Some("0"));
 }
 
-#[tokio::test]
-async fn an_ipv6_literal_host() {
-    let Ok(listener) = TcpListener::bind("[::1]:0").await else {
+#[test]
+fn an_ipv6_literal_host() {
+    let Ok(listener) = TcpListener::bind("[::1]:0") else {
         eprintln!("skipped: no IPv6 loopback here");
         return;
     };
-    let server = Server::on(listener, None, |mut peer| async move {
-        peer.answer_each(echo_path).await
-    });
+    let server = Server::on(listener, None, |mut peer| peer.answer_each(echo_path));
     let port = server.addr.port();
     let target = Target::parse(&format!("http://[::1]:{port}/v6")).unwrap();
     let client = sidecar::http::client();
-    assert_eq!(text(&get(&client, &target).await.unwrap()), "/v6");
-    assert_eq!(text(&get(&client, &target).await.unwrap()), "/v6");
+    assert_eq!(text(&get(&client, &target).unwrap()), "/v6");
+    assert_eq!(text(&get(&client, &target).unwrap()), "/v6");
     assert_eq!(
         header(&server.seen()[0].head, "host"),
         Some(&*format!("[::1]:{port}"))
     );
-    assert_eq!(server.connections().await, 1);
+    assert_eq!(server.connections(), 1);
 }
 
 #[test]
@@ -1000,156 +987,247 @@ fn targets() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 12: connect failures and the caller's timeout.
+// 12: connecting, and the exchange's deadline.
 
-#[tokio::test]
-async fn a_refused_connection_is_a_connect_error() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+#[test]
+fn a_refused_connection_is_a_connect_error() {
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = closed.local_addr().unwrap();
     drop(closed);
-    let target = Target::parse(&format!("http://{addr}/")).unwrap();
-    let e = get(&sidecar::http::client(), &target).await.unwrap_err();
-    assert!(matches!(e, Error::Connect(_)), "{e:?}");
+    // By address, and by a name whose every address refuses.
+    for url in [
+        format!("http://{addr}/"),
+        format!("http://localhost:{}/", addr.port()),
+    ] {
+        let target = Target::parse(&url).unwrap();
+        let e = get(&sidecar::http::client(), &target).unwrap_err();
+        assert!(matches!(e, Error::Connect(_)), "{url}: {e:?}");
+    }
 }
 
-#[tokio::test]
-async fn the_callers_timeout_ends_a_silent_exchange_and_drops_its_connection() {
-    let server = Server::start(|mut peer| async move {
-        let req = peer.request().await.unwrap();
+#[test]
+fn a_host_name_is_resolved_and_its_connection_reused() {
+    let server = Server::start(|mut peer| peer.answer_each(echo_path));
+    let port = server.addr.port();
+    let target = Target::parse(&format!("http://localhost:{port}/by-name")).unwrap();
+    let client = sidecar::http::client();
+    assert_eq!(text(&get(&client, &target).unwrap()), "/by-name");
+    assert_eq!(text(&get(&client, &target).unwrap()), "/by-name");
+    assert_eq!(
+        header(&server.seen()[0].head, "host"),
+        Some(&*format!("localhost:{port}"))
+    );
+    assert_eq!(server.connections(), 1);
+}
+
+#[test]
+fn the_timeout_ends_a_silent_exchange_and_drops_its_connection() {
+    let server = Server::start(|mut peer| {
+        let req = peer.request().unwrap();
         if peer.n == 0 {
             // Never answer; see the client give the connection up.
-            peer.until_closed().await;
+            peer.until_closed();
         } else {
-            peer.send(&echo_path(&req)).await;
-            peer.answer_each(echo_path).await;
+            peer.send(&echo_path(&req));
+            peer.answer_each(echo_path);
         }
-    })
-    .await;
+    });
     let client = sidecar::http::client();
+    let timeout = Duration::from_millis(100);
     let started = Instant::now();
-    let silent = tokio::time::timeout(
-        Duration::from_millis(100),
-        client.send(Request::get(&server.url("/silent")), LIMIT),
-    )
-    .await;
-    assert!(silent.is_err(), "answered: {silent:?}");
-    assert!(started.elapsed() >= Duration::from_millis(100));
+    let silent = client.send(Request::get(&server.url("/silent")), LIMIT, timeout);
+    assert!(
+        matches!(silent, Err(Error::TimedOut(t)) if t == timeout),
+        "{silent:?}"
+    );
+    assert!(started.elapsed() >= timeout);
     until("the timed-out connection to be closed", || {
         server.live() == 0
-    })
-    .await;
+    });
     // The next request is not sent on the dead connection.
-    assert_eq!(
-        text(&get(&client, &server.url("/next")).await.unwrap()),
-        "/next"
+    assert_eq!(text(&get(&client, &server.url("/next")).unwrap()), "/next");
+    assert_eq!(server.connections(), 2);
+    assert_eq!(server.conns(), [0, 1]);
+}
+
+#[test]
+fn a_trickling_answer_cannot_stretch_the_deadline() {
+    // One byte every 30 ms: every read gets something, only the whole exchange is late.
+    // In the body, and in a head that never ends.
+    for start in [
+        "HTTP/1.1 200 OK\r\ncontent-length: 10000\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nx-slow: ",
+    ] {
+        let server = Server::start(move |mut peer| {
+            peer.request().unwrap();
+            peer.send(start.as_bytes());
+            // Until the client hangs up; 10 s at most whatever it does.
+            let end = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < end && peer.send(b"x") {
+                std::thread::sleep(Duration::from_millis(30));
+            }
+        });
+        let client = sidecar::http::client();
+        let timeout = Duration::from_millis(300);
+        let started = Instant::now();
+        let r = client.send(Request::get(&server.url("/slow")), LIMIT, timeout);
+        assert!(
+            matches!(r, Err(Error::TimedOut(t)) if t == timeout),
+            "{start:?}: {r:?}"
+        );
+        // Not a speed check: a client that re-armed a full timeout per read would hang
+        // on here until the server's 10 s are up.
+        assert!(started.elapsed() < Duration::from_secs(5), "{start:?}");
+        until("the timed-out connection to be closed", || {
+            server.live() == 0
+        });
+    }
+}
+
+#[test]
+fn a_reused_connection_gets_the_whole_deadline_of_each_exchange() {
+    // A short deadline first, then a long one on the same connection, answered later
+    // than the short one would have allowed.
+    let server = Server::start(|mut peer| {
+        while let Some(req) = peer.request() {
+            if req.path() == "/late" {
+                std::thread::sleep(Duration::from_millis(400));
+            }
+            peer.send(&echo_path(&req));
+        }
+    });
+    let client = sidecar::http::client();
+    let short = Duration::from_millis(200);
+    let r = client.send(Request::get(&server.url("/soon")), LIMIT, short);
+    assert_eq!(text(&r.unwrap()), "/soon");
+    assert_eq!(text(&get(&client, &server.url("/late")).unwrap()), "/late");
+    assert_eq!(server.connections(), 1);
+    assert_eq!(server.conns(), [0, 0]);
+}
+
+#[test]
+fn send_into_keeps_the_deadline_too() {
+    let server = Server::start(|mut peer| {
+        peer.request().unwrap();
+        peer.until_closed();
+    });
+    let timeout = Duration::from_millis(100);
+    let mut body = Vec::new();
+    let r = sidecar::http::client().send_into(
+        Request::get(&server.url("/")),
+        LIMIT,
+        timeout,
+        &mut body,
     );
-    assert_eq!(server.connections().await, 2);
+    assert!(
+        matches!(r, Err(Error::TimedOut(t)) if t == timeout),
+        "{r:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
 // 13: concurrency.
 
-#[tokio::test]
-async fn concurrent_clones_share_at_most_two_idle_connections() {
-    let server = Server::start(|mut peer| async move { peer.answer_each(echo_path).await }).await;
+/// Answers every request once `gate` requests in all have arrived: that many callers are
+/// then in flight at once, each on a connection of its own.
+fn gated_server(gate: Arc<AtomicUsize>) -> Server {
+    Server::start(move |mut peer| {
+        while let Some(req) = peer.request() {
+            let state = peer.state.clone();
+            until("all concurrent requests to arrive", || {
+                state.seen.lock().unwrap().len() >= gate.load(Ordering::SeqCst)
+            });
+            peer.send(&echo_path(&req));
+        }
+    })
+}
+
+#[test]
+fn concurrent_clones_share_at_most_two_idle_connections() {
+    let gate = Arc::new(AtomicUsize::new(8));
+    let server = gated_server(gate.clone());
     let client = sidecar::http::client();
     let targets: Vec<Target> = (0..8).map(|i| server.url(&format!("/c{i}"))).collect();
-    let one = |i: usize| {
-        let client = client.clone();
-        let target = targets[i].clone();
-        async move {
-            within(client.send(Request::get(&target), LIMIT))
-                .await
-                .unwrap()
-        }
+    // `n` callers at once, each on a clone of the client, with the first `n` targets.
+    let at_once = |n: usize| -> Vec<String> {
+        std::thread::scope(|scope| {
+            let callers: Vec<_> = targets[..n]
+                .iter()
+                .map(|target| {
+                    let client = client.clone();
+                    scope.spawn(move || String::from_utf8(get(&client, target).unwrap().body))
+                })
+                .collect();
+            callers
+                .into_iter()
+                .map(|c| c.join().unwrap().unwrap())
+                .collect()
+        })
     };
-    // All 8 start before any can finish (their connects need the reactor).
-    let rs = tokio::join!(
-        one(0),
-        one(1),
-        one(2),
-        one(3),
-        one(4),
-        one(5),
-        one(6),
-        one(7)
-    );
-    let bodies = [rs.0, rs.1, rs.2, rs.3, rs.4, rs.5, rs.6, rs.7]
-        .map(|r| String::from_utf8(r.body).unwrap());
     assert_eq!(
-        bodies,
+        at_once(8),
         ["/c0", "/c1", "/c2", "/c3", "/c4", "/c5", "/c6", "/c7"]
     );
-    assert_eq!(server.connections().await, 8);
+    assert_eq!(server.connections(), 8);
     // Six connections are closed, two kept idle.
     until("the client to close all but 2 connections", || {
         server.live() == 2
-    })
-    .await;
+    });
     // Three at once now: two take the idle connections, one needs a new one.
-    let rs = tokio::join!(one(0), one(1), one(2));
-    assert_eq!(
-        [rs.0, rs.1, rs.2].map(|r| String::from_utf8(r.body).unwrap()),
-        ["/c0", "/c1", "/c2"]
-    );
-    assert_eq!(server.connections().await, 9);
+    gate.store(8 + 3, Ordering::SeqCst);
+    assert_eq!(at_once(3), ["/c0", "/c1", "/c2"]);
+    assert_eq!(server.connections(), 9);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_clones_on_threads_all_get_their_own_answer() {
-    let server = Server::start(|mut peer| async move { peer.answer_each(echo_path).await }).await;
+#[test]
+fn concurrent_clones_on_threads_all_get_their_own_answer() {
+    let server = Server::start(|mut peer| peer.answer_each(echo_path));
     let client = sidecar::http::client();
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..8 {
-        let client = client.clone();
-        let target = server.url(&format!("/t{i}"));
-        tasks.spawn(async move {
-            for round in 0..20 {
-                let r = within(client.send(Request::get(&target), LIMIT))
-                    .await
-                    .unwrap();
-                assert_eq!(r.body, format!("/t{i}").as_bytes(), "round {round}");
-            }
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        done.unwrap();
-    }
-    let opened = server.connections().await;
+    std::thread::scope(|scope| {
+        for i in 0..8 {
+            let client = client.clone();
+            let target = server.url(&format!("/t{i}"));
+            scope.spawn(move || {
+                for round in 0..20 {
+                    let r = get(&client, &target).unwrap();
+                    assert_eq!(r.body, format!("/t{i}").as_bytes(), "round {round}");
+                }
+            });
+        }
+    });
+    let opened = server.connections();
     assert!(
         (1..=8).contains(&opened),
         "{opened} connections for 8 callers"
     );
-    until("at most 2 idle connections", || server.live() <= 2).await;
+    until("at most 2 idle connections", || server.live() <= 2);
 }
 
 // ---------------------------------------------------------------------------------------
 // 14: TLS.
 
-use tls::{acceptor as tls_acceptor, ca};
+use tls::ca;
 
-#[tokio::test]
-async fn https_round_trips_and_reuses_the_connection() {
-    let server = Server::start_tls(|mut peer| async move {
+#[test]
+fn https_round_trips_and_reuses_the_connection() {
+    let server = Server::start_tls(|mut peer| {
         peer.answer_each(|req| match req.path() {
             "/chunked" => CHUNKED.to_vec(),
             _ => echo_path(req),
         })
-        .await
-    })
-    .await;
+    });
     let client = Client::with_root_certificates(vec![ca()]).unwrap();
     let port = server.addr.port();
     for host in ["127.0.0.1", "localhost"] {
         let target = Target::parse(&format!("https://{host}:{port}/hello?x=1")).unwrap();
-        let r = get(&client, &target).await.unwrap();
+        let r = get(&client, &target).unwrap();
         assert_eq!((r.head.status, text(&r)), (200, "/hello?x=1"));
         let target = Target::parse(&format!("https://{host}:{port}/chunked")).unwrap();
-        let r = get(&client, &target).await.unwrap();
+        let r = get(&client, &target).unwrap();
         assert_eq!(text(&r), "abcdefghijklmnopqrstuvwxyz0123456789HELLO WORLD");
     }
     // One connection per origin (127.0.0.1 and localhost are two).
-    assert_eq!(server.connections().await, 2);
+    assert_eq!(server.connections(), 2);
     assert_eq!(server.conns(), [0, 0, 1, 1]);
     assert_eq!(
         header(&server.seen()[2].head, "host"),
@@ -1157,30 +1235,24 @@ async fn https_round_trips_and_reuses_the_connection() {
     );
 }
 
-#[tokio::test]
-async fn https_body_ended_by_close_notify() {
-    let server = Server::start_tls(|mut peer| async move {
-        peer.request().await.unwrap();
-        peer.send(b"HTTP/1.1 200 OK\r\n\r\nuntil close_notify")
-            .await;
-        let _ = peer.stream.shutdown().await;
-    })
-    .await;
+#[test]
+fn https_body_ended_by_close_notify() {
+    let server = Server::start_tls(|mut peer| {
+        peer.request().unwrap();
+        peer.send(b"HTTP/1.1 200 OK\r\n\r\nuntil close_notify");
+        peer.close_write();
+    });
     let client = Client::with_root_certificates(vec![ca()]).unwrap();
     let target = Target::parse(&format!("https://127.0.0.1:{}/", server.addr.port())).unwrap();
-    assert_eq!(
-        text(&get(&client, &target).await.unwrap()),
-        "until close_notify"
-    );
+    assert_eq!(text(&get(&client, &target).unwrap()), "until close_notify");
 }
 
-#[tokio::test]
-async fn an_untrusted_certificate_is_a_connect_error() {
-    let server =
-        Server::start_tls(|mut peer| async move { peer.answer_each(echo_path).await }).await;
+#[test]
+fn an_untrusted_certificate_is_a_connect_error() {
+    let server = Server::start_tls(|mut peer| peer.answer_each(echo_path));
     let target = Target::parse(&format!("https://127.0.0.1:{}/", server.addr.port())).unwrap();
     // The public roots do not include the test CA.
-    let e = get(&sidecar::http::client(), &target).await.unwrap_err();
+    let e = get(&sidecar::http::client(), &target).unwrap_err();
     match e {
         Error::Connect(message) => assert!(message.contains("TLS"), "{message}"),
         e => panic!("{e:?}"),
@@ -1246,31 +1318,17 @@ proptest! {
         };
         let mut cuts: Vec<usize> = splits.iter().map(|i| i.index(answer.len() + 1)).collect();
         cuts.sort_unstable();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async move {
-            let answer = Arc::new(answer);
-            let cuts = Arc::new(cuts);
-            let server = Server::start(move |mut peer| {
-                let (answer, cuts) = (answer.clone(), cuts.clone());
-                async move {
-                    peer.request().await.unwrap();
-                    let mut from = 0;
-                    for &cut in cuts.iter().chain(std::iter::once(&answer.len())) {
-                        peer.send(&answer[from..cut]).await;
-                        from = cut;
-                        tokio::task::yield_now().await;
-                    }
-                    peer.answer_each(echo_path).await;
-                }
-            })
-            .await;
-            let client = sidecar::http::client();
-            let r = get(&client, &server.url("/body")).await.unwrap();
-            assert_eq!(r.head.status, 200);
-            assert!(r.body == body, "{} bytes back, {} sent", r.body.len(), body.len());
-            // The framing ended exactly at the answer's end: the connection carries on.
-            assert_eq!(text(&get(&client, &server.url("/next")).await.unwrap()), "/next");
-            assert_eq!(server.connections().await, 1);
+        let server = Server::start(move |mut peer| {
+            peer.request().unwrap();
+            peer.send_cut(&answer, &cuts);
+            peer.answer_each(echo_path);
         });
+        let client = sidecar::http::client();
+        let r = get(&client, &server.url("/body")).unwrap();
+        assert_eq!(r.head.status, 200);
+        assert!(r.body == body, "{} bytes back, {} sent", r.body.len(), body.len());
+        // The framing ended exactly at the answer's end: the connection carries on.
+        assert_eq!(text(&get(&client, &server.url("/next")).unwrap()), "/next");
+        assert_eq!(server.connections(), 1);
     }
 }

@@ -457,15 +457,9 @@ fn etcd_auth_and_reauthentication_after_an_etcd_restart() {
         "root",
         sidecar::config::Secret::new("rootpw"),
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let lease = client.lease_grant(5).await.unwrap();
-        client.put("k", "v1", lease).await.unwrap();
-        assert_eq!(client.get("k").await.unwrap().as_deref(), Some("v1"));
-    });
+    let lease = client.lease_grant(5).unwrap();
+    client.put("k", "v1", lease).unwrap();
+    assert_eq!(client.get("k").unwrap().as_deref(), Some("v1"));
     // Without a token, real etcd refuses a put (what the sidecar must authenticate for).
     let (status, answer) = etcd.post(
         "/v3/kv/put",
@@ -488,10 +482,8 @@ fn etcd_auth_and_reauthentication_after_an_etcd_restart() {
     );
     assert_eq!(status, 401);
     assert_eq!(answer["code"], 16);
-    rt.block_on(async {
-        client.put("k", "v2", 0).await.unwrap();
-        assert_eq!(client.get("k").await.unwrap().as_deref(), Some("v2"));
-    });
+    client.put("k", "v2", 0).unwrap();
+    assert_eq!(client.get("k").unwrap().as_deref(), Some("v2"));
 
     // Wrong password: an auth error, not a hang or a panic.
     let wrong = sidecar::etcd::EtcdClient::new(
@@ -501,6 +493,6 @@ fn etcd_auth_and_reauthentication_after_an_etcd_restart() {
         "root",
         sidecar::config::Secret::new("nope"),
     );
-    let err = rt.block_on(wrong.put("k", "v3", 0)).unwrap_err();
+    let err = wrong.put("k", "v3", 0).unwrap_err();
     assert!(matches!(err, sidecar::etcd::EtcdError::Auth(_)), "{err}");
 }

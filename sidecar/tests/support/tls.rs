@@ -1,11 +1,15 @@
 //! The test CA and the server side of TLS, shared by the test binaries that speak
 //! `https://` (the certificates are in `tests/fixtures/tls/`, made as its README says).
+//! The servers are blocking ones on threads of their own, so this is plain rustls.
 
+use std::net::TcpStream;
 use std::sync::Arc;
 
-use tokio_rustls::rustls;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// A server-side TLS stream over a blocking socket.
+pub type TlsStream = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
 
 /// The CA that signed the test server's certificate.
 #[allow(dead_code)] // not every test binary trusts it directly
@@ -13,8 +17,8 @@ pub fn ca() -> CertificateDer<'static> {
     CertificateDer::from_pem_slice(include_bytes!("../fixtures/tls/ca.pem")).unwrap()
 }
 
-/// A TLS acceptor with the leaf certificate (IP 127.0.0.1 and DNS localhost).
-pub fn acceptor() -> tokio_rustls::TlsAcceptor {
+/// The server's settings: the leaf certificate (IP 127.0.0.1 and DNS localhost).
+pub fn server_config() -> Arc<rustls::ServerConfig> {
     let chain = CertificateDer::pem_slice_iter(include_bytes!("../fixtures/tls/leaf.pem"))
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
@@ -26,5 +30,15 @@ pub fn acceptor() -> tokio_rustls::TlsAcceptor {
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .unwrap();
-    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    Arc::new(config)
+}
+
+/// The server's end of a TLS connection, handshake done; `None` when the handshake
+/// failed (the client refused the certificate, or hung up).
+pub fn accept(config: &Arc<rustls::ServerConfig>, mut tcp: TcpStream) -> Option<TlsStream> {
+    let mut session = rustls::ServerConnection::new(config.clone()).ok()?;
+    while session.is_handshaking() {
+        session.complete_io(&mut tcp).ok()?;
+    }
+    Some(rustls::StreamOwned::new(session, tcp))
 }
