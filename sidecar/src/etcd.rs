@@ -301,18 +301,8 @@ impl EtcdClient {
             Ok(json) => json,
             Err(e) => return Attempt::Failed(format!("{base}: encoding {path}: {e}")),
         };
-        let with_token;
-        let headers: &[(&str, &str)] = match token {
-            None => &[("content-type", "application/json")],
-            Some(token) => {
-                with_token = [
-                    ("content-type", "application/json"),
-                    ("authorization", token.expose()),
-                ];
-                &with_token
-            }
-        };
-        let request = Request::post_json(target, &json).headers(headers);
+        let authorization = token.map(|token| ("authorization", token.expose()));
+        let request = Request::post_json(target, &json).headers(authorization.as_slice());
         // The client itself resends once on a fresh connection when a pooled one turns
         // out closed (an etcd that restarted), so a single endpoint survives a restart.
         let response = match self.http.send(request, MAX_ANSWER_BYTES, self.timeout) {

@@ -90,17 +90,8 @@ impl HeartbeatClient {
     pub fn send(&self, body: &HeartbeatBody<'_>) -> Result<Answer, String> {
         let target = self.target.as_ref().map_err(Clone::clone)?;
         let json = serde_json::to_vec(body).map_err(|e| format!("encoding the body: {e}"))?;
-        let with_token;
-        let headers: &[(&str, &str)] = if self.token.is_empty() {
-            &[("content-type", "application/json")]
-        } else {
-            with_token = [
-                ("content-type", "application/json"),
-                ("x-internal-token", self.token.expose()),
-            ];
-            &with_token
-        };
-        let request = Request::post_json(target, &json).headers(headers);
+        let token = (!self.token.is_empty()).then(|| ("x-internal-token", self.token.expose()));
+        let request = Request::post_json(target, &json).headers(token.as_slice());
         let response = self
             .http
             .send(request, 64 * 1024, self.timeout)

@@ -193,12 +193,13 @@ pub struct Response {
     pub body: Vec<u8>,
 }
 
-/// One request: method, target, extra headers (`Host` and `Content-Length` are added)
-/// and body.
+/// One request: method, target, the body's content type, extra headers (`Host` and
+/// `Content-Length` are added) and body.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
     pub method: &'a str,
     pub target: &'a Target,
+    pub content_type: Option<&'a str>,
     pub headers: &'a [(&'a str, &'a str)],
     pub body: &'a [u8],
 }
@@ -208,6 +209,7 @@ impl<'a> Request<'a> {
         Request {
             method: "GET",
             target,
+            content_type: None,
             headers: &[],
             body: &[],
         }
@@ -218,11 +220,13 @@ impl<'a> Request<'a> {
         Request {
             method: "POST",
             target,
-            headers: &[("content-type", "application/json")],
+            content_type: Some("application/json"),
+            headers: &[],
             body,
         }
     }
 
+    /// Extra headers, after the content type.
     pub fn headers(self, headers: &'a [(&'a str, &'a str)]) -> Request<'a> {
         Request { headers, ..self }
     }
@@ -628,7 +632,8 @@ fn encode(request: &Request<'_>) -> Vec<u8> {
     out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
     out.extend_from_slice(target.host_header.as_bytes());
     out.extend_from_slice(b"\r\n");
-    for (name, value) in request.headers {
+    let content_type = request.content_type.map(|t| ("content-type", t));
+    for (name, value) in content_type.iter().chain(request.headers) {
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         // A header value never carries a line break onto the wire.

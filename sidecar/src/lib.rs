@@ -21,7 +21,8 @@
 //! - [`config`]: the flags (the reference's names, env vars and defaults) validated into
 //!   a `Config`: `Config::from_args`.
 //! - [`lifecycle`]: the state machine that owns the registration, on a thread of its
-//!   own beside the health and heartbeat threads: `Sidecar::new(config).run(shutdown)`.
+//!   own beside the vLLM thread (health probes, scrapes, heartbeats):
+//!   `Sidecar::new(config).run(shutdown)`.
 //! - [`etcd`]: etcd v3 JSON-gateway client (endpoints in order, auth, re-auth):
 //!   `EtcdClient::lease_grant` / `lease_keepalive` / `lease_revoke` / `put`.
 //! - [`instance`]: the key and `InstanceMetaInfo` value the master reads: `instance_key`.

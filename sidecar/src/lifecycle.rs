@@ -1,11 +1,11 @@
 //! The sidecar's state machine: the only module that knows health, lease and heartbeat.
 //!
-//! Three threads, so a slow peer never starves another's timer:
-//! - the **health thread** gates start-up on `/health` (backoff from 1 s, doubling, capped
-//!   at the lease TTL), then probes every `--keepalive-interval`; it reports failures,
-//!   and successes only when they end a run of failures;
-//! - the **heartbeat thread** scrapes `/metrics` and posts heartbeats every
-//!   `--heartbeat-interval` while registered and healthy, backing off on failures;
+//! Two threads, so a slow vLLM or master never delays the lease:
+//! - the **vLLM thread** gates start-up on `/health` (backoff from 1 s, doubling, capped
+//!   at the lease TTL), then probes `/health` every `--keepalive-interval` (reporting
+//!   failures, and a success only when it ends a run of them), and scrapes `/metrics`
+//!   and posts a heartbeat every `--heartbeat-interval` while registered and healthy,
+//!   backing off on failures;
 //! - the **lifecycle thread** owns the registration. It refreshes the lease on its own
 //!   timer (at most TTL/3 apart), whatever `/health` or `/metrics` are doing; it
 //!   registers when vLLM is healthy and nothing is registered (fresh incarnation each
@@ -15,10 +15,11 @@
 //!
 //! Why threads and blocking I/O rather than tasks: at steady state the sidecar does the
 //! same four small exchanges per cycle forever, and nearly all of its CPU is the cost of
-//! waking up for them. A thread blocked in a socket read or a timed channel wait wakes
-//! once per answer or tick and runs only its own code; the same exchanges through tokio's
-//! event loop measured about 1.6 times the CPU. The async runtime is left with the admin
-//! endpoint and the signals, and is not woken at all at steady state.
+//! waking up for them. A thread blocked in a socket read or a timed wait wakes once per
+//! answer or tick and runs only its own code; the same exchanges through tokio's event
+//! loop measured about 1.6 times the CPU. Each thread woken costs too, hence two threads
+//! rather than one per job. The async runtime is left with the admin endpoint and the
+//! signals, and is not woken at all at steady state.
 //!
 //! Shutdown: [`Sidecar::run`] tells every thread to stop, then waits at most
 //! `--shutdown-timeout` for the lifecycle thread to finish what it was doing and revoke
@@ -55,7 +56,7 @@ pub struct Registration {
 }
 
 /// What the sidecar currently believes; published on a watch channel (admin `/readyz`,
-/// the heartbeat thread, tests).
+/// the vLLM thread, tests).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Status {
     pub registration: Option<Registration>,
@@ -71,7 +72,7 @@ enum Event {
     Shutdown,
 }
 
-/// What the heartbeat thread is told.
+/// What the vLLM thread is told.
 #[derive(Debug)]
 enum Notice {
     /// The status changed: look at it again.
@@ -124,22 +125,16 @@ impl Sidecar {
         let cfg = self.config.clone();
         let events = Mailbox::new();
         let notices = Mailbox::new();
-        let health_stop = Mailbox::new();
         // One time grid for every periodic job, so the process wakes once for several.
         let epoch = Instant::now();
 
-        let health = {
-            let probe = HealthProbe::new(crate::http::client(), &cfg.vllm_url, cfg.health_timeout);
-            let (cfg, events, stop) = (cfg.clone(), events.clone(), health_stop.clone());
-            spawn("health", move || {
-                health_loop(&probe, &cfg, epoch, &events, &stop)
-            })
-        };
         let mapper = Mapper::new(MapperConfig {
             latency_stat: cfg.latency_stat,
             model: cfg.model.clone(),
         });
+        // Each thread has its own HTTP client: no lock is shared between threads.
         let http = crate::http::client();
+        let probe = HealthProbe::new(http.clone(), &cfg.vllm_url, cfg.health_timeout);
         let heartbeater = Heartbeater {
             scraper: Scraper::new(
                 http.clone(),
@@ -157,10 +152,10 @@ impl Sidecar {
             events: events.clone(),
             telemetry: self.telemetry.clone(),
         };
-        let heartbeat = {
+        let vllm = {
             let (cfg, status, notices) = (cfg.clone(), self.status_tx.subscribe(), notices.clone());
-            spawn("heartbeat", move || {
-                heartbeat_loop(heartbeater, &cfg, epoch, status, &notices)
+            spawn("vllm", move || {
+                vllm_loop(&probe, heartbeater, &cfg, epoch, status, &notices)
             })
         };
 
@@ -184,7 +179,7 @@ impl Sidecar {
             })
         };
         let mut ended = false;
-        if health.is_err() || heartbeat.is_err() || lifecycle.is_err() {
+        if vllm.is_err() || lifecycle.is_err() {
             tracing::error!("cannot start the sidecar's threads; stopping");
         } else {
             tokio::select! {
@@ -196,7 +191,6 @@ impl Sidecar {
                 }
             }
         }
-        health_stop.send(());
         notices.send(Notice::Stop);
         events.send(Event::Shutdown);
         if ended {
@@ -240,7 +234,7 @@ struct Lifecycle {
     retry_at: Instant,
     backoff: Backoff,
     logged_model: bool,
-    /// Tells the heartbeat thread the status changed.
+    /// Tells the vLLM thread the status changed.
     notices: Mailbox<Notice>,
 }
 
@@ -481,44 +475,61 @@ impl Lifecycle {
     }
 }
 
-/// Wait until `at` (`true`), or until told to stop (`false`).
-fn wait_until(stop: &Mailbox<()>, at: Instant) -> bool {
-    stop.recv_until(Some(at)).is_none()
-}
-
-/// Start-up gate, then one probe per `--keepalive-interval`. Every failure is reported
-/// (the lifecycle counts them); a success only when it ends a run of failures, so at
-/// steady state the lifecycle thread is not woken.
-fn health_loop(
+/// The vLLM thread: the start-up gate on `/health`, then a health probe every
+/// `--keepalive-interval` and a scrape + heartbeat on the heartbeat schedule, one after
+/// the other when both are due. Every failed probe is reported (the lifecycle counts
+/// them); a success only when it ends a run of failures, so at steady state the lifecycle
+/// thread is not woken.
+///
+/// Both jobs talk to vLLM and neither holds the lease, so sharing a thread costs nothing
+/// that matters: a slow `/metrics` delays the next probe by at most the scrape timeout
+/// (the reference runs all of them in one loop). It saves a wake-up per cycle.
+fn vllm_loop(
     probe: &HealthProbe,
+    mut heartbeater: Heartbeater,
     cfg: &Config,
     epoch: Instant,
-    events: &Mailbox<Event>,
-    stop: &Mailbox<()>,
+    mut status: watch::Receiver<Status>,
+    notices: &Mailbox<Notice>,
 ) {
     let cap = cfg.lease_ttl_duration();
     let mut wait = Duration::from_secs(1).min(cap);
     while !probe.is_healthy() {
         tracing::info!(url = %cfg.vllm_url, "waiting for vLLM to become healthy ...");
-        if !wait_until(stop, Instant::now() + wait) {
-            return;
+        let until = Instant::now() + wait;
+        // Nothing is registered before the gate opens: only a stop matters.
+        while let Some(notice) = notices.recv_until(Some(until)) {
+            if let Notice::Stop = notice {
+                return;
+            }
         }
         wait = (wait * 2).min(cap);
     }
-    events.send(Event::Health(true));
+    heartbeater.events.send(Event::Health(true));
     let period = cfg.keepalive_interval;
-    let mut at = on_grid(epoch, period, Instant::now() + period / 2);
+    let mut probe_at = on_grid(epoch, period, Instant::now() + period / 2);
     let mut was_ok = true;
+    let mut beats = Heartbeats::new(cfg.heartbeat_interval, epoch);
     loop {
-        if !wait_until(stop, at) {
-            return;
+        match notices.recv_until(Some(probe_at.min(beats.next))) {
+            Some(Notice::Stop) => return,
+            Some(Notice::Status) => {
+                beats.status_changed(&mut status);
+                continue;
+            }
+            None => {}
         }
-        at = next_tick(epoch, period, at);
-        let ok = probe.is_healthy();
-        if !ok || !was_ok {
-            events.send(Event::Health(ok));
+        if Instant::now() >= probe_at {
+            probe_at = next_tick(epoch, period, probe_at);
+            let ok = probe.is_healthy();
+            if !ok || !was_ok {
+                heartbeater.events.send(Event::Health(ok));
+            }
+            was_ok = ok;
         }
-        was_ok = ok;
+        if Instant::now() >= beats.next {
+            beats.beat(&mut heartbeater, cfg, &status);
+        }
     }
 }
 
@@ -530,62 +541,83 @@ struct Heartbeater {
     telemetry: Arc<Telemetry>,
 }
 
-/// Scrape and post on the heartbeat cadence while registered and healthy.
-fn heartbeat_loop(
-    mut heartbeater: Heartbeater,
-    cfg: &Config,
+/// The heartbeat schedule: on the heartbeat grid while registered and healthy, backing
+/// off on failures and after 409s in a row.
+struct Heartbeats {
+    interval: Duration,
     epoch: Instant,
-    mut status: watch::Receiver<Status>,
-    notices: &Mailbox<Notice>,
-) {
-    let interval = cfg.heartbeat_interval;
-    let mut backoff = Backoff::new(interval, interval * 4);
-    // Re-registrations caused by 409s in a row (a master that never sees our key, e.g. a
-    // namespace mismatch) slow down instead of churning leases every heartbeat.
-    let mut conflict_backoff = Backoff::new(interval, interval.max(Duration::from_secs(30)));
-    let mut after_conflict = false;
-    let mut next = Instant::now() + interval;
-    let mut incarnation: Option<String> = None;
-    loop {
-        match notices.recv_until(Some(next)) {
-            Some(Notice::Stop) => return,
-            Some(Notice::Status) => {
-                let now = status
-                    .borrow_and_update()
-                    .registration
-                    .as_ref()
-                    .map(|r| r.incarnation.clone());
-                if now.is_some() && now != incarnation {
-                    // Give the master time to see the new key before the first heartbeat.
-                    incarnation = now;
-                    backoff.reset();
-                    next = if std::mem::take(&mut after_conflict) {
-                        Instant::now() + conflict_backoff.next_delay().max(interval)
-                    } else {
-                        conflict_backoff.reset();
-                        on_grid(epoch, interval, Instant::now() + interval / 2)
-                    };
-                }
-                continue;
-            }
-            None => {}
+    /// When the next heartbeat is due.
+    next: Instant,
+    backoff: Backoff,
+    /// Re-registrations caused by 409s in a row (a master that never sees our key, e.g.
+    /// a namespace mismatch) slow down instead of churning leases every heartbeat.
+    conflict_backoff: Backoff,
+    after_conflict: bool,
+    /// The incarnation the schedule was last set up for.
+    incarnation: Option<String>,
+}
+
+impl Heartbeats {
+    fn new(interval: Duration, epoch: Instant) -> Heartbeats {
+        Heartbeats {
+            interval,
+            epoch,
+            next: Instant::now() + interval,
+            backoff: Backoff::new(interval, interval * 4),
+            conflict_backoff: Backoff::new(interval, interval.max(Duration::from_secs(30))),
+            after_conflict: false,
+            incarnation: None,
         }
+    }
+
+    /// The next grid point at least half an interval away.
+    fn on_grid(&self) -> Instant {
+        on_grid(
+            self.epoch,
+            self.interval,
+            Instant::now() + self.interval / 2,
+        )
+    }
+
+    /// A new incarnation: give the master time to see the new key before its first
+    /// heartbeat.
+    fn status_changed(&mut self, status: &mut watch::Receiver<Status>) {
+        let now = status
+            .borrow_and_update()
+            .registration
+            .as_ref()
+            .map(|r| r.incarnation.clone());
+        if now.is_none() || now == self.incarnation {
+            return;
+        }
+        self.incarnation = now;
+        self.backoff.reset();
+        self.next = if std::mem::take(&mut self.after_conflict) {
+            Instant::now() + self.conflict_backoff.next_delay().max(self.interval)
+        } else {
+            self.conflict_backoff.reset();
+            self.on_grid()
+        };
+    }
+
+    /// One heartbeat if registered and healthy, then the next one scheduled.
+    fn beat(&mut self, h: &mut Heartbeater, cfg: &Config, status: &watch::Receiver<Status>) {
         let current = status.borrow().clone();
         let Some(registration) = current.registration.filter(|_| current.healthy) else {
-            next = on_grid(epoch, interval, Instant::now() + interval / 2);
-            continue;
+            self.next = self.on_grid();
+            return;
         };
-        next = match heartbeat_once(&mut heartbeater, cfg, &registration) {
+        self.next = match heartbeat_once(h, cfg, &registration) {
             Outcome::Delivered => {
-                backoff.reset();
-                conflict_backoff.reset();
-                on_grid(epoch, interval, Instant::now() + interval / 2)
+                self.backoff.reset();
+                self.conflict_backoff.reset();
+                self.on_grid()
             }
             Outcome::Conflict => {
-                after_conflict = true;
-                on_grid(epoch, interval, Instant::now() + interval / 2)
+                self.after_conflict = true;
+                self.on_grid()
             }
-            Outcome::Failed => Instant::now() + backoff.next_delay().max(interval / 2),
+            Outcome::Failed => Instant::now() + self.backoff.next_delay().max(self.interval / 2),
         };
     }
 }

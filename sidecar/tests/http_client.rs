@@ -913,7 +913,6 @@ fn the_request_as_the_server_sees_it() {
     ))
     .unwrap();
     let headers = [
-        ("content-type", "application/json"),
         ("authorization", "Bearer abc"),
         (
             "x-trace",
