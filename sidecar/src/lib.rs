@@ -20,9 +20,10 @@
 //!
 //! - [`config`]: the flags (the reference's names, env vars and defaults) validated into
 //!   a `Config`: `Config::from_args`.
-//! - [`lifecycle`]: the state machine that owns the registration, on a thread of its
-//!   own beside the vLLM thread (health probes, scrapes, heartbeats):
-//!   `Sidecar::new(config).run(shutdown)`.
+//! - [`lifecycle`]: the state machine that owns the registration and runs every periodic
+//!   job on one worker thread: `Sidecar::new(config).run(shutdown)`.
+//! - [`lease_guard`]: the lease's dead man's switch, refreshing it while the worker is
+//!   stuck on a slow vLLM or master: `LeaseGuard::push`.
 //! - [`etcd`]: etcd v3 JSON-gateway client (endpoints in order, auth, re-auth):
 //!   `EtcdClient::lease_grant` / `lease_keepalive` / `lease_revoke` / `put`.
 //! - [`instance`]: the key and `InstanceMetaInfo` value the master reads: `instance_key`.
@@ -35,8 +36,8 @@
 //! - [`telemetry`]: the sidecar's own Prometheus metrics: `Telemetry::encode`.
 //! - [`http`]: the blocking HTTP/1.1 keep-alive client every exchange goes through, one
 //!   deadline per exchange: `Client::send` / `send_into`.
-//! - [`mailbox`]: how the threads wake each other, a queue with a deadline-bounded
-//!   receive: `Mailbox::recv_until`.
+//! - [`mailbox`]: how the worker is told things (stop, a lease the guard lost), a queue
+//!   with a deadline-bounded receive: `Mailbox::recv_until`.
 //! - [`backoff`], [`logging`], [`shutdown`]: small plumbing.
 //!
 //! The whole program: [`run`].
@@ -49,6 +50,7 @@ pub mod health;
 pub mod heartbeat;
 pub mod http;
 pub mod instance;
+pub mod lease_guard;
 pub mod lifecycle;
 pub mod logging;
 pub mod mailbox;

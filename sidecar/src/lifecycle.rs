@@ -1,34 +1,36 @@
 //! The sidecar's state machine: the only module that knows health, lease and heartbeat.
 //!
-//! Two threads, so a slow vLLM or master never delays the lease:
-//! - the **vLLM thread** gates start-up on `/health` (backoff from 1 s, doubling, capped
-//!   at the lease TTL), then probes `/health` every `--keepalive-interval` (reporting
-//!   failures, and a success only when it ends a run of them), and scrapes `/metrics`
-//!   and posts a heartbeat every `--heartbeat-interval` while registered and healthy,
-//!   backing off on failures;
-//! - the **lifecycle thread** owns the registration. It refreshes the lease on its own
-//!   timer (at most TTL/3 apart), whatever `/health` or `/metrics` are doing; it
-//!   registers when vLLM is healthy and nothing is registered (fresh incarnation each
-//!   time, jittered backoff on failure); it re-registers when the lease is gone (TTL 0 or
-//!   a keepalive error) or the master answered 409; it revokes after
-//!   `--health-fail-threshold` failed probes in a row and on shutdown.
+//! One **worker thread** runs every periodic job, one after the other: it refreshes the
+//! lease every keepalive period (at most TTL/3 apart), gates start-up on `/health`
+//! (backoff from 1 s, doubling, capped at the lease TTL) and then probes it every
+//! `--keepalive-interval`, and scrapes `/metrics` and posts a heartbeat every
+//! `--heartbeat-interval` while registered and healthy (backing off on failures). It
+//! registers when vLLM is healthy and nothing is registered (fresh incarnation each time,
+//! jittered backoff on failure), re-registers when the lease is gone (TTL 0 or a keepalive
+//! error) or the master answered 409, and revokes after `--health-fail-threshold` failed
+//! probes in a row and on shutdown.
 //!
-//! Why threads and blocking I/O rather than tasks: at steady state the sidecar does the
-//! same four small exchanges per cycle forever, and nearly all of its CPU is the cost of
-//! waking up for them. A thread blocked in a socket read or a timed wait wakes once per
-//! answer or tick and runs only its own code; the same exchanges through tokio's event
-//! loop measured about 1.6 times the CPU. Each thread woken costs too, hence two threads
-//! rather than one per job. The async runtime is left with the admin endpoint and the
-//! signals, and is not woken at all at steady state.
+//! A slow vLLM or master must never delay the lease, so the **lease guard**
+//! ([`crate::lease_guard`]) stands by on a second thread: it sleeps on a timer the worker
+//! pushes past its next keepalive at every refresh, and refreshes the lease itself if the
+//! worker is late (stuck in an exchange that may take up to its timeout).
 //!
-//! Shutdown: [`Sidecar::run`] tells every thread to stop, then waits at most
-//! `--shutdown-timeout` for the lifecycle thread to finish what it was doing and revoke
-//! the lease. If etcd hangs past that, `run` returns anyway and the key expires with the
-//! lease; the abandoned call ends at its own timeout.
+//! Why threads and blocking I/O rather than tasks, and why one worker rather than one
+//! thread per job: at steady state the sidecar makes the same four small exchanges per
+//! cycle forever, and nearly all of its CPU is the cost of waking up for them. A thread
+//! blocked in a socket read or a timed wait wakes once per answer or tick and runs only
+//! its own code; the same exchanges through tokio's event loop measured about 1.3 to 1.6
+//! times the CPU, and each extra thread woken per tick costs about as much again. The
+//! async runtime is left with the admin endpoint and the signals, and is not woken at all
+//! at steady state.
 //!
-//! The periodic jobs run on one time grid (`epoch + k·period`): their timers fire in the
-//! same instant and their requests go out together, so the process wakes in one burst
-//! per cycle rather than at scattered instants.
+//! Shutdown: [`Sidecar::run`] tells the worker to stop, then waits at most
+//! `--shutdown-timeout` for it to finish what it was doing and revoke the lease. If etcd
+//! hangs past that, `run` returns anyway and the key expires with the lease; the
+//! abandoned call ends at its own timeout.
+//!
+//! The periodic jobs run on one time grid (`epoch + k·period`), so jobs with the same
+//! period fall due in the same wake-up.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,6 +43,7 @@ use crate::etcd::EtcdClient;
 use crate::health::HealthProbe;
 use crate::heartbeat::{Answer, HeartbeatBody, HeartbeatClient};
 use crate::instance::{instance_key, new_incarnation, InstanceMeta};
+use crate::lease_guard::{self, LeaseGuard};
 use crate::mailbox::Mailbox;
 use crate::mapping::{Mapper, MapperConfig};
 use crate::scrape::Scraper;
@@ -64,20 +67,12 @@ pub struct Status {
     pub healthy: bool,
 }
 
-/// What the lifecycle thread is told.
+/// What the worker is told.
 #[derive(Debug)]
 enum Event {
-    Health(bool),
-    Conflict(String),
+    /// The lease guard could not refresh this lease (it logged and counted why).
+    LeaseLost(i64),
     Shutdown,
-}
-
-/// What the vLLM thread is told.
-#[derive(Debug)]
-enum Notice {
-    /// The status changed: look at it again.
-    Status,
-    Stop,
 }
 
 /// A configured sidecar, not yet running.
@@ -124,77 +119,73 @@ impl Sidecar {
     pub async fn run(self, mut shutdown: Shutdown) {
         let cfg = self.config.clone();
         let events = Mailbox::new();
-        let notices = Mailbox::new();
-        // One time grid for every periodic job, so the process wakes once for several.
-        let epoch = Instant::now();
-
-        let mapper = Mapper::new(MapperConfig {
-            latency_stat: cfg.latency_stat,
-            model: cfg.model.clone(),
-        });
-        // Each thread has its own HTTP client: no lock is shared between threads.
+        let guard = {
+            let events = events.clone();
+            LeaseGuard::start(
+                self.etcd.clone(),
+                self.telemetry.clone(),
+                cfg.keepalive_period(),
+                move |lease| events.send(Event::LeaseLost(lease)),
+            )
+        };
+        let guard = match guard {
+            Ok(guard) => guard,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the lease guard; stopping");
+                return;
+            }
+        };
+        // The worker's connections to vLLM and the master; etcd has its own client.
         let http = crate::http::client();
-        let probe = HealthProbe::new(http.clone(), &cfg.vllm_url, cfg.health_timeout);
         let heartbeater = Heartbeater {
             scraper: Scraper::new(
                 http.clone(),
                 cfg.metrics_url.clone(),
                 cfg.scrape_timeout,
                 cfg.metrics_max_bytes,
-                mapper,
+                Mapper::new(MapperConfig {
+                    latency_stat: cfg.latency_stat,
+                    model: cfg.model.clone(),
+                }),
             ),
             client: HeartbeatClient::new(
-                http,
+                http.clone(),
                 cfg.heartbeat_url.clone(),
                 cfg.internal_token.clone(),
                 cfg.health_timeout,
             ),
-            events: events.clone(),
             telemetry: self.telemetry.clone(),
         };
-        let vllm = {
-            let (cfg, status, notices) = (cfg.clone(), self.status_tx.subscribe(), notices.clone());
-            spawn("vllm", move || {
-                vllm_loop(&probe, heartbeater, &cfg, epoch, status, &notices)
-            })
-        };
-
-        // The lifecycle's own probe: the served model, for the registration log line.
-        let probe = HealthProbe::new(crate::http::client(), &cfg.vllm_url, cfg.health_timeout);
         let mut lifecycle = Lifecycle::new(
             cfg.clone(),
             self.etcd.clone(),
-            probe,
+            HealthProbe::new(http, &cfg.vllm_url, cfg.health_timeout),
             self.telemetry.clone(),
             self.status_tx.clone(),
-            notices.clone(),
+            guard,
         );
         let (done_tx, mut done_rx) = oneshot::channel();
-        let lifecycle = {
+        let worker = {
             let events = events.clone();
-            spawn("lifecycle", move || {
-                lifecycle.run(&events, epoch);
+            spawn("sidecar", move || {
+                lifecycle.run(heartbeater, &events);
                 lifecycle.revoke();
                 let _ = done_tx.send(());
             })
         };
-        let mut ended = false;
-        if vllm.is_err() || lifecycle.is_err() {
-            tracing::error!("cannot start the sidecar's threads; stopping");
-        } else {
-            tokio::select! {
-                _ = shutdown.wait() => {}
-                // It only ends when told to: a thread that died (a bug) ends the sidecar.
-                _ = &mut done_rx => {
-                    ended = true;
-                    tracing::error!("the lifecycle thread ended on its own; stopping");
-                }
-            }
-        }
-        notices.send(Notice::Stop);
-        events.send(Event::Shutdown);
-        if ended {
+        if worker.is_err() {
+            tracing::error!("cannot start the worker thread; stopping");
             return;
+        }
+        // However `run` ends, even dropped half-way, the worker is told to stop.
+        let _stop = StopOnDrop(events.clone());
+        tokio::select! {
+            _ = shutdown.wait() => events.send(Event::Shutdown),
+            // It only ends when told to: a worker that died (a bug) ends the sidecar.
+            _ = &mut done_rx => {
+                tracing::error!("the worker thread ended on its own; stopping");
+                return;
+            }
         }
         match tokio::time::timeout(cfg.shutdown_timeout, done_rx).await {
             Ok(_) => tracing::info!("sidecar stopped"),
@@ -204,6 +195,15 @@ impl Sidecar {
                 "lease revoke did not finish in time; the key expires with the lease"
             ),
         }
+    }
+}
+
+/// Tells the worker to stop when dropped.
+struct StopOnDrop(Mailbox<Event>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.send(Event::Shutdown);
     }
 }
 
@@ -234,8 +234,11 @@ struct Lifecycle {
     retry_at: Instant,
     backoff: Backoff,
     logged_model: bool,
-    /// Tells the vLLM thread the status changed.
-    notices: Mailbox<Notice>,
+    /// The keepalive grid and the next refresh due on it.
+    epoch: Instant,
+    period: Duration,
+    keepalive_at: Instant,
+    guard: LeaseGuard,
 }
 
 impl Lifecycle {
@@ -245,9 +248,10 @@ impl Lifecycle {
         probe: HealthProbe,
         telemetry: Arc<Telemetry>,
         status: watch::Sender<Status>,
-        notices: Mailbox<Notice>,
+        guard: LeaseGuard,
     ) -> Lifecycle {
         let key = instance_key(&cfg.etcd_namespace, cfg.instance_type, &cfg.register_addr);
+        let period = cfg.keepalive_period();
         let base = cfg.keepalive_interval.min(Duration::from_secs(1));
         let backoff = Backoff::new(base, cfg.lease_ttl_duration().max(base));
         Lifecycle {
@@ -264,7 +268,10 @@ impl Lifecycle {
             retry_at: Instant::now(),
             backoff,
             logged_model: false,
-            notices,
+            epoch: Instant::now(),
+            period,
+            keepalive_at: Instant::now(),
+            guard,
         }
     }
 
@@ -272,48 +279,92 @@ impl Lifecycle {
         self.lease.is_some() && self.incarnation.is_some()
     }
 
-    /// Handle events and timers until told to stop.
-    fn run(&mut self, events: &Mailbox<Event>, epoch: Instant) {
-        let period = self.cfg.keepalive_period();
-        let mut keepalive_at = on_grid(epoch, period, Instant::now() + period);
+    /// The worker: the start-up gate, then every periodic job as it falls due, until
+    /// told to stop.
+    fn run(&mut self, mut heartbeater: Heartbeater, events: &Mailbox<Event>) {
+        if !self.wait_for_health(events) {
+            return;
+        }
+        self.on_health(true);
+        // One grid for the probes and the keepalives (same period unless the TTL is
+        // short), so they fall due in the same wake-up.
+        self.epoch = Instant::now();
+        let probe_period = self.cfg.keepalive_interval;
+        let mut probe_at = on_grid(self.epoch, probe_period, Instant::now() + probe_period / 2);
+        let mut beats = Heartbeats::new(self.cfg.heartbeat_interval, self.epoch);
         loop {
-            let want_register = !self.registered() && self.healthy;
-            // The next timer: the keepalive while registered, the retry while wanting to
-            // register; with neither, only an event can wake the thread.
-            let wake = if self.registered() {
-                Some(keepalive_at)
-            } else if want_register {
-                Some(self.retry_at)
-            } else {
-                None
-            };
-            match events.recv_until(wake) {
+            beats.follow(self.incarnation.as_deref());
+            let mut wake = probe_at.min(beats.next);
+            if self.registered() {
+                wake = wake.min(self.keepalive_at);
+            } else if self.healthy {
+                wake = wake.min(self.retry_at);
+            }
+            match events.recv_until(Some(wake)) {
                 Some(Event::Shutdown) => return,
-                Some(Event::Health(ok)) => self.on_health(ok),
-                Some(Event::Conflict(incarnation)) => self.on_conflict(incarnation),
-                None if self.registered() => {
-                    keepalive_at = next_tick(epoch, period, keepalive_at);
-                    self.keepalive();
-                }
-                None => {
-                    self.register(None);
-                    if self.registered() {
-                        keepalive_at = on_grid(epoch, period, Instant::now() + period / 2);
+                Some(Event::LeaseLost(lease)) => {
+                    if self.lease == Some(lease) {
+                        self.lease_lost();
                     }
+                    continue;
+                }
+                None => {}
+            }
+            // The lease first: the other jobs may wait on slow peers.
+            let now = Instant::now();
+            if self.registered() && now >= self.keepalive_at {
+                self.keepalive_at = next_tick(self.epoch, self.period, self.keepalive_at);
+                self.keepalive();
+            }
+            if !self.registered() && self.healthy && now >= self.retry_at {
+                self.register(None);
+            }
+            if now >= probe_at {
+                probe_at = next_tick(self.epoch, probe_period, probe_at);
+                let ok = self.probe.is_healthy();
+                self.on_health(ok);
+            }
+            if Instant::now() >= beats.next {
+                let registration = self.current_registration().filter(|_| self.healthy);
+                if let Some(conflict) = beats.beat(&mut heartbeater, &self.cfg, registration) {
+                    self.on_conflict(conflict);
                 }
             }
         }
     }
 
-    fn publish(&self) {
-        let registration = match (self.lease, &self.incarnation) {
+    /// Probe `/health` with a growing backoff until it answers; `false` when told to stop
+    /// first.
+    fn wait_for_health(&mut self, events: &Mailbox<Event>) -> bool {
+        let cap = self.cfg.lease_ttl_duration();
+        let mut wait = Duration::from_secs(1).min(cap);
+        while !self.probe.is_healthy() {
+            tracing::info!(url = %self.cfg.vllm_url, "waiting for vLLM to become healthy ...");
+            let until = Instant::now() + wait;
+            // Nothing is registered yet: only a stop matters.
+            while let Some(event) = events.recv_until(Some(until)) {
+                if let Event::Shutdown = event {
+                    return false;
+                }
+            }
+            wait = (wait * 2).min(cap);
+        }
+        true
+    }
+
+    fn current_registration(&self) -> Option<Registration> {
+        match (self.lease, &self.incarnation) {
             (Some(lease), Some(incarnation)) => Some(Registration {
                 key: self.key.clone(),
                 lease,
                 incarnation: incarnation.clone(),
             }),
             _ => None,
-        };
+        }
+    }
+
+    fn publish(&self) {
+        let registration = self.current_registration();
         self.telemetry
             .registered
             .set(i64::from(registration.is_some()));
@@ -321,7 +372,7 @@ impl Lifecycle {
             registration,
             healthy: self.healthy,
         };
-        let changed = self.status.send_if_modified(|current| {
+        self.status.send_if_modified(|current| {
             if *current == status {
                 false
             } else {
@@ -329,9 +380,6 @@ impl Lifecycle {
                 true
             }
         });
-        if changed {
-            self.notices.send(Notice::Status);
-        }
     }
 
     fn on_health(&mut self, ok: bool) {
@@ -366,6 +414,7 @@ impl Lifecycle {
         }
         tracing::warn!(%incarnation, "heartbeat 409 (stale/unknown incarnation), re-registering");
         let old = self.lease.take();
+        self.guard.watch(None);
         self.incarnation = None;
         self.publish();
         self.register(old);
@@ -407,6 +456,9 @@ impl Lifecycle {
             "registered"
         );
         self.incarnation = Some(incarnation);
+        self.keepalive_at = on_grid(self.epoch, self.period, Instant::now() + self.period / 2);
+        self.guard.watch(Some(lease));
+        self.guard.push(self.keepalive_at + self.grace());
         self.backoff.reset();
         self.telemetry.registrations.inc();
         self.telemetry.lease_ttl_remaining.set(self.cfg.lease_ttl);
@@ -428,24 +480,22 @@ impl Lifecycle {
 
     fn keepalive(&mut self) {
         let Some(lease) = self.lease else { return };
-        match self.etcd.lease_keepalive(lease) {
-            Ok(ttl) if ttl > 0 => {
-                self.telemetry.keepalives.inc();
-                self.telemetry.lease_ttl_remaining.set(ttl);
-                tracing::trace!(lease, ttl, "keepalive");
-                return;
-            }
-            Ok(_) => {
-                self.telemetry.leases_lost.inc();
-                tracing::warn!(lease, "lease lost (ttl=0), re-registering");
-            }
-            Err(e) => {
-                self.telemetry.keepalive_failures.inc();
-                tracing::warn!(lease, error = %e, "keepalive failed, re-registering");
-            }
+        match lease_guard::refresh(&self.etcd, &self.telemetry, lease) {
+            Ok(_) => self.guard.push(self.keepalive_at + self.grace()),
+            Err(_) => self.lease_lost(),
         }
+    }
+
+    /// How late the worker's keepalive may be before the guard refreshes the lease.
+    fn grace(&self) -> Duration {
+        (self.period / 8).min(Duration::from_millis(250))
+    }
+
+    /// The lease is gone (TTL 0 or a failed refresh): register again at once.
+    fn lease_lost(&mut self) {
         self.lease = None;
         self.incarnation = None;
+        self.guard.watch(None);
         self.telemetry.lease_ttl_remaining.set(0);
         self.retry_at = Instant::now();
         self.publish();
@@ -457,6 +507,7 @@ impl Lifecycle {
         let Some(lease) = self.lease.take() else {
             return;
         };
+        self.guard.watch(None);
         self.incarnation = None;
         self.telemetry.lease_ttl_remaining.set(0);
         self.publish();
@@ -475,69 +526,10 @@ impl Lifecycle {
     }
 }
 
-/// The vLLM thread: the start-up gate on `/health`, then a health probe every
-/// `--keepalive-interval` and a scrape + heartbeat on the heartbeat schedule, one after
-/// the other when both are due. Every failed probe is reported (the lifecycle counts
-/// them); a success only when it ends a run of failures, so at steady state the lifecycle
-/// thread is not woken.
-///
-/// Both jobs talk to vLLM and neither holds the lease, so sharing a thread costs nothing
-/// that matters: a slow `/metrics` delays the next probe by at most the scrape timeout
-/// (the reference runs all of them in one loop). It saves a wake-up per cycle.
-fn vllm_loop(
-    probe: &HealthProbe,
-    mut heartbeater: Heartbeater,
-    cfg: &Config,
-    epoch: Instant,
-    mut status: watch::Receiver<Status>,
-    notices: &Mailbox<Notice>,
-) {
-    let cap = cfg.lease_ttl_duration();
-    let mut wait = Duration::from_secs(1).min(cap);
-    while !probe.is_healthy() {
-        tracing::info!(url = %cfg.vllm_url, "waiting for vLLM to become healthy ...");
-        let until = Instant::now() + wait;
-        // Nothing is registered before the gate opens: only a stop matters.
-        while let Some(notice) = notices.recv_until(Some(until)) {
-            if let Notice::Stop = notice {
-                return;
-            }
-        }
-        wait = (wait * 2).min(cap);
-    }
-    heartbeater.events.send(Event::Health(true));
-    let period = cfg.keepalive_interval;
-    let mut probe_at = on_grid(epoch, period, Instant::now() + period / 2);
-    let mut was_ok = true;
-    let mut beats = Heartbeats::new(cfg.heartbeat_interval, epoch);
-    loop {
-        match notices.recv_until(Some(probe_at.min(beats.next))) {
-            Some(Notice::Stop) => return,
-            Some(Notice::Status) => {
-                beats.status_changed(&mut status);
-                continue;
-            }
-            None => {}
-        }
-        if Instant::now() >= probe_at {
-            probe_at = next_tick(epoch, period, probe_at);
-            let ok = probe.is_healthy();
-            if !ok || !was_ok {
-                heartbeater.events.send(Event::Health(ok));
-            }
-            was_ok = ok;
-        }
-        if Instant::now() >= beats.next {
-            beats.beat(&mut heartbeater, cfg, &status);
-        }
-    }
-}
-
 /// What one heartbeat needs: where to scrape, where to post, whom to tell.
 struct Heartbeater {
     scraper: Scraper,
     client: HeartbeatClient,
-    events: Mailbox<Event>,
     telemetry: Arc<Telemetry>,
 }
 
@@ -579,18 +571,13 @@ impl Heartbeats {
         )
     }
 
-    /// A new incarnation: give the master time to see the new key before its first
-    /// heartbeat.
-    fn status_changed(&mut self, status: &mut watch::Receiver<Status>) {
-        let now = status
-            .borrow_and_update()
-            .registration
-            .as_ref()
-            .map(|r| r.incarnation.clone());
-        if now.is_none() || now == self.incarnation {
+    /// Follow the registration: a new incarnation gives the master time to see the new
+    /// key before its first heartbeat.
+    fn follow(&mut self, incarnation: Option<&str>) {
+        if incarnation.is_none() || incarnation == self.incarnation.as_deref() {
             return;
         }
-        self.incarnation = now;
+        self.incarnation = incarnation.map(str::to_string);
         self.backoff.reset();
         self.next = if std::mem::take(&mut self.after_conflict) {
             Instant::now() + self.conflict_backoff.next_delay().max(self.interval)
@@ -600,25 +587,35 @@ impl Heartbeats {
         };
     }
 
-    /// One heartbeat if registered and healthy, then the next one scheduled.
-    fn beat(&mut self, h: &mut Heartbeater, cfg: &Config, status: &watch::Receiver<Status>) {
-        let current = status.borrow().clone();
-        let Some(registration) = current.registration.filter(|_| current.healthy) else {
+    /// One heartbeat if registered and healthy, then the next one scheduled. Answers the
+    /// incarnation the master did not know (409): it must be registered again.
+    fn beat(
+        &mut self,
+        h: &mut Heartbeater,
+        cfg: &Config,
+        registration: Option<Registration>,
+    ) -> Option<String> {
+        let Some(registration) = registration else {
             self.next = self.on_grid();
-            return;
+            return None;
         };
-        self.next = match heartbeat_once(h, cfg, &registration) {
+        let (next, conflict) = match heartbeat_once(h, cfg, &registration) {
             Outcome::Delivered => {
                 self.backoff.reset();
                 self.conflict_backoff.reset();
-                self.on_grid()
+                (self.on_grid(), None)
             }
             Outcome::Conflict => {
                 self.after_conflict = true;
-                self.on_grid()
+                (self.on_grid(), Some(registration.incarnation))
             }
-            Outcome::Failed => Instant::now() + self.backoff.next_delay().max(self.interval / 2),
+            Outcome::Failed => (
+                Instant::now() + self.backoff.next_delay().max(self.interval / 2),
+                None,
+            ),
         };
+        self.next = next;
+        conflict
     }
 }
 
@@ -640,7 +637,7 @@ fn on_grid(epoch: Instant, period: Duration, not_before: Instant) -> Instant {
 /// How one heartbeat went.
 enum Outcome {
     Delivered,
-    /// 409: the lifecycle loop was told to register again.
+    /// 409: the worker must register again.
     Conflict,
     /// Retry with backoff.
     Failed,
@@ -651,7 +648,6 @@ fn heartbeat_once(h: &mut Heartbeater, cfg: &Config, registration: &Registration
     let Heartbeater {
         scraper,
         client,
-        events,
         telemetry,
     } = h;
     let scrape = match scraper.scrape() {
@@ -685,10 +681,7 @@ fn heartbeat_once(h: &mut Heartbeater, cfg: &Config, registration: &Registration
                     tracing::debug!(metrics = ?scrape.metrics, "heartbeat ok");
                     Outcome::Delivered
                 }
-                Answer::Conflict => {
-                    events.send(Event::Conflict(registration.incarnation.clone()));
-                    Outcome::Conflict
-                }
+                Answer::Conflict => Outcome::Conflict,
                 Answer::Unauthorized => {
                     tracing::error!("heartbeat 401: the master rejected --internal-token");
                     Outcome::Failed

@@ -416,6 +416,170 @@ async fn keepalive_runs_on_its_own_while_health_is_slow() {
     run.stop().await;
 }
 
+/// Which exchange a test makes slow.
+enum Slow {
+    Scrape,
+    Master,
+}
+
+/// The worker runs every job in turn; while one hangs on a slow peer (4 s, within its
+/// timeout), the lease guard keeps the lease alive.
+async fn keepalives_continue_while_stuck_on(slow: Slow) {
+    let w = World::start(200).await;
+    let run = start(w.config(&[
+        "--health-timeout",
+        "5",
+        "--scrape-timeout",
+        "5",
+        "--health-fail-threshold",
+        "100",
+    ]));
+    eventually(
+        "registered and heartbeating",
+        Duration::from_secs(5),
+        || async {
+            run.incarnation().is_some() && count(&w.master, "/v1/internal/heartbeat").await >= 1
+        },
+    )
+    .await;
+    let hang = Duration::from_secs(4);
+    let (server, p) = match slow {
+        Slow::Scrape => {
+            w.vllm.reset().await;
+            healthy_vllm_except(&w.vllm, "/metrics").await;
+            mount(&w.vllm, "GET", "/metrics", ok(METRICS).set_delay(hang)).await;
+            (&w.vllm, "/metrics")
+        }
+        Slow::Master => {
+            w.master.reset().await;
+            let answer = ok("{}").set_delay(hang);
+            mount(&w.master, "POST", "/v1/internal/heartbeat", answer).await;
+            (&w.master, "/v1/internal/heartbeat")
+        }
+    };
+    eventually(
+        "the slow exchange in flight",
+        Duration::from_secs(2),
+        || async { count(server, p).await >= 1 },
+    )
+    .await;
+    let keepalives = count(&w.etcd, "/v3/lease/keepalive").await;
+    let slow_calls = count(server, p).await;
+    eventually(
+        "keepalives while the worker is stuck",
+        Duration::from_secs(3),
+        || async { count(&w.etcd, "/v3/lease/keepalive").await >= keepalives + 4 },
+    )
+    .await;
+    assert_eq!(
+        count(server, p).await,
+        slow_calls,
+        "still inside the same exchange"
+    );
+    assert!(run.incarnation().is_some(), "still registered");
+    run.stop().await;
+}
+
+/// vLLM as `healthy_vllm`, without the route `except` (mounted slow by the caller).
+async fn healthy_vllm_except(vllm: &MockServer, except: &str) {
+    if except != "/health" {
+        mount(vllm, "GET", "/health", ResponseTemplate::new(200)).await;
+    }
+    mount(
+        vllm,
+        "GET",
+        "/v1/models",
+        ok(r#"{"object":"list","data":[{"id":"m"}]}"#),
+    )
+    .await;
+    if except != "/metrics" {
+        mount(vllm, "GET", "/metrics", ok(METRICS)).await;
+    }
+}
+
+#[tokio::test]
+async fn keepalive_runs_on_its_own_while_the_scrape_is_slow() {
+    keepalives_continue_while_stuck_on(Slow::Scrape).await;
+}
+
+#[tokio::test]
+async fn keepalive_runs_on_its_own_while_the_master_is_slow() {
+    keepalives_continue_while_stuck_on(Slow::Master).await;
+}
+
+#[tokio::test]
+async fn a_lease_lost_while_the_worker_is_stuck_is_registered_again_after() {
+    let w = World::start(200).await;
+    let run = start(w.config(&["--health-timeout", "5", "--health-fail-threshold", "100"]));
+    eventually("registered", Duration::from_secs(5), || async {
+        run.incarnation().is_some()
+    })
+    .await;
+    let first = run.incarnation();
+    // The probe hangs 2 s; meanwhile etcd forgets the lease (keepalive: no TTL).
+    w.vllm.reset().await;
+    healthy_vllm_except(&w.vllm, "/health").await;
+    mount(
+        &w.vllm,
+        "GET",
+        "/health",
+        ResponseTemplate::new(200).set_delay(Duration::from_secs(2)),
+    )
+    .await;
+    eventually("a slow probe in flight", Duration::from_secs(2), || async {
+        count(&w.vllm, "/health").await >= 1
+    })
+    .await;
+    w.etcd.reset().await;
+    mount(
+        &w.etcd,
+        "POST",
+        "/v3/lease/grant",
+        ok(r#"{"ID":"12","TTL":"3"}"#),
+    )
+    .await;
+    mount(&w.etcd, "POST", "/v3/kv/put", ok("{}")).await;
+    mount(
+        &w.etcd,
+        "POST",
+        "/v3/lease/keepalive",
+        ok(r#"{"result":{"header":{},"ID":"11"}}"#),
+    )
+    .await;
+    mount(&w.etcd, "POST", "/v3/lease/revoke", ok("{}")).await;
+    // The guard finds the lease gone; the worker registers again once the probe ends.
+    eventually("registered again", Duration::from_secs(8), || async {
+        run.incarnation()
+            .is_some_and(|i| Some(&i) != first.as_ref())
+            && count(&w.etcd, "/v3/kv/put").await >= 1
+    })
+    .await;
+    assert!(run.telemetry.leases_lost.get() >= 1);
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn dropping_the_run_future_stops_the_worker_and_revokes() {
+    let w = World::start(200).await;
+    let run = start(w.config(&[]));
+    eventually("registered", Duration::from_secs(5), || async {
+        run.incarnation().is_some()
+    })
+    .await;
+    // Not a shutdown: the future is dropped (a test that panics, a caller that gives up).
+    run.task.abort();
+    eventually("revoked by the worker", Duration::from_secs(5), || async {
+        count(&w.etcd, "/v3/lease/revoke").await == 1
+    })
+    .await;
+    let health = count(&w.vllm, "/health").await;
+    let keepalives = count(&w.etcd, "/v3/lease/keepalive").await;
+    // Several keepalive periods (0.2 s) later, the worker and the guard are gone.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(count(&w.vllm, "/health").await, health);
+    assert_eq!(count(&w.etcd, "/v3/lease/keepalive").await, keepalives);
+}
+
 #[tokio::test]
 async fn etcd_failures_back_off_instead_of_hot_looping() {
     let w = World::start(200).await;
