@@ -6,7 +6,24 @@ use std::time::Duration;
 use serde_json::Value;
 use url::Url;
 
-use crate::http::{Client, Request, Target};
+use crate::http::{Client, Pending, Request, Target};
+
+/// A probe sent, its answer not read yet.
+#[derive(Debug)]
+pub struct Probe(Result<Pending, String>);
+
+impl Probe {
+    /// True iff `/health` answered 2xx within the timeout. Blocks.
+    pub fn finish(self) -> bool {
+        match self.0.and_then(|p| p.finish().map_err(|e| e.to_string())) {
+            Ok(response) => response.head.is_success(),
+            Err(e) => {
+                tracing::debug!(error = %e, "vLLM health probe failed");
+                false
+            }
+        }
+    }
+}
 
 /// Probes one vLLM server.
 #[derive(Debug, Clone)]
@@ -31,20 +48,20 @@ impl HealthProbe {
 
     /// True iff `/health` answers 2xx within the timeout. Blocks.
     pub fn is_healthy(&self) -> bool {
+        self.start().finish()
+    }
+
+    /// Send the probe now; [`Probe::finish`] reads the answer.
+    pub fn start(&self) -> Probe {
         let Some(target) = &self.health else {
-            return false;
+            return Probe(Err("no /health URL".into()));
         };
         // The body is read (bounded) so the connection can be reused.
-        match self
-            .http
-            .send(Request::get(target), 64 * 1024, self.timeout)
-        {
-            Ok(response) => response.head.is_success(),
-            Err(e) => {
-                tracing::debug!(error = %e, "vLLM health probe failed");
-                false
-            }
-        }
+        Probe(
+            self.http
+                .start(Request::get(target), 64 * 1024, self.timeout)
+                .map_err(|e| e.to_string()),
+        )
     }
 
     /// The first model id from `/v1/models`, for the registration log line only. Blocks.

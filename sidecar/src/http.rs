@@ -282,12 +282,7 @@ impl Client {
         timeout: Duration,
         body: &mut Vec<u8>,
     ) -> Result<Head, Error> {
-        let deadline = Deadline::after(timeout);
-        self.send_by(request, limit, deadline, body)
-            .map_err(|e| match e {
-                Error::TimedOut(_) => Error::TimedOut(timeout),
-                e => e,
-            })
+        self.start(request, limit, timeout)?.finish_into(body)
     }
 
     /// Send `request` and return the answer with its body (at most `limit` bytes).
@@ -303,14 +298,16 @@ impl Client {
         Ok(Response { head, body })
     }
 
-    fn send_by(
+    /// Send `request` now and read its answer later ([`Pending::finish_into`]), so that
+    /// several requests can be on the wire at once. `timeout` covers both halves.
+    pub fn start(
         &self,
         request: Request<'_>,
         limit: usize,
-        deadline: Deadline,
-        body: &mut Vec<u8>,
-    ) -> Result<Head, Error> {
-        let origin = &request.target.origin;
+        timeout: Duration,
+    ) -> Result<Pending, Error> {
+        let deadline = Deadline::after(timeout);
+        let origin = request.target.origin.clone();
         let wire = encode(&request);
         // An answer to HEAD announces a body it never sends.
         let expect = if request.method.eq_ignore_ascii_case("HEAD") {
@@ -318,48 +315,36 @@ impl Client {
         } else {
             Expect::Body { limit }
         };
-        if let Some(conn) = self.take_idle(origin) {
-            match self.exchange(conn, origin, &wire, expect, deadline, body) {
-                // The server closed the idle connection before we used it: try a fresh one.
-                Err(Stale) => {}
-                Ok(result) => return result,
-            }
-        }
-        let conn = self.connect(origin, deadline)?;
-        match self.exchange(conn, origin, &wire, expect, deadline, body) {
-            Ok(result) => result,
-            Err(Stale) => Err(Error::Closed),
-        }
+        let sent = match self.take_idle(&origin) {
+            Some(mut conn) => match conn.send(&wire, deadline) {
+                Ok(()) => Some(conn),
+                // The server closed the idle connection: a fresh one below.
+                Err(e) if is_early_close(&e) => None,
+                Err(e) => return Err(e.with_timeout(timeout)),
+            },
+            None => None,
+        };
+        let conn = match sent {
+            Some(conn) => conn,
+            None => self
+                .send_fresh(&origin, &wire, deadline)
+                .map_err(|e| e.with_timeout(timeout))?,
+        };
+        Ok(Pending {
+            client: self.clone(),
+            origin,
+            wire,
+            expect,
+            deadline,
+            timeout,
+            conn,
+        })
     }
 
-    /// One exchange on `conn`; `Err(Stale)` when it failed before a byte of the answer.
-    fn exchange(
-        &self,
-        mut conn: Conn,
-        origin: &Arc<Origin>,
-        wire: &[u8],
-        expect: Expect,
-        deadline: Deadline,
-        body: &mut Vec<u8>,
-    ) -> Result<Result<Head, Error>, Stale> {
-        conn.deadline = deadline;
-        if let Err(e) = conn.send(wire) {
-            return if conn.reused && is_early_close(&e) {
-                Err(Stale)
-            } else {
-                Ok(Err(e))
-            };
-        }
-        match conn.read_answer(expect, body) {
-            Ok((head, reusable)) => {
-                if reusable {
-                    self.put_idle(origin, conn);
-                }
-                Ok(Ok(head))
-            }
-            Err(e) if conn.reused && !conn.answered && is_early_close(&e) => Err(Stale),
-            Err(e) => Ok(Err(e)),
-        }
+    fn send_fresh(&self, origin: &Origin, wire: &[u8], deadline: Deadline) -> Result<Conn, Error> {
+        let mut conn = self.connect(origin, deadline)?;
+        conn.send(wire, deadline)?;
+        Ok(conn)
     }
 
     /// An idle connection to `origin` that is still open and silent; the others found on
@@ -435,8 +420,75 @@ impl Client {
     }
 }
 
-/// A reused connection that failed before answering: resend on a fresh one.
-struct Stale;
+/// A request on the wire, its answer not read yet: from [`Client::start`].
+pub struct Pending {
+    client: Client,
+    origin: Arc<Origin>,
+    wire: Vec<u8>,
+    expect: Expect,
+    deadline: Deadline,
+    timeout: Duration,
+    conn: Conn,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("host", &self.origin.host)
+            .field("port", &self.origin.port)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pending {
+    /// Read the answer; its body (at most the limit given to `start`) replaces the
+    /// contents of `body`. Blocks at most until the exchange's deadline.
+    pub fn finish_into(self, body: &mut Vec<u8>) -> Result<Head, Error> {
+        let timeout = self.timeout;
+        self.finish_by(body).map_err(|e| e.with_timeout(timeout))
+    }
+
+    /// Read the answer with its body.
+    pub fn finish(self) -> Result<Response, Error> {
+        let mut body = Vec::new();
+        let head = self.finish_into(&mut body)?;
+        Ok(Response { head, body })
+    }
+
+    fn finish_by(mut self, body: &mut Vec<u8>) -> Result<Head, Error> {
+        match self.conn.read_answer(self.expect, body) {
+            Ok((head, reusable)) => {
+                if reusable {
+                    self.client.put_idle(&self.origin, self.conn);
+                }
+                Ok(head)
+            }
+            // A reused connection the server had closed while idle: once more, fresh.
+            Err(e) if self.conn.reused && !self.conn.answered && is_early_close(&e) => {
+                let mut conn = self
+                    .client
+                    .send_fresh(&self.origin, &self.wire, self.deadline)?;
+                let (head, reusable) = conn.read_answer(self.expect, body)?;
+                if reusable {
+                    self.client.put_idle(&self.origin, conn);
+                }
+                Ok(head)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Error {
+    /// A socket timeout carries no duration: fill in the exchange's.
+    fn with_timeout(self, timeout: Duration) -> Error {
+        match self {
+            Error::TimedOut(_) => Error::TimedOut(timeout),
+            e => e,
+        }
+    }
+}
 
 /// What the answer may carry.
 #[derive(Debug, Clone, Copy)]
@@ -681,8 +733,9 @@ impl Conn {
         is_quiet(self.stream.tcp())
     }
 
-    /// Write the whole request.
-    fn send(&mut self, wire: &[u8]) -> Result<(), Error> {
+    /// Write the whole request, by `deadline`; the answer must come by then too.
+    fn send(&mut self, wire: &[u8], deadline: Deadline) -> Result<(), Error> {
+        self.deadline = deadline;
         if let Some(t) = self.write_timeout.rearm(self.deadline)? {
             self.stream.tcp().set_write_timeout(Some(t))?;
             self.write_timeout.timeout = Some(t);

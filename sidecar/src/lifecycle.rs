@@ -46,7 +46,7 @@ use crate::instance::{instance_key, new_incarnation, InstanceMeta};
 use crate::lease_guard::{self, LeaseGuard};
 use crate::mailbox::Mailbox;
 use crate::mapping::{Mapper, MapperConfig};
-use crate::scrape::Scraper;
+use crate::scrape::{PendingScrape, Scraper};
 use crate::shutdown::Shutdown;
 use crate::telemetry::Telemetry;
 
@@ -310,8 +310,19 @@ impl Lifecycle {
                 }
                 None => {}
             }
-            // The lease first: the other jobs may wait on slow peers.
+            // The requests to vLLM go out first, so their answers arrive while the
+            // keepalive waits on etcd: one wake-up serves several exchanges. The lease is
+            // still refreshed before any wait on vLLM or the master.
             let now = Instant::now();
+            let probe = (now >= probe_at).then(|| {
+                probe_at = next_tick(self.epoch, probe_period, probe_at);
+                self.probe.start()
+            });
+            let beat = (now >= beats.next).then(|| {
+                let registration = self.current_registration().filter(|_| self.healthy);
+                let scrape = registration.as_ref().map(|_| heartbeater.scraper.start());
+                (registration, scrape)
+            });
             if self.registered() && now >= self.keepalive_at {
                 self.keepalive_at = next_tick(self.epoch, self.period, self.keepalive_at);
                 self.keepalive();
@@ -319,14 +330,16 @@ impl Lifecycle {
             if !self.registered() && self.healthy && now >= self.retry_at {
                 self.register(None);
             }
-            if now >= probe_at {
-                probe_at = next_tick(self.epoch, probe_period, probe_at);
-                let ok = self.probe.is_healthy();
-                self.on_health(ok);
+            if let Some(probe) = probe {
+                self.on_health(probe.finish());
             }
-            if Instant::now() >= beats.next {
-                let registration = self.current_registration().filter(|_| self.healthy);
-                if let Some(conflict) = beats.beat(&mut heartbeater, &self.cfg, registration) {
+            if let Some((registration, scrape)) = beat {
+                // Only for the registration the scrape was started for, if it still stands.
+                let standing = self.current_registration().filter(|_| self.healthy);
+                let registration = registration.filter(|r| standing.as_ref() == Some(r));
+                if let Some(conflict) =
+                    beats.beat(&mut heartbeater, &self.cfg, registration, scrape)
+                {
                     self.on_conflict(conflict);
                 }
             }
@@ -587,19 +600,22 @@ impl Heartbeats {
         };
     }
 
-    /// One heartbeat if registered and healthy, then the next one scheduled. Answers the
-    /// incarnation the master did not know (409): it must be registered again.
+    /// One heartbeat for `registration` (none: not registered and healthy), from the
+    /// scrape started for it, then the next one scheduled. Answers the incarnation the
+    /// master did not know (409): it must be registered again.
     fn beat(
         &mut self,
         h: &mut Heartbeater,
         cfg: &Config,
         registration: Option<Registration>,
+        scrape: Option<PendingScrape>,
     ) -> Option<String> {
         let Some(registration) = registration else {
             self.next = self.on_grid();
             return None;
         };
-        let (next, conflict) = match heartbeat_once(h, cfg, &registration) {
+        let scrape = scrape.unwrap_or_else(|| h.scraper.start());
+        let (next, conflict) = match heartbeat_once(h, cfg, &registration, scrape) {
             Outcome::Delivered => {
                 self.backoff.reset();
                 self.conflict_backoff.reset();
@@ -643,14 +659,19 @@ enum Outcome {
     Failed,
 }
 
-/// One scrape + POST.
-fn heartbeat_once(h: &mut Heartbeater, cfg: &Config, registration: &Registration) -> Outcome {
+/// Read the scrape, then POST the heartbeat.
+fn heartbeat_once(
+    h: &mut Heartbeater,
+    cfg: &Config,
+    registration: &Registration,
+    scrape: PendingScrape,
+) -> Outcome {
     let Heartbeater {
         scraper,
         client,
         telemetry,
     } = h;
-    let scrape = match scraper.scrape() {
+    let scrape = match scraper.finish(scrape) {
         Ok(scrape) => scrape,
         Err(e) => {
             if e.is_parse() {

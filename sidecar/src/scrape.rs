@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use url::Url;
 
-use crate::http::{Client, Error as HttpError, Request, Target};
+use crate::http::{Client, Error as HttpError, Pending, Request, Target};
 use crate::mapping::{HeartbeatMetrics, Mapper};
 use crate::prom::{self, Format, Mode};
 
@@ -68,6 +68,20 @@ pub struct Scrape {
     pub skipped_lines: usize,
 }
 
+/// A scrape whose request is sent, its page not read yet.
+#[derive(Debug)]
+pub struct PendingScrape {
+    sent: Result<Pending, ScrapeError>,
+    started: Instant,
+}
+
+fn request_error(e: HttpError) -> ScrapeError {
+    match e {
+        HttpError::TimedOut(t) => ScrapeError::TimedOut(t),
+        e => ScrapeError::Request(e.to_string()),
+    }
+}
+
 /// Scrapes one vLLM server; keeps the mapping's interval state between scrapes.
 #[derive(Debug)]
 pub struct Scraper {
@@ -103,28 +117,43 @@ impl Scraper {
 
     /// One scrape. Blocks for at most the scrape timeout.
     pub fn scrape(&mut self) -> Result<Scrape, ScrapeError> {
+        let pending = self.start();
+        self.finish(pending)
+    }
+
+    /// Send the request now; [`Scraper::finish`] reads and maps the page.
+    pub fn start(&self) -> PendingScrape {
         let started = Instant::now();
+        let sent = match &self.target {
+            Ok(target) => {
+                let request = Request::get(target).headers(&[("accept", ACCEPT)]);
+                self.http
+                    .start(request, self.max_bytes, self.timeout)
+                    .map_err(request_error)
+            }
+            Err(e) => Err(ScrapeError::Request(e.clone())),
+        };
+        PendingScrape { sent, started }
+    }
+
+    /// Read the page a [`Scraper::start`] asked for, and map it. Blocks at most until the
+    /// scrape's deadline.
+    pub fn finish(&mut self, pending: PendingScrape) -> Result<Scrape, ScrapeError> {
         let mut body = std::mem::take(&mut self.body);
-        let result = self.scrape_into(&mut body, started);
+        let result = self.read_and_map(pending, &mut body);
         if body.capacity() <= KEEP_BUFFER_BYTES {
             self.body = body;
         }
         result
     }
 
-    fn scrape_into(&mut self, body: &mut Vec<u8>, started: Instant) -> Result<Scrape, ScrapeError> {
-        let target = self
-            .target
-            .as_ref()
-            .map_err(|e| ScrapeError::Request(e.clone()))?;
-        let request = Request::get(target).headers(&[("accept", ACCEPT)]);
-        let head = self
-            .http
-            .send_into(request, self.max_bytes, self.timeout, body)
-            .map_err(|e| match e {
-                HttpError::TimedOut(t) => ScrapeError::TimedOut(t),
-                e => ScrapeError::Request(e.to_string()),
-            })?;
+    fn read_and_map(
+        &mut self,
+        pending: PendingScrape,
+        body: &mut Vec<u8>,
+    ) -> Result<Scrape, ScrapeError> {
+        let started = pending.started;
+        let head = pending.sent?.finish_into(body).map_err(request_error)?;
         if !head.is_success() {
             return Err(ScrapeError::Status(head.status));
         }

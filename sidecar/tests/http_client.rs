@@ -381,6 +381,48 @@ fn content_length_answer_then_the_same_connection_again() {
 }
 
 #[test]
+fn requests_started_together_are_answered_on_their_own_connections_then_reused() {
+    let server = Server::start(|mut peer| peer.answer_each(echo_path));
+    let client = sidecar::http::client();
+    let (a, b) = (server.url("/a"), server.url("/b"));
+    // Both on the wire before either answer is read; read in the other order.
+    let first = client.start(Request::get(&a), LIMIT, GUARD).unwrap();
+    let second = client.start(Request::get(&b), LIMIT, GUARD).unwrap();
+    until("both requests seen", || server.seen().len() == 2);
+    assert_eq!(text(&second.finish().unwrap()), "/b");
+    assert_eq!(text(&first.finish().unwrap()), "/a");
+    assert_eq!(server.connections(), 2);
+    // Both connections went back to the pool.
+    let again = [
+        client.start(Request::get(&a), LIMIT, GUARD).unwrap(),
+        client.start(Request::get(&b), LIMIT, GUARD).unwrap(),
+    ];
+    for pending in again {
+        assert_eq!(pending.finish().unwrap().head.status, 200);
+    }
+    assert_eq!(server.connections(), 2);
+}
+
+#[test]
+fn a_started_request_keeps_its_own_deadline() {
+    // The server reads the request and never answers.
+    let server = Server::start(|mut peer| {
+        let _ = peer.request();
+        peer.until_closed();
+    });
+    let client = sidecar::http::client();
+    let target = server.url("/");
+    let pending = client
+        .start(Request::get(&target), LIMIT, Duration::from_millis(200))
+        .unwrap();
+    let e = pending.finish().unwrap_err();
+    assert!(
+        matches!(e, Error::TimedOut(t) if t == Duration::from_millis(200)),
+        "{e:?}"
+    );
+}
+
+#[test]
 fn send_into_replaces_the_callers_buffer() {
     let server = Server::start(|mut peer| peer.answer_each(echo_path));
     let client = sidecar::http::client();
