@@ -63,6 +63,7 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     timer: Timer,
+    etcd: Arc<EtcdClient>,
 }
 
 /// The worker's handle on the guard thread. Dropping it stops the thread.
@@ -83,12 +84,21 @@ impl LeaseGuard {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             timer: Timer::new()?,
+            etcd,
         });
         let guard = shared.clone();
         std::thread::Builder::new()
             .name("lease-guard".into())
-            .spawn(move || guard_loop(&guard, &etcd, &telemetry, period, lost))?;
+            .spawn(move || guard_loop(&guard, &telemetry, period, lost))?;
         Ok(LeaseGuard { shared })
+    }
+
+    /// A handle that can revoke the guarded lease from another thread: at shutdown,
+    /// when the worker is stuck on a slow peer and cannot do it in time.
+    pub fn revoker(&self) -> Revoker {
+        Revoker {
+            shared: self.shared.clone(),
+        }
     }
 
     /// Guard `lease` from now on (`None`: nothing to guard).
@@ -120,13 +130,34 @@ impl Drop for LeaseGuard {
     }
 }
 
-fn guard_loop(
-    shared: &Shared,
-    etcd: &EtcdClient,
-    telemetry: &Telemetry,
-    period: Duration,
-    lost: impl Fn(i64),
-) {
+/// Revokes the guarded lease on behalf of a busy worker: see [`LeaseGuard::revoker`].
+pub struct Revoker {
+    shared: Arc<Shared>,
+}
+
+impl Revoker {
+    /// Stop guarding the lease and revoke it; answers the lease revoked, if any. Blocks
+    /// for up to the etcd timeout per endpoint. The worker's own revoke afterwards finds
+    /// the lease gone, which counts as revoked.
+    pub fn revoke(&self) -> Option<i64> {
+        let lease = self
+            .shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .lease
+            .take()?;
+        match self.shared.etcd.lease_revoke(lease) {
+            Ok(()) => tracing::info!(lease, "lease revoked for the busy worker"),
+            Err(e) => {
+                tracing::warn!(lease, error = %e, "revoking the lease failed; it expires with its TTL")
+            }
+        }
+        Some(lease)
+    }
+}
+
+fn guard_loop(shared: &Shared, telemetry: &Telemetry, period: Duration, lost: impl Fn(i64)) {
     loop {
         shared.timer.wait();
         let lease = {
@@ -141,7 +172,7 @@ fn guard_loop(
             lease,
             "the worker missed a keepalive (busy); the guard refreshes the lease"
         );
-        match refresh(etcd, telemetry, lease) {
+        match refresh(&shared.etcd, telemetry, lease) {
             // Keep going until the worker is back and pushes the timer past this.
             Ok(_) => shared.timer.arm(Instant::now() + period),
             Err(_) => {

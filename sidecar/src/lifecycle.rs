@@ -24,10 +24,11 @@
 //! async runtime is left with the admin endpoint and the signals, and is not woken at all
 //! at steady state.
 //!
-//! Shutdown: [`Sidecar::run`] tells the worker to stop, then waits at most
-//! `--shutdown-timeout` for it to finish what it was doing and revoke the lease. If etcd
-//! hangs past that, `run` returns anyway and the key expires with the lease; the
-//! abandoned call ends at its own timeout.
+//! Shutdown: [`Sidecar::run`] tells the worker to stop; an idle worker revokes the lease
+//! and ends at once. If it is stuck on a slow vLLM or master, `run` revokes the lease
+//! itself (through the guard's [`lease_guard::Revoker`]) so the key still disappears at
+//! once. Either way `run` returns within `--shutdown-timeout`; if etcd hangs past that,
+//! the key expires with the lease, and the abandoned calls end at their own timeouts.
 //!
 //! The periodic jobs run on one time grid (`epoch + k·period`), so jobs with the same
 //! period fall due in the same wake-up.
@@ -164,6 +165,7 @@ impl Sidecar {
             self.status_tx.clone(),
             guard,
         );
+        let revoker = lifecycle.guard.revoker();
         let (done_tx, mut done_rx) = oneshot::channel();
         let worker = {
             let events = events.clone();
@@ -187,16 +189,31 @@ impl Sidecar {
                 return;
             }
         }
-        match tokio::time::timeout(cfg.shutdown_timeout, done_rx).await {
-            Ok(_) => tracing::info!("sidecar stopped"),
-            Err(_) => tracing::warn!(
+        let deadline = tokio::time::Instant::now() + cfg.shutdown_timeout;
+        // An idle worker revokes at once. One stuck on a slow vLLM or master cannot: the
+        // lease is revoked from here instead, so the key still disappears at once.
+        let mut finished = tokio::time::timeout(SHUTDOWN_GRACE, &mut done_rx)
+            .await
+            .is_ok();
+        if !finished {
+            let revoke = tokio::task::spawn_blocking(move || revoker.revoke());
+            let _ = tokio::time::timeout_at(deadline, revoke).await;
+            finished = tokio::time::timeout_at(deadline, done_rx).await.is_ok();
+        }
+        if finished {
+            tracing::info!("sidecar stopped");
+        } else {
+            tracing::warn!(
                 timeout = ?cfg.shutdown_timeout,
                 lease_ttl_s = cfg.lease_ttl,
-                "lease revoke did not finish in time; the key expires with the lease"
-            ),
+                "the worker did not stop in time; the lease was revoked for it if etcd answered"
+            );
         }
     }
 }
+
+/// How long a shutdown waits for the worker before revoking the lease itself.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(100);
 
 /// Tells the worker to stop when dropped.
 struct StopOnDrop(Mailbox<Event>);

@@ -559,6 +559,34 @@ async fn a_lease_lost_while_the_worker_is_stuck_is_registered_again_after() {
 }
 
 #[tokio::test]
+async fn shutdown_while_stuck_on_a_slow_scrape_still_revokes_at_once() {
+    let w = World::start(200).await;
+    let run = start(w.config(&["--scrape-timeout", "5", "--shutdown-timeout", "2"]));
+    eventually(
+        "registered and heartbeating",
+        Duration::from_secs(5),
+        || async {
+            run.incarnation().is_some() && count(&w.master, "/v1/internal/heartbeat").await >= 1
+        },
+    )
+    .await;
+    w.vllm.reset().await;
+    healthy_vllm_except(&w.vllm, "/metrics").await;
+    let hang = Duration::from_secs(4);
+    mount(&w.vllm, "GET", "/metrics", ok(METRICS).set_delay(hang)).await;
+    eventually(
+        "a slow scrape in flight",
+        Duration::from_secs(2),
+        || async { count(&w.vllm, "/metrics").await >= 1 },
+    )
+    .await;
+    // The worker is stuck for seconds more; `run` ends within the shutdown timeout and
+    // the lease is revoked by then all the same.
+    run.stop().await;
+    assert_eq!(count(&w.etcd, "/v3/lease/revoke").await, 1);
+}
+
+#[tokio::test]
 async fn dropping_the_run_future_stops_the_worker_and_revokes() {
     let w = World::start(200).await;
     let run = start(w.config(&[]));
