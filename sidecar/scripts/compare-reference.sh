@@ -17,7 +17,9 @@
 # is the reference's default, 6 s. The reference's own defaults are KEEPALIVE 2, HEARTBEAT 3.
 #
 # Env: SIDECAR_BIN (default target/release/vllm-sidecar; build it with
-# `cargo build --release -p sidecar`), METRICS_PAGE (default the shared vLLM fixture).
+# `cargo build --release -p sidecar`), METRICS_PAGE (default the shared vLLM fixture),
+# STUB_NAGLE=1 (the stub answers with Nagle's algorithm on, unlike real servers: each
+# answer's body then arrives a few ms after its head).
 set -euo pipefail
 
 REF_PARENT=${1:?usage: $0 DIR_CONTAINING_vllm_sidecar [DURATION_S] [KEEPALIVE_S] [HEARTBEAT_S]}
@@ -78,6 +80,10 @@ counts = Counter()
 lock = threading.Lock()
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Real servers answer with Nagle off (vLLM's uvicorn through asyncio, etcd and Go's
+    # net/http); http.server leaves it on, which holds every body back until the head is
+    # acknowledged. STUB_NAGLE=1 keeps it on, as measured before.
+    disable_nagle_algorithm = os.environ.get("STUB_NAGLE") != "1"
     def log_message(self, *a): pass
     def reply(self, code, body=b"", ctype="text/plain"):
         self.send_response(code); self.send_header("Content-Type", ctype)

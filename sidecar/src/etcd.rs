@@ -26,7 +26,7 @@ use serde_json::{json, Map, Value};
 use url::Url;
 
 use crate::config::Secret;
-use crate::http::{snippet, Client, Error as HttpError, Request, Target};
+use crate::http::{snippet, Client, Error as HttpError, Pending, Request, Response, Target};
 
 /// No gateway answer the sidecar needs is anywhere near this.
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;
@@ -145,14 +145,42 @@ impl EtcdClient {
     /// Refresh a lease once; answers the TTL left, 0 when the lease is gone (etcd then
     /// omits `TTL`, or the whole `result` may be null).
     pub fn lease_keepalive(&self, lease: i64) -> Result<i64, EtcdError> {
-        let answer = self.call("/v3/lease/keepalive", &json!({"ID": lease.to_string()}))?;
-        let ttl = answer
-            .get("result")
-            .and_then(Value::as_object)
-            .and_then(|r| r.get("TTL"))
-            .and_then(int64)
-            .unwrap_or(0);
-        Ok(ttl.max(0))
+        let answer = self.call("/v3/lease/keepalive", &keepalive_body(lease))?;
+        Ok(ttl_left(&answer))
+    }
+
+    /// Send a keepalive to the first endpoint now and read its answer later
+    /// ([`EtcdClient::finish_keepalive`]), so the caller's other requests can be on the
+    /// wire meanwhile.
+    pub fn start_keepalive(&self, lease: i64) -> PendingKeepalive {
+        const PATH: &str = "/v3/lease/keepalive";
+        let first = self
+            .endpoints
+            .first()
+            .zip(self.targets.first().and_then(|t| t.get(path_index(PATH)?)));
+        let sent = match first {
+            Some((base, Ok(target))) => {
+                let token = self.credentials.as_ref().and(self.current_token());
+                self.send_attempt(target, &keepalive_body(lease), token.as_ref())
+                    .map(|pending| (base.clone(), pending))
+                    .ok()
+            }
+            _ => None,
+        };
+        PendingKeepalive { lease, sent }
+    }
+
+    /// The answer to a [`EtcdClient::start_keepalive`], as [`EtcdClient::lease_keepalive`]
+    /// answers. When the first endpoint failed or rejected the token, the whole call is
+    /// made again the usual way: endpoints in order, authenticating again if needed.
+    pub fn finish_keepalive(&self, pending: PendingKeepalive) -> Result<i64, EtcdError> {
+        if let Some((base, sent)) = pending.sent {
+            if let Attempt::Answer(answer) = answer_of(&base, "/v3/lease/keepalive", sent.finish())
+            {
+                return Ok(ttl_left(&answer));
+            }
+        }
+        self.lease_keepalive(pending.lease)
     }
 
     /// Revoke a lease: its keys disappear at once. A lease etcd no longer knows is
@@ -250,7 +278,7 @@ impl EtcdClient {
         let mut last = String::from("no endpoint");
         let mut token_rejected = None;
         // Which prepared path this is: the same for every endpoint.
-        let path_index = PATHS.iter().position(|p| *p == path);
+        let path_index = path_index(path);
         for (i, base) in self.endpoints.iter().enumerate() {
             let prepared = path_index.and_then(|j| self.targets.get(i)?.get(j));
             let joined;
@@ -297,38 +325,81 @@ impl EtcdClient {
         body: &Value,
         token: Option<&Secret>,
     ) -> Attempt {
-        let json = match serde_json::to_vec(body) {
-            Ok(json) => json,
-            Err(e) => return Attempt::Failed(format!("{base}: encoding {path}: {e}")),
-        };
-        let authorization = token.map(|token| ("authorization", token.expose()));
-        let request = Request::post_json(target, &json).headers(authorization.as_slice());
         // The client itself resends once on a fresh connection when a pooled one turns
         // out closed (an etcd that restarted), so a single endpoint survives a restart.
-        let response = match self.http.send(request, MAX_ANSWER_BYTES, self.timeout) {
-            Ok(response) => response,
-            Err(HttpError::TimedOut(t)) => {
-                return Attempt::Failed(format!("{base}: timed out after {t:?}"))
-            }
-            Err(why) => return Attempt::Failed(format!("{base}: {why}")),
+        let answer = self
+            .send_attempt(target, body, token)
+            .and_then(|pending| pending.finish());
+        answer_of(base, path, answer)
+    }
+
+    /// Put one request on the wire.
+    fn send_attempt(
+        &self,
+        target: &Target,
+        body: &Value,
+        token: Option<&Secret>,
+    ) -> Result<Pending, HttpError> {
+        // Encoding a `Value` cannot fail; the empty body would be refused by etcd anyway.
+        let json = serde_json::to_vec(body).unwrap_or_default();
+        let authorization = token.map(|token| ("authorization", token.expose()));
+        let request = Request::post_json(target, &json).headers(authorization.as_slice());
+        self.http.start(request, MAX_ANSWER_BYTES, self.timeout)
+    }
+}
+
+/// A keepalive on the wire: see [`EtcdClient::start_keepalive`].
+#[derive(Debug)]
+pub struct PendingKeepalive {
+    lease: i64,
+    /// The first endpoint and the request sent to it; `None` when it could not be sent.
+    sent: Option<(Url, Pending)>,
+}
+
+fn keepalive_body(lease: i64) -> Value {
+    json!({"ID": lease.to_string()})
+}
+
+/// The TTL a keepalive answer leaves, 0 when the lease is gone.
+fn ttl_left(answer: &Map<String, Value>) -> i64 {
+    answer
+        .get("result")
+        .and_then(Value::as_object)
+        .and_then(|r| r.get("TTL"))
+        .and_then(int64)
+        .unwrap_or(0)
+        .max(0)
+}
+
+fn path_index(path: &str) -> Option<usize> {
+    PATHS.iter().position(|p| *p == path)
+}
+
+/// What one endpoint's answer (or failure) means for the call.
+fn answer_of(base: &Url, path: &str, answer: Result<Response, HttpError>) -> Attempt {
+    let response = match answer {
+        Ok(response) => response,
+        Err(HttpError::TimedOut(t)) => {
+            return Attempt::Failed(format!("{base}: timed out after {t:?}"))
+        }
+        Err(why) => return Attempt::Failed(format!("{base}: {why}")),
+    };
+    let (status, bytes) = (response.head.status, response.body);
+    if (200..300).contains(&status) {
+        return match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(map)) => Attempt::Answer(map),
+            Ok(_) => Attempt::Answer(Map::new()),
+            Err(e) => Attempt::Failed(format!("{base}: {path} answered invalid JSON: {e}")),
         };
-        let (status, bytes) = (response.head.status, response.body);
-        if (200..300).contains(&status) {
-            return match serde_json::from_slice::<Value>(&bytes) {
-                Ok(Value::Object(map)) => Attempt::Answer(map),
-                Ok(_) => Attempt::Answer(Map::new()),
-                Err(e) => Attempt::Failed(format!("{base}: {path} answered invalid JSON: {e}")),
-            };
-        }
-        let (code, message) = error_body(&bytes);
-        let why = format!("{base}: {path} -> HTTP {status}: {message}");
-        if is_token_rejection(status, code, &message) {
-            Attempt::TokenRejected(why)
-        } else if code == Some(5) {
-            Attempt::NotFound(why)
-        } else {
-            Attempt::Failed(why)
-        }
+    }
+    let (code, message) = error_body(&bytes);
+    let why = format!("{base}: {path} -> HTTP {status}: {message}");
+    if is_token_rejection(status, code, &message) {
+        Attempt::TokenRejected(why)
+    } else if code == Some(5) {
+        Attempt::NotFound(why)
+    } else {
+        Attempt::Failed(why)
     }
 }
 

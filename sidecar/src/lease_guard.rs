@@ -29,10 +29,19 @@ pub enum Lost {
     Failed,
 }
 
-/// Refresh `lease` once, with its telemetry and log lines; the worker and the guard both
-/// refresh through this.
+/// Refresh `lease` once, with its telemetry and log lines.
 pub fn refresh(etcd: &EtcdClient, telemetry: &Telemetry, lease: i64) -> Result<i64, Lost> {
-    match etcd.lease_keepalive(lease) {
+    record(telemetry, lease, etcd.lease_keepalive(lease))
+}
+
+/// What a keepalive's answer means, counted and logged; the worker and the guard both
+/// read their answers through this.
+pub fn record(
+    telemetry: &Telemetry,
+    lease: i64,
+    answer: Result<i64, crate::etcd::EtcdError>,
+) -> Result<i64, Lost> {
+    match answer {
         Ok(ttl) if ttl > 0 => {
             telemetry.keepalives.inc();
             telemetry.lease_ttl_remaining.set(ttl);

@@ -40,7 +40,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::etcd::EtcdClient;
+use crate::etcd::{EtcdClient, PendingKeepalive};
 use crate::health::HealthProbe;
 use crate::heartbeat::{Answer, HeartbeatBody, HeartbeatClient};
 use crate::instance::{instance_key, new_incarnation, InstanceMeta};
@@ -327,10 +327,16 @@ impl Lifecycle {
                 }
                 None => {}
             }
-            // The requests to vLLM go out first, so their answers arrive while the
-            // keepalive waits on etcd: one wake-up serves several exchanges. The lease is
-            // still refreshed before any wait on vLLM or the master.
+            // Every request due goes out before any answer is read, the keepalive first:
+            // the answers then arrive together and one wake-up serves several exchanges.
+            // The keepalive's answer is read last; until then the guard covers the lease.
             let now = Instant::now();
+            let keepalive = (self.registered() && now >= self.keepalive_at)
+                .then(|| {
+                    self.keepalive_at = next_tick(self.epoch, self.period, self.keepalive_at);
+                    self.start_keepalive()
+                })
+                .flatten();
             let probe = (now >= probe_at).then(|| {
                 probe_at = next_tick(self.epoch, probe_period, probe_at);
                 self.probe.start()
@@ -340,10 +346,6 @@ impl Lifecycle {
                 let scrape = registration.as_ref().map(|_| heartbeater.scraper.start());
                 (registration, scrape)
             });
-            if self.registered() && now >= self.keepalive_at {
-                self.keepalive_at = next_tick(self.epoch, self.period, self.keepalive_at);
-                self.keepalive();
-            }
             if !self.registered() && self.healthy && now >= self.retry_at {
                 self.register(None);
             }
@@ -359,6 +361,9 @@ impl Lifecycle {
                 {
                     self.on_conflict(conflict);
                 }
+            }
+            if let Some((lease, pending)) = keepalive {
+                self.finish_keepalive(lease, pending);
             }
         }
     }
@@ -508,11 +513,22 @@ impl Lifecycle {
         self.publish();
     }
 
-    fn keepalive(&mut self) {
-        let Some(lease) = self.lease else { return };
-        match lease_guard::refresh(&self.etcd, &self.telemetry, lease) {
-            Ok(_) => self.guard.push(self.keepalive_at + self.grace()),
-            Err(_) => self.lease_lost(),
+    /// Send the lease's keepalive; the guard now stands by until the next one is due.
+    fn start_keepalive(&self) -> Option<(i64, PendingKeepalive)> {
+        let lease = self.lease?;
+        let pending = self.etcd.start_keepalive(lease);
+        self.guard.push(self.keepalive_at + self.grace());
+        Some((lease, pending))
+    }
+
+    /// Read a keepalive's answer; a lease lost meanwhile for another reason is left alone.
+    fn finish_keepalive(&mut self, lease: i64, pending: PendingKeepalive) {
+        let answer = self.etcd.finish_keepalive(pending);
+        if self.lease != Some(lease) {
+            return;
+        }
+        if lease_guard::record(&self.telemetry, lease, answer).is_err() {
+            self.lease_lost();
         }
     }
 

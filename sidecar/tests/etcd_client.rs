@@ -333,3 +333,80 @@ async fn a_hanging_endpoint_times_out_and_the_next_answers() {
     assert!(err.contains("timed out after 300ms"), "{err}");
     assert!(err.contains(&hanging.uri()), "{err}");
 }
+
+#[tokio::test]
+async fn a_started_keepalive_answers_as_a_plain_one() {
+    let etcd = MockServer::start().await;
+    answer(
+        &etcd,
+        "/v3/lease/keepalive",
+        200,
+        r#"{"result":{"ID":"7","TTL":"4"}}"#,
+    )
+    .await;
+    let c = client(&[&etcd], "", "");
+    let pending = c.start_keepalive(7);
+    assert_eq!(c.finish_keepalive(pending), Ok(4));
+    let sent = etcd.received_requests().await.unwrap();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&sent[0].body).unwrap(),
+        json!({"ID": "7"})
+    );
+}
+
+#[tokio::test]
+async fn a_started_keepalive_the_first_endpoint_fails_goes_on_to_the_next() {
+    let (first, second) = (MockServer::start().await, MockServer::start().await);
+    answer(&first, "/v3/lease/keepalive", 500, "down").await;
+    answer(
+        &second,
+        "/v3/lease/keepalive",
+        200,
+        r#"{"result":{"ID":"7","TTL":"5"}}"#,
+    )
+    .await;
+    let c = client(&[&first, &second], "", "");
+    let pending = c.start_keepalive(7);
+    assert_eq!(c.finish_keepalive(pending), Ok(5));
+    assert_eq!(second.received_requests().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_started_keepalive_with_a_rejected_token_authenticates_again() {
+    let etcd = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v3/auth/authenticate"))
+        .respond_with(ResponseTemplate::new(200).set_body_string(r#"{"token":"new"}"#))
+        .mount(&etcd)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v3/lease/keepalive"))
+        .and(header("authorization", "new"))
+        .respond_with(ResponseTemplate::new(200).set_body_string(r#"{"result":{"TTL":"3"}}"#))
+        .mount(&etcd)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v3/lease/keepalive"))
+        .respond_with(
+            ResponseTemplate::new(401)
+                .set_body_string(r#"{"error":"etcdserver: invalid auth token","code":16}"#),
+        )
+        .mount(&etcd)
+        .await;
+    let c = client(&[&etcd], "root", "pw");
+    // No token yet: the started request goes without one and is refused.
+    let pending = c.start_keepalive(7);
+    assert_eq!(c.finish_keepalive(pending), Ok(3));
+    // Now with the token.
+    let pending = c.start_keepalive(7);
+    assert_eq!(c.finish_keepalive(pending), Ok(3));
+    let keepalives = etcd
+        .received_requests()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.url.path() == "/v3/lease/keepalive")
+        .count();
+    assert_eq!(keepalives, 3);
+}

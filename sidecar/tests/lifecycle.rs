@@ -314,27 +314,21 @@ async fn unauthorized_401_keeps_running_and_registered() {
     run.stop().await;
 }
 
+/// An etcd that grants leases but answers every keepalive as for a dead lease (etcd's
+/// answer then has no TTL).
+async fn etcd_losing_every_lease(etcd: &MockServer, grant: &str) {
+    etcd.reset().await;
+    mount(etcd, "POST", "/v3/lease/grant", ok(grant)).await;
+    mount(etcd, "POST", "/v3/kv/put", ok("{}")).await;
+    let dead = ok(r#"{"result":{"header":{},"ID":"11"}}"#);
+    mount(etcd, "POST", "/v3/lease/keepalive", dead).await;
+    mount(etcd, "POST", "/v3/lease/revoke", ok("{}")).await;
+}
+
 #[tokio::test]
 async fn lease_gone_ttl_0_registers_again() {
     let w = World::start(200).await;
-    w.etcd.reset().await;
-    mount(
-        &w.etcd,
-        "POST",
-        "/v3/lease/grant",
-        ok(r#"{"ID":"11","TTL":"3"}"#),
-    )
-    .await;
-    mount(&w.etcd, "POST", "/v3/kv/put", ok("{}")).await;
-    // etcd's answer for a dead lease: no TTL.
-    mount(
-        &w.etcd,
-        "POST",
-        "/v3/lease/keepalive",
-        ok(r#"{"result":{"header":{},"ID":"11"}}"#),
-    )
-    .await;
-    mount(&w.etcd, "POST", "/v3/lease/revoke", ok("{}")).await;
+    etcd_losing_every_lease(&w.etcd, r#"{"ID":"11","TTL":"3"}"#).await;
     let run = start(w.config(&[]));
     eventually("re-registrations", Duration::from_secs(5), || async {
         put_incarnations(&w.etcd).await.len() >= 3
@@ -530,23 +524,7 @@ async fn a_lease_lost_while_the_worker_is_stuck_is_registered_again_after() {
         count(&w.vllm, "/health").await >= 1
     })
     .await;
-    w.etcd.reset().await;
-    mount(
-        &w.etcd,
-        "POST",
-        "/v3/lease/grant",
-        ok(r#"{"ID":"12","TTL":"3"}"#),
-    )
-    .await;
-    mount(&w.etcd, "POST", "/v3/kv/put", ok("{}")).await;
-    mount(
-        &w.etcd,
-        "POST",
-        "/v3/lease/keepalive",
-        ok(r#"{"result":{"header":{},"ID":"11"}}"#),
-    )
-    .await;
-    mount(&w.etcd, "POST", "/v3/lease/revoke", ok("{}")).await;
+    etcd_losing_every_lease(&w.etcd, r#"{"ID":"12","TTL":"3"}"#).await;
     // The guard finds the lease gone; the worker registers again once the probe ends.
     eventually("registered again", Duration::from_secs(8), || async {
         run.incarnation()
