@@ -60,7 +60,7 @@ pub struct Registration {
 }
 
 /// What the sidecar currently believes; published on a watch channel (admin `/readyz`,
-/// the vLLM thread, tests).
+/// tests).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Status {
     pub registration: Option<Registration>,
@@ -317,7 +317,7 @@ impl Lifecycle {
             } else if self.healthy {
                 wake = wake.min(self.retry_at);
             }
-            match events.recv_until(Some(wake)) {
+            match events.recv_until(wake) {
                 Some(Event::Shutdown) => return,
                 Some(Event::LeaseLost(lease)) => {
                     if self.lease == Some(lease) {
@@ -377,7 +377,7 @@ impl Lifecycle {
             tracing::info!(url = %self.cfg.vllm_url, "waiting for vLLM to become healthy ...");
             let until = Instant::now() + wait;
             // Nothing is registered yet: only a stop matters.
-            while let Some(event) = events.recv_until(Some(until)) {
+            while let Some(event) = events.recv_until(until) {
                 if let Event::Shutdown = event {
                     return false;
                 }

@@ -59,9 +59,9 @@ impl<T> Mailbox<T> {
         self.shared.arrived.notify_one();
     }
 
-    /// The next message, waiting for it until `deadline` (`None`: no deadline). `None`
-    /// when the deadline passed first.
-    pub fn recv_until(&self, deadline: Option<Instant>) -> Option<T> {
+    /// The next message, waiting for it until `deadline`; `None` when the deadline
+    /// passed first.
+    pub fn recv_until(&self, deadline: Instant) -> Option<T> {
         let mut queue = self
             .shared
             .queue
@@ -71,24 +71,16 @@ impl<T> Mailbox<T> {
             if let Some(message) = queue.pop_front() {
                 return Some(message);
             }
-            queue = match deadline {
-                None => self
-                    .shared
-                    .arrived
-                    .wait(queue)
-                    .unwrap_or_else(PoisonError::into_inner),
-                Some(at) => {
-                    let left = at.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return None;
-                    }
-                    self.shared
-                        .arrived
-                        .wait_timeout(queue, left)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0
-                }
-            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            queue = self
+                .shared
+                .arrived
+                .wait_timeout(queue, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
     }
 }
@@ -104,9 +96,9 @@ mod tests {
         mailbox.send(1);
         mailbox.send(2);
         let now = Instant::now();
-        assert_eq!(mailbox.recv_until(Some(now)), Some(1));
-        assert_eq!(mailbox.recv_until(None), Some(2));
-        assert_eq!(mailbox.recv_until(Some(now)), None);
+        assert_eq!(mailbox.recv_until(now), Some(1));
+        assert_eq!(mailbox.recv_until(now), Some(2));
+        assert_eq!(mailbox.recv_until(now), None);
     }
 
     #[test]
@@ -114,7 +106,7 @@ mod tests {
         let mailbox = Mailbox::new();
         let sender = mailbox.clone();
         let waiter = std::thread::spawn(move || {
-            mailbox.recv_until(Some(Instant::now() + Duration::from_secs(30)))
+            mailbox.recv_until(Instant::now() + Duration::from_secs(30))
         });
         sender.send("stop");
         assert_eq!(waiter.join().unwrap(), Some("stop"));
@@ -124,7 +116,7 @@ mod tests {
     fn the_deadline_ends_the_wait() {
         let mailbox: Mailbox<()> = Mailbox::new();
         let at = Instant::now() + Duration::from_millis(20);
-        assert_eq!(mailbox.recv_until(Some(at)), None);
+        assert_eq!(mailbox.recv_until(at), None);
         assert!(Instant::now() >= at);
     }
 }
