@@ -25,18 +25,19 @@
 //! caller's limit (a larger `Content-Length` fails before reading), the head at 64 KiB,
 //! chunk extensions plus trailers at 64 KiB.
 //!
-//! Blocking I/O, on purpose: the periodic jobs each run on a thread of their own (see
-//! `lifecycle`), and a blocking exchange wakes its thread once per answer and nothing
-//! else. Measured on the sidecar's four exchanges per cycle, the same work through
-//! tokio's event loop cost about 1.6 times the CPU, all of it user-space time spent
-//! per wake-up.
+//! Blocking I/O, on purpose: the periodic jobs run on a worker thread (see
+//! `lifecycle`), and a blocking exchange wakes it once per answer and nothing else.
+//! Measured on the sidecar's four exchanges per cycle, the same work through tokio's
+//! event loop cost about 1.3 to 1.6 times the CPU, all of it user-space time spent per
+//! wake-up. [`Client::start`] puts a request on the wire and leaves its answer to be read
+//! later, so that one wake-up can serve several exchanges.
 //!
 //! Every exchange has one deadline covering name resolution, connect, TLS, send and the
 //! whole body: each blocking step waits at most for the time left (give or take
 //! 1/32 of the timeout, so the socket's timeout need not be set again before every
 //! read), and a peer that trickles bytes cannot stretch it. An exchange that fails for
-//! any reason drops its connection. A client is meant for one thread: the sidecar's jobs
-//! each have their own, so they never wait on each other's locks.
+//! any reason drops its connection. Clones share their idle connections behind a lock held
+//! only to take or return one.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
@@ -100,8 +101,8 @@ impl From<io::Error> for Error {
     fn from(e: io::Error) -> Error {
         match e.kind() {
             io::ErrorKind::UnexpectedEof => Error::Closed,
-            // A socket timeout: the deadline passed (the timeout itself is filled in by
-            // `send_into`, which knows it).
+            // A socket timeout: the deadline passed (the exchange's timeout is filled in
+            // by `Error::with_timeout`).
             kind if is_timeout_kind(kind) => Error::TimedOut(Duration::ZERO),
             _ => Error::Io(e),
         }
