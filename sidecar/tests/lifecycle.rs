@@ -375,45 +375,47 @@ async fn unhealthy_vllm_is_deregistered_after_the_threshold_and_comes_back() {
 
 #[tokio::test]
 async fn keepalive_runs_on_its_own_while_health_is_slow() {
-    let w = World::start(200).await;
-    let run = start(w.config(&["--health-timeout", "5", "--health-fail-threshold", "100"]));
-    eventually("registered", Duration::from_secs(5), || async {
-        run.incarnation().is_some()
-    })
-    .await;
-    w.vllm.reset().await;
-    mount(
-        &w.vllm,
-        "GET",
-        "/health",
-        ResponseTemplate::new(200).set_delay(Duration::from_secs(4)),
-    )
-    .await;
-    // Let a slow probe start, then count keepalives while it hangs.
-    eventually("a slow probe in flight", Duration::from_secs(2), || async {
-        count(&w.vllm, "/health").await >= 1
-    })
-    .await;
-    let before = count(&w.etcd, "/v3/lease/keepalive").await;
-    let probes = count(&w.vllm, "/health").await;
-    eventually(
-        "keepalives during one slow probe",
-        Duration::from_secs(3),
-        || async { count(&w.etcd, "/v3/lease/keepalive").await >= before + 4 },
-    )
-    .await;
-    assert_eq!(
-        count(&w.vllm, "/health").await,
-        probes,
-        "still inside the same probe"
-    );
-    run.stop().await;
+    keepalives_continue_while_stuck_on(Slow::Health).await;
 }
 
 /// Which exchange a test makes slow.
 enum Slow {
+    Health,
     Scrape,
     Master,
+}
+
+/// Make one exchange answer only after `hang`, and wait until the worker is inside it.
+/// Answers the server and path of the slow exchange.
+async fn stall(w: &World, slow: Slow, hang: Duration) -> (&MockServer, &'static str) {
+    let (server, p) = match slow {
+        Slow::Health => {
+            w.vllm.reset().await;
+            healthy_vllm_except(&w.vllm, "/health").await;
+            let answer = ResponseTemplate::new(200).set_delay(hang);
+            mount(&w.vllm, "GET", "/health", answer).await;
+            (&w.vllm, "/health")
+        }
+        Slow::Scrape => {
+            w.vllm.reset().await;
+            healthy_vllm_except(&w.vllm, "/metrics").await;
+            mount(&w.vllm, "GET", "/metrics", ok(METRICS).set_delay(hang)).await;
+            (&w.vllm, "/metrics")
+        }
+        Slow::Master => {
+            w.master.reset().await;
+            let answer = ok("{}").set_delay(hang);
+            mount(&w.master, "POST", "/v1/internal/heartbeat", answer).await;
+            (&w.master, "/v1/internal/heartbeat")
+        }
+    };
+    eventually(
+        "the slow exchange in flight",
+        Duration::from_secs(2),
+        || async { count(server, p).await >= 1 },
+    )
+    .await;
+    (server, p)
 }
 
 /// The worker runs every job in turn; while one hangs on a slow peer (4 s, within its
@@ -436,27 +438,7 @@ async fn keepalives_continue_while_stuck_on(slow: Slow) {
         },
     )
     .await;
-    let hang = Duration::from_secs(4);
-    let (server, p) = match slow {
-        Slow::Scrape => {
-            w.vllm.reset().await;
-            healthy_vllm_except(&w.vllm, "/metrics").await;
-            mount(&w.vllm, "GET", "/metrics", ok(METRICS).set_delay(hang)).await;
-            (&w.vllm, "/metrics")
-        }
-        Slow::Master => {
-            w.master.reset().await;
-            let answer = ok("{}").set_delay(hang);
-            mount(&w.master, "POST", "/v1/internal/heartbeat", answer).await;
-            (&w.master, "/v1/internal/heartbeat")
-        }
-    };
-    eventually(
-        "the slow exchange in flight",
-        Duration::from_secs(2),
-        || async { count(server, p).await >= 1 },
-    )
-    .await;
+    let (server, p) = stall(&w, slow, Duration::from_secs(4)).await;
     let keepalives = count(&w.etcd, "/v3/lease/keepalive").await;
     let slow_calls = count(server, p).await;
     eventually(
@@ -511,19 +493,7 @@ async fn a_lease_lost_while_the_worker_is_stuck_is_registered_again_after() {
     .await;
     let first = run.incarnation();
     // The probe hangs 2 s; meanwhile etcd forgets the lease (keepalive: no TTL).
-    w.vllm.reset().await;
-    healthy_vllm_except(&w.vllm, "/health").await;
-    mount(
-        &w.vllm,
-        "GET",
-        "/health",
-        ResponseTemplate::new(200).set_delay(Duration::from_secs(2)),
-    )
-    .await;
-    eventually("a slow probe in flight", Duration::from_secs(2), || async {
-        count(&w.vllm, "/health").await >= 1
-    })
-    .await;
+    stall(&w, Slow::Health, Duration::from_secs(2)).await;
     etcd_losing_every_lease(&w.etcd, r#"{"ID":"12","TTL":"3"}"#).await;
     // The guard finds the lease gone; the worker registers again once the probe ends.
     eventually("registered again", Duration::from_secs(8), || async {
@@ -548,16 +518,7 @@ async fn shutdown_while_stuck_on_a_slow_scrape_still_revokes_at_once() {
         },
     )
     .await;
-    w.vllm.reset().await;
-    healthy_vllm_except(&w.vllm, "/metrics").await;
-    let hang = Duration::from_secs(4);
-    mount(&w.vllm, "GET", "/metrics", ok(METRICS).set_delay(hang)).await;
-    eventually(
-        "a slow scrape in flight",
-        Duration::from_secs(2),
-        || async { count(&w.vllm, "/metrics").await >= 1 },
-    )
-    .await;
+    stall(&w, Slow::Scrape, Duration::from_secs(4)).await;
     // The worker is stuck for seconds more; `run` ends within the shutdown timeout and
     // the lease is revoked by then all the same.
     run.stop().await;
