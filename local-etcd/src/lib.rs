@@ -241,7 +241,7 @@ impl Cluster {
         let args = self.args_of(i, state)?;
         let bin = self.bin.clone();
         let m = self.members.get_mut(i).ok_or(Error::NoMember(i))?;
-        m.process = Some(Process::spawn(&bin, &m.spec, &args)?);
+        m.process = Some(Process::spawn(&bin, &m.spec, &args, &self.root)?);
         Ok(())
     }
 

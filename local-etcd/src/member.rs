@@ -3,11 +3,12 @@
 //! `Drop` stops etcd when a test ends normally, but not when the test process is
 //! killed (a CI timeout, a Ctrl-C on one process). So next to each etcd runs a small
 //! shell that waits on a pipe from this process; the pipe closes when this process goes,
-//! however it goes, and the shell then kills etcd and removes its data. Unlike
+//! however it goes, and the shell then kills etcd and removes the cluster's temp dir. Unlike
 //! `PR_SET_PDEATHSIG`, this does not depend on which thread spawned etcd, so one etcd can
 //! be shared by tests on other threads.
 
 use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -30,8 +31,14 @@ pub struct Process {
 }
 
 impl Process {
-    /// Start etcd for `spec`; its output goes to the spec's log file.
-    pub fn spawn(bin: &Path, spec: &Spec, args: &[String]) -> std::io::Result<Process> {
+    /// Start etcd for `spec`; its output goes to the spec's log file. Should this
+    /// process die first, the watchman removes `leftovers` too.
+    pub fn spawn(
+        bin: &Path,
+        spec: &Spec,
+        args: &[String],
+        leftovers: &Path,
+    ) -> std::io::Result<Process> {
         let log = File::create(&spec.log)?;
         let mut etcd = Command::new(bin)
             .args(args)
@@ -40,17 +47,18 @@ impl Process {
             .stderr(log)
             .spawn()?;
         // `read` is a shell builtin, so the watchman has no child that could outlive it.
-        let script = format!(
-            "while read -r _; do :; done; kill -9 {pid} 2>/dev/null; rm -rf '{dir}'",
-            pid = etcd.id(),
-            dir = spec.data_dir.display()
-        );
+        // It ignores the signals a Ctrl-C or a hang-up sends the whole process group, so
+        // it is still there to clean up after them; it says so before it waits.
+        let script = r#"trap '' INT TERM HUP; echo armed; while read -r _; do :; done; kill -9 "$1" 2>/dev/null; rm -rf "$2""#;
         let watchman = Command::new("sh")
-            .args(["-c", &script])
+            .args(["-c", script, "watchman"])
+            .arg(etcd.id().to_string())
+            .arg(leftovers)
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
-            .spawn();
+            .spawn()
+            .and_then(armed);
         match watchman {
             Ok(watchman) => Ok(Process { etcd, watchman }),
             Err(e) => {
@@ -80,6 +88,24 @@ impl Drop for Process {
         let _ = self.watchman.wait();
         let _ = self.etcd.kill();
         let _ = self.etcd.wait();
+    }
+}
+
+/// The watchman, once it has said it is armed (its traps are set).
+fn armed(mut watchman: Child) -> std::io::Result<Child> {
+    let mut said = String::new();
+    if let Some(out) = watchman.stdout.take() {
+        // A few bytes from a local shell: it says them or exits (EOF).
+        BufReader::new(out.take(64)).read_line(&mut said)?;
+    }
+    if said.trim() == "armed" {
+        Ok(watchman)
+    } else {
+        let _ = watchman.kill();
+        let _ = watchman.wait();
+        Err(std::io::Error::other(
+            "the etcd watchman shell did not start",
+        ))
     }
 }
 
@@ -121,8 +147,17 @@ mod tests {
     #[test]
     fn when_our_end_of_the_pipe_closes_the_watchman_kills_it_and_removes_its_data() {
         let spec = spec("orphan");
-        let mut p = Process::spawn(Path::new("sleep"), &spec, &["600".into()]).unwrap();
+        let mut p =
+            Process::spawn(Path::new("sleep"), &spec, &["600".into()], &spec.data_dir).unwrap();
         assert!(p.exited().is_none());
+        // A Ctrl-C or hang-up reaches the whole group; the watchman must outlive it.
+        for signal in ["-INT", "-TERM", "-HUP"] {
+            let sent = Command::new("kill")
+                .args([signal, &p.watchman.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(sent.success());
+        }
         // What the kernel does when this process dies, however it dies.
         drop(p.watchman.stdin.take());
         wait_for("stand-in killed", || p.exited().is_some());
@@ -133,7 +168,7 @@ mod tests {
     #[test]
     fn a_kill_keeps_the_data_for_a_restart() {
         let spec = spec("kill");
-        let p = Process::spawn(Path::new("sleep"), &spec, &["600".into()]).unwrap();
+        let p = Process::spawn(Path::new("sleep"), &spec, &["600".into()], &spec.data_dir).unwrap();
         // The watchman is reaped before its pipe closes, so nothing can act later.
         p.kill();
         assert!(spec.data_dir.exists(), "a kill must not remove the data");

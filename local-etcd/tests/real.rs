@@ -91,3 +91,56 @@ fn a_three_member_cluster_survives_a_member_and_takes_it_back() {
     assert_eq!(etcd.client_addrs(), addrs, "a restart keeps the ports");
     assert!(health::healthy(addrs[0], PROBE));
 }
+
+/// Run by `an_etcd_whose_owner_is_killed_goes_too` in a child process: start etcd, say
+/// where, then wait to be killed.
+#[test]
+fn owner_process() {
+    if std::env::var_os("LOCAL_ETCD_OWNER").is_none() || !installed() {
+        return;
+    }
+    let etcd = Cluster::start_one().unwrap();
+    let root = etcd.log(0).unwrap().parent().unwrap().parent().unwrap();
+    println!("OWNER {} {}", etcd.client_addrs()[0], root.display());
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+}
+
+#[test]
+fn an_etcd_whose_owner_is_killed_goes_too() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    if !installed() {
+        return;
+    }
+    let mut owner = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "owner_process",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("LOCAL_ETCD_OWNER", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(owner.stdout.take().unwrap());
+    let said = out
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| Some(l.split_once("OWNER ")?.1.to_string()))
+        .expect("the owner says where its etcd is");
+    let mut words = said.split_whitespace();
+    let addr: std::net::SocketAddr = words.next().unwrap().parse().unwrap();
+    let root = std::path::PathBuf::from(words.next().unwrap());
+    assert!(health::healthy(addr, PROBE));
+    assert!(root.exists());
+    // SIGKILL: no destructor runs in the owner.
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    wait_for("etcd gone with its owner", || !health::healthy(addr, PROBE));
+    wait_for("its temp dir removed", || !root.exists());
+}

@@ -3,13 +3,12 @@
 //!
 //! `cargo run --release -p mock-master --example loadtest [-- CLIENTS MAX_REQUESTS MAX_SECS]`
 //!
-//! It starts a real `etcd` (from PATH, temp data dir, free loopback ports) so the
+//! It starts a real `etcd` (through `local-etcd`: temp data dir, loopback ports) so the
 //! heartbeats hit registered instances (200 path: token check, protobuf-JSON parse,
 //! registry update). Clients and server share the machine's cores, as they would on a
 //! 2-core box. Each client is a raw HTTP/1.1 connection, so the client costs little.
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::STANDARD as B64;
@@ -19,45 +18,6 @@ use tokio::net::TcpStream;
 
 const INSTANCES: usize = 64;
 const TOKEN: &str = "loadtest-token";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
-}
-
-/// etcd under a shell that kills it (and removes its data) when our stdin pipe closes.
-fn start_etcd() -> Option<(std::process::Child, String)> {
-    let ok = Command::new("etcd")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        return None;
-    }
-    let dir = std::env::temp_dir().join(format!("mock-master-loadtest-{}", std::process::id()));
-    let (cp, pp) = (free_port(), free_port());
-    let client = format!("http://127.0.0.1:{cp}");
-    let peer = format!("http://127.0.0.1:{pp}");
-    let script = format!(
-        "etcd --name default --data-dir '{d}' --listen-client-urls {client} --advertise-client-urls {client} \
-         --listen-peer-urls {peer} --initial-advertise-peer-urls {peer} --initial-cluster default={peer} \
-         >/dev/null 2>&1 & pid=$!; cat >/dev/null; kill $pid; wait $pid; rm -rf '{d}'",
-        d = dir.display()
-    );
-    let child = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    Some((child, client))
-}
 
 async fn put(http: &reqwest::Client, etcd: &str, key: &str, value: &str) -> bool {
     http.post(format!("{etcd}/v3/kv/put"))
@@ -162,10 +122,20 @@ async fn main() {
     let max_requests = args.get(1).copied().unwrap_or(600_000);
     let max_secs = args.get(2).copied().unwrap_or(15).clamp(1, 120);
 
-    let Some((mut etcd, etcd_url)) = start_etcd() else {
-        eprintln!("loadtest: needs `etcd` on PATH (Debian: etcd-server)");
-        std::process::exit(1);
+    // A real etcd on loopback (see `local-etcd`), gone with this process.
+    let started = tokio::task::spawn_blocking(local_etcd::Cluster::start_one).await;
+    let etcd = match started.map_err(|e| e.to_string()) {
+        Ok(Ok(etcd)) => etcd,
+        Ok(Err(e)) => {
+            eprintln!("loadtest: {e}");
+            std::process::exit(1);
+        }
+        Err(e) => {
+            eprintln!("loadtest: {e}");
+            std::process::exit(1);
+        }
     };
+    let etcd_url = etcd.url();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()
@@ -279,6 +249,5 @@ async fn main() {
     );
     println!("master answers: {:?}", master.heartbeat_counts());
     master.stop().await;
-    drop(etcd.stdin.take());
-    let _ = etcd.wait();
+    drop(etcd);
 }

@@ -19,99 +19,29 @@ use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vllm-sidecar");
 
-fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A real etcd on loopback with its own data dir; killed on drop.
+/// A real etcd on loopback (see `local-etcd`), one member; killed on drop.
 struct Etcd {
-    child: Child,
+    cluster: local_etcd::Cluster,
     url: String,
-    dir: std::path::PathBuf,
-    args: Vec<String>,
 }
 
 impl Etcd {
     fn start() -> Option<Etcd> {
-        if Command::new("etcd").arg("--version").output().is_err() {
-            eprintln!("SKIPPED: `etcd` binary not found (apt-get install etcd-server)");
+        if let Some(why) = local_etcd::unavailable() {
+            eprintln!("SKIPPED: {why}");
             return None;
         }
-        // A port picked free can be taken before etcd binds it (by another test's
-        // outgoing connection): etcd then exits, and a fresh pair of ports is tried.
-        let mut last_log = String::new();
-        for _ in 0..3 {
-            let dir = std::env::temp_dir().join(format!(
-                "sidecar-etcd-{}-{}",
-                std::process::id(),
-                free_port()
-            ));
-            std::fs::create_dir_all(&dir).unwrap();
-            let (client, peer) = (free_port(), free_port());
-            let url = format!("http://127.0.0.1:{client}");
-            let peer_url = format!("http://127.0.0.1:{peer}");
-            let args: Vec<String> = vec![
-                "--data-dir".into(),
-                dir.join("data").display().to_string(),
-                "--listen-client-urls".into(),
-                url.clone(),
-                "--advertise-client-urls".into(),
-                url.clone(),
-                "--listen-peer-urls".into(),
-                peer_url.clone(),
-                "--initial-advertise-peer-urls".into(),
-                peer_url.clone(),
-                "--initial-cluster".into(),
-                format!("default={peer_url}"),
-            ];
-            let child = spawn_etcd(&args, &dir);
-            let mut etcd = Etcd {
-                child,
-                url,
-                dir,
-                args,
-            };
-            if etcd.try_wait_ready() {
-                return Some(etcd);
-            }
-            last_log = std::fs::read_to_string(etcd.dir.join("etcd.log")).unwrap_or_default();
-        }
-        let tail: String = last_log
-            .lines()
-            .rev()
-            .take(5)
-            .collect::<Vec<_>>()
-            .join("\n");
-        panic!("etcd did not start after 3 tries; its log ends with:\n{tail}");
-    }
-
-    /// Wait until etcd answers `/health`; false when it exits first or takes over 20 s.
-    fn try_wait_ready(&mut self) -> bool {
-        let until = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some((200, _)) = http("GET", &format!("{}/health", self.url), None, None) {
-                return true;
-            }
-            if !matches!(self.child.try_wait(), Ok(None)) || Instant::now() >= until {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn wait_ready(&mut self) {
-        assert!(self.try_wait_ready(), "etcd did not start again");
+        let cluster = local_etcd::Cluster::start(local_etcd::Options {
+            tag: "sidecar-etcd".into(),
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let url = cluster.url();
+        Some(Etcd { cluster, url })
     }
 
     fn restart(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.child = spawn_etcd(&self.args, &self.dir);
-        self.wait_ready();
+        self.cluster.restart(0).unwrap_or_else(|e| panic!("{e}"));
     }
 
     fn post(&self, path: &str, body: Value, token: Option<&str>) -> (u16, Value) {
@@ -126,24 +56,6 @@ impl Etcd {
         let mut meta: Value = serde_json::from_slice(&raw).ok()?;
         meta["_lease"] = kv.get("lease").cloned().unwrap_or(Value::Null);
         Some(meta)
-    }
-}
-
-fn spawn_etcd(args: &[String], dir: &std::path::Path) -> Child {
-    let log = std::fs::File::create(dir.join("etcd.log")).unwrap();
-    Command::new("etcd")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

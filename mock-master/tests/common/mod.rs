@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -19,47 +18,11 @@ use mock_kit::events::RingSink;
 use mock_kit::{Event, EventSink, Events};
 use serde_json::{json, Value};
 
-pub const ETCD_BIN: &str = "etcd";
-
-/// A real etcd process on loopback. It dies with the test process: it runs under a
-/// shell that kills it when the shell's stdin (a pipe from this process) closes.
+/// A real etcd on loopback (see `local-etcd`). It dies with the test process, even a
+/// killed one, and is killed on drop.
 pub struct RealEtcd {
     pub url: String,
-    child: Mutex<Child>,
-    _dir: TempDir,
-}
-
-impl Drop for RealEtcd {
-    fn drop(&mut self) {
-        if let Ok(mut c) = self.child.lock() {
-            drop(c.stdin.take());
-            let _ = c.wait();
-        }
-    }
-}
-
-pub struct TempDir(pub std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
-}
-
-pub fn etcd_available() -> bool {
-    Command::new(ETCD_BIN)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    _cluster: local_etcd::Cluster,
 }
 
 /// Start a fresh etcd; `None` (with a message) when the binary is missing.
@@ -69,63 +32,23 @@ pub async fn start_etcd() -> Option<RealEtcd> {
 
 /// [`start_etcd`] with extra command-line flags (e.g. `--auth-token-ttl 1`).
 pub async fn start_etcd_with(extra: &str) -> Option<RealEtcd> {
-    if !etcd_available() {
-        eprintln!("SKIPPED: no `etcd` binary on PATH (install etcd-server to run this test)");
+    if let Some(why) = local_etcd::unavailable() {
+        eprintln!("SKIPPED: {why}");
         return None;
     }
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    for _attempt in 0..3 {
-        let dir = std::env::temp_dir().join(format!(
-            "mock-master-etcd-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let (cp, pp) = (free_port(), free_port());
-        let client = format!("http://127.0.0.1:{cp}");
-        let peer = format!("http://127.0.0.1:{pp}");
-        // The shell kills etcd and removes its data when our end of its stdin closes,
-        // which also happens when the test process exits without dropping this value.
-        let script = format!(
-            "{ETCD_BIN} --name default --data-dir '{d}/data' --listen-client-urls {client} --advertise-client-urls {client} \
-             --listen-peer-urls {peer} --initial-advertise-peer-urls {peer} --initial-cluster default={peer} {extra} \
-             >/dev/null 2>&1 & pid=$!; cat >/dev/null; kill $pid; wait $pid; rm -rf '{d}'",
-            d = dir.display()
-        );
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(&script)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let etcd = RealEtcd {
-            url: client.clone(),
-            child: Mutex::new(child),
-            _dir: TempDir(dir),
-        };
-        let http = reqwest::Client::new();
-        let ok = poll(Duration::from_secs(10), || {
-            let http = http.clone();
-            let url = format!("{client}/v3/kv/range");
-            async move {
-                http.post(url)
-                    .json(&json!({"key": B64.encode("x")}))
-                    .timeout(Duration::from_millis(500))
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success())
-            }
-        })
-        .await;
-        if ok {
-            return Some(etcd);
-        }
-        // A port was taken in the meantime, most likely: try again.
-    }
-    panic!("etcd did not start");
+    let opts = local_etcd::Options {
+        args: extra.split_whitespace().map(String::from).collect(),
+        tag: "mock-master-etcd".into(),
+        ..Default::default()
+    };
+    let cluster = tokio::task::spawn_blocking(move || local_etcd::Cluster::start(opts))
+        .await
+        .expect("etcd start-up task")
+        .unwrap_or_else(|e| panic!("{e}"));
+    Some(RealEtcd {
+        url: cluster.url(),
+        _cluster: cluster,
+    })
 }
 
 /// A unique namespace per test, so tests can share one etcd.
