@@ -140,8 +140,9 @@ fn build_binary(profile_dir: Option<&Path>) -> Result<PathBuf, String> {
 }
 
 /// Have the kernel SIGKILL the child if the runner dies (a killed test run must not leave
-/// 200 orphaned sidecars behind).
-pub fn die_with_parent(cmd: &mut Command) {
+/// 200 orphaned sidecars behind). Linux ties this to the spawning *thread*: spawn from a
+/// runtime worker, never from `spawn_blocking`, whose idle threads exit.
+fn die_with_parent(cmd: &mut Command) {
     // SAFETY: the closure runs in the forked child before exec and only calls prctl(2),
     // which is async-signal-safe.
     unsafe {
