@@ -627,6 +627,19 @@ impl Armed {
             _ => Ok(Some(left)),
         }
     }
+
+    /// Set the socket's timeout with `set` when [`Armed::rearm`] says it must be.
+    fn ensure(
+        &mut self,
+        deadline: Deadline,
+        set: impl FnOnce(Duration) -> io::Result<()>,
+    ) -> Result<(), Error> {
+        if let Some(t) = self.rearm(deadline)? {
+            set(t)?;
+            self.timeout = Some(t);
+        }
+        Ok(())
+    }
 }
 
 fn far_future() -> Instant {
@@ -737,10 +750,9 @@ impl Conn {
     /// Write the whole request, by `deadline`; the answer must come by then too.
     fn send(&mut self, wire: &[u8], deadline: Deadline) -> Result<(), Error> {
         self.deadline = deadline;
-        if let Some(t) = self.write_timeout.rearm(self.deadline)? {
-            self.stream.tcp().set_write_timeout(Some(t))?;
-            self.write_timeout.timeout = Some(t);
-        }
+        let tcp = self.stream.tcp();
+        self.write_timeout
+            .ensure(deadline, |t| tcp.set_write_timeout(Some(t)))?;
         self.stream.write_all(wire)?;
         self.stream.flush()?;
         Ok(())
@@ -748,10 +760,9 @@ impl Conn {
 
     /// One read into `into`, waiting at most until the deadline; 0 means the peer closed.
     fn read_some(&mut self, into: &mut [u8]) -> Result<usize, Error> {
-        if let Some(t) = self.read_timeout.rearm(self.deadline)? {
-            self.stream.tcp().set_read_timeout(Some(t))?;
-            self.read_timeout.timeout = Some(t);
-        }
+        let tcp = self.stream.tcp();
+        self.read_timeout
+            .ensure(self.deadline, |t| tcp.set_read_timeout(Some(t)))?;
         loop {
             match self.stream.read(into) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -884,16 +895,10 @@ impl Conn {
         while missing > 0 {
             let got = match self.read_some(&mut body[filled..filled + missing]) {
                 Ok(0) => Err(Error::Closed),
-                Ok(got) => Ok(got),
-                Err(e) => Err(e),
+                other => other,
             };
-            let got = match got {
-                Ok(got) => got,
-                Err(e) => {
-                    body.truncate(filled);
-                    return Err(e);
-                }
-            };
+            // On failure, the zeroes standing in for the missing bytes go again.
+            let got = got.inspect_err(|_| body.truncate(filled))?;
             self.answered = true;
             filled += got;
             missing -= got;

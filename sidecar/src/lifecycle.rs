@@ -448,10 +448,7 @@ impl Lifecycle {
             return; // already replaced since that heartbeat
         }
         tracing::warn!(%incarnation, "heartbeat 409 (stale/unknown incarnation), re-registering");
-        let old = self.lease.take();
-        self.guard.watch(None);
-        self.incarnation = None;
-        self.publish();
+        let old = self.forget_registration();
         self.register(old);
     }
 
@@ -539,24 +536,29 @@ impl Lifecycle {
 
     /// The lease is gone (TTL 0 or a failed refresh): register again at once.
     fn lease_lost(&mut self) {
-        self.lease = None;
-        self.incarnation = None;
-        self.guard.watch(None);
         self.telemetry.lease_ttl_remaining.set(0);
         self.retry_at = Instant::now();
+        self.forget_registration();
+    }
+
+    /// Forget the registration (what becomes of its lease is the caller's business): the
+    /// guard stops watching it and the status says unregistered. Answers the lease.
+    fn forget_registration(&mut self) -> Option<i64> {
+        let lease = self.lease.take();
+        self.incarnation = None;
+        self.guard.watch(None);
         self.publish();
+        lease
     }
 
     /// Revoke the lease, if any: the key disappears at once. On failure the lease still
     /// expires within its TTL.
     fn revoke(&mut self) {
-        let Some(lease) = self.lease.take() else {
+        let Some(lease) = self.lease else {
             return;
         };
-        self.guard.watch(None);
-        self.incarnation = None;
         self.telemetry.lease_ttl_remaining.set(0);
-        self.publish();
+        self.forget_registration();
         match self.etcd.lease_revoke(lease) {
             Ok(()) => {
                 self.telemetry.deregistrations.inc();
