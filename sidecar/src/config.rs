@@ -376,22 +376,72 @@ pub fn parse_etcd_endpoints(value: &str) -> Result<Vec<Url>, ConfigError> {
     Ok(endpoints)
 }
 
-/// The reference's derivation: drop the scheme and everything from the first `/`.
+/// The reference's derivation: drop the scheme and everything from the first `/`. Two
+/// corrections: user info (`user:pw@`) never reaches the etcd key, and a URL without a
+/// port gets its scheme's default one (80 or 443, the port the URL itself is served on),
+/// so the name is always `host:port`. An IPv6 host keeps its brackets:
+/// `http://[::1]:18000/` gives `[::1]:18000`.
 pub fn derive_register_addr(vllm_url: &str) -> String {
-    let no_scheme = vllm_url
-        .split_once("://")
-        .map_or(vllm_url, |(_, rest)| rest);
-    no_scheme.split('/').next().unwrap_or_default().to_string()
+    let (scheme, rest) = vllm_url.split_once("://").unwrap_or(("", vllm_url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host_port)| host_port);
+    if split_host_port(host_port).is_some() {
+        return host_port.to_string();
+    }
+    match scheme.to_ascii_lowercase().as_str() {
+        "http" => format!("{host_port}:80"),
+        "https" => format!("{host_port}:443"),
+        _ => host_port.to_string(),
+    }
 }
 
+/// `host` and `port` of `host:port` or `[v6]:port`, if it has that shape (the host is
+/// not checked here).
+fn split_host_port(addr: &str) -> Option<(&str, &str)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let is_port = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
+    (is_port && (!host.starts_with('[') || host.ends_with(']'))).then_some((host, port))
+}
+
+/// `host:port` (a name or an IPv4 address) or `[IPv6]:port`, as the master dials it in
+/// `http://<addr>/health`. An IPv6 address without brackets is refused: its last `:`
+/// cannot be told from the port's.
 fn validate_register_addr(addr: &str) -> Result<(), ConfigError> {
+    let shape = |why: &str| {
+        bad(format!(
+            "--register-addr must be host:port or [IPv6]:port with no scheme or path ({why}), got {addr:?}"
+        ))
+    };
     if addr.is_empty() {
         return Err(bad("--register-addr is empty"));
     }
-    if addr.contains("://") || addr.contains('/') || addr.chars().any(char::is_whitespace) {
-        return Err(bad(format!(
-            "--register-addr must be host:port with no scheme or path, got {addr:?}"
-        )));
+    if addr.contains("://") || addr.contains(['/', '?', '#', '@']) {
+        return Err(shape("a scheme, path or user is not allowed"));
+    }
+    if addr.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(shape("no spaces"));
+    }
+    let needs_brackets = "an IPv6 address needs brackets: [ADDRESS]:PORT";
+    if addr.parse::<std::net::Ipv6Addr>().is_ok() {
+        return Err(shape(needs_brackets));
+    }
+    let Some((host, port)) = split_host_port(addr) else {
+        return Err(shape("the port is missing"));
+    };
+    if !matches!(port.parse::<u16>(), Ok(1..)) {
+        return Err(shape("the port must be 1 to 65535"));
+    }
+    if let Some(inner) = host.strip_prefix('[') {
+        let inner = inner.strip_suffix(']').unwrap_or(inner);
+        if inner.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(shape("not an IPv6 address inside the brackets"));
+        }
+    } else if host.contains(':') {
+        return Err(shape(needs_brackets));
+    } else if host.is_empty() || host.contains(['[', ']']) {
+        return Err(shape("the host is missing or malformed"));
     }
     Ok(())
 }

@@ -86,6 +86,76 @@ fn register_addr_is_derived_like_the_reference() {
 }
 
 #[test]
+fn register_addr_from_an_ipv6_vllm_url_keeps_the_brackets() {
+    assert_eq!(derive_register_addr("http://[::1]:18000"), "[::1]:18000");
+    assert_eq!(
+        derive_register_addr("http://[fd00:10::5]:8000/v1"),
+        "[fd00:10::5]:8000"
+    );
+    let c = config(&["--vllm-url", "http://[fd00::7]:18000/"]).unwrap();
+    assert_eq!(c.register_addr, "[fd00::7]:18000");
+}
+
+#[test]
+fn register_addr_without_a_port_gets_the_schemes() {
+    assert_eq!(derive_register_addr("http://vllm.local/"), "vllm.local:80");
+    assert_eq!(derive_register_addr("https://vllm.local"), "vllm.local:443");
+    assert_eq!(derive_register_addr("http://[::1]/"), "[::1]:80");
+    // User info never reaches the etcd key.
+    assert_eq!(derive_register_addr("http://u:pw@h:1/x"), "h:1");
+    let c = config(&["--vllm-url", "http://vllm.local"]).unwrap();
+    assert_eq!(c.register_addr, "vllm.local:80");
+}
+
+#[test]
+fn register_addr_accepts_names_ipv4_and_bracketed_ipv6() {
+    for addr in [
+        "10.0.0.5:18000",
+        "vllm-0.vllm.svc:18000",
+        "[::1]:18000",
+        "[fd00:10:244::1f]:18000",
+        "[::ffff:10.0.0.1]:1",
+    ] {
+        let c = config(&["--register-addr", addr]).unwrap();
+        assert_eq!(c.register_addr, addr);
+    }
+}
+
+#[test]
+fn register_addr_ipv6_without_brackets_is_refused_with_a_hint() {
+    for addr in ["fd00::1:18000", "::1", "fd00:10:244::1f", "2001:db8::1:80"] {
+        let err = config(&["--register-addr", addr]).unwrap_err();
+        assert!(err.contains("--register-addr"), "{addr}: {err}");
+        assert!(err.contains("needs brackets"), "{addr}: {err}");
+        assert!(!err.contains('\n'), "one line: {err:?}");
+    }
+}
+
+#[test]
+fn register_addr_must_be_host_and_port() {
+    for (addr, why) in [
+        ("host", "port is missing"),
+        ("host:", "port is missing"),
+        ("[::1]", "port is missing"),
+        ("host:0", "1 to 65535"),
+        ("host:65536", "1 to 65535"),
+        ("host:http", "port is missing"),
+        (":18000", "host is missing"),
+        ("[::1]:", "port is missing"),
+        ("[nope]:1", "inside the brackets"),
+        ("[::1:1", "port is missing"),
+        ("h]:1", "malformed"),
+        ("user@h:1", "scheme, path or user"),
+        ("h:1/x", "scheme, path or user"),
+        ("h :1", "no spaces"),
+    ] {
+        let err = config(&["--register-addr", addr]).unwrap_err();
+        assert!(err.contains("--register-addr"), "{addr}: {err}");
+        assert!(err.contains(why), "{addr}: expected {why:?} in {err}");
+    }
+}
+
+#[test]
 fn instance_types_case_insensitive_and_unknown_rejected() {
     assert_eq!(
         config(&["--instance-type", "PREFILL"])
