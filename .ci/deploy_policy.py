@@ -8,8 +8,8 @@ checks that they agree, plus the other deployment rules of issue 16:
 
 - Dockerfile: the final stage's USER is numeric uid:gid, not root; base images carry a
   pinned tag (the builder an exact Rust x.y version, not below the workspace's
-  rust-version); the build target comes from TARGETARCH with amd64 and arm64 mapped to
-  their musl triples.
+  rust-version); the build target comes from TARGETARCH: its RUN step, run under /bin/sh
+  with the package tools stubbed, must pick the musl target of amd64 and arm64.
 - manifests: every container with runAsNonRoot has a numeric runAsUser (its own or the
   pod's); the sidecar's user and group are the Dockerfile's; a pod with a preStop sleep
   has a grace period that covers it plus the sidecar's shutdown.
@@ -28,6 +28,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 
 import yaml
 
@@ -111,15 +112,62 @@ def check_dockerfile(text, workspace_rust_version):
             findings.append("Dockerfile: final USER is root (0)")
     if not any(w == "ARG" and rest.split("=")[0] == "TARGETARCH" for w, rest in instructions):
         findings.append("Dockerfile: no ARG TARGETARCH (the target architecture is hard-coded)")
-    for arch, triple in MUSL_TRIPLES.items():
-        if not re.search(rf"\b{arch}\)\s*triple={re.escape(triple)}\b", text):
-            findings.append(f"Dockerfile: TARGETARCH {arch} is not mapped to {triple}")
+    findings += check_arch_mapping(instructions)
     for word, rest in instructions:
         if word == "RUN" and "cargo build" in rest:
             for triple in MUSL_TRIPLES.values():
                 if triple in rest:
                     findings.append(f"Dockerfile: cargo build hard-codes --target {triple}")
     return findings, uid_gid
+
+
+def run_arch_step(script, targetarch, builder_arch):
+    """Run the Dockerfile's TARGETARCH step under /bin/sh with dpkg, apt-get, rm and
+    rustup stubbed: (exit code, the target it chose, rustup's arguments)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        stubs = {
+            "dpkg": f'echo "{builder_arch}"',
+            "apt-get": ":",
+            "rm": ":",
+            "rustup": f'echo "$*" > "{tmp}/rustup-args"',
+        }
+        for name, body in stubs.items():
+            path = os.path.join(tmp, name)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(f"#!/bin/sh\n{body}\n")
+            os.chmod(path, 0o755)
+        env = {"PATH": f"{tmp}:/usr/bin:/bin", "TARGETARCH": targetarch}
+        script = script.replace("/rust-target", f"{tmp}/rust-target")
+        r = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True,
+                           text=True, timeout=30, check=False)
+
+        def contents(name):
+            path = os.path.join(tmp, name)
+            return open(path, encoding="utf-8").read().strip() if os.path.exists(path) else ""
+
+        return r.returncode, contents("rust-target"), contents("rustup-args")
+
+
+def check_arch_mapping(instructions):
+    """The step that reads TARGETARCH picks the musl target of each supported
+    architecture (also when TARGETARCH is unset: the builder's own), and refuses a
+    builder of another architecture rather than building the wrong binary."""
+    steps = [rest for word, rest in instructions if word == "RUN" and "TARGETARCH" in rest]
+    if not steps:
+        return ["Dockerfile: no RUN step reads TARGETARCH"]
+    findings = []
+    for arch, triple in MUSL_TRIPLES.items():
+        for targetarch in (arch, ""):
+            code, chosen, rustup = run_arch_step(steps[0], targetarch, arch)
+            if code != 0 or chosen != triple or rustup != f"target add {triple}":
+                findings.append(
+                    f"Dockerfile: TARGETARCH {targetarch or '(unset)'} on an {arch} builder "
+                    f"gave exit {code}, target {chosen!r}, rustup {rustup!r}; expected {triple}"
+                )
+    code, _, _ = run_arch_step(steps[0], "arm64", "amd64")
+    if code == 0:
+        findings.append("Dockerfile: TARGETARCH arm64 on an amd64 builder was not refused")
+    return findings
 
 
 def pod_specs(doc):
