@@ -4,16 +4,24 @@
 //! fake the same bookkeeping and the same control routes:
 //! `GET /_mock/faults`, `POST /_mock/faults` (answers `{"id":N}`),
 //! `DELETE /_mock/faults/{id}`, `DELETE /_mock/faults`.
+//!
+//! A fault request is a few hundred bytes, but decoding `F` (an internally tagged serde
+//! enum, flattened into [`FaultRequest`]) buffers every field into a tree first, at about
+//! 28 bytes of memory per byte of tiny JSON objects. So the routes take at most
+//! [`MAX_FAULT_BODY`] bytes: a hostile body costs a couple of MiB, not hundreds.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, get};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+
+/// The largest `POST /_mock/faults` body accepted (413 past it).
+pub const MAX_FAULT_BODY: usize = 64 * 1024;
 
 /// A fault as posted to the control API: the fault itself plus optional limits.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -168,6 +176,7 @@ where
                     .delete(clear_faults::<F>),
             )
             .route("/_mock/faults/{id}", delete(remove_fault::<F>))
+            .layer(DefaultBodyLimit::max(MAX_FAULT_BODY))
             .with_state(self.clone())
     }
 }

@@ -18,6 +18,6 @@ pub mod serve;
 pub mod shutdown;
 
 pub use events::{Event, EventSink, Events};
-pub use faults::FaultRegistry;
+pub use faults::{FaultRegistry, MAX_FAULT_BODY};
 pub use serve::ServerHandle;
 pub use shutdown::Shutdown;
