@@ -123,7 +123,7 @@ async fn check(
         );
         m.insert(
             "gpu_cache_usage_perc".into(),
-            json!(req.load_metrics.gpu_cache_usage_perc),
+            crate::pbjson::float_json(req.load_metrics.gpu_cache_usage_perc),
         );
         m.insert(
             "recent_max_ttft".into(),
