@@ -1,6 +1,8 @@
 //! `POST /v1/internal/heartbeat` (contract §3): the checks in the master's order.
 //!
-//! token (401) → body size (413) → protobuf-JSON body (400) → name (400) → known name
+//! token (401; a repeated header is joined with `,` as brpc joins it, so two copies
+//! never pass) →
+//! body size (413) → protobuf-JSON body (400) → name (400) → known name
 //! and tracked incarnation (409) → 200 and the metrics are stored. Armed faults (a
 //! chosen status, added latency) act before all of that.
 
@@ -81,8 +83,7 @@ async fn check(
     headers: &HeaderMap,
     body: Body,
 ) -> (StatusCode, &'static str, Option<String>, Detail) {
-    let presented = headers.get("x-internal-token").map(|v| v.as_bytes());
-    if !s.token.admits(presented) {
+    if !s.token.admits(crate::auth::presented(headers).as_deref()) {
         return (StatusCode::UNAUTHORIZED, INVALID_TOKEN, None, None);
     }
     let cap = s.config.max_body_bytes;
