@@ -57,27 +57,37 @@ async fn restart(State(s): State<AppState>, body: axum::body::Bytes) -> Response
     } else {
         match serde_json::from_slice::<RestartBody>(&body) {
             Ok(b) => b.relist.unwrap_or(true),
-            Err(e) => {
-                return (
-                    StatusCode::BAD_REQUEST,
-                    Json(json!({"error": format!("bad restart body: {e}")})),
-                )
-                    .into_response()
-            }
+            Err(e) => return bad_body("restart", e),
         }
     };
     handle(s).restart_with(relist).await;
     Json(json!({"ok": true, "relist": relist})).into_response()
 }
 
+/// `{"token":"..."}` sets the token, `{"token":null}` turns the check off; the field
+/// must be there (`{}` is an error, so a typo cannot switch the check off).
 #[derive(Debug, Deserialize)]
 struct TokenBody {
+    #[serde(deserialize_with = "Option::deserialize")]
     token: Option<String>,
 }
 
-async fn token(State(s): State<AppState>, Json(b): Json<TokenBody>) -> Json<serde_json::Value> {
-    handle(s).set_token(b.token);
-    Json(json!({"ok": true}))
+fn bad_body(what: &str, e: impl std::fmt::Display) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({"error": format!("bad {what} body: {e}")})),
+    )
+        .into_response()
+}
+
+async fn token(State(s): State<AppState>, body: axum::body::Bytes) -> Response {
+    match serde_json::from_slice::<TokenBody>(&body) {
+        Ok(b) => {
+            handle(s).set_token(b.token);
+            Json(json!({"ok": true})).into_response()
+        }
+        Err(e) => bad_body("token", e),
+    }
 }
 
 async fn pause(State(s): State<AppState>) -> Json<serde_json::Value> {

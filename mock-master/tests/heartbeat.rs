@@ -256,6 +256,33 @@ async fn token_rotation_over_the_control_api() {
     // Reset restores the configured token.
     http.post(format!("{u}/_mock/reset")).send().await.unwrap();
     assert_eq!(beat(&u, None, hb(&name, "inc-1", 0, 0.0)).await.0, 401);
+    // Only an explicit null turns the check off: `{}`, a typo or a wrong type is a
+    // 400 that says why, and the token stays.
+    for bad in [
+        json!({}),
+        json!({"tokn": null}),
+        json!({"token": 5}),
+        json!([]),
+    ] {
+        let r = http
+            .post(format!("{u}/_mock/token"))
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "body {bad}");
+        let err: serde_json::Value = r.json().await.unwrap();
+        let msg = err["error"].as_str().unwrap_or_default().to_string();
+        assert!(msg.starts_with("bad token body: "), "{msg}");
+        if bad == json!({}) {
+            assert!(msg.contains("missing field `token`"), "{msg}");
+        }
+    }
+    assert_eq!(beat(&u, None, hb(&name, "inc-1", 0, 0.0)).await.0, 401);
+    assert_eq!(
+        beat(&u, Some(TOKEN), hb(&name, "inc-1", 0, 0.0)).await.0,
+        200
+    );
     m.stop().await;
 }
 
