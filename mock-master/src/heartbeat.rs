@@ -14,7 +14,8 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::control::Fault;
+use crate::body::{self, BodyError};
+use crate::fault::Fault;
 use crate::pbjson::HeartbeatRequest;
 use crate::registry::Beat;
 use crate::server::AppState;
@@ -87,17 +88,13 @@ async fn check(
         return (StatusCode::UNAUTHORIZED, INVALID_TOKEN, None, None);
     }
     let cap = s.config.max_body_bytes;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > cap as u64) {
+    if body::declares_more_than(headers, cap) {
         return (StatusCode::PAYLOAD_TOO_LARGE, TOO_LARGE, None, None);
     }
-    let bytes = match crate::server::read_body(body, cap).await {
+    let bytes = match body::read_capped(body, cap).await {
         Ok(b) => b,
-        Err(true) => return (StatusCode::PAYLOAD_TOO_LARGE, TOO_LARGE, None, None),
-        Err(false) => return (StatusCode::BAD_REQUEST, INVALID_JSON, None, None),
+        Err(BodyError::TooLarge) => return (StatusCode::PAYLOAD_TOO_LARGE, TOO_LARGE, None, None),
+        Err(BodyError::Unreadable) => return (StatusCode::BAD_REQUEST, INVALID_JSON, None, None),
     };
     let Ok(req) = HeartbeatRequest::from_json(&bytes) else {
         return (StatusCode::BAD_REQUEST, INVALID_JSON, None, None);

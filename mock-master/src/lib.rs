@@ -16,11 +16,15 @@
 //! - [`pbjson`]: the heartbeat body under protobuf's JSON rules:
 //!   [`pbjson::HeartbeatRequest::from_json`].
 //! - [`auth`]: the rotatable internal token, compared in constant time: [`auth::Token`].
+//! - [`body`]: the one capped request-body reader and the oversize guard:
+//!   [`body::read_capped`].
 //! - [`heartbeat`]: `POST /v1/internal/heartbeat`: [`heartbeat::handle`].
 //! - [`loadmetrics`]: the periodic `XLLM:LOADMETRICS:` publisher: [`loadmetrics::run`].
 //! - [`routing`]: `/v1/models` and the completions proxy: [`routing::pick`].
 //! - [`metrics`]: the master's own Prometheus metrics: [`metrics::Metrics`].
-//! - [`control`]: the `/_mock/` control API and the [`Fault`] type.
+//! - [`fault`]: the [`Fault`] type and its streaming `POST /_mock/faults` decoder:
+//!   [`fault::FaultPost`].
+//! - [`control`]: the `/_mock/` control API: [`control::routes`].
 //! - [`server`]: shared state, the error type and the router: [`server::router`].
 //! - This file: [`Config`], [`start`] and the [`MockMaster`] handle.
 //!
@@ -41,8 +45,10 @@
 //! over, [`watch::Watcher`] notices the lower header revision, re-lists and re-watches.
 
 pub mod auth;
+pub mod body;
 pub mod control;
 pub mod etcd;
+pub mod fault;
 pub mod heartbeat;
 pub mod loadmetrics;
 pub mod metrics;
@@ -63,7 +69,7 @@ use mock_kit::{Events, FaultRegistry, Shutdown};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
-pub use control::Fault;
+pub use fault::Fault;
 pub use pbjson::{HeartbeatRequest, LatencyMetrics, LoadMetrics};
 pub use registry::{InstanceState, InstanceView};
 

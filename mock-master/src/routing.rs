@@ -18,8 +18,9 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 
+use crate::body::{read_capped, BodyError};
 use crate::pbjson::LoadMetrics;
-use crate::server::{read_body, ApiError, AppState};
+use crate::server::{ApiError, AppState};
 
 /// How long `/v1/models` waits for each instance.
 const MODELS_TIMEOUT: Duration = Duration::from_secs(3);
@@ -148,22 +149,19 @@ async fn proxy(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let body = read_body(body, s.config.max_body_bytes)
+    let body = read_capped(body, s.config.max_body_bytes)
         .await
-        .map_err(|too_large| {
-            if too_large {
-                ApiError::OpenAi(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "request body too large".into(),
-                    "invalid_request",
-                )
-            } else {
-                ApiError::OpenAi(
-                    StatusCode::BAD_REQUEST,
-                    "could not read request body".into(),
-                    "invalid_request",
-                )
-            }
+        .map_err(|e| match e {
+            BodyError::TooLarge => ApiError::OpenAi(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large".into(),
+                "invalid_request",
+            ),
+            BodyError::Unreadable => ApiError::OpenAi(
+                StatusCode::BAD_REQUEST,
+                "could not read request body".into(),
+                "invalid_request",
+            ),
         })?;
     let candidates = s.registry.routable();
     let cursor = s.rr.fetch_add(1, AtomicOrdering::Relaxed);

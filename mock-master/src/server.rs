@@ -8,13 +8,14 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{middleware, Router};
 use mock_kit::{Events, FaultRegistry, ServerHandle, Shutdown};
 use tokio::sync::{mpsc, watch};
 
 use crate::auth::Token;
-use crate::control::Fault;
+use crate::body::{refuse_declared, Guard};
 use crate::etcd::EtcdClient;
+use crate::fault::Fault;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::watch::Command;
@@ -114,18 +115,44 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// All routes: the master's API, plus the control API unless disabled.
+/// All routes: the master's API, plus the control API unless disabled. Every route is
+/// capped at `max_body_bytes` (see [`crate::body`]): the heartbeat checks its token
+/// first and then reads capped; every other group refuses a declared oversized body
+/// before its handler runs, in its own error shape.
 pub fn router(state: AppState) -> Router {
-    let mut app = Router::new()
-        .route("/v1/internal/heartbeat", post(crate::heartbeat::handle))
+    let cap = state.config.max_body_bytes;
+    let guard = |refusal| middleware::from_fn_with_state(Guard { cap, refusal }, refuse_declared);
+    let mut internal = Router::new()
         .route("/v1/internal/instances", get(instances))
         .route("/metrics", get(metrics))
-        .merge(crate::routing::routes())
         .with_state(state.clone());
     if state.config.control {
-        app = app.merge(crate::control::routes(state.clone()));
+        internal = internal.merge(crate::control::routes(state.clone()));
     }
-    app.layer(DefaultBodyLimit::disable())
+    let openai = crate::routing::routes()
+        .with_state(state.clone())
+        .layer(guard(openai_too_large));
+    Router::new()
+        .route("/v1/internal/heartbeat", post(crate::heartbeat::handle))
+        .with_state(state)
+        .merge(internal.layer(guard(internal_too_large)))
+        .merge(openai)
+        .layer(DefaultBodyLimit::max(cap))
+}
+
+/// 413 in the internal API's shape.
+pub fn internal_too_large() -> Response {
+    ApiError::Internal(StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response()
+}
+
+/// 413 in the OpenAI API's shape.
+pub fn openai_too_large() -> Response {
+    ApiError::OpenAi(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "request body too large".into(),
+        "invalid_request",
+    )
+    .into_response()
 }
 
 async fn instances(axum::extract::State(s): axum::extract::State<AppState>) -> Response {
@@ -142,29 +169,4 @@ async fn metrics(axum::extract::State(s): axum::extract::State<AppState>) -> Res
         text,
     )
         .into_response()
-}
-
-/// Read a request body, at most `cap` bytes; `Err(true)` when it was larger. A body
-/// that arrives in one chunk (the common case) is not copied.
-pub async fn read_body(body: axum::body::Body, cap: usize) -> Result<bytes::Bytes, bool> {
-    use futures_util::StreamExt;
-    let mut stream = body.into_data_stream();
-    let mut first: Option<bytes::Bytes> = None;
-    let mut rest = bytes::BytesMut::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|_| false)?;
-        let have = first.as_ref().map_or(0, |f| f.len()) + rest.len();
-        if have + chunk.len() > cap {
-            return Err(true);
-        }
-        match first.take() {
-            None if rest.is_empty() => first = Some(chunk),
-            Some(f) => {
-                rest.extend_from_slice(&f);
-                rest.extend_from_slice(&chunk);
-            }
-            None => rest.extend_from_slice(&chunk),
-        }
-    }
-    Ok(first.unwrap_or_else(|| rest.freeze()))
 }
