@@ -17,8 +17,7 @@ use serde_json::json;
 
 use crate::body::{read_capped, BodyError};
 use crate::fault::FaultPost;
-use crate::server::AppState;
-use crate::MockMaster;
+use crate::state::AppState;
 
 pub fn routes(state: AppState) -> Router {
     Router::new()
@@ -36,12 +35,8 @@ pub fn routes(state: AppState) -> Router {
         .with_state(state)
 }
 
-fn handle(s: AppState) -> MockMaster {
-    MockMaster { shared: s }
-}
-
 async fn show(State(s): State<AppState>) -> Json<serde_json::Value> {
-    Json(handle(s).state_json())
+    Json(s.state_json())
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -56,7 +51,7 @@ async fn restart(State(s): State<AppState>, body: Body) -> Response {
         Ok(b) => b.and_then(|b| b.relist).unwrap_or(true),
         Err(refusal) => return refusal,
     };
-    handle(s).restart_with(relist).await;
+    s.restart_with(relist).await;
     Json(json!({"ok": true, "relist": relist})).into_response()
 }
 
@@ -69,7 +64,7 @@ async fn read_json<T: DeserializeOwned>(
 ) -> Result<Option<T>, Response> {
     let bytes = match read_capped(body, cap).await {
         Ok(b) => b,
-        Err(BodyError::TooLarge) => return Err(crate::server::internal_too_large()),
+        Err(BodyError::TooLarge) => return Err(crate::error::internal_too_large()),
         Err(BodyError::Unreadable) => return Err(bad_body(what, "could not read it")),
     };
     if bytes.is_empty() {
@@ -98,7 +93,7 @@ async fn token(State(s): State<AppState>, body: Body) -> Response {
     let cap = s.config.max_body_bytes;
     match read_json::<TokenBody>(body, cap, "token").await {
         Ok(Some(b)) => {
-            handle(s).set_token(b.token);
+            s.set_token(b.token);
             Json(json!({"ok": true})).into_response()
         }
         Ok(None) => bad_body(
@@ -110,17 +105,17 @@ async fn token(State(s): State<AppState>, body: Body) -> Response {
 }
 
 async fn pause(State(s): State<AppState>) -> Json<serde_json::Value> {
-    handle(s).pause_watch();
+    s.pause_watch();
     Json(json!({"ok": true}))
 }
 
 async fn resume(State(s): State<AppState>) -> Json<serde_json::Value> {
-    handle(s).resume_watch();
+    s.resume_watch();
     Json(json!({"ok": true}))
 }
 
 async fn reset(State(s): State<AppState>) -> Json<serde_json::Value> {
-    handle(s).reset();
+    s.reset();
     Json(json!({"ok": true}))
 }
 

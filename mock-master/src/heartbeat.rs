@@ -18,7 +18,7 @@ use crate::body::{self, BodyError};
 use crate::fault::Fault;
 use crate::pbjson::HeartbeatRequest;
 use crate::registry::Beat;
-use crate::server::AppState;
+use crate::state::AppState;
 
 pub const INVALID_TOKEN: &str = r#"{"error":"invalid internal token"}"#;
 pub const INVALID_JSON: &str = r#"{"error":"invalid heartbeat json"}"#;

@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::pbjson::LoadMetrics;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// The key for `name`'s published load.
 pub fn key(namespace: &str, name: &str) -> String {

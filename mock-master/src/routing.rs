@@ -19,8 +19,9 @@ use axum::Router;
 use serde_json::{json, Value};
 
 use crate::body::{read_capped, BodyError};
+use crate::error::ApiError;
 use crate::pbjson::LoadMetrics;
-use crate::server::{ApiError, AppState};
+use crate::state::AppState;
 
 /// How long `/v1/models` waits for each instance.
 const MODELS_TIMEOUT: Duration = Duration::from_secs(3);
