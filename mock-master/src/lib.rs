@@ -10,8 +10,11 @@
 //!   [`etcd::EtcdClient::watch`].
 //! - [`watch`]: range + watch + resume-from-revision + re-list, feeding the registry:
 //!   [`watch::Watcher::run`].
-//! - [`registry`]: the instance state machine (ACTIVE, LEASE_LOST, SUSPECT,
-//!   deregistered), pure and I/O-free: [`registry::Registry::apply_put`].
+//! - [`instances`]: the instance state machine (ACTIVE, LEASE_LOST, SUSPECT,
+//!   deregistered), clock-free and I/O-free, time as an argument:
+//!   [`instances::Instances::apply_put`].
+//! - [`registry`]: that table under a lock and a real clock, its decisions reported as
+//!   events and metrics: [`registry::Registry::apply_put`].
 //! - [`probe`]: the `/health` probe a DELETE triggers: [`probe::Prober::healthy`].
 //! - [`pbjson`]: the heartbeat body under protobuf's JSON rules:
 //!   [`pbjson::HeartbeatRequest::from_json`].
@@ -57,6 +60,7 @@ pub mod error;
 pub mod etcd;
 pub mod fault;
 pub mod heartbeat;
+pub mod instances;
 pub mod loadmetrics;
 pub mod metrics;
 pub mod pbjson;
