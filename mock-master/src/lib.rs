@@ -22,6 +22,8 @@
 //! - [`body`]: the one capped request-body reader and the oversize guard:
 //!   [`body::read_capped`].
 //! - [`heartbeat`]: `POST /v1/internal/heartbeat`: [`heartbeat::handle`].
+//! - [`publish`]: what a LOADMETRICS round writes, decided without I/O:
+//!   [`publish::plan`].
 //! - [`loadmetrics`]: the periodic `XLLM:LOADMETRICS:` publisher: [`loadmetrics::run`].
 //! - [`routing`]: `/v1/models` and the completions proxy: [`routing::pick`].
 //! - [`metrics`]: the master's own Prometheus metrics: [`metrics::Metrics`].
@@ -65,6 +67,7 @@ pub mod loadmetrics;
 pub mod metrics;
 pub mod pbjson;
 pub mod probe;
+pub mod publish;
 pub mod registry;
 pub mod routing;
 pub mod server;
