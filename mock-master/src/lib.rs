@@ -21,11 +21,14 @@
 //! - [`auth`]: the rotatable internal token, compared in constant time: [`auth::Token`].
 //! - [`body`]: the one capped request-body reader and the oversize guard:
 //!   [`body::read_capped`].
-//! - [`heartbeat`]: `POST /v1/internal/heartbeat`: [`heartbeat::handle`].
+//! - [`beat`]: the heartbeat table (answers, body checks, 409), without I/O:
+//!   [`beat::read_request`].
+//! - [`heartbeat`]: `POST /v1/internal/heartbeat`, the HTTP shell: [`heartbeat::handle`].
 //! - [`publish`]: what a LOADMETRICS round writes, decided without I/O:
 //!   [`publish::plan`].
 //! - [`loadmetrics`]: the periodic `XLLM:LOADMETRICS:` publisher: [`loadmetrics::run`].
-//! - [`routing`]: `/v1/models` and the completions proxy: [`routing::pick`].
+//! - [`pick`]: which routable instance a request goes to, without I/O: [`pick::pick`].
+//! - [`routing`]: `/v1/models` and the completions proxy: [`routing::routes`].
 //! - [`metrics`]: the master's own Prometheus metrics: [`metrics::Metrics`].
 //! - [`fault`]: the [`Fault`] type and its streaming `POST /_mock/faults` decoder:
 //!   [`fault::FaultPost`].
@@ -55,6 +58,7 @@
 //! over, [`watch::Watcher`] notices the lower header revision, re-lists and re-watches.
 
 pub mod auth;
+pub mod beat;
 pub mod body;
 pub mod config;
 pub mod control;
@@ -66,6 +70,7 @@ pub mod instances;
 pub mod loadmetrics;
 pub mod metrics;
 pub mod pbjson;
+pub mod pick;
 pub mod probe;
 pub mod publish;
 pub mod registry;
