@@ -8,6 +8,8 @@
 //!
 //! - [`etcd`]: a small v3 JSON gateway client (range, put, delete, streaming watch):
 //!   [`etcd::EtcdClient::watch`].
+//! - [`follow`]: the rules of following etcd, without I/O (new events, revision reset,
+//!   compaction, what a key means): [`follow::Cursor::on_response`].
 //! - [`watch`]: range + watch + resume-from-revision + re-list, feeding the registry:
 //!   [`watch::Watcher::run`].
 //! - [`instances`]: the instance state machine (ACTIVE, LEASE_LOST, SUSPECT,
@@ -65,6 +67,7 @@ pub mod control;
 pub mod error;
 pub mod etcd;
 pub mod fault;
+pub mod follow;
 pub mod heartbeat;
 pub mod instances;
 pub mod loadmetrics;
