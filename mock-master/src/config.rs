@@ -11,7 +11,7 @@ use std::time::Duration;
 pub struct Config {
     pub listen: SocketAddr,
     pub etcd_endpoints: Vec<String>,
-    /// Normalized by [`start`] (contract §1): `foo` -> `/foo/`, `///` -> ``.
+    /// Normalized by [`crate::start`] (contract §1): `foo` -> `/foo/`, `///` -> ``.
     pub etcd_namespace: String,
     /// `X-Internal-Token` heartbeats must carry; `None` (or empty) checks nothing.
     pub token: Option<String>,
