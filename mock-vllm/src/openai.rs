@@ -79,13 +79,15 @@ fn missing(shared: &Shared, field: &str) -> ApiError {
     )
 }
 
-fn opt_u32(shared: &Shared, v: &Value, field: &str) -> Result<Option<u32>, ApiError> {
+/// An optional integer field. pydantic takes any integer; vLLM checks the range later
+/// (in `SamplingParams`), so the value is kept as sent (beyond i64: saturated).
+fn opt_int(shared: &Shared, v: &Value, field: &str) -> Result<Option<i64>, ApiError> {
     match v.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(x) => match x.as_u64() {
-            Some(n) => Ok(Some(n.min(u32::MAX as u64) as u32)),
-            None if x.as_i64().is_some() => Ok(Some(0)),
-            None => Err(type_error(shared, field, "integer", x)),
+        Some(x) => match (x.as_i64(), x.as_u64()) {
+            (Some(n), _) => Ok(Some(n)),
+            (None, Some(_)) => Ok(Some(i64::MAX)),
+            (None, None) => Err(type_error(shared, field, "integer", x)),
         },
     }
 }
@@ -185,6 +187,45 @@ fn messages_of(shared: &Shared, v: &Value) -> Result<(u32, u64), ApiError> {
     Ok((tokens.min(u32::MAX as u64) as u32, fnv(text.as_bytes())))
 }
 
+/// `SamplingParams._verify_args` for the fields the fake reads, in vLLM's order and
+/// words (the value as received), then the fake's own limit of one choice per request.
+/// Answers the output cap, now known to be at least 1.
+fn sampling_checks(
+    shared: &Shared,
+    n: i64,
+    max_tokens: i64,
+    min_tokens: i64,
+) -> Result<u32, ApiError> {
+    if n < 1 {
+        return Err(bad(shared, format!("n must be at least 1, got {n}.")));
+    }
+    if max_tokens < 1 {
+        return Err(bad(
+            shared,
+            format!("max_tokens must be at least 1, got {max_tokens}."),
+        ));
+    }
+    if min_tokens < 0 {
+        return Err(bad(
+            shared,
+            format!("min_tokens must be greater than or equal to 0, got {min_tokens}."),
+        ));
+    }
+    if min_tokens > max_tokens {
+        return Err(bad(
+            shared,
+            format!("min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}."),
+        ));
+    }
+    if n != 1 {
+        return Err(bad(
+            shared,
+            format!("mock-vllm supports n=1 only, got n={n}."),
+        ));
+    }
+    Ok(u32::try_from(max_tokens).unwrap_or(u32::MAX))
+}
+
 fn parse(shared: &Shared, api: Api, bytes: &[u8]) -> Result<Req, ApiError> {
     let v: Value = serde_json::from_slice(bytes).map_err(|e| {
         bad(shared, format!("[{{'type': 'json_invalid', 'loc': ('body', {}), 'msg': 'JSON decode error', 'ctx': {{'error': '{e}'}}}}]", e.column()))
@@ -194,7 +235,8 @@ fn parse(shared: &Shared, api: Api, bytes: &[u8]) -> Result<Req, ApiError> {
     }
     match v.get("model") {
         None | Some(Value::Null) => {}
-        Some(Value::String(m)) if *m == shared.cfg.model => {}
+        // vLLM serves an empty name as its own model (`_is_model_supported`).
+        Some(Value::String(m)) if m.is_empty() || *m == shared.cfg.model => {}
         Some(Value::String(m)) => {
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -208,22 +250,14 @@ fn parse(shared: &Shared, api: Api, bytes: &[u8]) -> Result<Req, ApiError> {
         Api::Completions => prompt_of(shared, &v)?,
         Api::Chat => messages_of(shared, &v)?,
     };
-    let mut max_tokens_param = opt_u32(shared, &v, "max_tokens")?;
+    let mut max_tokens_param = opt_int(shared, &v, "max_tokens")?;
     if api == Api::Chat {
-        if let Some(m) = opt_u32(shared, &v, "max_completion_tokens")? {
+        if let Some(m) = opt_int(shared, &v, "max_completion_tokens")? {
             max_tokens_param = Some(m);
         }
     }
-    if let Some(0) = max_tokens_param {
-        return Err(bad(shared, "max_tokens must be at least 1, got 0."));
-    }
-    let n = opt_u32(shared, &v, "n")?.unwrap_or(1);
-    if n != 1 {
-        return Err(bad(
-            shared,
-            format!("mock-vllm supports n=1 only, got n={n}."),
-        ));
-    }
+    let n = opt_int(shared, &v, "n")?.unwrap_or(1);
+    let min_tokens = opt_int(shared, &v, "min_tokens")?.unwrap_or(0);
     let stream = opt_bool(shared, &v, "stream")?;
     let include_usage = match v.get("stream_options") {
         None | Some(Value::Null) => false,
@@ -250,20 +284,18 @@ fn parse(shared: &Shared, api: Api, bytes: &[u8]) -> Result<Req, ApiError> {
     let max_tokens = match (max_tokens_param, api) {
         (Some(m), _) => m,
         (None, Api::Completions) => 16,
-        (None, Api::Chat) => max_len - prompt_tokens,
+        (None, Api::Chat) => (max_len - prompt_tokens) as i64,
     };
-    if prompt_tokens as u64 + max_tokens as u64 > max_len as u64 {
+    let requested = (prompt_tokens as i64).saturating_add(max_tokens);
+    if requested > max_len as i64 {
         return Err(bad(
             shared,
-            format!(
-                "This model's maximum context length is {max_len} tokens. However, you requested {} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). Please reduce the length of the messages or completion.",
-                prompt_tokens as u64 + max_tokens as u64
-            ),
+            format!("This model's maximum context length is {max_len} tokens. However, you requested {requested} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). Please reduce the length of the messages or completion."),
         ));
     }
-    let min_tokens = opt_u32(shared, &v, "min_tokens")?
-        .unwrap_or(0)
-        .min(max_tokens);
+    let max_tokens = sampling_checks(shared, n, max_tokens, min_tokens)?;
+    let max_tokens_param = max_tokens_param.map(|_| max_tokens);
+    let min_tokens = min_tokens.clamp(0, max_tokens as i64) as u32;
     let ignore_eos = opt_bool(shared, &v, "ignore_eos")?;
     Ok(Req {
         prompt_tokens,
@@ -445,18 +477,10 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
             nested,
         ));
     }
-    let bytes = axum::body::to_bytes(body, shared.cfg.max_body_bytes)
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "Request body too large or unreadable (limit {} bytes).",
-                    shared.cfg.max_body_bytes
-                ),
-                nested,
-            )
-        })?;
+    let bytes = match axum::body::to_bytes(body, shared.cfg.max_body_bytes).await {
+        Ok(b) => b,
+        Err(e) => return Ok(body_error(&shared, &e)),
+    };
     let req = parse(&shared, api, &bytes)?;
 
     let core = shared.core();
@@ -613,6 +637,36 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
     inflight.finish(plan.reason, &finished);
     let body = plan.full_body();
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// The answer to a body that could not be read. Broken HTTP framing (a bad chunk size,
+/// a body cut short) is what uvicorn answers itself, before the app: 400 in plain text,
+/// connection closed. Anything else is the fake's own size cap: 413, vLLM-shaped.
+fn body_error(shared: &Shared, e: &axum::Error) -> Response {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<hyper::Error>() {
+            return (
+                StatusCode::BAD_REQUEST,
+                [
+                    (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+                    (header::CONNECTION, "close"),
+                ],
+                "Invalid HTTP request received.",
+            )
+                .into_response();
+        }
+        source = err.source();
+    }
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "Request body too large (limit {} bytes).",
+            shared.cfg.max_body_bytes
+        ),
+        shared.cfg.dialect.nested_errors(),
+    )
+    .into_response()
 }
 
 /// Sleep until `at`, without touching the timer wheel when it is already due.
