@@ -16,7 +16,9 @@ pub enum Dialect {
     /// 0.11: `vllm:kv_cache_usage_perc`, `vllm:inter_token_latency_seconds`,
     /// `vllm:request_time_per_output_token_seconds`; the deprecated names are gone.
     V0_11,
-    /// OpenMetrics 1.0 text (the v0.11 families), its content type and `# EOF`.
+    /// What a 0.11 server answers a scraper that asks for OpenMetrics 1.0: the v0.11
+    /// registry (runtime, `vllm:*`, `http_*`, `_created`) in prometheus_client's
+    /// OpenMetrics writer, its content type and `# EOF`.
     OpenMetrics,
 }
 

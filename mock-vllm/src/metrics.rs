@@ -4,7 +4,9 @@
 //! Orders, names, help texts and label sets follow `vllm/engine/metrics.py` (v0) and
 //! `vllm/v1/metrics/loggers.py` (0.10, 0.11) plus the default `prometheus_client`
 //! collectors (`python_*`, `process_*`) and prometheus-fastapi-instrumentator (`http_*`),
-//! as on the real page in `shared/fixtures/vllm-0.10-metrics.txt`.
+//! as on the real page in `shared/fixtures/vllm-0.10-metrics.txt`. The OpenMetrics
+//! dialect is what a vLLM 0.11 answers a scraper that asks for OpenMetrics (its
+//! prometheus_client negotiates by `Accept`): the same registry in the other format.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -256,17 +258,14 @@ pub(crate) fn render(shared: &Shared, nonfinite: bool) -> (String, &'static str)
         nonfinite,
         overrides,
     };
+    // The OpenMetrics page is the same registry as v0.11's, negotiated by `Accept`.
     let mut fams = Vec::new();
-    if dialect != Dialect::OpenMetrics {
-        runtime_families(shared, &core, dialect, &mut fams);
-    }
+    runtime_families(shared, &core, dialect, &mut fams);
     match dialect {
         Dialect::V0 => v0_families(&ctx, &mut fams),
         _ => v1_families(&ctx, &mut fams),
     }
-    if dialect != Dialect::OpenMetrics {
-        http_families(&core, dialect, &mut fams);
-    }
+    http_families(&core, dialect, &mut fams);
     let mut out = String::with_capacity(48 * 1024);
     if dialect == Dialect::OpenMetrics {
         render_openmetrics(&fams, &mut out);

@@ -152,6 +152,62 @@ async fn openmetrics_passes_the_strict_parser() {
     assert!(out.contains("vllm:num_requests_waiting gauge"));
     assert!(out.contains("vllm:request_success counter"));
     assert!(out.contains("vllm:time_to_first_token_seconds histogram"));
+    // The whole v0.11 registry, as prometheus_client's OpenMetrics writer has it.
+    for family in [
+        "process_cpu_seconds counter",
+        "process_resident_memory_bytes gauge",
+        "python_gc_collections counter",
+        "http_requests counter",
+        "http_request_duration_seconds histogram",
+    ] {
+        assert!(out.contains(family), "{family}");
+    }
+    let (text_page, _) = page_after_traffic(Dialect::V0_11, 1).await;
+    let text_families = python(FAMILIES_TEXT, &text_page).unwrap().unwrap();
+    let without_created: Vec<&str> = text_families
+        .lines()
+        .filter(|l| !l.contains("_created "))
+        .collect();
+    assert_eq!(out.lines().collect::<Vec<_>>(), without_created);
+    // `_created` right after each child's own samples, counts written as floats.
+    assert!(page
+        .contains("vllm:time_to_first_token_seconds_sum{engine=\"0\",model_name=\"mock-model\"} "));
+    let lines: Vec<&str> = page.lines().collect();
+    let sum_at = lines
+        .iter()
+        .position(|l| l.starts_with("vllm:time_to_first_token_seconds_sum{"))
+        .unwrap();
+    assert!(lines[sum_at + 1].starts_with("vllm:time_to_first_token_seconds_created{engine=\"0\""));
+    assert!(page.contains("vllm:request_success_total{engine=\"0\",finished_reason=\"length\",model_name=\"mock-model\"} 2.0\n"));
+    assert!(page.contains(
+        "vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"mock-model\"} 2.0\n"
+    ));
+}
+
+/// Each page is what prometheus_client itself would write: parsed and written back by
+/// the real library (its parser and writer of that format), it comes back unchanged.
+#[tokio::test]
+async fn pages_survive_a_prometheus_client_round_trip() {
+    for (dialect, script) in [
+        (Dialect::V0, ROUNDTRIP_TEXT),
+        (Dialect::V0_10, ROUNDTRIP_TEXT),
+        (Dialect::V0_11, ROUNDTRIP_TEXT),
+        (Dialect::OpenMetrics, ROUNDTRIP_OPENMETRICS),
+    ] {
+        let engines = if dialect == Dialect::V0 { 1 } else { 2 };
+        let (page, _) = page_after_traffic(dialect, engines).await;
+        let Some(back) = python(script, &page) else {
+            return;
+        };
+        let back = back.unwrap_or_else(|e| panic!("{dialect}: {e}"));
+        let (ours, theirs) = (new_exponents(&page), new_exponents(&back));
+        for (i, (a, b)) in ours.lines().zip(theirs.lines()).enumerate() {
+            // The text parser drops a help text's trailing space (the instrumentator's
+            // help texts end in one, on the real page too).
+            assert_eq!(a.trim_end(), b.trim_end(), "{dialect}: line {}", i + 1);
+        }
+        assert_eq!(ours.lines().count(), theirs.lines().count(), "{dialect}");
+    }
 }
 
 #[tokio::test]
