@@ -9,7 +9,8 @@
 //! - [`server`]: [`start`] binds and serves; [`MockVllm`] is the handle (stop, crash,
 //!   restart, health, faults, gauge overrides, state). Owns the accept loop.
 //! - [`routes`]: the router, `/health`, `/v1/models`, `/version`, `/metrics` + its faults.
-//! - [`openai`]: `/v1/completions` and `/v1/chat/completions`, plain and SSE.
+//! - [`openai`]: `/v1/completions` and `/v1/chat/completions`, plain and SSE;
+//!   [`request`]: their bodies decoded without a JSON tree ([`request::fields`]).
 //! - [`engine`]: the load model of one engine: slots, FIFO queue, KV cache, latencies
 //!   ([`engine::Engine::admit`]).
 //! - [`stats`]: counters and histograms of what really happened
@@ -28,6 +29,7 @@ pub mod exposition;
 pub mod faults;
 pub mod metrics;
 pub mod openai;
+pub mod request;
 pub mod routes;
 pub mod server;
 pub mod stats;

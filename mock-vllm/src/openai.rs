@@ -13,17 +13,17 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::engine::{Admit, Engine, Slot};
 use crate::error::ApiError;
 use crate::faults::Fault;
 use crate::metrics::epoch_secs;
+use crate::request::{self, BodyError, Fields, Messages, Prompt};
 use crate::server::Shared;
 use crate::stats::{FinishReason, Finished};
-use crate::tokenizer::{
-    count_tokens, token_text, CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_REPLY_PRIMER,
-};
+use crate::tokenizer::token_text;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Api {
@@ -64,8 +64,8 @@ fn bad(shared: &Shared, msg: impl Into<String>) -> ApiError {
     )
 }
 
-/// pydantic's message for a field of the wrong type, as vLLM relays it.
-fn type_error(shared: &Shared, field: &str, expected: &str, got: &Value) -> ApiError {
+/// pydantic's message for a field of the wrong type, as vLLM relays it (`got` quoted).
+fn type_error(shared: &Shared, field: &str, expected: &str, got: &str) -> ApiError {
     bad(
         shared,
         format!("[{{'type': '{expected}_type', 'loc': ('body', '{field}'), 'msg': 'Input should be a valid {expected}', 'input': {got}}}]"),
@@ -79,112 +79,120 @@ fn missing(shared: &Shared, field: &str) -> ApiError {
     )
 }
 
+/// A scalar field's value (`None` for JSON null); a list or an object is a type error
+/// and is never decoded.
+fn scalar(
+    shared: &Shared,
+    raw: &RawValue,
+    field: &str,
+    expected: &str,
+) -> Result<Option<Value>, ApiError> {
+    let wrong = || type_error(shared, field, expected, &request::quote(raw));
+    if request::is_container(raw) {
+        return Err(wrong());
+    }
+    match serde_json::from_str::<Value>(raw.get()) {
+        Ok(Value::Null) => Ok(None),
+        Ok(v) => Ok(Some(v)),
+        Err(_) => Err(wrong()),
+    }
+}
+
 /// An optional integer field. pydantic takes any integer; vLLM checks the range later
 /// (in `SamplingParams`), so the value is kept as sent (beyond i64: saturated).
-fn opt_int(shared: &Shared, v: &Value, field: &str) -> Result<Option<i64>, ApiError> {
-    match v.get(field) {
-        None | Some(Value::Null) => Ok(None),
+fn opt_int(shared: &Shared, raw: Option<&RawValue>, field: &str) -> Result<Option<i64>, ApiError> {
+    let Some(raw) = raw else { return Ok(None) };
+    match scalar(shared, raw, field, "integer")? {
+        None => Ok(None),
         Some(x) => match (x.as_i64(), x.as_u64()) {
             (Some(n), _) => Ok(Some(n)),
             (None, Some(_)) => Ok(Some(i64::MAX)),
-            (None, None) => Err(type_error(shared, field, "integer", x)),
+            (None, None) => Err(type_error(shared, field, "integer", &x.to_string())),
         },
     }
 }
 
-fn opt_bool(shared: &Shared, v: &Value, field: &str) -> Result<bool, ApiError> {
-    match v.get(field) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(x) => Err(type_error(shared, field, "boolean", x)),
+fn opt_bool(shared: &Shared, raw: Option<&RawValue>, field: &str) -> Result<bool, ApiError> {
+    let Some(raw) = raw else { return Ok(false) };
+    match scalar(shared, raw, field, "boolean")? {
+        None => Ok(false),
+        Some(Value::Bool(b)) => Ok(b),
+        Some(x) => Err(type_error(shared, field, "boolean", &x.to_string())),
     }
-}
-
-fn fnv(data: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in data {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
 }
 
 /// Prompt tokens and a hash (for the prefix cache) of a completions `prompt`.
-fn prompt_of(shared: &Shared, v: &Value) -> Result<(u32, u64), ApiError> {
-    let p = v.get("prompt").ok_or_else(|| missing(shared, "prompt"))?;
-    let single = match p {
-        Value::Array(items) if items.len() == 1 => match items.first() {
-            Some(x) if !x.is_number() => x,
-            _ => p,
-        },
-        other => other,
-    };
-    match single {
-        Value::String(s) => Ok((count_tokens(s), fnv(s.as_bytes()))),
-        Value::Array(ids) if !ids.is_empty() && ids.iter().all(|t| t.as_u64().is_some()) => {
-            Ok((ids.len().min(u32::MAX as usize) as u32, fnv(single.to_string().as_bytes())))
-        }
-        Value::Array(items) if items.is_empty() => Err(bad(shared, "Prompt cannot be empty.")),
-        Value::Array(_) => Err(bad(
+fn prompt_of(shared: &Shared, f: &Fields) -> Result<(u32, u64), ApiError> {
+    let raw = f.prompt.ok_or_else(|| missing(shared, "prompt"))?;
+    match request::prompt(raw) {
+        Prompt::One { tokens, hash } => Ok((tokens, hash)),
+        Prompt::Empty => Err(bad(shared, "Prompt cannot be empty.")),
+        Prompt::Several => Err(bad(
             shared,
             "mock-vllm serves one prompt per request: prompt must be a string, a list of token ids, or a one-element list of either",
         )),
-        other => Err(type_error(shared, "prompt", "string", other)),
+        Prompt::WrongType(got) => Err(type_error(shared, "prompt", "string", &got)),
     }
 }
 
 /// Prompt tokens of chat `messages` under the mock chat template.
-fn messages_of(shared: &Shared, v: &Value) -> Result<(u32, u64), ApiError> {
-    let msgs = v
-        .get("messages")
-        .ok_or_else(|| missing(shared, "messages"))?;
-    let Value::Array(msgs) = msgs else {
-        return Err(type_error(shared, "messages", "list", msgs));
-    };
-    if msgs.is_empty() {
-        return Err(bad(shared, "messages must contain at least one message"));
+fn messages_of(shared: &Shared, f: &Fields) -> Result<(u32, u64), ApiError> {
+    let raw = f.messages.ok_or_else(|| missing(shared, "messages"))?;
+    match request::messages(raw) {
+        Messages::Ok { tokens, hash } => Ok((tokens, hash)),
+        Messages::NotAList => Err(type_error(shared, "messages", "list", &request::quote(raw))),
+        Messages::Empty => Err(bad(shared, "messages must contain at least one message")),
+        Messages::MissingRole(i) => Err(bad(
+            shared,
+            format!("[{{'type': 'missing', 'loc': ('body', 'messages', {i}, 'role'), 'msg': 'Field required'}}]"),
+        )),
+        Messages::NonTextPart(i) => Err(bad(
+            shared,
+            format!("messages[{i}]: only text content parts are supported"),
+        )),
+        Messages::ContentType(got) => Err(type_error(shared, "content", "string", &got)),
     }
-    let mut tokens: u64 = CHAT_TOKENS_REPLY_PRIMER as u64;
-    let mut text = String::new();
-    for (i, m) in msgs.iter().enumerate() {
-        let role = m.get("role").and_then(Value::as_str).ok_or_else(|| {
-            bad(shared, format!("[{{'type': 'missing', 'loc': ('body', 'messages', {i}, 'role'), 'msg': 'Field required'}}]"))
-        })?;
-        let content = match m.get("content") {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(parts)) => {
-                let mut s = String::new();
-                for part in parts {
-                    match part.get("text").and_then(Value::as_str) {
-                        Some(t) => {
-                            s.push_str(t);
-                            s.push(' ');
-                        }
-                        None => {
-                            return Err(bad(
-                                shared,
-                                format!("messages[{i}]: only text content parts are supported"),
-                            ))
-                        }
-                    }
-                }
-                s
-            }
-            Some(other) => return Err(type_error(shared, "content", "string", other)),
-        };
-        tokens += CHAT_TOKENS_PER_MESSAGE as u64
-            + if content.trim().is_empty() {
-                0
-            } else {
-                count_tokens(&content) as u64
-            };
-        text.push_str(role);
-        text.push('\u{1}');
-        text.push_str(&content);
-        text.push('\u{2}');
+}
+
+/// `model`: absent, null, empty or the served name; another name is 404.
+fn check_model(shared: &Shared, raw: Option<&RawValue>) -> Result<(), ApiError> {
+    let Some(raw) = raw else { return Ok(()) };
+    match scalar(shared, raw, "model", "string")? {
+        None => Ok(()),
+        // vLLM serves an empty name as its own model (`_is_model_supported`).
+        Some(Value::String(m)) if m.is_empty() || m == shared.cfg.model => Ok(()),
+        Some(Value::String(m)) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("The model `{m}` does not exist."),
+            shared.cfg.dialect.nested_errors(),
+        )),
+        Some(other) => Err(type_error(shared, "model", "string", &other.to_string())),
     }
-    Ok((tokens.min(u32::MAX as u64) as u32, fnv(text.as_bytes())))
+}
+
+/// `stream_options.include_usage`; the options need `stream`.
+fn include_usage(shared: &Shared, raw: Option<&RawValue>, stream: bool) -> Result<bool, ApiError> {
+    let Some(raw) = raw else { return Ok(false) };
+    if raw.get() == "null" {
+        return Ok(false);
+    }
+    if !raw.get().starts_with('{') {
+        return Err(type_error(
+            shared,
+            "stream_options",
+            "dictionary",
+            &request::quote(raw),
+        ));
+    }
+    if !stream {
+        return Err(bad(
+            shared,
+            "Stream options can only be defined when `stream=True`.",
+        ));
+    }
+    Ok(request::member(raw, "include_usage")
+        .and_then(|u| serde_json::from_str::<bool>(u.get()).ok())
+        .unwrap_or(false))
 }
 
 /// `SamplingParams._verify_args` for the fields the fake reads, in vLLM's order and
@@ -227,53 +235,25 @@ fn sampling_checks(
 }
 
 fn parse(shared: &Shared, api: Api, bytes: &[u8]) -> Result<Req, ApiError> {
-    let v: Value = serde_json::from_slice(bytes).map_err(|e| {
-        bad(shared, format!("[{{'type': 'json_invalid', 'loc': ('body', {}), 'msg': 'JSON decode error', 'ctx': {{'error': '{e}'}}}}]", e.column()))
+    let f = request::fields(bytes).map_err(|e| match e {
+        BodyError::Json(e) => bad(shared, format!("[{{'type': 'json_invalid', 'loc': ('body', {}), 'msg': 'JSON decode error', 'ctx': {{'error': '{e}'}}}}]", e.column())),
+        BodyError::NotObject => bad(shared, "[{'type': 'model_attributes_type', 'loc': ('body',), 'msg': 'Input should be a valid dictionary or object to extract fields from'}]"),
     })?;
-    if !v.is_object() {
-        return Err(bad(shared, "[{'type': 'model_attributes_type', 'loc': ('body',), 'msg': 'Input should be a valid dictionary or object to extract fields from'}]"));
-    }
-    match v.get("model") {
-        None | Some(Value::Null) => {}
-        // vLLM serves an empty name as its own model (`_is_model_supported`).
-        Some(Value::String(m)) if m.is_empty() || *m == shared.cfg.model => {}
-        Some(Value::String(m)) => {
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("The model `{m}` does not exist."),
-                shared.cfg.dialect.nested_errors(),
-            ))
-        }
-        Some(other) => return Err(type_error(shared, "model", "string", other)),
-    }
+    check_model(shared, f.model)?;
     let (prompt_tokens, prompt_hash) = match api {
-        Api::Completions => prompt_of(shared, &v)?,
-        Api::Chat => messages_of(shared, &v)?,
+        Api::Completions => prompt_of(shared, &f)?,
+        Api::Chat => messages_of(shared, &f)?,
     };
-    let mut max_tokens_param = opt_int(shared, &v, "max_tokens")?;
+    let mut max_tokens_param = opt_int(shared, f.max_tokens, "max_tokens")?;
     if api == Api::Chat {
-        if let Some(m) = opt_int(shared, &v, "max_completion_tokens")? {
+        if let Some(m) = opt_int(shared, f.max_completion_tokens, "max_completion_tokens")? {
             max_tokens_param = Some(m);
         }
     }
-    let n = opt_int(shared, &v, "n")?.unwrap_or(1);
-    let min_tokens = opt_int(shared, &v, "min_tokens")?.unwrap_or(0);
-    let stream = opt_bool(shared, &v, "stream")?;
-    let include_usage = match v.get("stream_options") {
-        None | Some(Value::Null) => false,
-        Some(o) if o.is_object() => {
-            if !stream {
-                return Err(bad(
-                    shared,
-                    "Stream options can only be defined when `stream=True`.",
-                ));
-            }
-            o.get("include_usage")
-                .and_then(Value::as_bool)
-                .unwrap_or(false)
-        }
-        Some(other) => return Err(type_error(shared, "stream_options", "dictionary", other)),
-    };
+    let n = opt_int(shared, f.n, "n")?.unwrap_or(1);
+    let min_tokens = opt_int(shared, f.min_tokens, "min_tokens")?.unwrap_or(0);
+    let stream = opt_bool(shared, f.stream, "stream")?;
+    let include_usage = include_usage(shared, f.stream_options, stream)?;
     let max_len = shared.cfg.max_model_len;
     if prompt_tokens >= max_len && max_tokens_param.is_none() || prompt_tokens > max_len {
         return Err(bad(
@@ -296,7 +276,7 @@ fn parse(shared: &Shared, api: Api, bytes: &[u8]) -> Result<Req, ApiError> {
     let max_tokens = sampling_checks(shared, n, max_tokens, min_tokens)?;
     let max_tokens_param = max_tokens_param.map(|_| max_tokens);
     let min_tokens = min_tokens.clamp(0, max_tokens as i64) as u32;
-    let ignore_eos = opt_bool(shared, &v, "ignore_eos")?;
+    let ignore_eos = opt_bool(shared, f.ignore_eos, "ignore_eos")?;
     Ok(Req {
         prompt_tokens,
         prompt_hash,
