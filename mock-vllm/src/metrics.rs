@@ -125,6 +125,41 @@ impl Ctx<'_> {
         f
     }
 
+    // The families the sidecar reads (contract §4), shared by every dialect that has them.
+    fn waiting(&self) -> Family {
+        self.gauge(
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            |e| e.waiting,
+            f64::NAN,
+        )
+    }
+
+    fn kv_usage(&self) -> Family {
+        self.gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            |e| e.kv,
+            f64::INFINITY,
+        )
+    }
+
+    fn ttft(&self) -> Family {
+        self.histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            |s| &s.h_ttft,
+        )
+    }
+
+    fn itl(&self) -> Family {
+        self.histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            |s| &s.h_itl,
+        )
+    }
+
     fn success(&self) -> Family {
         let mut f = Family::new(
             "vllm:request_success",
@@ -260,12 +295,19 @@ pub(crate) fn render(shared: &Shared, nonfinite: bool) -> (String, &'static str)
     };
     // The OpenMetrics page is the same registry as v0.11's, negotiated by `Accept`.
     let mut fams = Vec::new();
-    runtime_families(shared, &core, dialect, &mut fams);
     match dialect {
-        Dialect::V0 => v0_families(&ctx, &mut fams),
-        _ => v1_families(&ctx, &mut fams),
+        Dialect::Compact => compact_families(&ctx, &mut fams),
+        Dialect::V0 => {
+            runtime_families(shared, &core, dialect, &mut fams);
+            v0_families(&ctx, &mut fams);
+            http_families(&core, dialect, &mut fams);
+        }
+        Dialect::V0_10 | Dialect::V0_11 | Dialect::OpenMetrics => {
+            runtime_families(shared, &core, dialect, &mut fams);
+            v1_families(&ctx, &mut fams);
+            http_families(&core, dialect, &mut fams);
+        }
     }
-    http_families(&core, dialect, &mut fams);
     let mut out = String::with_capacity(48 * 1024);
     if dialect == Dialect::OpenMetrics {
         render_openmetrics(&fams, &mut out);
@@ -284,12 +326,7 @@ fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
         |e| e.running,
         f64::NEG_INFINITY,
     ));
-    out.push(c.gauge(
-        "vllm:num_requests_waiting",
-        "Number of requests waiting to be processed.",
-        |e| e.waiting,
-        f64::NAN,
-    ));
+    out.push(c.waiting());
     if v10 {
         out.push(c.gauge(
             "vllm:gpu_cache_usage_perc",
@@ -308,12 +345,7 @@ fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
             |s| s.prefix_hits,
         ));
     }
-    out.push(c.gauge(
-        "vllm:kv_cache_usage_perc",
-        "KV-cache usage. 1 means 100 percent usage.",
-        |e| e.kv,
-        f64::INFINITY,
-    ));
+    out.push(c.kv_usage());
     out.push(c.counter(
         "vllm:prefix_cache_queries",
         "Prefix cache queries, in terms of number of queried tokens.",
@@ -370,11 +402,7 @@ fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
         "Histogram of the max_tokens request parameter.",
         |s| &s.h_max_tokens,
     ));
-    out.push(c.histogram(
-        "vllm:time_to_first_token_seconds",
-        "Histogram of time to first token in seconds.",
-        |s| &s.h_ttft,
-    ));
+    out.push(c.ttft());
     if v10 {
         out.push(c.histogram(
             "vllm:time_per_output_token_seconds",
@@ -382,11 +410,7 @@ fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
             |s| &s.h_itl,
         ));
     } else {
-        out.push(c.histogram(
-            "vllm:inter_token_latency_seconds",
-            "Histogram of inter-token latency in seconds.",
-            |s| &s.h_itl,
-        ));
+        out.push(c.itl());
         out.push(c.histogram(
             "vllm:request_time_per_output_token_seconds",
             "Histogram of time_per_output_token_seconds per request.",
@@ -395,6 +419,14 @@ fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
     }
     latency_families(c, "Histogram of e2e request latency in seconds.", out);
     out.push(c.cache_config_info());
+}
+
+/// The compact page: the four families the sidecar reads, as v0.11 writes them.
+fn compact_families(c: &Ctx, out: &mut Vec<Family>) {
+    out.push(c.waiting());
+    out.push(c.kv_usage());
+    out.push(c.ttft());
+    out.push(c.itl());
 }
 
 fn latency_families(c: &Ctx, e2e_help: &str, out: &mut Vec<Family>) {
@@ -428,12 +460,7 @@ fn v0_families(c: &Ctx, out: &mut Vec<Family>) {
         |e| e.running,
         f64::NEG_INFINITY,
     ));
-    out.push(c.gauge(
-        "vllm:num_requests_waiting",
-        "Number of requests waiting to be processed.",
-        |e| e.waiting,
-        f64::NAN,
-    ));
+    out.push(c.waiting());
     out.push(Family::new(
         "vllm:lora_requests_info",
         "Running stats on lora requests.",
@@ -500,11 +527,7 @@ fn v0_families(c: &Ctx, out: &mut Vec<Family>) {
         "Histogram of number of tokens per engine_step.",
         |s| &s.h_iteration,
     ));
-    out.push(c.histogram(
-        "vllm:time_to_first_token_seconds",
-        "Histogram of time to first token in seconds.",
-        |s| &s.h_ttft,
-    ));
+    out.push(c.ttft());
     out.push(c.histogram(
         "vllm:time_per_output_token_seconds",
         "Histogram of time per output token in seconds.",

@@ -193,6 +193,7 @@ async fn pages_survive_a_prometheus_client_round_trip() {
         (Dialect::V0_10, ROUNDTRIP_TEXT),
         (Dialect::V0_11, ROUNDTRIP_TEXT),
         (Dialect::OpenMetrics, ROUNDTRIP_OPENMETRICS),
+        (Dialect::Compact, ROUNDTRIP_TEXT),
     ] {
         let engines = if dialect == Dialect::V0 { 1 } else { 2 };
         let (page, _) = page_after_traffic(dialect, engines).await;
@@ -289,4 +290,69 @@ async fn counter_reset_zeroes_counters_and_moves_created() {
         start(&after)
     );
     server.stop().await;
+}
+
+/// The lines of `families` on a text page, sample values cut off.
+fn shape(page: &str, families: &[&str]) -> Vec<String> {
+    let ours = |name: &str| {
+        families
+            .iter()
+            .any(|f| name == *f || name.strip_prefix(f).is_some_and(|r| r.starts_with('_')))
+    };
+    page.lines()
+        .filter(|l| {
+            let name = match l.strip_prefix("# ") {
+                Some(c) => c.split(' ').nth(1).unwrap_or(""),
+                None => l.split(['{', ' ']).next().unwrap_or(""),
+            };
+            ours(name)
+        })
+        .map(|l| match l.starts_with('#') {
+            true => l.to_string(),
+            false => l.rsplit_once(' ').unwrap().0.to_string(),
+        })
+        .collect()
+}
+
+/// The compact page is the sidecar's four families of a v0.11 page, line for line, and
+/// nothing else; prometheus_client's parser reads it.
+#[tokio::test]
+async fn compact_has_only_what_the_sidecar_reads() {
+    const READ: [&str; 4] = [
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds",
+    ];
+    let (page, ct) = page_after_traffic(Dialect::Compact, 2).await;
+    assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8");
+    let (full, _) = page_after_traffic(Dialect::V0_11, 2).await;
+    assert_eq!(shape(&page, &READ), shape(&full, &READ));
+    assert_eq!(shape(&page, &READ).len(), page.lines().count(), "{page}");
+    eprintln!(
+        "compact {} bytes, v0.11 {} bytes (2 engines)",
+        page.len(),
+        full.len()
+    );
+    assert_eq!(
+        sample_sum(&page, "vllm:time_to_first_token_seconds_count"),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample_sum(&page, "vllm:inter_token_latency_seconds_count"),
+        Some(6.0)
+    );
+    assert!(page.contains("# TYPE vllm:inter_token_latency_seconds_created gauge\n"));
+    let Some(out) = python(FAMILIES_TEXT, &page) else {
+        return;
+    };
+    assert_eq!(
+        out.unwrap(),
+        "vllm:inter_token_latency_seconds histogram\n\
+         vllm:inter_token_latency_seconds_created gauge\n\
+         vllm:kv_cache_usage_perc gauge\n\
+         vllm:num_requests_waiting gauge\n\
+         vllm:time_to_first_token_seconds histogram\n\
+         vllm:time_to_first_token_seconds_created gauge\n"
+    );
 }
