@@ -8,6 +8,8 @@
 //! - [`config`]: [`Config`] (capacity, latency model, seed) and [`Dialect`].
 //! - [`server`]: [`start`] binds and serves; [`MockVllm`] is the handle (stop, crash,
 //!   restart, health, faults, gauge overrides, state). Owns the accept loop.
+//! - [`state`]: what handlers and handle share (`Shared`, the engines' `Core`,
+//!   [`Health`]) and the operations on it; no sockets.
 //! - [`routes`]: the router, `/health`, `/v1/models`, `/version`, `/metrics` + its faults.
 //! - [`openai`]: `/v1/completions` and `/v1/chat/completions`, plain and SSE;
 //!   [`request`]: their bodies decoded without a JSON tree ([`request::fields`]).
@@ -20,7 +22,10 @@
 //! - [`faults`]: [`Fault`]; [`waveform`]: [`Waveform`] for gauge overrides.
 //! - [`control`]: the `/_mock/*` API; [`error`]: vLLM-shaped error bodies.
 //! - [`tokenizer`]: the deterministic 4-characters-per-token rule.
+//! - [`clock`]: [`clock::epoch_secs`]; [`process`]: what `/proc/self` says (the
+//!   `process_*` families).
 
+pub mod clock;
 pub mod config;
 pub mod control;
 pub mod engine;
@@ -29,14 +34,17 @@ pub mod exposition;
 pub mod faults;
 pub mod metrics;
 pub mod openai;
+pub mod process;
 pub mod request;
 pub mod routes;
 pub mod server;
+pub mod state;
 pub mod stats;
 pub mod tokenizer;
 pub mod waveform;
 
 pub use config::{Config, Dialect};
 pub use faults::Fault;
-pub use server::{start, Health, MockVllm};
+pub use server::{start, MockVllm};
+pub use state::Health;
 pub use waveform::Waveform;

@@ -8,24 +8,15 @@
 //! dialect is what a vLLM 0.11 answers a scraper that asks for OpenMetrics (its
 //! prometheus_client negotiates by `Accept`): the same registry in the other format.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use crate::config::Dialect;
 use crate::exposition::{render_openmetrics, render_text, Child, Family, Kind, Labels};
-use crate::server::{lock, Core, Shared};
+use crate::process::process_view;
+use crate::state::{lock, Core, Shared};
 use crate::stats::{EngineStats, FinishReason, Hist};
 
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// Wall clock as epoch seconds (0 before 1970).
-pub fn epoch_secs() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
 
 /// One engine's gauges and a copy of its counters, read once per scrape.
 struct EngineView {
@@ -605,50 +596,6 @@ fn v0_families(c: &Ctx, out: &mut Vec<Family>) {
         Kind::Counter,
     ));
     out.push(c.cache_config_info());
-}
-
-/// What `/proc/self` says about this process (zeros where unreadable).
-#[derive(Default)]
-struct ProcessView {
-    vsize: f64,
-    rss: f64,
-    cpu_secs: f64,
-    open_fds: f64,
-    max_fds: f64,
-}
-
-fn process_view() -> ProcessView {
-    let mut p = ProcessView::default();
-    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
-        // Fields after the parenthesised command name; utime is field 14, stime 15,
-        // vsize 23, rss 24 (1-based over the whole line).
-        if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let num = |i: usize| f.get(i).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
-            let ticks = 100.0;
-            p.cpu_secs = (num(11) + num(12)) / ticks;
-            p.vsize = num(20);
-            p.rss = num(21) * 4096.0;
-        }
-    }
-    if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
-        p.open_fds = dir.count() as f64;
-    }
-    if let Ok(limits) = std::fs::read_to_string("/proc/self/limits") {
-        if let Some(l) = limits.lines().find(|l| l.starts_with("Max open files")) {
-            p.max_fds = l
-                .split_whitespace()
-                .nth(3)
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0.0);
-        }
-    }
-    p
-}
-
-/// CPU seconds this process has used so far.
-pub fn cpu_seconds() -> f64 {
-    process_view().cpu_secs
 }
 
 fn single(name: &str, help: &str, kind: Kind, value: f64) -> Family {

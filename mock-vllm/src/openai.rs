@@ -14,14 +14,14 @@ use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use crate::clock::epoch_secs;
 use crate::engine::{Admit, Engine, Slot};
 use crate::error::ApiError;
 use crate::faults::Fault;
-use crate::metrics::epoch_secs;
 use crate::request::{self, BodyError, Fields, Messages, Prompt};
-use crate::server::Shared;
+use crate::state::Shared;
 use crate::stats::{FinishReason, Finished};
 use crate::tokenizer::token_text;
 
@@ -432,21 +432,6 @@ impl Plan {
     }
 }
 
-fn fire_fault<R>(shared: &Shared, mut pick: impl FnMut(&Fault) -> Option<R>) -> Option<R> {
-    let mut which = None;
-    let r = shared.faults.fire(|f| {
-        let r = pick(f);
-        if r.is_some() {
-            which = Some(f.clone());
-        }
-        r
-    });
-    if let Some(f) = which {
-        shared.events.emit("fault", json!({"fault": f}));
-    }
-    r
-}
-
 async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, ApiError> {
     let arrival = Instant::now();
     let nested = shared.cfg.dialect.nested_errors();
@@ -479,7 +464,7 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
     let failing = if !armed {
         None
     } else {
-        fire_fault(&shared, |f| match f {
+        shared.fire(|f| match f {
             Fault::CompletionFail { fraction, status } if roll < *fraction => Some(*status),
             _ => None,
         })
@@ -531,16 +516,15 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
     };
 
     if armed
-        && fire_fault(&shared, |f| {
-            matches!(f, Fault::CompletionHang).then_some(())
-        })
-        .is_some()
+        && shared
+            .fire(|f| matches!(f, Fault::CompletionHang).then_some(()))
+            .is_some()
     {
         let _hold = inflight;
-        return Ok(crate::routes::hang().await);
+        return Ok(crate::faults::hang().await);
     }
     let drop_after = if armed {
-        fire_fault(&shared, |f| match f {
+        shared.fire(|f| match f {
             Fault::CompletionDrop { after_tokens } => Some(*after_tokens),
             _ => None,
         })

@@ -15,9 +15,9 @@ use bytes::Bytes;
 use rand::Rng;
 use serde_json::json;
 
+use crate::clock::epoch_secs;
 use crate::faults::Fault;
-use crate::metrics::epoch_secs;
-use crate::server::{lock, Health, Shared};
+use crate::state::{lock, Health, Shared};
 
 /// Every route of a server; the control API only when configured.
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
@@ -86,12 +86,6 @@ fn content_length(v: Option<&HeaderValue>) -> u64 {
         .unwrap_or(0)
 }
 
-/// Never answers; the connection goes when the client gives up or the server stops.
-pub(crate) async fn hang() -> Response {
-    std::future::pending::<()>().await;
-    StatusCode::INTERNAL_SERVER_ERROR.into_response()
-}
-
 async fn health(State(shared): State<Arc<Shared>>) -> Response {
     if shared.starting() {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
@@ -99,7 +93,7 @@ async fn health(State(shared): State<Arc<Shared>>) -> Response {
     match shared.health() {
         Health::Up => StatusCode::OK.into_response(),
         Health::Down => StatusCode::SERVICE_UNAVAILABLE.into_response(),
-        Health::Hang => hang().await,
+        Health::Hang => crate::faults::hang().await,
     }
 }
 
@@ -122,26 +116,6 @@ async fn version(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value> {
     Json(json!({"version": shared.cfg.dialect.version()}))
 }
 
-fn fired(shared: &Shared, f: &Fault) {
-    shared.events.emit("fault", json!({"fault": f}));
-}
-
-/// Arm-once helper: the first armed fault `pick` accepts, counted and reported.
-fn fire<R>(shared: &Shared, mut pick: impl FnMut(&Fault) -> Option<R>) -> Option<R> {
-    let mut which = None;
-    let r = shared.faults.fire(|f| {
-        let r = pick(f);
-        if r.is_some() {
-            which = Some(f.clone());
-        }
-        r
-    });
-    if let Some(f) = which {
-        fired(shared, &f);
-    }
-    r
-}
-
 const GARBAGE: [&str; 6] = [
     "this is not a metric",
     "vllm:num_requests_waiting{model_name=\"broken 1.0",
@@ -155,21 +129,25 @@ const GARBAGE: [&str; 6] = [
 const HUGE_CAP: usize = 256 * 1024 * 1024;
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
-    if let Some(status) = fire(&shared, |f| match f {
+    if let Some(status) = shared.fire(|f| match f {
         Fault::MetricsStatus { status } => Some(*status),
         _ => None,
     }) {
         let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         return (code, code.canonical_reason().unwrap_or("error").to_string()).into_response();
     }
-    if fire(&shared, |f| matches!(f, Fault::MetricsHang).then_some(())).is_some() {
-        return hang().await;
+    if shared
+        .fire(|f| matches!(f, Fault::MetricsHang).then_some(()))
+        .is_some()
+    {
+        return crate::faults::hang().await;
     }
-    let stale = fire(&shared, |f| matches!(f, Fault::MetricsStale).then_some(())).is_some();
-    let nonfinite = fire(&shared, |f| {
-        matches!(f, Fault::MetricsNonfinite).then_some(())
-    })
-    .is_some();
+    let stale = shared
+        .fire(|f| matches!(f, Fault::MetricsStale).then_some(()))
+        .is_some();
+    let nonfinite = shared
+        .fire(|f| matches!(f, Fault::MetricsNonfinite).then_some(()))
+        .is_some();
     let (page, content_type) = if stale {
         let mut frozen = lock(&shared.stale);
         let (fresh, ct) = if frozen.is_none() {
@@ -190,19 +168,19 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
         (Bytes::from(p), ct)
     };
     let mut page = page;
-    if let Some(lines) = fire(&shared, |f| match f {
+    if let Some(lines) = shared.fire(|f| match f {
         Fault::MetricsGarbage { lines } => Some(*lines),
         _ => None,
     }) {
         page = with_garbage(&shared, &page, lines.min(100_000));
     }
-    if let Some(bytes) = fire(&shared, |f| match f {
+    if let Some(bytes) = shared.fire(|f| match f {
         Fault::MetricsHuge { bytes } => Some(*bytes),
         _ => None,
     }) {
         page = padded(&page, bytes.min(HUGE_CAP));
     }
-    if let Some((at, abort)) = fire(&shared, |f| match f {
+    if let Some((at, abort)) = shared.fire(|f| match f {
         Fault::MetricsTruncate { at_bytes, abort } => Some((*at_bytes, *abort)),
         _ => None,
     }) {
@@ -219,7 +197,7 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
         }
         return page_response(Body::from(prefix), content_type);
     }
-    if let Some(bps) = fire(&shared, |f| match f {
+    if let Some(bps) = shared.fire(|f| match f {
         Fault::MetricsSlow { bytes_per_sec } => Some(*bytes_per_sec),
         _ => None,
     }) {

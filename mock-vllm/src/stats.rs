@@ -364,7 +364,7 @@ impl HttpStats {
             None => self.requests.push((
                 (handler.into(), method.into(), group.into()),
                 1.0,
-                crate::metrics::epoch_secs(),
+                crate::clock::epoch_secs(),
             )),
         }
         let idx = match self
@@ -377,7 +377,7 @@ impl HttpStats {
                 self.handlers.push(HandlerStats {
                     handler: handler.into(),
                     method: method.into(),
-                    created: crate::metrics::epoch_secs(),
+                    created: crate::clock::epoch_secs(),
                     request_bytes: (0.0, 0.0),
                     response_bytes: (0.0, 0.0),
                     duration: Hist::new(FEW.as_slice().into()),
