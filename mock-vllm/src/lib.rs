@@ -10,7 +10,9 @@
 //!   restart, health, faults, gauge overrides, state). Owns the accept loop.
 //! - [`state`]: what handlers and handle share (`Shared`, the engines' `Core`,
 //!   [`Health`]) and the operations on it; no sockets.
-//! - [`routes`]: the router, `/health`, `/v1/models`, `/version`, `/metrics` + its faults.
+//! - [`routes`]: the router (wiring only). [`info`]: `/health`, `/v1/models`,
+//!   `/version`; [`scrape`]: `/metrics` and its faults; [`instrument`]: the `http_*`
+//!   instrumentation layer.
 //! - [`openai`]: `/v1/completions` and `/v1/chat/completions`, plain and SSE;
 //!   [`request`]: their bodies decoded without a JSON tree ([`request::fields`]).
 //! - [`engine`]: the load model of one engine: slots, FIFO queue, KV cache, latencies
@@ -20,11 +22,13 @@
 //! - [`metrics`]: which families each dialect exports; [`exposition`]: the text and
 //!   OpenMetrics writers (`floatToGoString` and all).
 //! - [`faults`]: [`Fault`]; [`waveform`]: [`Waveform`] for gauge overrides.
-//! - [`control`]: the `/_mock/*` API; [`error`]: vLLM-shaped error bodies.
+//! - [`control`]: the `/_mock/*` API; [`error`]: vLLM-shaped error bodies; [`body`]:
+//!   the capped body reader.
 //! - [`tokenizer`]: the deterministic 4-characters-per-token rule.
 //! - [`clock`]: [`clock::epoch_secs`]; [`process`]: what `/proc/self` says (the
 //!   `process_*` families).
 
+pub mod body;
 pub mod clock;
 pub mod config;
 pub mod control;
@@ -32,11 +36,14 @@ pub mod engine;
 pub mod error;
 pub mod exposition;
 pub mod faults;
+pub mod info;
+pub mod instrument;
 pub mod metrics;
 pub mod openai;
 pub mod process;
 pub mod request;
 pub mod routes;
+pub mod scrape;
 pub mod server;
 pub mod state;
 pub mod stats;

@@ -442,9 +442,9 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
             nested,
         ));
     }
-    let bytes = match axum::body::to_bytes(body, shared.cfg.max_body_bytes).await {
+    let bytes = match crate::body::read_capped(body, shared.cfg.max_body_bytes, nested).await {
         Ok(b) => b,
-        Err(e) => return Ok(body_error(&shared, &e)),
+        Err(answer) => return Ok(answer),
     };
     let req = parse(&shared, api, &bytes)?;
 
@@ -601,36 +601,6 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
     inflight.finish(plan.reason, &finished);
     let body = plan.full_body();
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
-}
-
-/// The answer to a body that could not be read. Broken HTTP framing (a bad chunk size,
-/// a body cut short) is what uvicorn answers itself, before the app: 400 in plain text,
-/// connection closed. Anything else is the fake's own size cap: 413, vLLM-shaped.
-fn body_error(shared: &Shared, e: &axum::Error) -> Response {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = source {
-        if err.is::<hyper::Error>() {
-            return (
-                StatusCode::BAD_REQUEST,
-                [
-                    (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
-                    (header::CONNECTION, "close"),
-                ],
-                "Invalid HTTP request received.",
-            )
-                .into_response();
-        }
-        source = err.source();
-    }
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        format!(
-            "Request body too large (limit {} bytes).",
-            shared.cfg.max_body_bytes
-        ),
-        shared.cfg.dialect.nested_errors(),
-    )
-    .into_response()
 }
 
 /// Sleep until `at`, without touching the timer wheel when it is already due.
