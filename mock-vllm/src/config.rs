@@ -45,6 +45,11 @@ impl Dialect {
         )
     }
 
+    /// Whether pages of this dialect carry the process, Python and HTTP families.
+    pub fn has_runtime_families(self) -> bool {
+        self != Dialect::Compact
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Dialect::V0 => "v0",

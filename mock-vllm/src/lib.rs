@@ -14,7 +14,7 @@
 //!   `/version`; [`scrape`]: `/metrics` and its faults; [`instrument`]: the `http_*`
 //!   instrumentation layer.
 //! - [`openai`]: `/v1/completions` and `/v1/chat/completions`, plain and SSE;
-//!   [`request`]: their bodies decoded without a JSON tree ([`request::fields`]).
+//!   [`request`]: their bodies decoded without a JSON tree (`request::fields`).
 //! - [`engine`]: the load model of one engine: slots, FIFO queue, KV cache, latencies
 //!   ([`engine::Engine::admit`]).
 //! - [`stats`]: counters and histograms of what really happened

@@ -10,33 +10,54 @@
 
 use crate::config::Dialect;
 use crate::exposition::{render_openmetrics, render_text, Child, Family, Kind, Labels};
-use crate::process::process_view;
-use crate::state::{lock, Core, Shared};
-use crate::stats::{EngineStats, FinishReason, Hist};
+use crate::process::ProcessView;
+use crate::stats::{EngineStats, FinishReason, Hist, HttpStats};
 
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// One engine's gauges and a copy of its counters, read once per scrape.
-struct EngineView {
-    index: usize,
-    running: f64,
-    waiting: f64,
-    kv: f64,
-    kv_capacity: u64,
-    stats: EngineStats,
+/// One engine's gauges and a copy of its counters, read at the scrape's instant.
+#[derive(Clone, Debug)]
+pub struct EngineView {
+    pub index: usize,
+    pub running: f64,
+    pub waiting: f64,
+    /// KV-cache usage, 0..=1.
+    pub kv: f64,
+    pub kv_capacity: u64,
+    pub stats: EngineStats,
 }
 
-struct Ctx<'a> {
-    dialect: Dialect,
-    model: &'a str,
-    engines: Vec<EngineView>,
-    nonfinite: bool,
-    overrides: Vec<(String, f64)>,
+/// What the process families report: `/proc` readings and the (pretend) process start.
+#[derive(Clone, Debug, Default)]
+pub struct Runtime {
+    pub process: ProcessView,
+    /// Process start, epoch seconds.
+    pub start: f64,
+    /// CPU seconds already spent before that start (subtracted).
+    pub cpu_base: f64,
 }
 
-impl Ctx<'_> {
+/// Everything a page shows, read at one instant: the whole input of [`page`]. Time is
+/// in it (gauge overrides already evaluated, `_created` stamps in the stats), never
+/// read by the renderer.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub dialect: Dialect,
+    pub model: String,
+    pub engines: Vec<EngineView>,
+    /// The `metrics_nonfinite` fault: gauges NaN/±Inf, `_seconds` sums NaN.
+    pub nonfinite: bool,
+    /// Gauge families forced to a value (waveform overrides at this instant).
+    pub overrides: Vec<(String, f64)>,
+    /// `python_*`/`process_*` readings; `None` for dialects without them.
+    pub runtime: Option<Runtime>,
+    /// The `http_*` instrumentation; `None` for dialects without it.
+    pub http: Option<HttpStats>,
+}
+
+impl Snapshot {
     fn labels(&self, e: &EngineView) -> Labels {
         if self.dialect == Dialect::V0 {
             vec![("model_name", self.model.to_string())]
@@ -253,54 +274,28 @@ fn hist_child(labels: Labels, h: &Hist, sum: f64, created: Option<f64>) -> Child
     }
 }
 
-/// Build and write the page. Answers (body, content type).
-pub(crate) fn render(shared: &Shared, nonfinite: bool) -> (String, &'static str) {
-    let core = shared.core();
-    let dialect = shared.cfg.dialect;
-    let now = std::time::Instant::now();
-    let overrides = lock(&shared.overrides)
-        .iter()
-        .map(|(n, w, since)| (n.clone(), w.value_at(now.saturating_duration_since(*since))))
-        .collect();
-    let engines = core
-        .engines
-        .iter()
-        .map(|e| {
-            let (running, waiting, kv_used) = e.snapshot();
-            EngineView {
-                index: e.index,
-                running: running as f64,
-                waiting: waiting as f64,
-                kv: (kv_used as f64 / e.kv_capacity() as f64).min(1.0),
-                kv_capacity: e.kv_capacity(),
-                stats: e.stats().clone(),
-            }
-        })
-        .collect();
-    let ctx = Ctx {
-        dialect,
-        model: &shared.cfg.model,
-        engines,
-        nonfinite,
-        overrides,
-    };
+/// Write the page of `s`. Answers (body, content type). Pure: the same snapshot gives
+/// the same bytes.
+pub fn page(s: &Snapshot) -> (String, &'static str) {
     // The OpenMetrics page is the same registry as v0.11's, negotiated by `Accept`.
     let mut fams = Vec::new();
-    match dialect {
-        Dialect::Compact => compact_families(&ctx, &mut fams),
-        Dialect::V0 => {
-            runtime_families(shared, &core, dialect, &mut fams);
-            v0_families(&ctx, &mut fams);
-            http_families(&core, dialect, &mut fams);
-        }
-        Dialect::V0_10 | Dialect::V0_11 | Dialect::OpenMetrics => {
-            runtime_families(shared, &core, dialect, &mut fams);
-            v1_families(&ctx, &mut fams);
-            http_families(&core, dialect, &mut fams);
-        }
+    if let Some(rt) = &s.runtime {
+        runtime_families(s, rt, &mut fams);
     }
-    let mut out = String::with_capacity(48 * 1024);
-    if dialect == Dialect::OpenMetrics {
+    match s.dialect {
+        Dialect::Compact => compact_families(s, &mut fams),
+        Dialect::V0 => v0_families(s, &mut fams),
+        Dialect::V0_10 | Dialect::V0_11 | Dialect::OpenMetrics => v1_families(s, &mut fams),
+    }
+    if let Some(http) = &s.http {
+        http_families(http, s.dialect, &mut fams);
+    }
+    let mut out = String::with_capacity(if s.runtime.is_some() {
+        48 * 1024
+    } else {
+        8 * 1024
+    });
+    if s.dialect == Dialect::OpenMetrics {
         render_openmetrics(&fams, &mut out);
         (out, OPENMETRICS_CONTENT_TYPE)
     } else {
@@ -309,7 +304,7 @@ pub(crate) fn render(shared: &Shared, nonfinite: bool) -> (String, &'static str)
     }
 }
 
-fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
+fn v1_families(c: &Snapshot, out: &mut Vec<Family>) {
     let v10 = c.dialect == Dialect::V0_10;
     out.push(c.gauge(
         "vllm:num_requests_running",
@@ -413,14 +408,14 @@ fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
 }
 
 /// The compact page: the four families the sidecar reads, as v0.11 writes them.
-fn compact_families(c: &Ctx, out: &mut Vec<Family>) {
+fn compact_families(c: &Snapshot, out: &mut Vec<Family>) {
     out.push(c.waiting());
     out.push(c.kv_usage());
     out.push(c.ttft());
     out.push(c.itl());
 }
 
-fn latency_families(c: &Ctx, e2e_help: &str, out: &mut Vec<Family>) {
+fn latency_families(c: &Snapshot, e2e_help: &str, out: &mut Vec<Family>) {
     out.push(c.histogram("vllm:e2e_request_latency_seconds", e2e_help, |s| &s.h_e2e));
     out.push(c.histogram(
         "vllm:request_queue_time_seconds",
@@ -444,7 +439,7 @@ fn latency_families(c: &Ctx, e2e_help: &str, out: &mut Vec<Family>) {
     ));
 }
 
-fn v0_families(c: &Ctx, out: &mut Vec<Family>) {
+fn v0_families(c: &Snapshot, out: &mut Vec<Family>) {
     out.push(c.gauge(
         "vllm:num_requests_running",
         "Number of requests currently running on GPU.",
@@ -609,14 +604,10 @@ fn single(name: &str, help: &str, kind: Kind, value: f64) -> Family {
 }
 
 /// The default prometheus_client collectors of a CPython 3.12 process.
-fn runtime_families(shared: &Shared, core: &Core, _dialect: Dialect, out: &mut Vec<Family>) {
+fn runtime_families(s: &Snapshot, rt: &Runtime, out: &mut Vec<Family>) {
     // Garbage collection grows with the work done since the (pretend) process start.
-    let served: f64 = core
-        .engines
-        .iter()
-        .map(|e| e.stats().h_e2e.count as f64)
-        .sum();
-    let (start, cpu_base) = *lock(&shared.process_epoch);
+    let served: f64 = s.engines.iter().map(|e| e.stats.h_e2e.count as f64).sum();
+    let (start, cpu_base) = (rt.start, rt.cpu_base);
     let gc = |name: &str, help: &str, vals: [f64; 3]| {
         let mut f = Family::new(name, help, Kind::Counter);
         for (i, v) in vals.iter().enumerate() {
@@ -664,7 +655,7 @@ fn runtime_families(shared: &Shared, core: &Core, _dialect: Dialect, out: &mut V
         created: None,
     });
     out.push(info);
-    let p = process_view();
+    let p = &rt.process;
     out.push(single(
         "process_virtual_memory_bytes",
         "Virtual memory size in bytes.",
@@ -708,8 +699,7 @@ fn runtime_families(shared: &Shared, core: &Core, _dialect: Dialect, out: &mut V
 }
 
 /// prometheus-fastapi-instrumentator's families (vLLM excludes /metrics, /health, ...).
-fn http_families(core: &Core, dialect: Dialect, out: &mut Vec<Family>) {
-    let http = lock(&core.http).clone();
+fn http_families(http: &HttpStats, dialect: Dialect, out: &mut Vec<Family>) {
     let created = |t: f64| (dialect != Dialect::V0).then_some(t);
     let mut req = Family::new(
         "http_requests",
@@ -785,4 +775,70 @@ fn http_families(core: &Core, dialect: Dialect, out: &mut Vec<Family>) {
         ));
     }
     out.push(dur);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::Buckets;
+
+    /// One engine, two observed TTFTs, created at t=1000 s: no server, no clock.
+    fn snapshot(dialect: Dialect) -> Snapshot {
+        let mut stats = EngineStats::new(&Buckets::for_dialect(dialect, 8192), 1000.0);
+        stats.record_prefill(10, false, 0.003);
+        stats.record_prefill(10, true, 0.3);
+        stats.record_decode(&[0.01, 0.02]);
+        Snapshot {
+            dialect,
+            model: "m".into(),
+            engines: vec![EngineView {
+                index: 0,
+                running: 1.0,
+                waiting: 3.0,
+                kv: 0.25,
+                kv_capacity: 1600,
+                stats,
+            }],
+            nonfinite: false,
+            overrides: vec![("vllm:kv_cache_usage_perc".into(), 0.5)],
+            runtime: dialect.has_runtime_families().then(|| Runtime {
+                start: 1500.25,
+                ..Runtime::default()
+            }),
+            http: dialect
+                .has_runtime_families()
+                .then(|| HttpStats::new(1000.0)),
+        }
+    }
+
+    #[test]
+    fn a_page_is_a_function_of_its_snapshot() {
+        let s = snapshot(Dialect::Compact);
+        let (page, ct) = super::page(&s);
+        assert_eq!(
+            (page.as_str(), ct),
+            (super::page(&s).0.as_str(), TEXT_CONTENT_TYPE)
+        );
+        for line in [
+            "vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 3.0",
+            "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.5",
+            "vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"m\"} 2.0",
+            "vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"0.005\",model_name=\"m\"} 1.0",
+            "vllm:time_to_first_token_seconds_created{engine=\"0\",model_name=\"m\"} 1000.0",
+            "vllm:inter_token_latency_seconds_count{engine=\"0\",model_name=\"m\"} 2.0",
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line}\n{page}");
+        }
+        assert!(!page.contains("process_"));
+    }
+
+    #[test]
+    fn full_pages_take_the_process_readings_given() {
+        let (page, _) = super::page(&snapshot(Dialect::V0_10));
+        assert!(
+            page.contains("\nprocess_start_time_seconds 1500.25\n"),
+            "{page}"
+        );
+        assert!(page.contains("\nprocess_resident_memory_bytes 0.0\n"));
+    }
 }

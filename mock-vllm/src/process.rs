@@ -2,8 +2,8 @@
 //! prometheus_client's process collector does for a real vLLM.
 
 /// What `/proc/self` says about this process (zeros where unreadable).
-#[derive(Default)]
-pub(crate) struct ProcessView {
+#[derive(Clone, Debug, Default)]
+pub struct ProcessView {
     pub vsize: f64,
     pub rss: f64,
     pub cpu_secs: f64,
@@ -11,7 +11,7 @@ pub(crate) struct ProcessView {
     pub max_fds: f64,
 }
 
-pub(crate) fn process_view() -> ProcessView {
+pub fn process_view() -> ProcessView {
     let mut p = ProcessView::default();
     if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
         // Fields after the parenthesised command name; utime is field 14, stime 15,

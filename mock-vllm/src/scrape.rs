@@ -3,7 +3,7 @@
 //! trickle).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::State;
@@ -13,6 +13,7 @@ use bytes::Bytes;
 use rand::Rng;
 
 use crate::faults::Fault;
+use crate::metrics::{EngineView, Runtime, Snapshot};
 use crate::state::{lock, Shared};
 
 const GARBAGE: [&str; 6] = [
@@ -51,7 +52,7 @@ pub(crate) async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let (page, content_type) = if stale {
         let mut frozen = lock(&shared.stale);
         let (fresh, ct) = if frozen.is_none() {
-            crate::metrics::render(&shared, nonfinite)
+            crate::metrics::page(&snapshot(&shared, Instant::now(), nonfinite))
         } else {
             (String::new(), "")
         };
@@ -64,7 +65,7 @@ pub(crate) async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
         (bytes, ct)
     } else {
         lock(&shared.stale).take();
-        let (p, ct) = crate::metrics::render(&shared, nonfinite);
+        let (p, ct) = crate::metrics::page(&snapshot(&shared, Instant::now(), nonfinite));
         (Bytes::from(p), ct)
     };
     let mut page = page;
@@ -176,4 +177,47 @@ fn trickle(
         let end = (at + chunk).min(page.len());
         Some((Ok(page.slice(at..end)), (page, end, false)))
     })
+}
+
+/// Everything the page shows, read from the live server at `now`.
+fn snapshot(shared: &Shared, now: Instant, nonfinite: bool) -> Snapshot {
+    let core = shared.core();
+    let dialect = shared.cfg.dialect;
+    let overrides = lock(&shared.overrides)
+        .iter()
+        .map(|(n, w, since)| (n.clone(), w.value_at(now.saturating_duration_since(*since))))
+        .collect();
+    let engines = core
+        .engines
+        .iter()
+        .map(|e| {
+            let (running, waiting, kv_used) = e.snapshot();
+            EngineView {
+                index: e.index,
+                running: running as f64,
+                waiting: waiting as f64,
+                kv: (kv_used as f64 / e.kv_capacity() as f64).min(1.0),
+                kv_capacity: e.kv_capacity(),
+                stats: e.stats().clone(),
+            }
+        })
+        .collect();
+    let extras = dialect.has_runtime_families();
+    let runtime = extras.then(|| {
+        let (start, cpu_base) = *lock(&shared.process_epoch);
+        Runtime {
+            process: crate::process::process_view(),
+            start,
+            cpu_base,
+        }
+    });
+    Snapshot {
+        dialect,
+        model: shared.cfg.model.clone(),
+        engines,
+        nonfinite,
+        overrides,
+        runtime,
+        http: extras.then(|| lock(&core.http).clone()),
+    }
 }

@@ -1,8 +1,8 @@
 //! The state of one fake vLLM, shared by its handle and every handler: configuration,
-//! health, faults, gauge overrides and the engines ([`Core`], replaced on restart), and
+//! health, faults, gauge overrides and the engines (`Core`, replaced on restart), and
 //! the operations on it that the handle and the control API both offer. It knows
 //! nothing of sockets: the accept loop (and so crash and restart) lives in
-//! [`crate::server`], reached through [`Shared::crash_hook`].
+//! [`crate::server`], reached through `Shared::crash_hook`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
