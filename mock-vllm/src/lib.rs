@@ -44,6 +44,7 @@ pub mod process;
 pub mod request;
 pub mod routes;
 pub mod scrape;
+pub mod scrape_faults;
 pub mod server;
 pub mod state;
 pub mod stats;
