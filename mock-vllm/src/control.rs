@@ -12,6 +12,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::clock::Now;
 use crate::state::{Health, Shared};
 use crate::waveform::Waveform;
 
@@ -28,7 +29,7 @@ pub(crate) fn routes(shared: Arc<Shared>) -> Router {
 }
 
 async fn state(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value> {
-    Json(shared.state_json())
+    Json(shared.state_json(Now::read()))
 }
 
 #[derive(Deserialize)]
@@ -42,7 +43,7 @@ async fn health(State(shared): State<Arc<Shared>>, Json(b): Json<HealthBody>) ->
 }
 
 async fn counter_reset(State(shared): State<Arc<Shared>>) -> StatusCode {
-    shared.counter_reset();
+    shared.counter_reset(Now::read());
     StatusCode::NO_CONTENT
 }
 
@@ -53,7 +54,7 @@ struct GaugeBody {
 }
 
 async fn override_gauge(State(shared): State<Arc<Shared>>, Json(b): Json<GaugeBody>) -> StatusCode {
-    shared.override_gauge(&b.name, b.waveform);
+    shared.override_gauge(&b.name, b.waveform, Now::read());
     StatusCode::NO_CONTENT
 }
 
@@ -80,6 +81,6 @@ async fn crash(State(shared): State<Arc<Shared>>, body: Option<Json<CrashBody>>)
 }
 
 async fn reset(State(shared): State<Arc<Shared>>) -> StatusCode {
-    shared.reset();
+    shared.reset(Now::read());
     StatusCode::NO_CONTENT
 }

@@ -14,7 +14,7 @@ use crate::clock::epoch_secs;
 use crate::state::{lock, Health, Shared};
 
 pub(crate) async fn health(State(shared): State<Arc<Shared>>) -> Response {
-    if shared.starting() {
+    if shared.starting(crate::clock::Now::read()) {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
     match shared.health() {

@@ -12,6 +12,7 @@ use axum::response::Response;
 use serde_json::json;
 
 use crate::state::{lock, Shared};
+use crate::stats::Exchange;
 
 /// Handlers prometheus-fastapi-instrumentator does not count in vLLM.
 const UNINSTRUMENTED: [&str; 4] = ["/metrics", "/health", "/version", "/ping"];
@@ -35,14 +36,15 @@ pub(crate) async fn instrument(
     if !UNINSTRUMENTED.contains(&path.as_str()) {
         let resp_bytes = content_length(resp.headers().get(header::CONTENT_LENGTH));
         let core = shared.core();
-        lock(&core.http).record(
-            &path,
-            &method,
+        let exchange = Exchange {
+            handler: &path,
+            method: &method,
             status,
             req_bytes,
             resp_bytes,
-            start.elapsed().as_secs_f64(),
-        );
+            secs: start.elapsed().as_secs_f64(),
+        };
+        lock(&core.http).record(&exchange, crate::clock::epoch_secs());
     }
     if shared.events.enabled() {
         shared.events.emit(

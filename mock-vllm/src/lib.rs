@@ -25,7 +25,7 @@
 //! - [`control`]: the `/_mock/*` API; [`error`]: vLLM-shaped error bodies; [`body`]:
 //!   the capped body reader.
 //! - [`tokenizer`]: the deterministic 4-characters-per-token rule.
-//! - [`clock`]: [`clock::epoch_secs`]; [`process`]: what `/proc/self` says (the
+//! - [`clock`]: [`clock::Now`], the only clock reads; [`process`]: what `/proc/self` says (the
 //!   `process_*` families).
 
 pub mod body;

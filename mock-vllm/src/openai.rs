@@ -435,7 +435,7 @@ impl Plan {
 async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, ApiError> {
     let arrival = Instant::now();
     let nested = shared.cfg.dialect.nested_errors();
-    if shared.starting() {
+    if shared.starting(crate::clock::Now::read()) {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "The server is starting up.",

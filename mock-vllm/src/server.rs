@@ -23,6 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::clock::Now;
 use crate::config::Config;
 use crate::faults::Fault;
 use crate::state::{Health, Shared};
@@ -60,7 +61,7 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockVllm> 
     let listener = bind(config.listen)?;
     let addr = listener.local_addr()?;
     let handle = MockVllm {
-        shared: Arc::new(Shared::new(config, events, addr)),
+        shared: Arc::new(Shared::new(config, events, addr, Now::read())),
         serving: Arc::new(tokio::sync::Mutex::new(None)),
     };
     let (shared, serving) = (
@@ -168,7 +169,7 @@ impl MockVllm {
     /// empty, startup delay again). Crashes first if still running.
     pub async fn restart(&self) -> std::io::Result<()> {
         self.take_down(true).await;
-        self.shared.fresh_start();
+        self.shared.fresh_start(Now::read());
         let mut last = None;
         for _ in 0..50 {
             match bind(self.shared.addr) {
@@ -204,13 +205,13 @@ impl MockVllm {
     /// As after a vLLM restart: every counter and histogram back to 0 (and new
     /// `_created` times); queues and running requests are untouched.
     pub fn counter_reset(&self) {
-        self.shared.counter_reset();
+        self.shared.counter_reset(Now::read());
     }
 
     /// Report `wave` instead of the measured value for gauge family `name` (every label
     /// set), e.g. `vllm:num_requests_waiting`.
     pub fn override_gauge(&self, name: &str, wave: Waveform) {
-        self.shared.override_gauge(name, wave);
+        self.shared.override_gauge(name, wave, Now::read());
     }
 
     pub fn clear_overrides(&self) {
@@ -219,12 +220,12 @@ impl MockVllm {
 
     /// Everything back to normal: health up, faults and overrides cleared, fresh counters.
     pub fn reset(&self) {
-        self.shared.reset();
+        self.shared.reset(Now::read());
     }
 
     /// Per engine: queue, running, KV usage and counters; plus health and faults.
     pub fn state(&self) -> serde_json::Value {
-        self.shared.state_json()
+        self.shared.state_json(Now::read())
     }
 }
 

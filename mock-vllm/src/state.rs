@@ -16,7 +16,7 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::clock::epoch_secs;
+use crate::clock::Now;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::faults::Fault;
@@ -62,14 +62,13 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub fn new(cfg: &Config) -> Arc<Self> {
-        let now = epoch_secs();
+    pub fn new(cfg: &Config, now: Now) -> Arc<Self> {
         Arc::new(Core {
             engines: (0..cfg.data_parallel)
-                .map(|i| Engine::new(i, cfg, now))
+                .map(|i| Engine::new(i, cfg, now.epoch))
                 .collect(),
-            http: Mutex::new(HttpStats::new(now)),
-            started: Instant::now(),
+            http: Mutex::new(HttpStats::new(now.epoch)),
+            started: now.instant,
             seq: AtomicU64::new(0),
         })
     }
@@ -120,9 +119,9 @@ pub(crate) struct Shared {
 pub(crate) type CrashHook = Box<dyn Fn(Option<Duration>) + Send + Sync>;
 
 impl Shared {
-    pub fn new(cfg: Config, events: Events, addr: SocketAddr) -> Self {
+    pub fn new(cfg: Config, events: Events, addr: SocketAddr, now: Now) -> Self {
         Shared {
-            core: RwLock::new(Core::new(&cfg)),
+            core: RwLock::new(Core::new(&cfg, now)),
             rng: Mutex::new(StdRng::seed_from_u64(cfg.seed ^ 0x5eed_fa17)),
             cfg,
             events,
@@ -130,7 +129,7 @@ impl Shared {
             health: AtomicU8::new(0),
             overrides: Mutex::new(Vec::new()),
             stale: Mutex::new(None),
-            process_epoch: Mutex::new((epoch_secs(), 0.0)),
+            process_epoch: Mutex::new((now.epoch, 0.0)),
             addr,
             listening: AtomicBool::new(false),
             stopped: Shutdown::new(),
@@ -140,9 +139,9 @@ impl Shared {
 
     /// What a restarted process starts from: new engines, a new process epoch, no
     /// frozen page.
-    pub fn fresh_start(&self) {
-        self.set_core(Core::new(&self.cfg));
-        *lock(&self.process_epoch) = (epoch_secs(), crate::process::cpu_seconds());
+    pub fn fresh_start(&self, now: Now) {
+        self.set_core(Core::new(&self.cfg, now));
+        *lock(&self.process_epoch) = (now.epoch, crate::process::cpu_seconds());
         lock(&self.stale).take();
     }
 
@@ -165,8 +164,8 @@ impl Shared {
     }
 
     /// Still inside the startup delay of the current (re)start.
-    pub fn starting(&self) -> bool {
-        self.core().started.elapsed() < self.cfg.startup_delay
+    pub fn starting(&self, now: Now) -> bool {
+        now.instant.saturating_duration_since(self.core().started) < self.cfg.startup_delay
     }
 
     /// Arm-once: the first armed fault `pick` accepts, counted and reported.
@@ -201,9 +200,9 @@ impl Shared {
 
     /// As after a vLLM restart: every counter and histogram back to 0 (and new
     /// `_created` times); queues and running requests are untouched.
-    pub fn counter_reset(&self) {
+    pub fn counter_reset(&self, now: Now) {
         let core = self.core();
-        let now = epoch_secs();
+        let now = now.epoch;
         for e in &core.engines {
             let mut s = e.stats();
             let buckets =
@@ -217,10 +216,10 @@ impl Shared {
 
     /// Report `wave` instead of the measured value for gauge family `name` (every label
     /// set), e.g. `vllm:num_requests_waiting`.
-    pub fn override_gauge(&self, name: &str, wave: Waveform) {
+    pub fn override_gauge(&self, name: &str, wave: Waveform, now: Now) {
         let mut o = lock(&self.overrides);
         o.retain(|(n, _, _)| n != name);
-        o.push((name.to_string(), wave, Instant::now()));
+        o.push((name.to_string(), wave, now.instant));
     }
 
     pub fn clear_overrides(&self) {
@@ -228,16 +227,16 @@ impl Shared {
     }
 
     /// Everything back to normal: health up, faults and overrides cleared, fresh counters.
-    pub fn reset(&self) {
+    pub fn reset(&self, now: Now) {
         self.set_health(Health::Up);
         self.faults.clear();
         self.clear_overrides();
         lock(&self.stale).take();
-        self.counter_reset();
+        self.counter_reset(now);
     }
 
     /// Per engine: queue, running, KV usage and counters; plus health and faults.
-    pub fn state_json(&self) -> serde_json::Value {
+    pub fn state_json(&self, now: Now) -> serde_json::Value {
         let core = self.core();
         let engines: Vec<_> = core
             .engines
@@ -277,8 +276,8 @@ impl Shared {
             "dialect": self.cfg.dialect.as_str(),
             "listening": self.listening.load(Ordering::Relaxed),
             "health": self.health(),
-            "starting": self.starting(),
-            "uptime_ms": core.started.elapsed().as_millis() as u64,
+            "starting": self.starting(now),
+            "uptime_ms": now.instant.saturating_duration_since(core.started).as_millis() as u64,
             "engines": engines,
             "faults": self.faults.list(),
             "overrides": overrides,
