@@ -14,7 +14,8 @@
 //!   `/version`; [`scrape`]: `/metrics` and its faults; [`instrument`]: the `http_*`
 //!   instrumentation layer.
 //! - [`openai`]: `/v1/completions` and `/v1/chat/completions`, plain and SSE;
-//!   [`request`]: their bodies decoded without a JSON tree (`request::fields`).
+//!   [`request`]: their bodies decoded without a JSON tree (`request::fields`);
+//!   [`validate`]: vLLM's request rules and errors (`validate::parse`), pure.
 //! - [`engine`]: the load model of one engine: slots, FIFO queue, KV cache, latencies
 //!   ([`engine::Engine::admit`]).
 //! - [`stats`]: counters and histograms of what really happened
@@ -49,6 +50,7 @@ pub mod server;
 pub mod state;
 pub mod stats;
 pub mod tokenizer;
+pub mod validate;
 pub mod waveform;
 
 pub use config::{Config, Dialect};

@@ -13,36 +13,16 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::clock::epoch_secs;
 use crate::engine::{Admit, Engine, Slot};
 use crate::error::ApiError;
 use crate::faults::Fault;
-use crate::request::{self, BodyError, Fields, Messages, Prompt};
 use crate::state::Shared;
 use crate::stats::{FinishReason, Finished};
 use crate::tokenizer::token_text;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Api {
-    Completions,
-    Chat,
-}
-
-/// A validated request.
-#[derive(Debug)]
-struct Req {
-    prompt_tokens: u32,
-    prompt_hash: u64,
-    max_tokens_param: Option<u32>,
-    max_tokens: u32,
-    min_tokens: u32,
-    ignore_eos: bool,
-    stream: bool,
-    include_usage: bool,
-}
+use crate::validate::{self, Api, Req};
 
 pub(crate) async fn completions(State(shared): State<Arc<Shared>>, body: Body) -> Response {
     serve(shared, Api::Completions, body)
@@ -54,239 +34,6 @@ pub(crate) async fn chat_completions(State(shared): State<Arc<Shared>>, body: Bo
     serve(shared, Api::Chat, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
-}
-
-fn bad(shared: &Shared, msg: impl Into<String>) -> ApiError {
-    ApiError::new(
-        StatusCode::BAD_REQUEST,
-        msg,
-        shared.cfg.dialect.nested_errors(),
-    )
-}
-
-/// pydantic's message for a field of the wrong type, as vLLM relays it (`got` quoted).
-fn type_error(shared: &Shared, field: &str, expected: &str, got: &str) -> ApiError {
-    bad(
-        shared,
-        format!("[{{'type': '{expected}_type', 'loc': ('body', '{field}'), 'msg': 'Input should be a valid {expected}', 'input': {got}}}]"),
-    )
-}
-
-fn missing(shared: &Shared, field: &str) -> ApiError {
-    bad(
-        shared,
-        format!("[{{'type': 'missing', 'loc': ('body', '{field}'), 'msg': 'Field required'}}]"),
-    )
-}
-
-/// A scalar field's value (`None` for JSON null); a list or an object is a type error
-/// and is never decoded.
-fn scalar(
-    shared: &Shared,
-    raw: &RawValue,
-    field: &str,
-    expected: &str,
-) -> Result<Option<Value>, ApiError> {
-    let wrong = || type_error(shared, field, expected, &request::quote(raw));
-    if request::is_container(raw) {
-        return Err(wrong());
-    }
-    match serde_json::from_str::<Value>(raw.get()) {
-        Ok(Value::Null) => Ok(None),
-        Ok(v) => Ok(Some(v)),
-        Err(_) => Err(wrong()),
-    }
-}
-
-/// An optional integer field. pydantic takes any integer; vLLM checks the range later
-/// (in `SamplingParams`), so the value is kept as sent (beyond i64: saturated).
-fn opt_int(shared: &Shared, raw: Option<&RawValue>, field: &str) -> Result<Option<i64>, ApiError> {
-    let Some(raw) = raw else { return Ok(None) };
-    match scalar(shared, raw, field, "integer")? {
-        None => Ok(None),
-        Some(x) => match (x.as_i64(), x.as_u64()) {
-            (Some(n), _) => Ok(Some(n)),
-            (None, Some(_)) => Ok(Some(i64::MAX)),
-            (None, None) => Err(type_error(shared, field, "integer", &x.to_string())),
-        },
-    }
-}
-
-fn opt_bool(shared: &Shared, raw: Option<&RawValue>, field: &str) -> Result<bool, ApiError> {
-    let Some(raw) = raw else { return Ok(false) };
-    match scalar(shared, raw, field, "boolean")? {
-        None => Ok(false),
-        Some(Value::Bool(b)) => Ok(b),
-        Some(x) => Err(type_error(shared, field, "boolean", &x.to_string())),
-    }
-}
-
-/// Prompt tokens and a hash (for the prefix cache) of a completions `prompt`.
-fn prompt_of(shared: &Shared, f: &Fields) -> Result<(u32, u64), ApiError> {
-    let raw = f.prompt.ok_or_else(|| missing(shared, "prompt"))?;
-    match request::prompt(raw) {
-        Prompt::One { tokens, hash } => Ok((tokens, hash)),
-        Prompt::Empty => Err(bad(shared, "Prompt cannot be empty.")),
-        Prompt::Several => Err(bad(
-            shared,
-            "mock-vllm serves one prompt per request: prompt must be a string, a list of token ids, or a one-element list of either",
-        )),
-        Prompt::WrongType(got) => Err(type_error(shared, "prompt", "string", &got)),
-    }
-}
-
-/// Prompt tokens of chat `messages` under the mock chat template.
-fn messages_of(shared: &Shared, f: &Fields) -> Result<(u32, u64), ApiError> {
-    let raw = f.messages.ok_or_else(|| missing(shared, "messages"))?;
-    match request::messages(raw) {
-        Messages::Ok { tokens, hash } => Ok((tokens, hash)),
-        Messages::NotAList => Err(type_error(shared, "messages", "list", &request::quote(raw))),
-        Messages::Empty => Err(bad(shared, "messages must contain at least one message")),
-        Messages::MissingRole(i) => Err(bad(
-            shared,
-            format!("[{{'type': 'missing', 'loc': ('body', 'messages', {i}, 'role'), 'msg': 'Field required'}}]"),
-        )),
-        Messages::NonTextPart(i) => Err(bad(
-            shared,
-            format!("messages[{i}]: only text content parts are supported"),
-        )),
-        Messages::ContentType(got) => Err(type_error(shared, "content", "string", &got)),
-    }
-}
-
-/// `model`: absent, null, empty or the served name; another name is 404.
-fn check_model(shared: &Shared, raw: Option<&RawValue>) -> Result<(), ApiError> {
-    let Some(raw) = raw else { return Ok(()) };
-    match scalar(shared, raw, "model", "string")? {
-        None => Ok(()),
-        // vLLM serves an empty name as its own model (`_is_model_supported`).
-        Some(Value::String(m)) if m.is_empty() || m == shared.cfg.model => Ok(()),
-        Some(Value::String(m)) => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("The model `{m}` does not exist."),
-            shared.cfg.dialect.nested_errors(),
-        )),
-        Some(other) => Err(type_error(shared, "model", "string", &other.to_string())),
-    }
-}
-
-/// `stream_options.include_usage`; the options need `stream`.
-fn include_usage(shared: &Shared, raw: Option<&RawValue>, stream: bool) -> Result<bool, ApiError> {
-    let Some(raw) = raw else { return Ok(false) };
-    if raw.get() == "null" {
-        return Ok(false);
-    }
-    if !raw.get().starts_with('{') {
-        return Err(type_error(
-            shared,
-            "stream_options",
-            "dictionary",
-            &request::quote(raw),
-        ));
-    }
-    if !stream {
-        return Err(bad(
-            shared,
-            "Stream options can only be defined when `stream=True`.",
-        ));
-    }
-    Ok(request::member(raw, "include_usage")
-        .and_then(|u| serde_json::from_str::<bool>(u.get()).ok())
-        .unwrap_or(false))
-}
-
-/// `SamplingParams._verify_args` for the fields the fake reads, in vLLM's order and
-/// words (the value as received), then the fake's own limit of one choice per request.
-/// Answers the output cap, now known to be at least 1.
-fn sampling_checks(
-    shared: &Shared,
-    n: i64,
-    max_tokens: i64,
-    min_tokens: i64,
-) -> Result<u32, ApiError> {
-    if n < 1 {
-        return Err(bad(shared, format!("n must be at least 1, got {n}.")));
-    }
-    if max_tokens < 1 {
-        return Err(bad(
-            shared,
-            format!("max_tokens must be at least 1, got {max_tokens}."),
-        ));
-    }
-    if min_tokens < 0 {
-        return Err(bad(
-            shared,
-            format!("min_tokens must be greater than or equal to 0, got {min_tokens}."),
-        ));
-    }
-    if min_tokens > max_tokens {
-        return Err(bad(
-            shared,
-            format!("min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}."),
-        ));
-    }
-    if n != 1 {
-        return Err(bad(
-            shared,
-            format!("mock-vllm supports n=1 only, got n={n}."),
-        ));
-    }
-    Ok(u32::try_from(max_tokens).unwrap_or(u32::MAX))
-}
-
-fn parse(shared: &Shared, api: Api, bytes: &[u8]) -> Result<Req, ApiError> {
-    let f = request::fields(bytes).map_err(|e| match e {
-        BodyError::Json(e) => bad(shared, format!("[{{'type': 'json_invalid', 'loc': ('body', {}), 'msg': 'JSON decode error', 'ctx': {{'error': '{e}'}}}}]", e.column())),
-        BodyError::NotObject => bad(shared, "[{'type': 'model_attributes_type', 'loc': ('body',), 'msg': 'Input should be a valid dictionary or object to extract fields from'}]"),
-    })?;
-    check_model(shared, f.model)?;
-    let (prompt_tokens, prompt_hash) = match api {
-        Api::Completions => prompt_of(shared, &f)?,
-        Api::Chat => messages_of(shared, &f)?,
-    };
-    let mut max_tokens_param = opt_int(shared, f.max_tokens, "max_tokens")?;
-    if api == Api::Chat {
-        if let Some(m) = opt_int(shared, f.max_completion_tokens, "max_completion_tokens")? {
-            max_tokens_param = Some(m);
-        }
-    }
-    let n = opt_int(shared, f.n, "n")?.unwrap_or(1);
-    let min_tokens = opt_int(shared, f.min_tokens, "min_tokens")?.unwrap_or(0);
-    let stream = opt_bool(shared, f.stream, "stream")?;
-    let include_usage = include_usage(shared, f.stream_options, stream)?;
-    let max_len = shared.cfg.max_model_len;
-    if prompt_tokens >= max_len && max_tokens_param.is_none() || prompt_tokens > max_len {
-        return Err(bad(
-            shared,
-            format!("This model's maximum context length is {max_len} tokens. However, your request has {prompt_tokens} input tokens. Please reduce the length of the input messages."),
-        ));
-    }
-    let max_tokens = match (max_tokens_param, api) {
-        (Some(m), _) => m,
-        (None, Api::Completions) => 16,
-        (None, Api::Chat) => (max_len - prompt_tokens) as i64,
-    };
-    let requested = (prompt_tokens as i64).saturating_add(max_tokens);
-    if requested > max_len as i64 {
-        return Err(bad(
-            shared,
-            format!("This model's maximum context length is {max_len} tokens. However, you requested {requested} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). Please reduce the length of the messages or completion."),
-        ));
-    }
-    let max_tokens = sampling_checks(shared, n, max_tokens, min_tokens)?;
-    let max_tokens_param = max_tokens_param.map(|_| max_tokens);
-    let min_tokens = min_tokens.clamp(0, max_tokens as i64) as u32;
-    let ignore_eos = opt_bool(shared, f.ignore_eos, "ignore_eos")?;
-    Ok(Req {
-        prompt_tokens,
-        prompt_hash,
-        max_tokens_param,
-        max_tokens,
-        min_tokens,
-        ignore_eos,
-        stream,
-        include_usage,
-    })
 }
 
 /// A request in flight on an engine: holds the slot, records an abort if dropped
@@ -446,7 +193,7 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
         Ok(b) => b,
         Err(answer) => return Ok(answer),
     };
-    let req = parse(&shared, api, &bytes)?;
+    let req = validate::parse(&shared.cfg, api, &bytes)?;
 
     let core = shared.core();
     let seq = core.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
