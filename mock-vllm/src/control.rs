@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::clock::Now;
+use crate::process::cpu_seconds;
 use crate::state::{Health, Shared};
 use crate::waveform::Waveform;
 
@@ -43,7 +44,7 @@ async fn health(State(shared): State<Arc<Shared>>, Json(b): Json<HealthBody>) ->
 }
 
 async fn counter_reset(State(shared): State<Arc<Shared>>) -> StatusCode {
-    shared.counter_reset(Now::read());
+    shared.counter_reset(Now::read(), cpu_seconds());
     StatusCode::NO_CONTENT
 }
 
@@ -81,6 +82,6 @@ async fn crash(State(shared): State<Arc<Shared>>, body: Option<Json<CrashBody>>)
 }
 
 async fn reset(State(shared): State<Arc<Shared>>) -> StatusCode {
-    shared.reset(Now::read());
+    shared.reset(Now::read(), cpu_seconds());
     StatusCode::NO_CONTENT
 }

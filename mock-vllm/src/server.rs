@@ -26,6 +26,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::clock::Now;
 use crate::config::Config;
 use crate::faults::Fault;
+use crate::process::cpu_seconds;
 use crate::state::{Health, Shared};
 use crate::waveform::Waveform;
 
@@ -169,7 +170,7 @@ impl MockVllm {
     /// empty, startup delay again). Crashes first if still running.
     pub async fn restart(&self) -> std::io::Result<()> {
         self.take_down(true).await;
-        self.shared.fresh_start(Now::read());
+        self.shared.fresh_start(Now::read(), cpu_seconds());
         let mut last = None;
         for _ in 0..50 {
             match bind(self.shared.addr) {
@@ -205,7 +206,7 @@ impl MockVllm {
     /// As after a vLLM restart: every counter and histogram back to 0 (and new
     /// `_created` times); queues and running requests are untouched.
     pub fn counter_reset(&self) {
-        self.shared.counter_reset(Now::read());
+        self.shared.counter_reset(Now::read(), cpu_seconds());
     }
 
     /// Report `wave` instead of the measured value for gauge family `name` (every label
@@ -220,7 +221,7 @@ impl MockVllm {
 
     /// Everything back to normal: health up, faults and overrides cleared, fresh counters.
     pub fn reset(&self) {
-        self.shared.reset(Now::read());
+        self.shared.reset(Now::read(), cpu_seconds());
     }
 
     /// Per engine: queue, running, KV usage and counters; plus health and faults.

@@ -137,11 +137,11 @@ impl Shared {
         }
     }
 
-    /// What a restarted process starts from: new engines, a new process epoch, no
-    /// frozen page.
-    pub fn fresh_start(&self, now: Now) {
+    /// What a restarted process starts from: new engines, a new process epoch (CPU
+    /// seconds counted from `cpu_base`), no frozen page.
+    pub fn fresh_start(&self, now: Now, cpu_base: f64) {
         self.set_core(Core::new(&self.cfg, now));
-        *lock(&self.process_epoch) = (now.epoch, crate::process::cpu_seconds());
+        *lock(&self.process_epoch) = (now.epoch, cpu_base);
         lock(&self.stale).take();
     }
 
@@ -200,7 +200,7 @@ impl Shared {
 
     /// As after a vLLM restart: every counter and histogram back to 0 (and new
     /// `_created` times); queues and running requests are untouched.
-    pub fn counter_reset(&self, now: Now) {
+    pub fn counter_reset(&self, now: Now, cpu_base: f64) {
         let core = self.core();
         let now = now.epoch;
         for e in &core.engines {
@@ -210,7 +210,7 @@ impl Shared {
             *s = crate::stats::EngineStats::new(&buckets, now);
         }
         *lock(&core.http) = HttpStats::new(now);
-        *lock(&self.process_epoch) = (now, crate::process::cpu_seconds());
+        *lock(&self.process_epoch) = (now, cpu_base);
         self.events.emit("state", json!({"state": "counter_reset"}));
     }
 
@@ -227,12 +227,12 @@ impl Shared {
     }
 
     /// Everything back to normal: health up, faults and overrides cleared, fresh counters.
-    pub fn reset(&self, now: Now) {
+    pub fn reset(&self, now: Now, cpu_base: f64) {
         self.set_health(Health::Up);
         self.faults.clear();
         self.clear_overrides();
         lock(&self.stale).take();
-        self.counter_reset(now);
+        self.counter_reset(now, cpu_base);
     }
 
     /// Per engine: queue, running, KV usage and counters; plus health and faults.
