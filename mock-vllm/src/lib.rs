@@ -25,7 +25,8 @@
 //! - [`engine`]: the load model of one engine: slots, FIFO queue, KV cache, latencies
 //!   ([`engine::Engine::admit`]); [`stats`]: counters and histograms of what happened
 //!   ([`stats::EngineStats`]).
-//! - [`validate`]: vLLM's request rules and errors (`validate::parse`); [`request`]:
+//! - [`answer`]: a completion's output length and its body or SSE chunks, from its
+//!   plan. [`validate`]: vLLM's request rules and errors (`validate::parse`); [`request`]:
 //!   bodies decoded without a JSON tree (`request::fields`); [`tokenizer`]: the
 //!   4-characters-per-token rule.
 //! - [`metrics`]: which families each dialect exports; [`metrics::page`] writes the page
@@ -36,6 +37,7 @@
 //! - [`config`]: [`Config`] and [`Dialect`]; [`waveform`]: [`Waveform`] for gauge
 //!   overrides; [`error`]: vLLM-shaped error bodies.
 
+pub mod answer;
 pub mod body;
 pub mod clock;
 pub mod config;
