@@ -22,8 +22,9 @@
 //! Core:
 //! - [`state`]: what handlers and handle share (`Shared`, the engines' `Core`,
 //!   [`Health`]) and the operations on it, time as an argument; no sockets.
-//! - [`engine`]: the load model of one engine: slots, FIFO queue, KV cache, latencies
-//!   ([`engine::Engine::admit`]); [`stats`]: counters and histograms of what happened
+//! - [`sched`]: one engine's slots, KV cache and FIFO queue as a plain state machine
+//!   ([`sched::Scheduler`]); [`engine`]: the load model around it, latencies and
+//!   waking waiters ([`engine::Engine::admit`]); [`stats`]: counters and histograms of what happened
 //!   ([`stats::EngineStats`]).
 //! - [`answer`]: a completion's output length and its body or SSE chunks, from its
 //!   plan. [`validate`]: vLLM's request rules and errors (`validate::parse`); [`request`]:
@@ -53,6 +54,7 @@ pub mod openai;
 pub mod process;
 pub mod request;
 pub mod routes;
+pub mod sched;
 pub mod scrape;
 pub mod scrape_faults;
 pub mod server;
