@@ -995,6 +995,7 @@ fn vllm_dialect(d: spec::Dialect) -> mock_vllm::Dialect {
         spec::Dialect::V0_10 => mock_vllm::Dialect::V0_10,
         spec::Dialect::V0_11 => mock_vllm::Dialect::V0_11,
         spec::Dialect::OpenMetrics => mock_vllm::Dialect::OpenMetrics,
+        spec::Dialect::Compact => mock_vllm::Dialect::Compact,
     }
 }
 

@@ -59,6 +59,9 @@ pub enum Dialect {
     V0_10,
     V0_11,
     OpenMetrics,
+    /// Only the families the sidecar reads, as a v0.11 page writes them: small pages for
+    /// big fleets.
+    Compact,
 }
 
 /// The cluster a scenario runs on. Intervals default short so the library runs fast.
