@@ -459,9 +459,8 @@ pub fn apply_txn(store: &mut Store, r: &TxnRequest) -> Result<TxnResponse, EtcdE
     precheck_branch(store, r, &mut path)?;
     let mut batch = Batch::default();
     let mut path_iter = path.into_iter();
-    let mut resp = exec_txn(store, &mut batch, r, &mut path_iter)?;
+    let resp = exec_txn(store, &mut batch, r, &mut path_iter)?;
     store.commit(batch);
-    set_nested_revision(&mut resp.responses, store.rev);
     Ok(resp)
 }
 
@@ -604,19 +603,23 @@ fn exec_txn(
     let ops = if ok { &r.success } else { &r.failure };
     let mut responses = Vec::with_capacity(ops.len());
     for op in ops {
-        if let Some(rr) = &op.request_range {
-            responses.push(ResponseOp::ResponseRange(do_range(store, rr)?));
+        let mut resp = if let Some(rr) = &op.request_range {
+            ResponseOp::ResponseRange(do_range(store, rr)?)
         } else if let Some(p) = &op.request_put {
             let prev = do_put(store, batch, p);
-            responses.push(ResponseOp::ResponsePut(PutResponse {
+            ResponseOp::ResponsePut(PutResponse {
                 header: Header::nested(0),
                 prev_kv: prev,
-            }));
+            })
         } else if let Some(d) = &op.request_delete_range {
-            responses.push(ResponseOp::ResponseDeleteRange(do_delete(store, batch, d)));
+            ResponseOp::ResponseDeleteRange(do_delete(store, batch, d))
         } else if let Some(t) = &op.request_txn {
-            responses.push(ResponseOp::ResponseTxn(exec_txn(store, batch, t, path)?));
-        }
+            ResponseOp::ResponseTxn(exec_txn(store, batch, t, path)?)
+        } else {
+            continue;
+        };
+        set_nested_revision(&mut resp, revision_so_far(store, batch));
+        responses.push(resp);
     }
     Ok(TxnResponse {
         header: Header::nested(0),
@@ -625,14 +628,23 @@ fn exec_txn(
     })
 }
 
-/// Nested op headers carry only the txn's final revision; nested txn headers are empty.
-fn set_nested_revision(ops: &mut [ResponseOp], rev: i64) {
-    for op in ops {
-        match op {
-            ResponseOp::ResponseRange(r) => r.header = Header::nested(rev),
-            ResponseOp::ResponsePut(p) => p.header = Header::nested(rev),
-            ResponseOp::ResponseDeleteRange(d) => d.header = Header::nested(rev),
-            ResponseOp::ResponseTxn(t) => set_nested_revision(&mut t.responses, rev),
-        }
+/// The revision a txn op reports: etcd's write txn answers the revision before the txn
+/// until it has written something, and the one it is building from then on.
+fn revision_so_far(store: &Store, batch: &Batch) -> i64 {
+    if batch.events.is_empty() {
+        store.rev
+    } else {
+        store.rev + 1
+    }
+}
+
+/// Nested op headers carry only a revision (see [`revision_so_far`], taken right after
+/// the op); nested txn headers are empty and their own ops were stamped as they ran.
+fn set_nested_revision(op: &mut ResponseOp, rev: i64) {
+    match op {
+        ResponseOp::ResponseRange(r) => r.header = Header::nested(rev),
+        ResponseOp::ResponsePut(p) => p.header = Header::nested(rev),
+        ResponseOp::ResponseDeleteRange(d) => d.header = Header::nested(rev),
+        ResponseOp::ResponseTxn(_) => {}
     }
 }

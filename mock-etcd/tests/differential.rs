@@ -659,6 +659,27 @@ async fn txn_sequence(d: &mut Diff) {
         format!(
             r#"{{"success":[{{"request_put":{{"key":"{k}","value":"{v}","ignore_value":true}}}}]}}"#
         ),
+        // Nested revisions: a read before the first write reports the revision before
+        // the txn, everything from the first write on the txn's own revision.
+        format!(
+            r#"{{"success":[{{"request_range":{{"key":"{k}"}}}},{{"request_put":{{"key":"{n}","value":"{v}"}}}}]}}"#
+        ),
+        format!(
+            r#"{{"success":[{{"request_range":{{"key":"{k}"}}}},{{"request_put":{{"key":"{n}","value":"{v}"}}}},
+            {{"request_range":{{"key":"{n}"}}}},{{"request_delete_range":{{"key":"{n}"}}}}]}}"#
+        ),
+        format!(
+            r#"{{"compare":[{{"key":"{k}","target":"VALUE","value":"{n}"}}],"success":[],
+            "failure":[{{"request_range":{{"key":"{k}"}}}},{{"request_delete_range":{{"key":"{}"}}}},
+            {{"request_put":{{"key":"{n}","value":"{v}"}}}},{{"request_range":{{"key":"{n}"}}}},
+            {{"request_delete_range":{{"key":"{}"}}}}]}}"#,
+            b64("t/none"),
+            b64("t/none2")
+        ),
+        format!(
+            r#"{{"success":[{{"request_range":{{"key":"{k}"}}}},{{"request_txn":{{"success":[{{"request_range":{{"key":"{k}"}}}},
+            {{"request_put":{{"key":"{n}","value":"{v}"}}}},{{"request_range":{{"key":"{k}"}}}}]}}}},{{"request_range":{{"key":"{k}"}}}}]}}"#
+        ),
     ];
     for c in &cases {
         d.check("/v3/kv/txn", c).await;
