@@ -17,9 +17,10 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use rand::Rng;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::codec::{self, Header};
+use crate::decode::wire::Str;
 use crate::error::EtcdError;
 use crate::gateway::read_body;
 use crate::{lock, Shared};
@@ -139,12 +140,13 @@ pub fn watch_access(shared: &Shared, headers: &HeaderMap) -> Result<(), EtcdErro
     require_user(shared, headers)
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
+#[derive(Default)]
 struct AuthenticateRequest {
     name: String,
     password: String,
 }
+
+crate::message!(AuthenticateRequest { b"name" => name: Str, b"password" => password: Str });
 
 #[derive(Serialize)]
 struct AuthenticateResponse {
@@ -158,7 +160,7 @@ pub async fn authenticate(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let req: AuthenticateRequest = codec::parse(&body)?;
+    let req: AuthenticateRequest = crate::decode::parse(&body)?;
     check_token(&shared, &headers)?;
     let token = lock(&shared.auth).authenticate(&req.name, &req.password, Instant::now())?;
     let rev = shared.store().rev;

@@ -331,7 +331,7 @@ pub mod size {
 /// Reads the request objects of a streamed body (keepalive, watch) as they arrive.
 pub struct StreamReader {
     body: Option<axum::body::BodyDataStream>,
-    splitter: crate::codec::MessageSplitter,
+    splitter: crate::decode::MessageSplitter,
     max: usize,
 }
 
@@ -354,7 +354,7 @@ impl StreamReader {
     }
 
     /// The next request object; None once the body has ended.
-    pub async fn next(&mut self) -> Option<crate::codec::Piece> {
+    pub async fn next(&mut self) -> Option<crate::decode::Piece> {
         use futures_util::StreamExt;
         loop {
             if let Some(p) = self.splitter.next(self.body.is_none()) {
@@ -366,7 +366,7 @@ impl StreamReader {
                     self.splitter.push(&chunk);
                     if self.splitter.buffered() > self.max {
                         self.body = None;
-                        return Some(crate::codec::Piece::Malformed(format!(
+                        return Some(crate::decode::Piece::Malformed(format!(
                             "grpc: received message larger than max ({} vs. {})",
                             self.splitter.buffered(),
                             self.max

@@ -10,9 +10,10 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::Serialize;
 
-use crate::codec::{self, de, is_false, is_zero, ser_i64, Header};
+use crate::codec::{self, is_false, is_zero, ser_i64, Header};
+use crate::decode::{self, wire::*};
 use crate::error::EtcdError;
 use crate::gateway::{read_body, size};
 use crate::store::{Batch, KeyRange, KeyValue, Store};
@@ -21,158 +22,162 @@ use crate::Shared;
 /// etcd's `--max-txn-ops` default.
 pub const MAX_TXN_OPS: usize = 128;
 
-#[derive(Deserialize, Default, Debug, Clone)]
-#[serde(default)]
+#[derive(Default, Debug, Clone)]
 pub struct RangeRequest {
-    #[serde(deserialize_with = "de::bytes")]
     pub key: Vec<u8>,
-    #[serde(deserialize_with = "de::bytes", alias = "rangeEnd")]
     pub range_end: Vec<u8>,
-    #[serde(deserialize_with = "de::i64")]
     pub limit: i64,
-    #[serde(deserialize_with = "de::i64")]
     pub revision: i64,
-    #[serde(deserialize_with = "sort_order", alias = "sortOrder")]
     pub sort_order: i32,
-    #[serde(deserialize_with = "sort_target", alias = "sortTarget")]
     pub sort_target: i32,
-    #[serde(deserialize_with = "de::bool")]
     pub serializable: bool,
-    #[serde(deserialize_with = "de::bool", alias = "keysOnly")]
     pub keys_only: bool,
-    #[serde(deserialize_with = "de::bool", alias = "countOnly")]
     pub count_only: bool,
-    #[serde(deserialize_with = "de::i64", alias = "minModRevision")]
     pub min_mod_revision: i64,
-    #[serde(deserialize_with = "de::i64", alias = "maxModRevision")]
     pub max_mod_revision: i64,
-    #[serde(deserialize_with = "de::i64", alias = "minCreateRevision")]
     pub min_create_revision: i64,
-    #[serde(deserialize_with = "de::i64", alias = "maxCreateRevision")]
     pub max_create_revision: i64,
 }
 
-fn sort_order<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-    de::enum_of(
-        d,
-        "etcdserverpb.RangeRequest_SortOrder",
-        &["NONE", "ASCEND", "DESCEND"],
-    )
-}
-fn sort_target<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-    de::enum_of(
-        d,
-        "etcdserverpb.RangeRequest_SortTarget",
-        &["KEY", "VERSION", "CREATE", "MOD", "VALUE"],
-    )
+crate::message!(RangeRequest {
+    b"key" => key: Bytes,
+    b"range_end" | b"rangeEnd" => range_end: Bytes,
+    b"limit" => limit: I64,
+    b"revision" => revision: I64,
+    b"sort_order" | b"sortOrder" => sort_order: Enum<SortOrder>,
+    b"sort_target" | b"sortTarget" => sort_target: Enum<SortTarget>,
+    b"serializable" => serializable: Bool,
+    b"keys_only" | b"keysOnly" => keys_only: Bool,
+    b"count_only" | b"countOnly" => count_only: Bool,
+    b"min_mod_revision" | b"minModRevision" => min_mod_revision: I64,
+    b"max_mod_revision" | b"maxModRevision" => max_mod_revision: I64,
+    b"min_create_revision" | b"minCreateRevision" => min_create_revision: I64,
+    b"max_create_revision" | b"maxCreateRevision" => max_create_revision: I64,
+});
+
+pub struct SortOrder;
+impl EnumType for SortOrder {
+    const GO_TYPE: &'static str = "etcdserverpb.RangeRequest_SortOrder";
+    const NAMES: &'static [&'static str] = &["NONE", "ASCEND", "DESCEND"];
 }
 
-#[derive(Deserialize, Default, Debug, Clone)]
-#[serde(default)]
+pub struct SortTarget;
+impl EnumType for SortTarget {
+    const GO_TYPE: &'static str = "etcdserverpb.RangeRequest_SortTarget";
+    const NAMES: &'static [&'static str] = &["KEY", "VERSION", "CREATE", "MOD", "VALUE"];
+}
+
+#[derive(Default, Debug, Clone)]
 pub struct PutRequest {
-    #[serde(deserialize_with = "de::bytes")]
     pub key: Vec<u8>,
-    #[serde(deserialize_with = "de::bytes")]
     pub value: Vec<u8>,
-    #[serde(deserialize_with = "de::i64")]
     pub lease: i64,
-    #[serde(deserialize_with = "de::bool", alias = "prevKv")]
     pub prev_kv: bool,
-    #[serde(deserialize_with = "de::bool", alias = "ignoreValue")]
     pub ignore_value: bool,
-    #[serde(deserialize_with = "de::bool", alias = "ignoreLease")]
     pub ignore_lease: bool,
 }
 
-#[derive(Deserialize, Default, Debug, Clone)]
-#[serde(default)]
+crate::message!(PutRequest {
+    b"key" => key: Bytes,
+    b"value" => value: Bytes,
+    b"lease" => lease: I64,
+    b"prev_kv" | b"prevKv" => prev_kv: Bool,
+    b"ignore_value" | b"ignoreValue" => ignore_value: Bool,
+    b"ignore_lease" | b"ignoreLease" => ignore_lease: Bool,
+});
+
+#[derive(Default, Debug, Clone)]
 pub struct DeleteRangeRequest {
-    #[serde(deserialize_with = "de::bytes")]
     pub key: Vec<u8>,
-    #[serde(deserialize_with = "de::bytes", alias = "rangeEnd")]
     pub range_end: Vec<u8>,
-    #[serde(deserialize_with = "de::bool", alias = "prevKv")]
     pub prev_kv: bool,
 }
 
-#[derive(Deserialize, Default, Debug, Clone)]
-#[serde(default)]
+crate::message!(DeleteRangeRequest {
+    b"key" => key: Bytes,
+    b"range_end" | b"rangeEnd" => range_end: Bytes,
+    b"prev_kv" | b"prevKv" => prev_kv: Bool,
+});
+
+#[derive(Default, Debug, Clone)]
 pub struct Compare {
-    #[serde(deserialize_with = "compare_result")]
     pub result: i32,
-    #[serde(deserialize_with = "compare_target")]
     pub target: i32,
-    #[serde(deserialize_with = "de::bytes")]
     pub key: Vec<u8>,
-    #[serde(deserialize_with = "de::bytes", alias = "rangeEnd")]
     pub range_end: Vec<u8>,
-    #[serde(deserialize_with = "de::i64")]
     pub version: i64,
-    #[serde(deserialize_with = "de::i64", alias = "createRevision")]
     pub create_revision: i64,
-    #[serde(deserialize_with = "de::i64", alias = "modRevision")]
     pub mod_revision: i64,
-    #[serde(deserialize_with = "de::bytes")]
     pub value: Vec<u8>,
-    #[serde(deserialize_with = "de::i64")]
     pub lease: i64,
 }
 
-fn compare_result<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-    de::enum_of(
-        d,
-        "etcdserverpb.Compare_CompareResult",
-        &["EQUAL", "GREATER", "LESS", "NOT_EQUAL"],
-    )
-}
-fn compare_target<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-    de::enum_of(
-        d,
-        "etcdserverpb.Compare_CompareTarget",
-        &["VERSION", "CREATE", "MOD", "VALUE", "LEASE"],
-    )
+crate::message!(Compare {
+    b"result" => result: Enum<CompareResult>,
+    b"target" => target: Enum<CompareTarget>,
+    b"key" => key: Bytes,
+    b"range_end" | b"rangeEnd" => range_end: Bytes,
+    b"version" => version: I64,
+    b"create_revision" | b"createRevision" => create_revision: I64,
+    b"mod_revision" | b"modRevision" => mod_revision: I64,
+    b"value" => value: Bytes,
+    b"lease" => lease: I64,
+});
+
+pub struct CompareResult;
+impl EnumType for CompareResult {
+    const GO_TYPE: &'static str = "etcdserverpb.Compare_CompareResult";
+    const NAMES: &'static [&'static str] = &["EQUAL", "GREATER", "LESS", "NOT_EQUAL"];
 }
 
-#[derive(Deserialize, Default, Debug, Clone)]
-#[serde(default)]
+pub struct CompareTarget;
+impl EnumType for CompareTarget {
+    const GO_TYPE: &'static str = "etcdserverpb.Compare_CompareTarget";
+    const NAMES: &'static [&'static str] = &["VERSION", "CREATE", "MOD", "VALUE", "LEASE"];
+}
+
+#[derive(Default, Debug, Clone)]
 pub struct RequestOp {
-    #[serde(alias = "requestRange")]
     pub request_range: Option<RangeRequest>,
-    #[serde(alias = "requestPut")]
     pub request_put: Option<PutRequest>,
-    #[serde(alias = "requestDeleteRange")]
     pub request_delete_range: Option<DeleteRangeRequest>,
-    #[serde(alias = "requestTxn")]
     pub request_txn: Option<Box<TxnRequest>>,
 }
 
-#[derive(Deserialize, Default, Debug, Clone)]
-#[serde(default)]
+crate::message!(RequestOp {
+    b"request_range" | b"requestRange" => request_range: Nested<RangeRequest>,
+    b"request_put" | b"requestPut" => request_put: Nested<PutRequest>,
+    b"request_delete_range" | b"requestDeleteRange" => request_delete_range: Nested<DeleteRangeRequest>,
+    b"request_txn" | b"requestTxn" => request_txn: Boxed<TxnRequest>,
+});
+
+/// Ops and compares kept per list: one more than etcd allows, so the count check still
+/// fires, and no more, so a body of a million empty ops costs nothing.
+const LIST_CAP: usize = MAX_TXN_OPS + 1;
+
+#[derive(Default, Debug, Clone)]
 pub struct TxnRequest {
-    #[serde(deserialize_with = "list")]
     pub compare: Vec<Compare>,
-    #[serde(deserialize_with = "list")]
     pub success: Vec<RequestOp>,
-    #[serde(deserialize_with = "list")]
     pub failure: Vec<RequestOp>,
 }
 
-fn list<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
-    Ok(Option::<Vec<Option<T>>>::deserialize(d)?
-        .unwrap_or_default()
-        .into_iter()
-        .flatten()
-        .collect())
-}
+crate::message!(TxnRequest {
+    b"compare" => compare: List<Compare, LIST_CAP>,
+    b"success" => success: List<RequestOp, LIST_CAP>,
+    b"failure" => failure: List<RequestOp, LIST_CAP>,
+});
 
-#[derive(Deserialize, Default, Debug, Clone)]
-#[serde(default)]
+#[derive(Default, Debug, Clone)]
 pub struct CompactionRequest {
-    #[serde(deserialize_with = "de::i64")]
     pub revision: i64,
-    #[serde(deserialize_with = "de::bool")]
     pub physical: bool,
 }
+
+crate::message!(CompactionRequest {
+    b"revision" => revision: I64,
+    b"physical" => physical: Bool,
+});
 
 #[derive(Serialize, Debug)]
 pub struct RangeResponse {
@@ -238,7 +243,7 @@ pub async fn range(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let req: RangeRequest = codec::parse(&body)?;
+    let req: RangeRequest = decode::parse(&body)?;
     size::check_grpc(&shared, size::range(&req))?;
     check_range(&req)?;
     crate::auth::require_user(&shared, &headers)?;
@@ -255,7 +260,7 @@ pub async fn put(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let req: PutRequest = codec::parse(&body)?;
+    let req: PutRequest = decode::parse(&body)?;
     let len = size::put(&req);
     size::check_grpc(&shared, len)?;
     check_put(&req)?;
@@ -280,7 +285,7 @@ pub async fn delete_range(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let req: DeleteRangeRequest = codec::parse(&body)?;
+    let req: DeleteRangeRequest = decode::parse(&body)?;
     let len = size::delete(&req);
     size::check_grpc(&shared, len)?;
     if req.key.is_empty() {
@@ -303,7 +308,7 @@ pub async fn txn(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let req: TxnRequest = codec::parse(&body)?;
+    let req: TxnRequest = decode::parse(&body)?;
     let len = size::txn(&req);
     size::check_grpc(&shared, len)?;
     check_txn(&req)?;
@@ -325,7 +330,7 @@ pub async fn compaction(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let req: CompactionRequest = codec::parse(&body)?;
+    let req: CompactionRequest = decode::parse(&body)?;
     crate::auth::check_token(&shared, &headers)?;
     let mut store = shared.store();
     store.compact(req.revision)?;

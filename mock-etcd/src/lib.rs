@@ -6,8 +6,12 @@
 //!
 //! # Layout
 //!
-//! - [`codec`]: the gateway's JSON dialect (int64 as strings, base64 bytes, omitted
-//!   zeros, Go's error wording); [`codec::parse`] reads every request.
+//! - [`codec`]: the gateway's JSON dialect on the way out (int64 as strings, base64
+//!   bytes, omitted zeros) and its headers; [`codec::ok`].
+//! - [`decode`]: reading requests as jsonpb does, into typed messages without building
+//!   a tree; [`decode::parse`], the [`message!`] macro, [`decode::MessageSplitter`].
+//! - [`scan`]: Go's JSON scanner (syntax, depth, message ends, Go's wording);
+//!   [`scan::Scanner`].
 //! - [`error`]: [`EtcdError`], the one error type, rendered as `{"error","message","code"}`.
 //! - [`store`]: keys, bounded MVCC history, leases, revision behind one lock;
 //!   [`store::Store::commit`] closes a revision and notifies watchers.
@@ -27,12 +31,14 @@
 mod auth;
 pub mod codec;
 mod control;
+pub mod decode;
 pub mod error;
 pub mod faults;
 mod gateway;
 pub mod journal;
 mod kv;
 mod lease;
+pub mod scan;
 mod store;
 mod watch;
 

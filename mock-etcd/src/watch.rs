@@ -16,10 +16,11 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::Serialize;
 use tokio::sync::{mpsc, Notify};
 
-use crate::codec::{self, de, is_false, is_zero, ser_i64, Header, Piece};
+use crate::codec::{self, is_false, is_zero, ser_i64, Header};
+use crate::decode::{self, wire::*, Piece};
 use crate::error::{code, EtcdError};
 use crate::gateway::StreamReader;
 use crate::store::{Event, EventKind, KeyRange, KeyValue};
@@ -28,61 +29,54 @@ use crate::Shared;
 /// How long a stream may take to send its first message before we answer anyway.
 const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(5);
 
-#[derive(Deserialize, Default, Debug)]
-#[serde(default)]
+#[derive(Default, Debug)]
 pub struct WatchRequest {
-    #[serde(alias = "createRequest")]
     pub create_request: Option<CreateRequest>,
-    #[serde(alias = "cancelRequest")]
     pub cancel_request: Option<CancelRequest>,
-    #[serde(alias = "progressRequest")]
-    pub progress_request: Option<serde_json::Value>,
+    pub progress_request: Option<Empty>,
 }
 
-#[derive(Deserialize, Default, Debug)]
-#[serde(default)]
+crate::message!(WatchRequest {
+    b"create_request" | b"createRequest" => create_request: Nested<CreateRequest>,
+    b"cancel_request" | b"cancelRequest" => cancel_request: Nested<CancelRequest>,
+    b"progress_request" | b"progressRequest" => progress_request: Nested<Empty>,
+});
+
+#[derive(Default, Debug)]
 pub struct CreateRequest {
-    #[serde(deserialize_with = "de::bytes")]
     pub key: Vec<u8>,
-    #[serde(deserialize_with = "de::bytes", alias = "rangeEnd")]
     pub range_end: Vec<u8>,
-    #[serde(deserialize_with = "de::i64", alias = "startRevision")]
     pub start_revision: i64,
-    #[serde(deserialize_with = "de::bool", alias = "progressNotify")]
     pub progress_notify: bool,
-    #[serde(deserialize_with = "filters")]
     pub filters: Vec<i32>,
-    #[serde(deserialize_with = "de::bool", alias = "prevKv")]
     pub prev_kv: bool,
-    #[serde(deserialize_with = "de::i64", alias = "watchId")]
     pub watch_id: i64,
-    #[serde(deserialize_with = "de::bool")]
     pub fragment: bool,
 }
 
-fn filters<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<i32>, D::Error> {
-    #[derive(Deserialize)]
-    struct F(#[serde(deserialize_with = "filter")] i32);
-    fn filter<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-        de::enum_of(
-            d,
-            "etcdserverpb.WatchCreateRequest_FilterType",
-            &["NOPUT", "NODELETE"],
-        )
-    }
-    Ok(Option::<Vec<F>>::deserialize(d)?
-        .unwrap_or_default()
-        .into_iter()
-        .map(|f| f.0)
-        .collect())
+crate::message!(CreateRequest {
+    b"key" => key: Bytes,
+    b"range_end" | b"rangeEnd" => range_end: Bytes,
+    b"start_revision" | b"startRevision" => start_revision: I64,
+    b"progress_notify" | b"progressNotify" => progress_notify: Bool,
+    b"filters" => filters: Enums<FilterType>,
+    b"prev_kv" | b"prevKv" => prev_kv: Bool,
+    b"watch_id" | b"watchId" => watch_id: I64,
+    b"fragment" => fragment: Bool,
+});
+
+pub struct FilterType;
+impl EnumType for FilterType {
+    const GO_TYPE: &'static str = "etcdserverpb.WatchCreateRequest_FilterType";
+    const NAMES: &'static [&'static str] = &["NOPUT", "NODELETE"];
 }
 
-#[derive(Deserialize, Default, Debug)]
-#[serde(default)]
+#[derive(Default, Debug)]
 pub struct CancelRequest {
-    #[serde(deserialize_with = "de::i64", alias = "watchId")]
     pub watch_id: i64,
 }
+
+crate::message!(CancelRequest { b"watch_id" | b"watchId" => watch_id: I64 });
 
 /// `WatchResponse` in etcd's field order.
 #[derive(Serialize, Default)]
@@ -431,8 +425,8 @@ impl Session {
     }
 
     /// Serve one request object; Err if it does not decode.
-    fn handle(&mut self, v: serde_json::Value) -> Result<(), String> {
-        let req: WatchRequest = codec::from_value(v)?;
+    fn handle(&mut self, msg: Vec<u8>) -> Result<(), String> {
+        let req: WatchRequest = decode::parse_value(&msg)?;
         if let Some(c) = req.create_request {
             self.create(c);
         } else if let Some(c) = req.cancel_request {
