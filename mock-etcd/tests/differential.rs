@@ -155,6 +155,10 @@ impl Diff {
         };
         let (rn, fn_) = (self.normalize(rv.clone()), self.normalize(fv.clone()));
         assert_eq!(rn, fn_, "body differs; {ctx}");
+        if r.status >= 400 && rv.get("code").is_some() {
+            // Error bodies carry nothing that differs: same bytes, same key order.
+            assert_eq!(r.text.trim_end(), f.text.trim_end(), "error text differs; {ctx}");
+        }
         (rv, fv)
     }
 
