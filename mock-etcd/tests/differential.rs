@@ -84,9 +84,21 @@ impl Diff {
         body: &str,
         auth: Option<&str>,
     ) -> Resp {
+        self.send_bytes(side, method, path, side.fill(body).into_bytes(), auth)
+            .await
+    }
+
+    async fn send_bytes(
+        &self,
+        side: &Side,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+        auth: Option<&str>,
+    ) -> Resp {
         let url = format!("{}{}", side.url, path);
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut req = self.http.request(method, url).body(side.fill(body));
+        let mut req = self.http.request(method, url).body(body);
         let token = match auth {
             Some("$TOKEN") => side.token.clone(),
             Some(t) => Some(t.to_string()),
@@ -132,6 +144,21 @@ impl Diff {
             self.send(&self.real, method, path, body, auth),
             self.send(&self.fake, method, path, body, auth)
         );
+        self.compare(method, path, body, r, f)
+    }
+
+    /// Send the same bytes (not necessarily UTF-8) to both and compare.
+    async fn check_bytes(&mut self, path: &str, body: &[u8]) -> (Value, Value) {
+        self.steps += 1;
+        let (r, f) = tokio::join!(
+            self.send_bytes(&self.real, "POST", path, body.to_vec(), None),
+            self.send_bytes(&self.fake, "POST", path, body.to_vec(), None)
+        );
+        self.compare("POST", path, &String::from_utf8_lossy(body), r, f)
+    }
+
+    fn compare(&self, method: &str, path: &str, body: &str, r: Resp, f: Resp) -> (Value, Value) {
+        let body: String = body.chars().take(300).collect();
         let ctx = format!(
             "step {}: {method} {path} {body}\n real: {r:?}\n fake: {f:?}",
             self.steps
@@ -347,6 +374,7 @@ async fn real_etcd_and_fake_answer_alike() {
         lease_sequence(&mut d).await;
         txn_sequence(&mut d).await;
         error_sequence(&mut d).await;
+        hostile_sequence(&mut d).await;
         watch_sequence(&mut d).await;
         no_auth_sequence(&mut d).await;
     };
@@ -745,6 +773,76 @@ async fn error_sequence(d: &mut Diff) {
     .await;
 }
 
+/// What clients get wrong, or attackers try: numbers as floats, repeated keys, deep
+/// nesting, bytes that are not UTF-8.
+async fn hostile_sequence(d: &mut Diff) {
+    let k = b64("h/1");
+    for body in [
+        r#"{"TTL":5.0}"#,
+        r#"{"TTL":5e0}"#,
+        r#"{"TTL":-5.50}"#,
+        r#"{"TTL":"5.0"}"#,
+        r#"{"TTL":1.5E3,"ID":1}"#,
+    ] {
+        d.check("/v3/lease/grant", body).await;
+    }
+    for extra in [
+        r#""limit":1e2"#,
+        r#""limit":1E+02"#,
+        r#""limit":100000000000000000000"#,
+        r#""limit":-0"#,
+        r#""limit":0.0"#,
+        r#""limit":"1 2""#,
+        r#""limit":"""#,
+        r#""limit":"[1]""#,
+        r#""limit":true"#,
+        r#""sort_order":1.0"#,
+        r#""sort_order":[1]"#,
+        r#""limit":1,"limit":"x""#,
+        r#""keys_only":true,"keys_only":false"#,
+    ] {
+        d.check("/v3/kv/range", &format!(r#"{{"key":"{k}",{extra}}}"#))
+            .await;
+    }
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{k}","value":"eA==","lease":1000.0}}"#),
+    )
+    .await;
+    // Repeated keys: the last one wins.
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{}","value":"YQ==","key":"{k}","value":"Yg=="}}"#, b64("h/0")),
+    )
+    .await;
+    d.check("/v3/kv/range", &format!(r#"{{"key":"{}"}}"#, b64("h/0")))
+        .await;
+    d.check(
+        "/v3/kv/range",
+        &format!(r#"{{"key":"{}","key":"{k}","count_only":true}}"#, b64("h/0")),
+    )
+    .await;
+    // Nesting inside an unknown field: Go refuses past 10,000 levels.
+    let deep = |n: usize, open: &str, close: &str| {
+        format!(r#"{{"key":"{k}","x":{}1{}}}"#, open.repeat(n), close.repeat(n))
+    };
+    for n in [9_999, 10_000, 20_000] {
+        d.check("/v3/kv/range", &deep(n, "[", "]")).await;
+        d.check("/v3/kv/range", &deep(n, r#"{"a":"#, "}")).await;
+    }
+    // Bytes that are not UTF-8 in a keepalive body.
+    for body in [
+        &b"{\"ID\":1000}\xff\xfe"[..],
+        b"{\"ID\":1000,\"x\":\"\xff\xfe\"}",
+        b"\xff\xfe",
+        b"{\"ID\":1000}\x01",
+    ] {
+        d.check_bytes("/v3/lease/keepalive", body).await;
+    }
+    d.check_bytes("/v3/kv/range", b"{\"key\":\"Zm9v\",\"x\":\"\xc3\x28\"}")
+        .await;
+}
+
 async fn watch_sequence(d: &mut Diff) {
     let (w, w0) = (b64("w/"), b64("w0"));
     let body = format!(r#"{{"create_request":{{"key":"{w}","range_end":"{w0}","prev_kv":true}}}}"#);
@@ -861,6 +959,7 @@ async fn watch_sequence(d: &mut Diff) {
         );
     }
     d.check("/v3/watch", "{bad}").await;
+    watch_oneof(d).await;
     d.check(
         "/v3/kv/compaction",
         &format!(r#"{{"revision":{}}}"#, start_rev + 2),
@@ -883,8 +982,14 @@ async fn watch_sequence(d: &mut Diff) {
 }
 
 async fn no_auth_sequence(d: &mut Diff) {
-    d.check("/v3/auth/authenticate", r#"{"name":"root","password":"x"}"#)
-        .await;
+    for body in [
+        r#"{"name":"root","password":"x"}"#,
+        r#"{"name":"root","password":null}"#,
+        r#"{"name":null,"password":null}"#,
+        r#"{"name":"root","password":5}"#,
+    ] {
+        d.check("/v3/auth/authenticate", body).await;
+    }
     d.check_with("POST", "/v3/kv/range", r#"{"key":"Zm9v"}"#, Some("bogus"))
         .await;
 }
@@ -910,6 +1015,8 @@ async fn auth_sequence(d: &mut Diff) {
         r#"{"name":"root","password":"bad"}"#,
         r#"{"name":"nobody","password":"x"}"#,
         "{}",
+        r#"{"name":"root","password":null}"#,
+        r#"{"name":"root","password":"rootpw","password":"bad"}"#,
     ] {
         d.check("/v3/auth/authenticate", body).await;
     }
@@ -1007,4 +1114,33 @@ async fn auth_sequence(d: &mut Diff) {
         .check_auth("/v3/kv/range", &format!(r#"{{"key":"{k}"}}"#))
         .await;
     assert_eq!(r["code"], json!(16), "token expired on both: {r}");
+}
+
+/// A watch message with both a create and a cancel: etcd applies one of the two at
+/// random (jsonpb walks the oneof in Go map order); the fake applies the create. Each
+/// body ends with a progress request so that a stream always answers something.
+async fn watch_oneof(d: &mut Diff) {
+    let quick = || Instant::now() + Duration::from_millis(1500);
+    let create = format!(r#"{{"create_request":{{"key":"{}"}}}}"#, b64("w/a"));
+    let progress = r#"{"progress_request":{}}"#;
+    let alone = format!("{create}{progress}");
+    let both = format!(
+        r#"{{"create_request":{{"key":"{}"}},"cancel_request":{{"watch_id":0}}}}{progress}"#,
+        b64("w/a")
+    );
+    let (mut ra, mut rb, mut fb) = tokio::join!(
+        d.open_stream(&d.real, "/v3/watch", &alone),
+        d.open_stream(&d.real, "/v3/watch", &both),
+        d.open_stream(&d.fake, "/v3/watch", &both)
+    );
+    let (ra, rb, fb) = tokio::join!(ra.rest(quick()), rb.rest(quick()), fb.rest(quick()));
+    let norm = |v: Vec<Value>| v.into_iter().map(|v| d.normalize(v)).collect::<Vec<_>>();
+    let (ra, rb, fb) = (norm(ra), norm(rb), norm(fb));
+    assert_eq!(ra.len(), 2, "created + progress: {ra:?}");
+    let cancel_won = ra[1..].to_vec();
+    assert!(
+        rb == ra || rb == cancel_won,
+        "etcd applied neither the create nor the cancel: {rb:?}"
+    );
+    assert_eq!(fb, ra, "the fake applies the create");
 }
