@@ -19,7 +19,7 @@ use axum::Router;
 use http_body_util::BodyExt;
 
 use crate::error::{self, EtcdError};
-use crate::{auth, faults, kv, lease, watch, Shared};
+use crate::{auth, cluster, faults, kv, lease, watch, Shared};
 
 /// How long a client may take to send a request body.
 const BODY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -41,6 +41,8 @@ pub const PATHS: &[&str] = &[
     "/kv/lease/leases",
     "/watch",
     "/auth/authenticate",
+    "/maintenance/status",
+    "/cluster/member/list",
 ];
 
 fn handler_for(path: &str) -> MethodRouter<Arc<Shared>> {
@@ -56,6 +58,8 @@ fn handler_for(path: &str) -> MethodRouter<Arc<Shared>> {
         "/lease/timetolive" | "/kv/lease/timetolive" => any(lease::time_to_live),
         "/lease/leases" | "/kv/lease/leases" => any(lease::leases),
         "/watch" => any(watch::watch),
+        "/maintenance/status" => any(cluster::status),
+        "/cluster/member/list" => any(cluster::member_list),
         _ => any(auth::authenticate),
     };
     // `any` + our own check: axum's method routing would add an `Allow` header.
@@ -172,7 +176,7 @@ async fn version(method: axum::http::Method) -> Response {
     }
     let mut r = (
         StatusCode::OK,
-        r#"{"etcdserver":"3.4.23","etcdcluster":"3.4.0"}"#,
+        format!(r#"{{"etcdserver":"{}","etcdcluster":"3.4.0"}}"#, cluster::SERVER_VERSION),
     )
         .into_response();
     r.headers_mut().insert(

@@ -19,6 +19,8 @@
 //! - [`lease`]: `/v3/lease/*` including the keepalive stream, and the expiry loop
 //!   [`lease::run_expiry`].
 //! - [`watch`]: the `/v3/watch` stream and the watcher [`watch::Registry`].
+//! - [`cluster`]: `/v3/maintenance/status` and `/v3/cluster/member/list` of a
+//!   single-member cluster.
 //! - [`auth`]: simple tokens with etcd's sliding TTL; [`auth::Auth::check`].
 //! - [`gateway`]: the router of etcd's paths (`/v3/` and `/v3beta/`), body limits, 404/405.
 //! - [`faults`]: [`Fault`] (fail, latency, hang) and the middleware that applies them.
@@ -29,6 +31,7 @@
 //! a [`MockEtcd`] handle.
 
 mod auth;
+mod cluster;
 pub mod codec;
 mod control;
 pub mod decode;
@@ -82,6 +85,9 @@ pub struct Config {
     pub expiry_tick: Duration,
     /// Requests kept by the request log.
     pub journal_cap: usize,
+    /// The member's name and peer URL in `/v3/cluster/member/list`.
+    pub name: String,
+    pub peer_url: String,
 }
 
 impl Default for Config {
@@ -100,6 +106,8 @@ impl Default for Config {
             max_request_bytes: 1572864,
             expiry_tick: Duration::from_millis(100),
             journal_cap: 1000,
+            name: "default".to_string(),
+            peer_url: "http://localhost:2380".to_string(),
         }
     }
 }
@@ -117,6 +125,8 @@ pub(crate) struct Shared {
     pub streams: Mutex<Shutdown>,
     /// Bumped to release hung requests.
     pub release: tokio::sync::watch::Sender<u64>,
+    /// `http://ADDR` once bound: the member's client URL.
+    pub client_url: std::sync::OnceLock<String>,
 }
 
 impl Shared {
@@ -190,6 +200,7 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockEtcd> 
         streams: Mutex::new(shutdown.child()),
         shutdown: shutdown.clone(),
         release,
+        client_url: std::sync::OnceLock::new(),
         config,
     });
     let mut router = gateway::router(shared.clone());
@@ -199,6 +210,7 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockEtcd> 
     let handle =
         mock_kit::serve::bind_and_spawn(shared.config.listen, router, shutdown.clone()).await?;
     let addr = handle.addr;
+    let _ = shared.client_url.set(format!("http://{addr}"));
     tokio::spawn(lease::run_expiry(shared.clone()));
     Ok(MockEtcd {
         shared,

@@ -164,6 +164,11 @@ impl Store {
         self.kvs.get(key)
     }
 
+    /// Bytes of keys and values stored now (what the database size grows with).
+    pub fn data_bytes(&self) -> usize {
+        self.kvs.values().map(|kv| kv.key.len() + kv.value.len()).sum()
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &KeyValue> {
         self.kvs.values()
     }

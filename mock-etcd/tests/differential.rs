@@ -375,6 +375,7 @@ async fn real_etcd_and_fake_answer_alike() {
         txn_sequence(&mut d).await;
         error_sequence(&mut d).await;
         hostile_sequence(&mut d).await;
+        cluster_sequence(&mut d).await;
         watch_sequence(&mut d).await;
         no_auth_sequence(&mut d).await;
     };
@@ -382,6 +383,7 @@ async fn real_etcd_and_fake_answer_alike() {
         let mut a = Diff::new(&real_auth.url, &fake_auth.url());
         enable_real_auth(&a).await;
         auth_sequence(&mut a).await;
+        cluster_sequence(&mut a).await;
     };
     tokio::join!(plain, with_auth);
     fake.stop().await;
@@ -1143,4 +1145,65 @@ async fn watch_oneof(d: &mut Diff) {
         "etcd applied neither the create nor the cancel: {rb:?}"
     );
     assert_eq!(fb, ra, "the fake applies the create");
+}
+
+/// Keys of an object, sorted.
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    k.sort();
+    k
+}
+
+/// Status and member list: the same fields as etcd (values that name this server,
+/// its sizes and raft indexes differ by nature), no token needed, even a bad one.
+async fn cluster_sequence(d: &mut Diff) {
+    for path in ["/v3/maintenance/status", "/v3beta/cluster/member/list"] {
+        d.check(path, "{bad").await;
+        d.check_with("GET", path, "", None).await;
+    }
+    for token in [None, Some("bogus")] {
+        for body in ["{}", "", r#"{"linearizable":true,"x":[1]}"#] {
+            let (r, f) = tokio::join!(
+                d.send(&d.real, "POST", "/v3/maintenance/status", body, token),
+                d.send(&d.fake, "POST", "/v3/maintenance/status", body, token)
+            );
+            assert_eq!((r.status, f.status), (200, 200), "status {body}: {r:?} {f:?}");
+            let (r, f): (Value, Value) = (
+                serde_json::from_str(&r.text).unwrap(),
+                serde_json::from_str(&f.text).unwrap(),
+            );
+            assert_eq!(keys(&r), keys(&f), "status fields: {r} {f}");
+            assert_eq!(keys(&r["header"]), keys(&f["header"]), "status header: {r} {f}");
+            assert_eq!(r["version"], f["version"]);
+            assert_eq!(r["raftTerm"], f["raftTerm"]);
+            for v in [&r, &f] {
+                assert_eq!(v["leader"], v["header"]["member_id"], "single member leads: {v}");
+                assert_eq!(v["raftIndex"], v["raftAppliedIndex"], "{v}");
+            }
+            let (r, f) = tokio::join!(
+                d.send(&d.real, "POST", "/v3/cluster/member/list", body, token),
+                d.send(&d.fake, "POST", "/v3/cluster/member/list", body, token)
+            );
+            assert_eq!((r.status, f.status), (200, 200), "members {body}: {r:?} {f:?}");
+            let (r, f): (Value, Value) = (
+                serde_json::from_str(&r.text).unwrap(),
+                serde_json::from_str(&f.text).unwrap(),
+            );
+            assert_eq!(keys(&r), keys(&f), "member list fields: {r} {f}");
+            assert_eq!(keys(&r["header"]), keys(&f["header"]), "member list header: {r} {f}");
+            for (v, url) in [(&r, &d.real.url), (&f, &d.fake.url)] {
+                let members = v["members"].as_array().expect("members");
+                assert_eq!(members.len(), 1, "{v}");
+                assert_eq!(members[0]["ID"], v["header"]["member_id"], "{v}");
+                assert!(members[0]["name"].as_str().is_some_and(|n| !n.is_empty()), "{v}");
+                assert_eq!(members[0]["clientURLs"], json!([url]), "{v}");
+                assert_eq!(members[0]["peerURLs"].as_array().map(Vec::len), Some(1), "{v}");
+            }
+            assert_eq!(keys(&r["members"][0]), keys(&f["members"][0]));
+            assert_eq!(f["members"][0]["name"], json!("default"), "etcd's default name");
+        }
+    }
 }
