@@ -337,6 +337,8 @@ pub struct StreamReader {
     body: Option<axum::body::BodyDataStream>,
     splitter: crate::decode::MessageSplitter,
     max: usize,
+    /// The body failed rather than ended: the client is gone (a reset connection).
+    broken: bool,
 }
 
 impl StreamReader {
@@ -345,7 +347,14 @@ impl StreamReader {
             body: Some(body.into_data_stream()),
             splitter: Default::default(),
             max,
+            broken: false,
         }
+    }
+
+    /// True once reading the body failed: the connection is gone, so should the stream.
+    /// (A body that simply ends is a client done sending; its stream stays open.)
+    pub fn client_gone(&self) -> bool {
+        self.broken
     }
 
     pub fn is_open(&self) -> bool {
@@ -377,7 +386,11 @@ impl StreamReader {
                         )));
                     }
                 }
-                Some(Err(_)) | None => self.body = None,
+                Some(Err(_)) => {
+                    self.broken = true;
+                    self.body = None;
+                }
+                None => self.body = None,
             }
         }
     }

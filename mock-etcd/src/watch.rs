@@ -364,6 +364,10 @@ pub fn stream_response(body: Body) -> Response {
 impl Session {
     async fn next_line(&mut self) -> Option<String> {
         loop {
+            // A reset connection: end the stream so that its watchers are freed now.
+            if self.reader.client_gone() {
+                return None;
+            }
             if let Ok(l) = self.rx.try_recv() {
                 return Some(l);
             }
@@ -389,6 +393,7 @@ impl Session {
                         self.reader.close();
                     }
                 }
+                // A reset connection: end the stream so its watchers are freed now.
                 // The gateway stops reading requests but keeps the stream.
                 Some(Piece::Malformed(_)) | None => self.reader.close(),
             }
