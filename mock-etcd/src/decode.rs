@@ -101,7 +101,8 @@ pub fn decode_b64(s: &[u8]) -> Result<Vec<u8>, String> {
     base64::engine::general_purpose::STANDARD
         .decode(&cleaned)
         .map_err(|e| match e {
-            base64::DecodeError::InvalidByte(at, _) | base64::DecodeError::InvalidLastSymbol(at, _) => {
+            base64::DecodeError::InvalidByte(at, _)
+            | base64::DecodeError::InvalidLastSymbol(at, _) => {
                 format!("illegal base64 data at input byte {at}")
             }
             _ => format!(
@@ -213,34 +214,82 @@ pub mod wire {
         }
     }
 
-    /// A repeated message field; null is empty. Elements past `CAP` are decoded (so
-    /// their errors are Go's) but not kept: a body of a million tiny objects costs
-    /// nothing, and `CAP` is above any count the fake accepts.
-    pub struct List<T, const CAP: usize>(pub Vec<T>);
+    /// The protobuf size of one entry of a repeated field, tag and length included.
+    pub trait WireSize {
+        fn wire_size(&self) -> usize;
+    }
 
-    impl<'de, T: Message, const CAP: usize> Deserialize<'de> for List<T, CAP> {
+    /// The entries of a repeated field that are kept, and the protobuf size of those
+    /// that were not (see [`List`]). Reads as a slice.
+    #[derive(Debug, Clone)]
+    pub struct Capped<T> {
+        items: Vec<T>,
+        dropped_bytes: usize,
+    }
+
+    impl<T> Default for Capped<T> {
+        fn default() -> Self {
+            Capped {
+                items: Vec::new(),
+                dropped_bytes: 0,
+            }
+        }
+    }
+
+    impl<T> Capped<T> {
+        /// Protobuf bytes of the entries that were decoded but not kept.
+        pub fn dropped_bytes(&self) -> usize {
+            self.dropped_bytes
+        }
+    }
+
+    impl<T> std::ops::Deref for Capped<T> {
+        type Target = [T];
+        fn deref(&self) -> &[T] {
+            &self.items
+        }
+    }
+
+    impl<'a, T> IntoIterator for &'a Capped<T> {
+        type Item = &'a T;
+        type IntoIter = std::slice::Iter<'a, T>;
+        fn into_iter(self) -> Self::IntoIter {
+            self.items.iter()
+        }
+    }
+
+    /// A repeated message field; null is empty, a null entry is skipped. Entries past
+    /// `CAP` are decoded (so their errors are Go's) and sized (so the size limits see the
+    /// whole message) but not kept: a body of a million tiny objects costs nothing, and
+    /// `CAP` is above any count the fake accepts.
+    pub struct List<T, const CAP: usize>(pub Capped<T>);
+
+    impl<'de, T: Message + WireSize, const CAP: usize> Deserialize<'de> for List<T, CAP> {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
             struct V<T, const CAP: usize>(PhantomData<T>);
-            impl<'de, T: Message, const CAP: usize> Visitor<'de> for V<T, CAP> {
+            impl<'de, T: Message + WireSize, const CAP: usize> Visitor<'de> for V<T, CAP> {
                 type Value = List<T, CAP>;
                 fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                     f.write_str("an array")
                 }
                 fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                    let mut out = Vec::new();
-                    // A null element is skipped.
+                    let mut out = Capped::default();
                     while let Some(m) = seq.next_element::<Option<Msg<T>>>()? {
-                        if let (Some(Msg(m)), true) = (m, out.len() < CAP) {
-                            out.push(m);
+                        match m {
+                            Some(Msg(m)) if out.items.len() < CAP => out.items.push(m),
+                            Some(Msg(m)) => out.dropped_bytes += m.wire_size(),
+                            None => {}
                         }
                     }
                     Ok(List(out))
                 }
                 fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-                    Ok(List(Vec::new()))
+                    Ok(List(Capped::default()))
                 }
                 fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-                    Err(A::Error::custom("json: cannot unmarshal object into Go value of type []json.RawMessage"))
+                    Err(A::Error::custom(
+                        "json: cannot unmarshal object into Go value of type []json.RawMessage",
+                    ))
                 }
             }
             d.deserialize_any(V(PhantomData))
@@ -404,9 +453,11 @@ pub mod wire {
                 "null" => Ok(Enum(0, PhantomData)),
                 "number" => {
                     let s = String::from_utf8_lossy(text);
-                    s.parse::<i32>()
-                        .map(|v| Enum(v, PhantomData))
-                        .map_err(|_| D::Error::custom(format!("json: cannot unmarshal number {s} into Go value of type {go}")))
+                    s.parse::<i32>().map(|v| Enum(v, PhantomData)).map_err(|_| {
+                        D::Error::custom(format!(
+                            "json: cannot unmarshal number {s} into Go value of type {go}"
+                        ))
+                    })
                 }
                 "string" => {
                     let name: String = serde_json::from_slice(text).map_err(D::Error::custom)?;
@@ -414,7 +465,9 @@ pub mod wire {
                         .iter()
                         .position(|n| *n == name)
                         .map(|i| Enum(i as i32, PhantomData))
-                        .ok_or_else(|| D::Error::custom(format!("unknown value \"{name}\" for enum {go}")))
+                        .ok_or_else(|| {
+                            D::Error::custom(format!("unknown value \"{name}\" for enum {go}"))
+                        })
                 }
                 kind => Err(D::Error::custom(mismatch(kind, go))),
             }
@@ -543,7 +596,14 @@ mod tests {
 
     #[test]
     fn floats_exponents_and_repeated_keys_as_go() {
-        for n in ["5.0", "1e2", "1E+02", "-5.50", "100000000000000000000", "\"1.0\""] {
+        for n in [
+            "5.0",
+            "1e2",
+            "1E+02",
+            "-5.50",
+            "100000000000000000000",
+            "\"1.0\"",
+        ] {
             let body = format!(r#"{{"limit":{n}}}"#);
             let shown = n.trim_matches('"');
             assert_eq!(

@@ -176,7 +176,10 @@ async fn version(method: axum::http::Method) -> Response {
     }
     let mut r = (
         StatusCode::OK,
-        format!(r#"{{"etcdserver":"{}","etcdcluster":"3.4.0"}}"#, cluster::SERVER_VERSION),
+        format!(
+            r#"{{"etcdserver":"{}","etcdcluster":"3.4.0"}}"#,
+            cluster::SERVER_VERSION
+        ),
     )
         .into_response();
     r.headers_mut().insert(
@@ -216,6 +219,7 @@ pub async fn read_body(shared: &Shared, body: Body) -> Result<Bytes, EtcdError> 
 
 /// Protobuf sizes of requests, for etcd's two size limits.
 pub mod size {
+    use crate::decode::wire::WireSize;
     use crate::kv::{Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest};
     use crate::{EtcdError, Shared};
 
@@ -298,6 +302,18 @@ pub mod size {
         bytes(&r.key) + bytes(&r.range_end) + flag(r.prev_kv)
     }
 
+    impl WireSize for Compare {
+        fn wire_size(&self) -> usize {
+            nested(compare(self))
+        }
+    }
+
+    impl WireSize for RequestOp {
+        fn wire_size(&self) -> usize {
+            nested(op(self))
+        }
+    }
+
     fn compare(c: &Compare) -> usize {
         int(c.result as i64)
             + int(c.target as i64)
@@ -320,15 +336,20 @@ pub mod size {
         } else if let Some(t) = &o.request_txn {
             txn(t)
         } else {
-            0
+            // No request set: an empty message, nothing inside.
+            return 0;
         };
         nested(inner)
     }
 
     pub fn txn(r: &TxnRequest) -> usize {
-        r.compare.iter().map(|c| nested(compare(c))).sum::<usize>()
-            + r.success.iter().map(|o| nested(op(o))).sum::<usize>()
-            + r.failure.iter().map(|o| nested(op(o))).sum::<usize>()
+        let list = |ops: &[RequestOp]| ops.iter().map(WireSize::wire_size).sum::<usize>();
+        r.compare.iter().map(WireSize::wire_size).sum::<usize>()
+            + r.compare.dropped_bytes()
+            + list(&r.success)
+            + r.success.dropped_bytes()
+            + list(&r.failure)
+            + r.failure.dropped_bytes()
     }
 }
 

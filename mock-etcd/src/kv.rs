@@ -157,9 +157,9 @@ const LIST_CAP: usize = MAX_TXN_OPS + 1;
 
 #[derive(Default, Debug, Clone)]
 pub struct TxnRequest {
-    pub compare: Vec<Compare>,
-    pub success: Vec<RequestOp>,
-    pub failure: Vec<RequestOp>,
+    pub compare: Capped<Compare>,
+    pub success: Capped<RequestOp>,
+    pub failure: Capped<RequestOp>,
 }
 
 crate::message!(TxnRequest {

@@ -203,10 +203,7 @@ fn string(buf: &[u8], start: usize) -> Tok {
                                 None => return Tok::Short,
                                 Some(h) if h.is_ascii_hexdigit() => {}
                                 Some(h) => {
-                                    return Tok::Bad(bad(
-                                        *h,
-                                        "in \\u hexadecimal character escape",
-                                    ))
+                                    return Tok::Bad(bad(*h, "in \\u hexadecimal character escape"))
                                 }
                             }
                         }
@@ -335,8 +332,14 @@ mod tests {
             first_value(deep(MAX_DEPTH).as_bytes()).unwrap_err(),
             "invalid character '[' exceeded max depth"
         );
-        assert_eq!(check_valid(b"1 2").unwrap_err(), "invalid character '2' after top-level value");
-        assert_eq!(check_valid(b"").unwrap_err(), "unexpected end of JSON input");
+        assert_eq!(
+            check_valid(b"1 2").unwrap_err(),
+            "invalid character '2' after top-level value"
+        );
+        assert_eq!(
+            check_valid(b"").unwrap_err(),
+            "unexpected end of JSON input"
+        );
     }
 
     #[test]
@@ -347,7 +350,11 @@ mod tests {
             let mut buf = msg[..cut].to_vec();
             assert_eq!(s.feed(&buf, false), Scan::Incomplete, "cut at {cut}");
             buf.extend_from_slice(&msg[cut..]);
-            assert_eq!(s.feed(&buf, false), Scan::Complete(msg.len()), "cut at {cut}");
+            assert_eq!(
+                s.feed(&buf, false),
+                Scan::Complete(msg.len()),
+                "cut at {cut}"
+            );
         }
     }
 }

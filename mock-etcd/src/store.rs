@@ -166,7 +166,10 @@ impl Store {
 
     /// Bytes of keys and values stored now (what the database size grows with).
     pub fn data_bytes(&self) -> usize {
-        self.kvs.values().map(|kv| kv.key.len() + kv.value.len()).sum()
+        self.kvs
+            .values()
+            .map(|kv| kv.key.len() + kv.value.len())
+            .sum()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &KeyValue> {

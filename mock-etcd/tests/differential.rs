@@ -184,7 +184,11 @@ impl Diff {
         assert_eq!(rn, fn_, "body differs; {ctx}");
         if r.status >= 400 && rv.get("code").is_some() {
             // Error bodies carry nothing that differs: same bytes, same key order.
-            assert_eq!(r.text.trim_end(), f.text.trim_end(), "error text differs; {ctx}");
+            assert_eq!(
+                r.text.trim_end(),
+                f.text.trim_end(),
+                "error text differs; {ctx}"
+            );
         }
         (rv, fv)
     }
@@ -814,19 +818,29 @@ async fn hostile_sequence(d: &mut Diff) {
     // Repeated keys: the last one wins.
     d.check(
         "/v3/kv/put",
-        &format!(r#"{{"key":"{}","value":"YQ==","key":"{k}","value":"Yg=="}}"#, b64("h/0")),
+        &format!(
+            r#"{{"key":"{}","value":"YQ==","key":"{k}","value":"Yg=="}}"#,
+            b64("h/0")
+        ),
     )
     .await;
     d.check("/v3/kv/range", &format!(r#"{{"key":"{}"}}"#, b64("h/0")))
         .await;
     d.check(
         "/v3/kv/range",
-        &format!(r#"{{"key":"{}","key":"{k}","count_only":true}}"#, b64("h/0")),
+        &format!(
+            r#"{{"key":"{}","key":"{k}","count_only":true}}"#,
+            b64("h/0")
+        ),
     )
     .await;
     // Nesting inside an unknown field: Go refuses past 10,000 levels.
     let deep = |n: usize, open: &str, close: &str| {
-        format!(r#"{{"key":"{k}","x":{}1{}}}"#, open.repeat(n), close.repeat(n))
+        format!(
+            r#"{{"key":"{k}","x":{}1{}}}"#,
+            open.repeat(n),
+            close.repeat(n)
+        )
     };
     for n in [9_999, 10_000, 20_000] {
         d.check("/v3/kv/range", &deep(n, "[", "]")).await;
@@ -843,6 +857,21 @@ async fn hostile_sequence(d: &mut Diff) {
     }
     d.check_bytes("/v3/kv/range", b"{\"key\":\"Zm9v\",\"x\":\"\xc3\x28\"}")
         .await;
+    // Many txn ops: under gRPC's size limit only the count is refused; above it, the size.
+    let ops = |n: usize, op: &str| {
+        let list: Vec<&str> = std::iter::repeat_n(op, n).collect();
+        format!(r#"{{"success":[{}]}}"#, list.join(","))
+    };
+    d.check("/v3/kv/txn", &ops(999_000, "{}")).await;
+    d.check("/v3/kv/txn", &ops(1_100_000, "{}")).await;
+    let range = format!(r#"{{"request_range":{{"key":"{k}"}}}}"#);
+    d.check("/v3/kv/txn", &ops(129, &range)).await;
+    d.check("/v3/kv/txn", &ops(150_000, &range)).await;
+    let long = format!(
+        r#"{{"request_range":{{"key":"{}"}}}}"#,
+        b64(&"k".repeat(96))
+    );
+    d.check("/v3/kv/txn", &ops(20_000, &long)).await;
 }
 
 async fn watch_sequence(d: &mut Diff) {
@@ -1170,40 +1199,70 @@ async fn cluster_sequence(d: &mut Diff) {
                 d.send(&d.real, "POST", "/v3/maintenance/status", body, token),
                 d.send(&d.fake, "POST", "/v3/maintenance/status", body, token)
             );
-            assert_eq!((r.status, f.status), (200, 200), "status {body}: {r:?} {f:?}");
+            assert_eq!(
+                (r.status, f.status),
+                (200, 200),
+                "status {body}: {r:?} {f:?}"
+            );
             let (r, f): (Value, Value) = (
                 serde_json::from_str(&r.text).unwrap(),
                 serde_json::from_str(&f.text).unwrap(),
             );
             assert_eq!(keys(&r), keys(&f), "status fields: {r} {f}");
-            assert_eq!(keys(&r["header"]), keys(&f["header"]), "status header: {r} {f}");
+            assert_eq!(
+                keys(&r["header"]),
+                keys(&f["header"]),
+                "status header: {r} {f}"
+            );
             assert_eq!(r["version"], f["version"]);
             assert_eq!(r["raftTerm"], f["raftTerm"]);
             for v in [&r, &f] {
-                assert_eq!(v["leader"], v["header"]["member_id"], "single member leads: {v}");
+                assert_eq!(
+                    v["leader"], v["header"]["member_id"],
+                    "single member leads: {v}"
+                );
                 assert_eq!(v["raftIndex"], v["raftAppliedIndex"], "{v}");
             }
             let (r, f) = tokio::join!(
                 d.send(&d.real, "POST", "/v3/cluster/member/list", body, token),
                 d.send(&d.fake, "POST", "/v3/cluster/member/list", body, token)
             );
-            assert_eq!((r.status, f.status), (200, 200), "members {body}: {r:?} {f:?}");
+            assert_eq!(
+                (r.status, f.status),
+                (200, 200),
+                "members {body}: {r:?} {f:?}"
+            );
             let (r, f): (Value, Value) = (
                 serde_json::from_str(&r.text).unwrap(),
                 serde_json::from_str(&f.text).unwrap(),
             );
             assert_eq!(keys(&r), keys(&f), "member list fields: {r} {f}");
-            assert_eq!(keys(&r["header"]), keys(&f["header"]), "member list header: {r} {f}");
+            assert_eq!(
+                keys(&r["header"]),
+                keys(&f["header"]),
+                "member list header: {r} {f}"
+            );
             for (v, url) in [(&r, &d.real.url), (&f, &d.fake.url)] {
                 let members = v["members"].as_array().expect("members");
                 assert_eq!(members.len(), 1, "{v}");
                 assert_eq!(members[0]["ID"], v["header"]["member_id"], "{v}");
-                assert!(members[0]["name"].as_str().is_some_and(|n| !n.is_empty()), "{v}");
+                assert!(
+                    members[0]["name"].as_str().is_some_and(|n| !n.is_empty()),
+                    "{v}"
+                );
                 assert_eq!(members[0]["clientURLs"], json!([url]), "{v}");
-                assert_eq!(members[0]["peerURLs"].as_array().map(Vec::len), Some(1), "{v}");
+                assert_eq!(
+                    members[0]["peerURLs"].as_array().map(Vec::len),
+                    Some(1),
+                    "{v}"
+                );
             }
             assert_eq!(keys(&r["members"][0]), keys(&f["members"][0]));
-            assert_eq!(f["members"][0]["name"], json!("default"), "etcd's default name");
+            assert_eq!(
+                f["members"][0]["name"],
+                json!("default"),
+                "etcd's default name"
+            );
         }
     }
 }

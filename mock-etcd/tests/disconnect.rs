@@ -84,11 +84,13 @@ async fn watchers_of_reset_connections_are_freed() {
     // A healthy client keeps its watch while the others vanish.
     let keep = open_watch(etcd.addr(), CONNECTIONS, false).await;
     for s in socks {
-        s.set_linger(Some(Duration::ZERO)).unwrap();
+        s.set_zero_linger().unwrap();
         drop(s); // close with SO_LINGER 0: an RST, no FIN
     }
     assert!(
-        wait_until(Duration::from_secs(2), || watchers() == WATCHES_PER_CONNECTION).await,
+        wait_until(Duration::from_secs(2), || watchers()
+            == WATCHES_PER_CONNECTION)
+        .await,
         "watchers left 2 s after the resets: {} (expected {WATCHES_PER_CONNECTION})",
         watchers()
     );
