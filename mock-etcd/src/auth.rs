@@ -19,10 +19,10 @@ use axum::response::Response;
 use rand::Rng;
 use serde::Serialize;
 
+use crate::body::read_body;
 use crate::codec::{self, Header};
 use crate::decode::wire::Str;
 use crate::error::EtcdError;
-use crate::gateway::read_body;
 use crate::{lock, Shared};
 
 pub struct Auth {

@@ -15,10 +15,10 @@ use axum::extract::State;
 use axum::response::Response;
 use serde::Serialize;
 
+use crate::body::read_body;
 use crate::codec::{self, ser_i64, ser_u64, Header};
 use crate::decode::{self, wire::Empty};
 use crate::error::EtcdError;
-use crate::gateway::read_body;
 use crate::Shared;
 
 /// The version `/version` and `status` report.

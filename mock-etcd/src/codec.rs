@@ -90,3 +90,19 @@ pub fn ser_b64_list<S: Serializer>(v: &[Vec<u8>], s: S) -> Result<S::Ok, S::Erro
 pub fn b64(v: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(v)
 }
+
+/// A 200 streaming answer with the gateway's headers.
+pub fn stream_response(body: axum::body::Body) -> Response {
+    let mut resp = (StatusCode::OK, body).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(
+        "grpc-metadata-content-type",
+        HeaderValue::from_static("application/grpc"),
+    );
+    cors(h);
+    resp
+}

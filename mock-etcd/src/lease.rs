@@ -16,12 +16,11 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::body::{read_body, StreamReader};
 use crate::codec::{self, is_zero, ser_b64_list, ser_i64, Header};
 use crate::decode::{self, wire::*, Piece};
 use crate::error::{code, EtcdError};
-use crate::gateway::{read_body, StreamReader};
 use crate::store::Lease;
-use crate::watch::stream_response;
 use crate::Shared;
 
 #[derive(Default, Debug)]
@@ -238,7 +237,7 @@ pub async fn keepalive(State(shared): State<Arc<Shared>>, body: Body) -> Respons
             Some(Piece::Malformed(_)) | None => None,
         }
     });
-    stream_response(Body::from_stream(stream))
+    codec::stream_response(Body::from_stream(stream))
 }
 
 struct KeepAlive {

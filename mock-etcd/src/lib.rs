@@ -15,6 +15,7 @@
 //! - [`error`]: [`EtcdError`], the one error type, rendered as `{"error","message","code"}`.
 //! - [`store`]: keys, bounded MVCC history, leases, revision behind one lock;
 //!   [`store::Store::commit`] closes a revision and notifies watchers.
+//! - [`requests`]: the KV request messages, read as jsonpb reads them.
 //! - [`kv`]: `/v3/kv/{put,range,deleterange,txn,compaction}`; [`kv::apply_txn`].
 //! - [`lease`]: `/v3/lease/*` including the keepalive stream, and the expiry loop
 //!   [`lease::run_expiry`].
@@ -22,7 +23,10 @@
 //! - [`cluster`]: `/v3/maintenance/status` and `/v3/cluster/member/list` of a
 //!   single-member cluster.
 //! - [`auth`]: simple tokens with etcd's sliding TTL; [`auth::Auth::check`].
-//! - [`gateway`]: the router of etcd's paths (`/v3/` and `/v3beta/`), body limits, 404/405.
+//! - [`gateway`]: the router of etcd's paths (`/v3/` and `/v3beta/`), 404/405, 301.
+//! - [`body`]: the capped unary body reader [`body::read_body`] and the streamed
+//!   [`body::StreamReader`].
+//! - [`size`]: protobuf sizes of requests for etcd's two size limits.
 //! - [`faults`]: [`Fault`] (fail, latency, hang) and the middleware that applies them.
 //! - [`journal`]: the bounded request log behind `GET /_mock/requests`.
 //! - [`control`]: the `/_mock/` control API, mirroring the [`MockEtcd`] methods.
@@ -31,6 +35,7 @@
 //! a [`MockEtcd`] handle.
 
 mod auth;
+mod body;
 mod cluster;
 pub mod codec;
 mod control;
@@ -41,7 +46,9 @@ mod gateway;
 pub mod journal;
 mod kv;
 mod lease;
+mod requests;
 pub mod scan;
+mod size;
 mod store;
 mod watch;
 

@@ -14,15 +14,15 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tokio::sync::{mpsc, Notify};
 
+use crate::body::StreamReader;
 use crate::codec::{self, is_false, is_zero, ser_i64, Header};
 use crate::decode::{self, wire::*, Piece};
 use crate::error::{code, EtcdError};
-use crate::gateway::StreamReader;
 use crate::store::{Event, EventKind, KeyRange, KeyValue};
 use crate::Shared;
 
@@ -342,23 +342,7 @@ pub async fn watch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: 
         };
         Some((Ok::<_, std::convert::Infallible>(l), (s, None)))
     });
-    stream_response(Body::from_stream(stream))
-}
-
-/// A 200 streaming answer with the gateway's headers.
-pub fn stream_response(body: Body) -> Response {
-    let mut resp = (StatusCode::OK, body).into_response();
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    h.insert(
-        "grpc-metadata-content-type",
-        HeaderValue::from_static("application/grpc"),
-    );
-    codec::cors(h);
-    resp
+    codec::stream_response(Body::from_stream(stream))
 }
 
 impl Session {
