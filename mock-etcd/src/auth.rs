@@ -23,7 +23,7 @@ use crate::body::read_body;
 use crate::codec::{self, Header};
 use crate::decode::wire::Str;
 use crate::error::EtcdError;
-use crate::{lock, Shared};
+use crate::state::{lock, Shared};
 
 pub struct Auth {
     users: HashMap<String, String>,

@@ -13,7 +13,7 @@ use axum::body::{Body, Bytes};
 use crate::decode::{MessageSplitter, Piece};
 use crate::error::EtcdError;
 use crate::size;
-use crate::Shared;
+use crate::state::Shared;
 
 /// How long a client may take to send a request body.
 const BODY_TIMEOUT: Duration = Duration::from_secs(30);

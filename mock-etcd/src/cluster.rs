@@ -19,7 +19,7 @@ use crate::body::read_body;
 use crate::codec::{self, ser_i64, ser_u64, Header};
 use crate::decode::{self, wire::Empty};
 use crate::error::EtcdError;
-use crate::Shared;
+use crate::state::Shared;
 
 /// The version `/version` and `status` report.
 pub const SERVER_VERSION: &str = "3.4.23";

@@ -15,7 +15,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use crate::{lease, lock, Shared};
+use crate::lease;
+use crate::state::{lock, Shared};
 
 pub fn router(shared: Arc<Shared>) -> Router {
     let faults = shared.faults.routes::<()>();

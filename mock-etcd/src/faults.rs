@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::EtcdError;
 use crate::journal::RequestLog;
-use crate::Shared;
+use crate::state::Shared;
 
 fn default_status() -> u16 {
     503

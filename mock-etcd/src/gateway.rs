@@ -14,7 +14,8 @@ use axum::routing::{any, MethodRouter};
 use axum::Router;
 
 use crate::error;
-use crate::{auth, cluster, faults, kv, lease, watch, Shared};
+use crate::state::Shared;
+use crate::{auth, cluster, faults, kv, lease, watch};
 
 /// The paths etcd 3.4's gateway serves that this fake implements, without the prefix.
 pub const PATHS: &[&str] = &[

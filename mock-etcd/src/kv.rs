@@ -18,8 +18,9 @@ use crate::decode;
 use crate::error::EtcdError;
 pub use crate::requests::*;
 use crate::size;
+use crate::state::Data;
+use crate::state::Shared;
 use crate::store::{Batch, KeyRange, KeyValue, Store};
-use crate::Shared;
 
 #[derive(Serialize, Debug)]
 pub struct RangeResponse {
@@ -299,7 +300,7 @@ fn do_delete(store: &mut Store, batch: &mut Batch, r: &DeleteRangeRequest) -> De
 }
 
 /// Run a txn: checks, compare, branch prechecks, then the writes in one revision.
-pub fn apply_txn(store: &mut Store, r: &TxnRequest) -> Result<TxnResponse, EtcdError> {
+pub fn apply_txn(store: &mut Data, r: &TxnRequest) -> Result<TxnResponse, EtcdError> {
     check_txn(r)?;
     check_intervals(r)?;
     let mut path = Vec::new();

@@ -20,8 +20,8 @@ use crate::body::{read_body, StreamReader};
 use crate::codec::{self, is_zero, ser_b64_list, ser_i64, Header};
 use crate::decode::{self, wire::*, Piece};
 use crate::error::{code, EtcdError};
+use crate::state::Shared;
 use crate::store::Lease;
-use crate::Shared;
 
 #[derive(Default, Debug)]
 pub struct GrantRequest {

@@ -13,8 +13,11 @@
 //! - [`scan`]: Go's JSON scanner (syntax, depth, message ends, Go's wording);
 //!   [`scan::Scanner`].
 //! - [`error`]: [`EtcdError`], the one error type, rendered as `{"error","message","code"}`.
-//! - [`store`]: keys, bounded MVCC history, leases, revision behind one lock;
-//!   [`store::Store::commit`] closes a revision and notifies watchers.
+//! - [`store`]: keys, bounded MVCC history, leases, revision;
+//!   [`store::Store::close_revision`] closes a revision.
+//! - [`state`]: [`state::Shared`], what every handler shares, and [`state::Data`],
+//!   the store and its watchers behind one lock; [`state::Data::commit`] closes a
+//!   revision and tells the watchers.
 //! - [`requests`]: the KV request messages, read as jsonpb reads them.
 //! - [`kv`]: `/v3/kv/{put,range,deleterange,txn,compaction}`; [`kv::apply_txn`].
 //! - [`lease`]: `/v3/lease/*` including the keepalive stream, and the expiry loop
@@ -49,11 +52,12 @@ mod lease;
 mod requests;
 pub mod scan;
 mod size;
+mod state;
 mod store;
 mod watch;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mock_kit::{Events, FaultRegistry, ServerHandle, Shutdown};
@@ -65,7 +69,7 @@ pub use journal::RequestLog;
 use crate::auth::Auth;
 use crate::codec::Header;
 use crate::journal::Journal;
-use crate::store::Store;
+use crate::state::{lock, Data, Shared};
 
 /// How to run the fake.
 #[derive(Clone, Debug)]
@@ -119,56 +123,6 @@ impl Default for Config {
     }
 }
 
-/// Everything the handlers share.
-pub(crate) struct Shared {
-    pub config: Config,
-    pub store: Mutex<Store>,
-    pub auth: Mutex<Auth>,
-    pub journal: Journal,
-    pub faults: FaultRegistry<Fault>,
-    pub events: Events,
-    pub shutdown: Shutdown,
-    /// Fires to end every open stream (close_watches, lose_data); replaced after use.
-    pub streams: Mutex<Shutdown>,
-    /// Bumped to release hung requests.
-    pub release: tokio::sync::watch::Sender<u64>,
-    /// `http://ADDR` once bound: the member's client URL.
-    pub client_url: std::sync::OnceLock<String>,
-}
-
-impl Shared {
-    pub fn header(&self, revision: i64) -> Header {
-        Header {
-            cluster_id: self.config.cluster_id,
-            member_id: self.config.member_id,
-            revision,
-            raft_term: self.config.raft_term,
-        }
-    }
-
-    pub fn store(&self) -> MutexGuard<'_, Store> {
-        lock(&self.store)
-    }
-
-    pub fn stream_stop(&self) -> Shutdown {
-        lock(&self.streams).clone()
-    }
-
-    pub fn close_streams(&self) {
-        let mut g = lock(&self.streams);
-        g.trigger();
-        *g = self.shutdown.child();
-    }
-}
-
-/// Lock, ignoring poisoning (a panicked handler must not wedge the fake).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
-
 /// A running fake etcd.
 #[derive(Clone)]
 pub struct MockEtcd {
@@ -195,7 +149,7 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockEtcd> 
         revision: 0,
         raft_term: config.raft_term,
     };
-    let store = Store::new(config.history_cap, config.min_lease_ttl, header);
+    let store = Data::new(&config, header);
     let auth = Auth::new(&config.users, config.token_ttl);
     let (release, _) = tokio::sync::watch::channel(0u64);
     let shared = Arc::new(Shared {

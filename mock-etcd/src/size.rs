@@ -6,10 +6,11 @@
 //! encoding would be.
 
 use crate::decode::wire::WireSize;
+use crate::error::EtcdError;
 use crate::requests::{
     Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
 };
-use crate::{EtcdError, Shared};
+use crate::state::Shared;
 
 /// Bytes of the raft envelope around a request (header with an ID).
 const RAFT_OVERHEAD: usize = 16;

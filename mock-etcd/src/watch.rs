@@ -2,7 +2,7 @@
 //!
 //! The request body is a stream of `{"create_request":..}`, `{"cancel_request":..}` and
 //! `{"progress_request":{}}` objects; the response is one `{"result":WatchResponse}` line
-//! per message. Watchers live in the store's [`Registry`] so they are notified under the
+//! per message. Watchers live in a [`Registry`] beside the store so they are notified under the
 //! store lock, in revision order. Each stream has a bounded backlog: a watcher that does
 //! not read is not buffered forever but cancelled with `compact_revision` set to the first
 //! revision it missed (what etcd answers a watcher that fell behind compaction), and the
@@ -23,8 +23,8 @@ use crate::body::StreamReader;
 use crate::codec::{self, is_false, is_zero, ser_i64, Header};
 use crate::decode::{self, wire::*, Piece};
 use crate::error::{code, EtcdError};
+use crate::state::Shared;
 use crate::store::{Event, EventKind, KeyRange, KeyValue};
-use crate::Shared;
 
 /// How long a stream may take to send its first message before we answer anyway.
 const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(5);
@@ -187,7 +187,7 @@ struct Watcher {
     out: Outbox,
 }
 
-/// Every live watcher, notified by [`crate::store::Store::commit`].
+/// Every live watcher, notified by [`crate::state::Data::commit`].
 pub struct Registry {
     header: Header,
     watchers: Vec<Watcher>,
@@ -250,7 +250,7 @@ impl Registry {
                 .iter()
                 .filter(|w| overflowed.contains(&w.stream))
             {
-                crate::lock(&w.out.overflow.ids).push(w.id);
+                crate::state::lock(&w.out.overflow.ids).push(w.id);
             }
             self.watchers.retain(|w| !overflowed.contains(&w.stream));
         }
@@ -397,7 +397,7 @@ impl Session {
             serde_json::json!({ "stream": self.stream, "first_missed": missed }),
         );
         let mut out = String::new();
-        let mut all = std::mem::take(&mut *crate::lock(&self.out.overflow.ids));
+        let mut all = std::mem::take(&mut *crate::state::lock(&self.out.overflow.ids));
         all.extend(ids);
         all.sort_unstable();
         all.dedup();

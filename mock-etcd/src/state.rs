@@ -1,0 +1,130 @@
+//! The state every handler shares: the data and its watchers behind one lock, auth,
+//! faults, the request log, the stream switches.
+//!
+//! Why a module of its own: the store (data and revisions) and the watch registry
+//! (who is told) are separate concerns that must change together: every revision is
+//! closed and told to the watchers under one lock, so watchers see revisions in order.
+//! [`Data`] pairs them; the store knows nothing of watchers, the registry nothing of
+//! locks.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use mock_kit::{Events, FaultRegistry, Shutdown};
+
+use crate::auth::Auth;
+use crate::codec::Header;
+use crate::journal::Journal;
+use crate::store::{Batch, Committed, Lease, Store};
+use crate::watch::Registry;
+use crate::{Config, Fault};
+
+/// The data and its watchers. Reads go to the [`Store`] (by deref); every write that
+/// may close a revision goes through [`Data`], which tells the watchers.
+pub struct Data {
+    pub store: Store,
+    pub watchers: Registry,
+}
+
+impl std::ops::Deref for Data {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        &self.store
+    }
+}
+
+impl std::ops::DerefMut for Data {
+    fn deref_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+}
+
+impl Data {
+    pub fn new(config: &Config, header: Header) -> Self {
+        Data {
+            store: Store::new(config.history_cap, config.min_lease_ttl, config.member_id),
+            watchers: Registry::new(header),
+        }
+    }
+
+    fn tell(&mut self, committed: Option<Committed>) {
+        if let Some(c) = committed {
+            self.watchers.notify(c.rev, &c.events);
+        }
+    }
+
+    /// Close the revision of `batch` (if it changed anything) and tell the watchers.
+    pub fn commit(&mut self, batch: Batch) {
+        let committed = self.store.close_revision(batch);
+        self.tell(committed);
+    }
+
+    /// Revoke a lease, deleting its keys in one revision. None if it does not exist.
+    pub fn revoke(&mut self, id: i64) -> Option<Lease> {
+        let (lease, committed) = self.store.revoke_lease(id)?;
+        self.tell(committed);
+        Some(lease)
+    }
+
+    /// Expire every lease whose deadline passed by `now`; answers them.
+    pub fn expire_due(&mut self, now: Instant) -> Vec<Lease> {
+        let gone = self.store.expire_leases(now);
+        let mut leases = Vec::with_capacity(gone.len());
+        for (lease, committed) in gone {
+            self.tell(committed);
+            leases.push(lease);
+        }
+        leases
+    }
+}
+
+/// Everything the handlers share.
+pub struct Shared {
+    pub config: Config,
+    pub store: Mutex<Data>,
+    pub auth: Mutex<Auth>,
+    pub journal: Journal,
+    pub faults: FaultRegistry<Fault>,
+    pub events: Events,
+    pub shutdown: Shutdown,
+    /// Fires to end every open stream (close_watches, lose_data); replaced after use.
+    pub streams: Mutex<Shutdown>,
+    /// Bumped to release hung requests.
+    pub release: tokio::sync::watch::Sender<u64>,
+    /// `http://ADDR` once bound: the member's client URL.
+    pub client_url: std::sync::OnceLock<String>,
+}
+
+impl Shared {
+    pub fn header(&self, revision: i64) -> Header {
+        Header {
+            cluster_id: self.config.cluster_id,
+            member_id: self.config.member_id,
+            revision,
+            raft_term: self.config.raft_term,
+        }
+    }
+
+    /// The data and its watchers, behind the one lock every write takes.
+    pub fn store(&self) -> MutexGuard<'_, Data> {
+        lock(&self.store)
+    }
+
+    pub fn stream_stop(&self) -> Shutdown {
+        lock(&self.streams).clone()
+    }
+
+    pub fn close_streams(&self) {
+        let mut g = lock(&self.streams);
+        g.trigger();
+        *g = self.shutdown.child();
+    }
+}
+
+/// Lock, ignoring poisoning (a panicked handler must not wedge the fake).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
