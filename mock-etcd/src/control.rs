@@ -16,7 +16,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use crate::lease;
-use crate::state::{lock, Shared};
+use crate::locking::lock;
+use crate::state::Shared;
 
 pub fn router(shared: Arc<Shared>) -> Router {
     let faults = shared.faults.routes::<()>();

@@ -15,7 +15,7 @@ use axum::Router;
 
 use crate::error;
 use crate::state::Shared;
-use crate::{auth, cluster, faults, kv, lease, watch};
+use crate::{auth, cluster, fault_layer, kv, lease, watch};
 
 /// The paths etcd 3.4's gateway serves that this fake implements, without the prefix.
 pub const PATHS: &[&str] = &[
@@ -90,7 +90,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .fallback(not_found);
     r.layer(axum::middleware::from_fn_with_state(
         shared.clone(),
-        faults::middleware,
+        fault_layer::middleware,
     ))
     .layer(axum::middleware::from_fn(preflight))
     .layer(DefaultBodyLimit::disable())

@@ -6,33 +6,47 @@
 //!
 //! # Layout
 //!
-//! - [`codec`]: the gateway's JSON dialect on the way out (int64 as strings, base64
-//!   bytes, omitted zeros) and its headers; [`codec::ok`].
-//! - [`decode`]: reading requests as jsonpb does, into typed messages without building
-//!   a tree; [`decode::parse`], the [`message!`] macro, [`decode::MessageSplitter`].
-//! - [`scan`]: Go's JSON scanner (syntax, depth, message ends, Go's wording);
-//!   [`scan::Scanner`].
-//! - [`error`]: [`EtcdError`], the one error type, rendered as `{"error","message","code"}`.
+//! Cores (the rules, given the time as an argument, no HTTP):
+//!
 //! - [`store`]: keys, bounded MVCC history, leases, revision;
 //!   [`store::Store::close_revision`] closes a revision.
-//! - [`state`]: [`state::Shared`], what every handler shares, and [`state::Data`],
-//!   the store and its watchers behind one lock; [`state::Data::commit`] closes a
-//!   revision and tells the watchers.
-//! - [`requests`]: the KV request messages, read as jsonpb reads them.
+//! - [`watchers`]: the watch registry and its answer lines; [`watchers::Registry`].
+//! - [`tokens`]: simple tokens with etcd's sliding idle TTL; [`tokens::Auth::check`].
+//! - [`state`]: [`state::Data`], the store and its watchers behind one lock
+//!   ([`state::Data::commit`] closes a revision and tells the watchers), and
+//!   [`state::Shared`], what every handler shares.
+//! - [`config`]: [`Config`], etcd's defaults.
+//! - [`faults`]: [`Fault`] (fail, latency, hang) and which paths it matches.
+//! - [`journal`]: the bounded request log behind `GET /_mock/requests`.
+//!
+//! The gateway's JSON:
+//!
+//! - [`scan`]: Go's JSON scanner (syntax, depth, message ends, Go's wording);
+//!   [`scan::Scanner`].
+//! - [`decode`]: reading requests as jsonpb does, into typed messages without building
+//!   a tree; [`decode::parse`], the [`message!`] macro, [`decode::MessageSplitter`].
+//! - [`requests`]: the KV request messages.
+//! - [`codec`]: the JSON dialect on the way out (int64 as strings, base64 bytes,
+//!   omitted zeros) and the gateway's headers; [`codec::ok`].
+//! - [`error`]: [`EtcdError`], the one error type, rendered as `{"error","message","code"}`.
+//! - [`size`]: protobuf sizes of requests for etcd's two size limits.
+//!
+//! The HTTP shell:
+//!
+//! - [`gateway`]: the router of etcd's paths (`/v3/` and `/v3beta/`), 404/405, 301;
+//!   wiring only.
+//! - [`body`]: the capped unary body reader [`body::read_body`] and the streamed
+//!   [`body::StreamReader`].
 //! - [`kv`]: `/v3/kv/{put,range,deleterange,txn,compaction}`; [`kv::apply_txn`].
 //! - [`lease`]: `/v3/lease/*` including the keepalive stream, and the expiry loop
 //!   [`lease::run_expiry`].
-//! - [`watch`]: the `/v3/watch` stream and the watcher [`watch::Registry`].
+//! - [`watch`]: the `/v3/watch` streams ([`watch::watch`]).
 //! - [`cluster`]: `/v3/maintenance/status` and `/v3/cluster/member/list` of a
 //!   single-member cluster.
-//! - [`auth`]: simple tokens with etcd's sliding TTL; [`auth::Auth::check`].
-//! - [`gateway`]: the router of etcd's paths (`/v3/` and `/v3beta/`), 404/405, 301.
-//! - [`body`]: the capped unary body reader [`body::read_body`] and the streamed
-//!   [`body::StreamReader`].
-//! - [`size`]: protobuf sizes of requests for etcd's two size limits.
-//! - [`faults`]: [`Fault`] (fail, latency, hang) and the middleware that applies them.
-//! - [`journal`]: the bounded request log behind `GET /_mock/requests`.
+//! - [`auth`]: `/v3/auth/authenticate` and the token checks of the other calls.
+//! - [`fault_layer`]: the middleware that applies faults and logs requests.
 //! - [`control`]: the `/_mock/` control API, mirroring the [`MockEtcd`] methods.
+//! - [`locking`]: a lock that survives a panicked holder.
 //!
 //! Entry point: [`start`] binds, spawns the server and the lease-expiry loop, and answers
 //! a [`MockEtcd`] handle.
@@ -41,87 +55,41 @@ mod auth;
 mod body;
 mod cluster;
 pub mod codec;
+mod config;
 mod control;
 pub mod decode;
 pub mod error;
+mod fault_layer;
 pub mod faults;
 mod gateway;
 pub mod journal;
 mod kv;
 mod lease;
+mod locking;
 mod requests;
 pub mod scan;
 mod size;
 mod state;
 mod store;
+mod tokens;
 mod watch;
+mod watchers;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use mock_kit::{Events, FaultRegistry, ServerHandle, Shutdown};
 
+pub use config::Config;
 pub use error::EtcdError;
 pub use faults::Fault;
 pub use journal::RequestLog;
 
-use crate::auth::Auth;
 use crate::codec::Header;
 use crate::journal::Journal;
-use crate::state::{lock, Data, Shared};
-
-/// How to run the fake.
-#[derive(Clone, Debug)]
-pub struct Config {
-    pub listen: SocketAddr,
-    /// `(name, password)`; when non-empty, auth is enabled as after `etcdctl auth enable`.
-    pub users: Vec<(String, String)>,
-    /// Simple-token idle TTL (etcd `--auth-token-ttl`, default 300 s).
-    pub token_ttl: Duration,
-    /// Serve the `/_mock/` control API.
-    pub control: bool,
-    /// Smallest lease TTL; etcd raises smaller grants to this (2 s with default timing).
-    pub min_lease_ttl: i64,
-    pub cluster_id: u64,
-    pub member_id: u64,
-    pub raft_term: u64,
-    /// Events kept for `revision`/`start_revision`; older ones are compacted away.
-    pub history_cap: usize,
-    /// Responses buffered per watch stream before a slow watcher is cancelled.
-    pub watch_backlog: usize,
-    /// etcd `--max-request-bytes` (1.5 MiB).
-    pub max_request_bytes: usize,
-    /// How often leases are checked for expiry.
-    pub expiry_tick: Duration,
-    /// Requests kept by the request log.
-    pub journal_cap: usize,
-    /// The member's name and peer URL in `/v3/cluster/member/list`.
-    pub name: String,
-    pub peer_url: String,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            users: Vec::new(),
-            token_ttl: Duration::from_secs(300),
-            control: true,
-            min_lease_ttl: 2,
-            cluster_id: 14841639068965178418,
-            member_id: 10276657743932975437,
-            raft_term: 2,
-            history_cap: 100_000,
-            watch_backlog: 1024,
-            max_request_bytes: 1572864,
-            expiry_tick: Duration::from_millis(100),
-            journal_cap: 1000,
-            name: "default".to_string(),
-            peer_url: "http://localhost:2380".to_string(),
-        }
-    }
-}
+use crate::locking::lock;
+use crate::state::{Data, Shared};
+use crate::tokens::Auth;
 
 /// A running fake etcd.
 #[derive(Clone)]

@@ -12,12 +12,14 @@ use std::time::Instant;
 
 use mock_kit::{Events, FaultRegistry, Shutdown};
 
-use crate::auth::Auth;
 use crate::codec::Header;
+use crate::config::Config;
+use crate::faults::Fault;
 use crate::journal::Journal;
+use crate::locking::lock;
 use crate::store::{Batch, Committed, Lease, Store};
-use crate::watch::Registry;
-use crate::{Config, Fault};
+use crate::tokens::Auth;
+use crate::watchers::Registry;
 
 /// The data and its watchers. Reads go to the [`Store`] (by deref); every write that
 /// may close a revision goes through [`Data`], which tells the watchers.
@@ -118,13 +120,5 @@ impl Shared {
         let mut g = lock(&self.streams);
         g.trigger();
         *g = self.shutdown.child();
-    }
-}
-
-/// Lock, ignoring poisoning (a panicked handler must not wedge the fake).
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }

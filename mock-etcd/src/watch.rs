@@ -8,7 +8,7 @@
 //! revision it missed (what etcd answers a watcher that fell behind compaction), and the
 //! stream ends; a client re-watches from that revision.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,15 +16,15 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 
 use crate::body::StreamReader;
-use crate::codec::{self, is_false, is_zero, ser_i64, Header};
+use crate::codec;
 use crate::decode::{self, wire::*, Piece};
 use crate::error::{code, EtcdError};
 use crate::state::Shared;
-use crate::store::{Event, EventKind, KeyRange, KeyValue};
+use crate::store::KeyRange;
+use crate::watchers::{line, Outbox, Overflow, Spec, WatchResponse, Watcher, WireEvent};
 
 /// How long a stream may take to send its first message before we answer anyway.
 const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(5);
@@ -77,210 +77,6 @@ pub struct CancelRequest {
 }
 
 crate::message!(CancelRequest { b"watch_id" | b"watchId" => watch_id: I64 });
-
-/// `WatchResponse` in etcd's field order.
-#[derive(Serialize, Default)]
-pub struct WatchResponse<'a> {
-    pub header: Option<Header>,
-    #[serde(serialize_with = "ser_i64", skip_serializing_if = "is_zero")]
-    pub watch_id: i64,
-    #[serde(skip_serializing_if = "is_false")]
-    pub created: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    pub canceled: bool,
-    #[serde(serialize_with = "ser_i64", skip_serializing_if = "is_zero")]
-    pub compact_revision: i64,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    pub cancel_reason: &'a str,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub events: Vec<WireEvent<'a>>,
-}
-
-#[derive(Serialize)]
-pub struct WireEvent<'a> {
-    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    pub kind: Option<&'static str>,
-    pub kv: &'a KeyValue,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prev_kv: Option<&'a KeyValue>,
-}
-
-#[derive(Serialize)]
-struct Line<'a> {
-    result: &'a WatchResponse<'a>,
-}
-
-/// One streamed line: `{"result":…}\n`.
-pub fn line(resp: &WatchResponse<'_>) -> String {
-    let mut s = serde_json::to_string(&Line { result: resp }).unwrap_or_default();
-    s.push('\n');
-    s
-}
-
-/// What a watcher selects.
-#[derive(Clone, Debug)]
-pub struct Spec {
-    pub range: KeyRange,
-    pub prev_kv: bool,
-    pub no_put: bool,
-    pub no_delete: bool,
-    /// Events before this revision are not for this watcher (future start_revision).
-    pub from_rev: i64,
-}
-
-impl Spec {
-    fn wants(&self, ev: &Event) -> bool {
-        ev.revision() >= self.from_rev
-            && self.range.contains(&ev.kv.key)
-            && !(self.no_put && ev.kind == EventKind::Put)
-            && !(self.no_delete && ev.kind == EventKind::Delete)
-    }
-
-    fn wire<'a>(&self, ev: &'a Event) -> WireEvent<'a> {
-        WireEvent {
-            kind: (ev.kind == EventKind::Delete).then_some("DELETE"),
-            kv: &ev.kv,
-            prev_kv: if self.prev_kv { ev.prev.as_ref() } else { None },
-        }
-    }
-}
-
-/// The sending side of one stream, shared by its watchers.
-#[derive(Clone)]
-pub struct Outbox {
-    tx: mpsc::Sender<String>,
-    /// Set when the backlog overflowed; holds the first revision not delivered.
-    overflow: Arc<Overflow>,
-}
-
-#[derive(Default)]
-struct Overflow {
-    hit: AtomicBool,
-    first_missed: AtomicI64,
-    /// Watchers the registry dropped when the backlog overflowed.
-    ids: std::sync::Mutex<Vec<i64>>,
-    wake: Notify,
-}
-
-impl Outbox {
-    /// Queue a line; false (and the stream marked overflowed) if the backlog is full.
-    fn send(&self, line: String, rev: i64) -> bool {
-        if self.overflow.hit.load(Ordering::Acquire) {
-            return false;
-        }
-        match self.tx.try_send(line) {
-            Ok(()) => true,
-            Err(_) => {
-                self.overflow.first_missed.store(rev, Ordering::Release);
-                self.overflow.hit.store(true, Ordering::Release);
-                self.overflow.wake.notify_one();
-                false
-            }
-        }
-    }
-}
-
-struct Watcher {
-    stream: u64,
-    id: i64,
-    spec: Spec,
-    out: Outbox,
-}
-
-/// Every live watcher, notified by [`crate::state::Data::commit`].
-pub struct Registry {
-    header: Header,
-    watchers: Vec<Watcher>,
-    next_stream: u64,
-}
-
-impl Registry {
-    pub fn new(header: Header) -> Self {
-        Registry {
-            header,
-            watchers: Vec::new(),
-            next_stream: 1,
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.watchers.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.watchers.is_empty()
-    }
-
-    fn header(&self, revision: i64) -> Header {
-        Header {
-            revision,
-            ..self.header
-        }
-    }
-
-    /// Send one response per watcher for the events of revision `rev`.
-    pub fn notify(&mut self, rev: i64, events: &[Arc<Event>]) {
-        if self.is_empty() {
-            return;
-        }
-        let header = self.header(rev);
-        let mut overflowed: Vec<u64> = Vec::new();
-        for w in &self.watchers {
-            let evs: Vec<WireEvent<'_>> = events
-                .iter()
-                .filter(|e| w.spec.wants(e))
-                .map(|e| w.spec.wire(e))
-                .collect();
-            if evs.is_empty() {
-                continue;
-            }
-            let resp = WatchResponse {
-                header: Some(header),
-                watch_id: w.id,
-                events: evs,
-                ..Default::default()
-            };
-            if !w.out.send(line(&resp), rev) {
-                overflowed.push(w.stream);
-            }
-        }
-        if !overflowed.is_empty() {
-            for w in self
-                .watchers
-                .iter()
-                .filter(|w| overflowed.contains(&w.stream))
-            {
-                crate::state::lock(&w.out.overflow.ids).push(w.id);
-            }
-            self.watchers.retain(|w| !overflowed.contains(&w.stream));
-        }
-    }
-
-    fn drop_stream(&mut self, stream: u64) {
-        self.watchers.retain(|w| w.stream != stream);
-    }
-
-    fn ids_of(&self, stream: u64) -> Vec<i64> {
-        self.watchers
-            .iter()
-            .filter(|w| w.stream == stream)
-            .map(|w| w.id)
-            .collect()
-    }
-
-    fn remove(&mut self, stream: u64, id: i64) -> bool {
-        let before = self.watchers.len();
-        self.watchers
-            .retain(|w| !(w.stream == stream && w.id == id));
-        before != self.watchers.len()
-    }
-
-    fn new_stream(&mut self) -> u64 {
-        let s = self.next_stream;
-        self.next_stream += 1;
-        s
-    }
-}
 
 /// One open `/v3/watch` request.
 struct Session {
@@ -397,7 +193,7 @@ impl Session {
             serde_json::json!({ "stream": self.stream, "first_missed": missed }),
         );
         let mut out = String::new();
-        let mut all = std::mem::take(&mut *crate::state::lock(&self.out.overflow.ids));
+        let mut all = std::mem::take(&mut *crate::locking::lock(&self.out.overflow.ids));
         all.extend(ids);
         all.sort_unstable();
         all.dedup();
