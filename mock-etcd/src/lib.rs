@@ -12,6 +12,7 @@
 //!   [`store::Store::close_revision`] closes a revision.
 //! - [`watchers`]: the watch registry and its answer lines; [`watchers::Registry`].
 //! - [`tokens`]: simple tokens with etcd's sliding idle TTL; [`tokens::Auth::check`].
+//! - [`kv_ops`]: range, put, delete and txn as etcd applies them; [`kv_ops::apply_txn`].
 //! - [`state`]: [`state::Data`], the store and its watchers behind one lock
 //!   ([`state::Data::commit`] closes a revision and tells the watchers), and
 //!   [`state::Shared`], what every handler shares.
@@ -37,7 +38,7 @@
 //!   wiring only.
 //! - [`body`]: the capped unary body reader [`body::read_body`] and the streamed
 //!   [`body::StreamReader`].
-//! - [`kv`]: `/v3/kv/{put,range,deleterange,txn,compaction}`; [`kv::apply_txn`].
+//! - [`kv`]: `/v3/kv/{put,range,deleterange,txn,compaction}` ([`kv::txn`]).
 //! - [`lease`]: `/v3/lease/*` including the keepalive stream, and the expiry loop
 //!   [`lease::run_expiry`].
 //! - [`watch`]: the `/v3/watch` streams ([`watch::watch`]).
@@ -64,6 +65,7 @@ pub mod faults;
 mod gateway;
 pub mod journal;
 mod kv;
+mod kv_ops;
 mod lease;
 mod locking;
 mod requests;
