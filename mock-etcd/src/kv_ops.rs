@@ -408,7 +408,7 @@ mod tests {
 
     fn data() -> Data {
         let config = Config::default();
-        Data::new(&config, Header::nested(0))
+        Data::new(&config, Header::nested(0), 1_764_590_000_000)
     }
 
     fn nested_revisions(resp: &TxnResponse) -> Vec<i64> {

@@ -119,7 +119,7 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockEtcd> 
         revision: 0,
         raft_term: config.raft_term,
     };
-    let store = Data::new(&config, header);
+    let store = Data::new(&config, header, mock_kit::events::now_ms());
     let auth = Auth::new(&config.users, config.token_ttl);
     let (release, _) = tokio::sync::watch::channel(0u64);
     let shared = Arc::new(Shared {

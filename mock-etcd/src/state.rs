@@ -42,9 +42,15 @@ impl std::ops::DerefMut for Data {
 }
 
 impl Data {
-    pub fn new(config: &Config, header: Header) -> Self {
+    /// `epoch_ms`: the wall clock now (auto lease IDs start from it).
+    pub fn new(config: &Config, header: Header, epoch_ms: u64) -> Self {
         Data {
-            store: Store::new(config.history_cap, config.min_lease_ttl, config.member_id),
+            store: Store::new(
+                config.history_cap,
+                config.min_lease_ttl,
+                config.member_id,
+                epoch_ms,
+            ),
             watchers: Registry::new(header),
         }
     }

@@ -148,7 +148,9 @@ pub struct Batch {
 }
 
 impl Store {
-    pub fn new(history_cap: usize, min_lease_ttl: i64, member_id: u64) -> Self {
+    /// `epoch_ms`: the wall clock now, in milliseconds since the Unix epoch; auto lease
+    /// IDs start from it, as etcd's do.
+    pub fn new(history_cap: usize, min_lease_ttl: i64, member_id: u64, epoch_ms: u64) -> Self {
         Store {
             rev: 1,
             compact_rev: 0,
@@ -157,7 +159,7 @@ impl Store {
             history_cap: history_cap.max(1),
             leases: HashMap::new(),
             expiry: BinaryHeap::new(),
-            next_lease: lease_id_base(member_id),
+            next_lease: lease_id_base(member_id, epoch_ms),
             member_id,
             min_lease_ttl,
         }
@@ -427,7 +429,7 @@ impl Store {
     }
 
     /// Forget everything, as an etcd restarted without its data dir.
-    pub fn lose_data(&mut self, reset_revision: bool) {
+    pub fn lose_data(&mut self, reset_revision: bool, epoch_ms: u64) {
         self.kvs.clear();
         self.history.clear();
         self.leases.clear();
@@ -435,7 +437,7 @@ impl Store {
         // A restarted etcd seeds its ID generator from the clock again, so a lease granted
         // after the loss never takes the ID of one granted before it: a client still
         // keeping an old lease alive must hear that it is gone, not refresh someone else's.
-        self.next_lease = lease_id_base(self.member_id).max(self.next_lease);
+        self.next_lease = lease_id_base(self.member_id, epoch_ms).max(self.next_lease);
         if reset_revision {
             self.rev = 1;
             self.compact_rev = 0;
@@ -454,8 +456,8 @@ fn deadline(now: Instant, ttl: i64) -> Instant {
 
 /// etcd's ID generator puts the member ID's low 16 bits on top and a millisecond
 /// timestamp below, so auto lease IDs look like `7587890012345678901`.
-fn lease_id_base(member_id: u64) -> i64 {
-    let ms = mock_kit::events::now_ms() & 0xff_ffff_ffff;
+fn lease_id_base(member_id: u64, epoch_ms: u64) -> i64 {
+    let ms = epoch_ms & 0xff_ffff_ffff;
     let id = ((member_id & 0xffff) << 48) | (ms << 8);
     (id & (i64::MAX as u64)) as i64
 }
@@ -465,6 +467,7 @@ mod tests {
     use super::*;
 
     const MEMBER: u64 = 10276657743932975437;
+    const EPOCH_MS: u64 = 1_764_590_000_000;
 
     fn r(k: &str, e: &str) -> KeyRange {
         KeyRange::new(k.as_bytes().to_vec(), e.as_bytes().to_vec())
@@ -481,12 +484,12 @@ mod tests {
 
     #[test]
     fn leases_granted_after_data_loss_never_reuse_an_old_id() {
-        let mut s = Store::new(100, 2, MEMBER);
+        let mut s = Store::new(100, 2, MEMBER, EPOCH_MS);
         let now = Instant::now();
         let old: Vec<i64> = (0..3)
             .map(|_| s.grant(0, 5, now).map(|(id, _)| id).unwrap())
             .collect();
-        s.lose_data(true);
+        s.lose_data(true, EPOCH_MS);
         for _ in 0..3 {
             let (id, _) = s.grant(0, 5, now).unwrap();
             assert!(!old.contains(&id), "lease {id} reused after data loss");
@@ -498,7 +501,7 @@ mod tests {
 
     #[test]
     fn past_revisions_are_rebuilt_from_history() {
-        let mut s = Store::new(100, 2, MEMBER);
+        let mut s = Store::new(100, 2, MEMBER, EPOCH_MS);
         let mut b = Batch::default();
         s.put(&mut b, b"k", b"1".to_vec(), 0);
         let _ = s.close_revision(b);
@@ -524,7 +527,7 @@ mod tests {
 
     #[test]
     fn history_cap_compacts() {
-        let mut s = Store::new(2, 2, MEMBER);
+        let mut s = Store::new(2, 2, MEMBER, EPOCH_MS);
         for i in 0..5u8 {
             let mut b = Batch::default();
             s.put(&mut b, b"k", vec![i], 0);
@@ -539,7 +542,7 @@ mod tests {
     #[test]
     fn revoke_deletes_keys_in_one_revision() {
         let now = Instant::now();
-        let mut s = Store::new(100, 2, MEMBER);
+        let mut s = Store::new(100, 2, MEMBER, EPOCH_MS);
         let (id, ttl) = s.grant(0, 1, now).unwrap();
         assert_eq!(ttl, 2);
         let mut b = Batch::default();
