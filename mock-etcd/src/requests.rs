@@ -1,8 +1,8 @@
-//! The KV API's request messages (`etcdserverpb` Range/Put/DeleteRange/Txn/Compaction)
-//! and how each field is read from JSON.
+//! The request messages of the KV and watch APIs (`etcdserverpb` Range, Put,
+//! DeleteRange, Txn, Compaction, Watch) and how each field is read from JSON.
 //!
-//! Why a module of their own: the handlers (`kv`) and the size limits (`size`) both
-//! need them; neither needs the other.
+//! Why a module of their own: the handlers, the cores (`kv_ops`, `watchers`) and the
+//! size limits (`size`) all need them; none of those needs the others.
 
 use crate::decode::wire::*;
 
@@ -165,3 +165,52 @@ crate::message!(CompactionRequest {
     b"revision" => revision: I64,
     b"physical" => physical: Bool,
 });
+
+#[derive(Default, Debug)]
+pub struct WatchRequest {
+    pub create_request: Option<CreateRequest>,
+    pub cancel_request: Option<CancelRequest>,
+    pub progress_request: Option<Empty>,
+}
+
+crate::message!(WatchRequest {
+    b"create_request" | b"createRequest" => create_request: Nested<CreateRequest>,
+    b"cancel_request" | b"cancelRequest" => cancel_request: Nested<CancelRequest>,
+    b"progress_request" | b"progressRequest" => progress_request: Nested<Empty>,
+});
+
+#[derive(Default, Debug)]
+pub struct CreateRequest {
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+    pub start_revision: i64,
+    pub progress_notify: bool,
+    pub filters: Vec<i32>,
+    pub prev_kv: bool,
+    pub watch_id: i64,
+    pub fragment: bool,
+}
+
+crate::message!(CreateRequest {
+    b"key" => key: Bytes,
+    b"range_end" | b"rangeEnd" => range_end: Bytes,
+    b"start_revision" | b"startRevision" => start_revision: I64,
+    b"progress_notify" | b"progressNotify" => progress_notify: Bool,
+    b"filters" => filters: Enums<FilterType>,
+    b"prev_kv" | b"prevKv" => prev_kv: Bool,
+    b"watch_id" | b"watchId" => watch_id: I64,
+    b"fragment" => fragment: Bool,
+});
+
+pub struct FilterType;
+impl EnumType for FilterType {
+    const GO_TYPE: &'static str = "etcdserverpb.WatchCreateRequest_FilterType";
+    const NAMES: &'static [&'static str] = &["NOPUT", "NODELETE"];
+}
+
+#[derive(Default, Debug)]
+pub struct CancelRequest {
+    pub watch_id: i64,
+}
+
+crate::message!(CancelRequest { b"watch_id" | b"watchId" => watch_id: I64 });

@@ -128,3 +128,52 @@ impl Shared {
         *g = self.shutdown.child();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::decode::parse;
+    use crate::requests::CreateRequest;
+    use crate::watchers::{self, Outbox, Stream};
+
+    /// No server, no socket: a watch on the data alone, its answers in a channel.
+    #[test]
+    fn a_watch_hears_each_committed_revision_in_order() {
+        let config = Config::default();
+        let header = Header {
+            cluster_id: 1,
+            member_id: 2,
+            revision: 0,
+            raft_term: 2,
+        };
+        let mut data = Data::new(&config, header, 1_764_590_000_000);
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let out = Outbox {
+            tx,
+            overflow: Arc::default(),
+        };
+        let mut next_id = 0;
+        let create: CreateRequest = parse(br#"{"key":"YQ==","range_end":"Yg=="}"#).unwrap();
+        let stream = Stream {
+            id: 1,
+            next_id: &mut next_id,
+            out: &out,
+        };
+        watchers::create(&data.store, &mut data.watchers, stream, create);
+        assert!(rx.try_recv().unwrap().contains(r#""created":true"#));
+        for (key, value) in [(b"a1", b"x"), (b"zz", b"y"), (b"a2", b"z")] {
+            let mut batch = Batch::default();
+            data.store.put(&mut batch, key, value.to_vec(), 0);
+            data.commit(batch);
+        }
+        let lines: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains(r#""revision":"2""#), "{}", lines[0]);
+        assert!(lines[1].contains(r#""revision":"4""#), "{}", lines[1]);
+        data.watchers.cancel(data.store.rev, 1, 0, &out);
+        assert!(rx.try_recv().unwrap().contains(r#""canceled":true"#));
+        assert!(data.watchers.is_empty());
+    }
+}

@@ -20,63 +20,14 @@ use tokio::sync::mpsc;
 
 use crate::body::StreamReader;
 use crate::codec;
-use crate::decode::{self, wire::*, Piece};
+use crate::decode::{self, Piece};
 use crate::error::{code, EtcdError};
+use crate::requests::{CreateRequest, WatchRequest};
 use crate::state::Shared;
-use crate::store::KeyRange;
-use crate::watchers::{line, Outbox, Overflow, Spec, WatchResponse, Watcher, WireEvent};
+use crate::watchers::{line, Outbox, Overflow, Stream, WatchResponse};
 
 /// How long a stream may take to send its first message before we answer anyway.
 const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(5);
-
-#[derive(Default, Debug)]
-pub struct WatchRequest {
-    pub create_request: Option<CreateRequest>,
-    pub cancel_request: Option<CancelRequest>,
-    pub progress_request: Option<Empty>,
-}
-
-crate::message!(WatchRequest {
-    b"create_request" | b"createRequest" => create_request: Nested<CreateRequest>,
-    b"cancel_request" | b"cancelRequest" => cancel_request: Nested<CancelRequest>,
-    b"progress_request" | b"progressRequest" => progress_request: Nested<Empty>,
-});
-
-#[derive(Default, Debug)]
-pub struct CreateRequest {
-    pub key: Vec<u8>,
-    pub range_end: Vec<u8>,
-    pub start_revision: i64,
-    pub progress_notify: bool,
-    pub filters: Vec<i32>,
-    pub prev_kv: bool,
-    pub watch_id: i64,
-    pub fragment: bool,
-}
-
-crate::message!(CreateRequest {
-    b"key" => key: Bytes,
-    b"range_end" | b"rangeEnd" => range_end: Bytes,
-    b"start_revision" | b"startRevision" => start_revision: I64,
-    b"progress_notify" | b"progressNotify" => progress_notify: Bool,
-    b"filters" => filters: Enums<FilterType>,
-    b"prev_kv" | b"prevKv" => prev_kv: Bool,
-    b"watch_id" | b"watchId" => watch_id: I64,
-    b"fragment" => fragment: Bool,
-});
-
-pub struct FilterType;
-impl EnumType for FilterType {
-    const GO_TYPE: &'static str = "etcdserverpb.WatchCreateRequest_FilterType";
-    const NAMES: &'static [&'static str] = &["NOPUT", "NODELETE"];
-}
-
-#[derive(Default, Debug)]
-pub struct CancelRequest {
-    pub watch_id: i64,
-}
-
-crate::message!(CancelRequest { b"watch_id" | b"watchId" => watch_id: I64 });
 
 /// One open `/v3/watch` request.
 struct Session {
@@ -217,13 +168,7 @@ impl Session {
         } else if let Some(c) = req.cancel_request {
             self.cancel(c.watch_id);
         } else if req.progress_request.is_some() {
-            let store = self.shared.store();
-            let resp = WatchResponse {
-                header: Some(self.shared.header(store.rev)),
-                watch_id: -1,
-                ..Default::default()
-            };
-            self.out.send(line(&resp), store.rev);
+            self.progress();
         }
         Ok(())
     }
@@ -249,94 +194,29 @@ impl Session {
             self.out.send(line(&resp), rev);
             return;
         }
-        let taken = store.watchers.ids_of(self.stream);
-        let id = if c.watch_id != 0 {
-            if taken.contains(&c.watch_id) {
-                let resp = WatchResponse {
-                    header: Some(header),
-                    watch_id: -1,
-                    created: true,
-                    canceled: true,
-                    cancel_reason: "mvcc: duplicate watch ID provided on the WatchStream",
-                    ..Default::default()
-                };
-                self.out.send(line(&resp), rev);
-                return;
-            }
-            c.watch_id
-        } else {
-            while taken.contains(&self.next_id) {
-                self.next_id += 1;
-            }
-            let id = self.next_id;
-            self.next_id += 1;
-            id
-        };
-        let created = WatchResponse {
-            header: Some(header),
-            watch_id: id,
-            created: true,
-            ..Default::default()
-        };
-        if !self.out.send(line(&created), rev) {
-            return;
-        }
-        let spec = Spec {
-            range: KeyRange::new(c.key, c.range_end),
-            prev_kv: c.prev_kv,
-            no_put: c.filters.contains(&0),
-            no_delete: c.filters.contains(&1),
-            from_rev: c.start_revision,
-        };
-        if c.start_revision > 0 && c.start_revision < store.compact_rev {
-            let resp = WatchResponse {
-                header: Some(self.shared.header(0)),
-                watch_id: id,
-                canceled: true,
-                compact_revision: store.compact_rev,
-                ..Default::default()
-            };
-            self.out.send(line(&resp), rev);
-            return;
-        }
-        if c.start_revision > 0 && c.start_revision <= rev {
-            let evs: Vec<WireEvent<'_>> = store
-                .history_from(c.start_revision)
-                .filter(|e| spec.wants(e))
-                .map(|e| spec.wire(e))
-                .collect();
-            if !evs.is_empty() {
-                let resp = WatchResponse {
-                    header: Some(header),
-                    watch_id: id,
-                    events: evs,
-                    ..Default::default()
-                };
-                let l = line(&resp);
-                if !self.out.send(l, c.start_revision) {
-                    return;
-                }
-            }
-        }
-        store.watchers.watchers.push(Watcher {
-            stream: self.stream,
-            id,
-            spec,
-            out: self.out.clone(),
-        });
+        let data = &mut *store;
+        crate::watchers::create(
+            &data.store,
+            &mut data.watchers,
+            Stream {
+                id: self.stream,
+                next_id: &mut self.next_id,
+                out: &self.out,
+            },
+            c,
+        );
     }
 
     fn cancel(&mut self, id: i64) {
         let mut store = self.shared.store();
-        if store.watchers.remove(self.stream, id) {
-            let resp = WatchResponse {
-                header: Some(self.shared.header(store.rev)),
-                watch_id: id,
-                canceled: true,
-                ..Default::default()
-            };
-            self.out.send(line(&resp), store.rev);
-        }
+        let data = &mut *store;
+        data.watchers
+            .cancel(data.store.rev, self.stream, id, &self.out);
+    }
+
+    fn progress(&mut self) {
+        let store = self.shared.store();
+        store.watchers.progress(store.rev, &self.out);
     }
 }
 

@@ -13,7 +13,8 @@ use serde::Serialize;
 use tokio::sync::{mpsc, Notify};
 
 use crate::codec::{is_false, is_zero, ser_i64, Header};
-use crate::store::{Event, EventKind, KeyRange, KeyValue};
+use crate::requests::CreateRequest;
+use crate::store::{Event, EventKind, KeyRange, KeyValue, Store};
 
 /// `WatchResponse` in etcd's field order.
 #[derive(Serialize, Default)]
@@ -148,7 +149,8 @@ impl Registry {
         self.watchers.is_empty()
     }
 
-    fn header(&self, revision: i64) -> Header {
+    /// The full header at `revision` (0: without one).
+    pub fn header(&self, revision: i64) -> Header {
         Header {
             revision,
             ..self.header
@@ -205,6 +207,29 @@ impl Registry {
             .collect()
     }
 
+    /// Cancel watch `id` of a stream: `canceled` if it was live, nothing otherwise.
+    pub fn cancel(&mut self, rev: i64, stream: u64, id: i64, out: &Outbox) {
+        if self.remove(stream, id) {
+            let resp = WatchResponse {
+                header: Some(self.header(rev)),
+                watch_id: id,
+                canceled: true,
+                ..Default::default()
+            };
+            out.send(line(&resp), rev);
+        }
+    }
+
+    /// Answer a progress request: the current revision, `watch_id` -1.
+    pub fn progress(&self, rev: i64, out: &Outbox) {
+        let resp = WatchResponse {
+            header: Some(self.header(rev)),
+            watch_id: -1,
+            ..Default::default()
+        };
+        out.send(line(&resp), rev);
+    }
+
     pub fn remove(&mut self, stream: u64, id: i64) -> bool {
         let before = self.watchers.len();
         self.watchers
@@ -217,4 +242,95 @@ impl Registry {
         self.next_stream += 1;
         s
     }
+}
+
+/// The stream a watch is created on: its number, its next automatic watch ID, its
+/// outbox.
+pub struct Stream<'a> {
+    pub id: u64,
+    pub next_id: &'a mut i64,
+    pub out: &'a Outbox,
+}
+
+/// Create a watch as etcd does: a duplicate explicit ID is refused (created+canceled,
+/// `watch_id` -1); else `created`, then for a compacted `start_revision` a cancel with
+/// `compact_revision`, for a past one the history in one response; then the watcher
+/// is registered. Answers go to the stream's outbox.
+pub fn create(store: &Store, registry: &mut Registry, s: Stream<'_>, c: CreateRequest) {
+    let rev = store.rev;
+    let header = registry.header(rev);
+    let taken = registry.ids_of(s.id);
+    let id = if c.watch_id != 0 {
+        if taken.contains(&c.watch_id) {
+            let resp = WatchResponse {
+                header: Some(header),
+                watch_id: -1,
+                created: true,
+                canceled: true,
+                cancel_reason: "mvcc: duplicate watch ID provided on the WatchStream",
+                ..Default::default()
+            };
+            s.out.send(line(&resp), rev);
+            return;
+        }
+        c.watch_id
+    } else {
+        while taken.contains(s.next_id) {
+            *s.next_id += 1;
+        }
+        let id = *s.next_id;
+        *s.next_id += 1;
+        id
+    };
+    let created = WatchResponse {
+        header: Some(header),
+        watch_id: id,
+        created: true,
+        ..Default::default()
+    };
+    if !s.out.send(line(&created), rev) {
+        return;
+    }
+    let spec = Spec {
+        range: KeyRange::new(c.key, c.range_end),
+        prev_kv: c.prev_kv,
+        no_put: c.filters.contains(&0),
+        no_delete: c.filters.contains(&1),
+        from_rev: c.start_revision,
+    };
+    if c.start_revision > 0 && c.start_revision < store.compact_rev {
+        let resp = WatchResponse {
+            header: Some(registry.header(0)),
+            watch_id: id,
+            canceled: true,
+            compact_revision: store.compact_rev,
+            ..Default::default()
+        };
+        s.out.send(line(&resp), rev);
+        return;
+    }
+    if c.start_revision > 0 && c.start_revision <= rev {
+        let evs: Vec<WireEvent<'_>> = store
+            .history_from(c.start_revision)
+            .filter(|e| spec.wants(e))
+            .map(|e| spec.wire(e))
+            .collect();
+        if !evs.is_empty() {
+            let resp = WatchResponse {
+                header: Some(header),
+                watch_id: id,
+                events: evs,
+                ..Default::default()
+            };
+            if !s.out.send(line(&resp), c.start_revision) {
+                return;
+            }
+        }
+    }
+    registry.watchers.push(Watcher {
+        stream: s.id,
+        id,
+        spec,
+        out: s.out.clone(),
+    });
 }
