@@ -15,7 +15,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use crate::{lease, lock, Shared};
+use crate::lease;
+use crate::locking::lock;
+use crate::state::Shared;
 
 pub fn router(shared: Arc<Shared>) -> Router {
     let faults = shared.faults.routes::<()>();
@@ -77,7 +79,9 @@ pub fn state(shared: &Shared) -> serde_json::Value {
 }
 
 pub fn lose_data(shared: &Shared, reset_revision: bool) {
-    shared.store().lose_data(reset_revision);
+    shared
+        .store()
+        .lose_data(reset_revision, mock_kit::events::now_ms());
     lock(&shared.auth).clear_tokens();
     shared.close_streams();
     shared.events.emit(
@@ -89,7 +93,7 @@ pub fn lose_data(shared: &Shared, reset_revision: bool) {
 pub fn reset(shared: &Shared) {
     shared.faults.clear();
     shared.release.send_modify(|g| *g += 1);
-    shared.store().lose_data(true);
+    shared.store().lose_data(true, mock_kit::events::now_ms());
     lock(&shared.auth).clear_tokens();
     shared.close_streams();
     shared.journal.clear();

@@ -145,8 +145,19 @@ impl EtcdError {
 
     /// The JSON body, without HTTP framing (also used inside streams).
     pub fn body(&self) -> String {
-        serde_json::json!({ "error": self.message, "message": self.message, "code": self.code })
-            .to_string()
+        // A struct, not `json!`: grpc-gateway writes the keys in this order.
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            error: &'a str,
+            message: &'a str,
+            code: u32,
+        }
+        let body = Body {
+            error: &self.message,
+            message: &self.message,
+            code: self.code,
+        };
+        serde_json::to_string(&body).unwrap_or_default()
     }
 }
 

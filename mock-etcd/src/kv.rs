@@ -1,8 +1,8 @@
-//! The KV API: `/v3/kv/{range,put,deleterange,txn,compaction}`.
+//! The KV API's HTTP side: `/v3/kv/{range,put,deleterange,txn,compaction}`.
 //!
-//! Validation happens in etcd's order (static request checks, then duplicate keys in a
-//! txn, then lease and key existence on the branch that will run, then the write), so
-//! a bad request never changes anything and the error is the one etcd gives first.
+//! Each handler reads and decodes its body, then checks in etcd's order: the gRPC size
+//! limit, the request's own fields, the token, the raft size limit for writes; then it
+//! runs the operation of [`crate::kv_ops`] under the data lock and stamps the header.
 
 use std::sync::Arc;
 
@@ -10,216 +10,16 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::Serialize;
 
-use crate::codec::{self, de, is_false, is_zero, ser_i64, Header};
+use crate::body::read_body;
+use crate::codec::{self, Header};
+use crate::decode;
 use crate::error::EtcdError;
-use crate::gateway::{read_body, size};
-use crate::store::{Batch, KeyRange, KeyValue, Store};
-use crate::Shared;
-
-/// etcd's `--max-txn-ops` default.
-pub const MAX_TXN_OPS: usize = 128;
-
-#[derive(Deserialize, Default, Debug, Clone)]
-#[serde(default)]
-pub struct RangeRequest {
-    #[serde(deserialize_with = "de::bytes")]
-    pub key: Vec<u8>,
-    #[serde(deserialize_with = "de::bytes", alias = "rangeEnd")]
-    pub range_end: Vec<u8>,
-    #[serde(deserialize_with = "de::i64")]
-    pub limit: i64,
-    #[serde(deserialize_with = "de::i64")]
-    pub revision: i64,
-    #[serde(deserialize_with = "sort_order", alias = "sortOrder")]
-    pub sort_order: i32,
-    #[serde(deserialize_with = "sort_target", alias = "sortTarget")]
-    pub sort_target: i32,
-    #[serde(deserialize_with = "de::bool")]
-    pub serializable: bool,
-    #[serde(deserialize_with = "de::bool", alias = "keysOnly")]
-    pub keys_only: bool,
-    #[serde(deserialize_with = "de::bool", alias = "countOnly")]
-    pub count_only: bool,
-    #[serde(deserialize_with = "de::i64", alias = "minModRevision")]
-    pub min_mod_revision: i64,
-    #[serde(deserialize_with = "de::i64", alias = "maxModRevision")]
-    pub max_mod_revision: i64,
-    #[serde(deserialize_with = "de::i64", alias = "minCreateRevision")]
-    pub min_create_revision: i64,
-    #[serde(deserialize_with = "de::i64", alias = "maxCreateRevision")]
-    pub max_create_revision: i64,
-}
-
-fn sort_order<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-    de::enum_of(
-        d,
-        "etcdserverpb.RangeRequest_SortOrder",
-        &["NONE", "ASCEND", "DESCEND"],
-    )
-}
-fn sort_target<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-    de::enum_of(
-        d,
-        "etcdserverpb.RangeRequest_SortTarget",
-        &["KEY", "VERSION", "CREATE", "MOD", "VALUE"],
-    )
-}
-
-#[derive(Deserialize, Default, Debug, Clone)]
-#[serde(default)]
-pub struct PutRequest {
-    #[serde(deserialize_with = "de::bytes")]
-    pub key: Vec<u8>,
-    #[serde(deserialize_with = "de::bytes")]
-    pub value: Vec<u8>,
-    #[serde(deserialize_with = "de::i64")]
-    pub lease: i64,
-    #[serde(deserialize_with = "de::bool", alias = "prevKv")]
-    pub prev_kv: bool,
-    #[serde(deserialize_with = "de::bool", alias = "ignoreValue")]
-    pub ignore_value: bool,
-    #[serde(deserialize_with = "de::bool", alias = "ignoreLease")]
-    pub ignore_lease: bool,
-}
-
-#[derive(Deserialize, Default, Debug, Clone)]
-#[serde(default)]
-pub struct DeleteRangeRequest {
-    #[serde(deserialize_with = "de::bytes")]
-    pub key: Vec<u8>,
-    #[serde(deserialize_with = "de::bytes", alias = "rangeEnd")]
-    pub range_end: Vec<u8>,
-    #[serde(deserialize_with = "de::bool", alias = "prevKv")]
-    pub prev_kv: bool,
-}
-
-#[derive(Deserialize, Default, Debug, Clone)]
-#[serde(default)]
-pub struct Compare {
-    #[serde(deserialize_with = "compare_result")]
-    pub result: i32,
-    #[serde(deserialize_with = "compare_target")]
-    pub target: i32,
-    #[serde(deserialize_with = "de::bytes")]
-    pub key: Vec<u8>,
-    #[serde(deserialize_with = "de::bytes", alias = "rangeEnd")]
-    pub range_end: Vec<u8>,
-    #[serde(deserialize_with = "de::i64")]
-    pub version: i64,
-    #[serde(deserialize_with = "de::i64", alias = "createRevision")]
-    pub create_revision: i64,
-    #[serde(deserialize_with = "de::i64", alias = "modRevision")]
-    pub mod_revision: i64,
-    #[serde(deserialize_with = "de::bytes")]
-    pub value: Vec<u8>,
-    #[serde(deserialize_with = "de::i64")]
-    pub lease: i64,
-}
-
-fn compare_result<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-    de::enum_of(
-        d,
-        "etcdserverpb.Compare_CompareResult",
-        &["EQUAL", "GREATER", "LESS", "NOT_EQUAL"],
-    )
-}
-fn compare_target<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-    de::enum_of(
-        d,
-        "etcdserverpb.Compare_CompareTarget",
-        &["VERSION", "CREATE", "MOD", "VALUE", "LEASE"],
-    )
-}
-
-#[derive(Deserialize, Default, Debug, Clone)]
-#[serde(default)]
-pub struct RequestOp {
-    #[serde(alias = "requestRange")]
-    pub request_range: Option<RangeRequest>,
-    #[serde(alias = "requestPut")]
-    pub request_put: Option<PutRequest>,
-    #[serde(alias = "requestDeleteRange")]
-    pub request_delete_range: Option<DeleteRangeRequest>,
-    #[serde(alias = "requestTxn")]
-    pub request_txn: Option<Box<TxnRequest>>,
-}
-
-#[derive(Deserialize, Default, Debug, Clone)]
-#[serde(default)]
-pub struct TxnRequest {
-    #[serde(deserialize_with = "list")]
-    pub compare: Vec<Compare>,
-    #[serde(deserialize_with = "list")]
-    pub success: Vec<RequestOp>,
-    #[serde(deserialize_with = "list")]
-    pub failure: Vec<RequestOp>,
-}
-
-fn list<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
-    Ok(Option::<Vec<Option<T>>>::deserialize(d)?
-        .unwrap_or_default()
-        .into_iter()
-        .flatten()
-        .collect())
-}
-
-#[derive(Deserialize, Default, Debug, Clone)]
-#[serde(default)]
-pub struct CompactionRequest {
-    #[serde(deserialize_with = "de::i64")]
-    pub revision: i64,
-    #[serde(deserialize_with = "de::bool")]
-    pub physical: bool,
-}
-
-#[derive(Serialize, Debug)]
-pub struct RangeResponse {
-    pub header: Header,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub kvs: Vec<KeyValue>,
-    #[serde(skip_serializing_if = "is_false")]
-    pub more: bool,
-    #[serde(serialize_with = "ser_i64", skip_serializing_if = "is_zero")]
-    pub count: i64,
-}
-
-#[derive(Serialize, Debug)]
-pub struct PutResponse {
-    pub header: Header,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prev_kv: Option<KeyValue>,
-}
-
-#[derive(Serialize, Debug)]
-pub struct DeleteRangeResponse {
-    pub header: Header,
-    #[serde(serialize_with = "ser_i64", skip_serializing_if = "is_zero")]
-    pub deleted: i64,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub prev_kvs: Vec<KeyValue>,
-}
-
-#[derive(Serialize, Debug)]
-pub struct TxnResponse {
-    pub header: Header,
-    #[serde(skip_serializing_if = "is_false")]
-    pub succeeded: bool,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub responses: Vec<ResponseOp>,
-}
-
-/// A txn's per-op answer; variant names are the gateway's field names.
-#[derive(Serialize, Debug)]
-#[serde(rename_all = "snake_case")]
-#[allow(clippy::enum_variant_names)]
-pub enum ResponseOp {
-    ResponseRange(RangeResponse),
-    ResponsePut(PutResponse),
-    ResponseDeleteRange(DeleteRangeResponse),
-    ResponseTxn(TxnResponse),
-}
+use crate::kv_ops;
+use crate::requests::*;
+use crate::size;
+use crate::state::Shared;
 
 #[derive(Serialize, Debug)]
 struct HeaderOnly {
@@ -230,20 +30,18 @@ fn respond<T: Serialize>(v: &T) -> Response {
     codec::ok(serde_json::to_string(v).unwrap_or_default())
 }
 
-// ---- handlers ----
-
 pub async fn range(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let req: RangeRequest = codec::parse(&body)?;
+    let req: RangeRequest = decode::parse(&body)?;
     size::check_grpc(&shared, size::range(&req))?;
-    check_range(&req)?;
+    kv_ops::check_range(&req)?;
     crate::auth::require_user(&shared, &headers)?;
     let store = shared.store();
-    let mut resp = do_range(&store, &req)?;
+    let mut resp = kv_ops::range(&store, &req)?;
     resp.header = shared.header(store.rev);
     drop(store);
     Ok(respond(&resp))
@@ -255,21 +53,15 @@ pub async fn put(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let req: PutRequest = codec::parse(&body)?;
+    let req: PutRequest = decode::parse(&body)?;
     let len = size::put(&req);
     size::check_grpc(&shared, len)?;
-    check_put(&req)?;
+    kv_ops::check_put(&req)?;
     crate::auth::require_user(&shared, &headers)?;
     size::check_raft(&shared, len)?;
     let mut store = shared.store();
-    precheck_put(&store, &req)?;
-    let mut batch = Batch::default();
-    let prev = do_put(&mut store, &mut batch, &req);
-    store.commit(batch);
-    let resp = PutResponse {
-        header: shared.header(store.rev),
-        prev_kv: prev,
-    };
+    let mut resp = kv_ops::put(&mut store, &req)?;
+    resp.header = shared.header(store.rev);
     drop(store);
     Ok(respond(&resp))
 }
@@ -280,18 +72,14 @@ pub async fn delete_range(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let req: DeleteRangeRequest = codec::parse(&body)?;
+    let req: DeleteRangeRequest = decode::parse(&body)?;
     let len = size::delete(&req);
     size::check_grpc(&shared, len)?;
-    if req.key.is_empty() {
-        return Err(EtcdError::key_not_provided());
-    }
+    kv_ops::check_delete(&req)?;
     crate::auth::require_user(&shared, &headers)?;
     size::check_raft(&shared, len)?;
     let mut store = shared.store();
-    let mut batch = Batch::default();
-    let mut resp = do_delete(&mut store, &mut batch, &req);
-    store.commit(batch);
+    let mut resp = kv_ops::delete_range(&mut store, &req);
     resp.header = shared.header(store.rev);
     drop(store);
     Ok(respond(&resp))
@@ -303,17 +91,17 @@ pub async fn txn(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let req: TxnRequest = codec::parse(&body)?;
+    let req: TxnRequest = decode::parse(&body)?;
     let len = size::txn(&req);
     size::check_grpc(&shared, len)?;
-    check_txn(&req)?;
+    kv_ops::check_txn(&req)?;
     let token = crate::auth::check_token(&shared, &headers)?;
     if !(req.compare.is_empty() && req.success.is_empty() && req.failure.is_empty()) {
         crate::auth::need_user(&shared, token)?;
     }
     size::check_raft(&shared, len)?;
     let mut store = shared.store();
-    let mut resp = apply_txn(&mut store, &req)?;
+    let mut resp = kv_ops::apply_txn(&mut store, &req)?;
     resp.header = shared.header(store.rev);
     drop(store);
     Ok(respond(&resp))
@@ -325,7 +113,7 @@ pub async fn compaction(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let req: CompactionRequest = codec::parse(&body)?;
+    let req: CompactionRequest = decode::parse(&body)?;
     crate::auth::check_token(&shared, &headers)?;
     let mut store = shared.store();
     store.compact(req.revision)?;
@@ -334,305 +122,4 @@ pub async fn compaction(
     };
     drop(store);
     Ok(respond(&resp))
-}
-
-// ---- the operations, shared by the unary handlers and txn ----
-
-fn check_range(r: &RangeRequest) -> Result<(), EtcdError> {
-    if r.key.is_empty() {
-        return Err(EtcdError::key_not_provided());
-    }
-    Ok(())
-}
-
-fn check_put(r: &PutRequest) -> Result<(), EtcdError> {
-    if r.key.is_empty() {
-        return Err(EtcdError::key_not_provided());
-    }
-    if r.ignore_value && !r.value.is_empty() {
-        return Err(EtcdError::value_provided());
-    }
-    if r.ignore_lease && r.lease != 0 {
-        return Err(EtcdError::lease_provided());
-    }
-    Ok(())
-}
-
-fn precheck_put(store: &Store, r: &PutRequest) -> Result<(), EtcdError> {
-    if r.lease != 0 && !store.leases.contains_key(&r.lease) {
-        return Err(EtcdError::lease_not_found());
-    }
-    if (r.ignore_value || r.ignore_lease) && store.get(&r.key).is_none() {
-        return Err(EtcdError::key_not_found());
-    }
-    Ok(())
-}
-
-pub fn do_range(store: &Store, r: &RangeRequest) -> Result<RangeResponse, EtcdError> {
-    let range = KeyRange::new(r.key.clone(), r.range_end.clone());
-    let mut kvs = store.range_at(&range, r.revision)?;
-    let count = kvs.len() as i64;
-    if r.max_mod_revision != 0 {
-        kvs.retain(|kv| kv.mod_revision <= r.max_mod_revision);
-    }
-    if r.min_mod_revision != 0 {
-        kvs.retain(|kv| kv.mod_revision >= r.min_mod_revision);
-    }
-    if r.max_create_revision != 0 {
-        kvs.retain(|kv| kv.create_revision <= r.max_create_revision);
-    }
-    if r.min_create_revision != 0 {
-        kvs.retain(|kv| kv.create_revision >= r.min_create_revision);
-    }
-    let order = if r.sort_target != 0 && r.sort_order == 0 {
-        1
-    } else {
-        r.sort_order
-    };
-    if order != 0 {
-        match r.sort_target {
-            1 => kvs.sort_by_key(|kv| kv.version),
-            2 => kvs.sort_by_key(|kv| kv.create_revision),
-            3 => kvs.sort_by_key(|kv| kv.mod_revision),
-            4 => kvs.sort_by(|a, b| a.value.cmp(&b.value)),
-            _ => kvs.sort_by(|a, b| a.key.cmp(&b.key)),
-        }
-        if order == 2 {
-            kvs.reverse();
-        }
-    }
-    if r.count_only {
-        kvs.clear();
-    }
-    let mut more = false;
-    if r.limit > 0 && kvs.len() as i64 > r.limit {
-        kvs.truncate(r.limit as usize);
-        more = true;
-    }
-    if r.keys_only {
-        for kv in &mut kvs {
-            kv.value.clear();
-        }
-    }
-    Ok(RangeResponse {
-        header: Header::nested(0),
-        kvs,
-        more,
-        count,
-    })
-}
-
-fn do_put(store: &mut Store, batch: &mut Batch, r: &PutRequest) -> Option<KeyValue> {
-    let current = store.get(&r.key);
-    let value = if r.ignore_value {
-        current.map(|kv| kv.value.clone()).unwrap_or_default()
-    } else {
-        r.value.clone()
-    };
-    let lease = if r.ignore_lease {
-        current.map_or(0, |kv| kv.lease)
-    } else {
-        r.lease
-    };
-    let prev = store.put(batch, &r.key, value, lease);
-    if r.prev_kv {
-        prev
-    } else {
-        None
-    }
-}
-
-fn do_delete(store: &mut Store, batch: &mut Batch, r: &DeleteRangeRequest) -> DeleteRangeResponse {
-    let gone = store.delete(batch, &KeyRange::new(r.key.clone(), r.range_end.clone()));
-    DeleteRangeResponse {
-        header: Header::nested(0),
-        deleted: gone.len() as i64,
-        prev_kvs: if r.prev_kv { gone } else { Vec::new() },
-    }
-}
-
-/// Run a txn: checks, compare, branch prechecks, then the writes in one revision.
-pub fn apply_txn(store: &mut Store, r: &TxnRequest) -> Result<TxnResponse, EtcdError> {
-    check_txn(r)?;
-    check_intervals(r)?;
-    let mut path = Vec::new();
-    precheck_branch(store, r, &mut path)?;
-    let mut batch = Batch::default();
-    let mut path_iter = path.into_iter();
-    let mut resp = exec_txn(store, &mut batch, r, &mut path_iter)?;
-    store.commit(batch);
-    set_nested_revision(&mut resp.responses, store.rev);
-    Ok(resp)
-}
-
-fn check_txn(r: &TxnRequest) -> Result<(), EtcdError> {
-    let ops = r.compare.len().max(r.success.len()).max(r.failure.len());
-    if ops > MAX_TXN_OPS {
-        return Err(EtcdError::too_many_ops());
-    }
-    if r.compare.iter().any(|c| c.key.is_empty()) {
-        return Err(EtcdError::key_not_provided());
-    }
-    for op in r.success.iter().chain(&r.failure) {
-        check_op(op)?;
-    }
-    Ok(())
-}
-
-fn check_op(op: &RequestOp) -> Result<(), EtcdError> {
-    if let Some(r) = &op.request_range {
-        check_range(r)
-    } else if let Some(p) = &op.request_put {
-        check_put(p)
-    } else if let Some(d) = &op.request_delete_range {
-        if d.key.is_empty() {
-            Err(EtcdError::key_not_provided())
-        } else {
-            Ok(())
-        }
-    } else if let Some(t) = &op.request_txn {
-        check_txn(t)
-    } else {
-        Err(EtcdError::key_not_found())
-    }
-}
-
-/// etcd refuses a txn branch that writes one key twice (put/put or put/delete).
-fn check_intervals(r: &TxnRequest) -> Result<(), EtcdError> {
-    branch_writes(&r.success)?;
-    branch_writes(&r.failure)?;
-    Ok(())
-}
-
-/// (puts, deletes) of a branch, including nested txns; errors on a duplicate.
-fn branch_writes(ops: &[RequestOp]) -> Result<(Vec<Vec<u8>>, Vec<KeyRange>), EtcdError> {
-    let mut puts: Vec<Vec<u8>> = Vec::new();
-    let mut dels: Vec<KeyRange> = Vec::new();
-    for op in ops {
-        if let Some(d) = &op.request_delete_range {
-            dels.push(KeyRange::new(d.key.clone(), d.range_end.clone()));
-        }
-    }
-    for op in ops {
-        if let Some(p) = &op.request_put {
-            if puts.contains(&p.key) || dels.iter().any(|d| d.contains(&p.key)) {
-                return Err(EtcdError::duplicate_key());
-            }
-            puts.push(p.key.clone());
-        }
-    }
-    for op in ops {
-        if let Some(t) = &op.request_txn {
-            let (sp, sd) = branch_writes(&t.success)?;
-            let (fp, fd) = branch_writes(&t.failure)?;
-            for k in sp.iter().chain(&fp) {
-                if puts.contains(k) || dels.iter().any(|d| d.contains(k)) {
-                    return Err(EtcdError::duplicate_key());
-                }
-            }
-            for d in sd.iter().chain(&fd) {
-                if puts.iter().any(|k| d.contains(k)) {
-                    return Err(EtcdError::duplicate_key());
-                }
-            }
-            puts.extend(sp.into_iter().chain(fp));
-            dels.extend(sd.into_iter().chain(fd));
-        }
-    }
-    Ok((puts, dels))
-}
-
-fn compare_holds(store: &Store, c: &Compare) -> bool {
-    let range = KeyRange::new(c.key.clone(), c.range_end.clone());
-    let kvs = store.range_at(&range, 0).unwrap_or_default();
-    if kvs.is_empty() {
-        // A missing key never equals any value ("" included), as in etcd.
-        return c.target != 3 && compare_kv(c, &KeyValue::default());
-    }
-    kvs.iter().all(|kv| compare_kv(c, kv))
-}
-
-fn compare_kv(c: &Compare, kv: &KeyValue) -> bool {
-    use std::cmp::Ordering;
-    let ord = match c.target {
-        0 => kv.version.cmp(&c.version),
-        1 => kv.create_revision.cmp(&c.create_revision),
-        2 => kv.mod_revision.cmp(&c.mod_revision),
-        3 => kv.value.as_slice().cmp(c.value.as_slice()),
-        4 => kv.lease.cmp(&c.lease),
-        _ => Ordering::Equal,
-    };
-    match c.result {
-        0 => ord == Ordering::Equal,
-        1 => ord == Ordering::Greater,
-        2 => ord == Ordering::Less,
-        3 => ord != Ordering::Equal,
-        _ => true,
-    }
-}
-
-/// Decide every compare against the state before the txn (as etcd does) and check the
-/// ops of the chosen branches; `path` records the decisions in depth-first order.
-fn precheck_branch(store: &Store, r: &TxnRequest, path: &mut Vec<bool>) -> Result<(), EtcdError> {
-    let ok = r.compare.iter().all(|c| compare_holds(store, c));
-    path.push(ok);
-    let ops = if ok { &r.success } else { &r.failure };
-    for op in ops {
-        if let Some(p) = &op.request_put {
-            precheck_put(store, p)?;
-        } else if let Some(rr) = &op.request_range {
-            if rr.revision > store.rev {
-                return Err(EtcdError::future_rev());
-            }
-            if rr.revision > 0 && rr.revision < store.compact_rev {
-                return Err(EtcdError::compacted());
-            }
-        } else if let Some(t) = &op.request_txn {
-            precheck_branch(store, t, path)?;
-        }
-    }
-    Ok(())
-}
-
-fn exec_txn(
-    store: &mut Store,
-    batch: &mut Batch,
-    r: &TxnRequest,
-    path: &mut impl Iterator<Item = bool>,
-) -> Result<TxnResponse, EtcdError> {
-    let ok = path.next().unwrap_or(false);
-    let ops = if ok { &r.success } else { &r.failure };
-    let mut responses = Vec::with_capacity(ops.len());
-    for op in ops {
-        if let Some(rr) = &op.request_range {
-            responses.push(ResponseOp::ResponseRange(do_range(store, rr)?));
-        } else if let Some(p) = &op.request_put {
-            let prev = do_put(store, batch, p);
-            responses.push(ResponseOp::ResponsePut(PutResponse {
-                header: Header::nested(0),
-                prev_kv: prev,
-            }));
-        } else if let Some(d) = &op.request_delete_range {
-            responses.push(ResponseOp::ResponseDeleteRange(do_delete(store, batch, d)));
-        } else if let Some(t) = &op.request_txn {
-            responses.push(ResponseOp::ResponseTxn(exec_txn(store, batch, t, path)?));
-        }
-    }
-    Ok(TxnResponse {
-        header: Header::nested(0),
-        succeeded: ok,
-        responses,
-    })
-}
-
-/// Nested op headers carry only the txn's final revision; nested txn headers are empty.
-fn set_nested_revision(ops: &mut [ResponseOp], rev: i64) {
-    for op in ops {
-        match op {
-            ResponseOp::ResponseRange(r) => r.header = Header::nested(rev),
-            ResponseOp::ResponsePut(p) => p.header = Header::nested(rev),
-            ResponseOp::ResponseDeleteRange(d) => d.header = Header::nested(rev),
-            ResponseOp::ResponseTxn(t) => set_nested_revision(&mut t.responses, rev),
-        }
-    }
 }

@@ -14,32 +14,30 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::codec::{self, de, is_zero, ser_b64_list, ser_i64, Header, Piece};
+use crate::body::{read_body, StreamReader};
+use crate::codec::{self, is_zero, ser_b64_list, ser_i64, Header};
+use crate::decode::{self, wire::*, Piece};
 use crate::error::{code, EtcdError};
-use crate::gateway::{read_body, StreamReader};
+use crate::state::Shared;
 use crate::store::Lease;
-use crate::watch::stream_response;
-use crate::Shared;
 
-#[derive(Deserialize, Default, Debug)]
-#[serde(default)]
+#[derive(Default, Debug)]
 pub struct GrantRequest {
-    #[serde(rename = "TTL", deserialize_with = "de::i64")]
     pub ttl: i64,
-    #[serde(rename = "ID", deserialize_with = "de::i64")]
     pub id: i64,
 }
 
-#[derive(Deserialize, Default, Debug)]
-#[serde(default)]
+crate::message!(GrantRequest { b"TTL" => ttl: I64, b"ID" => id: I64 });
+
+#[derive(Default, Debug)]
 pub struct IdRequest {
-    #[serde(rename = "ID", deserialize_with = "de::i64")]
     pub id: i64,
-    #[serde(deserialize_with = "de::bool")]
     pub keys: bool,
 }
+
+crate::message!(IdRequest { b"ID" => id: I64, b"keys" => keys: Bool });
 
 #[derive(Serialize)]
 struct GrantResponse {
@@ -120,7 +118,7 @@ pub async fn grant(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let req: GrantRequest = codec::parse(&body)?;
+    let req: GrantRequest = decode::parse(&body)?;
     crate::auth::check_token(&shared, &headers)?;
     let mut store = shared.store();
     let (id, ttl) = store.grant(req.id, req.ttl, Instant::now())?;
@@ -139,7 +137,7 @@ pub async fn revoke(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let req: IdRequest = codec::parse(&body)?;
+    let req: IdRequest = decode::parse(&body)?;
     let user = crate::auth::check_token(&shared, &headers)?;
     let has_keys = match shared.store().leases.get(&req.id) {
         None => return Err(EtcdError::lease_not_found()),
@@ -167,7 +165,7 @@ pub async fn time_to_live(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let req: IdRequest = codec::parse(&body)?;
+    let req: IdRequest = decode::parse(&body)?;
     let store = shared.store();
     let resp = match store.leases.get(&req.id) {
         Some(l) => TimeToLiveResponse {
@@ -195,7 +193,7 @@ pub async fn time_to_live(
 
 pub async fn leases(State(shared): State<Arc<Shared>>, body: Body) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let _: IdRequest = codec::parse(&body)?;
+    let _: IdRequest = decode::parse(&body)?;
     let store = shared.store();
     let resp = LeasesResponse {
         header: shared.header(store.rev),
@@ -239,7 +237,7 @@ pub async fn keepalive(State(shared): State<Arc<Shared>>, body: Body) -> Respons
             Some(Piece::Malformed(_)) | None => None,
         }
     });
-    stream_response(Body::from_stream(stream))
+    codec::stream_response(Body::from_stream(stream))
 }
 
 struct KeepAlive {
@@ -250,8 +248,8 @@ struct KeepAlive {
 
 impl KeepAlive {
     /// The answer line to one request object; Err if it does not decode.
-    fn answer(&mut self, v: serde_json::Value) -> Result<String, String> {
-        let req: IdRequest = codec::from_value(v)?;
+    fn answer(&mut self, msg: Vec<u8>) -> Result<String, String> {
+        let req: IdRequest = decode::parse_value(&msg)?;
         let mut store = self.shared.store();
         let ttl = store.keepalive(req.id, Instant::now()).unwrap_or(0);
         let line = KeepAliveLine {
