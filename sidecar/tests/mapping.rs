@@ -2,7 +2,7 @@
 //! the fixtures (checked against numbers computed independently by gen_pages.py), and
 //! properties over arbitrary scrape sequences.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 use sidecar::mapping::{HeartbeatMetrics, LatencyStat, Mapper, MapperConfig};
@@ -40,8 +40,23 @@ fn ttft(labels: &str, les: &[(&str, f64)], sum: f64, count: f64) -> String {
     s
 }
 
+/// `rel` from the crate's directory; a `../../shared/...` path is also looked for under
+/// every ancestor, so the tests run from a worktree nested deeper than the checkout.
+fn locate(rel: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let direct = root.join(rel);
+    if direct.exists() {
+        return direct;
+    }
+    let tail = rel.trim_start_matches("../");
+    root.ancestors()
+        .map(|a| a.join(tail))
+        .find(|p| p.exists())
+        .unwrap_or(direct)
+}
+
 fn fixture(rel: &str) -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap()
+    std::fs::read_to_string(locate(rel)).unwrap()
 }
 
 #[test]

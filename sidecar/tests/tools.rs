@@ -11,8 +11,23 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vllm-sidecar"))
 }
 
+/// `rel` from the crate's directory; a `../../shared/...` path is also looked for under
+/// every ancestor, so the tests run from a worktree nested deeper than the checkout.
+fn locate(rel: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let direct = root.join(rel);
+    if direct.exists() {
+        return direct;
+    }
+    let tail = rel.trim_start_matches("../");
+    root.ancestors()
+        .map(|a| a.join(tail))
+        .find(|p| p.exists())
+        .unwrap_or(direct)
+}
+
 fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    locate(rel)
 }
 
 fn run(args: &[&str], stdin: Option<&str>) -> Output {

@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 
+use super::names::{Name, NameSet};
 use super::number::{parse_f64, parse_i64, parse_om_timestamp, short_decimal};
 use super::sample::{closing_quote, quoted_end, unescape, Labels, Sample};
 
@@ -401,7 +402,7 @@ fn label_block<'a>(
     let mut count = 0usize;
     let mut after_comma = false;
     // Names seen so far, for the strict duplicate check (strict mode only).
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen = NameSet::default();
     loop {
         if lax {
             i = skip_blanks(b, i);
@@ -427,6 +428,7 @@ fn label_block<'a>(
         // Label name, bare or quoted.
         let name_start = i;
         let label_name: &str;
+        let mut name_escaped = false;
         let quoted = b.get(i) == Some(&b'"');
         if quoted {
             if d.om && d.strict {
@@ -444,6 +446,7 @@ fn label_block<'a>(
                     check_escapes(inner, i + 1)?;
                 }
                 escaped = true;
+                name_escaped = true;
             }
             label_name = inner;
             i = close + 1;
@@ -503,13 +506,12 @@ fn label_block<'a>(
             if label_name == "__name__" {
                 return err(name_start, "label name \"__name__\" is reserved");
             }
-            if seen.contains(&label_name) {
+            if !seen.insert(Name::new(label_name, name_escaped)) {
                 return Err(LexError {
                     col: name_start,
                     msg: Cow::Owned(format!("duplicate label name {label_name:?}")),
                 });
             }
-            seen.push(label_name);
         }
         count += 1;
         if lax {

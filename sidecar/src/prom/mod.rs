@@ -10,11 +10,13 @@
 //! ([`Labels`]), so a sample costs no allocation at all.
 //!
 //! - `lexer`: one line to tokens (byte-level; lines are split 64 bytes at a time).
+//! - `names`: the label-name set behind the duplicate check (linear at any size).
 //! - `number`: float and timestamp grammar and exact conversion.
 //! - `sample`: the borrowed output types.
 //! - `strict`: the rules that need more than one line.
 
 mod lexer;
+mod names;
 mod number;
 mod sample;
 mod strict;
