@@ -115,6 +115,36 @@ fn strict_failure_exits_1_with_the_line() {
     assert_eq!(out.status.code(), Some(0));
 }
 
+/// A label name given twice is a bad line in lenient mode too (Prometheus rejects the
+/// sample, prometheus_client's parser the line): never a JSON object with a key twice.
+#[test]
+fn lenient_parse_skips_a_line_with_a_repeated_label_name() {
+    let many: String = (0..100).map(|i| format!("l{i}=\"v\",")).collect();
+    for dup in [
+        "b{x=\"1\",x=\"2\"} 2".to_string(),
+        "b{x=\"1\",y=\"2\",\"x\"=\"3\"} 2".to_string(),
+        format!("b{{{many}l50=\"again\"}} 2"),
+    ] {
+        for format in ["prometheus", "openmetrics"] {
+            let page = format!("a{{x=\"1\"}} 1\n{dup}\nc{{x=\"1\",y=\"2\"}} 3\n");
+            let out = run(&["parse", "--format", format, "-"], Some(&page));
+            assert_eq!(out.status.code(), Some(0));
+            let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+            assert!(!stdout.contains("\"b\""), "{format} {dup}: {stdout}");
+            let names: Vec<_> = json_lines(&out)
+                .iter()
+                .map(|v| v["name"].as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(names, ["a", "c"], "{format} {dup}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("skipped 1 bad line(s); first: line 2: duplicate label name"),
+                "{format} {dup}: {err}"
+            );
+        }
+    }
+}
+
 #[test]
 fn unreadable_input_and_bad_flags_exit_2() {
     let out = run(&["parse", "/nonexistent/page.txt"], None);

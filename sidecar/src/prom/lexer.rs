@@ -401,7 +401,7 @@ fn label_block<'a>(
     let mut name = None;
     let mut count = 0usize;
     let mut after_comma = false;
-    // Names seen so far, for the strict duplicate check (strict mode only).
+    // Names seen so far, for the duplicate check.
     let mut seen = NameSet::default();
     loop {
         if lax {
@@ -502,16 +502,16 @@ fn label_block<'a>(
                 check_escapes(value, vstart)?;
             }
         }
-        if d.strict {
-            if label_name == "__name__" {
-                return err(name_start, "label name \"__name__\" is reserved");
-            }
-            if !seen.insert(Name::new(label_name, name_escaped)) {
-                return Err(LexError {
-                    col: name_start,
-                    msg: Cow::Owned(format!("duplicate label name {label_name:?}")),
-                });
-            }
+        if d.strict && label_name == "__name__" {
+            return err(name_start, "label name \"__name__\" is reserved");
+        }
+        // In both modes: which of two values is meant is a guess (Prometheus rejects
+        // such a sample, prometheus_client's parser the line), so the line is bad.
+        if !seen.insert(Name::new(label_name, name_escaped)) {
+            return Err(LexError {
+                col: name_start,
+                msg: Cow::Owned(format!("duplicate label name {label_name:?}")),
+            });
         }
         count += 1;
         if lax {
@@ -529,12 +529,17 @@ fn label_block<'a>(
 }
 
 /// The common label block, `name="value",...}` without blanks or quoted names: its end
-/// (after `}`) and whether a value holds a backslash. `None` for anything else, which
-/// [`label_block`] then lexes from the start (so both agree by construction).
+/// (after `}`) and whether a value holds a backslash. `None` for anything else (a
+/// repeated label name too), which [`label_block`] then lexes from the start (so both
+/// agree by construction).
 #[inline(always)]
 fn plain_label_block(b: &[u8], start: usize) -> Option<(usize, bool)> {
     let mut i = start;
     let mut escaped = false;
+    // One bit per name, from a cheap hash: a repeated name finds its bit already set.
+    // So can two different names (rarely, or on lines with dozens of labels): either
+    // way the full lexer, with its exact name set, decides.
+    let mut name_bits = 0u64;
     loop {
         let c = *b.get(i)?;
         if c == b'}' {
@@ -543,7 +548,13 @@ fn plain_label_block(b: &[u8], start: usize) -> Option<(usize, bool)> {
         if CLASS[c as usize] & LABEL_START == 0 {
             return None;
         }
+        let name_start = i;
         i = run_end(b, i + 1, LABEL);
+        let bit = name_bit(c, *b.get(i - 1)?, i - name_start);
+        if name_bits & bit != 0 {
+            return None;
+        }
+        name_bits |= bit;
         if b.get(i..i + 2) != Some(b"=\"") {
             return None;
         }
@@ -557,6 +568,13 @@ fn plain_label_block(b: &[u8], start: usize) -> Option<(usize, bool)> {
             _ => return None,
         }
     }
+}
+
+/// A bit for a label name, from its first and last bytes and its length.
+#[inline(always)]
+fn name_bit(first: u8, last: u8, len: usize) -> u64 {
+    let h = (first as u32) | (last as u32) << 8 | (len as u32) << 16;
+    1 << (h.wrapping_mul(0x9E37_79B1) >> 26)
 }
 
 fn lax_double_comma(b: &[u8], i: usize, lax: bool) -> bool {

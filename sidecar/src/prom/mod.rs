@@ -52,6 +52,12 @@ impl Format {
 }
 
 /// Lenient skips and counts bad lines (the scrape path); strict stops at the first.
+///
+/// A label name given twice on one line makes the line bad in both modes: which value
+/// was meant is a guess, Prometheus rejects such a sample ("label name is not unique")
+/// and prometheus_client's parser rejects the line. So a sample never holds a name twice
+/// (`parse` never prints a JSON object with a repeated key, and the mapping never picks
+/// one of two `model_name`s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Mode {
     #[default]
