@@ -156,6 +156,49 @@ fn unreadable_input_and_bad_flags_exit_2() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// The case through the binary: a `_sum` that jumps to 1e300 reported
+/// `recent_max_ttft` 9223372036854775807; it is now an implausible interval, so 0.
+#[test]
+fn preview_treats_an_implausible_interval_as_a_reset() {
+    let dir = std::env::temp_dir().join(format!("sidecar-tools-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = |sum: &str, count: u32| {
+        let n = "vllm:time_to_first_token_seconds";
+        format!("{n}_bucket{{le=\"+Inf\"}} {count}\n{n}_sum {sum}\n{n}_count {count}\n")
+    };
+    let write = |name: &str, text: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let before = write("before.prom", page("5", 10));
+    for (sum, count, want) in [
+        ("1e300", 12, 0),
+        ("6", 12, 500),
+        ("3605", 11, 3_600_000),
+        ("3605.5", 11, 0),
+    ] {
+        let after = write("after.prom", page(sum, count));
+        let out = run(
+            &[
+                "preview",
+                "--previous",
+                before.to_str().unwrap(),
+                after.to_str().unwrap(),
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["latency_metrics"]["recent_max_ttft"], want, "sum {sum}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn preview_from_files() {
     let first = fixture("fixtures/multi-engine.prom");
