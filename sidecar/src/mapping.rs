@@ -19,6 +19,17 @@
 //! negative or huge number; a series seen for the first time is a baseline too. NaN and
 //! infinite samples are ignored, and every output is finite and non-negative.
 //!
+//! Implausible intervals count as resets too. No request waits longer than
+//! [`MAX_LATENCY_SECONDS`] (one hour) for a token, so a series whose `_sum` grew by more
+//! than that per request of its `_count` growth (or by more than that with no request,
+//! or by an amount that is not a finite number) holds a broken counter, not latency: a
+//! `_sum` jumping to 1e300 once made `recent_max_ttft` 9223372036854775807. Such a series
+//! adds nothing to the interval and its values become the new baseline, as on a
+//! restart; the other series still count. Any statistic still above the bound (only a
+//! bucket bound above an hour can produce one) is reported as 0, the reference's answer
+//! for an interval it cannot measure. So the master, which stores these as int64, only
+//! ever gets 0..=3_600_000 ms; values below the bound are unchanged.
+//!
 //! Two entry points give the same answer: [`Mapper::observe`] on a parsed page and
 //! [`Mapper::observe_text`], which lexes only the lines it needs (the scrape path's
 //! fast path: most of a vLLM page is never tokenized).
@@ -65,6 +76,11 @@ pub struct HeartbeatMetrics {
     pub load_metrics: LoadMetrics,
     pub latency_metrics: LatencyMetrics,
 }
+
+/// The longest latency (time to first token, time between tokens) the mapping believes,
+/// in seconds: intervals implying more are treated as counter resets (see the module
+/// documentation).
+pub const MAX_LATENCY_SECONDS: f64 = 3600.0;
 
 pub const WAITING: &str = "vllm:num_requests_waiting";
 pub const KV_USAGE: &str = "vllm:kv_cache_usage_perc";
@@ -362,11 +378,11 @@ impl Mapper {
     }
 }
 
-/// Seconds to whole milliseconds, truncated; anything not finite or negative is 0.
+/// Seconds to whole milliseconds, truncated; anything not finite, not positive or above
+/// [`MAX_LATENCY_SECONDS`] is 0 (never more than 3_600_000).
 fn to_ms(seconds: f64) -> i64 {
-    let ms = seconds * 1000.0;
-    if ms.is_finite() && ms > 0.0 {
-        ms as i64 // saturates at i64::MAX
+    if seconds.is_finite() && seconds > 0.0 && seconds <= MAX_LATENCY_SECONDS {
+        (seconds * 1000.0) as i64
     } else {
         0
     }
@@ -400,15 +416,20 @@ impl HistState {
     }
 }
 
-/// Add one series' interval to `out`, unless it went backwards (a restart: the new
-/// values are only a baseline).
+/// Add one series' interval to `out`, unless it went backwards (a restart) or implies
+/// a latency above [`MAX_LATENCY_SECONDS`] (a broken counter): then the new values are
+/// only a baseline.
 fn add_delta(out: &mut Interval, prev: &Snapshot, cur: &Snapshot) {
     if let (Some(s0), Some(c0), Some(s1), Some(c1)) = (prev.sum, prev.count, cur.sum, cur.count) {
         if s1 < s0 || c1 < c0 {
             return;
         }
-        out.sum += s1 - s0;
-        out.count += c1 - c0;
+        let (sum, count) = (s1 - s0, c1 - c0);
+        if !plausible(sum, count) {
+            return;
+        }
+        out.sum += sum;
+        out.count += count;
     } else if prev.count.zip(cur.count).is_some_and(|(c0, c1)| c1 < c0)
         || prev.sum.zip(cur.sum).is_some_and(|(s0, s1)| s1 < s0)
     {
@@ -436,6 +457,13 @@ fn add_delta(out: &mut Interval, prev: &Snapshot, cur: &Snapshot) {
             None => out.buckets.push((b.0, d)),
         }
     }
+}
+
+/// Whether a series' interval (`sum` seconds over `count` requests, both not negative)
+/// can be latency: finite, and at most [`MAX_LATENCY_SECONDS`] per request (or in all,
+/// when the count did not grow: a scrape may see a sum before its count).
+fn plausible(sum: f64, count: f64) -> bool {
+    sum.is_finite() && count.is_finite() && sum <= MAX_LATENCY_SECONDS * count.max(1.0)
 }
 
 impl Interval {

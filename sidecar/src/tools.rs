@@ -135,6 +135,7 @@ fn write_failed(e: std::io::Error) -> i32 {
 }
 
 /// One sample as `{"name","labels":{...},"value","timestamp_ms"}`, labels in page order.
+/// No key repeats: the parser rejects a line that repeats a label name (see [`Mode`]).
 pub fn sample_json(s: &Sample<'_>, out: &mut String) {
     out.push_str("{\"name\":");
     push_json_str(out, &s.name);

@@ -2,10 +2,10 @@
 //! the fixtures (checked against numbers computed independently by gen_pages.py), and
 //! properties over arbitrary scrape sequences.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use sidecar::mapping::{HeartbeatMetrics, LatencyStat, Mapper, MapperConfig};
+use sidecar::mapping::{HeartbeatMetrics, LatencyStat, Mapper, MapperConfig, MAX_LATENCY_SECONDS};
 use sidecar::prom::{parse, Format, Mode};
 
 fn mapper(stat: LatencyStat, model: Option<&str>) -> Mapper {
@@ -40,8 +40,23 @@ fn ttft(labels: &str, les: &[(&str, f64)], sum: f64, count: f64) -> String {
     s
 }
 
+/// `rel` from the crate's directory; a `../../shared/...` path is also looked for under
+/// every ancestor, so the tests run from a worktree nested deeper than the checkout.
+fn locate(rel: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let direct = root.join(rel);
+    if direct.exists() {
+        return direct;
+    }
+    let tail = rel.trim_start_matches("../");
+    root.ancestors()
+        .map(|a| a.join(tail))
+        .find(|p| p.exists())
+        .unwrap_or(direct)
+}
+
 fn fixture(rel: &str) -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap()
+    std::fs::read_to_string(locate(rel)).unwrap()
 }
 
 #[test]
@@ -119,6 +134,130 @@ fn counter_reset_starts_a_new_baseline() {
     // Only the sum going down is a reset too.
     let h = observe(&mut m, &ttft("", &[("+Inf", 5.0)], 0.1, 5.0));
     assert_eq!(h.latency_metrics.recent_max_ttft, 0);
+}
+
+/// TTFT of two engines: `(bucket +Inf = count, sum, count)` each, as text.
+fn two_engines(e0: (f64, &str), e1: (f64, &str)) -> String {
+    let mut p = String::from("# TYPE vllm:time_to_first_token_seconds histogram\n");
+    for (e, (c, s)) in [(0, e0), (1, e1)] {
+        p +=
+            &format!("vllm:time_to_first_token_seconds_bucket{{engine=\"{e}\",le=\"+Inf\"}} {c}\n");
+        p += &format!("vllm:time_to_first_token_seconds_sum{{engine=\"{e}\"}} {s}\n");
+        p += &format!("vllm:time_to_first_token_seconds_count{{engine=\"{e}\"}} {c}\n");
+    }
+    p
+}
+
+#[test]
+fn an_implausible_interval_is_a_reset() {
+    let ttft_ms = |m: &mut (Mapper, Mapper), c: f64, s: &str| {
+        let page =
+            ttft("", &[("+Inf", c)], 0.0, c).replace("_sum{} 0\n", &format!("_sum{{}} {s}\n"));
+        assert!(page.contains(&format!("_sum{{}} {s}\n")), "{page}");
+        observe(m, &page).latency_metrics.recent_max_ttft
+    };
+    let mut m = pair(LatencyStat::Avg, None);
+    assert_eq!(ttft_ms(&mut m, 10.0, "5"), 0);
+    // The case: the sum jumps to 1e300 (this reported 9223372036854775807).
+    assert_eq!(ttft_ms(&mut m, 12.0, "1e300"), 0);
+    // That was the new baseline: 1e300 + 1 is 1e300, so no time passed.
+    assert_eq!(ttft_ms(&mut m, 14.0, "1e300"), 0);
+    // Back to sane values: the sum went down, a reset; then measured again.
+    assert_eq!(ttft_ms(&mut m, 16.0, "8"), 0);
+    assert_eq!(ttft_ms(&mut m, 20.0, "9"), 250);
+    // The bound itself is believed; a little more is not.
+    assert_eq!(ttft_ms(&mut m, 21.0, "3609"), 3_600_000);
+    assert_eq!(ttft_ms(&mut m, 22.0, "7209.5"), 0);
+    assert_eq!(ttft_ms(&mut m, 24.0, "7210.5"), 500);
+    // A sum that grows with no request: at most one request's worth is believed
+    // (a scrape can see a sum before its count), which alone is 0 (no count growth).
+    assert_eq!(ttft_ms(&mut m, 24.0, "10810.5"), 0);
+    assert_eq!(ttft_ms(&mut m, 26.0, "10811.5"), 500);
+    // NaN and infinite sums are dropped samples: no interval and no panic; the page
+    // has no usable sum, so the next one is only a baseline.
+    for (c, bad) in [(28.0, "NaN"), (30.0, "+Inf"), (32.0, "-Inf")] {
+        assert_eq!(ttft_ms(&mut m, c, bad), 0, "{bad}");
+    }
+    assert_eq!(ttft_ms(&mut m, 34.0, "-1"), 0);
+    assert_eq!(ttft_ms(&mut m, 36.0, "-0.75"), 125);
+    // A negative delta is a reset.
+    assert_eq!(ttft_ms(&mut m, 38.0, "-5"), 0);
+    assert_eq!(ttft_ms(&mut m, 40.0, "-4.5"), 250);
+    // A difference too large for a float: -1e308 to 1e308 is +inf.
+    assert_eq!(ttft_ms(&mut m, 42.0, "-1e308"), 0);
+    assert_eq!(ttft_ms(&mut m, 44.0, "1e308"), 0);
+    assert_eq!(ttft_ms(&mut m, 46.0, "1e308"), 0);
+}
+
+#[test]
+fn an_implausible_engine_does_not_spoil_the_others() {
+    // Engine 1's sum jumps, without and with requests; engine 0 saw 10 requests at
+    // 0.1 s each, and that is the answer.
+    for c1 in [100.0, 110.0] {
+        let mut m = pair(LatencyStat::Avg, None);
+        observe(&mut m, &two_engines((100.0, "10"), (100.0, "10")));
+        let h = observe(&mut m, &two_engines((110.0, "11"), (c1, "1e300")));
+        assert_eq!(h.latency_metrics.recent_max_ttft, 100, "{c1}");
+    }
+}
+
+#[test]
+fn bucket_statistics_above_the_bound_are_0() {
+    let page = |bound: &str, cum: [f64; 3]| {
+        ttft(
+            "",
+            &[("0.5", cum[0]), (bound, cum[1]), ("+Inf", cum[2])],
+            0.0,
+            cum[2],
+        )
+    };
+    for (bound, want_max) in [
+        ("3600", 3_600_000),
+        ("2560", 2_560_000),
+        ("1e300", 0),
+        ("7200", 0),
+    ] {
+        for stat in [LatencyStat::Max, LatencyStat::P99] {
+            let mut m = pair(stat, None);
+            observe(&mut m, &page(bound, [1.0, 1.0, 1.0]));
+            let h = observe(&mut m, &page(bound, [1.0, 3.0, 3.0]));
+            let got = h.latency_metrics.recent_max_ttft;
+            if want_max == 0 {
+                assert_eq!(got, 0, "{stat:?} le {bound}");
+            } else {
+                assert!(got > 0 && got <= want_max, "{stat:?} le {bound}: {got}");
+            }
+            assert!(got as f64 <= MAX_LATENCY_SECONDS * 1000.0);
+        }
+    }
+}
+
+#[test]
+fn tbt_follows_the_same_rule() {
+    let itl = |sum: &str, count: f64| {
+        let name = "vllm:inter_token_latency_seconds";
+        format!("{name}_bucket{{le=\"+Inf\"}} {count}\n{name}_sum {sum}\n{name}_count {count}\n")
+    };
+    let mut m = pair(LatencyStat::Avg, None);
+    observe(&mut m, &itl("1", 10.0));
+    assert_eq!(
+        observe(&mut m, &itl("1e300", 20.0))
+            .latency_metrics
+            .recent_max_tbt,
+        0
+    );
+    assert_eq!(
+        observe(&mut m, &itl("2", 30.0))
+            .latency_metrics
+            .recent_max_tbt,
+        0
+    );
+    assert_eq!(
+        observe(&mut m, &itl("2.5", 40.0))
+            .latency_metrics
+            .recent_max_tbt,
+        50
+    );
 }
 
 #[test]
@@ -377,8 +516,9 @@ proptest! {
         let mut m = pair(stat, filter);
         for p in &pages {
             let h = observe(&mut m, p);
-            prop_assert!(h.latency_metrics.recent_max_ttft >= 0);
-            prop_assert!(h.latency_metrics.recent_max_tbt >= 0);
+            let bound = (MAX_LATENCY_SECONDS * 1000.0) as i64;
+            prop_assert!((0..=bound).contains(&h.latency_metrics.recent_max_ttft));
+            prop_assert!((0..=bound).contains(&h.latency_metrics.recent_max_tbt));
             let kv = h.load_metrics.gpu_cache_usage_perc;
             prop_assert!(kv.is_finite() && (0.0..=1.0).contains(&kv));
         }

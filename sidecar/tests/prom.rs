@@ -1,7 +1,7 @@
 //! The parser through its public API: every edge case of the issue, and the fixtures.
 
 use std::borrow::Cow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sidecar::prom::{parse, Format, Mode, Page};
 
@@ -23,8 +23,23 @@ fn lenient(text: &str) -> Page<'_> {
     parse(text, P, Mode::Lenient).unwrap()
 }
 
+/// `rel` from the crate's directory; a `../../shared/...` path is also looked for under
+/// every ancestor, so the tests run from a worktree nested deeper than the checkout.
+fn locate(rel: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let direct = root.join(rel);
+    if direct.exists() {
+        return direct;
+    }
+    let tail = rel.trim_start_matches("../");
+    root.ancestors()
+        .map(|a| a.join(tail))
+        .find(|p| p.exists())
+        .unwrap_or(direct)
+}
+
 fn fixture(rel: &str) -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    let p = locate(rel);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -73,6 +88,111 @@ fn duplicate_label_names() {
     assert!(strict_err("m{a=\"1\",a=\"1\"} 1\n# EOF\n", OM)
         .message
         .contains("duplicate"));
+}
+
+/// A line `m{l0="v",l1="v",...} 1` of `n` distinct labels, with label `l{k}` repeated
+/// at position `at` when `repeat` is `Some((k, at))`; and the column (1-based) of the
+/// repeat.
+fn many_labels(n: usize, repeat: Option<(usize, usize)>, om: bool) -> (String, usize) {
+    let mut line = String::from("m{");
+    let mut col = 0;
+    for i in 0..=n {
+        if let Some((k, at)) = repeat {
+            if i == at {
+                col = line.len() + 1;
+                line.push_str(&format!("l{k}=\"w\","));
+            }
+        }
+        if i < n {
+            line.push_str(&format!("l{i}=\"v\","));
+        }
+    }
+    line.pop();
+    line.push_str("} 1\n");
+    if om {
+        line.push_str("# EOF\n");
+    }
+    (line, col)
+}
+
+#[test]
+fn duplicate_label_names_at_any_count_and_position() {
+    for n in [1usize, 2, 7, 8, 9, 16, 17, 100, 10_000] {
+        for (format, om) in [(P, false), (OM, true)] {
+            let (ok, _) = many_labels(n, None, om);
+            let page = parse(&ok, format, Mode::Strict).unwrap_or_else(|e| panic!("n {n}: {e}"));
+            assert_eq!(page.samples[0].labels.len(), n);
+            // The first, a middle and the last name, repeated right after it, in the
+            // middle of the rest, and at the end.
+            for k in [0, n / 2, n - 1] {
+                for at in [k + 1, (k + 1 + n) / 2, n] {
+                    let (bad, col) = many_labels(n, Some((k, at)), om);
+                    let e = strict_err(&bad, format);
+                    let want = format!("duplicate label name \"l{k}\" (column {col})");
+                    assert!(e.message.starts_with(&want), "n {n} k {k} at {at}: {e}");
+                    assert_eq!(e.line, 1);
+                }
+            }
+        }
+    }
+    // Bare and quoted spellings of one name are the same name.
+    let e = strict_err("m{a=\"1\",\"a\"=\"2\"} 1\n", P);
+    assert!(e.message.contains("duplicate label name \"a\""), "{e}");
+}
+
+#[test]
+fn lenient_skips_lines_with_a_repeated_label_name() {
+    for n in [1usize, 2, 8, 9, 100, 10_000] {
+        for (format, om) in [(P, false), (OM, true)] {
+            for k in [0, n / 2, n - 1] {
+                for at in [k + 1, n] {
+                    let (bad, col) = many_labels(n, Some((k, at)), false);
+                    let page = format!("a 1\n{bad}b 2\n{}", if om { "# EOF\n" } else { "" });
+                    let p = parse(&page, format, Mode::Lenient).unwrap();
+                    let names: Vec<&str> = p.samples.iter().map(|s| &*s.name).collect();
+                    assert_eq!(names, ["a", "b"], "n {n} k {k} at {at}");
+                    assert_eq!(p.skipped_lines, 1);
+                    let e = p.first_skipped.unwrap();
+                    assert_eq!(e.line, 2);
+                    let want = format!("duplicate label name \"l{k}\" (column {col})");
+                    assert!(e.message.starts_with(&want), "n {n} k {k} at {at}: {e}");
+                }
+            }
+            // Without a repeat the line is read, every label once.
+            let (ok, _) = many_labels(n, None, false);
+            let p = parse(&ok, format, Mode::Lenient).unwrap();
+            assert_eq!(p.samples[0].labels.len(), n);
+        }
+    }
+    // Quoted and bare spellings, and (lenient only) escapes that unescape alike.
+    for line in [
+        "m{a=\"1\",\"a\"=\"2\"} 1",
+        "m{\"a\\q\"=\"1\",\"a\\\\q\"=\"2\"} 1",
+        "m{a = \"1\", a = \"2\"} 1",
+    ] {
+        let p = lenient(line);
+        assert!(p.samples.is_empty(), "{line}");
+        assert_eq!(p.skipped_lines, 1, "{line}");
+    }
+}
+
+/// A million labels on one line: linear work (this took longer than two minutes when
+/// every pair of names was compared). Only the answers are asserted, not the time.
+#[test]
+fn a_million_labels_on_one_line() {
+    let n = 1_000_000;
+    let (ok, _) = many_labels(n, None, false);
+    assert_eq!(strict(&ok).samples.len(), 1);
+    let (bad, col) = many_labels(n, Some((0, n)), false);
+    let e = strict_err(&bad, P);
+    assert!(
+        e.message
+            .starts_with(&format!("duplicate label name \"l0\" (column {col})")),
+        "{e}"
+    );
+    let p = lenient(&bad);
+    assert!(p.samples.is_empty());
+    assert_eq!(p.skipped_lines, 1);
 }
 
 #[test]

@@ -11,8 +11,23 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vllm-sidecar"))
 }
 
+/// `rel` from the crate's directory; a `../../shared/...` path is also looked for under
+/// every ancestor, so the tests run from a worktree nested deeper than the checkout.
+fn locate(rel: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let direct = root.join(rel);
+    if direct.exists() {
+        return direct;
+    }
+    let tail = rel.trim_start_matches("../");
+    root.ancestors()
+        .map(|a| a.join(tail))
+        .find(|p| p.exists())
+        .unwrap_or(direct)
+}
+
 fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    locate(rel)
 }
 
 fn run(args: &[&str], stdin: Option<&str>) -> Output {
@@ -100,6 +115,36 @@ fn strict_failure_exits_1_with_the_line() {
     assert_eq!(out.status.code(), Some(0));
 }
 
+/// A label name given twice is a bad line in lenient mode too (Prometheus rejects the
+/// sample, prometheus_client's parser the line): never a JSON object with a key twice.
+#[test]
+fn lenient_parse_skips_a_line_with_a_repeated_label_name() {
+    let many: String = (0..100).map(|i| format!("l{i}=\"v\",")).collect();
+    for dup in [
+        "b{x=\"1\",x=\"2\"} 2".to_string(),
+        "b{x=\"1\",y=\"2\",\"x\"=\"3\"} 2".to_string(),
+        format!("b{{{many}l50=\"again\"}} 2"),
+    ] {
+        for format in ["prometheus", "openmetrics"] {
+            let page = format!("a{{x=\"1\"}} 1\n{dup}\nc{{x=\"1\",y=\"2\"}} 3\n");
+            let out = run(&["parse", "--format", format, "-"], Some(&page));
+            assert_eq!(out.status.code(), Some(0));
+            let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+            assert!(!stdout.contains("\"b\""), "{format} {dup}: {stdout}");
+            let names: Vec<_> = json_lines(&out)
+                .iter()
+                .map(|v| v["name"].as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(names, ["a", "c"], "{format} {dup}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("skipped 1 bad line(s); first: line 2: duplicate label name"),
+                "{format} {dup}: {err}"
+            );
+        }
+    }
+}
+
 #[test]
 fn unreadable_input_and_bad_flags_exit_2() {
     let out = run(&["parse", "/nonexistent/page.txt"], None);
@@ -109,6 +154,49 @@ fn unreadable_input_and_bad_flags_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     let out = run(&["preview", "--latency-stat", "p42", "x"], None);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// The case through the binary: a `_sum` that jumps to 1e300 reported
+/// `recent_max_ttft` 9223372036854775807; it is now an implausible interval, so 0.
+#[test]
+fn preview_treats_an_implausible_interval_as_a_reset() {
+    let dir = std::env::temp_dir().join(format!("sidecar-tools-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = |sum: &str, count: u32| {
+        let n = "vllm:time_to_first_token_seconds";
+        format!("{n}_bucket{{le=\"+Inf\"}} {count}\n{n}_sum {sum}\n{n}_count {count}\n")
+    };
+    let write = |name: &str, text: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let before = write("before.prom", page("5", 10));
+    for (sum, count, want) in [
+        ("1e300", 12, 0),
+        ("6", 12, 500),
+        ("3605", 11, 3_600_000),
+        ("3605.5", 11, 0),
+    ] {
+        let after = write("after.prom", page(sum, count));
+        let out = run(
+            &[
+                "preview",
+                "--previous",
+                before.to_str().unwrap(),
+                after.to_str().unwrap(),
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["latency_metrics"]["recent_max_ttft"], want, "sum {sum}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

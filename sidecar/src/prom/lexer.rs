@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 
+use super::names::{Name, NameSet};
 use super::number::{parse_f64, parse_i64, parse_om_timestamp, short_decimal};
 use super::sample::{closing_quote, quoted_end, unescape, Labels, Sample};
 
@@ -400,8 +401,8 @@ fn label_block<'a>(
     let mut name = None;
     let mut count = 0usize;
     let mut after_comma = false;
-    // Names seen so far, for the strict duplicate check (strict mode only).
-    let mut seen: Vec<&str> = Vec::new();
+    // Names seen so far, for the duplicate check.
+    let mut seen = NameSet::default();
     loop {
         if lax {
             i = skip_blanks(b, i);
@@ -427,6 +428,7 @@ fn label_block<'a>(
         // Label name, bare or quoted.
         let name_start = i;
         let label_name: &str;
+        let mut name_escaped = false;
         let quoted = b.get(i) == Some(&b'"');
         if quoted {
             if d.om && d.strict {
@@ -444,6 +446,7 @@ fn label_block<'a>(
                     check_escapes(inner, i + 1)?;
                 }
                 escaped = true;
+                name_escaped = true;
             }
             label_name = inner;
             i = close + 1;
@@ -499,17 +502,16 @@ fn label_block<'a>(
                 check_escapes(value, vstart)?;
             }
         }
-        if d.strict {
-            if label_name == "__name__" {
-                return err(name_start, "label name \"__name__\" is reserved");
-            }
-            if seen.contains(&label_name) {
-                return Err(LexError {
-                    col: name_start,
-                    msg: Cow::Owned(format!("duplicate label name {label_name:?}")),
-                });
-            }
-            seen.push(label_name);
+        if d.strict && label_name == "__name__" {
+            return err(name_start, "label name \"__name__\" is reserved");
+        }
+        // In both modes: which of two values is meant is a guess (Prometheus rejects
+        // such a sample, prometheus_client's parser the line), so the line is bad.
+        if !seen.insert(Name::new(label_name, name_escaped)) {
+            return Err(LexError {
+                col: name_start,
+                msg: Cow::Owned(format!("duplicate label name {label_name:?}")),
+            });
         }
         count += 1;
         if lax {
@@ -527,12 +529,17 @@ fn label_block<'a>(
 }
 
 /// The common label block, `name="value",...}` without blanks or quoted names: its end
-/// (after `}`) and whether a value holds a backslash. `None` for anything else, which
-/// [`label_block`] then lexes from the start (so both agree by construction).
+/// (after `}`) and whether a value holds a backslash. `None` for anything else (a
+/// repeated label name too), which [`label_block`] then lexes from the start (so both
+/// agree by construction).
 #[inline(always)]
 fn plain_label_block(b: &[u8], start: usize) -> Option<(usize, bool)> {
     let mut i = start;
     let mut escaped = false;
+    // One bit per name, from a cheap hash: a repeated name finds its bit already set.
+    // So can two different names (rarely, or on lines with dozens of labels): either
+    // way the full lexer, with its exact name set, decides.
+    let mut name_bits = 0u64;
     loop {
         let c = *b.get(i)?;
         if c == b'}' {
@@ -541,7 +548,13 @@ fn plain_label_block(b: &[u8], start: usize) -> Option<(usize, bool)> {
         if CLASS[c as usize] & LABEL_START == 0 {
             return None;
         }
+        let name_start = i;
         i = run_end(b, i + 1, LABEL);
+        let bit = name_bit(c, *b.get(i - 1)?, i - name_start);
+        if name_bits & bit != 0 {
+            return None;
+        }
+        name_bits |= bit;
         if b.get(i..i + 2) != Some(b"=\"") {
             return None;
         }
@@ -555,6 +568,14 @@ fn plain_label_block(b: &[u8], start: usize) -> Option<(usize, bool)> {
             _ => return None,
         }
     }
+}
+
+/// A bit for a label name, from its first and last bytes and its length (a few
+/// additions: this runs for every label the scrape path reads).
+#[inline(always)]
+fn name_bit(first: u8, last: u8, len: usize) -> u64 {
+    let h = (first as usize) * 3 + (last as usize) + len * 7;
+    1 << (h & 63)
 }
 
 fn lax_double_comma(b: &[u8], i: usize, lax: bool) -> bool {

@@ -10,11 +10,13 @@
 //! ([`Labels`]), so a sample costs no allocation at all.
 //!
 //! - `lexer`: one line to tokens (byte-level; lines are split 64 bytes at a time).
+//! - `names`: the label-name set behind the duplicate check (linear at any size).
 //! - `number`: float and timestamp grammar and exact conversion.
 //! - `sample`: the borrowed output types.
 //! - `strict`: the rules that need more than one line.
 
 mod lexer;
+mod names;
 mod number;
 mod sample;
 mod strict;
@@ -50,6 +52,12 @@ impl Format {
 }
 
 /// Lenient skips and counts bad lines (the scrape path); strict stops at the first.
+///
+/// A label name given twice on one line makes the line bad in both modes: which value
+/// was meant is a guess, Prometheus rejects such a sample ("label name is not unique")
+/// and prometheus_client's parser rejects the line. So a sample never holds a name twice
+/// (`parse` never prints a JSON object with a repeated key, and the mapping never picks
+/// one of two `model_name`s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Mode {
     #[default]
