@@ -9,7 +9,6 @@
 //! everything (as root would); roles are out of scope.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -33,7 +32,7 @@ fn token(headers: &HeaderMap) -> Option<&str> {
 
 /// Validate the token if one was sent; answers its user.
 pub fn check_token(shared: &Shared, headers: &HeaderMap) -> Result<Option<String>, EtcdError> {
-    lock(&shared.auth).check(token(headers), Instant::now())
+    lock(&shared.auth).check(token(headers), shared.now())
 }
 
 /// With auth on, a call that touches keys needs a user.
@@ -76,7 +75,7 @@ pub async fn authenticate(
     let body = read_body(&shared, body).await?;
     let req: AuthenticateRequest = crate::decode::parse(&body)?;
     check_token(&shared, &headers)?;
-    let token = lock(&shared.auth).authenticate(&req.name, &req.password, Instant::now())?;
+    let token = lock(&shared.auth).authenticate(&req.name, &req.password, shared.now())?;
     let rev = shared.store().rev;
     shared
         .events

@@ -7,7 +7,6 @@
 //! `POST /_mock/watches/close`, `POST /_mock/reset`.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -36,7 +35,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
 
 /// Keys (decoded), leases with remaining TTL, revision, watchers, auth.
 pub fn state(shared: &Shared) -> serde_json::Value {
-    let now = Instant::now();
+    let now = shared.now();
     let store = shared.store();
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let keys: Vec<serde_json::Value> = store
@@ -59,7 +58,7 @@ pub fn state(shared: &Shared) -> serde_json::Value {
             serde_json::json!({
                 "id": l.id,
                 "ttl": l.ttl,
-                "remaining_ms": l.expires.saturating_duration_since(now).as_millis() as u64,
+                "remaining_ms": l.expires.saturating_sub(now).as_millis() as u64,
                 "keys": l.keys.iter().map(|k| text(k)).collect::<Vec<_>>(),
             })
         })

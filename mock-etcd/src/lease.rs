@@ -8,7 +8,6 @@
 //! deleted in one revision.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -121,7 +120,7 @@ pub async fn grant(
     let req: GrantRequest = decode::parse(&body)?;
     crate::auth::check_token(&shared, &headers)?;
     let mut store = shared.store();
-    let (id, ttl) = store.grant(req.id, req.ttl, Instant::now())?;
+    let (id, ttl) = store.grant(req.id, req.ttl, shared.now())?;
     let resp = GrantResponse {
         header: shared.header(store.rev),
         id,
@@ -171,7 +170,7 @@ pub async fn time_to_live(
         Some(l) => TimeToLiveResponse {
             header: shared.header(store.rev),
             id: l.id,
-            ttl: l.remaining_secs(Instant::now()),
+            ttl: l.remaining_secs(shared.now()),
             granted: l.ttl,
             keys: if req.keys {
                 l.keys.iter().cloned().collect()
@@ -251,7 +250,7 @@ impl KeepAlive {
     fn answer(&mut self, msg: Vec<u8>) -> Result<String, String> {
         let req: IdRequest = decode::parse_value(&msg)?;
         let mut store = self.shared.store();
-        let ttl = store.keepalive(req.id, Instant::now()).unwrap_or(0);
+        let ttl = store.keepalive(req.id, self.shared.now()).unwrap_or(0);
         let line = KeepAliveLine {
             result: GrantResponse {
                 header: self.shared.header(store.rev),
@@ -275,7 +274,7 @@ pub async fn run_expiry(shared: Arc<Shared>) {
             _ = tick.tick() => {}
             _ = shared.shutdown.wait() => return,
         }
-        let gone = shared.store().expire_due(Instant::now());
+        let gone = shared.store().expire_due(shared.now());
         for l in gone {
             report_expired(&shared, &l, "ttl");
         }

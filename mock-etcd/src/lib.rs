@@ -120,7 +120,7 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockEtcd> 
         raft_term: config.raft_term,
     };
     let store = Data::new(&config, header, mock_kit::events::now_ms());
-    let auth = Auth::new(&config.users, config.token_ttl);
+    let auth = Auth::new(&config.users, config.token_ttl, rand::random());
     let (release, _) = tokio::sync::watch::channel(0u64);
     let shared = Arc::new(Shared {
         journal: Journal::new(config.journal_cap),
@@ -132,6 +132,7 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockEtcd> 
         shutdown: shutdown.clone(),
         release,
         client_url: std::sync::OnceLock::new(),
+        started: std::time::Instant::now(),
         config,
     });
     let mut router = gateway::router(shared.clone());

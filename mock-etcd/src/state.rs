@@ -8,7 +8,7 @@
 //! locks.
 
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mock_kit::{Events, FaultRegistry, Shutdown};
 
@@ -75,7 +75,7 @@ impl Data {
     }
 
     /// Expire every lease whose deadline passed by `now`; answers them.
-    pub fn expire_due(&mut self, now: Instant) -> Vec<Lease> {
+    pub fn expire_due(&mut self, now: Duration) -> Vec<Lease> {
         let gone = self.store.expire_leases(now);
         let mut leases = Vec::with_capacity(gone.len());
         for (lease, committed) in gone {
@@ -101,6 +101,8 @@ pub struct Shared {
     pub release: tokio::sync::watch::Sender<u64>,
     /// `http://ADDR` once bound: the member's client URL.
     pub client_url: std::sync::OnceLock<String>,
+    /// The shell's clock: the cores are given the time since this instant.
+    pub started: Instant,
 }
 
 impl Shared {
@@ -111,6 +113,11 @@ impl Shared {
             revision,
             raft_term: self.config.raft_term,
         }
+    }
+
+    /// The time to give the cores: since the fake started.
+    pub fn now(&self) -> Duration {
+        self.started.elapsed()
     }
 
     /// The data and its watchers, behind the one lock every write takes.
