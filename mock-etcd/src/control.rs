@@ -15,7 +15,6 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use crate::lease;
-use crate::locking::lock;
 use crate::state::Shared;
 
 pub fn router(shared: Arc<Shared>) -> Router {
@@ -36,7 +35,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
 /// Keys (decoded), leases with remaining TTL, revision, watchers, auth.
 pub fn state(shared: &Shared) -> serde_json::Value {
     let now = shared.now();
-    let store = shared.store();
+    let core = shared.core();
+    let store = core.data();
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let keys: Vec<serde_json::Value> = store
         .iter()
@@ -70,8 +70,7 @@ pub fn state(shared: &Shared) -> serde_json::Value {
         "leases": leases,
         "watchers": store.watchers.len(),
     });
-    drop(store);
-    let auth = lock(&shared.auth);
+    let auth = core.auth();
     let mut v = v;
     v["auth"] = serde_json::json!({ "enabled": auth.enabled(), "tokens": auth.tokens() });
     v
@@ -79,9 +78,8 @@ pub fn state(shared: &Shared) -> serde_json::Value {
 
 pub fn lose_data(shared: &Shared, reset_revision: bool) {
     shared
-        .store()
+        .core()
         .lose_data(reset_revision, mock_kit::events::now_ms());
-    lock(&shared.auth).clear_tokens();
     shared.close_streams();
     shared.events.emit(
         "data_lost",
@@ -92,8 +90,7 @@ pub fn lose_data(shared: &Shared, reset_revision: bool) {
 pub fn reset(shared: &Shared) {
     shared.faults.clear();
     shared.release.send_modify(|g| *g += 1);
-    shared.store().lose_data(true, mock_kit::events::now_ms());
-    lock(&shared.auth).clear_tokens();
+    shared.core().lose_data(true, mock_kit::events::now_ms());
     shared.close_streams();
     shared.journal.clear();
     shared.events.emit("reset", serde_json::json!({}));

@@ -52,46 +52,51 @@
 //! Entry point: [`start`] binds, spawns the server and the lease-expiry loop, and answers
 //! a [`MockEtcd`] handle.
 
+pub mod answers;
 mod auth;
 mod body;
+pub mod calls;
 mod cluster;
 pub mod codec;
 mod config;
 mod control;
+pub mod core;
+pub mod data;
 pub mod decode;
 pub mod error;
 mod fault_layer;
 pub mod faults;
 mod gateway;
 pub mod journal;
-mod kv;
-mod kv_ops;
+pub mod kv_ops;
 mod lease;
 mod locking;
-mod requests;
+pub mod requests;
 pub mod scan;
 mod size;
 mod state;
-mod store;
-mod tokens;
+pub mod store;
+pub mod tokens;
+mod unary;
 mod watch;
-mod watchers;
+pub mod watchers;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use mock_kit::{Events, FaultRegistry, ServerHandle, Shutdown};
 
+pub use crate::calls::{Answer, Call, Report, Request};
+pub use crate::core::{EtcdCore, WatchStream};
+pub use crate::watchers::{LineSink, WatchSink};
 pub use config::Config;
 pub use error::EtcdError;
 pub use faults::Fault;
 pub use journal::RequestLog;
 
-use crate::codec::Header;
 use crate::journal::Journal;
 use crate::locking::lock;
-use crate::state::{Data, Shared};
-use crate::tokens::Auth;
+use crate::state::Shared;
 
 /// A running fake etcd.
 #[derive(Clone)]
@@ -113,19 +118,11 @@ impl std::fmt::Debug for MockEtcd {
 /// lease expiry. Answers once the socket is bound.
 pub async fn start(config: Config, events: Events) -> std::io::Result<MockEtcd> {
     let shutdown = Shutdown::new();
-    let header = Header {
-        cluster_id: config.cluster_id,
-        member_id: config.member_id,
-        revision: 0,
-        raft_term: config.raft_term,
-    };
-    let store = Data::new(&config, header, mock_kit::events::now_ms());
-    let auth = Auth::new(&config.users, config.token_ttl, rand::random());
+    let core = EtcdCore::new(config.clone(), mock_kit::events::now_ms(), rand::random());
     let (release, _) = tokio::sync::watch::channel(0u64);
     let shared = Arc::new(Shared {
         journal: Journal::new(config.journal_cap),
-        store: Mutex::new(store),
-        auth: Mutex::new(auth),
+        core: Mutex::new(core),
         faults: FaultRegistry::new(),
         events,
         streams: Mutex::new(shutdown.child()),
@@ -210,8 +207,8 @@ impl MockEtcd {
 
     /// The current value and lease of a key.
     pub fn get(&self, key: &str) -> Option<(String, i64)> {
-        let store = self.shared.store();
-        store
+        let core = self.shared.core();
+        core.data()
             .get(key.as_bytes())
             .map(|kv| (String::from_utf8_lossy(&kv.value).into_owned(), kv.lease))
     }
