@@ -303,8 +303,8 @@ impl EtcdCore {
     }
 
     /// When the next lease falls due, if any: a simulator's next expiry event.
-    pub fn next_expiry(&self) -> Option<Duration> {
-        self.data.leases_by_expiry().first().map(|l| l.expires)
+    pub fn next_expiry(&mut self) -> Option<Duration> {
+        self.data.next_deadline()
     }
 
     // ---- faults ----

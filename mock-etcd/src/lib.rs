@@ -6,18 +6,27 @@
 //!
 //! # Layout
 //!
-//! Cores (the rules, given the time as an argument, no HTTP):
+//! Cores (the rules, given the time as a `Duration` since an arbitrary start, no HTTP,
+//! no clock, randomness from a seed):
 //!
+//! - [`core`]: [`EtcdCore`], the whole fake as one value: every gateway call a method
+//!   (`range`, `put`, `delete_range`, `txn`, `grant`, `revoke`, `keepalive`,
+//!   `time_to_live`, `leases`, `authenticate`, `watch_open`/`watch_json`/`watch_close`),
+//!   expiry when told ([`EtcdCore::expire_due`]), the data faults.
+//! - [`calls`]: the unary calls in wire form: [`Call::from_path`], [`Call::decode`],
+//!   [`EtcdCore::apply`], and [`EtcdCore::handle_json`] (path + JSON body in, status +
+//!   JSON body out, no HTTP).
 //! - [`store`]: keys, bounded MVCC history, leases, revision;
 //!   [`store::Store::close_revision`] closes a revision.
-//! - [`watchers`]: the watch registry and its answer lines; [`watchers::Registry`].
+//! - [`data`]: [`data::Data`], the store and its watchers ([`data::Data::commit`] closes
+//!   a revision and tells the watchers).
+//! - [`watchers`]: the watch registry and its answer lines; [`watchers::Registry`],
+//!   answers to a [`WatchSink`] ([`LineSink`] keeps them to drain).
 //! - [`tokens`]: simple tokens with etcd's sliding idle TTL; [`tokens::Auth::check`].
 //! - [`kv_ops`]: range, put, delete and txn as etcd applies them; [`kv_ops::apply_txn`].
-//! - [`state`]: [`state::Data`], the store and its watchers behind one lock
-//!   ([`state::Data::commit`] closes a revision and tells the watchers), and
-//!   [`state::Shared`], what every handler shares.
 //! - [`config`]: [`Config`], etcd's defaults.
-//! - [`faults`]: [`Fault`] (fail, latency, hang) and which paths it matches.
+//! - [`faults`]: [`Fault`] (fail, latency, hang), which paths it matches, and the
+//!   decision it makes ([`faults::FaultDecision`]; the caller applies it).
 //! - [`journal`]: the bounded request log behind `GET /_mock/requests`.
 //!
 //! The gateway's JSON:
@@ -26,7 +35,8 @@
 //!   [`scan::Scanner`].
 //! - [`decode`]: reading requests as jsonpb does, into typed messages without building
 //!   a tree; [`decode::parse`], the [`message!`] macro, [`decode::MessageSplitter`].
-//! - [`requests`]: the KV request messages.
+//! - [`requests`]: the request messages (KV, watch, lease, authenticate).
+//! - [`answers`]: the lease and auth answer messages.
 //! - [`codec`]: the JSON dialect on the way out (int64 as strings, base64 bytes,
 //!   omitted zeros) and the gateway's headers; [`codec::ok`].
 //! - [`error`]: [`EtcdError`], the one error type, rendered as `{"error","message","code"}`.
@@ -36,15 +46,17 @@
 //!
 //! - [`gateway`]: the router of etcd's paths (`/v3/` and `/v3beta/`), 404/405, 301;
 //!   wiring only.
+//! - [`state`]: [`state::Shared`], what every handler shares: the core behind one
+//!   lock, the clock ([`state::Shared::now`]), faults, streams.
+//! - [`unary`]: every unary call: capped body, decode outside the lock, apply under it
+//!   ([`unary::serve`]).
 //! - [`body`]: the capped unary body reader [`body::read_body`] and the streamed
 //!   [`body::StreamReader`].
-//! - [`kv`]: `/v3/kv/{put,range,deleterange,txn,compaction}` ([`kv::txn`]).
-//! - [`lease`]: `/v3/lease/*` including the keepalive stream, and the expiry loop
-//!   [`lease::run_expiry`].
+//! - [`lease`]: the keepalive stream, and the expiry loop [`lease::run_expiry`].
 //! - [`watch`]: the `/v3/watch` streams ([`watch::watch`]).
 //! - [`cluster`]: `/v3/maintenance/status` and `/v3/cluster/member/list` of a
 //!   single-member cluster.
-//! - [`auth`]: `/v3/auth/authenticate` and the token checks of the other calls.
+//! - [`auth`]: where a request's token is found ([`auth::token`]).
 //! - [`fault_layer`]: the middleware that applies faults and logs requests.
 //! - [`control`]: the `/_mock/` control API, mirroring the [`MockEtcd`] methods.
 //! - [`locking`]: a lock that survives a panicked holder.

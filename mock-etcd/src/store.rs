@@ -134,7 +134,7 @@ pub struct Store {
     pub min_lease_ttl: i64,
 }
 
-/// A closed revision and its events: what watchers must be told (see `state::State`).
+/// A closed revision and its events: what watchers must be told (see `data::Data`).
 #[must_use = "watchers must be told about a committed revision"]
 pub struct Committed {
     pub rev: i64,
@@ -419,6 +419,18 @@ impl Store {
             }
         }
         due
+    }
+
+    /// The earliest deadline of a live lease (stale queue entries left by keepalives
+    /// are dropped on the way).
+    pub fn next_deadline(&mut self) -> Option<Duration> {
+        while let Some(Reverse((at, id))) = self.expiry.peek().copied() {
+            if self.leases.get(&id).is_some_and(|l| l.expires == at) {
+                return Some(at);
+            }
+            self.expiry.pop();
+        }
+        None
     }
 
     /// Leases sorted by deadline, as etcd lists them.

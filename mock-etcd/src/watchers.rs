@@ -160,7 +160,7 @@ pub struct Watcher {
     pub out: Arc<dyn WatchSink>,
 }
 
-/// Every live watcher, notified by [`crate::state::Data::commit`].
+/// Every live watcher, notified by [`crate::data::Data::commit`].
 pub struct Registry {
     header: Header,
     pub watchers: Vec<Watcher>,
