@@ -178,7 +178,11 @@ impl EtcdCore {
 
     /// The whole unary round trip without HTTP: a POST of `body` to `path` with the
     /// token header `token`, at `now`; answers the status and body the gateway sends
-    /// (JSON, or the gateway's plain-text 404 for a path it does not serve).
+    /// (JSON, or the gateway's plain-text 404 for a path it does not serve). The
+    /// streams are not unary: a keepalive body's lines come back together (one per
+    /// request object); `/v3/watch` is [`EtcdCore::watch_open`] and
+    /// [`EtcdCore::watch_json`]; the cluster calls (status, member list) stay with
+    /// the HTTP shell and answer 404 here.
     pub fn handle_json(
         &mut self,
         path: &str,

@@ -35,45 +35,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
 /// Keys (decoded), leases with remaining TTL, revision, watchers, auth.
 pub fn state(shared: &Shared) -> serde_json::Value {
     let now = shared.now();
-    let core = shared.core();
-    let store = core.data();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    let keys: Vec<serde_json::Value> = store
-        .iter()
-        .map(|kv| {
-            serde_json::json!({
-                "key": text(&kv.key),
-                "value": text(&kv.value),
-                "lease": kv.lease,
-                "create_revision": kv.create_revision,
-                "mod_revision": kv.mod_revision,
-                "version": kv.version,
-            })
-        })
-        .collect();
-    let leases: Vec<serde_json::Value> = store
-        .leases_by_expiry()
-        .into_iter()
-        .map(|l| {
-            serde_json::json!({
-                "id": l.id,
-                "ttl": l.ttl,
-                "remaining_ms": l.expires.saturating_sub(now).as_millis() as u64,
-                "keys": l.keys.iter().map(|k| text(k)).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    let v = serde_json::json!({
-        "revision": store.rev,
-        "compact_revision": store.compact_rev,
-        "keys": keys,
-        "leases": leases,
-        "watchers": store.watchers.len(),
-    });
-    let auth = core.auth();
-    let mut v = v;
-    v["auth"] = serde_json::json!({ "enabled": auth.enabled(), "tokens": auth.tokens() });
-    v
+    shared.core().snapshot(now)
 }
 
 pub fn lose_data(shared: &Shared, reset_revision: bool) {

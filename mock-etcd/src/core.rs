@@ -82,6 +82,46 @@ impl EtcdCore {
         self.data.rev
     }
 
+    /// Keys (decoded as text), leases with the time left at `now`, revision,
+    /// watchers, auth: what `GET /_mock/state` answers.
+    pub fn snapshot(&self, now: Duration) -> serde_json::Value {
+        let store = self.data();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let keys: Vec<serde_json::Value> = store
+            .iter()
+            .map(|kv| {
+                serde_json::json!({
+                    "key": text(&kv.key),
+                    "value": text(&kv.value),
+                    "lease": kv.lease,
+                    "create_revision": kv.create_revision,
+                    "mod_revision": kv.mod_revision,
+                    "version": kv.version,
+                })
+            })
+            .collect();
+        let leases: Vec<serde_json::Value> = store
+            .leases_by_expiry()
+            .into_iter()
+            .map(|l| {
+                serde_json::json!({
+                    "id": l.id,
+                    "ttl": l.ttl,
+                    "remaining_ms": l.expires.saturating_sub(now).as_millis() as u64,
+                    "keys": l.keys.iter().map(|k| text(k)).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "revision": store.rev,
+            "compact_revision": store.compact_rev,
+            "keys": keys,
+            "leases": leases,
+            "watchers": store.watchers.len(),
+            "auth": { "enabled": self.auth.enabled(), "tokens": self.auth.tokens() },
+        })
+    }
+
     /// The full response header at the current revision.
     pub fn header(&self) -> Header {
         self.data.watchers.header(self.data.rev)

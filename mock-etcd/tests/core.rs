@@ -189,6 +189,9 @@ fn leases_expire_at_the_time_given_and_not_before() {
     assert_eq!(ttl["TTL"], "3", "{ttl}");
     assert_eq!(ttl["grantedTTL"], "6");
     assert_eq!(ttl["keys"][0], b64("k"));
+    let snap = c.snapshot(secs(16.5));
+    assert_eq!(snap["leases"][0]["remaining_ms"], 3500, "{snap}");
+    assert_eq!(snap["keys"][0]["key"], "k");
     assert!(c.expire_due(secs(19.999)).is_empty());
     let rev = c.revision();
     let gone = c.expire_due(secs(20.0));
