@@ -20,17 +20,10 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Read a unary request body, capped and time-bounded.
 pub async fn read_body(shared: &Shared, body: Body) -> Result<Bytes, EtcdError> {
-    let cap = shared
-        .config
-        .max_request_bytes
-        .saturating_mul(4)
-        .max(64 * 1024);
+    let cap = size::body_cap(&shared.config);
     match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, cap)).await {
         Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) if over_limit(&e) => Err(EtcdError::grpc_too_large(
-            cap * 3 / 4,
-            size::grpc_max(shared),
-        )),
+        Ok(Err(e)) if over_limit(&e) => Err(size::body_too_large(&shared.config)),
         Ok(Err(e)) => Err(EtcdError::bad_json(format!("reading body: {e}"))),
         Err(_) => Err(EtcdError::bad_json("unexpected EOF")),
     }

@@ -67,10 +67,10 @@ struct Member {
 pub async fn status(State(shared): State<Arc<Shared>>, body: Body) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
     let _: Empty = decode::parse(&body)?;
-    let store = shared.store();
-    let rev = store.rev;
-    let pages = store.data_bytes().div_ceil(PAGE as usize) as i64;
-    drop(store);
+    let core = shared.core();
+    let rev = core.revision();
+    let pages = core.data().data_bytes().div_ceil(PAGE as usize) as i64;
+    drop(core);
     let raft_index = (rev + 3).max(0) as u64;
     let resp = StatusResponse {
         header: shared.header(rev),

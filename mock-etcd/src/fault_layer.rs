@@ -5,14 +5,14 @@
 //! wrong, where); this is the HTTP side that makes it happen.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::EtcdError;
-use crate::faults::Fault;
+use crate::faults::{Fault, FaultDecision};
 use crate::journal::RequestLog;
 use crate::state::Shared;
 
@@ -26,30 +26,21 @@ pub(crate) async fn middleware(
     let at_ms = mock_kit::events::now_ms();
     let method = req.method().to_string();
     let path = req.uri().path().to_string();
-    let fault = shared.faults.fire(|f| f.matches(&path).then(|| f.clone()));
+    let fault = crate::faults::pick(&shared.faults, &path);
     if let Some(f) = &fault {
         shared
             .events
             .emit("fault", serde_json::json!({ "fault": f, "path": path }));
     }
-    let resp = match &fault {
-        Some(Fault::Fail {
-            status,
-            grpc_code,
-            message,
-            ..
-        }) => {
-            let status = axum::http::StatusCode::from_u16(*status)
-                .unwrap_or(axum::http::StatusCode::SERVICE_UNAVAILABLE);
-            EtcdError::new(status, *grpc_code, message.clone()).into_response()
-        }
-        Some(Fault::Latency { ms, .. }) => {
+    let resp = match fault.as_ref().map(Fault::decision) {
+        Some(FaultDecision::Fail(e)) => e.into_response(),
+        Some(FaultDecision::Delay(d)) => {
             tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(*ms)) => next.run(req).await,
+                _ = tokio::time::sleep(d) => next.run(req).await,
                 _ = shared.shutdown.wait() => EtcdError::grpc(14, "etcdserver: server stopped").into_response(),
             }
         }
-        Some(Fault::Hang { .. }) => {
+        Some(FaultDecision::Hang) => {
             let mut release = shared.release.subscribe();
             tokio::select! {
                 _ = release.changed() => next.run(req).await,

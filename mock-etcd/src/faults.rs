@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::EtcdError;
+
 fn default_status() -> u16 {
     503
 }
@@ -58,6 +60,44 @@ impl Fault {
     pub fn matches(&self, request_path: &str) -> bool {
         path_matches(self.path(), request_path)
     }
+}
+
+/// What a matching fault makes of a request: the decision only; whoever serves the
+/// request (the HTTP shell, a simulator) applies it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FaultDecision {
+    /// Answer this error instead of serving.
+    Fail(EtcdError),
+    /// Serve after this delay.
+    Delay(std::time::Duration),
+    /// Hold the request until released.
+    Hang,
+}
+
+impl Fault {
+    pub fn decision(&self) -> FaultDecision {
+        match self {
+            Fault::Fail {
+                status,
+                grpc_code,
+                message,
+                ..
+            } => {
+                let status = axum::http::StatusCode::from_u16(*status)
+                    .unwrap_or(axum::http::StatusCode::SERVICE_UNAVAILABLE);
+                FaultDecision::Fail(EtcdError::new(status, *grpc_code, message.clone()))
+            }
+            Fault::Latency { ms, .. } => {
+                FaultDecision::Delay(std::time::Duration::from_millis(*ms))
+            }
+            Fault::Hang { .. } => FaultDecision::Hang,
+        }
+    }
+}
+
+/// The first armed fault that matches `path` (counting it as fired).
+pub fn pick(faults: &mock_kit::FaultRegistry<Fault>, path: &str) -> Option<Fault> {
+    faults.fire(|f| f.matches(path).then(|| f.clone()))
 }
 
 /// `/v3beta/x` is `/v3/x`.

@@ -7,15 +7,17 @@
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, MethodRouter};
 use axum::Router;
 
+use crate::calls::Call;
 use crate::error;
 use crate::state::Shared;
-use crate::{auth, cluster, fault_layer, kv, lease, watch};
+use crate::{cluster, fault_layer, lease, unary, watch};
 
 /// The paths etcd 3.4's gateway serves that this fake implements, without the prefix.
 pub const PATHS: &[&str] = &[
@@ -39,21 +41,18 @@ pub const PATHS: &[&str] = &[
 ];
 
 fn handler_for(path: &str) -> MethodRouter<Arc<Shared>> {
-    let r: MethodRouter<Arc<Shared>> = match path {
-        "/kv/range" => any(kv::range),
-        "/kv/put" => any(kv::put),
-        "/kv/deleterange" => any(kv::delete_range),
-        "/kv/txn" => any(kv::txn),
-        "/kv/compaction" => any(kv::compaction),
-        "/lease/grant" => any(lease::grant),
-        "/lease/revoke" | "/kv/lease/revoke" => any(lease::revoke),
-        "/lease/keepalive" => any(lease::keepalive),
-        "/lease/timetolive" | "/kv/lease/timetolive" => any(lease::time_to_live),
-        "/lease/leases" | "/kv/lease/leases" => any(lease::leases),
-        "/watch" => any(watch::watch),
-        "/maintenance/status" => any(cluster::status),
-        "/cluster/member/list" => any(cluster::member_list),
-        _ => any(auth::authenticate),
+    let unary_call = Call::from_path(&format!("/v3{path}"));
+    let r: MethodRouter<Arc<Shared>> = match (path, unary_call) {
+        ("/lease/keepalive", _) => any(lease::keepalive),
+        ("/watch", _) => any(watch::watch),
+        ("/maintenance/status", _) => any(cluster::status),
+        ("/cluster/member/list", _) => any(cluster::member_list),
+        (_, Some(call)) => any(
+            move |State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body| {
+                unary::serve(call, shared, headers, body)
+            },
+        ),
+        (_, None) => any(not_found),
     };
     // `any` + our own check: axum's method routing would add an `Allow` header.
     r.layer(axum::middleware::from_fn(require_post))

@@ -9,9 +9,9 @@
 use serde::Serialize;
 
 use crate::codec::{is_false, is_zero, ser_i64, Header};
+use crate::data::Data;
 use crate::error::EtcdError;
 use crate::requests::*;
-use crate::state::Data;
 use crate::store::{Batch, KeyRange, KeyValue, Store};
 
 #[derive(Serialize, Debug)]

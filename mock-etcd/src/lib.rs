@@ -6,18 +6,27 @@
 //!
 //! # Layout
 //!
-//! Cores (the rules, given the time as an argument, no HTTP):
+//! Cores (the rules, given the time as a `Duration` since an arbitrary start, no HTTP,
+//! no clock, randomness from a seed):
 //!
+//! - [`core`]: [`EtcdCore`], the whole fake as one value: every gateway call a method
+//!   (`range`, `put`, `delete_range`, `txn`, `grant`, `revoke`, `keepalive`,
+//!   `time_to_live`, `leases`, `authenticate`, `watch_open`/`watch_json`/`watch_close`),
+//!   expiry when told ([`EtcdCore::expire_due`]), the data faults.
+//! - [`calls`]: the unary calls in wire form: [`Call::from_path`], [`Call::decode`],
+//!   [`EtcdCore::apply`], and [`EtcdCore::handle_json`] (path + JSON body in, status +
+//!   JSON body out, no HTTP).
 //! - [`store`]: keys, bounded MVCC history, leases, revision;
 //!   [`store::Store::close_revision`] closes a revision.
-//! - [`watchers`]: the watch registry and its answer lines; [`watchers::Registry`].
+//! - [`data`]: [`data::Data`], the store and its watchers ([`data::Data::commit`] closes
+//!   a revision and tells the watchers).
+//! - [`watchers`]: the watch registry and its answer lines; [`watchers::Registry`],
+//!   answers to a [`WatchSink`] ([`LineSink`] keeps them to drain).
 //! - [`tokens`]: simple tokens with etcd's sliding idle TTL; [`tokens::Auth::check`].
 //! - [`kv_ops`]: range, put, delete and txn as etcd applies them; [`kv_ops::apply_txn`].
-//! - [`state`]: [`state::Data`], the store and its watchers behind one lock
-//!   ([`state::Data::commit`] closes a revision and tells the watchers), and
-//!   [`state::Shared`], what every handler shares.
 //! - [`config`]: [`Config`], etcd's defaults.
-//! - [`faults`]: [`Fault`] (fail, latency, hang) and which paths it matches.
+//! - [`faults`]: [`Fault`] (fail, latency, hang), which paths it matches, and the
+//!   decision it makes ([`faults::FaultDecision`]; the caller applies it).
 //! - [`journal`]: the bounded request log behind `GET /_mock/requests`.
 //!
 //! The gateway's JSON:
@@ -26,7 +35,8 @@
 //!   [`scan::Scanner`].
 //! - [`decode`]: reading requests as jsonpb does, into typed messages without building
 //!   a tree; [`decode::parse`], the [`message!`] macro, [`decode::MessageSplitter`].
-//! - [`requests`]: the KV request messages.
+//! - [`requests`]: the request messages (KV, watch, lease, authenticate).
+//! - [`answers`]: the lease and auth answer messages.
 //! - [`codec`]: the JSON dialect on the way out (int64 as strings, base64 bytes,
 //!   omitted zeros) and the gateway's headers; [`codec::ok`].
 //! - [`error`]: [`EtcdError`], the one error type, rendered as `{"error","message","code"}`.
@@ -36,15 +46,17 @@
 //!
 //! - [`gateway`]: the router of etcd's paths (`/v3/` and `/v3beta/`), 404/405, 301;
 //!   wiring only.
+//! - [`state`]: [`state::Shared`], what every handler shares: the core behind one
+//!   lock, the clock ([`state::Shared::now`]), faults, streams.
+//! - [`unary`]: every unary call: capped body, decode outside the lock, apply under it
+//!   ([`unary::serve`]).
 //! - [`body`]: the capped unary body reader [`body::read_body`] and the streamed
 //!   [`body::StreamReader`].
-//! - [`kv`]: `/v3/kv/{put,range,deleterange,txn,compaction}` ([`kv::txn`]).
-//! - [`lease`]: `/v3/lease/*` including the keepalive stream, and the expiry loop
-//!   [`lease::run_expiry`].
+//! - [`lease`]: the keepalive stream, and the expiry loop [`lease::run_expiry`].
 //! - [`watch`]: the `/v3/watch` streams ([`watch::watch`]).
 //! - [`cluster`]: `/v3/maintenance/status` and `/v3/cluster/member/list` of a
 //!   single-member cluster.
-//! - [`auth`]: `/v3/auth/authenticate` and the token checks of the other calls.
+//! - [`auth`]: where a request's token is found ([`auth::token`]).
 //! - [`fault_layer`]: the middleware that applies faults and logs requests.
 //! - [`control`]: the `/_mock/` control API, mirroring the [`MockEtcd`] methods.
 //! - [`locking`]: a lock that survives a panicked holder.
@@ -52,46 +64,51 @@
 //! Entry point: [`start`] binds, spawns the server and the lease-expiry loop, and answers
 //! a [`MockEtcd`] handle.
 
+pub mod answers;
 mod auth;
 mod body;
+pub mod calls;
 mod cluster;
 pub mod codec;
 mod config;
 mod control;
+pub mod core;
+pub mod data;
 pub mod decode;
 pub mod error;
 mod fault_layer;
 pub mod faults;
 mod gateway;
 pub mod journal;
-mod kv;
-mod kv_ops;
+pub mod kv_ops;
 mod lease;
 mod locking;
-mod requests;
+pub mod requests;
 pub mod scan;
 mod size;
 mod state;
-mod store;
-mod tokens;
+pub mod store;
+pub mod tokens;
+mod unary;
 mod watch;
-mod watchers;
+pub mod watchers;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use mock_kit::{Events, FaultRegistry, ServerHandle, Shutdown};
 
+pub use crate::calls::{Answer, Call, Report, Request};
+pub use crate::core::{EtcdCore, WatchStream};
+pub use crate::watchers::{LineSink, WatchSink};
 pub use config::Config;
 pub use error::EtcdError;
 pub use faults::Fault;
 pub use journal::RequestLog;
 
-use crate::codec::Header;
 use crate::journal::Journal;
 use crate::locking::lock;
-use crate::state::{Data, Shared};
-use crate::tokens::Auth;
+use crate::state::Shared;
 
 /// A running fake etcd.
 #[derive(Clone)]
@@ -113,25 +130,18 @@ impl std::fmt::Debug for MockEtcd {
 /// lease expiry. Answers once the socket is bound.
 pub async fn start(config: Config, events: Events) -> std::io::Result<MockEtcd> {
     let shutdown = Shutdown::new();
-    let header = Header {
-        cluster_id: config.cluster_id,
-        member_id: config.member_id,
-        revision: 0,
-        raft_term: config.raft_term,
-    };
-    let store = Data::new(&config, header, mock_kit::events::now_ms());
-    let auth = Auth::new(&config.users, config.token_ttl);
+    let core = EtcdCore::new(config.clone(), mock_kit::events::now_ms(), rand::random());
     let (release, _) = tokio::sync::watch::channel(0u64);
     let shared = Arc::new(Shared {
         journal: Journal::new(config.journal_cap),
-        store: Mutex::new(store),
-        auth: Mutex::new(auth),
+        core: Mutex::new(core),
         faults: FaultRegistry::new(),
         events,
         streams: Mutex::new(shutdown.child()),
         shutdown: shutdown.clone(),
         release,
         client_url: std::sync::OnceLock::new(),
+        started: std::time::Instant::now(),
         config,
     });
     let mut router = gateway::router(shared.clone());
@@ -209,8 +219,8 @@ impl MockEtcd {
 
     /// The current value and lease of a key.
     pub fn get(&self, key: &str) -> Option<(String, i64)> {
-        let store = self.shared.store();
-        store
+        let core = self.shared.core();
+        core.data()
             .get(key.as_bytes())
             .map(|kv| (String::from_utf8_lossy(&kv.value).into_owned(), kv.lease))
     }

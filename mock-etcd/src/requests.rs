@@ -1,8 +1,9 @@
-//! The request messages of the KV and watch APIs (`etcdserverpb` Range, Put,
-//! DeleteRange, Txn, Compaction, Watch) and how each field is read from JSON.
+//! The request messages of the gateway (`etcdserverpb` Range, Put, DeleteRange, Txn,
+//! Compaction, Watch, LeaseGrant, the lease ID requests, Authenticate) and how each
+//! field is read from JSON.
 //!
-//! Why a module of their own: the handlers, the cores (`kv_ops`, `watchers`) and the
-//! size limits (`size`) all need them; none of those needs the others.
+//! Why a module of their own: the core, its parts (`kv_ops`, `watchers`), the calls
+//! (`calls`) and the size limits (`size`) all need them; none of those needs the others.
 
 use crate::decode::wire::*;
 
@@ -214,3 +215,31 @@ pub struct CancelRequest {
 }
 
 crate::message!(CancelRequest { b"watch_id" | b"watchId" => watch_id: I64 });
+
+/// `LeaseGrantRequest`.
+#[derive(Default, Debug, Clone)]
+pub struct GrantRequest {
+    pub ttl: i64,
+    pub id: i64,
+}
+
+crate::message!(GrantRequest { b"TTL" => ttl: I64, b"ID" => id: I64 });
+
+/// `LeaseRevokeRequest`, `LeaseKeepAliveRequest`, `LeaseTimeToLiveRequest` and
+/// `LeaseLeasesRequest` (which reads no field): an ID, and whether to list the keys.
+#[derive(Default, Debug, Clone)]
+pub struct IdRequest {
+    pub id: i64,
+    pub keys: bool,
+}
+
+crate::message!(IdRequest { b"ID" => id: I64, b"keys" => keys: Bool });
+
+/// `AuthenticateRequest`.
+#[derive(Default, Debug, Clone)]
+pub struct AuthenticateRequest {
+    pub name: String,
+    pub password: String,
+}
+
+crate::message!(AuthenticateRequest { b"name" => name: Str, b"password" => password: Str });

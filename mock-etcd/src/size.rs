@@ -5,30 +5,41 @@
 //! 400/3 "request is too large". These functions size a request as its protobuf
 //! encoding would be.
 
+use crate::config::Config;
 use crate::decode::wire::WireSize;
 use crate::error::EtcdError;
 use crate::requests::{
     Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
 };
-use crate::state::Shared;
 
 /// Bytes of the raft envelope around a request (header with an ID).
 const RAFT_OVERHEAD: usize = 16;
 
-pub fn grpc_max(shared: &Shared) -> usize {
-    shared.config.max_request_bytes + 512 * 1024
+pub fn grpc_max(config: &Config) -> usize {
+    config.max_request_bytes + 512 * 1024
 }
 
-pub fn check_grpc(shared: &Shared, len: usize) -> Result<(), EtcdError> {
-    let max = grpc_max(shared);
+/// The most JSON a unary body may have: base64 and JSON make a message ~4/3 larger
+/// than its protobuf, so 4x `--max-request-bytes` (at least 64 KiB).
+pub fn body_cap(config: &Config) -> usize {
+    config.max_request_bytes.saturating_mul(4).max(64 * 1024)
+}
+
+/// The error for a unary body past [`body_cap`] (gRPC's "larger than max").
+pub fn body_too_large(config: &Config) -> EtcdError {
+    EtcdError::grpc_too_large(body_cap(config) * 3 / 4, grpc_max(config))
+}
+
+pub fn check_grpc(config: &Config, len: usize) -> Result<(), EtcdError> {
+    let max = grpc_max(config);
     if len > max {
         return Err(EtcdError::grpc_too_large(len, max));
     }
     Ok(())
 }
 
-pub fn check_raft(shared: &Shared, len: usize) -> Result<(), EtcdError> {
-    if len + RAFT_OVERHEAD > shared.config.max_request_bytes {
+pub fn check_raft(config: &Config, len: usize) -> Result<(), EtcdError> {
+    if len + RAFT_OVERHEAD > config.max_request_bytes {
         return Err(EtcdError::request_too_large());
     }
     Ok(())

@@ -1,96 +1,25 @@
-//! The state every handler shares: the data and its watchers behind one lock, auth,
-//! faults, the request log, the stream switches.
+//! The state every HTTP handler shares: the core behind one lock, faults, the request
+//! log, the stream switches, the clock.
 //!
-//! Why a module of its own: the store (data and revisions) and the watch registry
-//! (who is told) are separate concerns that must change together: every revision is
-//! closed and told to the watchers under one lock, so watchers see revisions in order.
-//! [`Data`] pairs them; the store knows nothing of watchers, the registry nothing of
-//! locks.
+//! Why a module of its own: this is the shell's side of the state; the rules are all in
+//! [`EtcdCore`], which never reads a clock: the shell gives it [`Shared::now`].
 
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mock_kit::{Events, FaultRegistry, Shutdown};
 
 use crate::codec::Header;
 use crate::config::Config;
+use crate::core::EtcdCore;
 use crate::faults::Fault;
 use crate::journal::Journal;
 use crate::locking::lock;
-use crate::store::{Batch, Committed, Lease, Store};
-use crate::tokens::Auth;
-use crate::watchers::Registry;
-
-/// The data and its watchers. Reads go to the [`Store`] (by deref); every write that
-/// may close a revision goes through [`Data`], which tells the watchers.
-pub struct Data {
-    pub store: Store,
-    pub watchers: Registry,
-}
-
-impl std::ops::Deref for Data {
-    type Target = Store;
-    fn deref(&self) -> &Store {
-        &self.store
-    }
-}
-
-impl std::ops::DerefMut for Data {
-    fn deref_mut(&mut self) -> &mut Store {
-        &mut self.store
-    }
-}
-
-impl Data {
-    /// `epoch_ms`: the wall clock now (auto lease IDs start from it).
-    pub fn new(config: &Config, header: Header, epoch_ms: u64) -> Self {
-        Data {
-            store: Store::new(
-                config.history_cap,
-                config.min_lease_ttl,
-                config.member_id,
-                epoch_ms,
-            ),
-            watchers: Registry::new(header),
-        }
-    }
-
-    fn tell(&mut self, committed: Option<Committed>) {
-        if let Some(c) = committed {
-            self.watchers.notify(c.rev, &c.events);
-        }
-    }
-
-    /// Close the revision of `batch` (if it changed anything) and tell the watchers.
-    pub fn commit(&mut self, batch: Batch) {
-        let committed = self.store.close_revision(batch);
-        self.tell(committed);
-    }
-
-    /// Revoke a lease, deleting its keys in one revision. None if it does not exist.
-    pub fn revoke(&mut self, id: i64) -> Option<Lease> {
-        let (lease, committed) = self.store.revoke_lease(id)?;
-        self.tell(committed);
-        Some(lease)
-    }
-
-    /// Expire every lease whose deadline passed by `now`; answers them.
-    pub fn expire_due(&mut self, now: Instant) -> Vec<Lease> {
-        let gone = self.store.expire_leases(now);
-        let mut leases = Vec::with_capacity(gone.len());
-        for (lease, committed) in gone {
-            self.tell(committed);
-            leases.push(lease);
-        }
-        leases
-    }
-}
 
 /// Everything the handlers share.
 pub struct Shared {
     pub config: Config,
-    pub store: Mutex<Data>,
-    pub auth: Mutex<Auth>,
+    pub core: Mutex<EtcdCore>,
     pub journal: Journal,
     pub faults: FaultRegistry<Fault>,
     pub events: Events,
@@ -101,6 +30,8 @@ pub struct Shared {
     pub release: tokio::sync::watch::Sender<u64>,
     /// `http://ADDR` once bound: the member's client URL.
     pub client_url: std::sync::OnceLock<String>,
+    /// The shell's clock: the cores are given the time since this instant.
+    pub started: Instant,
 }
 
 impl Shared {
@@ -113,9 +44,14 @@ impl Shared {
         }
     }
 
-    /// The data and its watchers, behind the one lock every write takes.
-    pub fn store(&self) -> MutexGuard<'_, Data> {
-        lock(&self.store)
+    /// The time to give the cores: since the fake started.
+    pub fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// The core, behind the one lock every call takes.
+    pub fn core(&self) -> MutexGuard<'_, EtcdCore> {
+        lock(&self.core)
     }
 
     pub fn stream_stop(&self) -> Shutdown {
@@ -126,54 +62,5 @@ impl Shared {
         let mut g = lock(&self.streams);
         g.trigger();
         *g = self.shutdown.child();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::decode::parse;
-    use crate::requests::CreateRequest;
-    use crate::watchers::{self, Outbox, Stream};
-
-    /// No server, no socket: a watch on the data alone, its answers in a channel.
-    #[test]
-    fn a_watch_hears_each_committed_revision_in_order() {
-        let config = Config::default();
-        let header = Header {
-            cluster_id: 1,
-            member_id: 2,
-            revision: 0,
-            raft_term: 2,
-        };
-        let mut data = Data::new(&config, header, 1_764_590_000_000);
-        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-        let out = Outbox {
-            tx,
-            overflow: Arc::default(),
-        };
-        let mut next_id = 0;
-        let create: CreateRequest = parse(br#"{"key":"YQ==","range_end":"Yg=="}"#).unwrap();
-        let stream = Stream {
-            id: 1,
-            next_id: &mut next_id,
-            out: &out,
-        };
-        watchers::create(&data.store, &mut data.watchers, stream, create);
-        assert!(rx.try_recv().unwrap().contains(r#""created":true"#));
-        for (key, value) in [(b"a1", b"x"), (b"zz", b"y"), (b"a2", b"z")] {
-            let mut batch = Batch::default();
-            data.store.put(&mut batch, key, value.to_vec(), 0);
-            data.commit(batch);
-        }
-        let lines: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
-        assert_eq!(lines.len(), 2, "{lines:?}");
-        assert!(lines[0].contains(r#""revision":"2""#), "{}", lines[0]);
-        assert!(lines[1].contains(r#""revision":"4""#), "{}", lines[1]);
-        data.watchers.cancel(data.store.rev, 1, 0, &out);
-        assert!(rx.try_recv().unwrap().contains(r#""canceled":true"#));
-        assert!(data.watchers.is_empty());
     }
 }

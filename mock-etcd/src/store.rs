@@ -8,10 +8,10 @@
 //! answer is etcd's "compacted" error, exactly as after a real compaction.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::ops::Bound;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -60,19 +60,19 @@ impl Event {
     }
 }
 
-/// A lease: granted TTL, deadline, attached keys.
+/// A lease: granted TTL, deadline (time since the core's start), attached keys.
 #[derive(Clone, Debug)]
 pub struct Lease {
     pub id: i64,
     pub ttl: i64,
-    pub expires: Instant,
+    pub expires: Duration,
     pub keys: BTreeSet<Vec<u8>>,
 }
 
 impl Lease {
     /// Remaining whole seconds, as etcd truncates them.
-    pub fn remaining_secs(&self, now: Instant) -> i64 {
-        self.expires.saturating_duration_since(now).as_secs() as i64
+    pub fn remaining_secs(&self, now: Duration) -> i64 {
+        self.expires.saturating_sub(now).as_secs() as i64
     }
 }
 
@@ -127,14 +127,14 @@ pub struct Store {
     kvs: BTreeMap<Vec<u8>, KeyValue>,
     history: VecDeque<Arc<Event>>,
     history_cap: usize,
-    pub leases: HashMap<i64, Lease>,
-    expiry: BinaryHeap<Reverse<(Instant, i64)>>,
+    pub leases: BTreeMap<i64, Lease>,
+    expiry: BinaryHeap<Reverse<(Duration, i64)>>,
     next_lease: i64,
     member_id: u64,
     pub min_lease_ttl: i64,
 }
 
-/// A closed revision and its events: what watchers must be told (see `state::State`).
+/// A closed revision and its events: what watchers must be told (see `data::Data`).
 #[must_use = "watchers must be told about a committed revision"]
 pub struct Committed {
     pub rev: i64,
@@ -157,7 +157,7 @@ impl Store {
             kvs: BTreeMap::new(),
             history: VecDeque::new(),
             history_cap: history_cap.max(1),
-            leases: HashMap::new(),
+            leases: BTreeMap::new(),
             expiry: BinaryHeap::new(),
             next_lease: lease_id_base(member_id, epoch_ms),
             member_id,
@@ -339,7 +339,7 @@ impl Store {
     }
 
     /// Grant a lease (`id` 0: pick one). TTLs below the minimum are raised to it.
-    pub fn grant(&mut self, id: i64, ttl: i64, now: Instant) -> Result<(i64, i64), EtcdError> {
+    pub fn grant(&mut self, id: i64, ttl: i64, now: Duration) -> Result<(i64, i64), EtcdError> {
         if ttl > MAX_LEASE_TTL {
             return Err(EtcdError::lease_ttl_too_large());
         }
@@ -371,7 +371,7 @@ impl Store {
     }
 
     /// Refresh a lease; answers its granted TTL, or None if it does not exist.
-    pub fn keepalive(&mut self, id: i64, now: Instant) -> Option<i64> {
+    pub fn keepalive(&mut self, id: i64, now: Duration) -> Option<i64> {
         let lease = self.leases.get_mut(&id)?;
         lease.expires = deadline(now, lease.ttl);
         let (expires, ttl) = (lease.expires, lease.ttl);
@@ -404,7 +404,7 @@ impl Store {
     }
 
     /// Revoke every lease whose deadline passed by `now`; answers them in order.
-    pub fn expire_leases(&mut self, now: Instant) -> Vec<(Lease, Option<Committed>)> {
+    pub fn expire_leases(&mut self, now: Duration) -> Vec<(Lease, Option<Committed>)> {
         let mut due = Vec::new();
         while let Some(Reverse((at, id))) = self.expiry.peek().copied() {
             if at > now {
@@ -419,6 +419,18 @@ impl Store {
             }
         }
         due
+    }
+
+    /// The earliest deadline of a live lease (stale queue entries left by keepalives
+    /// are dropped on the way).
+    pub fn next_deadline(&mut self) -> Option<Duration> {
+        while let Some(Reverse((at, id))) = self.expiry.peek().copied() {
+            if self.leases.get(&id).is_some_and(|l| l.expires == at) {
+                return Some(at);
+            }
+            self.expiry.pop();
+        }
+        None
     }
 
     /// Leases sorted by deadline, as etcd lists them.
@@ -448,10 +460,8 @@ impl Store {
 }
 
 /// `now + ttl` seconds, saturating far in the future instead of overflowing.
-fn deadline(now: Instant, ttl: i64) -> Instant {
-    let d = Duration::from_secs(ttl.max(0) as u64);
-    now.checked_add(d)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+fn deadline(now: Duration, ttl: i64) -> Duration {
+    now.saturating_add(Duration::from_secs(ttl.max(0) as u64))
 }
 
 /// etcd's ID generator puts the member ID's low 16 bits on top and a millisecond
@@ -485,7 +495,7 @@ mod tests {
     #[test]
     fn leases_granted_after_data_loss_never_reuse_an_old_id() {
         let mut s = Store::new(100, 2, MEMBER, EPOCH_MS);
-        let now = Instant::now();
+        let now = Duration::from_secs(1_000);
         let old: Vec<i64> = (0..3)
             .map(|_| s.grant(0, 5, now).map(|(id, _)| id).unwrap())
             .collect();
@@ -541,7 +551,7 @@ mod tests {
 
     #[test]
     fn revoke_deletes_keys_in_one_revision() {
-        let now = Instant::now();
+        let now = Duration::from_secs(1_000);
         let mut s = Store::new(100, 2, MEMBER, EPOCH_MS);
         let (id, ttl) = s.grant(0, 1, now).unwrap();
         assert_eq!(ttl, 2);

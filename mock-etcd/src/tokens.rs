@@ -3,29 +3,35 @@
 //! Why a module of its own: this is the rule, given the time as an argument and free of
 //! HTTP (`auth` is the HTTP side). A token is `<16 letters>.<index>`; it expires after
 //! the TTL of *idle* time, each use extending it; with no users, authentication is not
-//! enabled and any token is invalid.
+//! enabled and any token is invalid. Times are durations since an arbitrary start and
+//! the token letters come from a generator seeded by the caller, so a run is replayable.
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use crate::error::EtcdError;
 
 pub struct Auth {
-    users: HashMap<String, String>,
-    tokens: HashMap<String, (String, Instant)>,
+    users: BTreeMap<String, String>,
+    /// Token -> (user, last use).
+    tokens: BTreeMap<String, (String, Duration)>,
     ttl: Duration,
     index: u64,
+    rng: StdRng,
 }
 
 impl Auth {
-    pub fn new(users: &[(String, String)], ttl: Duration) -> Self {
+    /// `seed`: the token letters' generator (same seed, same tokens).
+    pub fn new(users: &[(String, String)], ttl: Duration, seed: u64) -> Self {
         Auth {
             users: users.iter().cloned().collect(),
-            tokens: HashMap::new(),
+            tokens: BTreeMap::new(),
             ttl,
             index: 20,
+            rng: StdRng::seed_from_u64(seed),
         }
     }
 
@@ -45,7 +51,7 @@ impl Auth {
         &mut self,
         name: &str,
         password: &str,
-        now: Instant,
+        now: Duration,
     ) -> Result<String, EtcdError> {
         if !self.enabled() {
             return Err(EtcdError::auth_not_enabled());
@@ -55,7 +61,7 @@ impl Auth {
             _ => return Err(EtcdError::auth_failed()),
         }
         self.index += 1;
-        let mut rng = rand::thread_rng();
+        let rng = &mut self.rng;
         let letters: String = (0..16)
             .map(|_| {
                 let c = rng.gen_range(0..52u8);
@@ -68,7 +74,7 @@ impl Auth {
             .collect();
         let token = format!("{letters}.{}", self.index);
         self.tokens
-            .retain(|_, (_, last)| now.duration_since(*last) <= self.ttl);
+            .retain(|_, (_, last)| now.saturating_sub(*last) <= self.ttl);
         self.tokens.insert(token.clone(), (name.to_string(), now));
         Ok(token)
     }
@@ -77,14 +83,14 @@ impl Auth {
     pub fn check(
         &mut self,
         token: Option<&str>,
-        now: Instant,
+        now: Duration,
     ) -> Result<Option<String>, EtcdError> {
         let Some(token) = token.filter(|t| !t.is_empty()) else {
             return Ok(None);
         };
         let ttl = self.ttl;
         match self.tokens.get_mut(token) {
-            Some((user, last)) if now.duration_since(*last) <= ttl => {
+            Some((user, last)) if now.saturating_sub(*last) <= ttl => {
                 *last = now;
                 Ok(Some(user.clone()))
             }
@@ -103,8 +109,8 @@ mod tests {
 
     #[test]
     fn tokens_expire_after_idle_ttl_and_uses_extend_them() {
-        let mut a = Auth::new(&[("u".into(), "p".into())], Duration::from_secs(2));
-        let t0 = Instant::now();
+        let mut a = Auth::new(&[("u".into(), "p".into())], Duration::from_secs(2), 7);
+        let t0 = Duration::from_secs(100);
         assert_eq!(
             a.authenticate("u", "x", t0).unwrap_err(),
             EtcdError::auth_failed()
@@ -128,13 +134,13 @@ mod tests {
 
     #[test]
     fn disabled_auth_rejects_any_token() {
-        let mut a = Auth::new(&[], Duration::from_secs(2));
+        let mut a = Auth::new(&[], Duration::from_secs(2), 7);
         assert_eq!(
-            a.authenticate("u", "p", Instant::now()).unwrap_err(),
+            a.authenticate("u", "p", Duration::ZERO).unwrap_err(),
             EtcdError::auth_not_enabled()
         );
         assert_eq!(
-            a.check(Some("x"), Instant::now()).unwrap_err(),
+            a.check(Some("x"), Duration::ZERO).unwrap_err(),
             EtcdError::invalid_token()
         );
     }

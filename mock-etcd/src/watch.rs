@@ -2,8 +2,9 @@
 //!
 //! The request body is a stream of `{"create_request":..}`, `{"cancel_request":..}` and
 //! `{"progress_request":{}}` objects; the response is one `{"result":WatchResponse}` line
-//! per message. Watchers live in a [`Registry`] beside the store so they are notified under the
-//! store lock, in revision order. Each stream has a bounded backlog: a watcher that does
+//! per message. The rules are the core's ([`crate::core::EtcdCore::watch_json`]);
+//! watchers are notified under the core lock, in revision order, into this stream's
+//! [`Outbox`]. Each stream has a bounded backlog: a watcher that does
 //! not read is not buffered forever but cancelled with `compact_revision` set to the first
 //! revision it missed (what etcd answers a watcher that fell behind compaction), and the
 //! stream ends; a client re-watches from that revision.
@@ -20,11 +21,11 @@ use tokio::sync::mpsc;
 
 use crate::body::StreamReader;
 use crate::codec;
-use crate::decode::{self, Piece};
+use crate::core::WatchStream;
+use crate::decode::Piece;
 use crate::error::{code, EtcdError};
-use crate::requests::{CreateRequest, WatchRequest};
 use crate::state::Shared;
-use crate::watchers::{line, Outbox, Overflow, Stream, WatchResponse};
+use crate::watchers::{line, Outbox, Overflow, WatchResponse};
 
 /// How long a stream may take to send its first message before we answer anyway.
 const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(5);
@@ -32,40 +33,39 @@ const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(5);
 /// One open `/v3/watch` request.
 struct Session {
     shared: Arc<Shared>,
-    stream: u64,
+    /// The core's side of the stream (its sink is `out`).
+    ws: WatchStream,
     out: Outbox,
     rx: mpsc::Receiver<String>,
     reader: StreamReader,
-    /// Auth outcome for this stream's token, checked once per create.
-    auth: Result<(), EtcdError>,
-    next_id: i64,
     stop: mock_kit::Shutdown,
     done: bool,
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.shared.store().watchers.drop_stream(self.stream);
+        self.shared.core().watch_close(&self.ws);
     }
 }
 
 pub async fn watch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
-    let auth = crate::auth::watch_access(&shared, &headers);
     let (tx, rx) = mpsc::channel(shared.config.watch_backlog.max(1));
-    let stream = shared.store().watchers.new_stream();
+    let out = Outbox {
+        tx,
+        overflow: Arc::new(Overflow::default()),
+    };
+    let now = shared.now();
+    let ws = shared
+        .core()
+        .watch_open(crate::auth::token(&headers), Arc::new(out.clone()), now);
     let shared_max = shared.config.max_request_bytes * 2;
     let mut s = Session {
         stop: shared.stream_stop(),
         shared,
-        stream,
-        out: Outbox {
-            tx,
-            overflow: Arc::new(Overflow::default()),
-        },
+        ws,
+        out,
         rx,
         reader: StreamReader::new(body, shared_max),
-        auth,
-        next_id: 0,
         done: false,
     };
     // The gateway answers a malformed first message with a plain error, not a stream.
@@ -134,14 +134,14 @@ impl Session {
     /// Final lines of an overflowed stream: each watcher cancelled as compacted.
     fn overflow_lines(&mut self) -> String {
         let missed = self.out.overflow.first_missed.load(Ordering::Acquire);
-        let mut store = self.shared.store();
-        let ids = store.watchers.ids_of(self.stream);
-        store.watchers.drop_stream(self.stream);
-        let header = self.shared.header(store.rev);
-        drop(store);
+        let mut core = self.shared.core();
+        let ids = core.watch_ids(self.ws.id());
+        core.watch_close(&self.ws);
+        let header = core.header();
+        drop(core);
         self.shared.events.emit(
             "watch_overflow",
-            serde_json::json!({ "stream": self.stream, "first_missed": missed }),
+            serde_json::json!({ "stream": self.ws.id(), "first_missed": missed }),
         );
         let mut out = String::new();
         let mut all = std::mem::take(&mut *crate::locking::lock(&self.out.overflow.ids));
@@ -162,83 +162,6 @@ impl Session {
 
     /// Serve one request object; Err if it does not decode.
     fn handle(&mut self, msg: Vec<u8>) -> Result<(), String> {
-        let req: WatchRequest = decode::parse_value(&msg)?;
-        if let Some(c) = req.create_request {
-            self.create(c);
-        } else if let Some(c) = req.cancel_request {
-            self.cancel(c.watch_id);
-        } else if req.progress_request.is_some() {
-            self.progress();
-        }
-        Ok(())
-    }
-
-    fn create(&mut self, c: CreateRequest) {
-        let mut store = self.shared.store();
-        let rev = store.rev;
-        let header = self.shared.header(rev);
-        if let Err(e) = &self.auth {
-            let reason = format!(
-                "rpc error: code = {} desc = {}",
-                grpc_code_name(e.code),
-                e.message
-            );
-            let resp = WatchResponse {
-                header: Some(header),
-                watch_id: -1,
-                created: true,
-                canceled: true,
-                cancel_reason: &reason,
-                ..Default::default()
-            };
-            self.out.send(line(&resp), rev);
-            return;
-        }
-        let data = &mut *store;
-        crate::watchers::create(
-            &data.store,
-            &mut data.watchers,
-            Stream {
-                id: self.stream,
-                next_id: &mut self.next_id,
-                out: &self.out,
-            },
-            c,
-        );
-    }
-
-    fn cancel(&mut self, id: i64) {
-        let mut store = self.shared.store();
-        let data = &mut *store;
-        data.watchers
-            .cancel(data.store.rev, self.stream, id, &self.out);
-    }
-
-    fn progress(&mut self) {
-        let store = self.shared.store();
-        store.watchers.progress(store.rev, &self.out);
-    }
-}
-
-/// Go's `codes.Code.String()`.
-pub fn grpc_code_name(code: u32) -> &'static str {
-    match code {
-        0 => "OK",
-        1 => "Canceled",
-        2 => "Unknown",
-        3 => "InvalidArgument",
-        4 => "DeadlineExceeded",
-        5 => "NotFound",
-        6 => "AlreadyExists",
-        7 => "PermissionDenied",
-        8 => "ResourceExhausted",
-        9 => "FailedPrecondition",
-        10 => "Aborted",
-        11 => "OutOfRange",
-        12 => "Unimplemented",
-        13 => "Internal",
-        14 => "Unavailable",
-        15 => "DataLoss",
-        _ => "Unauthenticated",
+        self.shared.core().watch_json(&mut self.ws, &msg)
     }
 }

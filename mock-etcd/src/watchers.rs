@@ -3,8 +3,10 @@
 //! Why a module of its own: this is the rule of watching, free of HTTP (`watch` holds
 //! the streams). Each watcher selects keys, filters and a start revision; the events of
 //! one revision go to a watcher in one response whose header carries that revision.
-//! Each stream has a bounded outbox: a stream that does not read is marked overflowed
-//! with the first revision it missed, and its watchers are dropped.
+//! Answers go to a [`WatchSink`] of the caller's choosing: the HTTP shell's bounded
+//! [`Outbox`] (a stream that does not read is marked overflowed with the first revision
+//! it missed, and its watchers are dropped), or a [`LineSink`] that keeps the lines for
+//! a caller without sockets (a simulator) to drain.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
@@ -83,7 +85,36 @@ impl Spec {
     }
 }
 
-/// The sending side of one stream, shared by its watchers.
+/// Where the answer lines of one watch stream go.
+pub trait WatchSink: Send + Sync {
+    /// Deliver one `{"result":…}` line of revision `rev`; false if the stream can take
+    /// no more (the registry then drops the stream's watchers).
+    fn send(&self, line: String, rev: i64) -> bool;
+    /// The registry dropped watcher `id` because this sink refused a line.
+    fn dropped(&self, _id: i64) {}
+}
+
+/// A sink that keeps every line, in order, until drained: no socket, no bound.
+#[derive(Default)]
+pub struct LineSink {
+    lines: std::sync::Mutex<Vec<String>>,
+}
+
+impl LineSink {
+    /// The lines sent since the last drain, oldest first.
+    pub fn drain(&self) -> Vec<String> {
+        std::mem::take(&mut *crate::locking::lock(&self.lines))
+    }
+}
+
+impl WatchSink for LineSink {
+    fn send(&self, line: String, _rev: i64) -> bool {
+        crate::locking::lock(&self.lines).push(line);
+        true
+    }
+}
+
+/// The sending side of one HTTP stream, shared by its watchers.
 #[derive(Clone)]
 pub struct Outbox {
     pub tx: mpsc::Sender<String>,
@@ -100,9 +131,13 @@ pub struct Overflow {
     pub wake: Notify,
 }
 
-impl Outbox {
+impl WatchSink for Outbox {
+    fn dropped(&self, id: i64) {
+        crate::locking::lock(&self.overflow.ids).push(id);
+    }
+
     /// Queue a line; false (and the stream marked overflowed) if the backlog is full.
-    pub fn send(&self, line: String, rev: i64) -> bool {
+    fn send(&self, line: String, rev: i64) -> bool {
         if self.overflow.hit.load(Ordering::Acquire) {
             return false;
         }
@@ -122,10 +157,10 @@ pub struct Watcher {
     pub stream: u64,
     pub id: i64,
     pub spec: Spec,
-    pub out: Outbox,
+    pub out: Arc<dyn WatchSink>,
 }
 
-/// Every live watcher, notified by [`crate::state::Data::commit`].
+/// Every live watcher, notified by [`crate::data::Data::commit`].
 pub struct Registry {
     header: Header,
     pub watchers: Vec<Watcher>,
@@ -189,10 +224,15 @@ impl Registry {
                 .iter()
                 .filter(|w| overflowed.contains(&w.stream))
             {
-                crate::locking::lock(&w.out.overflow.ids).push(w.id);
+                w.out.dropped(w.id);
             }
             self.watchers.retain(|w| !overflowed.contains(&w.stream));
         }
+    }
+
+    /// Forget every watcher (the data they watched is gone).
+    pub fn clear(&mut self) {
+        self.watchers.clear();
     }
 
     pub fn drop_stream(&mut self, stream: u64) {
@@ -208,7 +248,7 @@ impl Registry {
     }
 
     /// Cancel watch `id` of a stream: `canceled` if it was live, nothing otherwise.
-    pub fn cancel(&mut self, rev: i64, stream: u64, id: i64, out: &Outbox) {
+    pub fn cancel(&mut self, rev: i64, stream: u64, id: i64, out: &dyn WatchSink) {
         if self.remove(stream, id) {
             let resp = WatchResponse {
                 header: Some(self.header(rev)),
@@ -221,7 +261,7 @@ impl Registry {
     }
 
     /// Answer a progress request: the current revision, `watch_id` -1.
-    pub fn progress(&self, rev: i64, out: &Outbox) {
+    pub fn progress(&self, rev: i64, out: &dyn WatchSink) {
         let resp = WatchResponse {
             header: Some(self.header(rev)),
             watch_id: -1,
@@ -249,7 +289,7 @@ impl Registry {
 pub struct Stream<'a> {
     pub id: u64,
     pub next_id: &'a mut i64,
-    pub out: &'a Outbox,
+    pub out: &'a Arc<dyn WatchSink>,
 }
 
 /// Create a watch as etcd does: a duplicate explicit ID is refused (created+canceled,
