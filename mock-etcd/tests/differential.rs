@@ -98,19 +98,30 @@ impl Diff {
     ) -> Resp {
         let url = format!("{}{}", side.url, path);
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut req = self.http.request(method, url).body(body);
         let token = match auth {
             Some("$TOKEN") => side.token.clone(),
             Some(t) => Some(t.to_string()),
             None => None,
         };
-        if let Some(t) = token {
-            req = req.header("Authorization", t);
-        }
-        let r = req
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{path} to {}: {e}", side.url));
+        // etcd may answer a body of megabytes before it has read it all and close the
+        // connection; the client, still sending, then sees a reset that can discard the
+        // answer. Such a body is sent again (at most 3 times); small ones never are.
+        let tries = if body.len() > 1 << 20 { 3 } else { 1 };
+        let mut attempt = 0;
+        let r = loop {
+            attempt += 1;
+            let mut req = self.http.request(method.clone(), &url).body(body.clone());
+            if let Some(t) = &token {
+                req = req.header("Authorization", t.as_str());
+            }
+            match req.send().await {
+                Ok(r) => break r,
+                Err(e) if attempt < tries => {
+                    eprintln!("{path} to {}: {e}; sending again", side.url);
+                }
+                Err(e) => panic!("{path} to {}: {e}", side.url),
+            }
+        };
         let status = r.status().as_u16();
         let header = |name: &str| {
             r.headers()
