@@ -24,7 +24,8 @@
 //!   [`Health`]) and the operations on it, time as an argument; no sockets.
 //! - [`sched`]: one engine's slots, KV cache and FIFO queue as a plain state machine
 //!   ([`sched::Scheduler`]); [`engine`]: the load model around it, latencies and
-//!   waking waiters ([`engine::Engine::admit`]); [`stats`]: counters and histograms of what happened
+//!   waking waiters ([`engine::Engine::admit`]); [`latency`]: prefill and inter-token
+//!   times at a batch size ([`latency::Latency`]) and the pretend prefix cache; [`stats`]: counters and histograms of what happened
 //!   ([`stats::EngineStats`]).
 //! - [`answer`]: a completion's output length and its body or SSE chunks, from its
 //!   plan. [`validate`]: vLLM's request rules and errors (`validate::parse`); [`request`]:
@@ -49,6 +50,7 @@ pub mod exposition;
 pub mod faults;
 pub mod info;
 pub mod instrument;
+pub mod latency;
 pub mod metrics;
 pub mod openai;
 pub mod process;
