@@ -1,7 +1,7 @@
 //! What one `/metrics` page costs when a simulator renders it from a
 //! [`mock_vllm::core::VllmCore`]: a core under steady load (one request every 50 ms of
-//! virtual time), scraped every simulated second; the wall time of the scrapes alone,
-//! per dialect. Run with `cargo run --release -p mock-vllm --example core_page`.
+//! virtual time), scraped every simulated second; the wall time of each scrape alone
+//! (median and fastest tenth), per dialect. Run with `cargo run --release -p mock-vllm --example core_page`.
 
 use std::time::{Duration, Instant};
 
@@ -10,12 +10,17 @@ use mock_vllm::validate::Api;
 use mock_vllm::{Config, Dialect};
 
 fn main() {
+    // An optional argument keeps one dialect (e.g. `compact`), for profiling.
+    let only: Option<Dialect> = std::env::args().nth(1).and_then(|a| a.parse().ok());
     for (dialect, dp) in [
         (Dialect::Compact, 1),
         (Dialect::Compact, 2),
         (Dialect::V0_10, 1),
         (Dialect::V0_11, 1),
     ] {
+        if only.is_some_and(|o| o != dialect) {
+            continue;
+        }
         measure(dialect, dp);
     }
 }
@@ -41,7 +46,7 @@ fn measure(dialect: Dialect, data_parallel: usize) {
             return;
         }
     };
-    let (mut scrape_wall, mut scrapes, mut bytes, mut ended) = (Duration::ZERO, 0u32, 0usize, 0);
+    let (mut times, mut bytes, mut ended) = (Vec::new(), 0usize, 0);
     let step = Duration::from_millis(50);
     let mut now = Duration::ZERO;
     // 2,000 simulated seconds: 40,000 requests, 2,000 scrapes.
@@ -55,13 +60,33 @@ fn measure(dialect: Dialect, data_parallel: usize) {
             if let Answer::Reply(r) = core.metrics(now) {
                 bytes = r.body.len();
             }
-            scrape_wall += t.elapsed();
-            scrapes += 1;
+            times.push(t.elapsed());
         }
     }
-    let per = scrape_wall / scrapes;
+    // The same page again and again (no load in between): rendering alone, in
+    // batches of 100.
+    let mut batches = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        for _ in 0..100 {
+            let _ = core.metrics(now);
+        }
+        batches.push(t.elapsed() / 100);
+    }
+    batches.sort();
+    // The machine is shared: the median and the fastest tenth say more than a mean.
+    times.sort();
+    let at = |q: usize| {
+        times
+            .get(times.len() * q / 100)
+            .map_or(0.0, |d| d.as_secs_f64() * 1e6)
+    };
     println!(
-        "{dialect} dp={data_parallel}: {scrapes} pages of {bytes} B, {:.2} us per page ({ended} requests ended)",
-        per.as_secs_f64() * 1e6
+        "{dialect} dp={data_parallel}: {} pages of {bytes} B under load: median {:.2} us, p10 {:.2} us; same page 20,000 times: median {:.2} us, best {:.2} us ({ended} requests ended)",
+        times.len(),
+        at(50),
+        at(10),
+        batches.get(batches.len() / 2).map_or(0.0, |d| d.as_secs_f64() * 1e6),
+        batches.first().map_or(0.0, |d| d.as_secs_f64() * 1e6),
     );
 }

@@ -184,12 +184,16 @@ fn line(out: &mut String, name: &str, suffix: &str, labels: &str, value: f64) {
 }
 
 /// [`go_float`] appended to `out`. Pages are mostly small counts and bucket bounds:
+/// whole numbers below 1e6 are an integer and `.0`;
 /// for `1e-4 <= |d| < 1e6` (and zero) Python's `repr` is Rust's shortest round-trip
 /// `Display` plus `.0` for whole numbers, and `floatToGoString` leaves it alone, so
 /// those are written without an intermediate string.
 pub fn push_go_float(out: &mut String, d: f64) {
     let a = d.abs();
-    if d == 0.0 || (1e-4..1e6).contains(&a) {
+    if d.fract() == 0.0 && a < 1e6 && !(d == 0.0 && d.is_sign_negative()) {
+        // Whole numbers (counts, most of a page): integer formatting, no float digits.
+        let _ = write!(out, "{}.0", d as i64);
+    } else if d == 0.0 || (1e-4..1e6).contains(&a) {
         let start = out.len();
         let _ = write!(out, "{d}");
         if !out.as_bytes()[start..].contains(&b'.') {
