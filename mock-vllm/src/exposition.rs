@@ -145,8 +145,12 @@ fn escape_label(v: &str, out: &mut String) {
     }
 }
 
-fn escape_help(h: &str) -> String {
-    h.replace('\\', "\\\\").replace('\n', "\\n")
+fn escape_help(h: &str) -> std::borrow::Cow<'_, str> {
+    if h.contains(['\\', '\n']) {
+        h.replace('\\', "\\\\").replace('\n', "\\n").into()
+    } else {
+        h.into()
+    }
 }
 
 /// `{a="1",b="2"}` sorted by name (prometheus_client sorts in both formats); empty
@@ -207,15 +211,15 @@ pub fn push_go_float(out: &mut String, d: f64) {
 /// Prometheus text format 0.0.4 as prometheus_client's `generate_latest` writes it.
 pub fn render_text(families: &[Family], out: &mut String) {
     for f in families {
-        let (header, ty) = match f.kind {
-            Kind::Counter => (format!("{}_total", f.name), "counter"),
-            Kind::Gauge => (f.name.clone(), "gauge"),
-            Kind::Histogram => (f.name.clone(), "histogram"),
-            Kind::Summary => (f.name.clone(), "summary"),
+        let (total, ty) = match f.kind {
+            Kind::Counter => ("_total", "counter"),
+            Kind::Gauge => ("", "gauge"),
+            Kind::Histogram => ("", "histogram"),
+            Kind::Summary => ("", "summary"),
         };
         let help = escape_help(&f.help);
-        let _ = writeln!(out, "# HELP {header} {help}");
-        let _ = writeln!(out, "# TYPE {header} {ty}");
+        let _ = writeln!(out, "# HELP {}{total} {help}", f.name);
+        let _ = writeln!(out, "# TYPE {}{total} {ty}", f.name);
         let mut created = String::new();
         for c in &f.children {
             match c {
