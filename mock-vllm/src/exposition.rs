@@ -8,7 +8,9 @@
 //! as buckets, `_count`, `_sum`, floats by `floatToGoString` (Python `repr`, with the old
 //! `e+0N` exponent for numbers of 7+ integer digits, e.g. `1.372014592e+010`).
 
+use std::cell::RefCell;
 use std::fmt::Write;
+use std::rc::Rc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -372,21 +374,54 @@ fn histogram_lines(
             side.push(',');
         }
     }
-    for (i, v) in cumulative.iter().enumerate() {
-        out.push_str(name);
-        out.push_str("_bucket{");
-        out.push_str(&before);
-        out.push_str("le=\"");
-        match bounds.get(i) {
-            Some(b) => push_go_float(out, *b),
-            None => out.push_str("+Inf"),
+    with_les(bounds, |les| {
+        for (i, v) in cumulative.iter().enumerate() {
+            out.push_str(name);
+            out.push_str("_bucket{");
+            out.push_str(&before);
+            out.push_str("le=\"");
+            out.push_str(les.get(i).map_or("+Inf", String::as_str));
+            out.push('"');
+            out.push_str(&after);
+            out.push_str("} ");
+            push_go_float(out, *v);
+            out.push('\n');
         }
-        out.push('"');
-        out.push_str(&after);
-        out.push_str("} ");
-        push_go_float(out, *v);
-        out.push('\n');
-    }
+    });
+}
+
+/// Bucket bounds and their `le` texts.
+type LeMemo = Vec<(Box<[f64]>, Rc<[String]>)>;
+
+thread_local! {
+    /// The `le` texts of the bucket lists written on this thread. There are a handful
+    /// (one per histogram kind and release) and every page repeats them.
+    static LES: RefCell<LeMemo> = const { RefCell::new(Vec::new()) };
+}
+
+/// Most lists a thread remembers (more are formatted, and the memory starts over).
+const LES_KEPT: usize = 64;
+
+/// `f` of the `le` texts of `bounds` (without `+Inf`), formatted once per thread.
+fn with_les<R>(bounds: &[f64], f: impl FnOnce(&[String]) -> R) -> R {
+    let known = LES.with(|c| {
+        c.borrow()
+            .iter()
+            .find(|(b, _)| **b == *bounds)
+            .map(|(_, les)| les.clone())
+    });
+    let les = known.unwrap_or_else(|| {
+        let les: Rc<[String]> = bounds.iter().map(|b| go_float(*b)).collect();
+        LES.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.len() >= LES_KEPT {
+                c.clear();
+            }
+            c.push((bounds.into(), les.clone()));
+        });
+        les
+    });
+    f(&les)
 }
 
 #[cfg(test)]
