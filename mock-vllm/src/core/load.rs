@@ -12,6 +12,7 @@ use rand::Rng;
 use super::{End, Flight, Outcome, RequestId, Step, Submitted, VllmCore};
 use crate::answer::output_length;
 use crate::faults::Fault;
+use crate::latency::secs;
 use crate::sched::{least_loaded, Decision};
 use crate::stats::FinishReason;
 use crate::validate::Req;
@@ -172,22 +173,18 @@ impl VllmCore {
         view.stats
             .record_prefill(f.req.prompt_tokens, hit, (at - f.arrival).as_secs_f64());
         let running = lane.sched.running();
-        let planned: Vec<Duration> = (1..f.out_tokens)
-            .map(|_| lane.latency.inter_token_time(running, &mut f.rng))
-            .collect();
+        f.itls.clear();
+        f.itls
+            .extend((1..f.out_tokens).map(|_| lane.latency.inter_token_secs(running, &mut f.rng)));
         let cut = f
             .drop_after
             .filter(|k| *k < f.out_tokens)
             .map(|k| k.saturating_sub(1) as usize);
         let end = match cut {
-            Some(k) => {
-                f.itls.clear();
-                at + planned.iter().take(k).sum::<Duration>()
-            }
+            Some(k) => at + secs(f.itls.iter().take(k).sum()),
             None => {
-                f.itls = planned.iter().map(Duration::as_secs_f64).collect();
                 f.drop_after = None;
-                at + planned.iter().sum::<Duration>()
+                at + secs(f.itls.iter().sum())
             }
         };
         self.timer(end, id, Step::Done);
