@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::config::Dialect;
 use crate::stats::FinishReason;
 
 const EPOCH: f64 = 1_700_000_000.0;
