@@ -5,11 +5,11 @@
 //!
 //! No task ticks per token: a request holds a [`Slot`] while it runs and its own task
 //! sleeps until its next token is due (the timeline comes from [`Engine::prefill_time`]
-//! and [`Engine::inter_token_time`], which slow down as the batch fills). Releasing a
+//! and [`Engine::inter_token_time`], i.e. [`crate::latency::Latency`] at the current
+//! batch size). Releasing a
 //! slot (drop) hands it to the head of the queue under the same lock, so the counts seen
 //! by `/metrics` are always exact, including for clients that hang up while waiting.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -18,6 +18,7 @@ use rand::Rng;
 use tokio::sync::Notify;
 
 use crate::config::Config;
+use crate::latency::{Latency, PrefixMemory};
 use crate::sched::{Decision, Scheduler};
 use crate::stats::{Buckets, EngineStats};
 
@@ -34,18 +35,13 @@ struct Waiter {
 /// One engine (one `engine="i"` label set).
 pub struct Engine {
     pub index: usize,
-    max_num_seqs: usize,
     kv_capacity: u64,
-    prefill_overhead: Duration,
-    prefill_per_token: Duration,
-    inter_token_latency: Duration,
-    jitter: f64,
-    batch_slowdown: f64,
+    latency: Latency,
     sched: Mutex<Scheduler<Arc<Waiter>>>,
     running_now: AtomicUsize,
     waiting_now: AtomicUsize,
     stats: Mutex<EngineStats>,
-    prefix_seen: Mutex<HashSet<u64>>,
+    prefix_seen: Mutex<PrefixMemory>,
 }
 
 /// The answer to a request for a running slot.
@@ -86,13 +82,8 @@ impl Engine {
         let buckets = Buckets::for_dialect(cfg.dialect, cfg.max_model_len);
         Arc::new(Engine {
             index,
-            max_num_seqs: cfg.max_num_seqs,
             kv_capacity: cfg.kv_capacity_tokens,
-            prefill_overhead: cfg.prefill_overhead,
-            prefill_per_token: cfg.prefill_per_token,
-            inter_token_latency: cfg.inter_token_latency,
-            jitter: cfg.jitter,
-            batch_slowdown: cfg.batch_slowdown,
+            latency: Latency::new(cfg),
             sched: Mutex::new(Scheduler::new(
                 cfg.max_num_seqs,
                 cfg.max_waiting,
@@ -101,7 +92,7 @@ impl Engine {
             running_now: AtomicUsize::new(0),
             waiting_now: AtomicUsize::new(0),
             stats: Mutex::new(EngineStats::new(&buckets, created)),
-            prefix_seen: Mutex::new(HashSet::new()),
+            prefix_seen: Mutex::new(PrefixMemory::default()),
         })
     }
 
@@ -184,44 +175,20 @@ impl Engine {
         lock(&self.stats)
     }
 
-    /// Whether a prompt with this hash was seen before (a pretend prefix-cache lookup;
-    /// the memory is bounded and forgets everything when full).
+    /// Whether a prompt with this hash was seen before ([`PrefixMemory`]).
     pub fn prefix_lookup(&self, prompt_hash: u64) -> bool {
-        let mut seen = lock(&self.prefix_seen);
-        if seen.contains(&prompt_hash) {
-            return true;
-        }
-        if seen.len() >= 4096 {
-            seen.clear();
-        }
-        seen.insert(prompt_hash);
-        false
+        lock(&self.prefix_seen).lookup(prompt_hash)
     }
 
-    /// How much slower than an idle engine a step is right now.
-    fn slowdown(&self) -> f64 {
-        1.0 + self.batch_slowdown * (self.running() as f64 / self.max_num_seqs as f64).min(1.0)
-    }
-
-    fn jittered(&self, base: f64, rng: &mut impl Rng) -> f64 {
-        if self.jitter > 0.0 {
-            base * rng.gen_range(1.0 - self.jitter..=1.0 + self.jitter)
-        } else {
-            base
-        }
-    }
-
-    /// Time from being scheduled to the first token.
+    /// Time from being scheduled to the first token, at the current batch size.
     pub fn prefill_time(&self, prompt_tokens: u32, rng: &mut impl Rng) -> Duration {
-        let base = self.prefill_overhead.as_secs_f64()
-            + self.prefill_per_token.as_secs_f64() * prompt_tokens as f64;
-        Duration::from_secs_f64(self.jittered(base * self.slowdown(), rng).max(0.0))
+        self.latency
+            .prefill_time(self.running(), prompt_tokens, rng)
     }
 
-    /// Time from one output token to the next.
+    /// Time from one output token to the next, at the current batch size.
     pub fn inter_token_time(&self, rng: &mut impl Rng) -> Duration {
-        let base = self.inter_token_latency.as_secs_f64() * self.slowdown();
-        Duration::from_secs_f64(self.jittered(base, rng).max(0.0))
+        self.latency.inter_token_time(self.running(), rng)
     }
 }
 
