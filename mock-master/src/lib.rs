@@ -25,6 +25,8 @@
 //!   [`body::read_capped`].
 //! - [`beat`]: the heartbeat table (answers, body checks, 409), without I/O:
 //!   [`beat::read_request`].
+//! - [`gate`]: what a heartbeat meets before its body is read (faults, token), without
+//!   I/O: [`gate::Gate::check`].
 //! - [`heartbeat`]: `POST /v1/internal/heartbeat`, the HTTP shell: [`heartbeat::handle`].
 //! - [`publish`]: what a LOADMETRICS round writes, decided without I/O:
 //!   [`publish::plan`].
@@ -40,6 +42,9 @@
 //! - [`state`]: what handlers and tasks share, and the control operations:
 //!   [`state::Shared`].
 //! - [`server`]: the router, wiring only: [`server::router`].
+//! - [`core`]: every rule above in one value, time as an argument, for a simulator:
+//!   [`core::MasterCore`] (watch events, heartbeats, probe results, ticks in; answers,
+//!   probe commands and LOADMETRICS plans out).
 //! - [`config`]: [`Config`] and [`normalize_namespace`].
 //! - This file: [`start`] and the [`MockMaster`] handle.
 //!
@@ -64,10 +69,12 @@ pub mod beat;
 pub mod body;
 pub mod config;
 pub mod control;
+pub mod core;
 pub mod error;
 pub mod etcd;
 pub mod fault;
 pub mod follow;
+pub mod gate;
 pub mod heartbeat;
 pub mod instances;
 pub mod loadmetrics;
