@@ -12,7 +12,7 @@
 //! attempts (one [`Command::Probe`] per attempt, `probe_interval` apart) and the
 //! schedules of the timeout ticker and the LOADMETRICS rounds ([`MasterCore::next_wakeup`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use crate::auth::{self, Token};
@@ -22,6 +22,7 @@ use crate::etcd::{KeyValue, WatchEvent};
 use crate::follow::{self, Change};
 use crate::gate::Gate;
 use crate::instances::{InstanceView, Instances, Notice, ProbeTicket};
+use crate::pbjson::HeartbeatRequest;
 use crate::{pick, publish};
 
 /// Something the master wants done; the caller does it and reports back.
@@ -222,8 +223,10 @@ impl MasterCore {
 
     /// A fresh range of `<ns>XLLM:` (start, restart, lost watch): listed keys register
     /// or refresh, tracked instances missing from it take the delete path.
-    pub fn on_listing(&mut self, now: Duration, kvs: &[KeyValue]) {
+    /// Answers how many instance keys it read.
+    pub fn on_listing(&mut self, now: Duration, kvs: &[KeyValue]) -> usize {
         let (found, bad) = follow::listed_instances(&self.settings.namespace, kvs);
+        let listed = found.len();
         for (name, error) in bad {
             self.notes.push(Note::BadRegistration { name, error });
         }
@@ -233,6 +236,7 @@ impl MasterCore {
         for ticket in tickets {
             self.start_probe(now, ticket);
         }
+        listed
     }
 
     /// Forget every instance, as a master process that restarts does (re-learn them
@@ -304,10 +308,19 @@ impl MasterCore {
     /// The part of [`MasterCore::on_heartbeat`] after the gate and the size cap: the
     /// body checks (400s) and the table's verdict (409 or 200, metrics stored).
     pub fn on_heartbeat_body(&mut self, now: Duration, body: &[u8]) -> HeartbeatReply {
-        let req = match beat::read_request(body) {
-            Ok(r) => r,
-            Err(a) => return HeartbeatReply::of(a.status(), a.body(), None),
-        };
+        match beat::read_request(body) {
+            Ok(req) => self.on_heartbeat_request(now, &req),
+            Err(a) => HeartbeatReply::of(a.status(), a.body(), None),
+        }
+    }
+
+    /// The table's verdict on a heartbeat whose body passed [`beat::read_request`]
+    /// (the real shell decodes outside its lock and calls this).
+    pub fn on_heartbeat_request(
+        &mut self,
+        now: Duration,
+        req: &HeartbeatRequest,
+    ) -> HeartbeatReply {
         let mut out = Vec::new();
         let verdict = self.table.heartbeat(
             &req.name,
@@ -323,7 +336,7 @@ impl MasterCore {
             status: a.status(),
             body: a.body(),
             delay: None,
-            name: Some(req.name),
+            name: Some(req.name.clone()),
         }
     }
 }
@@ -360,19 +373,26 @@ impl MasterCore {
         publish::plan(&self.settings.namespace, updated, removed)
     }
 
-    /// Put back the writes of `plan` that failed (by name), for the next round.
-    pub fn publish_failed(&mut self, plan: &publish::Plan, failed: &[String]) {
-        let failed = |n: &String| failed.contains(n);
+    /// Put back the writes of `plan` that failed (puts and deletes, by name), for the
+    /// next round (an entry newer than the failed one wins).
+    pub fn publish_failed(
+        &mut self,
+        plan: &publish::Plan,
+        failed_puts: &[String],
+        failed_deletes: &[String],
+    ) {
+        let puts: HashSet<&String> = failed_puts.iter().collect();
+        let deletes: HashSet<&String> = failed_deletes.iter().collect();
         let updated = plan
             .puts
             .iter()
-            .filter(|(n, ..)| failed(n))
+            .filter(|(n, ..)| puts.contains(n))
             .map(|(n, _, _, m)| (n.clone(), *m))
             .collect();
         let removed = plan
             .deletes
             .iter()
-            .filter(|(n, _)| failed(n))
+            .filter(|(n, _)| deletes.contains(n))
             .map(|(n, _)| n.clone())
             .collect();
         self.table.restore_publish(updated, removed);

@@ -36,14 +36,25 @@ impl Gate {
         now: Duration,
         presented: Option<&[u8]>,
     ) -> (Option<Duration>, Option<Refusal>) {
-        let delay = self
-            .faults
+        check(&self.token, &self.faults, now, presented)
+    }
+}
+
+/// [`Gate::check`] on the parts (the HTTP shell keeps them apart in its state).
+pub fn check(
+    token: &Token,
+    faults: &FaultRegistry<Fault>,
+    now: Duration,
+    presented: Option<&[u8]>,
+) -> (Option<Duration>, Option<Refusal>) {
+    {
+        let delay = faults
             .fire_at(now, |f| match f {
                 Fault::Latency { ms } => Some(*ms),
                 _ => None,
             })
             .map(Duration::from_millis);
-        if let Some(status) = self.faults.fire_at(now, |f| match f {
+        if let Some(status) = faults.fire_at(now, |f| match f {
             Fault::HeartbeatStatus { status } => Some(*status),
             _ => None,
         }) {
@@ -61,7 +72,7 @@ impl Gate {
                 }),
             );
         }
-        if !self.token.admits(presented) {
+        if !token.admits(presented) {
             let a = Answer::InvalidToken;
             let refusal = Refusal {
                 status: a.status(),

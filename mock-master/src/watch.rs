@@ -24,11 +24,12 @@ use mock_kit::{Events, Shutdown};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::etcd::{EtcdClient, WatchEvent};
-use crate::follow::{self, Change, Cursor, Verdict};
+use crate::core::Command as CoreCommand;
+use crate::etcd::{EtcdClient, EventKind, WatchEvent};
+use crate::follow::{Cursor, Verdict};
 use crate::metrics::Metrics;
 use crate::probe::Prober;
-use crate::registry::{ProbeTicket, Registry};
+use crate::registry::{instance_name, Registry};
 
 /// How long a watch stream may stay silent before it is re-opened.
 const WATCH_IDLE: Duration = Duration::from_secs(120);
@@ -221,65 +222,59 @@ impl Watcher {
     async fn list(&self, apply: bool) -> Result<i64, crate::etcd::EtcdError> {
         let listing = self.etcd.range_prefix(&self.prefix()).await?;
         if apply {
-            let (found, bad) = follow::listed_instances(&self.namespace, &listing.kvs);
-            for (name, e) in &bad {
-                self.bad_value(name, e);
-            }
+            let (found, probes) = self.registry.on_listing(&listing.kvs);
             self.events.emit(
                 "relist",
-                json!({"revision": listing.revision, "instances": found.len()}),
+                json!({"revision": listing.revision, "instances": found}),
             );
-            for ticket in self.registry.reconcile(found) {
-                self.spawn_probe(ticket);
-            }
+            self.spawn_probes(probes);
         }
         Ok(listing.revision)
-    }
-
-    fn bad_value(&self, name: &str, error: &str) {
-        tracing::error!(name, error, "unparseable instance registration");
-        self.events
-            .emit("bad_registration", json!({"name": name, "error": error}));
     }
 
     /// Apply new events to the registry, in order.
     fn apply(&self, events: Vec<WatchEvent>) {
         for ev in &events {
-            match follow::change(&self.namespace, ev) {
-                None => {}
-                Some(Change::Put { name, meta }) => {
-                    self.metrics.watch_event("put");
-                    match meta {
-                        Ok(meta) => self.registry.apply_put(name, meta),
-                        Err(e) => self.bad_value(name, &e),
-                    }
-                }
-                Some(Change::Delete { name, deleted }) => {
-                    self.metrics.watch_event("delete");
-                    if let Some(ticket) = self.registry.apply_delete(name, deleted.as_deref()) {
-                        self.spawn_probe(ticket);
-                    }
-                }
+            if instance_name(&self.namespace, &ev.kv.key).is_some() {
+                self.metrics.watch_event(match ev.kind {
+                    EventKind::Put => "put",
+                    EventKind::Delete => "delete",
+                });
             }
+            let probes = self.registry.on_watch_event(ev);
+            self.spawn_probes(probes);
         }
     }
 
-    /// Probe in the background: the watch must not stall for up to 2 s per delete.
-    fn spawn_probe(&self, ticket: ProbeTicket) {
-        let prober = self.prober.clone();
-        let registry = self.registry.clone();
-        let metrics = self.metrics.clone();
-        let events = self.events.clone();
-        let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = shutdown.wait() => {}
-                healthy = prober.healthy(&ticket.name) => {
-                    metrics.probe(healthy);
-                    events.emit("probe", json!({"name": ticket.name, "incarnation": ticket.incarnation, "healthy": healthy}));
-                    registry.apply_probe(&ticket, healthy);
+    /// Carry out the core's probe commands in the background (the watch must not stall
+    /// for up to 2 s per delete): each attempt at its time, its outcome fed back, the
+    /// next attempt the core asks for carried out in turn.
+    fn spawn_probes(&self, commands: Vec<CoreCommand>) {
+        for first in commands {
+            let prober = self.prober.clone();
+            let registry = self.registry.clone();
+            let shutdown = self.shutdown.clone();
+            tokio::spawn(async move {
+                let mut next = Some(first);
+                while let Some(CoreCommand::Probe {
+                    name,
+                    url,
+                    attempt,
+                    at,
+                    timeout,
+                }) = next.take()
+                {
+                    let wait = at.saturating_sub(registry.now());
+                    let ok = tokio::select! {
+                        _ = shutdown.wait() => return,
+                        ok = async {
+                            tokio::time::sleep(wait).await;
+                            prober.attempt(&name, &url, attempt, timeout).await
+                        } => ok,
+                    };
+                    next = registry.on_probe_result(&name, ok).into_iter().next();
                 }
-            }
-        });
+            });
+        }
     }
 }

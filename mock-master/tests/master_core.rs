@@ -355,7 +355,7 @@ fn loadmetrics_every_three_seconds() {
     );
     assert_eq!(core.route().as_deref(), Some("b:1"));
     // The write of b failed: it comes back in the next round (at 6000), a does not.
-    core.publish_failed(&plan, &["b:1".to_string()]);
+    core.publish_failed(&plan, &["b:1".to_string()], &[]);
     assert_eq!(core.publish_round(ms(5999)), None);
     let plan = core.publish_round(ms(6000)).unwrap();
     assert_eq!(
