@@ -62,7 +62,7 @@ pub struct HeartbeatReply {
     pub body: &'static str,
     /// How long an armed latency fault holds the answer back.
     pub delay: Option<Duration>,
-    /// The instance named by the body, when it was read.
+    /// The instance named by the body, when [`MasterCore::on_heartbeat`] read it.
     pub name: Option<String>,
 }
 
@@ -309,7 +309,11 @@ impl MasterCore {
     /// body checks (400s) and the table's verdict (409 or 200, metrics stored).
     pub fn on_heartbeat_body(&mut self, now: Duration, body: &[u8]) -> HeartbeatReply {
         match beat::read_request(body) {
-            Ok(req) => self.on_heartbeat_request(now, &req),
+            Ok(req) => {
+                let mut reply = self.on_heartbeat_request(now, &req);
+                reply.name = Some(req.name);
+                reply
+            }
             Err(a) => HeartbeatReply::of(a.status(), a.body(), None),
         }
     }
@@ -332,12 +336,7 @@ impl MasterCore {
         );
         self.note_all(out);
         let a = Answer::of(verdict);
-        HeartbeatReply {
-            status: a.status(),
-            body: a.body(),
-            delay: None,
-            name: Some(req.name.clone()),
-        }
+        HeartbeatReply::of(a.status(), a.body(), None)
     }
 }
 
