@@ -7,7 +7,8 @@
 //!
 //! It composes the cores the real-time shell runs: [`Gate`] (faults, token),
 //! [`beat::read_request`] (the body under protobuf's JSON rules), [`Instances`] (the
-//! state machine), [`follow`] (what a key and its value mean), [`publish::plan`] and
+//! state machine), [`follow`] (which watch events are new, what a key and its value
+//! mean), [`publish::plan`] and
 //! [`pick::pick`]; and it owns the two things the shell keeps in tasks: the probe's
 //! attempts (one [`Command::Probe`] per attempt, `probe_interval` apart) and the
 //! schedules of the timeout ticker and the LOADMETRICS rounds ([`MasterCore::next_wakeup`]).
@@ -18,8 +19,8 @@ use std::time::Duration;
 use crate::auth::{self, Token};
 use crate::beat::{self, Answer};
 use crate::config::{normalize_namespace, Config};
-use crate::etcd::{KeyValue, WatchEvent};
-use crate::follow::{self, Change};
+use crate::etcd::{KeyValue, WatchEvent, WatchResponse};
+use crate::follow::{self, Change, Cursor, Verdict};
 use crate::gate::Gate;
 use crate::instances::{InstanceView, Instances, Notice, ProbeTicket};
 use crate::pbjson::HeartbeatRequest;
@@ -29,8 +30,11 @@ use crate::{pick, publish};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     /// `GET <url>` once, at `at`, bounded by `timeout`; then
-    /// [`MasterCore::on_probe_result`]`(now, name, ok)` with `ok` = answered 200.
+    /// [`MasterCore::on_probe_result`]`(now, id, ok)` with `ok` = answered 200. Every
+    /// attempt of one probe carries the same `id`; probes of one name may overlap
+    /// (a DELETE, a PUT, a DELETE again), each decided on its own.
     Probe {
+        id: u64,
         name: String,
         url: String,
         attempt: u32,
@@ -96,10 +100,13 @@ pub struct MasterCore {
     settings: Settings,
     gate: Gate,
     table: Instances,
-    /// Probes under way by instance name: the ticket and the attempt (from 1).
-    probing: BTreeMap<String, (ProbeTicket, u32)>,
+    /// Probes under way by id: the ticket and the attempt (from 1).
+    probing: BTreeMap<u64, (ProbeTicket, u32)>,
+    next_probe: u64,
     commands: Vec<Command>,
     notes: Vec<Note>,
+    /// How far the watch has followed etcd.
+    cursor: Cursor,
     /// Round-robin cursor for ties between equally loaded instances.
     rr: u64,
     next_tick: Duration,
@@ -147,8 +154,10 @@ impl MasterCore {
             gate,
             table: Instances::new(),
             probing: BTreeMap::new(),
+            next_probe: 1,
             commands: Vec::new(),
             notes: Vec::new(),
+            cursor: Cursor::default(),
             rr: 0,
         }
     }
@@ -221,10 +230,36 @@ impl MasterCore {
         self.note_all(out);
     }
 
-    /// A fresh range of `<ns>XLLM:` (start, restart, lost watch): listed keys register
-    /// or refresh, tracked instances missing from it take the delete path.
-    /// Answers how many instance keys it read.
-    pub fn on_listing(&mut self, now: Duration, kvs: &[KeyValue]) -> usize {
+    /// One message of the watch stream: events not seen before are applied in order
+    /// (and answered back); a lower revision, a compaction or a cancel is answered
+    /// for the caller to re-list or re-open from [`MasterCore::watch_from`].
+    pub fn on_watch_response(&mut self, now: Duration, resp: WatchResponse) -> Verdict {
+        let verdict = self.cursor.on_response(resp);
+        if let Verdict::Events(evs) = &verdict {
+            for ev in evs {
+                self.on_watch_event(now, ev);
+            }
+        }
+        verdict
+    }
+
+    /// The revision a (re-)opened watch starts from.
+    pub fn watch_from(&self) -> i64 {
+        self.cursor.next()
+    }
+
+    /// A range at `revision` read only to learn where to watch from (a restart
+    /// without re-listing): nothing is applied.
+    pub fn listed_at(&mut self, revision: i64) {
+        self.cursor = Cursor::listed(revision);
+    }
+
+    /// A fresh range of `<ns>XLLM:` at `revision` (start, restart, lost watch): listed
+    /// keys register or refresh, tracked instances missing from it take the delete
+    /// path, and the watch goes on from `revision + 1`. Answers how many instance keys
+    /// it read.
+    pub fn on_listing(&mut self, now: Duration, revision: i64, kvs: &[KeyValue]) -> usize {
+        self.listed_at(revision);
         let (found, bad) = follow::listed_instances(&self.settings.namespace, kvs);
         let listed = found.len();
         for (name, error) in bad {
@@ -249,13 +284,16 @@ impl MasterCore {
     }
 
     fn start_probe(&mut self, now: Duration, ticket: ProbeTicket) {
+        let id = self.next_probe;
+        self.next_probe += 1;
         let name = ticket.name.clone();
-        self.probing.insert(name.clone(), (ticket, 1));
-        self.send_probe(name, 1, now);
+        self.probing.insert(id, (ticket, 1));
+        self.send_probe(id, name, 1, now);
     }
 
-    fn send_probe(&mut self, name: String, attempt: u32, at: Duration) {
+    fn send_probe(&mut self, id: u64, name: String, attempt: u32, at: Duration) {
         self.commands.push(Command::Probe {
+            id,
             url: format!("http://{name}/health"),
             name,
             attempt,
@@ -264,17 +302,19 @@ impl MasterCore {
         });
     }
 
-    /// The outcome of one probe attempt of `name` (`ok`: answered 200 in time). A
+    /// The outcome of one attempt of probe `id` (`ok`: answered 200 in time). A
     /// failure with attempts left asks for the next one `probe_interval` later; the
-    /// verdict goes to the table (LEASE_LOST or SUSPECT). Unasked results are ignored.
-    pub fn on_probe_result(&mut self, now: Duration, name: &str, ok: bool) {
-        let Some((ticket, attempt)) = self.probing.remove(name) else {
+    /// verdict goes to the table (LEASE_LOST or SUSPECT; nothing if a PUT came since).
+    /// Unknown ids (answered already, or forgotten in a restart) are ignored.
+    pub fn on_probe_result(&mut self, now: Duration, id: u64, ok: bool) {
+        let Some((ticket, attempt)) = self.probing.remove(&id) else {
             return;
         };
         if !ok && attempt < self.settings.probe_attempts {
-            self.probing.insert(name.to_string(), (ticket, attempt + 1));
+            let name = ticket.name.clone();
+            self.probing.insert(id, (ticket, attempt + 1));
             let at = now + self.settings.probe_interval;
-            self.send_probe(name.to_string(), attempt + 1, at);
+            self.send_probe(id, name, attempt + 1, at);
             return;
         }
         self.notes.push(Note::Probe {

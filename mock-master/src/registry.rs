@@ -12,7 +12,8 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::core::{Command, HeartbeatReply, MasterCore, Note};
-use crate::etcd::{KeyValue, WatchEvent};
+use crate::etcd::{KeyValue, WatchEvent, WatchResponse};
+use crate::follow::Verdict;
 use crate::instances::Notice;
 use crate::metrics::Metrics;
 use crate::pbjson::{HeartbeatRequest, LoadMetrics};
@@ -125,14 +126,31 @@ impl Registry {
         self.apply(|c, now| c.on_watch_event(now, event)).1
     }
 
-    /// A fresh listing; answers how many instances it named and the probes to run.
-    pub fn on_listing(&self, kvs: &[KeyValue]) -> (usize, Vec<Command>) {
-        self.apply(|c, now| c.on_listing(now, kvs))
+    /// One message of the watch stream (new events applied); answers what it meant
+    /// and the probes to run.
+    pub fn on_watch_response(&self, resp: WatchResponse) -> (Verdict, Vec<Command>) {
+        self.apply(|c, now| c.on_watch_response(now, resp))
+    }
+
+    /// Where a (re-)opened watch starts.
+    pub fn watch_from(&self) -> i64 {
+        self.lock().watch_from()
+    }
+
+    /// A range read only for its revision.
+    pub fn listed_at(&self, revision: i64) {
+        self.lock().listed_at(revision)
+    }
+
+    /// A fresh listing at `revision`; answers how many instances it named and the
+    /// probes to run.
+    pub fn on_listing(&self, revision: i64, kvs: &[KeyValue]) -> (usize, Vec<Command>) {
+        self.apply(|c, now| c.on_listing(now, revision, kvs))
     }
 
     /// The outcome of one probe attempt; answers the next attempt, if any.
-    pub fn on_probe_result(&self, name: &str, ok: bool) -> Vec<Command> {
-        self.apply(|c, now| c.on_probe_result(now, name, ok)).1
+    pub fn on_probe_result(&self, id: u64, ok: bool) -> Vec<Command> {
+        self.apply(|c, now| c.on_probe_result(now, id, ok)).1
     }
 
     /// A heartbeat whose body was read (outside the lock): the table's verdict.

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use mock_master::core::{Command, MasterCore, Note};
-use mock_master::etcd::{EventKind, KeyValue, WatchEvent};
+use mock_master::etcd::{EventKind, KeyValue, WatchEvent, WatchResponse};
+use mock_master::follow::Verdict;
 use mock_master::instances::Notice;
 use mock_master::{Config, Fault, InstanceState};
 
@@ -59,6 +60,14 @@ fn hb(name: &str, inc: &str, waiting: u64) -> Vec<u8> {
 
 fn state(core: &MasterCore, name: &str, now: Duration) -> Option<InstanceState> {
     core.view(name, now).map(|v| v.state)
+}
+
+/// The id of the one probe command in `cmds`.
+fn only_probe(cmds: Vec<Command>) -> u64 {
+    match cmds.as_slice() {
+        [Command::Probe { id, .. }] => *id,
+        other => panic!("expected one probe, got {other:?}"),
+    }
 }
 
 fn transitions(notes: &[Note]) -> Vec<String> {
@@ -205,6 +214,7 @@ fn delete_probe_and_timeouts() {
     // a: first attempt fails, the second (100 ms later) answers: LEASE_LOST.
     core.on_watch_event(ms(1000), &delete("a:1", "ia"));
     let first = Command::Probe {
+        id: 1,
         name: "a:1".into(),
         url: "http://a:1/health".into(),
         attempt: 1,
@@ -213,17 +223,19 @@ fn delete_probe_and_timeouts() {
     };
     assert_eq!(core.take_commands(), [first]);
     assert_eq!(state(&core, "a:1", ms(1000)), Some(InstanceState::Active));
-    core.on_probe_result(ms(2000), "a:1", false);
+    core.on_probe_result(ms(2000), 1, false);
     let cmds = core.take_commands();
-    assert!(matches!(cmds.as_slice(), [Command::Probe { attempt: 2, at, .. }] if *at == ms(2100)));
-    core.on_probe_result(ms(2100), "a:1", true);
+    assert!(
+        matches!(cmds.as_slice(), [Command::Probe { id: 1, attempt: 2, at, .. }] if *at == ms(2100))
+    );
+    core.on_probe_result(ms(2100), 1, true);
     assert!(core.take_commands().is_empty());
     assert_eq!(
         state(&core, "a:1", ms(2100)),
         Some(InstanceState::LeaseLost)
     );
     // An unasked result changes nothing.
-    core.on_probe_result(ms(2100), "a:1", false);
+    core.on_probe_result(ms(2100), 1, false);
     assert_eq!(
         state(&core, "a:1", ms(2100)),
         Some(InstanceState::LeaseLost)
@@ -231,10 +243,10 @@ fn delete_probe_and_timeouts() {
 
     // b: both attempts fail: SUSPECT, no traffic; route goes to a.
     core.on_watch_event(ms(1000), &delete("b:1", "ib"));
-    core.take_commands();
-    core.on_probe_result(ms(2000), "b:1", false);
-    core.take_commands();
-    core.on_probe_result(ms(3100), "b:1", false);
+    let b = only_probe(core.take_commands());
+    core.on_probe_result(ms(2000), b, false);
+    assert_eq!(only_probe(core.take_commands()), b);
+    core.on_probe_result(ms(3100), b, false);
     assert!(core.take_commands().is_empty());
     assert_eq!(state(&core, "b:1", ms(3100)), Some(InstanceState::Suspect));
     assert_eq!(core.route().as_deref(), Some("a:1"));
@@ -312,7 +324,7 @@ fn stale_incarnation_delete_is_ignored() {
         matches!(notes.as_slice(), [Note::Table(Notice::StaleDelete { deleted, tracked, .. })] if deleted == "old" && tracked == "new")
     );
     // A probe result for a stale delete that was never asked is ignored.
-    core.on_probe_result(ms(30), "a:1", false);
+    core.on_probe_result(ms(30), 1, false);
     assert_eq!(state(&core, "a:1", ms(30)), Some(InstanceState::Active));
     // An unreadable registration is a note, not a registration.
     let mut bad = put("c:1", "x");
@@ -368,8 +380,9 @@ fn loadmetrics_every_three_seconds() {
 
     // a is forgotten (delete, failed probe, 15 s): its entry is deleted at the next round.
     core.on_watch_event(ms(6000), &delete("a:1", "ia"));
-    core.on_probe_result(ms(6000), "a:1", false);
-    core.on_probe_result(ms(6100), "a:1", false);
+    let a = only_probe(core.take_commands());
+    core.on_probe_result(ms(6000), a, false);
+    core.on_probe_result(ms(6100), a, false);
     for t in (9000..=21_000).step_by(3000) {
         core.tick(ms(t));
         assert!(core.view("a:1", ms(t)).is_some());
@@ -385,30 +398,93 @@ fn loadmetrics_every_three_seconds() {
 }
 
 /// A listing re-learns instances after a restart; a tracked one missing from it takes
-/// the delete path.
+/// the delete path; the watch goes on from the listing's revision + 1.
 #[test]
 fn restart_and_listing() {
+    let both = [kv("a:1", reg("a:1", "ia")), kv("b:1", reg("b:1", "ib"))];
     let mut core = MasterCore::new(&config(None), ms(0));
-    core.on_listing(
-        ms(0),
-        &[kv("a:1", reg("a:1", "ia")), kv("b:1", reg("b:1", "ib"))],
-    );
-    assert_eq!(core.views(ms(0)).len(), 2);
+    assert_eq!(core.on_listing(ms(0), 5, &both), 2);
+    assert_eq!(core.watch_from(), 6);
     core.restart();
     assert!(core.views(ms(1)).is_empty());
-    assert_eq!(
-        core.on_heartbeat(ms(1), &[], &hb("a:1", "ia", 0)).status,
-        409
-    );
-    core.on_listing(
-        ms(2),
-        &[kv("a:1", reg("a:1", "ia")), kv("b:1", reg("b:1", "ib"))],
-    );
-    core.on_listing(ms(3), &[kv("a:1", reg("a:1", "ia"))]);
+    let r = core.on_heartbeat(ms(1), &[], &hb("a:1", "ia", 0));
+    assert_eq!(r.status, 409);
+    core.on_listing(ms(2), 6, &both);
+    core.on_listing(ms(3), 7, &[kv("a:1", reg("a:1", "ia"))]);
+    assert_eq!(core.watch_from(), 8);
     let cmds = core.take_commands();
     assert!(matches!(cmds.as_slice(), [Command::Probe { name, attempt: 1, .. }] if name == "b:1"));
+    let r = core.on_heartbeat(ms(4), &[], &hb("a:1", "ia", 0));
+    assert_eq!(r.status, 200);
+}
+
+/// Watch messages as the stream gives them: new events applied once (a replay after a
+/// re-open changes nothing), a lower revision answered as a reset to re-list.
+#[test]
+fn watch_messages_follow_revisions() {
+    let at = |mut ev: WatchEvent, rev: i64| {
+        ev.kv.mod_revision = rev;
+        ev
+    };
+    let msg = |revision: i64, events: Vec<WatchEvent>| WatchResponse {
+        revision,
+        events,
+        ..Default::default()
+    };
+    let mut core = MasterCore::new(&config(None), ms(0));
+    core.listed_at(10);
+    let v = core.on_watch_response(
+        ms(0),
+        msg(
+            12,
+            vec![at(put("a:1", "i1"), 11), at(delete("a:1", "i1"), 12)],
+        ),
+    );
+    assert!(matches!(&v, Verdict::Events(e) if e.len() == 2));
+    assert_eq!(core.watch_from(), 13);
+    assert_eq!(core.take_commands().len(), 1);
+    // The same message again (a re-opened stream replaying): nothing applied.
+    let v = core.on_watch_response(
+        ms(1),
+        msg(
+            12,
+            vec![at(put("a:1", "i1"), 11), at(delete("a:1", "i1"), 12)],
+        ),
+    );
+    assert_eq!(v, Verdict::Events(vec![]));
+    assert!(core.take_commands().is_empty());
+    // etcd lost its data: revisions start over.
+    let v = core.on_watch_response(ms(2), msg(3, vec![]));
     assert_eq!(
-        core.on_heartbeat(ms(4), &[], &hb("a:1", "ia", 0)).status,
-        200
+        v,
+        Verdict::RevisionReset {
+            seen: 12,
+            revision: 3
+        }
+    );
+}
+
+/// Two probes of one name overlap (DELETE, PUT, DELETE within a probe's time): each is
+/// decided on its own; the first one's verdict is moot after the PUT.
+#[test]
+fn overlapping_probes_of_one_name() {
+    let mut core = MasterCore::new(&config(None), ms(0));
+    core.on_watch_event(ms(0), &put("a:1", "i1"));
+    core.on_watch_event(ms(100), &delete("a:1", "i1"));
+    let first = only_probe(core.take_commands());
+    core.on_watch_event(ms(200), &put("a:1", "i1"));
+    core.on_watch_event(ms(300), &delete("a:1", "i1"));
+    let second = only_probe(core.take_commands());
+    assert_ne!(first, second);
+    // The first probe fails twice: moot (a PUT came since), the instance stays ACTIVE.
+    core.on_probe_result(ms(1100), first, false);
+    assert_eq!(only_probe(core.take_commands()), first);
+    core.on_probe_result(ms(1200), first, false);
+    assert_eq!(state(&core, "a:1", ms(1200)), Some(InstanceState::Active));
+    // The second one answers: LEASE_LOST.
+    core.on_probe_result(ms(1300), second, true);
+    assert_eq!(
+        state(&core, "a:1", ms(1300)),
+        Some(InstanceState::LeaseLost)
     );
 }
