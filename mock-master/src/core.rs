@@ -1,5 +1,6 @@
-//! The whole master as one value, for a simulator: every rule of contract §2 and §3
-//! with the time as an argument, no socket, no clock, no task. Inputs are what the
+//! The whole master as one value: every rule of contract §2 and §3 with the time as an
+//! argument, no socket, no clock, no task. A simulator drives it directly; the real-time
+//! shell drives it through [`crate::registry`]. Inputs are what the
 //! real master receives (etcd watch events and listings as the gateway decodes them,
 //! heartbeats as their header values and body bytes, health-probe outcomes, the passing
 //! of time); outputs are answers and what the master wants done ([`Command`]s: probe
@@ -8,13 +9,14 @@
 //! It composes the cores the real-time shell runs: [`Gate`] (faults, token),
 //! [`beat::read_request`] (the body under protobuf's JSON rules), [`Instances`] (the
 //! state machine), [`follow`] (which watch events are new, what a key and its value
-//! mean), [`publish::plan`] and
-//! [`pick::pick`]; and it owns the two things the shell keeps in tasks: the probe's
+//! mean), [`publish::plan`] and [`pick::pick`]; and it owns the two things the shell keeps in tasks: the probe's
 //! attempts (one [`Command::Probe`] per attempt, `probe_interval` apart) and the
 //! schedules of the timeout ticker and the LOADMETRICS rounds ([`MasterCore::next_wakeup`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
+
+use serde_json::json;
 
 use crate::auth::{self, Token};
 use crate::beat::{self, Answer};
@@ -56,6 +58,44 @@ pub enum Note {
         incarnation: String,
         healthy: bool,
     },
+}
+
+impl Note {
+    /// The event the real shell emits for it: kind and detail (a simulator logs the
+    /// same, stamped with its own time).
+    pub fn event(&self) -> (&'static str, serde_json::Value) {
+        match self {
+            Note::Table(Notice::Transition {
+                name,
+                incarnation,
+                from,
+                to,
+                reason,
+            }) => (
+                "state",
+                json!({"name": name, "incarnation": incarnation, "from": from, "to": to, "reason": reason}),
+            ),
+            Note::Table(Notice::StaleDelete {
+                name,
+                deleted,
+                tracked,
+            }) => (
+                "stale_delete",
+                json!({"name": name, "deleted": deleted, "tracked": tracked}),
+            ),
+            Note::BadRegistration { name, error } => {
+                ("bad_registration", json!({"name": name, "error": error}))
+            }
+            Note::Probe {
+                name,
+                incarnation,
+                healthy,
+            } => (
+                "probe",
+                json!({"name": name, "incarnation": incarnation, "healthy": healthy}),
+            ),
+        }
+    }
 }
 
 /// The answer to one heartbeat.

@@ -10,7 +10,8 @@
 //!   [`etcd::EtcdClient::watch`].
 //! - [`follow`]: the rules of following etcd, without I/O (new events, revision reset,
 //!   compaction, what a key means): [`follow::Cursor::on_response`].
-//! - [`watch`]: range + watch + resume-from-revision + re-list, feeding the registry:
+//! - [`watch`]: the stream, backoff, pausing and probe attempts around the core's
+//!   following rules (range, watch, resume from the core's cursor, re-list):
 //!   [`watch::Watcher::run`].
 //! - [`instances`]: the instance state machine (ACTIVE, LEASE_LOST, SUSPECT,
 //!   deregistered), clock-free and I/O-free, time as an argument:
@@ -42,9 +43,10 @@
 //! - [`state`]: what handlers and tasks share, and the control operations:
 //!   [`state::Shared`].
 //! - [`server`]: the router, wiring only: [`server::router`].
-//! - [`core`]: every rule above in one value, time as an argument, for a simulator:
-//!   [`core::MasterCore`] (watch events, heartbeats, probe results, ticks in; answers,
-//!   probe commands and LOADMETRICS plans out).
+//! - [`core`]: every rule above in one value, time as an argument: [`core::MasterCore`]
+//!   (watch messages, listings, heartbeats, probe results, ticks in; answers, probe
+//!   commands and LOADMETRICS plans out). The real-time shell drives it through
+//!   [`registry`]; a simulator drives it directly.
 //! - [`config`]: [`Config`] and [`normalize_namespace`].
 //! - This file: [`start`] and the [`MockMaster`] handle.
 //!

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mock_kit::Events;
-use serde_json::json;
 
 use crate::config::Config;
 use crate::core::{Command, HeartbeatReply, MasterCore, Note};
@@ -76,8 +75,10 @@ impl Registry {
         (out, g.take_commands())
     }
 
+    /// The note as an event (its shape is the core's: [`Note::event`]), plus the
+    /// metrics and log lines the real shell adds.
     fn report(&self, n: Note) {
-        match n {
+        match &n {
             Note::Table(Notice::Transition {
                 name,
                 incarnation,
@@ -86,38 +87,17 @@ impl Registry {
                 reason,
             }) => {
                 self.metrics.transition(from, to);
-                self.events.emit(
-                    "state",
-                    json!({"name": name, "incarnation": incarnation, "from": from, "to": to, "reason": reason}),
-                );
                 tracing::info!(name, incarnation, from, to, reason, "instance state");
-            }
-            Note::Table(Notice::StaleDelete {
-                name,
-                deleted,
-                tracked,
-            }) => {
-                self.events.emit(
-                    "stale_delete",
-                    json!({"name": name, "deleted": deleted, "tracked": tracked}),
-                );
             }
             Note::BadRegistration { name, error } => {
                 tracing::error!(name, error, "unparseable instance registration");
-                self.events
-                    .emit("bad_registration", json!({"name": name, "error": error}));
             }
-            Note::Probe {
-                name,
-                incarnation,
-                healthy,
-            } => {
-                self.metrics.probe(healthy);
-                self.events.emit(
-                    "probe",
-                    json!({"name": name, "incarnation": incarnation, "healthy": healthy}),
-                );
-            }
+            Note::Probe { healthy, .. } => self.metrics.probe(*healthy),
+            Note::Table(Notice::StaleDelete { .. }) => {}
+        }
+        if self.events.enabled() {
+            let (kind, detail) = n.event();
+            self.events.emit(kind, detail);
         }
     }
 

@@ -323,6 +323,14 @@ fn stale_incarnation_delete_is_ignored() {
     assert!(
         matches!(notes.as_slice(), [Note::Table(Notice::StaleDelete { deleted, tracked, .. })] if deleted == "old" && tracked == "new")
     );
+    // As the real shell reports it.
+    assert_eq!(
+        notes.first().map(Note::event),
+        Some((
+            "stale_delete",
+            serde_json::json!({"name": "a:1", "deleted": "old", "tracked": "new"})
+        ))
+    );
     // A probe result for a stale delete that was never asked is ignored.
     core.on_probe_result(ms(30), 1, false);
     assert_eq!(state(&core, "a:1", ms(30)), Some(InstanceState::Active));
