@@ -47,42 +47,38 @@ pub fn check(
     now: Duration,
     presented: Option<&[u8]>,
 ) -> (Option<Duration>, Option<Refusal>) {
-    {
-        let delay = faults
-            .fire_at(now, |f| match f {
-                Fault::Latency { ms } => Some(*ms),
-                _ => None,
-            })
-            .map(Duration::from_millis);
-        if let Some(status) = faults.fire_at(now, |f| match f {
-            Fault::HeartbeatStatus { status } => Some(*status),
+    let delay = faults
+        .fire_at(now, |f| match f {
+            Fault::Latency { ms } => Some(*ms),
             _ => None,
-        }) {
-            // A final answer must be 2xx..5xx; anything else armed becomes a 500.
-            let status = Some(status)
-                .filter(|s| (200..=599).contains(s))
-                .unwrap_or(500);
-            let body = beat::body_for(status);
-            return (
-                delay,
-                Some(Refusal {
-                    status,
-                    body,
-                    fault: true,
-                }),
-            );
-        }
-        if !token.admits(presented) {
-            let a = Answer::InvalidToken;
-            let refusal = Refusal {
-                status: a.status(),
-                body: a.body(),
-                fault: false,
-            };
-            return (delay, Some(refusal));
-        }
-        (delay, None)
+        })
+        .map(Duration::from_millis);
+    let armed = faults.fire_at(now, |f| match f {
+        Fault::HeartbeatStatus { status } => Some(*status),
+        _ => None,
+    });
+    if let Some(status) = armed {
+        // A final answer must be 2xx..5xx; anything else armed becomes a 500.
+        let status = Some(status)
+            .filter(|s| (200..=599).contains(s))
+            .unwrap_or(500);
+        let refusal = Refusal {
+            status,
+            body: beat::body_for(status),
+            fault: true,
+        };
+        return (delay, Some(refusal));
     }
+    if !token.admits(presented) {
+        let a = Answer::InvalidToken;
+        let refusal = Refusal {
+            status: a.status(),
+            body: a.body(),
+            fault: false,
+        };
+        return (delay, Some(refusal));
+    }
+    (delay, None)
 }
 
 #[cfg(test)]
