@@ -45,6 +45,7 @@
 pub mod admin;
 pub mod backoff;
 pub mod config;
+pub mod core;
 pub mod etcd;
 pub mod health;
 pub mod heartbeat;

@@ -43,7 +43,7 @@ use crate::config::Config;
 use crate::etcd::{EtcdClient, PendingKeepalive};
 use crate::health::HealthProbe;
 use crate::heartbeat::{Answer, HeartbeatBody, HeartbeatClient};
-use crate::instance::{instance_key, new_incarnation, InstanceMeta};
+use crate::instance::{instance_key, InstanceMeta};
 use crate::lease_guard::{self, LeaseGuard};
 use crate::mailbox::Mailbox;
 use crate::mapping::{Mapper, MapperConfig};
@@ -463,7 +463,11 @@ impl Lifecycle {
                 "vLLM healthy, registering"
             );
         }
-        let incarnation = new_incarnation(&self.cfg.instance_name);
+        let incarnation = format!(
+            "{}-{:012x}",
+            self.cfg.instance_name,
+            rand::random::<u64>() & 0xffff_ffff_ffff
+        );
         let lease = match self.etcd.lease_grant(self.cfg.lease_ttl) {
             Ok(lease) => lease,
             Err(e) => return self.registration_failed(&e.to_string()),
@@ -474,6 +478,9 @@ impl Lifecycle {
             self.cfg.instance_type,
             &self.cfg.backend_type,
             &incarnation,
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
         );
         if let Err(e) = self.etcd.put(&self.key, &meta.to_json(), lease) {
             // The granted lease holds nothing and expires by itself.
@@ -503,7 +510,7 @@ impl Lifecycle {
     }
 
     fn registration_failed(&mut self, why: &str) {
-        let delay = self.backoff.next_delay();
+        let delay = self.backoff.next_delay(&mut rand::thread_rng());
         self.retry_at = Instant::now() + delay;
         self.telemetry.registration_failures.inc();
         tracing::warn!(error = %why, retry_in = ?delay, "register failed, will retry");
@@ -628,7 +635,11 @@ impl Heartbeats {
         self.incarnation = incarnation.map(str::to_string);
         self.backoff.reset();
         self.next = if std::mem::take(&mut self.after_conflict) {
-            Instant::now() + self.conflict_backoff.next_delay().max(self.interval)
+            Instant::now()
+                + self
+                    .conflict_backoff
+                    .next_delay(&mut rand::thread_rng())
+                    .max(self.interval)
         } else {
             self.conflict_backoff.reset();
             self.on_grid()
@@ -661,7 +672,11 @@ impl Heartbeats {
                 (self.on_grid(), Some(registration.incarnation))
             }
             Outcome::Failed => (
-                Instant::now() + self.backoff.next_delay().max(self.interval / 2),
+                Instant::now()
+                    + self
+                        .backoff
+                        .next_delay(&mut rand::thread_rng())
+                        .max(self.interval / 2),
                 None,
             ),
         };
