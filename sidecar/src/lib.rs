@@ -38,6 +38,9 @@
 //!   deadline per exchange: `Client::send` / `send_into`.
 //! - [`mailbox`]: how the worker is told things (stop, a lease the guard lost), a queue
 //!   with a deadline-bounded receive: `Mailbox::recv_until`.
+//! - [`peers`]: the async clients of the three peers on reqwest, thin and decision-free:
+//!   `peers::http::build_client`, `peers::etcd::EtcdClient`, `peers::vllm::VllmClient`,
+//!   `peers::master::MasterClient`.
 //! - [`backoff`], [`logging`], [`shutdown`]: small plumbing.
 //!
 //! The whole program: [`run`].
@@ -56,6 +59,7 @@ pub mod lifecycle;
 pub mod logging;
 pub mod mailbox;
 pub mod mapping;
+pub mod peers;
 pub mod prom;
 pub mod scrape;
 pub mod shutdown;
