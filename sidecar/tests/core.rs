@@ -470,3 +470,31 @@ fn same_seed_same_inputs_same_commands() {
         "the incarnation and jitter follow the seed"
     );
 }
+
+#[test]
+fn a_failed_probe_during_the_shutdown_revoke_still_exits() {
+    // Found by the property test: the unhealthy path used to turn "revoke, then exit"
+    // into "revoke, then register again".
+    let mut run = Run::registered(&["--health-fail-threshold", "1"]);
+    let out = run.idle_until(ms(2_000));
+    let probe = probe_id(&out);
+    let out = run.at(ms(2_010), Input::Shutdown);
+    let (revoke, _) = revokes(&out)[0];
+    run.answer(ms(2_020), probe, Answer::HealthFailed("503".into()));
+    let out = run.answer(ms(2_030), revoke, Answer::RevokeDone);
+    assert_eq!(out.last(), Some(&Command::Exit { code: 0 }));
+}
+
+#[test]
+fn drained_stays_drained_through_health_failures() {
+    let mut run = Run::registered(&["--health-fail-threshold", "1"]);
+    let out = run.at(ms(100), Input::Drain);
+    run.answer(ms(110), revokes(&out)[0].0, Answer::RevokeDone);
+    let out = run.idle_until(ms(2_000));
+    run.answer(
+        ms(2_010),
+        probe_id(&out),
+        Answer::HealthFailed("503".into()),
+    );
+    assert_eq!(run.core.registration(), &Registration::Drained);
+}

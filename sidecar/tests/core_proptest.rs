@@ -348,7 +348,16 @@ fn simulate(case: &Case) -> Result<Vec<String>, TestCaseError> {
     }
     if let Some((at, _)) = w.shutdown_at {
         let exit = w.exited_at;
-        prop_assert!(exit.is_some(), "shut down at {at:?} but never exited");
+        let i = w
+            .log
+            .iter()
+            .position(|l| l.ends_with(" Shutdown"))
+            .unwrap_or(0);
+        let tail = &w.log[i.saturating_sub(10)..(i + 20).min(w.log.len())];
+        prop_assert!(
+            exit.is_some(),
+            "shut down at {at:?} but never exited: {tail:#?}"
+        );
         let exit = exit.unwrap_or_default();
         prop_assert!(
             exit <= at + cfg.shutdown_timeout + SLACK,

@@ -102,7 +102,7 @@ impl Core {
             let detail = "the /metrics page has no vllm: sample (not a vLLM page?)";
             return Err(("no_vllm_sample".into(), detail.into()));
         }
-        let audit = self.pages % AUDIT_EVERY == 0;
+        let audit = self.pages.is_multiple_of(AUDIT_EVERY);
         self.pages += 1;
         if audit {
             match prom::parse(text, format, Mode::Lenient) {

@@ -238,9 +238,18 @@ impl Core {
             } => (Some(*lease), *replacing),
             Registration::Registered(l) => (Some(l.id), None),
             Registration::Revoking {
-                revoke, lease, why, ..
+                revoke,
+                lease,
+                why,
+                then: before,
             } => {
-                // Already on its way out: only what follows changes.
+                // Already on its way out: only what follows may change, and never from
+                // exit to anything else, or from drain back to register.
+                let then = if then.rank() > before.rank() {
+                    then
+                } else {
+                    *before
+                };
                 let (revoke, lease, why) = (*revoke, *lease, *why);
                 self.reg = Registration::Revoking {
                     revoke,
@@ -250,6 +259,8 @@ impl Core {
                 };
                 return;
             }
+            // Drained stays drained, unless the sidecar exits.
+            Registration::Drained if !matches!(then, AfterRevoke::Exit { .. }) => return,
             Registration::Unregistered { .. } | Registration::Drained => (None, None),
             Registration::Exited => return,
         };

@@ -53,6 +53,17 @@ pub enum AfterRevoke {
     Exit { deadline: Duration },
 }
 
+impl AfterRevoke {
+    /// Which wins when two reasons to revoke meet: exit over drain over register.
+    pub fn rank(&self) -> u8 {
+        match self {
+            AfterRevoke::Register => 0,
+            AfterRevoke::Drain => 1,
+            AfterRevoke::Exit { .. } => 2,
+        }
+    }
+}
+
 /// A lease that holds the key, and how sure the core is that it is alive.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lease {
