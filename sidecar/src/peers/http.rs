@@ -14,6 +14,8 @@
 //!   still takes another connection when a pooled one is found closed *before* any byte
 //!   of the request was written (hyper-util's `retry_canceled_requests`, not settable
 //!   through reqwest); a request whose bytes were written is never sent again.
+//! - Answer heads are read leniently: bare-LF line ends, folded headers, non-UTF-8
+//!   values, up to 100 headers (hyper's fixed limit); a malformed header line is skipped.
 //! - Timeouts are the caller's, per request: nothing here has a default one.
 
 use std::sync::Arc;
@@ -61,6 +63,10 @@ pub fn build_client_with_roots(
         .retry(reqwest::retry::never())
         .gzip(true)
         .deflate(true)
+        // Be lenient with answer heads as `requests` is: a folded or a malformed header
+        // line costs that header, not the whole answer.
+        .http1_allow_obsolete_multiline_headers_in_responses(true)
+        .http1_ignore_invalid_headers_in_responses(true)
         // Idle pooled connections a peer may have closed meanwhile are not kept long.
         .pool_idle_timeout(Duration::from_secs(30))
         .user_agent(concat!("vllm-sidecar/", env!("CARGO_PKG_VERSION")))
