@@ -9,11 +9,13 @@
 //!   bundle replaces the built-in roots, as with `requests`), else the webpki roots.
 //! - `Content-Encoding: gzip` / `deflate` answers are decoded (a proxy may compress even
 //!   unasked); proxies come from `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY` as
-//!   reqwest reads them (read when the client is built).
+//!   reqwest reads them (read when the client is built), and `NO_PROXY=*` as curl does.
 //! - No request is resent by reqwest: its retry policy is set to `never`. hyper's pool
 //!   still takes another connection when a pooled one is found closed *before* any byte
 //!   of the request was written (hyper-util's `retry_canceled_requests`, not settable
 //!   through reqwest); a request whose bytes were written is never sent again.
+//! - Answer heads are read leniently: bare-LF line ends, folded headers, non-UTF-8
+//!   values, up to 100 headers (hyper's fixed limit); a malformed header line is skipped.
 //! - Timeouts are the caller's, per request: nothing here has a default one.
 
 use std::sync::Arc;
@@ -55,17 +57,35 @@ pub fn build_client_with_roots(
         Redirects::Follow => reqwest::redirect::Policy::limited(MAX_REDIRECTS),
         Redirects::Never => reqwest::redirect::Policy::none(),
     };
-    reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder();
+    if no_proxy_for_any_host() {
+        builder = builder.no_proxy();
+    }
+    builder
         .use_preconfigured_tls(tls_config(roots)?)
         .redirect(policy)
         .retry(reqwest::retry::never())
         .gzip(true)
         .deflate(true)
+        // Be lenient with answer heads as `requests` is: a folded or a malformed header
+        // line costs that header, not the whole answer.
+        .http1_allow_obsolete_multiline_headers_in_responses(true)
+        .http1_ignore_invalid_headers_in_responses(true)
         // Idle pooled connections a peer may have closed meanwhile are not kept long.
         .pool_idle_timeout(Duration::from_secs(30))
         .user_agent(concat!("vllm-sidecar/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| format!("building the HTTP client: {}", describe(&e)))
+}
+
+/// `NO_PROXY=*`: curl and `requests` then use no proxy at all; reqwest (hyper-util)
+/// would still proxy IP-literal hosts such as `127.0.0.1`, the usual vLLM URL.
+fn no_proxy_for_any_host() -> bool {
+    ["NO_PROXY", "no_proxy"]
+        .iter()
+        .filter_map(|var| std::env::var(var).ok())
+        .find(|value| !value.trim().is_empty())
+        .is_some_and(|value| value.trim() == "*")
 }
 
 /// The CAs an `https://` peer must chain to: the bundle a [`CA_BUNDLE_VARS`] variable
