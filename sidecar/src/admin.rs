@@ -1,30 +1,44 @@
-//! The optional admin endpoint (`--admin-listen`): probes for the orchestrator and the
-//! sidecar's own metrics.
+//! The optional admin endpoint (`--admin-listen`): probes for the orchestrator, the
+//! sidecar's own metrics, and drain control for rolling upgrades.
 //!
-//! - `GET /healthz`: 200 while the process runs (liveness);
-//! - `GET /readyz`: 200 with the key and incarnation while registered, else 503;
-//! - `GET /metrics`: the sidecar's counters and gauges (OpenMetrics text).
+//! - `GET /healthz`: 200 while the driver makes progress; 503 once it has made none for
+//!   more than twice the longest period plus the longest timeout (a wedged sidecar is
+//!   restarted instead of silently letting its lease lapse);
+//! - `GET /readyz`: 200 with the key and incarnation while registered, else 503 (saying
+//!   `draining` during a drain);
+//! - `GET /metrics`: the sidecar's counters, gauges and histograms (OpenMetrics text);
+//! - `POST /drain`, `POST /undrain`: revoke the lease and stay deregistered / register
+//!   again. The endpoint is reachable from the pod network, so these are refused (403)
+//!   unless the peer is loopback or the request carries the `--internal-token` as
+//!   `X-Internal-Token`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::lifecycle::Status;
+use crate::config::Secret;
+use crate::core::Status;
+use crate::driver::{Liveness, Requests};
 use crate::shutdown::Shutdown;
 use crate::telemetry::Telemetry;
 
-/// What the handlers read.
+/// What the handlers read and whom they tell.
 #[derive(Clone)]
 pub struct AdminState {
     pub telemetry: Arc<Telemetry>,
     pub status: watch::Receiver<Status>,
+    pub liveness: Liveness,
+    pub requests: Requests,
+    /// Lets a non-loopback caller drain/undrain; empty: loopback only.
+    pub token: Secret,
 }
 
 pub fn router(state: AdminState) -> Router {
@@ -32,11 +46,19 @@ pub fn router(state: AdminState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/drain", post(drain))
+        .route("/undrain", post(undrain))
         .with_state(state)
 }
 
-async fn healthz() -> &'static str {
-    "ok\n"
+async fn healthz(State(state): State<AdminState>) -> Response {
+    if state.liveness.is_alive() {
+        "ok\n".into_response()
+    } else {
+        let idle = state.liveness.idle().as_secs_f64();
+        let text = format!("stalled: no progress for {idle:.1} s\n");
+        (StatusCode::SERVICE_UNAVAILABLE, text).into_response()
+    }
 }
 
 async fn readyz(State(state): State<AdminState>) -> Response {
@@ -53,11 +75,13 @@ async fn readyz(State(state): State<AdminState>) -> Response {
             })),
         )
             .into_response(),
-        None => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"registered": false, "vllm_healthy": status.healthy})),
-        )
-            .into_response(),
+        None => {
+            let mut body = json!({"registered": false, "vllm_healthy": status.healthy});
+            if status.draining {
+                body["state"] = json!("draining");
+            }
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+        }
     }
 }
 
@@ -72,9 +96,49 @@ async fn metrics(State(state): State<AdminState>) -> Response {
         .into_response()
 }
 
+/// Loopback, or the internal token (when one is configured).
+fn allowed(state: &AdminState, peer: SocketAddr, headers: &HeaderMap) -> bool {
+    if peer.ip().is_loopback() {
+        return true;
+    }
+    let sent = headers
+        .get("x-internal-token")
+        .and_then(|v| v.to_str().ok());
+    !state.token.is_empty() && sent == Some(state.token.expose())
+}
+
+async fn drain(
+    State(state): State<AdminState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if !allowed(&state, peer, &headers) {
+        return forbidden();
+    }
+    state.requests.drain();
+    (StatusCode::ACCEPTED, "draining\n").into_response()
+}
+
+async fn undrain(
+    State(state): State<AdminState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if !allowed(&state, peer, &headers) {
+        return forbidden();
+    }
+    state.requests.undrain();
+    (StatusCode::ACCEPTED, "undraining\n").into_response()
+}
+
+fn forbidden() -> Response {
+    let text = "drain control needs loopback or X-Internal-Token\n";
+    (StatusCode::FORBIDDEN, text).into_response()
+}
+
 /// Serve until `shutdown` fires.
 pub async fn serve(listener: TcpListener, state: AdminState, mut shutdown: Shutdown) {
-    let app = router(state);
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.wait().await })
         .await;

@@ -4,8 +4,6 @@
 //! The master watches `<namespace>XLLM:`; a key it cannot parse is an instance it never
 //! routes to, so the layout here is byte-for-byte the master's.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use serde::Serialize;
 
 /// The master's instance types; the number is what goes into the value's `type`.
@@ -70,19 +68,9 @@ pub fn instance_key(namespace: &str, instance_type: InstanceType, addr: &str) ->
     )
 }
 
-/// `<instance-name>-<12 lowercase hex>`, or just the hex when the name is empty; fresh for
-/// every (re)registration so the master can tell a restart from a refresh.
-pub fn new_incarnation(instance_name: &str) -> String {
-    let hex = format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
-    if instance_name.is_empty() {
-        hex
-    } else {
-        format!("{instance_name}-{hex}")
-    }
-}
-
 /// The value under the instance key (the master's `InstanceMetaInfo`), fields in the
-/// reference's order.
+/// reference's order. The incarnation id is `<instance-name>-<12 lowercase hex>`, fresh for
+/// every (re)registration (the core draws it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct InstanceMeta {
     pub name: String,
@@ -100,11 +88,8 @@ impl InstanceMeta {
         instance_type: InstanceType,
         backend_type: &str,
         incarnation_id: &str,
+        register_ts_ms: u64,
     ) -> InstanceMeta {
-        let register_ts_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
         InstanceMeta {
             name: addr.to_string(),
             rpc_address: addr.to_string(),
@@ -138,26 +123,20 @@ mod tests {
     }
 
     #[test]
-    fn incarnation_is_name_dash_twelve_hex() {
-        let id = new_incarnation("vllm");
-        let hex = id.strip_prefix("vllm-").unwrap();
-        assert_eq!(hex.len(), 12);
-        assert!(hex
-            .chars()
-            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
-        assert_eq!(new_incarnation("").len(), 12);
-        assert_ne!(new_incarnation("x"), new_incarnation("x"));
-    }
-
-    #[test]
     fn meta_json_has_the_masters_fields() {
-        let meta = InstanceMeta::new("127.0.0.1:18000", InstanceType::Decode, "vllm", "vllm-0");
+        let meta = InstanceMeta::new(
+            "127.0.0.1:18000",
+            InstanceType::Decode,
+            "vllm",
+            "vllm-0",
+            1_764_400_000_000,
+        );
         let v: serde_json::Value = serde_json::from_str(&meta.to_json()).unwrap();
         assert_eq!(v["name"], "127.0.0.1:18000");
         assert_eq!(v["rpc_address"], "127.0.0.1:18000");
         assert_eq!(v["type"], 2);
         assert_eq!(v["backend_type"], "vllm");
         assert_eq!(v["incarnation_id"], "vllm-0");
-        assert!(v["register_ts_ms"].as_u64().unwrap() > 1_600_000_000_000);
+        assert_eq!(v["register_ts_ms"], 1_764_400_000_000u64);
     }
 }

@@ -6,6 +6,19 @@
 //!
 //! # Layout
 //!
+//! Deciding is separate from doing: a pure state machine decides, a thin driver does the
+//! I/O.
+//!
+//! - [`core`]: every decision (probe, register, keep alive, re-register, scrape,
+//!   heartbeat, revoke, drain, exit) as a state machine with no I/O, clock or global
+//!   randomness, fed inputs at given times and answering commands:
+//!   `Core::new(config, seed, now)`, `Core::handle(now, input)`, `Core::poll_command`,
+//!   `Core::next_wakeup`. Also the heartbeat body (`HeartbeatBody`).
+//! - [`driver`]: runs the core on tokio, one task per command, answers back by id; logs
+//!   and counts the core's notes: `Sidecar::new(config)?.run(shutdown)`.
+//! - [`peers`]: the reqwest clients of etcd's JSON gateway, vLLM and the master:
+//!   `EtcdClient`, `VllmClient`, `MasterClient`, built on `http::build_client`.
+//!
 //! Data flows one way: `/metrics` bytes → [`prom`] (borrowed samples) → [`mapping`]
 //! (interval state) → heartbeat body → master.
 //!
@@ -16,28 +29,14 @@
 //!   `Mapper::observe_text` (the scrape path, straight from the text).
 //! - [`tools`]: the `parse` and `preview` subcommands.
 //!
-//! Registration is a separate concern: health probe → lease → etcd key.
+//! Around them:
 //!
 //! - [`config`]: the flags (the reference's names, env vars and defaults) validated into
 //!   a `Config`: `Config::from_args`.
-//! - [`lifecycle`]: the state machine that owns the registration and runs every periodic
-//!   job on one worker thread: `Sidecar::new(config).run(shutdown)`.
-//! - [`lease_guard`]: the lease's dead man's switch, refreshing it while the worker is
-//!   stuck on a slow vLLM or master: `LeaseGuard::push`.
-//! - [`etcd`]: etcd v3 JSON-gateway client (endpoints in order, auth, re-auth):
-//!   `EtcdClient::lease_grant` / `lease_keepalive` / `lease_revoke` / `put`.
 //! - [`instance`]: the key and `InstanceMetaInfo` value the master reads: `instance_key`.
-//! - [`health`]: vLLM `/health` probe: `HealthProbe::is_healthy`.
-//! - [`scrape`]: capped, timed `/metrics` read into a reused buffer → mapping straight
-//!   from the text (a full parse only to count skipped lines, 1 scrape in 64):
-//!   `Scraper::scrape`.
-//! - [`heartbeat`]: the POST to the master and its answers: `HeartbeatClient::send`.
-//! - [`admin`]: `/healthz`, `/readyz`, `/metrics` on `--admin-listen`: `admin::serve`.
+//! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `POST /drain`, `POST /undrain` on
+//!   `--admin-listen`: `admin::serve`.
 //! - [`telemetry`]: the sidecar's own Prometheus metrics: `Telemetry::encode`.
-//! - [`http`]: the blocking HTTP/1.1 keep-alive client every exchange goes through, one
-//!   deadline per exchange: `Client::send` / `send_into`.
-//! - [`mailbox`]: how the worker is told things (stop, a lease the guard lost), a queue
-//!   with a deadline-bounded receive: `Mailbox::recv_until`.
 //! - [`backoff`], [`logging`], [`shutdown`]: small plumbing.
 //!
 //! The whole program: [`run`].
@@ -45,18 +44,13 @@
 pub mod admin;
 pub mod backoff;
 pub mod config;
-pub mod etcd;
-pub mod health;
-pub mod heartbeat;
-pub mod http;
+pub mod core;
+pub mod driver;
 pub mod instance;
-pub mod lease_guard;
-pub mod lifecycle;
 pub mod logging;
-pub mod mailbox;
 pub mod mapping;
+pub mod peers;
 pub mod prom;
-pub mod scrape;
 pub mod shutdown;
 pub mod telemetry;
 pub mod tools;
@@ -65,7 +59,8 @@ use config::Config;
 use shutdown::Shutdown;
 
 /// Run the sidecar until `shutdown` fires; then revoke the lease (bounded) and return.
-/// Serves the admin endpoint when configured; failing to bind it is the only error.
+/// Serves the admin endpoint when configured. Failing to bind it, or to set up the HTTP
+/// clients (a CA bundle that cannot be used), is the error.
 pub async fn run(config: Config, shutdown: Shutdown) -> std::io::Result<()> {
     tracing::info!(
         register_addr = %config.register_addr,
@@ -77,7 +72,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> std::io::Result<()> {
         // The reference ignores a password without a user too; say so.
         tracing::warn!("--etcd-password is set but --etcd-username is empty: not authenticating");
     }
-    let sidecar = lifecycle::Sidecar::new(config);
+    let sidecar = driver::Sidecar::new(config).map_err(std::io::Error::other)?;
     let admin = match sidecar.config().admin_listen {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -87,6 +82,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> std::io::Result<()> {
             let state = admin::AdminState {
                 telemetry: sidecar.telemetry(),
                 status: sidecar.status(),
+                liveness: sidecar.liveness(),
+                requests: sidecar.requests(),
+                token: sidecar.config().internal_token.clone(),
             };
             Some(tokio::spawn(admin::serve(
                 listener,
@@ -96,7 +94,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> std::io::Result<()> {
         }
         None => None,
     };
+    let signals = tokio::spawn(driver::drain_on_signals(sidecar.requests()));
     sidecar.run(shutdown).await;
+    tracing::info!("sidecar stopped");
+    signals.abort();
     if let Some(task) = admin {
         task.abort();
     }

@@ -1,6 +1,15 @@
 //! Log setup: `RUST_LOG` when set, else the reference's `--log-level`; text or JSON lines
 //! on stderr.
+//!
+//! A log line that cannot be written is dropped, never fatal: when the reader of stderr
+//! goes away (a log collector restarted, a closed pipe), tracing-subscriber would report
+//! the failed write with `eprintln!`, which panics on the same closed stderr, and the
+//! sidecar would die without revoking its lease. So lines go through [`QuietStderr`],
+//! which swallows write errors, and tracing's own error report is off.
 
+use std::io::Write;
+
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
@@ -33,7 +42,8 @@ pub fn init(level: &str, format: LogFormat) {
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(QuietStderr)
+        .log_internal_errors(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false);
     let installed = match format {
@@ -42,5 +52,31 @@ pub fn init(level: &str, format: LogFormat) {
     };
     if installed.is_ok() && directive.is_none() {
         tracing::warn!(level, "unknown --log-level, using INFO");
+    }
+}
+
+/// stderr for log lines, with every write error swallowed (see the module doc).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuietStderr;
+
+impl Write for QuietStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // One whole line per call (tracing formats a line, then writes it): a failed or
+        // partial write loses that line only.
+        let _ = std::io::stderr().lock().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for QuietStderr {
+    type Writer = QuietStderr;
+
+    fn make_writer(&'a self) -> QuietStderr {
+        QuietStderr
     }
 }

@@ -56,22 +56,25 @@ fn run(args: RunArgs) -> i32 {
         Ok(rt) => rt,
         Err(e) => fail(&format!("cannot start the runtime: {e}")),
     };
-    rt.block_on(async {
+    let code = rt.block_on(async {
         let (trigger, shutdown) = sidecar::shutdown::channel();
         tokio::spawn(sidecar::shutdown::on_signals(trigger));
         match sidecar::run(config, shutdown).await {
             Ok(()) => 0,
             Err(e) => {
-                tracing::error!(error = %e, "cannot serve the admin endpoint");
-                eprintln!("vllm-sidecar: cannot serve the admin endpoint: {e}");
+                tracing::error!(error = %e, "cannot start");
+                eprintln!("vllm-sidecar: cannot start: {e}");
                 1
             }
         }
-    })
+    });
+    // Exchanges still in flight (a hung etcd after --shutdown-timeout) are abandoned.
+    rt.shutdown_background();
+    code
 }
 
-/// The runtime serves only the admin endpoint and the signals (the periodic jobs run on
-/// threads of their own): one thread is plenty, and keeps memory small.
+/// The sidecar waits on a few sockets at a time and computes little: one thread is
+/// plenty, and keeps memory small.
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -7,6 +7,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
@@ -28,6 +29,21 @@ pub struct Telemetry {
     pub last_scrape_duration: Gauge<f64, AtomicU64>,
     pub lease_ttl_remaining: Gauge<i64>,
     pub registered: Gauge<i64>,
+    /// Unix time of the last heartbeat the master answered 200.
+    pub last_heartbeat_success: Gauge<f64, AtomicU64>,
+    /// Time from sending a heartbeat to its answer (or failure).
+    pub heartbeat_duration: Histogram,
+    /// Time of a whole `/metrics` read (or failure).
+    pub scrape_duration: Histogram,
+}
+
+/// Bucket bounds (seconds) for exchanges that take milliseconds when well and up to
+/// their timeout (seconds) when not.
+fn exchange_buckets() -> impl Iterator<Item = f64> {
+    [
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ]
+    .into_iter()
 }
 
 impl Default for Telemetry {
@@ -54,6 +70,9 @@ impl Telemetry {
             last_scrape_duration: Gauge::default(),
             lease_ttl_remaining: Gauge::default(),
             registered: Gauge::default(),
+            last_heartbeat_success: Gauge::default(),
+            heartbeat_duration: Histogram::new(exchange_buckets()),
+            scrape_duration: Histogram::new(exchange_buckets()),
         };
         registry.register(
             "registrations",
@@ -97,7 +116,7 @@ impl Telemetry {
         );
         registry.register(
             "scrape_errors",
-            "vLLM /metrics scrapes that failed (transport, status, size, time)",
+            "vLLM /metrics scrapes with no usable page (transport, status, size, time, not a vLLM page)",
             t.scrape_errors.clone(),
         );
         registry.register(
@@ -119,6 +138,21 @@ impl Telemetry {
             "registered",
             "1 while the instance key is in etcd",
             t.registered.clone(),
+        );
+        registry.register(
+            "last_heartbeat_success_timestamp_seconds",
+            "Unix time of the last heartbeat the master accepted (200)",
+            t.last_heartbeat_success.clone(),
+        );
+        registry.register(
+            "heartbeat_duration_seconds",
+            "Heartbeat POSTs: time to the master's answer or the failure",
+            t.heartbeat_duration.clone(),
+        );
+        registry.register(
+            "scrape_duration_seconds",
+            "vLLM /metrics reads: time to the whole page or the failure",
+            t.scrape_duration.clone(),
         );
         Telemetry { registry, ..t }
     }

@@ -271,21 +271,40 @@ fn load(source: &str, timeout: Duration, cap: usize) -> Result<(Vec<u8>, Option<
     if !is_url(source) {
         return read_local(source, cap).map(|b| (b, None));
     }
-    let target = crate::http::Target::parse(source)?;
-    let client = crate::http::client();
-    // One timeout bounds connect, send and the whole body.
-    let response = client
-        .send(crate::http::Request::get(&target), cap, timeout)
-        .map_err(|e| match e {
-            crate::http::Error::TimedOut(t) => format!("timed out after {t:?}"),
-            e => e.to_string(),
+    fetch(source, timeout, cap)
+}
+
+/// GET a URL (on its own small runtime: the tools are synchronous), the body capped and
+/// the whole exchange within `timeout`; with the format its Content-Type names.
+fn fetch(url: &str, timeout: Duration, cap: usize) -> Result<(Vec<u8>, Option<Format>), String> {
+    use crate::peers::http::{build_client, describe, read_capped, BodyError, Redirects};
+    let client = build_client(Redirects::Follow)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    let exchange = async {
+        let mut response = client.get(url).send().await.map_err(|e| describe(&e))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!("HTTP {}", status.as_u16()));
+        }
+        let format = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(Format::from_content_type);
+        let body = read_capped(&mut response, cap).await.map_err(|e| match e {
+            BodyError::TooLarge(cap) => format!("the page is larger than {cap} bytes"),
+            BodyError::Read(e) => describe(&e),
         })?;
-    if !response.head.is_success() {
-        return Err(format!("HTTP {}", response.head.status));
-    }
-    let format = (!response.head.content_type.is_empty())
-        .then(|| Format::from_content_type(&response.head.content_type));
-    Ok((response.body, format))
+        Ok((body, format))
+    };
+    runtime.block_on(async {
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or_else(|_| Err(format!("timed out after {timeout:?}")))
+    })
 }
 
 /// A file or stdin, at most `cap` bytes.

@@ -220,6 +220,22 @@ impl Sidecar {
         assert!(status.success());
     }
 
+    /// The admin endpoint's base URL, from the line the binary prints on stdout.
+    async fn admin_url(&self) -> String {
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let found = self.stdout_lines.lock().unwrap().iter().find_map(|l| {
+                l.strip_prefix("vllm-sidecar admin listening on ")
+                    .map(str::to_string)
+            });
+            if let Some(addr) = found {
+                return format!("http://{addr}");
+            }
+            assert!(Instant::now() < until, "no admin address on stdout");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     async fn wait_exit(&mut self, deadline: Duration) -> ExitStatus {
         let until = Instant::now() + deadline;
         loop {
@@ -340,18 +356,7 @@ async fn admin_endpoint_serves_health_readiness_and_metrics() {
     let mut args = stubs.args();
     args.extend(["--admin-listen".to_string(), "127.0.0.1:0".to_string()]);
     let mut sidecar = Sidecar::spawn(&args, &[]);
-    let until = Instant::now() + Duration::from_secs(10);
-    let admin = loop {
-        let found = sidecar.stdout_lines.lock().unwrap().iter().find_map(|l| {
-            l.strip_prefix("vllm-sidecar admin listening on ")
-                .map(str::to_string)
-        });
-        if let Some(addr) = found {
-            break format!("http://{addr}");
-        }
-        assert!(Instant::now() < until, "no admin address on stdout");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let admin = sidecar.admin_url().await;
     let http = reqwest::Client::new();
     let healthz = http.get(format!("{admin}/healthz")).send().await.unwrap();
     assert_eq!(healthz.status(), 200);
@@ -417,6 +422,9 @@ async fn admin_endpoint_serves_health_readiness_and_metrics() {
         "vllm_sidecar_last_scrape_duration_seconds",
         "vllm_sidecar_lease_ttl_remaining_seconds",
         "vllm_sidecar_registered 1",
+        "vllm_sidecar_last_heartbeat_success_timestamp_seconds",
+        "vllm_sidecar_heartbeat_duration_seconds_bucket",
+        "vllm_sidecar_scrape_duration_seconds_bucket",
     ] {
         assert!(metrics.contains(name), "{name} in\n{metrics}");
     }
@@ -485,5 +493,61 @@ async fn secrets_never_reach_the_logs() {
     assert!(
         serde_json::from_str::<serde_json::Value>(first).is_ok(),
         "{first}"
+    );
+}
+
+#[tokio::test]
+async fn sigusr1_drains_sigusr2_undrains_and_so_does_the_admin_endpoint() {
+    let stubs = Stubs::start(200, ok("{}")).await;
+    let mut args = stubs.args();
+    args.extend(["--admin-listen".to_string(), "127.0.0.1:0".to_string()]);
+    let mut sidecar = Sidecar::spawn(&args, &[]);
+    let admin = sidecar.admin_url().await;
+    let http = reqwest::Client::new();
+    let puts = || Stubs::count(&stubs.etcd, "/v3/kv/put");
+    let revokes = || Stubs::count(&stubs.etcd, "/v3/lease/revoke");
+    eventually("registered", Duration::from_secs(10), || async {
+        puts().await == 1
+    })
+    .await;
+
+    sidecar.signal("USR1");
+    eventually("revoked by the drain", Duration::from_secs(10), || async {
+        revokes().await == 1
+    })
+    .await;
+    let ready = http.get(format!("{admin}/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let ready: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(ready["state"], "draining");
+    // Stays deregistered while vLLM stays healthy (several probe periods).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(puts().await, 1);
+
+    sidecar.signal("USR2");
+    eventually("registered again", Duration::from_secs(10), || async {
+        puts().await == 2
+    })
+    .await;
+
+    // The same through the admin endpoint, from loopback.
+    let drain = http.post(format!("{admin}/drain")).send().await.unwrap();
+    assert_eq!(drain.status(), 202);
+    eventually("revoked again", Duration::from_secs(10), || async {
+        revokes().await == 2
+    })
+    .await;
+    let undrain = http.post(format!("{admin}/undrain")).send().await.unwrap();
+    assert_eq!(undrain.status(), 202);
+    eventually(
+        "registered a third time",
+        Duration::from_secs(10),
+        || async { puts().await == 3 },
+    )
+    .await;
+    sidecar.signal("TERM");
+    assert_eq!(
+        sidecar.wait_exit(Duration::from_secs(10)).await.code(),
+        Some(0)
     );
 }

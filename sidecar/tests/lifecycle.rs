@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sidecar::config::Config;
-use sidecar::lifecycle::{Sidecar, Status};
+use sidecar::core::Status;
+use sidecar::driver::Sidecar;
 use sidecar::shutdown;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -122,7 +123,7 @@ struct Running {
 }
 
 fn start(config: Config) -> Running {
-    let sidecar = Sidecar::new(config);
+    let sidecar = Sidecar::new(config).unwrap();
     let status = sidecar.status();
     let telemetry = sidecar.telemetry();
     let (trigger, listener) = shutdown::channel();
@@ -374,7 +375,7 @@ async fn unhealthy_vllm_is_deregistered_after_the_threshold_and_comes_back() {
 }
 
 #[tokio::test]
-async fn keepalive_runs_on_its_own_while_health_is_slow() {
+async fn a_slow_health_never_delays_a_keepalive() {
     keepalives_continue_while_stuck_on(Slow::Health).await;
 }
 
@@ -385,7 +386,7 @@ enum Slow {
     Master,
 }
 
-/// Make one exchange answer only after `hang`, and wait until the worker is inside it.
+/// Make one exchange answer only after `hang`, and wait until the sidecar is inside it.
 /// Answers the server and path of the slow exchange.
 async fn stall(w: &World, slow: Slow, hang: Duration) -> (&MockServer, &'static str) {
     let (server, p) = match slow {
@@ -418,8 +419,8 @@ async fn stall(w: &World, slow: Slow, hang: Duration) -> (&MockServer, &'static 
     (server, p)
 }
 
-/// The worker runs every job in turn; while one hangs on a slow peer (4 s, within its
-/// timeout), the lease guard keeps the lease alive.
+/// Every command runs as its own task: while one hangs on a slow peer (4 s, within its
+/// timeout), keepalives go out on their own schedule.
 async fn keepalives_continue_while_stuck_on(slow: Slow) {
     let w = World::start(200).await;
     let run = start(w.config(&[
@@ -442,7 +443,7 @@ async fn keepalives_continue_while_stuck_on(slow: Slow) {
     let keepalives = count(&w.etcd, "/v3/lease/keepalive").await;
     let slow_calls = count(server, p).await;
     eventually(
-        "keepalives while the worker is stuck",
+        "keepalives while the slow exchange hangs",
         Duration::from_secs(3),
         || async { count(&w.etcd, "/v3/lease/keepalive").await >= keepalives + 4 },
     )
@@ -474,17 +475,17 @@ async fn healthy_vllm_except(vllm: &MockServer, except: &str) {
 }
 
 #[tokio::test]
-async fn keepalive_runs_on_its_own_while_the_scrape_is_slow() {
+async fn a_slow_metrics_never_delays_a_keepalive() {
     keepalives_continue_while_stuck_on(Slow::Scrape).await;
 }
 
 #[tokio::test]
-async fn keepalive_runs_on_its_own_while_the_master_is_slow() {
+async fn a_slow_master_never_delays_a_keepalive() {
     keepalives_continue_while_stuck_on(Slow::Master).await;
 }
 
 #[tokio::test]
-async fn a_lease_lost_while_the_worker_is_stuck_is_registered_again_after() {
+async fn a_lease_lost_while_health_hangs_is_registered_again_at_once() {
     let w = World::start(200).await;
     let run = start(w.config(&["--health-timeout", "5", "--health-fail-threshold", "100"]));
     eventually("registered", Duration::from_secs(5), || async {
@@ -495,8 +496,9 @@ async fn a_lease_lost_while_the_worker_is_stuck_is_registered_again_after() {
     // The probe hangs 2 s; meanwhile etcd forgets the lease (keepalive: no TTL).
     stall(&w, Slow::Health, Duration::from_secs(2)).await;
     etcd_losing_every_lease(&w.etcd, r#"{"ID":"12","TTL":"3"}"#).await;
-    // The guard finds the lease gone; the worker registers again once the probe ends.
-    eventually("registered again", Duration::from_secs(8), || async {
+    // The keepalive finds the lease gone; the sidecar registers again without waiting
+    // for the hanging probe.
+    eventually("registered again", Duration::from_secs(2), || async {
         run.incarnation()
             .is_some_and(|i| Some(&i) != first.as_ref())
             && count(&w.etcd, "/v3/kv/put").await >= 1
@@ -519,14 +521,13 @@ async fn shutdown_while_stuck_on_a_slow_scrape_still_revokes_at_once() {
     )
     .await;
     stall(&w, Slow::Scrape, Duration::from_secs(4)).await;
-    // The worker is stuck for seconds more; `run` ends within the shutdown timeout and
-    // the lease is revoked by then all the same.
+    // The scrape hangs for seconds more; the revoke does not wait for it.
     run.stop().await;
     assert_eq!(count(&w.etcd, "/v3/lease/revoke").await, 1);
 }
 
 #[tokio::test]
-async fn dropping_the_run_future_stops_the_worker_and_revokes() {
+async fn dropping_the_run_future_stops_every_job() {
     let w = World::start(200).await;
     let run = start(w.config(&[]));
     eventually("registered", Duration::from_secs(5), || async {
@@ -534,17 +535,120 @@ async fn dropping_the_run_future_stops_the_worker_and_revokes() {
     })
     .await;
     // Not a shutdown: the future is dropped (a test that panics, a caller that gives up).
+    // Nothing is revoked (the key expires with its lease), and nothing more is sent.
     run.task.abort();
-    eventually("revoked by the worker", Duration::from_secs(5), || async {
-        count(&w.etcd, "/v3/lease/revoke").await == 1
-    })
-    .await;
+    let _ = run.task.await;
+    // An exchange already in flight may still land: let one period pass first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let health = count(&w.vllm, "/health").await;
     let keepalives = count(&w.etcd, "/v3/lease/keepalive").await;
-    // Several keepalive periods (0.2 s) later, the worker and the guard are gone.
+    // Several keepalive periods (0.2 s) later, nothing new.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(count(&w.vllm, "/health").await, health);
     assert_eq!(count(&w.etcd, "/v3/lease/keepalive").await, keepalives);
+}
+
+#[tokio::test]
+async fn keepalive_errors_shorter_than_the_ttl_keep_the_incarnation() {
+    let w = World::start(200).await;
+    let run = start(w.config(&[]));
+    eventually("registered", Duration::from_secs(5), || async {
+        run.incarnation().is_some()
+    })
+    .await;
+    let first = run.incarnation();
+    // etcd fails every keepalive for about 1 s (TTL 3 s): retried, never re-registered.
+    w.etcd.reset().await;
+    mount(
+        &w.etcd,
+        "POST",
+        "/v3/lease/keepalive",
+        ResponseTemplate::new(503),
+    )
+    .await;
+    mount(
+        &w.etcd,
+        "POST",
+        "/v3/lease/grant",
+        ok(r#"{"ID":"12","TTL":"3"}"#),
+    )
+    .await;
+    mount(&w.etcd, "POST", "/v3/kv/put", ok("{}")).await;
+    eventually("keepalive failures", Duration::from_secs(3), || async {
+        run.telemetry.keepalive_failures.get() >= 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    w.etcd.reset().await;
+    healthy_etcd(&w.etcd).await;
+    let ok_before = run.telemetry.keepalives.get();
+    eventually("keepalives again", Duration::from_secs(3), || async {
+        run.telemetry.keepalives.get() > ok_before
+    })
+    .await;
+    assert_eq!(run.incarnation(), first);
+    assert_eq!(
+        count(&w.etcd, "/v3/lease/grant").await,
+        0,
+        "never re-registered"
+    );
+    assert_eq!(run.telemetry.leases_lost.get(), 0);
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn drain_revokes_and_undrain_registers_again() {
+    let w = World::start(200).await;
+    let sidecar = Sidecar::new(w.config(&[])).unwrap();
+    let requests = sidecar.requests();
+    let status = sidecar.status();
+    let (trigger, listener) = shutdown::channel();
+    let task = tokio::spawn(sidecar.run(listener));
+    let registered = || status.borrow().registration.is_some();
+    eventually("registered", Duration::from_secs(5), || async {
+        registered()
+    })
+    .await;
+    requests.drain();
+    eventually("revoked", Duration::from_secs(5), || async {
+        count(&w.etcd, "/v3/lease/revoke").await == 1
+    })
+    .await;
+    assert!(status.borrow().draining);
+    // Stays deregistered while vLLM stays healthy.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(!registered());
+    assert_eq!(put_incarnations(&w.etcd).await.len(), 1);
+    requests.undrain();
+    eventually("registered again", Duration::from_secs(5), || async {
+        registered()
+    })
+    .await;
+    assert!(!status.borrow().draining);
+    assert_eq!(put_incarnations(&w.etcd).await.len(), 2);
+    trigger.fire();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_page_with_no_vllm_sample_sends_no_heartbeat() {
+    let w = World::start(200).await;
+    w.vllm.reset().await;
+    healthy_vllm_except(&w.vllm, "/metrics").await;
+    let html =
+        ok("<html><body>502 Bad Gateway</body></html>").insert_header("content-type", "text/html");
+    mount(&w.vllm, "GET", "/metrics", html).await;
+    let run = start(w.config(&[]));
+    eventually("scrape errors", Duration::from_secs(5), || async {
+        run.telemetry.scrape_errors.get() >= 2
+    })
+    .await;
+    assert!(run.incarnation().is_some());
+    assert_eq!(count(&w.master, "/v1/internal/heartbeat").await, 0);
+    run.stop().await;
 }
 
 #[tokio::test]

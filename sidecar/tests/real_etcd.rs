@@ -16,6 +16,8 @@ use axum::{Json, Router};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use serde_json::{json, Value};
+use sidecar::peers::etcd::{EtcdClient, EtcdError};
+use sidecar::peers::http::{build_client, Redirects};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vllm-sidecar");
 
@@ -362,16 +364,14 @@ fn etcd_auth_and_reauthentication_after_an_etcd_restart() {
     );
     assert_eq!(etcd.post("/v3/auth/enable", json!({}), None).0, 200);
 
-    let client = sidecar::etcd::EtcdClient::new(
-        sidecar::http::client(),
-        vec![reqwest::Url::parse(&etcd.url).unwrap()],
-        Duration::from_secs(3),
-        "root",
-        sidecar::config::Secret::new("rootpw"),
-    );
-    let lease = client.lease_grant(5).unwrap();
-    client.put("k", "v1", lease).unwrap();
-    assert_eq!(client.get("k").unwrap().as_deref(), Some("v1"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = etcd_client(&etcd.url, "rootpw");
+    let lease = rt.block_on(client.lease_grant(5)).unwrap();
+    rt.block_on(client.put("k", "v1", lease)).unwrap();
+    assert_eq!(rt.block_on(client.get("k")).unwrap().as_deref(), Some("v1"));
     // Without a token, real etcd refuses a put (what the sidecar must authenticate for).
     let (status, answer) = etcd.post(
         "/v3/kv/put",
@@ -394,17 +394,24 @@ fn etcd_auth_and_reauthentication_after_an_etcd_restart() {
     );
     assert_eq!(status, 401);
     assert_eq!(answer["code"], 16);
-    client.put("k", "v2", 0).unwrap();
-    assert_eq!(client.get("k").unwrap().as_deref(), Some("v2"));
+    // Let the client's runtime see the old connection close (the sidecar's runs all the
+    // time; this test's only inside block_on): a POST is never resent on its own.
+    rt.block_on(async { tokio::time::sleep(Duration::from_millis(200)).await });
+    rt.block_on(client.put("k", "v2", 0)).unwrap();
+    assert_eq!(rt.block_on(client.get("k")).unwrap().as_deref(), Some("v2"));
 
     // Wrong password: an auth error, not a hang or a panic.
-    let wrong = sidecar::etcd::EtcdClient::new(
-        sidecar::http::client(),
-        vec![reqwest::Url::parse(&etcd.url).unwrap()],
+    let wrong = etcd_client(&etcd.url, "nope");
+    let err = rt.block_on(wrong.put("k", "v3", 0)).unwrap_err();
+    assert!(matches!(err, EtcdError::AuthRejected(_)), "{err}");
+}
+
+fn etcd_client(url: &str, password: &str) -> EtcdClient {
+    EtcdClient::new(
+        vec![reqwest::Url::parse(url).unwrap()],
+        "root".into(),
+        sidecar::config::Secret::new(password),
         Duration::from_secs(3),
-        "root",
-        sidecar::config::Secret::new("nope"),
-    );
-    let err = wrong.put("k", "v3", 0).unwrap_err();
-    assert!(matches!(err, sidecar::etcd::EtcdError::Auth(_)), "{err}");
+        build_client(Redirects::Never).unwrap(),
+    )
 }

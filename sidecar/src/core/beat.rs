@@ -1,0 +1,184 @@
+//! The heartbeat cycle: scrape `/metrics`, map the page, POST the body, and read the
+//! master's answer. One cycle at a time, on the heartbeat grid, only while registered
+//! and healthy; failures back off, a 409 registers a new incarnation at once.
+
+use std::time::Duration;
+
+use super::heartbeat::{has_vllm_sample, HeartbeatBody};
+use super::io::{Answer, Command, CommandId, Note};
+use super::state::Pending;
+use super::{grid, Core};
+use crate::prom::{self, Format, Mode};
+
+/// One page in this many (and the first) also gets the full lenient parse, only to
+/// count the lines it skips: the mapping's fast path cannot tell.
+pub const AUDIT_EVERY: u64 = 64;
+
+/// How a heartbeat cycle ended.
+enum Outcome {
+    Delivered,
+    Failed,
+    /// Nothing sent (no longer registered or healthy): just the next slot.
+    Skipped,
+}
+
+impl Core {
+    /// Start a cycle when due, if registered and healthy; else skip to the next slot.
+    pub(super) fn beat_if_due(&mut self, now: Duration) {
+        if self.beat.in_flight.is_some() || now < self.beat.due {
+            return;
+        }
+        let incarnation = match self.reg.registered() {
+            Some(lease) if self.health.healthy => lease.incarnation.clone(),
+            _ => return self.end_cycle(now, Outcome::Skipped),
+        };
+        let id = self.issue(Pending::Scrape { incarnation });
+        self.beat.in_flight = Some(id);
+        self.push(Command::Scrape { id });
+    }
+
+    /// A new incarnation: give the master time to see the key before its first
+    /// heartbeat, more after 409s in a row.
+    pub(super) fn first_beat(&mut self, now: Duration) {
+        let interval = self.cfg.heartbeat_interval;
+        self.beat_backoff.reset();
+        self.beat.due = if std::mem::take(&mut self.beat.after_conflict) {
+            now + self
+                .conflict_backoff
+                .next_delay(&mut self.rng)
+                .max(interval)
+        } else {
+            self.conflict_backoff.reset();
+            grid::at_or_after(interval, now + interval / 2)
+        };
+    }
+
+    pub(super) fn on_scrape(
+        &mut self,
+        now: Duration,
+        id: CommandId,
+        incarnation: String,
+        answer: Answer,
+    ) {
+        let body = match answer {
+            Answer::ScrapePage { text, openmetrics } => self.map_page(&text, openmetrics),
+            Answer::ScrapeFailed { reason, detail } => Err((reason, detail)),
+            _ => return,
+        };
+        if self.beat.in_flight == Some(id) {
+            self.beat.in_flight = None;
+        }
+        let metrics = match body {
+            Ok(metrics) => metrics,
+            Err((reason, detail)) => {
+                self.note(Note::ScrapeFailed { reason, detail });
+                return self.end_cycle(now, Outcome::Failed);
+            }
+        };
+        // Only for the registration the scrape was for, if it still stands and vLLM is
+        // still healthy.
+        let current = self.reg.registered().map(|l| l.incarnation.as_str());
+        if current != Some(incarnation.as_str()) || !self.health.healthy {
+            return self.end_cycle(now, Outcome::Skipped);
+        }
+        let body = HeartbeatBody::new(&self.cfg.register_addr, &incarnation, metrics).to_json();
+        let post = self.issue(Pending::Post { incarnation });
+        self.beat.in_flight = Some(post);
+        self.push(Command::PostHeartbeat { id: post, body });
+    }
+
+    /// A page's heartbeat metrics, or why the page is unusable.
+    fn map_page(
+        &mut self,
+        text: &str,
+        openmetrics: bool,
+    ) -> Result<crate::mapping::HeartbeatMetrics, (String, String)> {
+        let format = if openmetrics {
+            Format::OpenMetrics
+        } else {
+            Format::Prometheus
+        };
+        if !has_vllm_sample(text) {
+            let detail = "the /metrics page has no vllm: sample (not a vLLM page?)";
+            return Err(("no_vllm_sample".into(), detail.into()));
+        }
+        let audit = self.pages.is_multiple_of(AUDIT_EVERY);
+        self.pages += 1;
+        if audit {
+            match prom::parse(text, format, Mode::Lenient) {
+                Ok(page) if page.skipped_lines > 0 => self.note(Note::LinesSkipped {
+                    lines: page.skipped_lines,
+                }),
+                Ok(_) => {}
+                Err(e) => return Err(("parse".into(), e.to_string())),
+            }
+        }
+        Ok(self.mapper.observe_text(text, format))
+    }
+
+    pub(super) fn on_post(
+        &mut self,
+        now: Duration,
+        id: CommandId,
+        incarnation: String,
+        answer: Answer,
+    ) {
+        let (note, outcome) = match answer {
+            Answer::HeartbeatStatus(200) => {
+                (heartbeat_note("ok", Some(200), None), Outcome::Delivered)
+            }
+            Answer::HeartbeatStatus(409) => {
+                self.replace_after_conflict(&incarnation);
+                (
+                    heartbeat_note("conflict", Some(409), None),
+                    Outcome::Skipped,
+                )
+            }
+            Answer::HeartbeatStatus(401) => (
+                heartbeat_note("unauthorized", Some(401), None),
+                Outcome::Failed,
+            ),
+            Answer::HeartbeatStatus(status) => {
+                (heartbeat_note("other", Some(status), None), Outcome::Failed)
+            }
+            Answer::HeartbeatFailed(error) => {
+                (heartbeat_note("error", None, Some(error)), Outcome::Failed)
+            }
+            _ => return,
+        };
+        self.note(note);
+        if self.beat.in_flight == Some(id) {
+            self.beat.in_flight = None;
+            self.end_cycle(now, outcome);
+        }
+    }
+
+    /// Schedule the next cycle after one ended.
+    fn end_cycle(&mut self, now: Duration, outcome: Outcome) {
+        let interval = self.cfg.heartbeat_interval;
+        let on_grid = grid::at_or_after(interval, now + interval / 2);
+        self.beat.due = match outcome {
+            Outcome::Delivered => {
+                self.beat_backoff.reset();
+                self.conflict_backoff.reset();
+                on_grid
+            }
+            Outcome::Skipped => on_grid,
+            Outcome::Failed => {
+                now + self
+                    .beat_backoff
+                    .next_delay(&mut self.rng)
+                    .max(interval / 2)
+            }
+        };
+        // A new incarnation registered meanwhile sets its own first slot when it lands.
+    }
+}
+
+fn heartbeat_note(answer: &'static str, status: Option<u16>, error: Option<String>) -> Note {
+    Note::Heartbeat {
+        answer,
+        status,
+        error,
+    }
+}

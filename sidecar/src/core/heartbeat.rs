@@ -1,0 +1,70 @@
+//! The heartbeat body (contract §3) and the test that a page is a vLLM page at all.
+//!
+//! A page with no `vllm:` sample (a proxy's HTML error page, an empty 200, the wrong
+//! server) is a scrape error, not a page of zeros: a heartbeat of `waiting=0, cache=0`
+//! would make the master route *more* traffic to an instance it knows nothing about.
+
+use serde::Serialize;
+
+use crate::mapping::{HeartbeatMetrics, LatencyMetrics, LoadMetrics};
+
+/// The body, as the master's protobuf JSON parser reads it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HeartbeatBody<'a> {
+    pub name: &'a str,
+    pub incarnation_id: &'a str,
+    pub load_metrics: LoadMetrics,
+    pub latency_metrics: LatencyMetrics,
+}
+
+impl<'a> HeartbeatBody<'a> {
+    pub fn new(name: &'a str, incarnation_id: &'a str, metrics: HeartbeatMetrics) -> Self {
+        HeartbeatBody {
+            name,
+            incarnation_id,
+            load_metrics: metrics.load_metrics,
+            latency_metrics: metrics.latency_metrics,
+        }
+    }
+
+    /// The JSON text posted to the master.
+    pub fn to_json(&self) -> String {
+        // Plain numbers and strings: serialization cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// Whether `text` has at least one sample line of a `vllm:` metric: a line that starts
+/// with the name (comment lines start with `#`). One substring search, so the page is
+/// not lexed twice (the mapping lexes it next).
+pub fn has_vllm_sample(text: &str) -> bool {
+    text.starts_with("vllm:") || memchr::memmem::find(text.as_bytes(), b"\nvllm:").is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vllm_page_has_samples_and_an_html_page_has_none() {
+        let page = "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0.0\n";
+        assert!(has_vllm_sample(page));
+        assert!(has_vllm_sample("vllm:num_requests_waiting 0\n"));
+        assert!(!has_vllm_sample(
+            "<html><body>502 Bad Gateway</body></html>\n"
+        ));
+        assert!(!has_vllm_sample("# TYPE vllm:x gauge\nother 1\n"));
+        assert!(!has_vllm_sample("other{a=\"vllm:x\"} 1\n"));
+        assert!(!has_vllm_sample(""));
+    }
+
+    #[test]
+    fn body_json_has_the_masters_field_names() {
+        let body = HeartbeatBody::new("h:1", "vllm-0", HeartbeatMetrics::default());
+        let v: serde_json::Value = serde_json::from_str(&body.to_json()).unwrap();
+        assert_eq!(v["name"], "h:1");
+        assert_eq!(v["incarnation_id"], "vllm-0");
+        assert_eq!(v["load_metrics"]["waiting_requests_num"], 0);
+        assert_eq!(v["latency_metrics"]["recent_max_ttft"], 0);
+    }
+}

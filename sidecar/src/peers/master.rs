@@ -1,0 +1,97 @@
+//! The heartbeat POST to the master (contract §3).
+//!
+//! Why thin: the body (incarnation, load, latency) and what each status means (409 →
+//! register again, 401 → log) are the core's; here is one POST within the timeout, the
+//! token in `X-Internal-Token` when there is one, and the answer's status. A POST is
+//! never resent (see [`super::http`]).
+
+use std::time::Duration;
+
+use url::Url;
+
+use super::http::{describe, display_url, excerpt, read_capped, BodyError};
+use crate::config::Secret;
+
+/// The master's answers are one small JSON object; more is read no further.
+const ANSWER_BODY_CAP: usize = 64 * 1024;
+
+/// A heartbeat's answer with a short excerpt of its body, for a log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MasterAnswer {
+    pub status: u16,
+    /// Up to 120 characters of the body (empty when it could not be read).
+    pub excerpt: String,
+}
+
+/// Posts heartbeats to one master.
+#[derive(Clone)]
+pub struct MasterClient {
+    http: reqwest::Client,
+    heartbeat_url: Url,
+    token: Secret,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for MasterClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MasterClient")
+            .field("heartbeat_url", &display_url(&self.heartbeat_url))
+            .field("token", &self.token)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl MasterClient {
+    pub fn new(
+        http: reqwest::Client,
+        heartbeat_url: Url,
+        token: Secret,
+        timeout: Duration,
+    ) -> MasterClient {
+        MasterClient {
+            http,
+            heartbeat_url,
+            token,
+            timeout,
+        }
+    }
+
+    /// POST one heartbeat body (JSON); answers the status. `Err` when no answer came
+    /// within the timeout. The message never holds the token.
+    pub async fn post_heartbeat(&self, body: String) -> Result<u16, String> {
+        self.post_heartbeat_answer(body).await.map(|a| a.status)
+    }
+
+    /// As [`MasterClient::post_heartbeat`], with an excerpt of the answer's body.
+    pub async fn post_heartbeat_answer(&self, body: String) -> Result<MasterAnswer, String> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut request = self
+            .http
+            .post(self.heartbeat_url.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        if !self.token.is_empty() {
+            let mut value = reqwest::header::HeaderValue::from_str(self.token.expose())
+                .map_err(|_| "the internal token is not a valid HTTP header value".to_string())?;
+            value.set_sensitive(true);
+            request = request.header("x-internal-token", value);
+        }
+        let mut response = match tokio::time::timeout_at(deadline, request.send()).await {
+            Err(_) => return Err(format!("heartbeat: no answer within {:?}", self.timeout)),
+            Ok(Err(e)) => return Err(format!("heartbeat POST failed: {}", describe(&e))),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status().as_u16();
+        // The status is the answer; the body is read (capped, within the same deadline)
+        // for the excerpt and so the connection can be reused.
+        let excerpt =
+            match tokio::time::timeout_at(deadline, read_capped(&mut response, ANSWER_BODY_CAP))
+                .await
+            {
+                Ok(Ok(bytes)) => excerpt(&bytes, 120),
+                Ok(Err(BodyError::TooLarge(_) | BodyError::Read(_))) | Err(_) => String::new(),
+            };
+        Ok(MasterAnswer { status, excerpt })
+    }
+}
