@@ -169,10 +169,33 @@ fn code_of(status: std::process::ExitStatus) -> i32 {
         .unwrap_or(-1)
 }
 
+/// Environment variables a sidecar under test never inherits (any case: both spellings
+/// of each proxy variable are read).
+const SCRUBBED_ENV: [&str; 11] = [
+    "HTTP_PROXY",
+    "http_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "SSL_CERT_FILE",
+];
+
 impl SidecarProc {
     /// Start the binary with `args`; its output lines go to `events` as `log` events.
     pub fn spawn(bin: &Path, args: &[String], events: Events) -> std::io::Result<SidecarProc> {
         let mut cmd = Command::new(bin);
+        // Hermetic: every link of the mock cluster is plain HTTP on loopback, so a proxy
+        // or CA bundle from the runner's environment must not reach the sidecars (a
+        // proxy would take their traffic; a system bundle costs each one a 220 KB
+        // parse at start-up, 200 at once in `many-instances`).
+        for var in SCRUBBED_ENV {
+            cmd.env_remove(var);
+        }
         cmd.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
