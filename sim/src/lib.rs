@@ -1,0 +1,53 @@
+//! A deterministic discrete-event simulator of the cluster: the production sidecar's
+//! decision core and the fakes' own cores, with time and the network simulated around
+//! them (issue 13).
+//!
+//! Why: `scenarios run` drives real processes in real time, which is the last word on
+//! the binary but cannot replay a timing, reach fleet scale or search for rare races.
+//! Here one seed is one run, exactly; a simulated hour of one instance takes
+//! milliseconds. Nothing here re-models a sidecar or a fake: the sidecar is
+//! `sidecar::core::Core`, the peers are the fakes' clock-free cores, and values cross
+//! between them in their wire encoding (the etcd value and the heartbeat body as the
+//! JSON the sidecar writes, the `/metrics` page as the text the fake writes).
+//!
+//! # Determinism rules
+//!
+//! A run must be a pure function of its seed and its inputs, so that the event log of
+//! two runs compares byte for byte:
+//!
+//! - nothing reads a clock: time is [`World::now`], a `Duration` since the start,
+//!   advanced only by the event queue; cores get it as an argument;
+//! - every random draw goes through the world's one `StdRng` (seeded from the run's
+//!   seed), in event order; each sidecar core's own seed is drawn from it when the
+//!   sidecar is added;
+//! - no `HashMap`/`HashSet` iteration order reaches anything observable: tables are
+//!   `BTreeMap`s or `Vec`s; a fake's core that hands out a hash map is sorted before use;
+//! - ties in time are broken by the order events were scheduled (a sequence number),
+//!   never by the payload.
+//!
+//! # Layout
+//!
+//! - [`queue`]: the event queue ordered by (time, sequence): [`queue::Queue::push`].
+//! - [`log`]: the event log, one JSON line per event, kept or digested:
+//!   [`log::EventLog::record`].
+//! - [`link`]: links with the TCP fault proxy's vocabulary, and what a fault does to one
+//!   message and to the exchanges under way: [`link::LinkFault::leg`], [`link::Links::set`].
+//! - [`node`]: node ids, the requests and answers between nodes, and the [`node::Server`]
+//!   trait a fake's core is wrapped in.
+//! - [`sidecar_node`]: one sidecar core driven as the production driver drives it:
+//!   [`sidecar_node::SidecarNode::poll`] (commands → exchanges) and
+//!   [`sidecar_node::answer_of`] (outcomes → the core's answers).
+//! - [`world`]: the engine (time, queue, generator, log, links, nodes, exchanges and
+//!   their timeouts): [`World::run_until`].
+
+pub mod link;
+pub mod log;
+pub mod node;
+pub mod queue;
+pub mod sidecar_node;
+pub mod world;
+
+pub use link::{Direction, LinkFault};
+pub use log::EventLog;
+pub use node::{NodeId, Reply, Request, Server};
+pub use world::World;

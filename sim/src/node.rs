@@ -1,0 +1,146 @@
+//! Who is in the simulated cluster and what they say to each other.
+//!
+//! Requests and answers are values, not HTTP: the real-time mode tests the HTTP layer.
+//! Where a sidecar value meets a fake's, it travels in its wire encoding (the etcd
+//! value and the heartbeat body are the JSON strings the sidecar would send; the
+//! `/metrics` page is the text the fake writes), so a field the two sides name
+//! differently fails here too.
+
+use std::fmt;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use serde::Serialize;
+
+/// A node of the cluster. Ordered, so that tables keyed by it walk the same way on every
+/// run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum NodeId {
+    Sidecar(u32),
+    Vllm(u32),
+    Etcd,
+    Master,
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeId::Sidecar(i) => write!(f, "sidecar/{i}"),
+            NodeId::Vllm(i) => write!(f, "vllm/{i}"),
+            NodeId::Etcd => f.write_str("etcd"),
+            NodeId::Master => f.write_str("master"),
+        }
+    }
+}
+
+/// A request from one node to another.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Request {
+    /// `GET /health`.
+    Health,
+    /// `GET /metrics`.
+    Metrics,
+    /// One etcd gateway call.
+    Etcd(EtcdRequest),
+    /// `POST /v1/internal/heartbeat` with this JSON body.
+    Heartbeat { body: String, token: String },
+}
+
+/// The etcd calls the sidecar makes, with the fields it sends (key and value as the
+/// strings that the gateway would carry base64-encoded).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EtcdRequest {
+    Grant {
+        ttl: i64,
+    },
+    Put {
+        key: String,
+        value: String,
+        lease: i64,
+    },
+    Keepalive {
+        lease: i64,
+    },
+    Revoke {
+        lease: i64,
+    },
+}
+
+/// An answer to a [`Request`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    /// An HTTP status with no body the caller needs (`/health`, heartbeat).
+    Status(u16),
+    /// A `/metrics` answer: status, page and whether it is OpenMetrics text.
+    Page {
+        status: u16,
+        text: String,
+        openmetrics: bool,
+    },
+    Etcd(EtcdReply),
+}
+
+/// etcd's answer as the gateway means it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EtcdReply {
+    Granted {
+        lease: i64,
+        ttl: i64,
+    },
+    /// Put and revoke: done.
+    Done,
+    /// Keepalive: the TTL left (0: the lease is gone).
+    Ttl(i64),
+    /// An error body with its gRPC code and message.
+    Error {
+        code: i64,
+        message: String,
+    },
+}
+
+impl Request {
+    /// Roughly the bytes on the wire (for bandwidth faults).
+    pub fn size(&self) -> usize {
+        match self {
+            Request::Health | Request::Metrics => 64,
+            Request::Etcd(EtcdRequest::Put { key, value, .. }) => 64 + key.len() + value.len(),
+            Request::Etcd(_) => 64,
+            Request::Heartbeat { body, .. } => 64 + body.len(),
+        }
+    }
+}
+
+impl Reply {
+    /// Roughly the bytes on the wire (for bandwidth faults).
+    pub fn size(&self) -> usize {
+        match self {
+            Reply::Page { text, .. } => 64 + text.len(),
+            _ => 64,
+        }
+    }
+}
+
+/// A node that answers requests: a fake's core inside its simulated shell.
+pub trait Server {
+    /// Serve `request` from `from` at `now`. `None`: the server never answers (a hang);
+    /// the caller meets its own timeout.
+    fn serve(
+        &mut self,
+        now: Duration,
+        from: NodeId,
+        request: &Request,
+        rng: &mut StdRng,
+    ) -> Option<Reply>;
+
+    /// When the node next needs [`Server::on_timer`]; `None`: never by itself.
+    fn next_wakeup(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Time passed to `now`.
+    fn on_timer(&mut self, _now: Duration) {}
+}

@@ -1,0 +1,532 @@
+//! The simulated cluster: virtual time, the event queue, the one seeded generator, the
+//! event log, the links, and the nodes. [`World::run_until`] is the whole engine.
+//!
+//! Every step is a function of the state and the next event: nothing reads a clock,
+//! every random draw comes from [`World`]'s one `StdRng` in event order, and every table
+//! is a `BTreeMap` or a `Vec`, walked in key order. So a seed replays a run exactly, and
+//! the log says so byte for byte.
+//!
+//! An exchange is a request over the link client → server and its answer back. The
+//! request reaches the server whatever the caller does meanwhile (a late keepalive still
+//! refreshes the lease); the answer only reaches a caller still waiting for it. The
+//! caller's timeout is an event of its own.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use sidecar::config::Config;
+use sidecar::core::Input;
+
+use crate::link::{Direction, Leg, LinkFault, Links, OnChange};
+use crate::log::EventLog;
+use crate::node::{NodeId, Reply, Request, Server};
+use crate::queue::Queue;
+use crate::sidecar_node::{Failure, Outcome, Outgoing, SidecarNode, Tag};
+
+/// Something due at a virtual time.
+#[derive(Debug)]
+enum Event {
+    /// A sidecar's core asked to be woken now.
+    SidecarWake(u32),
+    /// A server's timer.
+    ServerWake(NodeId),
+    /// A request reaches its server (if the link was not reset since it was sent).
+    Arrive {
+        exchange: u64,
+        client: NodeId,
+        server: NodeId,
+        generation: u64,
+        request: Request,
+    },
+    /// An answer reaches its caller.
+    Return {
+        exchange: u64,
+        generation: u64,
+        reply: Reply,
+    },
+    /// The exchange fails.
+    Fail { exchange: u64, failure: Failure },
+    /// The caller's timeout.
+    Timeout { exchange: u64 },
+    /// A fault on the link client → server changes.
+    SetLink {
+        client: NodeId,
+        server: NodeId,
+        fault: LinkFault,
+    },
+    /// Outside input for a sidecar (shutdown, drain, undrain).
+    Input(u32, Input),
+}
+
+/// An exchange whose caller still waits.
+#[derive(Debug)]
+struct Exchange {
+    caller: u32,
+    server: NodeId,
+    tag: Tag,
+    /// Swallowed by a blackhole: fails when the link heals.
+    stuck: bool,
+}
+
+/// The cluster in virtual time.
+pub struct World {
+    now: Duration,
+    queue: Queue<Event>,
+    rng: StdRng,
+    log: EventLog,
+    links: Links,
+    sidecars: Vec<SidecarNode>,
+    servers: BTreeMap<NodeId, Box<dyn Server>>,
+    server_wake: BTreeMap<NodeId, Duration>,
+    exchanges: BTreeMap<u64, Exchange>,
+    /// Per link: bumped when a fault kills its open connections.
+    generations: BTreeMap<(NodeId, NodeId), u64>,
+    next_exchange: u64,
+    events: u64,
+}
+
+impl World {
+    /// An empty cluster at time zero, its randomness seeded with `seed`.
+    pub fn new(seed: u64, log: EventLog) -> World {
+        World {
+            now: Duration::ZERO,
+            queue: Queue::new(),
+            rng: StdRng::seed_from_u64(seed),
+            log,
+            links: Links::new(Duration::from_micros(200)),
+            sidecars: Vec::new(),
+            servers: BTreeMap::new(),
+            server_wake: BTreeMap::new(),
+            exchanges: BTreeMap::new(),
+            generations: BTreeMap::new(),
+            next_exchange: 0,
+            events: 0,
+        }
+    }
+
+    pub fn now(&self) -> Duration {
+        self.now
+    }
+
+    pub fn log(&self) -> &EventLog {
+        &self.log
+    }
+
+    /// Events handled so far.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    pub fn sidecars(&self) -> &[SidecarNode] {
+        &self.sidecars
+    }
+
+    /// The server at `id`, to inspect it in tests and reports.
+    pub fn server(&self, id: NodeId) -> Option<&dyn Server> {
+        self.servers.get(&id).map(|s| s.as_ref())
+    }
+
+    /// Add a server node (a fake's core in its simulated shell).
+    pub fn add_server(&mut self, id: NodeId, server: Box<dyn Server>) {
+        self.servers.insert(id, server);
+        self.schedule_server_wake(id);
+    }
+
+    /// Add the next sidecar with `config`; its core's seed is drawn from the world's
+    /// generator. Answers its index.
+    pub fn add_sidecar(&mut self, config: &Config) -> u32 {
+        let index = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
+        let seed = self.rng.gen();
+        self.sidecars
+            .push(SidecarNode::new(index, config, seed, self.now));
+        self.log.record(
+            self.now,
+            &NodeId::Sidecar(index).to_string(),
+            "start",
+            || json!({ "seed": seed }),
+        );
+        self.after_sidecar_step(index);
+        index
+    }
+
+    /// Set the fault of the link `client` → `server` at `at`.
+    pub fn set_link_at(&mut self, at: Duration, client: NodeId, server: NodeId, fault: LinkFault) {
+        self.queue.push(
+            at,
+            Event::SetLink {
+                client,
+                server,
+                fault,
+            },
+        );
+    }
+
+    /// Set the fault of the link `client` → `server` now.
+    pub fn set_link(&mut self, client: NodeId, server: NodeId, fault: LinkFault) {
+        self.apply_link(client, server, fault);
+    }
+
+    /// Hand sidecar `index` an outside input at `at`.
+    pub fn input_at(&mut self, at: Duration, index: u32, input: Input) {
+        self.queue.push(at, Event::Input(index, input));
+    }
+
+    /// Run every event due up to `until`; time then stands at `until`.
+    pub fn run_until(&mut self, until: Duration) {
+        while let Some(at) = self.queue.peek_time() {
+            if at > until {
+                break;
+            }
+            let Some((at, _, event)) = self.queue.pop() else {
+                break;
+            };
+            self.now = at;
+            self.events += 1;
+            self.step(event);
+        }
+        self.now = until;
+    }
+
+    fn step(&mut self, event: Event) {
+        match event {
+            Event::SidecarWake(i) => self.sidecar_wake(i),
+            Event::ServerWake(id) => self.server_wakes(id),
+            Event::Arrive {
+                exchange,
+                client,
+                server,
+                generation,
+                request,
+            } => self.arrive(exchange, client, server, generation, request),
+            Event::Return {
+                exchange,
+                generation,
+                reply,
+            } => {
+                let live = self.exchanges.get(&exchange).is_some_and(|x| {
+                    self.generation(NodeId::Sidecar(x.caller), x.server) == generation
+                });
+                if live {
+                    self.finish(exchange, Outcome::Reply(reply));
+                }
+            }
+            Event::Fail { exchange, failure } => self.finish(exchange, Outcome::Failed(failure)),
+            Event::Timeout { exchange } => self.finish(exchange, Outcome::Failed(Failure::Timeout)),
+            Event::SetLink {
+                client,
+                server,
+                fault,
+            } => self.apply_link(client, server, fault),
+            Event::Input(i, input) => {
+                let name = NodeId::Sidecar(i).to_string();
+                self.log
+                    .record(self.now, &name, "input", || json!(format!("{input:?}")));
+                if let Some(node) = self.sidecars.get_mut(i as usize) {
+                    node.handle(self.now, input);
+                }
+                self.after_sidecar_step(i);
+            }
+        }
+    }
+
+    fn sidecar_wake(&mut self, i: u32) {
+        let now = self.now;
+        let Some(node) = self.sidecars.get_mut(i as usize) else {
+            return;
+        };
+        if node.wake_at != Some(now) {
+            return; // superseded by a later schedule
+        }
+        node.wake_at = None;
+        node.last_timer = Some(now);
+        node.handle(now, Input::Timer);
+        self.after_sidecar_step(i);
+    }
+
+    /// Run what the sidecar's core issued, then schedule its next wake-up.
+    fn after_sidecar_step(&mut self, i: u32) {
+        let Some(node) = self.sidecars.get_mut(i as usize) else {
+            return;
+        };
+        let out = node.poll();
+        let name = node.id().to_string();
+        for o in out {
+            match o {
+                Outgoing::Send {
+                    to,
+                    request,
+                    timeout,
+                    tag,
+                } => self.send(i, to, request, timeout, tag),
+                Outgoing::Note(note) => self
+                    .log
+                    .record(self.now, &name, "note", || json!(format!("{note:?}"))),
+                Outgoing::LogServedModel => {
+                    self.log
+                        .record(self.now, &name, "log_served_model", || json!({}))
+                }
+                Outgoing::Exit(code) => {
+                    self.log
+                        .record(self.now, &name, "exit", || json!({ "code": code }))
+                }
+            }
+        }
+        let Some(node) = self.sidecars.get_mut(i as usize) else {
+            return;
+        };
+        match node.next_wakeup() {
+            Some(at) => {
+                // A core that asks for "now" again right after a timer at "now" would
+                // spin the driver; here it is woken a millisecond later instead.
+                let at = if at <= self.now && node.last_timer == Some(self.now) {
+                    self.now + Duration::from_millis(1)
+                } else {
+                    at.max(self.now)
+                };
+                if node.wake_at != Some(at) {
+                    node.wake_at = Some(at);
+                    self.queue.push(at, Event::SidecarWake(i));
+                }
+            }
+            None => node.wake_at = None,
+        }
+    }
+
+    fn generation(&self, client: NodeId, server: NodeId) -> u64 {
+        self.generations
+            .get(&(client, server))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Start an exchange from sidecar `caller` to `server`.
+    fn send(&mut self, caller: u32, server: NodeId, request: Request, timeout: Duration, tag: Tag) {
+        let id = self.next_exchange;
+        self.next_exchange += 1;
+        let client = NodeId::Sidecar(caller);
+        self.log.record(self.now, &client.to_string(), "send", || {
+            json!({ "x": id, "to": server.to_string(), "cmd": tag.id.0, "request": request_summary(&request) })
+        });
+        self.queue
+            .push(self.now + timeout, Event::Timeout { exchange: id });
+        let mut stuck = false;
+        if !self.servers.contains_key(&server) {
+            self.queue.push(
+                self.now,
+                Event::Fail {
+                    exchange: id,
+                    failure: Failure::Refused,
+                },
+            );
+        } else {
+            let leg = self.links.leg(
+                client,
+                server,
+                Direction::ToTarget,
+                request.size(),
+                &mut self.rng,
+            );
+            match leg {
+                Leg::Deliver(d) => {
+                    let generation = self.generation(client, server);
+                    self.queue.push(
+                        self.now + d,
+                        Event::Arrive {
+                            exchange: id,
+                            client,
+                            server,
+                            generation,
+                            request,
+                        },
+                    );
+                }
+                Leg::Lost { stuck: s } => stuck = s,
+                Leg::Reset => self.queue.push(
+                    self.now,
+                    Event::Fail {
+                        exchange: id,
+                        failure: Failure::Reset,
+                    },
+                ),
+                Leg::Refused => self.queue.push(
+                    self.now,
+                    Event::Fail {
+                        exchange: id,
+                        failure: Failure::Refused,
+                    },
+                ),
+            }
+        }
+        self.exchanges.insert(
+            id,
+            Exchange {
+                caller,
+                server,
+                tag,
+                stuck,
+            },
+        );
+    }
+
+    /// A request reaches its server: it acts, and its answer goes back over the link.
+    fn arrive(
+        &mut self,
+        id: u64,
+        client: NodeId,
+        server: NodeId,
+        generation: u64,
+        request: Request,
+    ) {
+        if self.generation(client, server) != generation {
+            return; // the connection was reset while the request was on its way
+        }
+        let now = self.now;
+        let Some(node) = self.servers.get_mut(&server) else {
+            return;
+        };
+        let reply = node.serve(now, client, &request, &mut self.rng);
+        self.log.record(now, &server.to_string(), "serve", || {
+            json!({ "x": id, "from": client.to_string(), "reply": reply.as_ref().map(reply_summary) })
+        });
+        self.schedule_server_wake(server);
+        let Some(reply) = reply else {
+            return; // a hang: the caller meets its timeout
+        };
+        match self.links.leg(
+            client,
+            server,
+            Direction::FromTarget,
+            reply.size(),
+            &mut self.rng,
+        ) {
+            Leg::Deliver(d) => self.queue.push(
+                now + d,
+                Event::Return {
+                    exchange: id,
+                    generation,
+                    reply,
+                },
+            ),
+            Leg::Lost { stuck } => {
+                if let Some(x) = self.exchanges.get_mut(&id) {
+                    x.stuck |= stuck;
+                }
+            }
+            Leg::Reset | Leg::Refused => self.queue.push(
+                now,
+                Event::Fail {
+                    exchange: id,
+                    failure: Failure::Reset,
+                },
+            ),
+        }
+    }
+
+    /// The exchange ends (if its caller still waits): the caller gets the outcome.
+    fn finish(&mut self, id: u64, outcome: Outcome) {
+        let Some(x) = self.exchanges.remove(&id) else {
+            return;
+        };
+        let now = self.now;
+        let name = NodeId::Sidecar(x.caller).to_string();
+        self.log.record(
+            now,
+            &name,
+            "outcome",
+            || json!({ "x": id, "cmd": x.tag.id.0, "outcome": outcome_summary(&outcome) }),
+        );
+        if let Some(node) = self.sidecars.get_mut(x.caller as usize) {
+            node.complete(now, &x.tag, outcome);
+        }
+        self.after_sidecar_step(x.caller);
+    }
+
+    fn apply_link(&mut self, client: NodeId, server: NodeId, fault: LinkFault) {
+        self.log.record(self.now, "links", "set", || {
+            json!({ "client": client.to_string(), "server": server.to_string(), "fault": fault })
+        });
+        let change = self.links.set(client, server, fault);
+        let on_link: Vec<(u64, bool)> = self
+            .exchanges
+            .iter()
+            .filter(|(_, x)| NodeId::Sidecar(x.caller) == client && x.server == server)
+            .map(|(id, x)| (*id, x.stuck))
+            .collect();
+        match change {
+            OnChange::Nothing => {}
+            OnChange::ResetOpen => {
+                *self.generations.entry((client, server)).or_default() += 1;
+                for (id, _) in on_link {
+                    self.queue.push(
+                        self.now,
+                        Event::Fail {
+                            exchange: id,
+                            failure: Failure::Reset,
+                        },
+                    );
+                }
+            }
+            OnChange::CloseStuck => {
+                for (id, _) in on_link.into_iter().filter(|(_, stuck)| *stuck) {
+                    self.queue.push(
+                        self.now,
+                        Event::Fail {
+                            exchange: id,
+                            failure: Failure::Closed,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    fn server_wakes(&mut self, id: NodeId) {
+        if self.server_wake.get(&id) != Some(&self.now) {
+            return;
+        }
+        self.server_wake.remove(&id);
+        if let Some(node) = self.servers.get_mut(&id) {
+            node.on_timer(self.now);
+        }
+        self.schedule_server_wake(id);
+    }
+
+    fn schedule_server_wake(&mut self, id: NodeId) {
+        let Some(at) = self.servers.get(&id).and_then(|s| s.next_wakeup()) else {
+            self.server_wake.remove(&id);
+            return;
+        };
+        let at = at.max(self.now);
+        if self.server_wake.get(&id) != Some(&at) {
+            self.server_wake.insert(id, at);
+            self.queue.push(at, Event::ServerWake(id));
+        }
+    }
+}
+
+/// A request for the log: small, without page texts.
+fn request_summary(r: &Request) -> serde_json::Value {
+    match r {
+        Request::Heartbeat { body, .. } => json!({ "heartbeat": { "bytes": body.len() } }),
+        other => json!(other),
+    }
+}
+
+fn reply_summary(r: &Reply) -> serde_json::Value {
+    match r {
+        Reply::Page { status, text, .. } => {
+            json!({ "page": { "status": status, "bytes": text.len() } })
+        }
+        other => json!(other),
+    }
+}
+
+fn outcome_summary(o: &Outcome) -> serde_json::Value {
+    match o {
+        Outcome::Reply(r) => reply_summary(r),
+        Outcome::Failed(f) => json!(format!("{f:?}")),
+    }
+}
