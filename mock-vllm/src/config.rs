@@ -16,8 +16,15 @@ pub enum Dialect {
     /// 0.11: `vllm:kv_cache_usage_perc`, `vllm:inter_token_latency_seconds`,
     /// `vllm:request_time_per_output_token_seconds`; the deprecated names are gone.
     V0_11,
-    /// OpenMetrics 1.0 text (the v0.11 families), its content type and `# EOF`.
+    /// What a 0.11 server answers a scraper that asks for OpenMetrics 1.0: the v0.11
+    /// registry (runtime, `vllm:*`, `http_*`, `_created`) in prometheus_client's
+    /// OpenMetrics writer, its content type and `# EOF`.
     OpenMetrics,
+    /// Only what the sidecar reads (contract §4/§5) of a 0.11 page: requests waiting,
+    /// KV-cache usage (newer name), TTFT and inter-token latency histograms, in
+    /// prometheus_client's text format. For simulations that scrape fleets: a few
+    /// hundred bytes per engine instead of tens of KB.
+    Compact,
 }
 
 impl Dialect {
@@ -26,13 +33,21 @@ impl Dialect {
         match self {
             Dialect::V0 => "0.6.6",
             Dialect::V0_10 => "0.10.1.1",
-            Dialect::V0_11 | Dialect::OpenMetrics => "0.11.0",
+            Dialect::V0_11 | Dialect::OpenMetrics | Dialect::Compact => "0.11.0",
         }
     }
 
     /// Newer vLLM nests errors as `{"error":{...}}`; older ones answer a flat object.
     pub fn nested_errors(self) -> bool {
-        matches!(self, Dialect::V0_11 | Dialect::OpenMetrics)
+        matches!(
+            self,
+            Dialect::V0_11 | Dialect::OpenMetrics | Dialect::Compact
+        )
+    }
+
+    /// Whether pages of this dialect carry the process, Python and HTTP families.
+    pub fn has_runtime_families(self) -> bool {
+        self != Dialect::Compact
     }
 
     pub fn as_str(self) -> &'static str {
@@ -41,6 +56,7 @@ impl Dialect {
             Dialect::V0_10 => "v0.10",
             Dialect::V0_11 => "v0.11",
             Dialect::OpenMetrics => "openmetrics",
+            Dialect::Compact => "compact",
         }
     }
 }
@@ -54,8 +70,9 @@ impl FromStr for Dialect {
             "v0.10" => Ok(Dialect::V0_10),
             "v0.11" => Ok(Dialect::V0_11),
             "openmetrics" => Ok(Dialect::OpenMetrics),
+            "compact" => Ok(Dialect::Compact),
             other => Err(format!(
-                "unknown metrics dialect {other:?} (expected v0, v0.10, v0.11 or openmetrics)"
+                "unknown metrics dialect {other:?} (expected v0, v0.10, v0.11, openmetrics or compact)"
             )),
         }
     }

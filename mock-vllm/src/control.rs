@@ -1,4 +1,4 @@
-//! The `/_mock/*` control API: the same operations as the [`MockVllm`] methods, for
+//! The `/_mock/*` control API: the same operations as the [`crate::MockVllm`] methods, for
 //! scenarios and people with curl. Faults come from `mock_kit::FaultRegistry::routes`.
 
 use std::sync::Arc;
@@ -12,7 +12,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::server::{Health, MockVllm, Shared};
+use crate::clock::Now;
+use crate::process::cpu_seconds;
+use crate::state::{Health, Shared};
 use crate::waveform::Waveform;
 
 pub(crate) fn routes(shared: Arc<Shared>) -> Router {
@@ -27,12 +29,8 @@ pub(crate) fn routes(shared: Arc<Shared>) -> Router {
         .merge(shared.faults.routes())
 }
 
-fn handle(shared: &Arc<Shared>) -> MockVllm {
-    MockVllm::from_shared(shared.clone())
-}
-
 async fn state(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value> {
-    Json(handle(&shared).state())
+    Json(shared.state_json(Now::read()))
 }
 
 #[derive(Deserialize)]
@@ -41,12 +39,12 @@ struct HealthBody {
 }
 
 async fn health(State(shared): State<Arc<Shared>>, Json(b): Json<HealthBody>) -> StatusCode {
-    handle(&shared).set_health(b.mode);
+    shared.set_health(b.mode);
     StatusCode::NO_CONTENT
 }
 
 async fn counter_reset(State(shared): State<Arc<Shared>>) -> StatusCode {
-    handle(&shared).counter_reset();
+    shared.counter_reset(Now::read(), cpu_seconds());
     StatusCode::NO_CONTENT
 }
 
@@ -57,12 +55,12 @@ struct GaugeBody {
 }
 
 async fn override_gauge(State(shared): State<Arc<Shared>>, Json(b): Json<GaugeBody>) -> StatusCode {
-    handle(&shared).override_gauge(&b.name, b.waveform);
+    shared.override_gauge(&b.name, b.waveform, Now::read());
     StatusCode::NO_CONTENT
 }
 
 async fn clear_gauges(State(shared): State<Arc<Shared>>) -> StatusCode {
-    handle(&shared).clear_overrides();
+    shared.clear_overrides();
     StatusCode::NO_CONTENT
 }
 
@@ -78,28 +76,12 @@ async fn crash(State(shared): State<Arc<Shared>>, body: Option<Json<CrashBody>>)
     let restart_after = body
         .and_then(|Json(b)| b.restart_after_ms)
         .map(Duration::from_millis);
-    let h = handle(&shared);
-    let stopped = shared.stopped.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = stopped.wait() => {}
-            _ = async {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                h.crash().await;
-                if let Some(d) = restart_after {
-                    tokio::time::sleep(d).await;
-                    if let Err(e) = h.restart().await {
-                        tracing::error!(error = %e, "mock-vllm: restart after crash failed");
-                    }
-                }
-            } => {}
-        }
-    });
+    shared.request_crash(restart_after);
     (StatusCode::ACCEPTED, Json(json!({"crashing": true, "restart_after_ms": restart_after.map(|d| d.as_millis() as u64)})))
         .into_response()
 }
 
 async fn reset(State(shared): State<Arc<Shared>>) -> StatusCode {
-    handle(&shared).reset();
+    shared.reset(Now::read(), cpu_seconds());
     StatusCode::NO_CONTENT
 }

@@ -2,7 +2,7 @@
 //! format 0.0.4), or as OpenMetrics 1.0 text.
 //!
 //! The intermediate [`Family`] is what `metrics.rs` builds from engine state; this module
-//! only knows the two wire formats. Details copied from prometheus_client 0.x:
+//! only knows the two wire formats (both as prometheus_client writes them). Details copied from prometheus_client 0.x:
 //! labels sorted by name, counters named `<name>_total`, `_created` samples moved into a
 //! separate `<name>_created` gauge family after their family, histogram children written
 //! as buckets, `_count`, `_sum`, floats by `floatToGoString` (Python `repr`, with the old
@@ -149,14 +149,14 @@ fn escape_help(h: &str) -> String {
     h.replace('\\', "\\\\").replace('\n', "\\n")
 }
 
-fn label_str(labels: &[(&str, String)], extra: Option<(&str, &str)>, sorted: bool) -> String {
+/// `{a="1",b="2"}` sorted by name (prometheus_client sorts in both formats); empty
+/// without labels.
+fn label_str(labels: &[(&str, String)], extra: Option<(&str, &str)>) -> String {
     let mut all: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
     if let Some(e) = extra {
         all.push(e);
     }
-    if sorted {
-        all.sort_by(|a, b| a.0.cmp(b.0));
-    }
+    all.sort_by(|a, b| a.0.cmp(b.0));
     if all.is_empty() {
         return String::new();
     }
@@ -198,7 +198,7 @@ pub fn render_text(families: &[Family], out: &mut String) {
                     value,
                     created: cr,
                 } => {
-                    let ls = label_str(labels, None, true);
+                    let ls = label_str(labels, None);
                     let suffix = if f.kind == Kind::Counter {
                         "_total"
                     } else {
@@ -217,15 +217,8 @@ pub fn render_text(families: &[Family], out: &mut String) {
                     sum,
                     created: cr,
                 } => {
-                    for (i, v) in cumulative.iter().enumerate() {
-                        let le = bounds
-                            .get(i)
-                            .map(|b| go_float(*b))
-                            .unwrap_or_else(|| "+Inf".into());
-                        let ls = label_str(labels, Some(("le", &le)), true);
-                        line(out, &f.name, "_bucket", &ls, &go_float(*v));
-                    }
-                    let ls = label_str(labels, None, true);
+                    histogram_lines(out, &f.name, labels, bounds, cumulative);
+                    let ls = label_str(labels, None);
                     line(out, &f.name, "_count", &ls, &go_float(*count));
                     line(out, &f.name, "_sum", &ls, &go_float(*sum));
                     if let Some(t) = cr {
@@ -238,7 +231,7 @@ pub fn render_text(families: &[Family], out: &mut String) {
                     sum,
                     created: cr,
                 } => {
-                    let ls = label_str(labels, None, true);
+                    let ls = label_str(labels, None);
                     line(out, &f.name, "_count", &ls, &go_float(*count));
                     line(out, &f.name, "_sum", &ls, &go_float(*sum));
                     if let Some(t) = cr {
@@ -255,17 +248,11 @@ pub fn render_text(families: &[Family], out: &mut String) {
     }
 }
 
-/// Counts as integers, everything else as a float (`1.0`, `0.25`, `NaN`).
-fn om_number(v: f64, integral: bool) -> String {
-    if integral && v.is_finite() && v.fract() == 0.0 && v.abs() < 9.0e15 {
-        format!("{}", v as i64)
-    } else {
-        go_float(v)
-    }
-}
-
-/// OpenMetrics 1.0 text: `# TYPE` with the bare name, counter samples `_total`, labels
-/// in declaration order, counts as integers, no `_created`, closing `# EOF`.
+/// OpenMetrics 1.0 text as prometheus_client's `openmetrics.exposition.generate_latest`
+/// writes it (names left as they are, as before its 0.22 name escaping and as with
+/// `escaping="allow-utf-8"` since): `# HELP`/`# TYPE` with the bare family name, labels
+/// sorted, every value by `floatToGoString` (counts too: `1.0`), and each child's
+/// `_created` right after that child's own samples, then `# EOF`.
 pub fn render_openmetrics(families: &[Family], out: &mut String) {
     for f in families {
         let ty = match f.kind {
@@ -274,23 +261,24 @@ pub fn render_openmetrics(families: &[Family], out: &mut String) {
             Kind::Histogram => "histogram",
             Kind::Summary => "summary",
         };
-        let _ = writeln!(
-            out,
-            "# HELP {} {}",
-            f.name,
-            escape_help(&f.help).replace('"', "\\\"")
-        );
+        let help = escape_help(&f.help).replace('"', "\\\"");
+        let _ = writeln!(out, "# HELP {} {help}", f.name);
         let _ = writeln!(out, "# TYPE {} {ty}", f.name);
         for c in &f.children {
-            match c {
-                Child::Value { labels, value, .. } => {
-                    let ls = label_str(labels, None, false);
-                    let (suffix, integral) = if f.kind == Kind::Counter {
-                        ("_total", true)
+            let (labels, created) = match c {
+                Child::Value {
+                    labels,
+                    value,
+                    created,
+                } => {
+                    let suffix = if f.kind == Kind::Counter {
+                        "_total"
                     } else {
-                        ("", false)
+                        ""
                     };
-                    line(out, &f.name, suffix, &ls, &om_number(*value, integral));
+                    let ls = label_str(labels, None);
+                    line(out, &f.name, suffix, &ls, &go_float(*value));
+                    (labels, created)
                 }
                 Child::Histogram {
                     labels,
@@ -298,31 +286,51 @@ pub fn render_openmetrics(families: &[Family], out: &mut String) {
                     cumulative,
                     count,
                     sum,
-                    ..
+                    created,
                 } => {
-                    for (i, v) in cumulative.iter().enumerate() {
-                        let le = bounds
-                            .get(i)
-                            .map(|b| go_float(*b))
-                            .unwrap_or_else(|| "+Inf".into());
-                        let ls = label_str(labels, Some(("le", &le)), false);
-                        line(out, &f.name, "_bucket", &ls, &om_number(*v, true));
-                    }
-                    let ls = label_str(labels, None, false);
-                    line(out, &f.name, "_count", &ls, &om_number(*count, true));
+                    histogram_lines(out, &f.name, labels, bounds, cumulative);
+                    let ls = label_str(labels, None);
+                    line(out, &f.name, "_count", &ls, &go_float(*count));
                     line(out, &f.name, "_sum", &ls, &go_float(*sum));
+                    (labels, created)
                 }
                 Child::Summary {
-                    labels, count, sum, ..
+                    labels,
+                    count,
+                    sum,
+                    created,
                 } => {
-                    let ls = label_str(labels, None, false);
-                    line(out, &f.name, "_count", &ls, &om_number(*count, true));
+                    let ls = label_str(labels, None);
+                    line(out, &f.name, "_count", &ls, &go_float(*count));
                     line(out, &f.name, "_sum", &ls, &go_float(*sum));
+                    (labels, created)
                 }
+            };
+            if let Some(t) = created {
+                let ls = label_str(labels, None);
+                line(out, &f.name, "_created", &ls, &go_float(*t));
             }
         }
     }
     out.push_str("# EOF\n");
+}
+
+/// The `_bucket` lines of one histogram child, `le` sorted among the labels.
+fn histogram_lines(
+    out: &mut String,
+    name: &str,
+    labels: &Labels,
+    bounds: &[f64],
+    cumulative: &[f64],
+) {
+    for (i, v) in cumulative.iter().enumerate() {
+        let le = bounds
+            .get(i)
+            .map(|b| go_float(*b))
+            .unwrap_or_else(|| "+Inf".into());
+        let ls = label_str(labels, Some(("le", &le)));
+        line(out, name, "_bucket", &ls, &go_float(*v));
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! What this fake can be told to do wrong. Armed through `mock_kit::FaultRegistry`
 //! (`POST /_mock/faults` with `{"kind":"...", ..., "count":N, "duration_ms":M}`).
 
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 /// One fault. `/metrics` faults act on scrapes, `completion_*` faults on OpenAI calls.
@@ -53,6 +55,13 @@ impl Fault {
             Fault::CompletionDrop { .. } => "completion_drop",
         }
     }
+}
+
+/// What a `*_hang` fault (and `/health` in `hang` mode) answers: nothing, ever. The
+/// connection goes when the client gives up or the server stops.
+pub(crate) async fn hang() -> Response {
+    std::future::pending::<()>().await;
+    StatusCode::INTERNAL_SERVER_ERROR.into_response()
 }
 
 #[cfg(test)]

@@ -5,36 +5,63 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: [`Config`] (capacity, latency model, seed) and [`Dialect`].
+//! A clock-free core (state and rules) and an axum shell around it. The core reads no
+//! clock, socket or `/proc`: the shell hands it [`clock::Now`] and
+//! [`process::ProcessView`] values. No import cycle.
+//!
+//! Shell:
 //! - [`server`]: [`start`] binds and serves; [`MockVllm`] is the handle (stop, crash,
 //!   restart, health, faults, gauge overrides, state). Owns the accept loop.
-//! - [`routes`]: the router, `/health`, `/v1/models`, `/version`, `/metrics` + its faults.
-//! - [`openai`]: `/v1/completions` and `/v1/chat/completions`, plain and SSE.
+//! - [`routes`]: the router, wiring only. Handlers: [`openai`] (`/v1/completions`,
+//!   `/v1/chat/completions`, plain and SSE: queue, sleeps, stats), [`info`] (`/health`,
+//!   `/v1/models`, `/version`), [`scrape`] (`/metrics`: snapshot, render, deliver
+//!   faults), [`control`] (the `/_mock/*` API), [`instrument`] (the `http_*` layer).
+//! - [`body`]: the one capped body reader; [`clock`]: [`clock::Now`], the only clock
+//!   reads; [`process`]: what `/proc/self` says (the `process_*` families).
+//!
+//! Core:
+//! - [`state`]: what handlers and handle share (`Shared`, the engines' `Core`,
+//!   [`Health`]) and the operations on it, time as an argument; no sockets.
 //! - [`engine`]: the load model of one engine: slots, FIFO queue, KV cache, latencies
-//!   ([`engine::Engine::admit`]).
-//! - [`stats`]: counters and histograms of what really happened
+//!   ([`engine::Engine::admit`]); [`stats`]: counters and histograms of what happened
 //!   ([`stats::EngineStats`]).
-//! - [`metrics`]: which families each dialect exports; [`exposition`]: the text and
-//!   OpenMetrics writers (`floatToGoString` and all).
-//! - [`faults`]: [`Fault`]; [`waveform`]: [`Waveform`] for gauge overrides.
-//! - [`control`]: the `/_mock/*` API; [`error`]: vLLM-shaped error bodies.
-//! - [`tokenizer`]: the deterministic 4-characters-per-token rule.
+//! - [`validate`]: vLLM's request rules and errors (`validate::parse`); [`request`]:
+//!   bodies decoded without a JSON tree (`request::fields`); [`tokenizer`]: the
+//!   4-characters-per-token rule.
+//! - [`metrics`]: which families each dialect exports; [`metrics::page`] writes the page
+//!   of a [`metrics::Snapshot`]. [`exposition`]: the text and OpenMetrics writers
+//!   (`floatToGoString` and all).
+//! - [`scrape_faults`]: what `metrics_*` faults make of a scrape
+//!   ([`scrape_faults::ScrapePlan::decide`]); [`faults`]: [`Fault`] (and `hang`).
+//! - [`config`]: [`Config`] and [`Dialect`]; [`waveform`]: [`Waveform`] for gauge
+//!   overrides; [`error`]: vLLM-shaped error bodies.
 
+pub mod body;
+pub mod clock;
 pub mod config;
 pub mod control;
 pub mod engine;
 pub mod error;
 pub mod exposition;
 pub mod faults;
+pub mod info;
+pub mod instrument;
 pub mod metrics;
 pub mod openai;
+pub mod process;
+pub mod request;
 pub mod routes;
+pub mod scrape;
+pub mod scrape_faults;
 pub mod server;
+pub mod state;
 pub mod stats;
 pub mod tokenizer;
+pub mod validate;
 pub mod waveform;
 
 pub use config::{Config, Dialect};
 pub use faults::Fault;
-pub use server::{start, Health, MockVllm};
+pub use server::{start, MockVllm};
+pub use state::Health;
 pub use waveform::Waveform;

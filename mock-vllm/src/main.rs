@@ -26,7 +26,7 @@ struct Args {
     seed: u64,
     #[arg(long, default_value_t = 1)]
     data_parallel: usize,
-    /// v0, v0.10, v0.11 or openmetrics.
+    /// v0, v0.10, v0.11, openmetrics or compact.
     #[arg(long, default_value = "v0.10")]
     metrics_dialect: Dialect,
     #[arg(long, default_value_t = 0)]

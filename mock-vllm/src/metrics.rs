@@ -4,46 +4,60 @@
 //! Orders, names, help texts and label sets follow `vllm/engine/metrics.py` (v0) and
 //! `vllm/v1/metrics/loggers.py` (0.10, 0.11) plus the default `prometheus_client`
 //! collectors (`python_*`, `process_*`) and prometheus-fastapi-instrumentator (`http_*`),
-//! as on the real page in `shared/fixtures/vllm-0.10-metrics.txt`.
-
-use std::time::{SystemTime, UNIX_EPOCH};
+//! as on the real page in `shared/fixtures/vllm-0.10-metrics.txt`. The OpenMetrics
+//! dialect is what a vLLM 0.11 answers a scraper that asks for OpenMetrics (its
+//! prometheus_client negotiates by `Accept`): the same registry in the other format.
 
 use crate::config::Dialect;
 use crate::exposition::{render_openmetrics, render_text, Child, Family, Kind, Labels};
-use crate::server::{lock, Core, Shared};
-use crate::stats::{EngineStats, FinishReason, Hist};
+use crate::process::ProcessView;
+use crate::stats::{EngineStats, FinishReason, Hist, HttpStats};
 
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Wall clock as epoch seconds (0 before 1970).
-pub fn epoch_secs() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
+/// One engine's gauges and a copy of its counters, read at the scrape's instant.
+#[derive(Clone, Debug)]
+pub struct EngineView {
+    pub index: usize,
+    pub running: f64,
+    pub waiting: f64,
+    /// KV-cache usage, 0..=1.
+    pub kv: f64,
+    pub kv_capacity: u64,
+    pub stats: EngineStats,
 }
 
-/// One engine's gauges and a copy of its counters, read once per scrape.
-struct EngineView {
-    index: usize,
-    running: f64,
-    waiting: f64,
-    kv: f64,
-    kv_capacity: u64,
-    stats: EngineStats,
+/// What the process families report: `/proc` readings and the (pretend) process start.
+#[derive(Clone, Debug, Default)]
+pub struct Runtime {
+    pub process: ProcessView,
+    /// Process start, epoch seconds.
+    pub start: f64,
+    /// CPU seconds already spent before that start (subtracted).
+    pub cpu_base: f64,
 }
 
-struct Ctx<'a> {
-    dialect: Dialect,
-    model: &'a str,
-    engines: Vec<EngineView>,
-    nonfinite: bool,
-    overrides: Vec<(String, f64)>,
+/// Everything a page shows, read at one instant: the whole input of [`page`]. Time is
+/// in it (gauge overrides already evaluated, `_created` stamps in the stats), never
+/// read by the renderer.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub dialect: Dialect,
+    pub model: String,
+    pub engines: Vec<EngineView>,
+    /// The `metrics_nonfinite` fault: gauges NaN/±Inf, `_seconds` sums NaN.
+    pub nonfinite: bool,
+    /// Gauge families forced to a value (waveform overrides at this instant).
+    pub overrides: Vec<(String, f64)>,
+    /// `python_*`/`process_*` readings; `None` for dialects without them.
+    pub runtime: Option<Runtime>,
+    /// The `http_*` instrumentation; `None` for dialects without it.
+    pub http: Option<HttpStats>,
 }
 
-impl Ctx<'_> {
+impl Snapshot {
     fn labels(&self, e: &EngineView) -> Labels {
         if self.dialect == Dialect::V0 {
             vec![("model_name", self.model.to_string())]
@@ -121,6 +135,41 @@ impl Ctx<'_> {
             ));
         }
         f
+    }
+
+    // The families the sidecar reads (contract §4), shared by every dialect that has them.
+    fn waiting(&self) -> Family {
+        self.gauge(
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            |e| e.waiting,
+            f64::NAN,
+        )
+    }
+
+    fn kv_usage(&self) -> Family {
+        self.gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            |e| e.kv,
+            f64::INFINITY,
+        )
+    }
+
+    fn ttft(&self) -> Family {
+        self.histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            |s| &s.h_ttft,
+        )
+    }
+
+    fn itl(&self) -> Family {
+        self.histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            |s| &s.h_itl,
+        )
     }
 
     fn success(&self) -> Family {
@@ -225,50 +274,28 @@ fn hist_child(labels: Labels, h: &Hist, sum: f64, created: Option<f64>) -> Child
     }
 }
 
-/// Build and write the page. Answers (body, content type).
-pub(crate) fn render(shared: &Shared, nonfinite: bool) -> (String, &'static str) {
-    let core = shared.core();
-    let dialect = shared.cfg.dialect;
-    let now = std::time::Instant::now();
-    let overrides = lock(&shared.overrides)
-        .iter()
-        .map(|(n, w, since)| (n.clone(), w.value_at(now.saturating_duration_since(*since))))
-        .collect();
-    let engines = core
-        .engines
-        .iter()
-        .map(|e| {
-            let (running, waiting, kv_used) = e.snapshot();
-            EngineView {
-                index: e.index,
-                running: running as f64,
-                waiting: waiting as f64,
-                kv: (kv_used as f64 / e.kv_capacity() as f64).min(1.0),
-                kv_capacity: e.kv_capacity(),
-                stats: e.stats().clone(),
-            }
-        })
-        .collect();
-    let ctx = Ctx {
-        dialect,
-        model: &shared.cfg.model,
-        engines,
-        nonfinite,
-        overrides,
-    };
+/// Write the page of `s`. Answers (body, content type). Pure: the same snapshot gives
+/// the same bytes.
+pub fn page(s: &Snapshot) -> (String, &'static str) {
+    // The OpenMetrics page is the same registry as v0.11's, negotiated by `Accept`.
     let mut fams = Vec::new();
-    if dialect != Dialect::OpenMetrics {
-        runtime_families(shared, &core, dialect, &mut fams);
+    if let Some(rt) = &s.runtime {
+        runtime_families(s, rt, &mut fams);
     }
-    match dialect {
-        Dialect::V0 => v0_families(&ctx, &mut fams),
-        _ => v1_families(&ctx, &mut fams),
+    match s.dialect {
+        Dialect::Compact => compact_families(s, &mut fams),
+        Dialect::V0 => v0_families(s, &mut fams),
+        Dialect::V0_10 | Dialect::V0_11 | Dialect::OpenMetrics => v1_families(s, &mut fams),
     }
-    if dialect != Dialect::OpenMetrics {
-        http_families(&core, dialect, &mut fams);
+    if let Some(http) = &s.http {
+        http_families(http, s.dialect, &mut fams);
     }
-    let mut out = String::with_capacity(48 * 1024);
-    if dialect == Dialect::OpenMetrics {
+    let mut out = String::with_capacity(if s.runtime.is_some() {
+        48 * 1024
+    } else {
+        8 * 1024
+    });
+    if s.dialect == Dialect::OpenMetrics {
         render_openmetrics(&fams, &mut out);
         (out, OPENMETRICS_CONTENT_TYPE)
     } else {
@@ -277,7 +304,7 @@ pub(crate) fn render(shared: &Shared, nonfinite: bool) -> (String, &'static str)
     }
 }
 
-fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
+fn v1_families(c: &Snapshot, out: &mut Vec<Family>) {
     let v10 = c.dialect == Dialect::V0_10;
     out.push(c.gauge(
         "vllm:num_requests_running",
@@ -285,12 +312,7 @@ fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
         |e| e.running,
         f64::NEG_INFINITY,
     ));
-    out.push(c.gauge(
-        "vllm:num_requests_waiting",
-        "Number of requests waiting to be processed.",
-        |e| e.waiting,
-        f64::NAN,
-    ));
+    out.push(c.waiting());
     if v10 {
         out.push(c.gauge(
             "vllm:gpu_cache_usage_perc",
@@ -309,12 +331,7 @@ fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
             |s| s.prefix_hits,
         ));
     }
-    out.push(c.gauge(
-        "vllm:kv_cache_usage_perc",
-        "KV-cache usage. 1 means 100 percent usage.",
-        |e| e.kv,
-        f64::INFINITY,
-    ));
+    out.push(c.kv_usage());
     out.push(c.counter(
         "vllm:prefix_cache_queries",
         "Prefix cache queries, in terms of number of queried tokens.",
@@ -371,11 +388,7 @@ fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
         "Histogram of the max_tokens request parameter.",
         |s| &s.h_max_tokens,
     ));
-    out.push(c.histogram(
-        "vllm:time_to_first_token_seconds",
-        "Histogram of time to first token in seconds.",
-        |s| &s.h_ttft,
-    ));
+    out.push(c.ttft());
     if v10 {
         out.push(c.histogram(
             "vllm:time_per_output_token_seconds",
@@ -383,11 +396,7 @@ fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
             |s| &s.h_itl,
         ));
     } else {
-        out.push(c.histogram(
-            "vllm:inter_token_latency_seconds",
-            "Histogram of inter-token latency in seconds.",
-            |s| &s.h_itl,
-        ));
+        out.push(c.itl());
         out.push(c.histogram(
             "vllm:request_time_per_output_token_seconds",
             "Histogram of time_per_output_token_seconds per request.",
@@ -398,7 +407,15 @@ fn v1_families(c: &Ctx, out: &mut Vec<Family>) {
     out.push(c.cache_config_info());
 }
 
-fn latency_families(c: &Ctx, e2e_help: &str, out: &mut Vec<Family>) {
+/// The compact page: the four families the sidecar reads, as v0.11 writes them.
+fn compact_families(c: &Snapshot, out: &mut Vec<Family>) {
+    out.push(c.waiting());
+    out.push(c.kv_usage());
+    out.push(c.ttft());
+    out.push(c.itl());
+}
+
+fn latency_families(c: &Snapshot, e2e_help: &str, out: &mut Vec<Family>) {
     out.push(c.histogram("vllm:e2e_request_latency_seconds", e2e_help, |s| &s.h_e2e));
     out.push(c.histogram(
         "vllm:request_queue_time_seconds",
@@ -422,19 +439,14 @@ fn latency_families(c: &Ctx, e2e_help: &str, out: &mut Vec<Family>) {
     ));
 }
 
-fn v0_families(c: &Ctx, out: &mut Vec<Family>) {
+fn v0_families(c: &Snapshot, out: &mut Vec<Family>) {
     out.push(c.gauge(
         "vllm:num_requests_running",
         "Number of requests currently running on GPU.",
         |e| e.running,
         f64::NEG_INFINITY,
     ));
-    out.push(c.gauge(
-        "vllm:num_requests_waiting",
-        "Number of requests waiting to be processed.",
-        |e| e.waiting,
-        f64::NAN,
-    ));
+    out.push(c.waiting());
     out.push(Family::new(
         "vllm:lora_requests_info",
         "Running stats on lora requests.",
@@ -501,11 +513,7 @@ fn v0_families(c: &Ctx, out: &mut Vec<Family>) {
         "Histogram of number of tokens per engine_step.",
         |s| &s.h_iteration,
     ));
-    out.push(c.histogram(
-        "vllm:time_to_first_token_seconds",
-        "Histogram of time to first token in seconds.",
-        |s| &s.h_ttft,
-    ));
+    out.push(c.ttft());
     out.push(c.histogram(
         "vllm:time_per_output_token_seconds",
         "Histogram of time per output token in seconds.",
@@ -585,50 +593,6 @@ fn v0_families(c: &Ctx, out: &mut Vec<Family>) {
     out.push(c.cache_config_info());
 }
 
-/// What `/proc/self` says about this process (zeros where unreadable).
-#[derive(Default)]
-struct ProcessView {
-    vsize: f64,
-    rss: f64,
-    cpu_secs: f64,
-    open_fds: f64,
-    max_fds: f64,
-}
-
-fn process_view() -> ProcessView {
-    let mut p = ProcessView::default();
-    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
-        // Fields after the parenthesised command name; utime is field 14, stime 15,
-        // vsize 23, rss 24 (1-based over the whole line).
-        if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let num = |i: usize| f.get(i).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
-            let ticks = 100.0;
-            p.cpu_secs = (num(11) + num(12)) / ticks;
-            p.vsize = num(20);
-            p.rss = num(21) * 4096.0;
-        }
-    }
-    if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
-        p.open_fds = dir.count() as f64;
-    }
-    if let Ok(limits) = std::fs::read_to_string("/proc/self/limits") {
-        if let Some(l) = limits.lines().find(|l| l.starts_with("Max open files")) {
-            p.max_fds = l
-                .split_whitespace()
-                .nth(3)
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0.0);
-        }
-    }
-    p
-}
-
-/// CPU seconds this process has used so far.
-pub fn cpu_seconds() -> f64 {
-    process_view().cpu_secs
-}
-
 fn single(name: &str, help: &str, kind: Kind, value: f64) -> Family {
     let mut f = Family::new(name, help, kind);
     f.children.push(Child::Value {
@@ -640,14 +604,10 @@ fn single(name: &str, help: &str, kind: Kind, value: f64) -> Family {
 }
 
 /// The default prometheus_client collectors of a CPython 3.12 process.
-fn runtime_families(shared: &Shared, core: &Core, _dialect: Dialect, out: &mut Vec<Family>) {
+fn runtime_families(s: &Snapshot, rt: &Runtime, out: &mut Vec<Family>) {
     // Garbage collection grows with the work done since the (pretend) process start.
-    let served: f64 = core
-        .engines
-        .iter()
-        .map(|e| e.stats().h_e2e.count as f64)
-        .sum();
-    let (start, cpu_base) = *lock(&shared.process_epoch);
+    let served: f64 = s.engines.iter().map(|e| e.stats.h_e2e.count as f64).sum();
+    let (start, cpu_base) = (rt.start, rt.cpu_base);
     let gc = |name: &str, help: &str, vals: [f64; 3]| {
         let mut f = Family::new(name, help, Kind::Counter);
         for (i, v) in vals.iter().enumerate() {
@@ -695,7 +655,7 @@ fn runtime_families(shared: &Shared, core: &Core, _dialect: Dialect, out: &mut V
         created: None,
     });
     out.push(info);
-    let p = process_view();
+    let p = &rt.process;
     out.push(single(
         "process_virtual_memory_bytes",
         "Virtual memory size in bytes.",
@@ -739,8 +699,7 @@ fn runtime_families(shared: &Shared, core: &Core, _dialect: Dialect, out: &mut V
 }
 
 /// prometheus-fastapi-instrumentator's families (vLLM excludes /metrics, /health, ...).
-fn http_families(core: &Core, dialect: Dialect, out: &mut Vec<Family>) {
-    let http = lock(&core.http).clone();
+fn http_families(http: &HttpStats, dialect: Dialect, out: &mut Vec<Family>) {
     let created = |t: f64| (dialect != Dialect::V0).then_some(t);
     let mut req = Family::new(
         "http_requests",
@@ -816,4 +775,70 @@ fn http_families(core: &Core, dialect: Dialect, out: &mut Vec<Family>) {
         ));
     }
     out.push(dur);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::Buckets;
+
+    /// One engine, two observed TTFTs, created at t=1000 s: no server, no clock.
+    fn snapshot(dialect: Dialect) -> Snapshot {
+        let mut stats = EngineStats::new(&Buckets::for_dialect(dialect, 8192), 1000.0);
+        stats.record_prefill(10, false, 0.003);
+        stats.record_prefill(10, true, 0.3);
+        stats.record_decode(&[0.01, 0.02]);
+        Snapshot {
+            dialect,
+            model: "m".into(),
+            engines: vec![EngineView {
+                index: 0,
+                running: 1.0,
+                waiting: 3.0,
+                kv: 0.25,
+                kv_capacity: 1600,
+                stats,
+            }],
+            nonfinite: false,
+            overrides: vec![("vllm:kv_cache_usage_perc".into(), 0.5)],
+            runtime: dialect.has_runtime_families().then(|| Runtime {
+                start: 1500.25,
+                ..Runtime::default()
+            }),
+            http: dialect
+                .has_runtime_families()
+                .then(|| HttpStats::new(1000.0)),
+        }
+    }
+
+    #[test]
+    fn a_page_is_a_function_of_its_snapshot() {
+        let s = snapshot(Dialect::Compact);
+        let (page, ct) = super::page(&s);
+        assert_eq!(
+            (page.as_str(), ct),
+            (super::page(&s).0.as_str(), TEXT_CONTENT_TYPE)
+        );
+        for line in [
+            "vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 3.0",
+            "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.5",
+            "vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"m\"} 2.0",
+            "vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"0.005\",model_name=\"m\"} 1.0",
+            "vllm:time_to_first_token_seconds_created{engine=\"0\",model_name=\"m\"} 1000.0",
+            "vllm:inter_token_latency_seconds_count{engine=\"0\",model_name=\"m\"} 2.0",
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line}\n{page}");
+        }
+        assert!(!page.contains("process_"));
+    }
+
+    #[test]
+    fn full_pages_take_the_process_readings_given() {
+        let (page, _) = super::page(&snapshot(Dialect::V0_10));
+        assert!(
+            page.contains("\nprocess_start_time_seconds 1500.25\n"),
+            "{page}"
+        );
+        assert!(page.contains("\nprocess_resident_memory_bytes 0.0\n"));
+    }
 }

@@ -13,36 +13,16 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use crate::clock::epoch_secs;
 use crate::engine::{Admit, Engine, Slot};
 use crate::error::ApiError;
 use crate::faults::Fault;
-use crate::metrics::epoch_secs;
-use crate::server::Shared;
+use crate::state::Shared;
 use crate::stats::{FinishReason, Finished};
-use crate::tokenizer::{
-    count_tokens, token_text, CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_REPLY_PRIMER,
-};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Api {
-    Completions,
-    Chat,
-}
-
-/// A validated request.
-#[derive(Debug)]
-struct Req {
-    prompt_tokens: u32,
-    prompt_hash: u64,
-    max_tokens_param: Option<u32>,
-    max_tokens: u32,
-    min_tokens: u32,
-    ignore_eos: bool,
-    stream: bool,
-    include_usage: bool,
-}
+use crate::tokenizer::token_text;
+use crate::validate::{self, Api, Req};
 
 pub(crate) async fn completions(State(shared): State<Arc<Shared>>, body: Body) -> Response {
     serve(shared, Api::Completions, body)
@@ -54,227 +34,6 @@ pub(crate) async fn chat_completions(State(shared): State<Arc<Shared>>, body: Bo
     serve(shared, Api::Chat, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
-}
-
-fn bad(shared: &Shared, msg: impl Into<String>) -> ApiError {
-    ApiError::new(
-        StatusCode::BAD_REQUEST,
-        msg,
-        shared.cfg.dialect.nested_errors(),
-    )
-}
-
-/// pydantic's message for a field of the wrong type, as vLLM relays it.
-fn type_error(shared: &Shared, field: &str, expected: &str, got: &Value) -> ApiError {
-    bad(
-        shared,
-        format!("[{{'type': '{expected}_type', 'loc': ('body', '{field}'), 'msg': 'Input should be a valid {expected}', 'input': {got}}}]"),
-    )
-}
-
-fn missing(shared: &Shared, field: &str) -> ApiError {
-    bad(
-        shared,
-        format!("[{{'type': 'missing', 'loc': ('body', '{field}'), 'msg': 'Field required'}}]"),
-    )
-}
-
-fn opt_u32(shared: &Shared, v: &Value, field: &str) -> Result<Option<u32>, ApiError> {
-    match v.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(x) => match x.as_u64() {
-            Some(n) => Ok(Some(n.min(u32::MAX as u64) as u32)),
-            None if x.as_i64().is_some() => Ok(Some(0)),
-            None => Err(type_error(shared, field, "integer", x)),
-        },
-    }
-}
-
-fn opt_bool(shared: &Shared, v: &Value, field: &str) -> Result<bool, ApiError> {
-    match v.get(field) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(x) => Err(type_error(shared, field, "boolean", x)),
-    }
-}
-
-fn fnv(data: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in data {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
-}
-
-/// Prompt tokens and a hash (for the prefix cache) of a completions `prompt`.
-fn prompt_of(shared: &Shared, v: &Value) -> Result<(u32, u64), ApiError> {
-    let p = v.get("prompt").ok_or_else(|| missing(shared, "prompt"))?;
-    let single = match p {
-        Value::Array(items) if items.len() == 1 => match items.first() {
-            Some(x) if !x.is_number() => x,
-            _ => p,
-        },
-        other => other,
-    };
-    match single {
-        Value::String(s) => Ok((count_tokens(s), fnv(s.as_bytes()))),
-        Value::Array(ids) if !ids.is_empty() && ids.iter().all(|t| t.as_u64().is_some()) => {
-            Ok((ids.len().min(u32::MAX as usize) as u32, fnv(single.to_string().as_bytes())))
-        }
-        Value::Array(items) if items.is_empty() => Err(bad(shared, "Prompt cannot be empty.")),
-        Value::Array(_) => Err(bad(
-            shared,
-            "mock-vllm serves one prompt per request: prompt must be a string, a list of token ids, or a one-element list of either",
-        )),
-        other => Err(type_error(shared, "prompt", "string", other)),
-    }
-}
-
-/// Prompt tokens of chat `messages` under the mock chat template.
-fn messages_of(shared: &Shared, v: &Value) -> Result<(u32, u64), ApiError> {
-    let msgs = v
-        .get("messages")
-        .ok_or_else(|| missing(shared, "messages"))?;
-    let Value::Array(msgs) = msgs else {
-        return Err(type_error(shared, "messages", "list", msgs));
-    };
-    if msgs.is_empty() {
-        return Err(bad(shared, "messages must contain at least one message"));
-    }
-    let mut tokens: u64 = CHAT_TOKENS_REPLY_PRIMER as u64;
-    let mut text = String::new();
-    for (i, m) in msgs.iter().enumerate() {
-        let role = m.get("role").and_then(Value::as_str).ok_or_else(|| {
-            bad(shared, format!("[{{'type': 'missing', 'loc': ('body', 'messages', {i}, 'role'), 'msg': 'Field required'}}]"))
-        })?;
-        let content = match m.get("content") {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(parts)) => {
-                let mut s = String::new();
-                for part in parts {
-                    match part.get("text").and_then(Value::as_str) {
-                        Some(t) => {
-                            s.push_str(t);
-                            s.push(' ');
-                        }
-                        None => {
-                            return Err(bad(
-                                shared,
-                                format!("messages[{i}]: only text content parts are supported"),
-                            ))
-                        }
-                    }
-                }
-                s
-            }
-            Some(other) => return Err(type_error(shared, "content", "string", other)),
-        };
-        tokens += CHAT_TOKENS_PER_MESSAGE as u64
-            + if content.trim().is_empty() {
-                0
-            } else {
-                count_tokens(&content) as u64
-            };
-        text.push_str(role);
-        text.push('\u{1}');
-        text.push_str(&content);
-        text.push('\u{2}');
-    }
-    Ok((tokens.min(u32::MAX as u64) as u32, fnv(text.as_bytes())))
-}
-
-fn parse(shared: &Shared, api: Api, bytes: &[u8]) -> Result<Req, ApiError> {
-    let v: Value = serde_json::from_slice(bytes).map_err(|e| {
-        bad(shared, format!("[{{'type': 'json_invalid', 'loc': ('body', {}), 'msg': 'JSON decode error', 'ctx': {{'error': '{e}'}}}}]", e.column()))
-    })?;
-    if !v.is_object() {
-        return Err(bad(shared, "[{'type': 'model_attributes_type', 'loc': ('body',), 'msg': 'Input should be a valid dictionary or object to extract fields from'}]"));
-    }
-    match v.get("model") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(m)) if *m == shared.cfg.model => {}
-        Some(Value::String(m)) => {
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("The model `{m}` does not exist."),
-                shared.cfg.dialect.nested_errors(),
-            ))
-        }
-        Some(other) => return Err(type_error(shared, "model", "string", other)),
-    }
-    let (prompt_tokens, prompt_hash) = match api {
-        Api::Completions => prompt_of(shared, &v)?,
-        Api::Chat => messages_of(shared, &v)?,
-    };
-    let mut max_tokens_param = opt_u32(shared, &v, "max_tokens")?;
-    if api == Api::Chat {
-        if let Some(m) = opt_u32(shared, &v, "max_completion_tokens")? {
-            max_tokens_param = Some(m);
-        }
-    }
-    if let Some(0) = max_tokens_param {
-        return Err(bad(shared, "max_tokens must be at least 1, got 0."));
-    }
-    let n = opt_u32(shared, &v, "n")?.unwrap_or(1);
-    if n != 1 {
-        return Err(bad(
-            shared,
-            format!("mock-vllm supports n=1 only, got n={n}."),
-        ));
-    }
-    let stream = opt_bool(shared, &v, "stream")?;
-    let include_usage = match v.get("stream_options") {
-        None | Some(Value::Null) => false,
-        Some(o) if o.is_object() => {
-            if !stream {
-                return Err(bad(
-                    shared,
-                    "Stream options can only be defined when `stream=True`.",
-                ));
-            }
-            o.get("include_usage")
-                .and_then(Value::as_bool)
-                .unwrap_or(false)
-        }
-        Some(other) => return Err(type_error(shared, "stream_options", "dictionary", other)),
-    };
-    let max_len = shared.cfg.max_model_len;
-    if prompt_tokens >= max_len && max_tokens_param.is_none() || prompt_tokens > max_len {
-        return Err(bad(
-            shared,
-            format!("This model's maximum context length is {max_len} tokens. However, your request has {prompt_tokens} input tokens. Please reduce the length of the input messages."),
-        ));
-    }
-    let max_tokens = match (max_tokens_param, api) {
-        (Some(m), _) => m,
-        (None, Api::Completions) => 16,
-        (None, Api::Chat) => max_len - prompt_tokens,
-    };
-    if prompt_tokens as u64 + max_tokens as u64 > max_len as u64 {
-        return Err(bad(
-            shared,
-            format!(
-                "This model's maximum context length is {max_len} tokens. However, you requested {} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). Please reduce the length of the messages or completion.",
-                prompt_tokens as u64 + max_tokens as u64
-            ),
-        ));
-    }
-    let min_tokens = opt_u32(shared, &v, "min_tokens")?
-        .unwrap_or(0)
-        .min(max_tokens);
-    let ignore_eos = opt_bool(shared, &v, "ignore_eos")?;
-    Ok(Req {
-        prompt_tokens,
-        prompt_hash,
-        max_tokens_param,
-        max_tokens,
-        min_tokens,
-        ignore_eos,
-        stream,
-        include_usage,
-    })
 }
 
 /// A request in flight on an engine: holds the slot, records an abort if dropped
@@ -420,44 +179,21 @@ impl Plan {
     }
 }
 
-fn fire_fault<R>(shared: &Shared, mut pick: impl FnMut(&Fault) -> Option<R>) -> Option<R> {
-    let mut which = None;
-    let r = shared.faults.fire(|f| {
-        let r = pick(f);
-        if r.is_some() {
-            which = Some(f.clone());
-        }
-        r
-    });
-    if let Some(f) = which {
-        shared.events.emit("fault", json!({"fault": f}));
-    }
-    r
-}
-
 async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, ApiError> {
     let arrival = Instant::now();
     let nested = shared.cfg.dialect.nested_errors();
-    if shared.starting() {
+    if shared.starting(crate::clock::Now::read()) {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "The server is starting up.",
             nested,
         ));
     }
-    let bytes = axum::body::to_bytes(body, shared.cfg.max_body_bytes)
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "Request body too large or unreadable (limit {} bytes).",
-                    shared.cfg.max_body_bytes
-                ),
-                nested,
-            )
-        })?;
-    let req = parse(&shared, api, &bytes)?;
+    let bytes = match crate::body::read_capped(body, shared.cfg.max_body_bytes, nested).await {
+        Ok(b) => b,
+        Err(answer) => return Ok(answer),
+    };
+    let req = validate::parse(&shared.cfg, api, &bytes)?;
 
     let core = shared.core();
     let seq = core.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -475,7 +211,7 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
     let failing = if !armed {
         None
     } else {
-        fire_fault(&shared, |f| match f {
+        shared.fire(|f| match f {
             Fault::CompletionFail { fraction, status } if roll < *fraction => Some(*status),
             _ => None,
         })
@@ -527,16 +263,15 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
     };
 
     if armed
-        && fire_fault(&shared, |f| {
-            matches!(f, Fault::CompletionHang).then_some(())
-        })
-        .is_some()
+        && shared
+            .fire(|f| matches!(f, Fault::CompletionHang).then_some(()))
+            .is_some()
     {
         let _hold = inflight;
-        return Ok(crate::routes::hang().await);
+        return Ok(crate::faults::hang().await);
     }
     let drop_after = if armed {
-        fire_fault(&shared, |f| match f {
+        shared.fire(|f| match f {
             Fault::CompletionDrop { after_tokens } => Some(*after_tokens),
             _ => None,
         })

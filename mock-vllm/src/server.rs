@@ -1,5 +1,5 @@
-//! The running fake: its shared state, the handle ([`MockVllm`]) through which tests and
-//! scenarios script it, and the accept loop.
+//! The running fake: the handle ([`MockVllm`]) through which tests and scenarios script
+//! it, and the accept loop. The state it serves lives in [`crate::state`].
 //!
 //! We run our own accept loop (hyper's HTTP/1 connection driver, which is what vLLM's
 //! uvicorn speaks) instead of `axum::serve`, so that a crash can drop every connection,
@@ -8,99 +8,27 @@
 
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
-use bytes::Bytes;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use mock_kit::{Events, FaultRegistry, Shutdown};
-use rand::rngs::StdRng;
-use rand::SeedableRng;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::clock::Now;
 use crate::config::Config;
-use crate::engine::Engine;
 use crate::faults::Fault;
-use crate::metrics::epoch_secs;
-use crate::stats::{FinishReason, HttpStats};
+use crate::process::cpu_seconds;
+use crate::state::{Health, Shared};
 use crate::waveform::Waveform;
-
-/// What `/health` does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Health {
-    Up,
-    /// 503.
-    Down,
-    /// Never answers.
-    Hang,
-}
-
-impl Health {
-    fn code(self) -> u8 {
-        match self {
-            Health::Up => 0,
-            Health::Down => 1,
-            Health::Hang => 2,
-        }
-    }
-
-    fn from_code(c: u8) -> Self {
-        match c {
-            1 => Health::Down,
-            2 => Health::Hang,
-            _ => Health::Up,
-        }
-    }
-}
-
-/// Engine state that a restart throws away.
-pub(crate) struct Core {
-    pub engines: Vec<Arc<Engine>>,
-    pub http: Mutex<HttpStats>,
-    pub started: Instant,
-    /// Request sequence number: seeds each request's random choices.
-    pub seq: AtomicU64,
-}
-
-impl Core {
-    fn new(cfg: &Config) -> Arc<Self> {
-        let now = epoch_secs();
-        Arc::new(Core {
-            engines: (0..cfg.data_parallel)
-                .map(|i| Engine::new(i, cfg, now))
-                .collect(),
-            http: Mutex::new(HttpStats::new(now)),
-            started: Instant::now(),
-            seq: AtomicU64::new(0),
-        })
-    }
-
-    /// The least loaded engine (vLLM's data-parallel balancing), round-robin on ties.
-    pub fn pick_engine(&self) -> Option<&Arc<Engine>> {
-        let n = self.engines.len().max(1);
-        let turn = self.seq.load(Ordering::Relaxed) as usize % n;
-        self.engines
-            .iter()
-            .min_by_key(|e| (e.load(), (e.index + n - turn) % n))
-    }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
 
 struct Running {
     stop: Shutdown,
@@ -108,57 +36,14 @@ struct Running {
     join: JoinHandle<()>,
 }
 
-/// State shared by the handle and every handler.
-pub(crate) struct Shared {
-    pub cfg: Config,
-    pub events: Events,
-    pub faults: FaultRegistry<Fault>,
-    health: AtomicU8,
-    core: RwLock<Arc<Core>>,
-    pub overrides: Mutex<Vec<(String, Waveform, Instant)>>,
-    /// The frozen page while `metrics_stale` is armed.
-    pub stale: Mutex<Option<Bytes>>,
-    /// Seeded randomness for faults (fractions, garbage positions).
-    pub rng: Mutex<StdRng>,
-    /// What the process families report as a fresh start: (start time, CPU seconds
-    /// already spent before it). Moves on restart and counter reset.
-    pub process_epoch: Mutex<(f64, f64)>,
-    addr: SocketAddr,
-    server: tokio::sync::Mutex<Option<Running>>,
-    listening: AtomicBool,
-    /// Stops background tasks (`/_mock/crash` restarts) when the handle stops.
-    pub stopped: Shutdown,
-}
-
-impl Shared {
-    pub fn core(&self) -> Arc<Core> {
-        match self.core.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
-    }
-
-    fn set_core(&self, core: Arc<Core>) {
-        match self.core.write() {
-            Ok(mut g) => *g = core,
-            Err(p) => *p.into_inner() = core,
-        }
-    }
-
-    pub fn health(&self) -> Health {
-        Health::from_code(self.health.load(Ordering::Relaxed))
-    }
-
-    /// Still inside the startup delay of the current (re)start.
-    pub fn starting(&self) -> bool {
-        self.core().started.elapsed() < self.cfg.startup_delay
-    }
-}
+/// The accept loop of the current (re)start, if any.
+type Serving = tokio::sync::Mutex<Option<Running>>;
 
 /// Handle to a running fake vLLM. Cheap to clone; every clone controls the same server.
 #[derive(Clone)]
 pub struct MockVllm {
     shared: Arc<Shared>,
+    serving: Arc<Serving>,
 }
 
 impl std::fmt::Debug for MockVllm {
@@ -176,22 +61,18 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockVllm> 
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let listener = bind(config.listen)?;
     let addr = listener.local_addr()?;
-    let shared = Arc::new(Shared {
-        core: RwLock::new(Core::new(&config)),
-        rng: Mutex::new(StdRng::seed_from_u64(config.seed ^ 0x5eed_fa17)),
-        cfg: config,
-        events,
-        faults: FaultRegistry::new(),
-        health: AtomicU8::new(0),
-        overrides: Mutex::new(Vec::new()),
-        stale: Mutex::new(None),
-        process_epoch: Mutex::new((epoch_secs(), 0.0)),
-        addr,
-        server: tokio::sync::Mutex::new(None),
-        listening: AtomicBool::new(false),
-        stopped: Shutdown::new(),
-    });
-    let handle = MockVllm { shared };
+    let handle = MockVllm {
+        shared: Arc::new(Shared::new(config, events, addr, Now::read())),
+        serving: Arc::new(tokio::sync::Mutex::new(None)),
+    };
+    let (shared, serving) = (
+        Arc::downgrade(&handle.shared),
+        Arc::downgrade(&handle.serving),
+    );
+    let _ = handle
+        .shared
+        .crash_hook
+        .set(Box::new(move |after| crash_soon(&shared, &serving, after)));
     handle.serve_on(listener).await;
     handle.shared.events.emit(
         "state",
@@ -200,11 +81,32 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockVllm> 
     Ok(handle)
 }
 
-impl MockVllm {
-    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
-        MockVllm { shared }
-    }
+/// `/_mock/crash`: crash 20 ms from now (so its answer gets out), restart
+/// `restart_after` later if given; both dropped if the handle stops first.
+fn crash_soon(shared: &Weak<Shared>, serving: &Weak<Serving>, restart_after: Option<Duration>) {
+    let (Some(shared), Some(serving)) = (shared.upgrade(), serving.upgrade()) else {
+        return;
+    };
+    let stopped = shared.stopped.clone();
+    let h = MockVllm { shared, serving };
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = stopped.wait() => {}
+            _ = async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                h.crash().await;
+                if let Some(d) = restart_after {
+                    tokio::time::sleep(d).await;
+                    if let Err(e) = h.restart().await {
+                        tracing::error!(error = %e, "mock-vllm: restart after crash failed");
+                    }
+                }
+            } => {}
+        }
+    });
+}
 
+impl MockVllm {
     pub fn addr(&self) -> SocketAddr {
         self.shared.addr
     }
@@ -224,18 +126,18 @@ impl MockVllm {
     }
 
     async fn serve_on(&self, listener: TcpListener) {
-        let mut server = self.shared.server.lock().await;
+        let mut serving = self.serving.lock().await;
         let stop = Shutdown::new();
         let crash = Arc::new(AtomicBool::new(false));
         let router = crate::routes::router(self.shared.clone());
         let join = tokio::spawn(accept_loop(listener, router, stop.clone(), crash.clone()));
-        *server = Some(Running { stop, crash, join });
+        *serving = Some(Running { stop, crash, join });
         self.shared.listening.store(true, Ordering::Relaxed);
     }
 
     async fn take_down(&self, reset: bool) -> bool {
-        let mut server = self.shared.server.lock().await;
-        let Some(run) = server.take() else {
+        let mut serving = self.serving.lock().await;
+        let Some(run) = serving.take() else {
             return false;
         };
         run.crash.store(reset, Ordering::Relaxed);
@@ -268,9 +170,7 @@ impl MockVllm {
     /// empty, startup delay again). Crashes first if still running.
     pub async fn restart(&self) -> std::io::Result<()> {
         self.take_down(true).await;
-        self.shared.set_core(Core::new(&self.shared.cfg));
-        *lock(&self.shared.process_epoch) = (epoch_secs(), crate::metrics::cpu_seconds());
-        lock(&self.shared.stale).take();
+        self.shared.fresh_start(Now::read(), cpu_seconds());
         let mut last = None;
         for _ in 0..50 {
             match bind(self.shared.addr) {
@@ -292,10 +192,7 @@ impl MockVllm {
     }
 
     pub fn set_health(&self, h: Health) {
-        let old = self.shared.health.swap(h.code(), Ordering::Relaxed);
-        if old != h.code() {
-            self.shared.events.emit("health", json!({"mode": h}));
-        }
+        self.shared.set_health(h);
     }
 
     pub fn health(&self) -> Health {
@@ -309,91 +206,27 @@ impl MockVllm {
     /// As after a vLLM restart: every counter and histogram back to 0 (and new
     /// `_created` times); queues and running requests are untouched.
     pub fn counter_reset(&self) {
-        let core = self.shared.core();
-        let now = epoch_secs();
-        for e in &core.engines {
-            let mut s = e.stats();
-            let buckets = crate::stats::Buckets::for_dialect(
-                self.shared.cfg.dialect,
-                self.shared.cfg.max_model_len,
-            );
-            *s = crate::stats::EngineStats::new(&buckets, now);
-        }
-        *lock(&core.http) = HttpStats::new(now);
-        *lock(&self.shared.process_epoch) = (now, crate::metrics::cpu_seconds());
-        self.shared
-            .events
-            .emit("state", json!({"state": "counter_reset"}));
+        self.shared.counter_reset(Now::read(), cpu_seconds());
     }
 
     /// Report `wave` instead of the measured value for gauge family `name` (every label
     /// set), e.g. `vllm:num_requests_waiting`.
     pub fn override_gauge(&self, name: &str, wave: Waveform) {
-        let mut o = lock(&self.shared.overrides);
-        o.retain(|(n, _, _)| n != name);
-        o.push((name.to_string(), wave, Instant::now()));
+        self.shared.override_gauge(name, wave, Now::read());
     }
 
     pub fn clear_overrides(&self) {
-        lock(&self.shared.overrides).clear();
+        self.shared.clear_overrides();
     }
 
     /// Everything back to normal: health up, faults and overrides cleared, fresh counters.
     pub fn reset(&self) {
-        self.set_health(Health::Up);
-        self.shared.faults.clear();
-        self.clear_overrides();
-        lock(&self.shared.stale).take();
-        self.counter_reset();
+        self.shared.reset(Now::read(), cpu_seconds());
     }
 
     /// Per engine: queue, running, KV usage and counters; plus health and faults.
     pub fn state(&self) -> serde_json::Value {
-        let core = self.shared.core();
-        let engines: Vec<_> = core
-            .engines
-            .iter()
-            .map(|e| {
-                let (running, waiting, kv_used) = e.snapshot();
-                let s = e.stats().clone();
-                let mut success = serde_json::Map::new();
-                for r in FinishReason::ALL {
-                    success.insert(r.as_str().into(), json!(s.success[r as usize] as u64));
-                }
-                json!({
-                    "engine": e.index,
-                    "running": running,
-                    "waiting": waiting,
-                    "kv_used_tokens": kv_used,
-                    "kv_capacity_tokens": e.kv_capacity(),
-                    "kv_usage": kv_used as f64 / e.kv_capacity() as f64,
-                    "counters": {
-                        "prompt_tokens": s.prompt_tokens as u64,
-                        "generation_tokens": s.generation_tokens as u64,
-                        "request_success": success,
-                        "requests_finished": s.h_e2e.count,
-                        "rejected": s.rejected,
-                        "prefix_cache_queries": s.prefix_queries as u64,
-                        "prefix_cache_hits": s.prefix_hits as u64,
-                    },
-                })
-            })
-            .collect();
-        let overrides: Vec<_> = lock(&self.shared.overrides)
-            .iter()
-            .map(|(n, w, _)| json!({"name": n, "waveform": w}))
-            .collect();
-        json!({
-            "model": self.shared.cfg.model,
-            "dialect": self.shared.cfg.dialect.as_str(),
-            "listening": self.is_listening(),
-            "health": self.health(),
-            "starting": self.shared.starting(),
-            "uptime_ms": core.started.elapsed().as_millis() as u64,
-            "engines": engines,
-            "faults": self.shared.faults.list(),
-            "overrides": overrides,
-        })
+        self.shared.state_json(Now::read())
     }
 }
 

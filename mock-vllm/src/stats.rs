@@ -313,6 +313,17 @@ pub struct HandlerStats {
     pub duration: Hist,
 }
 
+/// One answered HTTP request, as the instrumentation sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Exchange<'a> {
+    pub handler: &'a str,
+    pub method: &'a str,
+    pub status: u16,
+    pub req_bytes: u64,
+    pub resp_bytes: u64,
+    pub secs: f64,
+}
+
 /// The `http_*` families, children in first-seen order as prometheus_client keeps them.
 #[derive(Clone, Debug)]
 pub struct HttpStats {
@@ -339,15 +350,16 @@ impl HttpStats {
         }
     }
 
-    pub fn record(
-        &mut self,
-        handler: &str,
-        method: &str,
-        status: u16,
-        req_bytes: u64,
-        resp_bytes: u64,
-        secs: f64,
-    ) {
+    /// Count one answered request; a new label set is created at `now_epoch`.
+    pub fn record(&mut self, x: &Exchange, now_epoch: f64) {
+        let Exchange {
+            handler,
+            method,
+            status,
+            req_bytes,
+            resp_bytes,
+            secs,
+        } = *x;
         let group = match status / 100 {
             1 => "1xx",
             2 => "2xx",
@@ -364,7 +376,7 @@ impl HttpStats {
             None => self.requests.push((
                 (handler.into(), method.into(), group.into()),
                 1.0,
-                crate::metrics::epoch_secs(),
+                now_epoch,
             )),
         }
         let idx = match self
@@ -377,7 +389,7 @@ impl HttpStats {
                 self.handlers.push(HandlerStats {
                     handler: handler.into(),
                     method: method.into(),
-                    created: crate::metrics::epoch_secs(),
+                    created: now_epoch,
                     request_bytes: (0.0, 0.0),
                     response_bytes: (0.0, 0.0),
                     duration: Hist::new(FEW.as_slice().into()),

@@ -60,3 +60,45 @@ fn bad_flags_exit_2_with_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
 }
+
+/// `--metrics-dialect compact` serves the compact page.
+#[test]
+fn compact_dialect_from_the_command_line() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mock-vllm"))
+        .args(["--listen", "127.0.0.1:0", "--metrics-dialect", "compact"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .map(str::to_string);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let page = rt.block_on(async {
+        let c = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let url = format!("http://{}/metrics", addr.as_deref().unwrap_or("?"));
+        c.get(url).send().await.unwrap().text().await.unwrap()
+    });
+    child.kill().unwrap();
+    let _ = child.wait();
+    let types: Vec<&str> = page.lines().filter(|l| l.starts_with("# TYPE")).collect();
+    assert_eq!(
+        types,
+        [
+            "# TYPE vllm:num_requests_waiting gauge",
+            "# TYPE vllm:kv_cache_usage_perc gauge",
+            "# TYPE vllm:time_to_first_token_seconds histogram",
+            "# TYPE vllm:time_to_first_token_seconds_created gauge",
+            "# TYPE vllm:inter_token_latency_seconds histogram",
+            "# TYPE vllm:inter_token_latency_seconds_created gauge",
+        ]
+    );
+}

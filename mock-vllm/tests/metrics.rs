@@ -152,6 +152,63 @@ async fn openmetrics_passes_the_strict_parser() {
     assert!(out.contains("vllm:num_requests_waiting gauge"));
     assert!(out.contains("vllm:request_success counter"));
     assert!(out.contains("vllm:time_to_first_token_seconds histogram"));
+    // The whole v0.11 registry, as prometheus_client's OpenMetrics writer has it.
+    for family in [
+        "process_cpu_seconds counter",
+        "process_resident_memory_bytes gauge",
+        "python_gc_collections counter",
+        "http_requests counter",
+        "http_request_duration_seconds histogram",
+    ] {
+        assert!(out.contains(family), "{family}");
+    }
+    let (text_page, _) = page_after_traffic(Dialect::V0_11, 1).await;
+    let text_families = python(FAMILIES_TEXT, &text_page).unwrap().unwrap();
+    let without_created: Vec<&str> = text_families
+        .lines()
+        .filter(|l| !l.contains("_created "))
+        .collect();
+    assert_eq!(out.lines().collect::<Vec<_>>(), without_created);
+    // `_created` right after each child's own samples, counts written as floats.
+    assert!(page
+        .contains("vllm:time_to_first_token_seconds_sum{engine=\"0\",model_name=\"mock-model\"} "));
+    let lines: Vec<&str> = page.lines().collect();
+    let sum_at = lines
+        .iter()
+        .position(|l| l.starts_with("vllm:time_to_first_token_seconds_sum{"))
+        .unwrap();
+    assert!(lines[sum_at + 1].starts_with("vllm:time_to_first_token_seconds_created{engine=\"0\""));
+    assert!(page.contains("vllm:request_success_total{engine=\"0\",finished_reason=\"length\",model_name=\"mock-model\"} 2.0\n"));
+    assert!(page.contains(
+        "vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"mock-model\"} 2.0\n"
+    ));
+}
+
+/// Each page is what prometheus_client itself would write: parsed and written back by
+/// the real library (its parser and writer of that format), it comes back unchanged.
+#[tokio::test]
+async fn pages_survive_a_prometheus_client_round_trip() {
+    for (dialect, script) in [
+        (Dialect::V0, ROUNDTRIP_TEXT),
+        (Dialect::V0_10, ROUNDTRIP_TEXT),
+        (Dialect::V0_11, ROUNDTRIP_TEXT),
+        (Dialect::OpenMetrics, ROUNDTRIP_OPENMETRICS),
+        (Dialect::Compact, ROUNDTRIP_TEXT),
+    ] {
+        let engines = if dialect == Dialect::V0 { 1 } else { 2 };
+        let (page, _) = page_after_traffic(dialect, engines).await;
+        let Some(back) = python(script, &page) else {
+            return;
+        };
+        let back = back.unwrap_or_else(|e| panic!("{dialect}: {e}"));
+        let (ours, theirs) = (new_exponents(&page), new_exponents(&back));
+        for (i, (a, b)) in ours.lines().zip(theirs.lines()).enumerate() {
+            // The text parser drops a help text's trailing space (the instrumentator's
+            // help texts end in one, on the real page too).
+            assert_eq!(a.trim_end(), b.trim_end(), "{dialect}: line {}", i + 1);
+        }
+        assert_eq!(ours.lines().count(), theirs.lines().count(), "{dialect}");
+    }
 }
 
 #[tokio::test]
@@ -233,4 +290,69 @@ async fn counter_reset_zeroes_counters_and_moves_created() {
         start(&after)
     );
     server.stop().await;
+}
+
+/// The lines of `families` on a text page, sample values cut off.
+fn shape(page: &str, families: &[&str]) -> Vec<String> {
+    let ours = |name: &str| {
+        families
+            .iter()
+            .any(|f| name == *f || name.strip_prefix(f).is_some_and(|r| r.starts_with('_')))
+    };
+    page.lines()
+        .filter(|l| {
+            let name = match l.strip_prefix("# ") {
+                Some(c) => c.split(' ').nth(1).unwrap_or(""),
+                None => l.split(['{', ' ']).next().unwrap_or(""),
+            };
+            ours(name)
+        })
+        .map(|l| match l.starts_with('#') {
+            true => l.to_string(),
+            false => l.rsplit_once(' ').unwrap().0.to_string(),
+        })
+        .collect()
+}
+
+/// The compact page is the sidecar's four families of a v0.11 page, line for line, and
+/// nothing else; prometheus_client's parser reads it.
+#[tokio::test]
+async fn compact_has_only_what_the_sidecar_reads() {
+    const READ: [&str; 4] = [
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds",
+    ];
+    let (page, ct) = page_after_traffic(Dialect::Compact, 2).await;
+    assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8");
+    let (full, _) = page_after_traffic(Dialect::V0_11, 2).await;
+    assert_eq!(shape(&page, &READ), shape(&full, &READ));
+    assert_eq!(shape(&page, &READ).len(), page.lines().count(), "{page}");
+    eprintln!(
+        "compact {} bytes, v0.11 {} bytes (2 engines)",
+        page.len(),
+        full.len()
+    );
+    assert_eq!(
+        sample_sum(&page, "vllm:time_to_first_token_seconds_count"),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample_sum(&page, "vllm:inter_token_latency_seconds_count"),
+        Some(6.0)
+    );
+    assert!(page.contains("# TYPE vllm:inter_token_latency_seconds_created gauge\n"));
+    let Some(out) = python(FAMILIES_TEXT, &page) else {
+        return;
+    };
+    assert_eq!(
+        out.unwrap(),
+        "vllm:inter_token_latency_seconds histogram\n\
+         vllm:inter_token_latency_seconds_created gauge\n\
+         vllm:kv_cache_usage_perc gauge\n\
+         vllm:num_requests_waiting gauge\n\
+         vllm:time_to_first_token_seconds histogram\n\
+         vllm:time_to_first_token_seconds_created gauge\n"
+    );
 }

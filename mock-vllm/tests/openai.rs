@@ -232,3 +232,104 @@ async fn newer_dialects_nest_errors() {
     assert_eq!(v["error"]["code"], 400);
     s.stop().await;
 }
+
+/// `SamplingParams` words the value it received, whatever it is.
+#[tokio::test]
+async fn sampling_errors_quote_the_value_sent() {
+    let s = start(Config::default()).await;
+    let url = s.url();
+    for (body, message) in [
+        (
+            r#"{"prompt": "a", "max_tokens": -1}"#,
+            "max_tokens must be at least 1, got -1.",
+        ),
+        (
+            r#"{"prompt": "a", "max_tokens": 0}"#,
+            "max_tokens must be at least 1, got 0.",
+        ),
+        (
+            r#"{"prompt": "a", "n": -1}"#,
+            "n must be at least 1, got -1.",
+        ),
+        (r#"{"prompt": "a", "n": 0}"#, "n must be at least 1, got 0."),
+        (
+            r#"{"prompt": "a", "min_tokens": -2}"#,
+            "min_tokens must be greater than or equal to 0, got -2.",
+        ),
+    ] {
+        let (status, v) = error_of(&url, "/v1/completions", body).await;
+        assert_eq!(
+            (status, v["message"].as_str()),
+            (400, Some(message)),
+            "{body}"
+        );
+    }
+    let (status, v) = error_of(
+        &url,
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": -7}"#,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(v["message"], "max_tokens must be at least 1, got -7.");
+    s.stop().await;
+}
+
+/// vLLM counts an empty model name as the served model.
+#[tokio::test]
+async fn an_empty_model_name_is_the_served_model() {
+    let s = start(Config::default()).await;
+    let r = complete(
+        &s.url(),
+        json!({"model": "", "prompt": "a", "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["model"], "mock-model");
+    assert_eq!(v["usage"]["completion_tokens"], 2);
+    s.stop().await;
+}
+
+/// Send raw bytes, read until the server closes (or 5 s), answer what came back.
+async fn raw_exchange(addr: std::net::SocketAddr, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(request).await.unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        conn.read_to_end(&mut got),
+    )
+    .await;
+    assert!(read.is_ok(), "the server kept the connection open");
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// A chunked body with a chunk-size line that is not hex: uvicorn (vLLM) answers 400
+/// and closes; the size cap (413) is for bodies that are well-formed but too big.
+#[tokio::test]
+async fn a_bad_chunk_size_is_a_bad_request() {
+    let s = start(Config::default()).await;
+    let answer = raw_exchange(
+        s.addr(),
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+          transfer-encoding: chunked\r\n\r\nzz\r\n{\"prompt\": \"a\"}\r\n0\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert!(
+        answer.ends_with("Invalid HTTP request received."),
+        "{answer}"
+    );
+    // A well-formed chunked body still goes through.
+    let answer = raw_exchange(
+        s.addr(),
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+          transfer-encoding: chunked\r\nconnection: close\r\n\r\n\
+          20\r\n{\"prompt\": \"a\", \"max_tokens\": 1}\r\n0\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    s.stop().await;
+}

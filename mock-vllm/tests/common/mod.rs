@@ -118,6 +118,59 @@ fams = list(text_string_to_metric_families(sys.stdin.read()))
 print("\n".join(sorted(f.name + " " + f.type for f in fams)))
 "#;
 
+/// Parse the page with prometheus_client's OpenMetrics parser and write the families
+/// back with its own OpenMetrics writer (names as they are: `allow-utf-8` escaping where
+/// the version has it). A page written as prometheus_client writes it comes back whole.
+pub const ROUNDTRIP_OPENMETRICS: &str = r#"
+import sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+from prometheus_client.openmetrics import exposition
+fams = list(text_string_to_metric_families(sys.stdin.read()))
+class Fams:
+    def collect(self):
+        return fams
+try:
+    out = exposition.generate_latest(Fams(), escaping="allow-utf-8")
+except TypeError:
+    out = exposition.generate_latest(Fams())
+sys.stdout.write(out.decode())
+"#;
+
+/// The same through the Prometheus text parser and writer (format 0.0.4).
+pub const ROUNDTRIP_TEXT: &str = r#"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import exposition
+fams = list(text_string_to_metric_families(sys.stdin.read()))
+class Fams:
+    def collect(self):
+        return fams
+try:
+    out = exposition.generate_latest(Fams(), escaping="allow-utf-8")
+except TypeError:
+    out = exposition.generate_latest(Fams())
+sys.stdout.write(out.decode())
+"#;
+
+/// prometheus_client before 0.2x wrote exponents of 10 and more as `e+010`
+/// (`{dot - 1}` after a literal 0), as on the real 0.10 page; newer ones write `e+10`.
+/// Rewrite the old form so pages of either version compare.
+pub fn new_exponents(page: &str) -> String {
+    let mut out = String::with_capacity(page.len());
+    let mut rest = page;
+    while let Some(at) = rest.find("e+0") {
+        let after = &rest[at + 3..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        out.push_str(&rest[..at + 2]);
+        if digits < 2 {
+            out.push('0');
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
 pub async fn complete(url: &str, body: serde_json::Value) -> reqwest::Response {
     client()
         .post(format!("{url}/v1/completions"))
