@@ -2,8 +2,37 @@
 //!
 //! Compared in constant time so an attacker cannot learn it byte by byte from answer
 //! timings, and never logged or shown (state views say only whether one is set).
+//!
+//! A header sent more than once is read as the real master's HTTP server (brpc) reads
+//! it: the values joined by `,`. Two copies of the right token are then `tok,tok`, which
+//! matches nothing: an ambiguous header is refused (401), never resolved by picking one.
 
+use std::borrow::Cow;
 use std::sync::{Arc, RwLock};
+
+use axum::http::HeaderMap;
+
+/// The header the master checks.
+pub const HEADER: &str = "x-internal-token";
+
+/// What the request presents as its token: `None` without the header; one value as
+/// is; several joined the way brpc joins a repeated header (a `,` before each value
+/// unless what came before is empty).
+pub fn presented(headers: &HeaderMap) -> Option<Cow<'_, [u8]>> {
+    let mut values = headers.get_all(HEADER).iter().map(|v| v.as_bytes());
+    let first = values.next()?;
+    let Some(second) = values.next() else {
+        return Some(Cow::Borrowed(first));
+    };
+    let mut joined = first.to_vec();
+    for v in std::iter::once(second).chain(values) {
+        if !joined.is_empty() {
+            joined.push(b',');
+        }
+        joined.extend_from_slice(v);
+    }
+    Some(Cow::Owned(joined))
+}
 
 /// The current token; `None` means heartbeats are not checked at all.
 #[derive(Clone, Default)]
@@ -80,6 +109,24 @@ mod tests {
         assert!(!constant_time_eq(b"abc", b"ab"));
         assert!(!constant_time_eq(b"", b"\0"));
         assert!(constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn repeated_headers_are_joined_as_brpc_does() {
+        use axum::http::HeaderValue;
+        let mut h = HeaderMap::new();
+        assert_eq!(presented(&h), None);
+        h.append(HEADER, HeaderValue::from_static("tok"));
+        assert_eq!(presented(&h).as_deref(), Some(&b"tok"[..]));
+        h.append(HEADER, HeaderValue::from_static("tok"));
+        assert_eq!(presented(&h).as_deref(), Some(&b"tok,tok"[..]));
+        let t = Token::new(Some("tok".into()));
+        assert!(!t.admits(presented(&h).as_deref()));
+        let mut h = HeaderMap::new();
+        h.append(HEADER, HeaderValue::from_static(""));
+        h.append(HEADER, HeaderValue::from_static("tok"));
+        h.append(HEADER, HeaderValue::from_static(""));
+        assert_eq!(presented(&h).as_deref(), Some(&b"tok,"[..]));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! `POST /v1/internal/heartbeat` (contract §3): the checks in the master's order.
 //!
-//! token (401) → body size (413) → protobuf-JSON body (400) → name (400) → known name
+//! token (401; a repeated header is joined with `,` as brpc joins it, so two copies
+//! never pass) →
+//! body size (413) → protobuf-JSON body (400) → name (400) → known name
 //! and tracked incarnation (409) → 200 and the metrics are stored. Armed faults (a
 //! chosen status, added latency) act before all of that.
 
@@ -12,32 +14,13 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::control::Fault;
-use crate::pbjson::HeartbeatRequest;
-use crate::registry::Beat;
-use crate::server::AppState;
-
-pub const INVALID_TOKEN: &str = r#"{"error":"invalid internal token"}"#;
-pub const INVALID_JSON: &str = r#"{"error":"invalid heartbeat json"}"#;
-pub const MISSING_NAME: &str = r#"{"error":"missing instance name"}"#;
-pub const NOT_REGISTERED: &str = r#"{"error":"instance not registered or stale incarnation"}"#;
-pub const TOO_LARGE: &str = r#"{"error":"heartbeat body too large"}"#;
-pub const OK: &str = r#"{"ok":true}"#;
+use crate::beat::{self, Answer};
+use crate::body::{self, BodyError};
+use crate::fault::Fault;
+use crate::state::AppState;
 
 fn answer(status: StatusCode, body: &'static str) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-/// The body a real master would send with `status` (so an injected 409 looks real).
-fn body_for(status: u16) -> &'static str {
-    match status {
-        200 => OK,
-        400 => INVALID_JSON,
-        401 => INVALID_TOKEN,
-        409 => NOT_REGISTERED,
-        413 => TOO_LARGE,
-        _ => r#"{"error":"injected fault"}"#,
-    }
 }
 
 pub async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
@@ -59,7 +42,7 @@ pub async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Body) -
         s.count_heartbeat(code.as_u16());
         s.events
             .emit("heartbeat", json!({"status": code.as_u16(), "fault": true}));
-        return answer(code, body_for(code.as_u16()));
+        return answer(code, beat::body_for(code.as_u16()));
     }
     let (status, body, name, detail) = check(&s, &headers, body).await;
     s.count_heartbeat(status.as_u16());
@@ -75,45 +58,41 @@ pub async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Body) -
 
 type Detail = Option<serde_json::Map<String, serde_json::Value>>;
 
+fn code(a: Answer) -> StatusCode {
+    StatusCode::from_u16(a.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
 /// The heartbeat proper: answers the status, the name (if read) and event detail.
 async fn check(
     s: &AppState,
     headers: &HeaderMap,
     body: Body,
 ) -> (StatusCode, &'static str, Option<String>, Detail) {
-    let presented = headers.get("x-internal-token").map(|v| v.as_bytes());
-    if !s.token.admits(presented) {
-        return (StatusCode::UNAUTHORIZED, INVALID_TOKEN, None, None);
+    let refuse = |a: Answer| (code(a), a.body(), None, None);
+    if !s.token.admits(crate::auth::presented(headers).as_deref()) {
+        return refuse(Answer::InvalidToken);
     }
     let cap = s.config.max_body_bytes;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > cap as u64) {
-        return (StatusCode::PAYLOAD_TOO_LARGE, TOO_LARGE, None, None);
+    if body::declares_more_than(headers, cap) {
+        return refuse(Answer::TooLarge);
     }
-    let bytes = match crate::server::read_body(body, cap).await {
+    let bytes = match body::read_capped(body, cap).await {
         Ok(b) => b,
-        Err(true) => return (StatusCode::PAYLOAD_TOO_LARGE, TOO_LARGE, None, None),
-        Err(false) => return (StatusCode::BAD_REQUEST, INVALID_JSON, None, None),
+        Err(BodyError::TooLarge) => return refuse(Answer::TooLarge),
+        Err(BodyError::Unreadable) => return refuse(Answer::InvalidJson),
     };
-    let Ok(req) = HeartbeatRequest::from_json(&bytes) else {
-        return (StatusCode::BAD_REQUEST, INVALID_JSON, None, None);
+    let req = match beat::read_request(&bytes) {
+        Ok(r) => r,
+        Err(a) => return refuse(a),
     };
-    if req.name.is_empty() {
-        return (StatusCode::BAD_REQUEST, MISSING_NAME, None, None);
-    }
-    let beat = s.registry.heartbeat(
+    let verdict = s.registry.heartbeat(
         &req.name,
         &req.incarnation_id,
         req.load_metrics,
         req.latency_metrics,
     );
-    let (status, body) = match beat {
-        Beat::Accepted => (StatusCode::OK, OK),
-        Beat::Rejected => (StatusCode::CONFLICT, NOT_REGISTERED),
-    };
+    let a = Answer::of(verdict);
+    let (status, body) = (code(a), a.body());
     let detail = s.events.enabled().then(|| {
         let mut m = serde_json::Map::new();
         m.insert("incarnation".into(), json!(req.incarnation_id));
@@ -123,7 +102,7 @@ async fn check(
         );
         m.insert(
             "gpu_cache_usage_perc".into(),
-            json!(req.load_metrics.gpu_cache_usage_perc),
+            crate::pbjson::float_json(req.load_metrics.gpu_cache_usage_perc),
         );
         m.insert(
             "recent_max_ttft".into(),

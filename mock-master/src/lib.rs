@@ -8,21 +8,40 @@
 //!
 //! - [`etcd`]: a small v3 JSON gateway client (range, put, delete, streaming watch):
 //!   [`etcd::EtcdClient::watch`].
+//! - [`follow`]: the rules of following etcd, without I/O (new events, revision reset,
+//!   compaction, what a key means): [`follow::Cursor::on_response`].
 //! - [`watch`]: range + watch + resume-from-revision + re-list, feeding the registry:
 //!   [`watch::Watcher::run`].
-//! - [`registry`]: the instance state machine (ACTIVE, LEASE_LOST, SUSPECT,
-//!   deregistered), pure and I/O-free: [`registry::Registry::apply_put`].
+//! - [`instances`]: the instance state machine (ACTIVE, LEASE_LOST, SUSPECT,
+//!   deregistered), clock-free and I/O-free, time as an argument:
+//!   [`instances::Instances::apply_put`].
+//! - [`registry`]: that table under a lock and a real clock, its decisions reported as
+//!   events and metrics: [`registry::Registry::apply_put`].
 //! - [`probe`]: the `/health` probe a DELETE triggers: [`probe::Prober::healthy`].
 //! - [`pbjson`]: the heartbeat body under protobuf's JSON rules:
 //!   [`pbjson::HeartbeatRequest::from_json`].
 //! - [`auth`]: the rotatable internal token, compared in constant time: [`auth::Token`].
-//! - [`heartbeat`]: `POST /v1/internal/heartbeat`: [`heartbeat::handle`].
+//! - [`body`]: the one capped request-body reader and the oversize guard:
+//!   [`body::read_capped`].
+//! - [`beat`]: the heartbeat table (answers, body checks, 409), without I/O:
+//!   [`beat::read_request`].
+//! - [`heartbeat`]: `POST /v1/internal/heartbeat`, the HTTP shell: [`heartbeat::handle`].
+//! - [`publish`]: what a LOADMETRICS round writes, decided without I/O:
+//!   [`publish::plan`].
 //! - [`loadmetrics`]: the periodic `XLLM:LOADMETRICS:` publisher: [`loadmetrics::run`].
-//! - [`routing`]: `/v1/models` and the completions proxy: [`routing::pick`].
+//! - [`pick`]: which routable instance a request goes to, without I/O: [`pick::pick`].
+//! - [`routing`]: `/v1/models` and the completions proxy: [`routing::routes`].
 //! - [`metrics`]: the master's own Prometheus metrics: [`metrics::Metrics`].
-//! - [`control`]: the `/_mock/` control API and the [`Fault`] type.
-//! - [`server`]: shared state, the error type and the router: [`server::router`].
-//! - This file: [`Config`], [`start`] and the [`MockMaster`] handle.
+//! - [`fault`]: the [`Fault`] type and its streaming `POST /_mock/faults` decoder:
+//!   [`fault::FaultPost`].
+//! - [`control`]: the `/_mock/` control API: [`control::routes`].
+//! - [`views`]: `GET /v1/internal/instances` and `GET /metrics`: [`views::instances`].
+//! - [`error`]: the handlers' error type: [`error::ApiError`].
+//! - [`state`]: what handlers and tasks share, and the control operations:
+//!   [`state::Shared`].
+//! - [`server`]: the router, wiring only: [`server::router`].
+//! - [`config`]: [`Config`] and [`normalize_namespace`].
+//! - This file: [`start`] and the [`MockMaster`] handle.
 //!
 //! # Restart
 //!
@@ -41,16 +60,27 @@
 //! over, [`watch::Watcher`] notices the lower header revision, re-lists and re-watches.
 
 pub mod auth;
+pub mod beat;
+pub mod body;
+pub mod config;
 pub mod control;
+pub mod error;
 pub mod etcd;
+pub mod fault;
+pub mod follow;
 pub mod heartbeat;
+pub mod instances;
 pub mod loadmetrics;
 pub mod metrics;
 pub mod pbjson;
+pub mod pick;
 pub mod probe;
+pub mod publish;
 pub mod registry;
 pub mod routing;
 pub mod server;
+pub mod state;
+pub mod views;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -63,103 +93,12 @@ use mock_kit::{Events, FaultRegistry, Shutdown};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
-pub use control::Fault;
+pub use fault::Fault;
 pub use pbjson::{HeartbeatRequest, LatencyMetrics, LoadMetrics};
 pub use registry::{InstanceState, InstanceView};
 
-use server::{AppState, Shared};
-
-/// Everything the master can be configured with. `Default` holds the real master's
-/// defaults. `Debug` shows whether a token is set, never the token.
-#[derive(Clone)]
-pub struct Config {
-    pub listen: SocketAddr,
-    pub etcd_endpoints: Vec<String>,
-    /// Normalized by [`start`] (contract §1): `foo` -> `/foo/`, `///` -> ``.
-    pub etcd_namespace: String,
-    /// `X-Internal-Token` heartbeats must carry; `None` (or empty) checks nothing.
-    pub token: Option<String>,
-    pub probe_attempts: u32,
-    pub probe_timeout: Duration,
-    pub probe_interval: Duration,
-    /// LEASE_LOST without a heartbeat this long: SUSPECT.
-    pub lease_lost_timeout: Duration,
-    /// SUSPECT this long: deregistered.
-    pub suspect_window: Duration,
-    pub publish_interval: Duration,
-    /// Serve the `/_mock/` control API.
-    pub control: bool,
-    /// Largest request body read (heartbeats and proxied requests); beyond it, 413.
-    pub max_body_bytes: usize,
-    /// Timeout of each etcd range/put/delete call (and of opening a watch).
-    pub etcd_timeout: Duration,
-    /// Timeout of a proxied request, first byte to last.
-    pub upstream_timeout: Duration,
-    /// etcd user to authenticate as (empty: etcd auth off, no token sent).
-    pub etcd_username: String,
-    /// Its password. Never logged; `Debug` shows only whether it is set.
-    pub etcd_password: String,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            listen: SocketAddr::from(([127, 0, 0, 1], 9998)),
-            etcd_endpoints: vec!["127.0.0.1:2379".to_string()],
-            etcd_namespace: String::new(),
-            token: None,
-            probe_attempts: 2,
-            probe_timeout: Duration::from_millis(1000),
-            probe_interval: Duration::from_millis(100),
-            lease_lost_timeout: Duration::from_millis(3000),
-            suspect_window: Duration::from_secs(15),
-            publish_interval: Duration::from_secs(3),
-            control: true,
-            max_body_bytes: 4 * 1024 * 1024,
-            etcd_timeout: Duration::from_secs(3),
-            upstream_timeout: Duration::from_secs(600),
-            etcd_username: String::new(),
-            etcd_password: String::new(),
-        }
-    }
-}
-
-impl std::fmt::Debug for Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Config")
-            .field("listen", &self.listen)
-            .field("etcd_endpoints", &self.etcd_endpoints)
-            .field("etcd_namespace", &self.etcd_namespace)
-            .field("token", &self.token.as_ref().map(|_| "<set>"))
-            .field("probe_attempts", &self.probe_attempts)
-            .field("probe_timeout", &self.probe_timeout)
-            .field("probe_interval", &self.probe_interval)
-            .field("lease_lost_timeout", &self.lease_lost_timeout)
-            .field("suspect_window", &self.suspect_window)
-            .field("publish_interval", &self.publish_interval)
-            .field("control", &self.control)
-            .field("max_body_bytes", &self.max_body_bytes)
-            .field("etcd_timeout", &self.etcd_timeout)
-            .field("upstream_timeout", &self.upstream_timeout)
-            .field("etcd_username", &self.etcd_username)
-            .field(
-                "etcd_password",
-                &(!self.etcd_password.is_empty()).then_some("<set>"),
-            )
-            .finish()
-    }
-}
-
-/// Contract §1: `""` stays `""`; else strip every leading and trailing `/` and wrap
-/// what is left as `/<rest>/`.
-pub fn normalize_namespace(ns: &str) -> String {
-    let rest = ns.trim_matches('/');
-    if rest.is_empty() {
-        String::new()
-    } else {
-        format!("/{rest}/")
-    }
-}
+pub use config::{normalize_namespace, Config};
+use state::{AppState, Shared};
 
 /// A running master. Clones share it.
 #[derive(Clone)]
@@ -211,7 +150,7 @@ pub async fn start(mut config: Config, events: Events) -> std::io::Result<MockMa
         faults: FaultRegistry::new(),
         events: events.clone(),
         etcd: etcd.clone(),
-        heartbeat_counts: server::StatusCounts::default(),
+        heartbeat_counts: state::StatusCounts::default(),
         paused: paused_tx,
         commands: cmd_tx,
         upstream,
@@ -265,12 +204,7 @@ async fn ticker(s: AppState) {
 
 impl MockMaster {
     pub fn addr(&self) -> SocketAddr {
-        self.shared
-            .server
-            .lock()
-            .ok()
-            .and_then(|g| g.as_ref().map(|h| h.addr))
-            .unwrap_or(self.shared.config.listen)
+        self.shared.addr()
     }
 
     pub fn url(&self) -> String {
@@ -308,23 +242,12 @@ impl MockMaster {
     /// Forget every instance; re-learn them from a fresh range only if `relist`.
     /// Returns once the watcher has done so (or the range failed).
     pub async fn restart_with(&self, relist: bool) {
-        let (done, wait) = oneshot::channel();
-        if self
-            .shared
-            .commands
-            .send(watch::Command::Restart { relist, done })
-            .await
-            .is_ok()
-        {
-            let _ = wait.await;
-        }
+        self.shared.restart_with(relist).await
     }
 
     /// Rotate the token (`None` or empty: no check).
     pub fn set_token(&self, token: Option<String>) {
-        let set = token.as_deref().is_some_and(|t| !t.is_empty());
-        self.shared.token.set(token);
-        self.shared.events.emit("token", json!({"set": set}));
+        self.shared.set_token(token)
     }
 
     pub fn faults(&self) -> &FaultRegistry<Fault> {
@@ -334,21 +257,15 @@ impl MockMaster {
     /// Drop the etcd watch and do not re-open it until [`MockMaster::resume_watch`];
     /// events meanwhile are caught up on resume, none lost.
     pub fn pause_watch(&self) {
-        self.shared.paused.send_replace(true);
-        self.shared
-            .events
-            .emit("watch_pause", json!({"paused": true}));
+        self.shared.pause_watch()
     }
 
     pub fn resume_watch(&self) {
-        self.shared.paused.send_replace(false);
-        self.shared
-            .events
-            .emit("watch_pause", json!({"paused": false}));
+        self.shared.resume_watch()
     }
 
     pub fn watch_paused(&self) -> bool {
-        *self.shared.paused.borrow()
+        self.shared.watch_paused()
     }
 
     /// Heartbeat answers since start (or the last reset), by status.
@@ -359,11 +276,7 @@ impl MockMaster {
     /// Back to the configured behaviour: no faults, watch running, configured token,
     /// heartbeat counts zeroed. Instances are kept (that is [`MockMaster::restart`]).
     pub fn reset(&self) {
-        self.shared.faults.clear();
-        self.resume_watch();
-        self.shared.token.set(self.shared.config.token.clone());
-        self.shared.heartbeat_counts.clear();
-        self.shared.events.emit("reset", json!({}));
+        self.shared.reset()
     }
 
     /// Publish LOADMETRICS now instead of waiting for the next round.
@@ -373,51 +286,6 @@ impl MockMaster {
 
     /// What `GET /_mock/state` shows.
     pub fn state_json(&self) -> serde_json::Value {
-        json!({
-            "addr": self.addr().to_string(),
-            "namespace": self.shared.config.etcd_namespace,
-            "token_set": self.shared.token.is_set(),
-            "watch_paused": self.watch_paused(),
-            "heartbeat_counts": self.heartbeat_counts(),
-            "instances": self.instances(),
-            "faults": self.shared.faults.list(),
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn debug_never_shows_the_token() {
-        let c = Config {
-            token: Some("hunter2".into()),
-            ..Default::default()
-        };
-        let shown = format!("{c:?}");
-        assert!(!shown.contains("hunter2"));
-        assert!(shown.contains("<set>"));
-    }
-
-    #[test]
-    fn debug_never_shows_the_etcd_password() {
-        let c = Config {
-            etcd_username: "root".into(),
-            etcd_password: "s3cr3t-pw".into(),
-            ..Default::default()
-        };
-        let shown = format!("{c:?}");
-        assert!(!shown.contains("s3cr3t-pw"));
-        assert!(shown.contains("root"));
-        assert!(shown.contains("<set>"));
-    }
-
-    #[test]
-    fn namespaces_normalize_as_the_contract_says() {
-        assert_eq!(normalize_namespace(""), "");
-        assert_eq!(normalize_namespace("foo"), "/foo/");
-        assert_eq!(normalize_namespace("/a/b/"), "/a/b/");
-        assert_eq!(normalize_namespace("///"), "");
+        self.shared.state_json()
     }
 }

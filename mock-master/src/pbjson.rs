@@ -14,10 +14,44 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 /// `LoadMetrics { uint64 waiting_requests_num = 1; float gpu_cache_usage_perc = 2; }`
+///
+/// Shown (state views, events) the way protobuf's JSON writes a float: a number, or
+/// `"NaN"` / `"Infinity"` / `"-Infinity"`, never `null`.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct LoadMetrics {
     pub waiting_requests_num: u64,
+    #[serde(serialize_with = "pb_float", deserialize_with = "pb_float_de")]
     pub gpu_cache_usage_perc: f32,
+}
+
+/// A `float` as protobuf's JSON writes it: non-finite values as their names.
+pub fn float_json(v: f32) -> serde_json::Value {
+    match non_finite_name(v) {
+        Some(name) => serde_json::Value::from(name),
+        None => serde_json::Value::from(v),
+    }
+}
+
+/// `"NaN"`, `"Infinity"` or `"-Infinity"`; `None` for a finite value.
+fn non_finite_name(v: f32) -> Option<&'static str> {
+    if v.is_nan() {
+        Some("NaN")
+    } else if v.is_infinite() {
+        Some(if v > 0.0 { "Infinity" } else { "-Infinity" })
+    } else {
+        None
+    }
+}
+
+fn pb_float<S: serde::Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
+    match non_finite_name(*v) {
+        Some(name) => s.serialize_str(name),
+        None => s.serialize_f32(*v),
+    }
+}
+
+fn pb_float_de<'de, D: Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
+    PbF32::deserialize(d).map(|f| f.0)
 }
 
 /// `LatencyMetrics { int64 recent_max_ttft = 1; int64 recent_max_tbt = 2; }` (ms)
@@ -461,6 +495,29 @@ mod tests {
         assert_eq!(r.load_metrics.gpu_cache_usage_perc, f32::NEG_INFINITY);
         let r = parse(r#"{"load_metrics":{"gpu_cache_usage_perc":1.23e-4}}"#).unwrap();
         assert!((r.load_metrics.gpu_cache_usage_perc - 0.000123).abs() < 1e-9);
+    }
+
+    #[test]
+    fn views_write_non_finite_floats_by_name_never_null() {
+        for (v, shown) in [
+            (f32::NAN, r#""NaN""#),
+            (f32::INFINITY, r#""Infinity""#),
+            (f32::NEG_INFINITY, r#""-Infinity""#),
+            (0.25, "0.25"),
+        ] {
+            let m = LoadMetrics {
+                waiting_requests_num: 1,
+                gpu_cache_usage_perc: v,
+            };
+            let text = serde_json::to_string(&m).unwrap();
+            assert_eq!(
+                text,
+                format!(r#"{{"waiting_requests_num":1,"gpu_cache_usage_perc":{shown}}}"#)
+            );
+            assert_eq!(float_json(v).to_string(), shown);
+            let back: LoadMetrics = serde_json::from_str(&text).unwrap();
+            assert_eq!(back.gpu_cache_usage_perc.to_bits(), v.to_bits());
+        }
     }
 
     #[test]

@@ -1,12 +1,8 @@
 //! OpenAI traffic: `GET /v1/models` and the completions routes, proxied by load.
 //!
-//! The target is the routable instance (ACTIVE or LEASE_LOST) with the fewest waiting
-//! requests by its latest heartbeat, then the lowest KV-cache usage, then round robin
-//! among the ties. An instance that has not sent a heartbeat yet counts as idle; a
-//! non-finite usage counts as full. Responses (streams included) are relayed as they
-//! arrive.
+//! The target is the routable instance (ACTIVE or LEASE_LOST) [`crate::pick`] chooses.
+//! Responses (streams included) are relayed as they arrive.
 
-use std::cmp::Ordering;
 use std::sync::atomic::Ordering as AtomicOrdering;
 use std::time::Duration;
 
@@ -18,8 +14,10 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 
-use crate::pbjson::LoadMetrics;
-use crate::server::{read_body, ApiError, AppState};
+use crate::body::{read_capped, BodyError};
+use crate::error::ApiError;
+use crate::pick::pick;
+use crate::state::AppState;
 
 /// How long `/v1/models` waits for each instance.
 const MODELS_TIMEOUT: Duration = Duration::from_secs(3);
@@ -39,37 +37,6 @@ fn unavailable() -> ApiError {
         "no routable instance".to_string(),
         "service_unavailable",
     )
-}
-
-/// Order key of one candidate: (waiting, usage); lower is better.
-fn load_key(load: &Option<LoadMetrics>) -> (u64, f32) {
-    match load {
-        None => (0, 0.0),
-        Some(m) => {
-            let usage = if m.gpu_cache_usage_perc.is_finite() {
-                m.gpu_cache_usage_perc
-            } else {
-                1.0
-            };
-            (m.waiting_requests_num, usage)
-        }
-    }
-}
-
-/// Index of the least-loaded candidate; `cursor` breaks ties round robin.
-pub fn pick(candidates: &[(String, Option<LoadMetrics>)], cursor: u64) -> Option<usize> {
-    let best = candidates.iter().map(|(_, l)| load_key(l)).min_by(|a, b| {
-        a.0.cmp(&b.0)
-            .then(a.1.partial_cmp(&b.1).unwrap_or(Ordering::Equal))
-    })?;
-    let ties: Vec<usize> = candidates
-        .iter()
-        .enumerate()
-        .filter(|(_, (_, l))| load_key(l) == best)
-        .map(|(i, _)| i)
-        .collect();
-    let n = u64::try_from(ties.len()).ok().filter(|n| *n > 0)?;
-    ties.get(usize::try_from(cursor % n).ok()?).copied()
 }
 
 async fn models(State(s): State<AppState>) -> Result<Response, ApiError> {
@@ -148,22 +115,19 @@ async fn proxy(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let body = read_body(body, s.config.max_body_bytes)
+    let body = read_capped(body, s.config.max_body_bytes)
         .await
-        .map_err(|too_large| {
-            if too_large {
-                ApiError::OpenAi(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "request body too large".into(),
-                    "invalid_request",
-                )
-            } else {
-                ApiError::OpenAi(
-                    StatusCode::BAD_REQUEST,
-                    "could not read request body".into(),
-                    "invalid_request",
-                )
-            }
+        .map_err(|e| match e {
+            BodyError::TooLarge => ApiError::OpenAi(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large".into(),
+                "invalid_request",
+            ),
+            BodyError::Unreadable => ApiError::OpenAi(
+                StatusCode::BAD_REQUEST,
+                "could not read request body".into(),
+                "invalid_request",
+            ),
         })?;
     let candidates = s.registry.routable();
     let cursor = s.rr.fetch_add(1, AtomicOrdering::Relaxed);
@@ -211,32 +175,4 @@ async fn proxy(
     }
     out.body(Body::from_stream(resp.bytes_stream()))
         .map_err(|e| ApiError::OpenAi(StatusCode::BAD_GATEWAY, e.to_string(), "bad_gateway"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn c(name: &str, waiting: u64, usage: f32) -> (String, Option<LoadMetrics>) {
-        (
-            name.to_string(),
-            Some(LoadMetrics {
-                waiting_requests_num: waiting,
-                gpu_cache_usage_perc: usage,
-            }),
-        )
-    }
-
-    #[test]
-    fn fewest_waiting_then_usage_then_round_robin() {
-        assert_eq!(pick(&[], 0), None);
-        assert_eq!(pick(&[c("a", 3, 0.0), c("b", 1, 0.9)], 0), Some(1));
-        assert_eq!(pick(&[c("a", 1, 0.5), c("b", 1, 0.2)], 0), Some(1));
-        let tie = [c("a", 1, 0.2), c("b", 1, 0.2), c("c", 5, 0.0)];
-        assert_eq!(pick(&tie, 0), Some(0));
-        assert_eq!(pick(&tie, 1), Some(1));
-        assert_eq!(pick(&tie, 2), Some(0));
-        assert_eq!(pick(&[c("a", 0, f32::NAN), c("b", 0, 0.9)], 0), Some(1));
-        assert_eq!(pick(&[("a".into(), None), c("b", 0, 0.1)], 0), Some(0));
-    }
 }

@@ -1,4 +1,7 @@
-//! Keeping the registry in step with etcd: one range, then a watch, forever.
+//! Keeping the registry in step with etcd: one range, then a watch, forever. The
+//! rules of following (which events are new, what a cancel or a lower revision means,
+//! what a key means for the table) are in [`crate::follow`]; this task owns the stream,
+//! the backoff, pausing and the probes.
 //!
 //! On start (and on a master restart) the watcher lists `<ns>XLLM:` and registers every
 //! instance key it finds, as the real master does in its `init()`; then it watches from
@@ -21,10 +24,11 @@ use mock_kit::{Events, Shutdown};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::etcd::{is_auth_cancel, EtcdClient, EventKind, WatchEvent};
+use crate::etcd::{EtcdClient, WatchEvent};
+use crate::follow::{self, Change, Cursor, Verdict};
 use crate::metrics::Metrics;
 use crate::probe::Prober;
-use crate::registry::{instance_name, InstanceMeta, ProbeTicket, Registry};
+use crate::registry::{ProbeTicket, Registry};
 
 /// How long a watch stream may stay silent before it is re-opened.
 const WATCH_IDLE: Duration = Duration::from_secs(120);
@@ -57,13 +61,13 @@ pub struct Watcher {
     pub first_listing: Option<oneshot::Sender<()>>,
 }
 
-/// Where the next watch starts.
+/// What the watcher does next.
 #[derive(Debug, Clone, Copy)]
 enum Position {
     /// List first (`apply` false: only to learn the revision).
     List { apply: bool },
-    /// Watch from this revision.
-    From(i64),
+    /// Watch from the cursor.
+    Watch,
 }
 
 impl Watcher {
@@ -78,8 +82,7 @@ impl Watcher {
         let mut backoff = BACKOFF_START;
         let mut opened_before = false;
         let mut reason = String::from("start");
-        // Highest header revision etcd has shown us since the last listing.
-        let mut seen: i64 = 0;
+        let mut cursor = Cursor::default();
         loop {
             if self.shutdown.is_triggered() {
                 return;
@@ -87,8 +90,8 @@ impl Watcher {
             if let Position::List { apply } = pos {
                 match self.list(apply).await {
                     Ok(rev) => {
-                        seen = rev;
-                        pos = Position::From(rev + 1);
+                        cursor = Cursor::listed(rev);
+                        pos = Position::Watch;
                         backoff = BACKOFF_START;
                     }
                     Err(e) => {
@@ -118,7 +121,8 @@ impl Watcher {
                 }
                 continue;
             }
-            let Position::From(from) = pos else { continue };
+            let Position::Watch = pos else { continue };
+            let from = cursor.next();
             if opened_before {
                 self.metrics.watch_reconnect();
                 self.events.emit(
@@ -139,7 +143,6 @@ impl Watcher {
                 }
             };
             opened_before = true;
-            let mut next = from;
             // Read until the stream breaks or someone interrupts.
             reason = loop {
                 tokio::select! {
@@ -158,30 +161,28 @@ impl Watcher {
                     msg = stream.next() => match msg {
                         Ok(Some(resp)) => {
                             backoff = BACKOFF_START;
-                            if resp.revision > 0 && resp.revision < seen {
-                                pos = Position::List { apply: true };
-                                let detail = json!({"seen_revision": seen, "revision": resp.revision});
-                                tracing::warn!(seen_revision = seen, revision = resp.revision, "etcd revision went back (data loss?); re-listing");
-                                self.events.emit("etcd_revision_reset", detail);
-                                break format!("revision reset from {seen} to {}", resp.revision);
-                            }
-                            seen = seen.max(resp.revision);
-                            if resp.canceled {
-                                if is_auth_cancel(&resp.cancel_reason) {
+                            match cursor.on_response(resp) {
+                                Verdict::Events(evs) => self.apply(evs),
+                                Verdict::RevisionReset { seen, revision } => {
+                                    pos = Position::List { apply: true };
+                                    let detail = json!({"seen_revision": seen, "revision": revision});
+                                    tracing::warn!(seen_revision = seen, revision, "etcd revision went back (data loss?); re-listing");
+                                    self.events.emit("etcd_revision_reset", detail);
+                                    break format!("revision reset from {seen} to {revision}");
+                                }
+                                Verdict::AuthRefused { reason } => {
                                     self.etcd.invalidate_token(stream.token());
                                     self.events.emit("etcd_auth_refused", json!({"op": "watch"}));
-                                    break format!("canceled: {}", resp.cancel_reason);
+                                    break format!("canceled: {reason}");
                                 }
-                                if resp.compact_revision > 0 {
+                                Verdict::Compacted { from, compact_revision } => {
                                     pos = Position::List { apply: true };
-                                    let detail = json!({"from_revision": next, "compact_revision": resp.compact_revision});
+                                    let detail = json!({"from_revision": from, "compact_revision": compact_revision});
                                     self.events.emit("watch_compacted", detail);
-                                    break format!("compacted at {}", resp.compact_revision);
+                                    break format!("compacted at {compact_revision}");
                                 }
-                                break format!("canceled: {}", resp.cancel_reason);
+                                Verdict::Canceled { reason } => break format!("canceled: {reason}"),
                             }
-                            next = self.apply(next, resp.events);
-                            pos = Position::From(next);
                         }
                         Ok(None) => break "stream ended".to_string(),
                         Err(e) => break e.to_string(),
@@ -189,7 +190,7 @@ impl Watcher {
                 }
             };
             let interrupted = reason == "paused" || reason == "master restart";
-            if !interrupted && matches!(pos, Position::From(_)) && self.sleep(&mut backoff).await {
+            if !interrupted && matches!(pos, Position::Watch) && self.sleep(&mut backoff).await {
                 return;
             }
         }
@@ -220,15 +221,9 @@ impl Watcher {
     async fn list(&self, apply: bool) -> Result<i64, crate::etcd::EtcdError> {
         let listing = self.etcd.range_prefix(&self.prefix()).await?;
         if apply {
-            let mut found = Vec::new();
-            for kv in &listing.kvs {
-                let Some(name) = instance_name(&self.namespace, &kv.key) else {
-                    continue;
-                };
-                match InstanceMeta::parse(&kv.value) {
-                    Ok(meta) => found.push((name.to_string(), meta)),
-                    Err(e) => self.bad_value(name, &e),
-                }
+            let (found, bad) = follow::listed_instances(&self.namespace, &listing.kvs);
+            for (name, e) in &bad {
+                self.bad_value(name, e);
             }
             self.events.emit(
                 "relist",
@@ -247,42 +242,26 @@ impl Watcher {
             .emit("bad_registration", json!({"name": name, "error": error}));
     }
 
-    /// Apply the events at or after revision `next`; answers the new `next`.
-    fn apply(&self, mut next: i64, events: Vec<WatchEvent>) -> i64 {
-        let floor = next;
-        for ev in events {
-            let rev = ev.kv.mod_revision;
-            if rev != 0 && rev < floor {
-                continue; // seen before the stream was re-opened
-            }
-            if rev >= next {
-                next = rev + 1;
-            }
-            let Some(name) = instance_name(&self.namespace, &ev.kv.key) else {
-                continue;
-            };
-            match ev.kind {
-                EventKind::Put => {
+    /// Apply new events to the registry, in order.
+    fn apply(&self, events: Vec<WatchEvent>) {
+        for ev in &events {
+            match follow::change(&self.namespace, ev) {
+                None => {}
+                Some(Change::Put { name, meta }) => {
                     self.metrics.watch_event("put");
-                    match InstanceMeta::parse(&ev.kv.value) {
+                    match meta {
                         Ok(meta) => self.registry.apply_put(name, meta),
                         Err(e) => self.bad_value(name, &e),
                     }
                 }
-                EventKind::Delete => {
+                Some(Change::Delete { name, deleted }) => {
                     self.metrics.watch_event("delete");
-                    let deleted = ev
-                        .prev_kv
-                        .as_ref()
-                        .and_then(|p| InstanceMeta::parse(&p.value).ok())
-                        .map(|m| m.incarnation_id);
                     if let Some(ticket) = self.registry.apply_delete(name, deleted.as_deref()) {
                         self.spawn_probe(ticket);
                     }
                 }
             }
         }
-        next
     }
 
     /// Probe in the background: the watch must not stall for up to 2 s per delete.

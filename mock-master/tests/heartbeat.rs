@@ -118,6 +118,46 @@ async fn every_row_of_the_table_in_order() {
     m.stop().await;
 }
 
+/// POST a heartbeat with `X-Internal-Token` sent once per value.
+async fn beat_tokens(master: &str, tokens: &[&str], body: serde_json::Value) -> (u16, String) {
+    let mut req = reqwest::Client::new()
+        .post(format!("{master}/v1/internal/heartbeat"))
+        .timeout(Duration::from_secs(5))
+        .json(&body);
+    for t in tokens {
+        // `header` appends: each call is one more header line.
+        req = req.header("X-Internal-Token", *t);
+    }
+    let r = req.send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_repeated_token_header_is_refused_not_picked() {
+    let (m, name, _etcd) = setup(Some(TOKEN)).await;
+    let u = m.url();
+    let body = hb(&name, "inc-1", 0, 0.0);
+    let refused = r#"{"error":"invalid internal token"}"#.to_string();
+    for tokens in [
+        &[TOKEN, TOKEN][..],
+        &[TOKEN, "wrong"],
+        &["wrong", TOKEN],
+        &[TOKEN, ""],
+    ] {
+        let answer = beat_tokens(&u, tokens, body.clone()).await;
+        assert_eq!(answer, (401, refused.clone()), "tokens {tokens:?}");
+    }
+    assert_eq!(beat_tokens(&u, &[TOKEN], body.clone()).await.0, 200);
+    assert_eq!(m.heartbeat_counts().get(&401), Some(&4));
+    m.stop().await;
+
+    // With no token configured the header is not looked at, repeated or not.
+    let (m, name, _etcd) = setup(None).await;
+    let body = hb(&name, "inc-1", 0, 0.0);
+    assert_eq!(beat_tokens(&m.url(), &["a", "b"], body).await.0, 200);
+    m.stop().await;
+}
+
 #[tokio::test]
 async fn protobuf_json_spellings_are_accepted() {
     let (m, name, _etcd) = setup(None).await;
@@ -216,6 +256,33 @@ async fn token_rotation_over_the_control_api() {
     // Reset restores the configured token.
     http.post(format!("{u}/_mock/reset")).send().await.unwrap();
     assert_eq!(beat(&u, None, hb(&name, "inc-1", 0, 0.0)).await.0, 401);
+    // Only an explicit null turns the check off: `{}`, a typo or a wrong type is a
+    // 400 that says why, and the token stays.
+    for bad in [
+        json!({}),
+        json!({"tokn": null}),
+        json!({"token": 5}),
+        json!([]),
+    ] {
+        let r = http
+            .post(format!("{u}/_mock/token"))
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "body {bad}");
+        let err: serde_json::Value = r.json().await.unwrap();
+        let msg = err["error"].as_str().unwrap_or_default().to_string();
+        assert!(msg.starts_with("bad token body: "), "{msg}");
+        if bad == json!({}) {
+            assert!(msg.contains("missing field `token`"), "{msg}");
+        }
+    }
+    assert_eq!(beat(&u, None, hb(&name, "inc-1", 0, 0.0)).await.0, 401);
+    assert_eq!(
+        beat(&u, Some(TOKEN), hb(&name, "inc-1", 0, 0.0)).await.0,
+        200
+    );
     m.stop().await;
 }
 

@@ -392,6 +392,82 @@ async fn loadmetrics_are_published_and_not_taken_for_instances(url: &str) {
     m.stop().await;
 }
 
+/// `"NaN"` / `"Infinity"` usage: 200 (protobuf's JSON accepts them), shown by name in
+/// the views, and never published: the last finite LOADMETRICS value stays.
+async fn non_finite_usage_is_accepted_and_never_published_as_null(url: &str) {
+    let gw = Gw::new(url);
+    let ns = unique_ns("nan");
+    let (m, ring) = master(url, &ns).await;
+    let name = "10.0.0.2:8000";
+    gw.put(&key(&ns, "DEFAULT", name), &reg_value(name, 0, "i"))
+        .await;
+    assert!(wait_state(&m, name, Some(InstanceState::Active)).await);
+    let lm = format!("{ns}XLLM:LOADMETRICS:{name}");
+    let first = json!({"waiting_requests_num": 5, "gpu_cache_usage_perc": 0.5});
+    assert_eq!(beat(&m.url(), None, hb(name, "i", 5, 0.5)).await.0, 200);
+    assert!(
+        poll(WAIT, || async {
+            gw.get(&lm)
+                .await
+                .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+                == Some(first.clone())
+        })
+        .await
+    );
+    for (usage, waiting) in [("NaN", 7), ("Infinity", 8), ("-Infinity", 9)] {
+        let body = json!({"name": name, "incarnation_id": "i",
+            "load_metrics": {"waiting_requests_num": waiting, "gpu_cache_usage_perc": usage}});
+        assert_eq!(beat(&m.url(), None, body).await, (200, json!({"ok": true})));
+        let view: Value = reqwest::get(format!("{}/v1/internal/instances", m.url()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            view["instances"][0]["load"],
+            json!({"waiting_requests_num": waiting, "gpu_cache_usage_perc": usage})
+        );
+        assert!(
+            poll(WAIT, || async {
+                kinds(&ring, "loadmetrics_publish")
+                    .iter()
+                    .filter(|d| d["skipped"] == json!([name]))
+                    .count()
+                    >= usize::try_from(waiting - 6).unwrap()
+            })
+            .await,
+            "no round skipped {usage}"
+        );
+        assert_eq!(
+            gw.get(&lm)
+                .await
+                .map(|s| serde_json::from_str::<Value>(&s).unwrap()),
+            Some(first.clone()),
+            "a non-finite usage overwrote LOADMETRICS"
+        );
+    }
+    // A finite usage is published again.
+    assert_eq!(beat(&m.url(), None, hb(name, "i", 2, 0.25)).await.0, 200);
+    let last = json!({"waiting_requests_num": 2, "gpu_cache_usage_perc": 0.25});
+    assert!(
+        poll(WAIT, || async {
+            gw.get(&lm)
+                .await
+                .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+                == Some(last.clone())
+        })
+        .await
+    );
+    let events = serde_json::to_string(&kinds(&ring, "heartbeat")).unwrap();
+    assert!(
+        events.contains(r#""gpu_cache_usage_perc":"NaN""#),
+        "{events}"
+    );
+    assert!(!events.contains("null"), "{events}");
+    m.stop().await;
+}
+
 async fn restart_relearns_from_a_fresh_range(url: &str) {
     let gw = Gw::new(url);
     let ns = unique_ns("rs");
@@ -512,6 +588,7 @@ real!(
     lease_revoke_is_a_delete,
     paused_watch_resumes_without_loss_or_repeats,
     loadmetrics_are_published_and_not_taken_for_instances,
+    non_finite_usage_is_accepted_and_never_published_as_null,
     restart_relearns_from_a_fresh_range,
     instances_endpoint_and_state,
 );
@@ -645,6 +722,7 @@ mocked!(
     lease_revoke_is_a_delete,
     paused_watch_resumes_without_loss_or_repeats,
     loadmetrics_are_published_and_not_taken_for_instances,
+    non_finite_usage_is_accepted_and_never_published_as_null,
     restart_relearns_from_a_fresh_range,
     instances_endpoint_and_state,
 );
