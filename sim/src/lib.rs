@@ -37,14 +37,20 @@
 //! - [`sidecar_node`]: one sidecar core driven as the production driver drives it:
 //!   [`sidecar_node::SidecarNode::poll`] (commands → exchanges) and
 //!   [`sidecar_node::answer_of`] (outcomes → the core's answers).
+//! - [`vllm_node`]: a fake vLLM: mock-vllm's engines and page writer
+//!   ([`vllm_node::VllmNode::page`]); health modes and startup delay as its shell.
+//! - [`master_node`]: the fake master: mock-master's instance table, heartbeat table and
+//!   etcd-following rules ([`master_node::MasterNode::on_watch_event`]).
 //! - [`world`]: the engine (time, queue, generator, log, links, nodes, exchanges and
 //!   their timeouts): [`World::run_until`].
 
 pub mod link;
 pub mod log;
+pub mod master_node;
 pub mod node;
 pub mod queue;
 pub mod sidecar_node;
+pub mod vllm_node;
 pub mod world;
 
 pub use link::{Direction, LinkFault};

@@ -143,4 +143,15 @@ pub trait Server {
 
     /// Time passed to `now`.
     fn on_timer(&mut self, _now: Duration) {}
+
+    /// What the core reported since the last call (state changes), for the log.
+    fn take_notes(&mut self) -> Vec<serde_json::Value> {
+        Vec::new()
+    }
+
+    /// For inspection by tests and reports (`downcast_ref` to the node's type).
+    fn as_any(&self) -> &dyn std::any::Any;
+
+    /// As [`Server::as_any`], to change a node between events (health modes, faults).
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
 }

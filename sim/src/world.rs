@@ -129,6 +129,16 @@ impl World {
         self.servers.get(&id).map(|s| s.as_ref())
     }
 
+    /// The server at `id` as its own type, to inspect it.
+    pub fn server_as<T: 'static>(&self, id: NodeId) -> Option<&T> {
+        self.servers.get(&id)?.as_any().downcast_ref()
+    }
+
+    /// The server at `id` as its own type, to change it now (a health mode, a fault).
+    pub fn server_as_mut<T: 'static>(&mut self, id: NodeId) -> Option<&mut T> {
+        self.servers.get_mut(&id)?.as_any_mut().downcast_mut()
+    }
+
     /// Add a server node (a fake's core in its simulated shell).
     pub fn add_server(&mut self, id: NodeId, server: Box<dyn Server>) {
         self.servers.insert(id, server);
@@ -391,6 +401,7 @@ impl World {
         self.log.record(now, &server.to_string(), "serve", || {
             json!({ "x": id, "from": client.to_string(), "reply": reply.as_ref().map(reply_summary) })
         });
+        self.log_server_notes(server);
         self.schedule_server_wake(server);
         let Some(reply) = reply else {
             return; // a hang: the caller meets its timeout
@@ -491,7 +502,22 @@ impl World {
         if let Some(node) = self.servers.get_mut(&id) {
             node.on_timer(self.now);
         }
+        self.log_server_notes(id);
         self.schedule_server_wake(id);
+    }
+
+    fn log_server_notes(&mut self, id: NodeId) {
+        let Some(node) = self.servers.get_mut(&id) else {
+            return;
+        };
+        let notes = node.take_notes();
+        if notes.is_empty() {
+            return;
+        }
+        let name = id.to_string();
+        for note in notes {
+            self.log.record(self.now, &name, "note", || note);
+        }
     }
 
     fn schedule_server_wake(&mut self, id: NodeId) {

@@ -16,6 +16,14 @@ impl Server for Fixed {
     fn serve(&mut self, _: Duration, _: NodeId, _: &Request, _: &mut StdRng) -> Option<Reply> {
         self.0.clone()
     }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
 }
 
 fn config() -> Config {

@@ -1,0 +1,138 @@
+//! Where the sidecar's values meet the fakes' cores, in their wire encoding: the etcd
+//! value the sidecar puts is read by mock-master's own `InstanceMeta::parse` (through a
+//! watch event), the `/metrics` page mock-vllm writes is parsed by the sidecar core's
+//! real mapping, and the heartbeat body the core writes is read by mock-master's
+//! protobuf-JSON rules and answered by its instance table.
+//!
+//! etcd has no clock-free core yet, so this test answers the sidecar's three etcd calls
+//! itself (grant: lease 42; put: done) and hands the put's key and value to the master
+//! as the watch event etcd would send. Nothing else is stood in for.
+
+use std::time::Duration;
+
+use mock_master::etcd::{EventKind, KeyValue, WatchEvent};
+use mock_master::InstanceState;
+use mock_vllm::Dialect;
+use rand::SeedableRng;
+use sidecar::config::Config;
+use sim::master_node::MasterNode;
+use sim::node::{EtcdReply, EtcdRequest, Server};
+use sim::sidecar_node::{Outcome, Outgoing, SidecarNode};
+use sim::vllm_node::VllmNode;
+use sim::{NodeId, Reply, Request};
+
+fn run(dialect: Dialect, token: Option<&str>, sidecar_token: &str) -> (MasterNode, Vec<u16>) {
+    let config = Config::from_flags([
+        "--register-addr",
+        "10.0.0.7:8000",
+        "--etcd-namespace",
+        "/prod",
+        "--internal-token",
+        sidecar_token,
+    ])
+    .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let mut vllm = VllmNode::with_dialect(dialect, Duration::ZERO);
+    let master_cfg = mock_master::Config {
+        etcd_namespace: "/prod".into(),
+        token: token.map(str::to_string),
+        ..mock_master::Config::default()
+    };
+    let mut master = MasterNode::new(master_cfg, Duration::ZERO);
+    let mut sidecar = SidecarNode::new(0, &config, 9, Duration::ZERO);
+    let mut statuses = Vec::new();
+    let mut now = Duration::ZERO;
+    let mut revision = 1;
+    // Ten simulated seconds, every command answered at once by its peer.
+    while now < Duration::from_secs(10) {
+        let mut outs = sidecar.poll();
+        while !outs.is_empty() {
+            let out = outs.remove(0);
+            let Outgoing::Send { request, tag, .. } = out else {
+                continue;
+            };
+            let reply = match &request {
+                Request::Health | Request::Metrics => {
+                    vllm.serve(now, NodeId::Sidecar(0), &request, &mut rng)
+                }
+                Request::Heartbeat { .. } => {
+                    let r = master.serve(now, NodeId::Sidecar(0), &request, &mut rng);
+                    if let Some(Reply::Status(s)) = r {
+                        statuses.push(s);
+                    }
+                    r
+                }
+                Request::Etcd(EtcdRequest::Grant { ttl }) => {
+                    Some(Reply::Etcd(EtcdReply::Granted {
+                        lease: 42,
+                        ttl: *ttl,
+                    }))
+                }
+                Request::Etcd(EtcdRequest::Put { key, value, .. }) => {
+                    revision += 1;
+                    let kv = KeyValue {
+                        key: key.clone().into_bytes(),
+                        value: value.clone().into_bytes(),
+                        mod_revision: revision,
+                    };
+                    master.on_watch_event(
+                        now,
+                        &WatchEvent {
+                            kind: EventKind::Put,
+                            kv,
+                            prev_kv: None,
+                        },
+                    );
+                    Some(Reply::Etcd(EtcdReply::Done))
+                }
+                Request::Etcd(EtcdRequest::Keepalive { .. }) => {
+                    Some(Reply::Etcd(EtcdReply::Ttl(6)))
+                }
+                Request::Etcd(EtcdRequest::Revoke { .. }) => Some(Reply::Etcd(EtcdReply::Done)),
+            };
+            let reply = reply.expect("the fakes answer");
+            sidecar.complete(now, &tag, Outcome::Reply(reply));
+            outs.extend(sidecar.poll());
+        }
+        now = sidecar
+            .next_wakeup()
+            .expect("running")
+            .max(now + Duration::from_millis(1));
+        master.on_timer(now);
+        sidecar.handle(now, sidecar::core::Input::Timer);
+    }
+    (master, statuses)
+}
+
+#[test]
+fn the_sidecars_value_and_heartbeat_are_read_by_mock_masters_own_rules() {
+    for dialect in [
+        Dialect::Compact,
+        Dialect::V0_10,
+        Dialect::V0_11,
+        Dialect::OpenMetrics,
+    ] {
+        let (master, statuses) = run(dialect, Some("s3cret"), "s3cret");
+        assert!(statuses.len() >= 2, "{dialect:?}: heartbeats {statuses:?}");
+        assert!(
+            statuses.iter().all(|s| *s == 200),
+            "{dialect:?}: {statuses:?}"
+        );
+        let views = master.instances().views(Duration::from_secs(10));
+        assert_eq!(views.len(), 1, "{views:?}");
+        let v = &views[0];
+        assert_eq!(v.name, "10.0.0.7:8000");
+        assert_eq!(v.state, InstanceState::Active);
+        assert!(v.incarnation.starts_with("vllm-"), "{v:?}");
+        // The load came from mock-vllm's page through the sidecar's mapping.
+        let load = v.load.expect("load stored");
+        assert_eq!(load.waiting_requests_num, 0, "{dialect:?}");
+    }
+}
+
+#[test]
+fn a_wrong_token_is_refused_by_the_masters_check() {
+    let (_, statuses) = run(Dialect::Compact, Some("right"), "wrong");
+    assert!(!statuses.is_empty());
+    assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
+}
