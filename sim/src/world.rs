@@ -26,8 +26,10 @@ use crate::node::{NodeId, Reply, Request, Server};
 use crate::queue::Queue;
 use crate::sidecar_node::{Failure, Outcome, Outgoing, SidecarNode, Tag};
 
+/// A scripted change to the world (a scenario action), run at its time.
+type Action = Box<dyn FnOnce(&mut World)>;
+
 /// Something due at a virtual time.
-#[derive(Debug)]
 enum Event {
     /// A sidecar's core asked to be woken now.
     SidecarWake(u32),
@@ -59,6 +61,8 @@ enum Event {
     },
     /// Outside input for a sidecar (shutdown, drain, undrain).
     Input(u32, Input),
+    /// A scripted action.
+    Act(Action),
 }
 
 /// An exchange whose caller still waits.
@@ -184,6 +188,17 @@ impl World {
         self.queue.push(at, Event::Input(index, input));
     }
 
+    /// Run `action` on the world at `at` (after the events already due then): how a
+    /// scenario changes a node, e.g. a vLLM's health mode.
+    pub fn at(&mut self, at: Duration, action: impl FnOnce(&mut World) + 'static) {
+        self.queue.push(at, Event::Act(Box::new(action)));
+    }
+
+    /// Log a line for a scripted action (so that the log shows what was done).
+    pub fn note(&mut self, node: &str, kind: &str, detail: serde_json::Value) {
+        self.log.record(self.now, node, kind, || detail);
+    }
+
     /// Run every event due up to `until`; time then stands at `until`.
     pub fn run_until(&mut self, until: Duration) {
         while let Some(at) = self.queue.peek_time() {
@@ -238,6 +253,14 @@ impl World {
                     node.handle(self.now, input);
                 }
                 self.after_sidecar_step(i);
+            }
+            Event::Act(action) => {
+                action(self);
+                // The action may have changed a server's timers.
+                let ids: Vec<NodeId> = self.servers.keys().copied().collect();
+                for id in ids {
+                    self.schedule_server_wake(id);
+                }
             }
         }
     }
