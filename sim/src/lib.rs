@@ -25,6 +25,17 @@
 //! - ties in time are broken by the order events were scheduled (a sequence number),
 //!   never by the payload.
 //!
+//! # What runs today
+//!
+//! - sidecars: the production core, every command mapped as the driver maps it;
+//! - vLLM: mock-vllm's engines and page writer (every dialect, `compact` included);
+//!   health modes and the startup delay; no request load yet;
+//! - the master: mock-master's token check, heartbeat rules and instance table, fed
+//!   heartbeats; it learns instances from etcd watch events
+//!   ([`master_node::MasterNode::on_watch_event`]);
+//! - etcd: absent until mock-etcd exposes a clock-free core; meanwhile every etcd call
+//!   is refused, as with nothing listening, so sidecars do not register in the world.
+//!
 //! # Layout
 //!
 //! - [`queue`]: the event queue ordered by (time, sequence): [`queue::Queue::push`].

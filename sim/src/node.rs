@@ -81,6 +81,13 @@ pub enum Reply {
         openmetrics: bool,
     },
     Etcd(EtcdReply),
+    /// The connection is reset before the answer is complete (the caller sees a reset).
+    Reset,
+    /// The answer takes `after` longer to deliver (a body that trickles out).
+    Slow {
+        after: Duration,
+        reply: Box<Reply>,
+    },
 }
 
 /// etcd's answer as the gateway means it.
@@ -119,6 +126,7 @@ impl Reply {
     pub fn size(&self) -> usize {
         match self {
             Reply::Page { text, .. } => 64 + text.len(),
+            Reply::Slow { reply, .. } => reply.size(),
             _ => 64,
         }
     }

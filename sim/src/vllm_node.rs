@@ -14,11 +14,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use mock_kit::FaultRegistry;
 use mock_vllm::engine::Engine;
 use mock_vllm::metrics::{EngineView, Runtime, Snapshot};
 use mock_vllm::process::ProcessView;
+use mock_vllm::scrape_faults::{PageFaults, ScrapePlan};
 use mock_vllm::stats::HttpStats;
-use mock_vllm::{Config, Dialect, Health};
+use mock_vllm::{Config, Dialect, Fault, Health};
 use rand::rngs::StdRng;
 
 use crate::node::{NodeId, Reply, Request, Server};
@@ -35,6 +38,12 @@ pub struct VllmNode {
     /// When the server (re)started, virtual time.
     started: Duration,
     scrapes: u64,
+    /// Armed faults, fired as mock-vllm's shell fires them. Armed with a count only:
+    /// mock-kit's registry reads the wall clock for durations, so a timed fault is
+    /// removed by a scripted action at its virtual time instead.
+    faults: FaultRegistry<Fault>,
+    /// The frozen page while `metrics_stale` is armed.
+    stale: Option<Bytes>,
 }
 
 impl VllmNode {
@@ -49,6 +58,8 @@ impl VllmNode {
             health: Health::Up,
             started: now,
             scrapes: 0,
+            faults: FaultRegistry::new(),
+            stale: None,
             cfg,
         }
     }
@@ -69,6 +80,15 @@ impl VllmNode {
         self.health = health;
     }
 
+    /// Arm `fault` for `count` uses (`None`: until removed); answers its id.
+    pub fn add_fault(&mut self, fault: Fault, count: Option<u64>) -> u64 {
+        self.faults.add(fault, count, None)
+    }
+
+    pub fn remove_fault(&mut self, id: u64) -> bool {
+        self.faults.remove(id)
+    }
+
     /// Pages written so far.
     pub fn scrapes(&self) -> u64 {
         self.scrapes
@@ -78,6 +98,55 @@ impl VllmNode {
     pub fn page(&self, now: Duration) -> (String, bool) {
         let (text, _) = mock_vllm::metrics::page(&self.snapshot(now));
         (text, self.cfg.dialect == Dialect::OpenMetrics)
+    }
+
+    /// `GET /metrics` as mock-vllm's `scrape` handler answers it: the faults decide,
+    /// the page is written (or the frozen one reused), rewritten, and delivered.
+    fn metrics(&mut self, now: Duration, rng: &mut StdRng) -> Option<Reply> {
+        let faults = &self.faults;
+        let plan = ScrapePlan::decide(|want| faults.fire(|f| want(f).then(|| f.clone())));
+        let faults = match plan {
+            ScrapePlan::Status(status) => {
+                let text = format!("status {status}");
+                return Some(Reply::Page {
+                    status,
+                    text,
+                    openmetrics: false,
+                });
+            }
+            ScrapePlan::Hang => return None,
+            ScrapePlan::Page(faults) => faults,
+        };
+        self.scrapes += 1;
+        let openmetrics = self.cfg.dialect == Dialect::OpenMetrics;
+        let page = self.faulty_page(now, &faults, rng);
+        let text = String::from_utf8_lossy(&page).into_owned();
+        let reply = Reply::Page {
+            status: 200,
+            text,
+            openmetrics,
+        };
+        Some(match (faults.truncate, faults.slow) {
+            (Some((_, true)), _) => Reply::Reset,
+            (None, Some(bps)) => Reply::Slow {
+                after: Duration::from_secs_f64(page.len() as f64 / bps.max(1) as f64),
+                reply: Box::new(reply),
+            },
+            _ => reply,
+        })
+    }
+
+    fn faulty_page(&mut self, now: Duration, faults: &PageFaults, rng: &mut StdRng) -> Bytes {
+        let mut snapshot = self.snapshot(now);
+        snapshot.nonfinite = faults.nonfinite;
+        let render = || Bytes::from(mock_vllm::metrics::page(&snapshot).0);
+        let page = if faults.stale {
+            self.stale.get_or_insert_with(render).clone()
+        } else {
+            self.stale = None;
+            render()
+        };
+        faults.apply(page, rng)
     }
 
     fn snapshot(&self, now: Duration) -> Snapshot {
@@ -139,7 +208,7 @@ impl Server for VllmNode {
         now: Duration,
         _: NodeId,
         request: &Request,
-        _: &mut StdRng,
+        rng: &mut StdRng,
     ) -> Option<Reply> {
         match request {
             Request::Health if self.starting(now) => Some(Reply::Status(503)),
@@ -148,15 +217,7 @@ impl Server for VllmNode {
                 Health::Down => Some(Reply::Status(503)),
                 Health::Hang => None,
             },
-            Request::Metrics => {
-                self.scrapes += 1;
-                let (text, openmetrics) = self.page(now);
-                Some(Reply::Page {
-                    status: 200,
-                    text,
-                    openmetrics,
-                })
-            }
+            Request::Metrics => self.metrics(now, rng),
             // Not a vLLM endpoint: what axum answers for an unknown route.
             Request::Etcd(_) | Request::Heartbeat { .. } => Some(Reply::Status(404)),
         }
@@ -190,6 +251,54 @@ mod tests {
         assert_eq!(at(&mut v, 3), None);
         v.set_health(Health::Down);
         assert_eq!(at(&mut v, 4), Some(Reply::Status(503)));
+    }
+
+    #[test]
+    fn metric_faults_act_as_mock_vllms_shell_makes_them() {
+        let mut v = VllmNode::with_dialect(Dialect::Compact, Duration::ZERO);
+        let mut rng = StdRng::seed_from_u64(0);
+        let s = Duration::from_secs(1);
+        let mut scrape =
+            |v: &mut VllmNode| v.serve(s, NodeId::Sidecar(0), &Request::Metrics, &mut rng);
+        v.add_fault(Fault::MetricsStatus { status: 500 }, Some(1));
+        assert!(matches!(
+            scrape(&mut v),
+            Some(Reply::Page { status: 500, .. })
+        ));
+        v.add_fault(Fault::MetricsHang, Some(1));
+        assert_eq!(scrape(&mut v), None);
+        v.add_fault(
+            Fault::MetricsTruncate {
+                at_bytes: 10,
+                abort: true,
+            },
+            Some(1),
+        );
+        assert_eq!(scrape(&mut v), Some(Reply::Reset));
+        v.add_fault(
+            Fault::MetricsTruncate {
+                at_bytes: 10,
+                abort: false,
+            },
+            Some(1),
+        );
+        let Some(Reply::Page { text, .. }) = scrape(&mut v) else {
+            panic!()
+        };
+        assert_eq!(text.len(), 10);
+        v.add_fault(Fault::MetricsSlow { bytes_per_sec: 100 }, Some(1));
+        let Some(Reply::Slow { after, .. }) = scrape(&mut v) else {
+            panic!()
+        };
+        assert!(after > Duration::from_secs(10), "{after:?}");
+        v.add_fault(Fault::MetricsGarbage { lines: 3 }, Some(1));
+        let Some(Reply::Page { text: junk, .. }) = scrape(&mut v) else {
+            panic!()
+        };
+        let Some(Reply::Page { text: clean, .. }) = scrape(&mut v) else {
+            panic!()
+        };
+        assert_eq!(junk.lines().count(), clean.lines().count() + 3);
     }
 
     #[test]

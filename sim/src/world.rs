@@ -426,8 +426,21 @@ impl World {
         });
         self.log_server_notes(server);
         self.schedule_server_wake(server);
-        let Some(reply) = reply else {
-            return; // a hang: the caller meets its timeout
+        let (extra, reply) = match reply {
+            None => return, // a hang: the caller meets its timeout
+            Some(Reply::Reset) => {
+                let failure = Failure::Reset;
+                self.queue.push(
+                    now,
+                    Event::Fail {
+                        exchange: id,
+                        failure,
+                    },
+                );
+                return;
+            }
+            Some(Reply::Slow { after, reply }) => (after, *reply),
+            Some(reply) => (Duration::ZERO, reply),
         };
         match self.links.leg(
             client,
@@ -437,7 +450,7 @@ impl World {
             &mut self.rng,
         ) {
             Leg::Deliver(d) => self.queue.push(
-                now + d,
+                now + extra + d,
                 Event::Return {
                     exchange: id,
                     generation,
