@@ -32,7 +32,8 @@
 //!   health modes and the startup delay; no request load yet;
 //! - the master: mock-master's token check, heartbeat rules and instance table, fed
 //!   heartbeats; it learns instances from etcd watch events
-//!   ([`master_node::MasterNode::on_watch_event`]);
+//!   ([`master_node::MasterNode::on_watch_event`]) and probes a deleted instance's
+//!   vLLM over its own link;
 //! - etcd: absent until mock-etcd exposes a clock-free core; meanwhile every etcd call
 //!   is refused, as with nothing listening, so sidecars do not register in the world.
 //!
@@ -43,8 +44,9 @@
 //!   [`log::EventLog::record`].
 //! - [`link`]: links with the TCP fault proxy's vocabulary, and what a fault does to one
 //!   message and to the exchanges under way: [`link::LinkFault::leg`], [`link::Links::set`].
-//! - [`node`]: node ids, the requests and answers between nodes, and the [`node::Server`]
-//!   trait a fake's core is wrapped in.
+//! - [`node`]: node ids, the requests and answers between nodes, how an exchange ended
+//!   ([`node::Outcome`]), and the [`node::Server`] trait a fake's core is wrapped in
+//!   (serve, timers, its own calls to other nodes).
 //! - [`sidecar_node`]: one sidecar core driven as the production driver drives it:
 //!   [`sidecar_node::SidecarNode::poll`] (commands → exchanges) and
 //!   [`sidecar_node::answer_of`] (outcomes → the core's answers).

@@ -10,21 +10,27 @@
 //! value reaches the table as the bytes of a watch event, read by mock-master's own
 //! `InstanceMeta::parse`.
 //!
-//! Not here yet: the watch itself (it needs an etcd node), the `/health` probe a delete
-//! triggers, LOADMETRICS publishing and routing.
+//! A delete the table wants checked becomes the shell's probe (`probe::Prober`, which
+//! is async and not reachable from outside: its loop is mirrored): `GET /health` of the
+//! instance's vLLM, `probe_attempts` tries `probe_interval` apart, each bounded by
+//! `probe_timeout`; the first 200 makes the table's answer "healthy".
+//!
+//! Not here yet: the watch itself (it needs an etcd node), LOADMETRICS publishing and
+//! routing.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use mock_master::auth::Token;
 use mock_master::beat::{self, Answer};
 use mock_master::etcd::WatchEvent;
 use mock_master::follow::{self, Change};
-use mock_master::instances::{Instances, Notice};
+use mock_master::instances::{Instances, Notice, ProbeTicket};
 use mock_master::{normalize_namespace, Config};
 use rand::rngs::StdRng;
 use serde_json::json;
 
-use crate::node::{NodeId, Reply, Request, Server};
+use crate::node::{Call, Failure, NodeId, Outcome, Reply, Request, Server};
 
 /// A simulated mock-master.
 pub struct MasterNode {
@@ -35,6 +41,14 @@ pub struct MasterNode {
     next_tick: Duration,
     /// What the table reported, for the log.
     notes: Vec<serde_json::Value>,
+    /// Where each instance name's vLLM is (the name is its `host:port`).
+    routes: BTreeMap<String, NodeId>,
+    /// Probes under way, by token: the ticket and the attempt (from 1).
+    probes: BTreeMap<u64, (ProbeTicket, u32)>,
+    /// Probe attempts waiting for their retry time: (time, token).
+    retries: Vec<(Duration, u64)>,
+    calls: Vec<Call>,
+    next_token: u64,
 }
 
 impl MasterNode {
@@ -46,8 +60,18 @@ impl MasterNode {
             instances: Instances::new(),
             next_tick: now + tick_period(&cfg),
             notes: Vec::new(),
+            routes: BTreeMap::new(),
+            probes: BTreeMap::new(),
+            retries: Vec::new(),
+            calls: Vec::new(),
+            next_token: 0,
             cfg,
         }
+    }
+
+    /// Say that instance `name` (`host:port`) is served by the vLLM node `node`.
+    pub fn route(&mut self, name: &str, node: NodeId) {
+        self.routes.insert(name.to_string(), node);
     }
 
     /// The instance table, to inspect.
@@ -70,18 +94,43 @@ impl MasterNode {
                 .notes
                 .push(json!({ "unreadable_value": { "name": name, "why": why } })),
             Some(Change::Delete { name, deleted }) => {
-                // The probe the delete asks for needs a master → vLLM exchange (not
-                // yet): noted, not answered.
                 if let Some(ticket) =
                     self.instances
                         .apply_delete(name, deleted.as_deref(), &mut out)
                 {
-                    self.notes
-                        .push(json!({ "probe_wanted": { "name": ticket.name, "incarnation": ticket.incarnation } }));
+                    self.notes.push(json!({ "probe": { "name": ticket.name, "incarnation": ticket.incarnation } }));
+                    let token = self.next_token;
+                    self.next_token += 1;
+                    self.probes.insert(token, (ticket, 1));
+                    self.attempt(now, token);
                 }
             }
             None => {}
         }
+        self.note_all(out);
+    }
+
+    /// Send attempt of probe `token`; a name with no vLLM node fails it at once.
+    fn attempt(&mut self, now: Duration, token: u64) {
+        let Some((ticket, _)) = self.probes.get(&token) else {
+            return;
+        };
+        match self.routes.get(&ticket.name) {
+            Some(node) => self.calls.push(Call {
+                to: *node,
+                request: Request::Health,
+                timeout: self.cfg.probe_timeout,
+                token,
+            }),
+            None => self.on_outcome(now, token, Outcome::Failed(Failure::Refused)),
+        }
+    }
+
+    fn probe_done(&mut self, now: Duration, ticket: &ProbeTicket, healthy: bool) {
+        self.notes
+            .push(json!({ "probe_result": { "name": ticket.name, "healthy": healthy } }));
+        let mut out = Vec::new();
+        self.instances.apply_probe(ticket, healthy, now, &mut out);
         self.note_all(out);
     }
 
@@ -157,10 +206,16 @@ impl Server for MasterNode {
     }
 
     fn next_wakeup(&self) -> Option<Duration> {
-        Some(self.next_tick)
+        let retry = self.retries.iter().map(|(t, _)| *t).min();
+        Some(retry.map_or(self.next_tick, |r| r.min(self.next_tick)))
     }
 
     fn on_timer(&mut self, now: Duration) {
+        let (due, later): (Vec<_>, Vec<_>) = self.retries.drain(..).partition(|(t, _)| *t <= now);
+        self.retries = later;
+        for (_, token) in due {
+            self.attempt(now, token);
+        }
         if now < self.next_tick {
             return;
         }
@@ -177,5 +232,23 @@ impl Server for MasterNode {
 
     fn take_notes(&mut self) -> Vec<serde_json::Value> {
         std::mem::take(&mut self.notes)
+    }
+
+    fn take_calls(&mut self) -> Vec<Call> {
+        std::mem::take(&mut self.calls)
+    }
+
+    fn on_outcome(&mut self, now: Duration, token: u64, outcome: Outcome) {
+        let Some((ticket, attempt)) = self.probes.remove(&token) else {
+            return;
+        };
+        if outcome == Outcome::Reply(Reply::Status(200)) {
+            self.probe_done(now, &ticket, true);
+        } else if attempt < self.cfg.probe_attempts.max(1) {
+            self.probes.insert(token, (ticket, attempt + 1));
+            self.retries.push((now + self.cfg.probe_interval, token));
+        } else {
+            self.probe_done(now, &ticket, false);
+        }
     }
 }

@@ -132,6 +132,35 @@ impl Reply {
     }
 }
 
+/// How an exchange ended, as the caller sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Reply(Reply),
+    Failed(Failure),
+}
+
+/// An exchange that gave no answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The caller's own timeout ran out.
+    Timeout,
+    /// The connection was reset.
+    Reset,
+    /// The connect was refused (nothing listening, or a `refuse` fault).
+    Refused,
+    /// The connection was closed without an answer (a blackhole healed).
+    Closed,
+}
+
+/// A call a server makes to another node, named by a `token` of its choosing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call {
+    pub to: NodeId,
+    pub request: Request,
+    pub timeout: Duration,
+    pub token: u64,
+}
+
 /// A node that answers requests: a fake's core inside its simulated shell.
 pub trait Server {
     /// Serve `request` from `from` at `now`. `None`: the server never answers (a hang);
@@ -156,6 +185,14 @@ pub trait Server {
     fn take_notes(&mut self) -> Vec<serde_json::Value> {
         Vec::new()
     }
+
+    /// The calls the node wants made to other nodes (the master's health probes).
+    fn take_calls(&mut self) -> Vec<Call> {
+        Vec::new()
+    }
+
+    /// How one of its calls ended.
+    fn on_outcome(&mut self, _now: Duration, _token: u64, _outcome: Outcome) {}
 
     /// For inspection by tests and reports (`downcast_ref` to the node's type).
     fn as_any(&self) -> &dyn std::any::Any;

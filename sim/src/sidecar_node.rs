@@ -26,7 +26,7 @@ use sidecar::core::{Answer, Command, CommandId, Core, CoreConfig, Input, Note, R
 use sidecar::peers::etcd::EtcdError;
 use sidecar::peers::vllm::ScrapeError;
 
-use crate::node::{EtcdReply, EtcdRequest, NodeId, Reply, Request};
+use crate::node::{EtcdReply, EtcdRequest, Failure, NodeId, Outcome, Reply, Request};
 
 /// Which command an exchange answers, and what the answer needs from it.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,35 +50,13 @@ pub enum Kind {
     Revoke,
 }
 
-/// How an exchange ended, as the caller sees it.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Outcome {
-    Reply(Reply),
-    Failed(Failure),
-}
-
-/// An exchange that gave no answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Failure {
-    /// The caller's own timeout ran out.
-    Timeout,
-    /// The connection was reset.
-    Reset,
-    /// The connect was refused (nothing listening, or a `refuse` fault).
-    Refused,
-    /// The connection was closed without an answer (a blackhole healed).
-    Closed,
-}
-
-impl Failure {
-    /// How reqwest's errors read after the peers' `describe`.
-    fn describe(self) -> &'static str {
-        match self {
-            Failure::Timeout => "timed out",
-            Failure::Reset => "request failed: connection reset by peer",
-            Failure::Refused => "connect failed: Connection refused (os error 111)",
-            Failure::Closed => "request failed: connection closed before message completed",
-        }
+/// How reqwest's errors read after the peers' `describe`.
+fn describe(f: Failure) -> &'static str {
+    match f {
+        Failure::Timeout => "timed out",
+        Failure::Reset => "request failed: connection reset by peer",
+        Failure::Refused => "connect failed: Connection refused (os error 111)",
+        Failure::Closed => "request failed: connection closed before message completed",
     }
 }
 
@@ -311,7 +289,7 @@ fn health_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
             "/health: no answer within {:?}",
             cx.timeouts.health
         )),
-        Outcome::Failed(f) => Answer::HealthFailed(f.describe().to_string()),
+        Outcome::Failed(f) => Answer::HealthFailed(describe(f).to_string()),
     }
 }
 
@@ -339,7 +317,7 @@ fn scrape_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
             "unexpected answer {other:?}"
         ))),
         Outcome::Failed(Failure::Timeout) => failed(ScrapeError::Timeout),
-        Outcome::Failed(f) => failed(ScrapeError::Transport(f.describe().to_string())),
+        Outcome::Failed(f) => failed(ScrapeError::Transport(describe(f).to_string())),
     }
 }
 
@@ -354,7 +332,7 @@ fn heartbeat_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
             cx.timeouts.heartbeat
         )),
         Outcome::Failed(f) => {
-            Answer::HeartbeatFailed(format!("heartbeat POST failed: {}", f.describe()))
+            Answer::HeartbeatFailed(format!("heartbeat POST failed: {}", describe(f)))
         }
     }
 }
@@ -381,7 +359,7 @@ fn etcd_result(outcome: Outcome, path: &str, cx: &Context<'_>) -> Result<EtcdRep
             "no answer within {:?}",
             cx.timeouts.etcd
         ))),
-        Outcome::Failed(f) => Err(unavailable(f.describe().to_string())),
+        Outcome::Failed(f) => Err(unavailable(describe(f).to_string())),
     }
 }
 

@@ -22,9 +22,9 @@ use sidecar::core::Input;
 
 use crate::link::{Direction, Leg, LinkFault, Links, OnChange};
 use crate::log::EventLog;
-use crate::node::{NodeId, Reply, Request, Server};
+use crate::node::{Failure, NodeId, Outcome, Reply, Request, Server};
 use crate::queue::Queue;
-use crate::sidecar_node::{Failure, Outcome, Outgoing, SidecarNode, Tag};
+use crate::sidecar_node::{Outgoing, SidecarNode, Tag};
 
 /// A scripted change to the world (a scenario action), run at its time.
 type Action = Box<dyn FnOnce(&mut World)>;
@@ -65,12 +65,37 @@ enum Event {
     Act(Action),
 }
 
+/// Who waits for an exchange, and what for.
+#[derive(Debug)]
+enum Caller {
+    /// A sidecar's command.
+    Sidecar(u32, Tag),
+    /// A server's own call (the master's health probe), named by its token.
+    Server(NodeId, u64),
+}
+
+impl Caller {
+    fn node(&self) -> NodeId {
+        match self {
+            Caller::Sidecar(i, _) => NodeId::Sidecar(*i),
+            Caller::Server(id, _) => *id,
+        }
+    }
+
+    /// The number the caller knows the exchange by (command id or token).
+    fn number(&self) -> u64 {
+        match self {
+            Caller::Sidecar(_, tag) => tag.id.0,
+            Caller::Server(_, token) => *token,
+        }
+    }
+}
+
 /// An exchange whose caller still waits.
 #[derive(Debug)]
 struct Exchange {
-    caller: u32,
+    caller: Caller,
     server: NodeId,
-    tag: Tag,
     /// Swallowed by a blackhole: fails when the link heals.
     stuck: bool,
 }
@@ -146,7 +171,7 @@ impl World {
     /// Add a server node (a fake's core in its simulated shell).
     pub fn add_server(&mut self, id: NodeId, server: Box<dyn Server>) {
         self.servers.insert(id, server);
-        self.schedule_server_wake(id);
+        self.after_server_step(id);
     }
 
     /// Add the next sidecar with `config`; its core's seed is drawn from the world's
@@ -231,9 +256,10 @@ impl World {
                 generation,
                 reply,
             } => {
-                let live = self.exchanges.get(&exchange).is_some_and(|x| {
-                    self.generation(NodeId::Sidecar(x.caller), x.server) == generation
-                });
+                let live = self
+                    .exchanges
+                    .get(&exchange)
+                    .is_some_and(|x| self.generation(x.caller.node(), x.server) == generation);
                 if live {
                     self.finish(exchange, Outcome::Reply(reply));
                 }
@@ -259,7 +285,7 @@ impl World {
                 // The action may have changed a server's timers.
                 let ids: Vec<NodeId> = self.servers.keys().copied().collect();
                 for id in ids {
-                    self.schedule_server_wake(id);
+                    self.after_server_step(id);
                 }
             }
         }
@@ -293,7 +319,7 @@ impl World {
                     request,
                     timeout,
                     tag,
-                } => self.send(i, to, request, timeout, tag),
+                } => self.send(Caller::Sidecar(i, tag), to, request, timeout),
                 Outgoing::Note(note) => self
                     .log
                     .record(self.now, &name, "note", || json!(format!("{note:?}"))),
@@ -335,13 +361,14 @@ impl World {
             .unwrap_or(0)
     }
 
-    /// Start an exchange from sidecar `caller` to `server`.
-    fn send(&mut self, caller: u32, server: NodeId, request: Request, timeout: Duration, tag: Tag) {
+    /// Start an exchange from `caller` to `server`.
+    fn send(&mut self, caller: Caller, server: NodeId, request: Request, timeout: Duration) {
         let id = self.next_exchange;
         self.next_exchange += 1;
-        let client = NodeId::Sidecar(caller);
+        let client = caller.node();
+        let number = caller.number();
         self.log.record(self.now, &client.to_string(), "send", || {
-            json!({ "x": id, "to": server.to_string(), "cmd": tag.id.0, "request": request_summary(&request) })
+            json!({ "x": id, "to": server.to_string(), "cmd": number, "request": request_summary(&request) })
         });
         self.queue
             .push(self.now + timeout, Event::Timeout { exchange: id });
@@ -398,7 +425,6 @@ impl World {
             Exchange {
                 caller,
                 server,
-                tag,
                 stuck,
             },
         );
@@ -424,8 +450,7 @@ impl World {
         self.log.record(now, &server.to_string(), "serve", || {
             json!({ "x": id, "from": client.to_string(), "reply": reply.as_ref().map(reply_summary) })
         });
-        self.log_server_notes(server);
-        self.schedule_server_wake(server);
+        self.after_server_step(server);
         let (extra, reply) = match reply {
             None => return, // a hang: the caller meets its timeout
             Some(Reply::Reset) => {
@@ -478,17 +503,28 @@ impl World {
             return;
         };
         let now = self.now;
-        let name = NodeId::Sidecar(x.caller).to_string();
+        let name = x.caller.node().to_string();
+        let number = x.caller.number();
         self.log.record(
             now,
             &name,
             "outcome",
-            || json!({ "x": id, "cmd": x.tag.id.0, "outcome": outcome_summary(&outcome) }),
+            || json!({ "x": id, "cmd": number, "outcome": outcome_summary(&outcome) }),
         );
-        if let Some(node) = self.sidecars.get_mut(x.caller as usize) {
-            node.complete(now, &x.tag, outcome);
+        match x.caller {
+            Caller::Sidecar(i, tag) => {
+                if let Some(node) = self.sidecars.get_mut(i as usize) {
+                    node.complete(now, &tag, outcome);
+                }
+                self.after_sidecar_step(i);
+            }
+            Caller::Server(id, token) => {
+                if let Some(node) = self.servers.get_mut(&id) {
+                    node.on_outcome(now, token, outcome);
+                }
+                self.after_server_step(id);
+            }
         }
-        self.after_sidecar_step(x.caller);
     }
 
     fn apply_link(&mut self, client: NodeId, server: NodeId, fault: LinkFault) {
@@ -499,7 +535,7 @@ impl World {
         let on_link: Vec<(u64, bool)> = self
             .exchanges
             .iter()
-            .filter(|(_, x)| NodeId::Sidecar(x.caller) == client && x.server == server)
+            .filter(|(_, x)| x.caller.node() == client && x.server == server)
             .map(|(id, x)| (*id, x.stuck))
             .collect();
         match change {
@@ -538,7 +574,25 @@ impl World {
         if let Some(node) = self.servers.get_mut(&id) {
             node.on_timer(self.now);
         }
+        self.after_server_step(id);
+    }
+
+    /// Log what a server reported, start the calls it wants made, and schedule its
+    /// next timer.
+    fn after_server_step(&mut self, id: NodeId) {
         self.log_server_notes(id);
+        let calls = match self.servers.get_mut(&id) {
+            Some(node) => node.take_calls(),
+            None => Vec::new(),
+        };
+        for call in calls {
+            self.send(
+                Caller::Server(id, call.token),
+                call.to,
+                call.request,
+                call.timeout,
+            );
+        }
         self.schedule_server_wake(id);
     }
 

@@ -110,3 +110,98 @@ fn the_cluster_replays_byte_for_byte_and_an_hour_is_fast() {
         a.events()
     );
 }
+
+/// A watch event for instance `addr`, its key and value written by the sidecar's own
+/// encoders (`instance_key`, `InstanceMeta::to_json`).
+fn watch_event(
+    kind: mock_master::etcd::EventKind,
+    addr: &str,
+    incarnation: &str,
+) -> mock_master::etcd::WatchEvent {
+    use sidecar::instance::{instance_key, InstanceMeta, InstanceType};
+    let key = instance_key("", InstanceType::Default, addr).into_bytes();
+    let value = InstanceMeta::new(addr, InstanceType::Default, "vllm", incarnation, 1)
+        .to_json()
+        .into_bytes();
+    let kv = mock_master::etcd::KeyValue {
+        key,
+        value,
+        mod_revision: 2,
+    };
+    match kind {
+        mock_master::etcd::EventKind::Put => mock_master::etcd::WatchEvent {
+            kind,
+            kv,
+            prev_kv: None,
+        },
+        mock_master::etcd::EventKind::Delete => mock_master::etcd::WatchEvent {
+            kind,
+            kv: mock_master::etcd::KeyValue {
+                value: Vec::new(),
+                ..kv.clone()
+            },
+            prev_kv: Some(kv),
+        },
+    }
+}
+
+#[test]
+fn a_delete_makes_the_master_probe_vllm_over_its_link() {
+    use mock_master::etcd::EventKind::{Delete, Put};
+    let mut world = World::new(3, EventLog::keeping());
+    let mut master = MasterNode::new(mock_master::Config::default(), Duration::ZERO);
+    for i in 0..3 {
+        master.route(&format!("10.0.0.{i}:8000"), NodeId::Vllm(i));
+        world.add_server(
+            NodeId::Vllm(i),
+            Box::new(VllmNode::with_dialect(Dialect::Compact, Duration::ZERO)),
+        );
+    }
+    world.add_server(NodeId::Master, Box::new(master));
+    // vllm/1 is down; the master's link to vllm/2 is a blackhole.
+    world
+        .server_as_mut::<VllmNode>(NodeId::Vllm(1))
+        .unwrap()
+        .set_health(Health::Down);
+    world.set_link(NodeId::Master, NodeId::Vllm(2), LinkFault::Blackhole);
+    world.at(Duration::from_secs(1), |w| {
+        let m = w.server_as_mut::<MasterNode>(NodeId::Master).unwrap();
+        for i in 0..3 {
+            m.on_watch_event(
+                Duration::from_secs(1),
+                &watch_event(Put, &format!("10.0.0.{i}:8000"), "inc"),
+            );
+        }
+    });
+    world.at(Duration::from_secs(2), |w| {
+        let m = w.server_as_mut::<MasterNode>(NodeId::Master).unwrap();
+        for i in 0..3 {
+            m.on_watch_event(
+                Duration::from_secs(2),
+                &watch_event(Delete, &format!("10.0.0.{i}:8000"), "inc"),
+            );
+        }
+    });
+    world.run_until(Duration::from_millis(2500));
+    let state = |w: &World, i: u32| {
+        let m = w.server_as::<MasterNode>(NodeId::Master).unwrap();
+        m.instances()
+            .view(&format!("10.0.0.{i}:8000"), w.now())
+            .map(|v| v.state)
+    };
+    use mock_master::InstanceState::{LeaseLost, Suspect};
+    assert_eq!(state(&world, 0), Some(LeaseLost), "{}", world.log().text());
+    // Two attempts 100 ms apart, each answered 503 at once.
+    assert_eq!(state(&world, 1), Some(Suspect));
+    // Blackholed: still waiting for the second attempt's 1 s timeout at 2.5 s.
+    assert_ne!(state(&world, 2), Some(Suspect));
+    world.run_until(Duration::from_millis(4200));
+    assert_eq!(state(&world, 2), Some(Suspect), "{}", world.log().text());
+    let probes = world
+        .log()
+        .text()
+        .lines()
+        .filter(|l| l.contains("\"node\":\"master\",\"kind\":\"send\""))
+        .count();
+    assert_eq!(probes, 1 + 2 + 2);
+}

@@ -16,8 +16,9 @@ use mock_vllm::Dialect;
 use rand::SeedableRng;
 use sidecar::config::Config;
 use sim::master_node::MasterNode;
+use sim::node::Outcome;
 use sim::node::{EtcdReply, EtcdRequest, Server};
-use sim::sidecar_node::{Outcome, Outgoing, SidecarNode};
+use sim::sidecar_node::{Outgoing, SidecarNode};
 use sim::vllm_node::VllmNode;
 use sim::{NodeId, Reply, Request};
 
