@@ -4,10 +4,11 @@
 //! asserts nothing about speed.
 //!
 //! ```text
-//! cargo run --release -p sim --example fleet -- [INSTANCES] [SIM_SECONDS] [DIALECT]
+//! cargo run --release -p sim --example fleet -- [INSTANCES] [SIM_SECONDS] [DIALECT] [PART]
 //! ```
 //!
-//! DIALECT is mock-vllm's (`compact`, `v0.10`, ...). Without an etcd node (mock-etcd has
+//! DIALECT is mock-vllm's (`compact`, `v0.10`, ...); PART is `fleet`, `page` or `both`
+//! (the default), to profile one part alone. Without an etcd node (mock-etcd has
 //! no clock-free core yet) no sidecar registers, so no sidecar scrapes or heartbeats;
 //! the second part therefore measures the per-scrape path that dominates once they do,
 //! all of it real code: mock-vllm writes a page, the sidecar's mapping reads it, the
@@ -33,14 +34,20 @@ fn main() {
         .get(2)
         .and_then(|a| a.parse().ok())
         .unwrap_or(Dialect::Compact);
-    fleet(n, secs, dialect);
-    page_path(dialect);
+    let part = args.get(3).map_or("both", String::as_str);
+    if part != "page" {
+        fleet(n, secs, dialect, EventLog::digest_only());
+        fleet(n, secs, dialect, EventLog::counting());
+    }
+    if part != "fleet" {
+        page_path(dialect);
+    }
     println!("peak RSS (VmHWM): {}", vm_hwm());
 }
 
-fn fleet(n: u32, secs: u64, dialect: Dialect) {
+fn fleet(n: u32, secs: u64, dialect: Dialect, log: EventLog) {
     let started = Instant::now();
-    let mut world = World::new(1, EventLog::digest_only());
+    let mut world = World::new(1, log);
     let master = MasterNode::new(mock_master::Config::default(), Duration::ZERO);
     world.add_server(NodeId::Master, Box::new(master));
     for i in 0..n {
