@@ -23,6 +23,16 @@ use sim::vllm_node::VllmNode;
 use sim::{NodeId, Reply, Request};
 
 fn run(dialect: Dialect, token: Option<&str>, sidecar_token: &str) -> (MasterNode, Vec<u16>) {
+    run_with(dialect, token, sidecar_token, |_| {}).0
+}
+
+/// As `run`, with faults armed on the vLLM first; also answers the sidecar's notes.
+fn run_with(
+    dialect: Dialect,
+    token: Option<&str>,
+    sidecar_token: &str,
+    arm: impl FnOnce(&mut VllmNode),
+) -> ((MasterNode, Vec<u16>), Vec<String>) {
     let config = Config::from_flags([
         "--register-addr",
         "10.0.0.7:8000",
@@ -34,6 +44,8 @@ fn run(dialect: Dialect, token: Option<&str>, sidecar_token: &str) -> (MasterNod
     .unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     let mut vllm = VllmNode::with_dialect(dialect, Duration::ZERO);
+    arm(&mut vllm);
+    let mut notes = Vec::new();
     let master_cfg = mock_master::Config {
         etcd_namespace: "/prod".into(),
         token: token.map(str::to_string),
@@ -50,6 +62,7 @@ fn run(dialect: Dialect, token: Option<&str>, sidecar_token: &str) -> (MasterNod
         while !outs.is_empty() {
             let out = outs.remove(0);
             let Outgoing::Send { request, tag, .. } = out else {
+                notes.push(format!("{out:?}"));
                 continue;
             };
             let reply = match &request {
@@ -91,7 +104,9 @@ fn run(dialect: Dialect, token: Option<&str>, sidecar_token: &str) -> (MasterNod
                 }
                 Request::Etcd(EtcdRequest::Revoke { .. }) => Some(Reply::Etcd(EtcdReply::Done)),
             };
-            let reply = reply.expect("the fakes answer");
+            let Some(reply) = reply else {
+                continue; // a hang: this loop has no timeouts; the world tests them
+            };
             sidecar.complete(now, &tag, Outcome::Reply(reply));
             outs.extend(sidecar.poll());
         }
@@ -102,7 +117,7 @@ fn run(dialect: Dialect, token: Option<&str>, sidecar_token: &str) -> (MasterNod
         master.on_timer(now);
         sidecar.handle(now, sidecar::core::Input::Timer);
     }
-    (master, statuses)
+    ((master, statuses), notes)
 }
 
 #[test]
@@ -136,4 +151,36 @@ fn a_wrong_token_is_refused_by_the_masters_check() {
     let (_, statuses) = run(Dialect::Compact, Some("right"), "wrong");
     assert!(!statuses.is_empty());
     assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
+}
+
+#[test]
+fn mock_vllms_metric_faults_reach_the_sidecars_mapping() {
+    use mock_vllm::Fault;
+    // A 500 page: a scrape error, no heartbeat that round.
+    let ((_, clean), _) = run_with(Dialect::Compact, None, "", |_| {});
+    let ((_, statuses), notes) = run_with(Dialect::Compact, None, "", |v| {
+        v.add_fault(Fault::MetricsStatus { status: 500 }, Some(1));
+    });
+    assert_eq!(statuses.len() + 1, clean.len(), "{notes:?}");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("ScrapeFailed") && n.contains("\"status\"")),
+        "{notes:?}"
+    );
+    // Garbage lines: the lenient parser skips them and the heartbeat still goes.
+    let ((_, statuses), _) = run_with(Dialect::Compact, None, "", |v| {
+        v.add_fault(Fault::MetricsGarbage { lines: 5 }, None);
+    });
+    assert_eq!(statuses, clean);
+    // NaN and infinite gauges: whatever the sidecar sends, the master reads it.
+    let ((master, statuses), notes) = run_with(Dialect::V0_11, None, "", |v| {
+        v.add_fault(Fault::MetricsNonfinite, None);
+    });
+    assert!(
+        !statuses.is_empty() && statuses.iter().all(|s| *s == 200),
+        "{statuses:?} {notes:?}"
+    );
+    let views = master.instances().views(Duration::from_secs(10));
+    assert!(views[0].load.is_some());
 }
