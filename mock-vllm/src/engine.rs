@@ -1,13 +1,15 @@
 //! The load model of one engine: `max_num_seqs` running slots, a FIFO waiting queue,
-//! and a KV cache that only admits a request whose tokens fit.
+//! and a KV cache that only admits a request whose tokens fit (that rule is
+//! [`crate::sched::Scheduler`]; this module adds the waiting, the latencies and the
+//! stats).
 //!
 //! No task ticks per token: a request holds a [`Slot`] while it runs and its own task
 //! sleeps until its next token is due (the timeline comes from [`Engine::prefill_time`]
-//! and [`Engine::inter_token_time`], which slow down as the batch fills). Releasing a
+//! and [`Engine::inter_token_time`], i.e. [`crate::latency::Latency`] at the current
+//! batch size). Releasing a
 //! slot (drop) hands it to the head of the queue under the same lock, so the counts seen
 //! by `/metrics` are always exact, including for clients that hang up while waiting.
 
-use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -16,6 +18,8 @@ use rand::Rng;
 use tokio::sync::Notify;
 
 use crate::config::Config;
+use crate::latency::{Latency, PrefixMemory};
+use crate::sched::{Decision, Scheduler};
 use crate::stats::{Buckets, EngineStats};
 
 const WAITING: u8 = 0;
@@ -28,30 +32,16 @@ struct Waiter {
     notify: Notify,
 }
 
-#[derive(Default)]
-struct Sched {
-    running: usize,
-    kv_used: u64,
-    queue: VecDeque<Arc<Waiter>>,
-    waiting: usize,
-}
-
 /// One engine (one `engine="i"` label set).
 pub struct Engine {
     pub index: usize,
-    max_num_seqs: usize,
-    max_waiting: usize,
     kv_capacity: u64,
-    prefill_overhead: Duration,
-    prefill_per_token: Duration,
-    inter_token_latency: Duration,
-    jitter: f64,
-    batch_slowdown: f64,
-    sched: Mutex<Sched>,
+    latency: Latency,
+    sched: Mutex<Scheduler<Arc<Waiter>>>,
     running_now: AtomicUsize,
     waiting_now: AtomicUsize,
     stats: Mutex<EngineStats>,
-    prefix_seen: Mutex<HashSet<u64>>,
+    prefix_seen: Mutex<PrefixMemory>,
 }
 
 /// The answer to a request for a running slot.
@@ -75,6 +65,11 @@ pub struct Ticket {
     converted: bool,
 }
 
+/// A waiter whose client left (its queue entry is skipped).
+fn gone(w: &Arc<Waiter>) -> bool {
+    w.state.load(Ordering::Acquire) == CANCELLED
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
@@ -87,83 +82,64 @@ impl Engine {
         let buckets = Buckets::for_dialect(cfg.dialect, cfg.max_model_len);
         Arc::new(Engine {
             index,
-            max_num_seqs: cfg.max_num_seqs,
-            max_waiting: cfg.max_waiting,
             kv_capacity: cfg.kv_capacity_tokens,
-            prefill_overhead: cfg.prefill_overhead,
-            prefill_per_token: cfg.prefill_per_token,
-            inter_token_latency: cfg.inter_token_latency,
-            jitter: cfg.jitter,
-            batch_slowdown: cfg.batch_slowdown,
-            sched: Mutex::new(Sched::default()),
+            latency: Latency::new(cfg),
+            sched: Mutex::new(Scheduler::new(
+                cfg.max_num_seqs,
+                cfg.max_waiting,
+                cfg.kv_capacity_tokens,
+            )),
             running_now: AtomicUsize::new(0),
             waiting_now: AtomicUsize::new(0),
             stats: Mutex::new(EngineStats::new(&buckets, created)),
-            prefix_seen: Mutex::new(HashSet::new()),
+            prefix_seen: Mutex::new(PrefixMemory::default()),
         })
     }
 
-    /// Ask for a running slot for a request holding `need` KV tokens. FIFO: nobody
-    /// overtakes a non-empty queue.
+    /// Ask for a running slot for a request holding `need` KV tokens (the rule is
+    /// [`Scheduler::admit`]).
     pub fn admit(self: &Arc<Self>, need: u64) -> Admit {
         let mut s = lock(&self.sched);
-        if s.waiting == 0 && self.fits(&s, need) {
-            s.running += 1;
-            s.kv_used += need;
-            self.publish(&s);
-            return Admit::Running(Slot {
+        let mut queued = None;
+        let decision = s.admit(need, || {
+            let w = Arc::new(Waiter {
+                need,
+                state: AtomicU8::new(WAITING),
+                notify: Notify::new(),
+            });
+            queued = Some(w.clone());
+            w
+        });
+        self.publish(&s);
+        match (decision, queued) {
+            (Decision::Run, _) => Admit::Running(Slot {
                 engine: self.clone(),
                 need,
-            });
-        }
-        if s.waiting >= self.max_waiting {
-            drop(s);
-            lock(&self.stats).rejected += 1;
-            return Admit::Rejected;
-        }
-        let waiter = Arc::new(Waiter {
-            need,
-            state: AtomicU8::new(WAITING),
-            notify: Notify::new(),
-        });
-        s.queue.push_back(waiter.clone());
-        s.waiting += 1;
-        self.publish(&s);
-        Admit::Queued(Ticket {
-            engine: self.clone(),
-            waiter,
-            converted: false,
-        })
-    }
-
-    fn fits(&self, s: &Sched, need: u64) -> bool {
-        s.running < self.max_num_seqs && (s.running == 0 || s.kv_used + need <= self.kv_capacity)
-    }
-
-    fn publish(&self, s: &Sched) {
-        self.running_now.store(s.running, Ordering::Relaxed);
-        self.waiting_now.store(s.waiting, Ordering::Relaxed);
-    }
-
-    /// Free one slot and hand free capacity to the head of the queue.
-    fn release_locked(&self, s: &mut Sched, need: u64) {
-        s.running = s.running.saturating_sub(1);
-        s.kv_used = s.kv_used.saturating_sub(need);
-        while let Some(front) = s.queue.front() {
-            if front.state.load(Ordering::Acquire) == CANCELLED {
-                s.queue.pop_front();
-                continue;
+            }),
+            (Decision::Queued, Some(waiter)) => Admit::Queued(Ticket {
+                engine: self.clone(),
+                waiter,
+                converted: false,
+            }),
+            _ => {
+                drop(s);
+                lock(&self.stats).rejected += 1;
+                Admit::Rejected
             }
-            if !self.fits(s, front.need) {
-                break;
-            }
-            let Some(w) = s.queue.pop_front() else { break };
-            s.running += 1;
-            s.kv_used += w.need;
-            s.waiting = s.waiting.saturating_sub(1);
+        }
+    }
+
+    fn publish(&self, s: &Scheduler<Arc<Waiter>>) {
+        self.running_now.store(s.running(), Ordering::Relaxed);
+        self.waiting_now.store(s.waiting(), Ordering::Relaxed);
+    }
+
+    /// Free one slot and wake the waiters the queue hands it to.
+    fn release_locked(&self, s: &mut Scheduler<Arc<Waiter>>, need: u64) {
+        s.release(need, gone, |w| {
             w.state.store(GRANTED, Ordering::Release);
             w.notify.notify_one();
-        }
+        });
         self.publish(s);
     }
 
@@ -183,7 +159,7 @@ impl Engine {
     /// (running, waiting, kv tokens held) read together.
     pub fn snapshot(&self) -> (usize, usize, u64) {
         let s = lock(&self.sched);
-        (s.running, s.waiting, s.kv_used)
+        (s.running(), s.waiting(), s.kv_used())
     }
 
     pub fn kv_capacity(&self) -> u64 {
@@ -199,44 +175,20 @@ impl Engine {
         lock(&self.stats)
     }
 
-    /// Whether a prompt with this hash was seen before (a pretend prefix-cache lookup;
-    /// the memory is bounded and forgets everything when full).
+    /// Whether a prompt with this hash was seen before ([`PrefixMemory`]).
     pub fn prefix_lookup(&self, prompt_hash: u64) -> bool {
-        let mut seen = lock(&self.prefix_seen);
-        if seen.contains(&prompt_hash) {
-            return true;
-        }
-        if seen.len() >= 4096 {
-            seen.clear();
-        }
-        seen.insert(prompt_hash);
-        false
+        lock(&self.prefix_seen).lookup(prompt_hash)
     }
 
-    /// How much slower than an idle engine a step is right now.
-    fn slowdown(&self) -> f64 {
-        1.0 + self.batch_slowdown * (self.running() as f64 / self.max_num_seqs as f64).min(1.0)
-    }
-
-    fn jittered(&self, base: f64, rng: &mut impl Rng) -> f64 {
-        if self.jitter > 0.0 {
-            base * rng.gen_range(1.0 - self.jitter..=1.0 + self.jitter)
-        } else {
-            base
-        }
-    }
-
-    /// Time from being scheduled to the first token.
+    /// Time from being scheduled to the first token, at the current batch size.
     pub fn prefill_time(&self, prompt_tokens: u32, rng: &mut impl Rng) -> Duration {
-        let base = self.prefill_overhead.as_secs_f64()
-            + self.prefill_per_token.as_secs_f64() * prompt_tokens as f64;
-        Duration::from_secs_f64(self.jittered(base * self.slowdown(), rng).max(0.0))
+        self.latency
+            .prefill_time(self.running(), prompt_tokens, rng)
     }
 
-    /// Time from one output token to the next.
+    /// Time from one output token to the next, at the current batch size.
     pub fn inter_token_time(&self, rng: &mut impl Rng) -> Duration {
-        let base = self.inter_token_latency.as_secs_f64() * self.slowdown();
-        Duration::from_secs_f64(self.jittered(base, rng).max(0.0))
+        self.latency.inter_token_time(self.running(), rng)
     }
 }
 
@@ -273,12 +225,7 @@ impl Drop for Ticket {
         match self.waiter.state.load(Ordering::Acquire) {
             WAITING => {
                 self.waiter.state.store(CANCELLED, Ordering::Release);
-                s.waiting = s.waiting.saturating_sub(1);
-                // Keep cancelled leftovers from piling up behind a stuck head.
-                if s.queue.len() > 2 * self.engine.max_waiting.min(1 << 20) + 64 {
-                    s.queue
-                        .retain(|w| w.state.load(Ordering::Acquire) != CANCELLED);
-                }
+                s.leave(gone);
                 self.engine.publish(&s);
             }
             GRANTED => self.engine.release_locked(&mut s, self.waiter.need),

@@ -22,10 +22,13 @@
 //! Core:
 //! - [`state`]: what handlers and handle share (`Shared`, the engines' `Core`,
 //!   [`Health`]) and the operations on it, time as an argument; no sockets.
-//! - [`engine`]: the load model of one engine: slots, FIFO queue, KV cache, latencies
-//!   ([`engine::Engine::admit`]); [`stats`]: counters and histograms of what happened
+//! - [`sched`]: one engine's slots, KV cache and FIFO queue as a plain state machine
+//!   ([`sched::Scheduler`]); [`engine`]: the load model around it, latencies and
+//!   waking waiters ([`engine::Engine::admit`]); [`latency`]: prefill and inter-token
+//!   times at a batch size ([`latency::Latency`]) and the pretend prefix cache; [`stats`]: counters and histograms of what happened
 //!   ([`stats::EngineStats`]).
-//! - [`validate`]: vLLM's request rules and errors (`validate::parse`); [`request`]:
+//! - [`answer`]: a completion's output length and its body or SSE chunks, from its
+//!   plan. [`validate`]: vLLM's request rules and errors (`validate::parse`); [`request`]:
 //!   bodies decoded without a JSON tree (`request::fields`); [`tokenizer`]: the
 //!   4-characters-per-token rule.
 //! - [`metrics`]: which families each dialect exports; [`metrics::page`] writes the page
@@ -36,6 +39,7 @@
 //! - [`config`]: [`Config`] and [`Dialect`]; [`waveform`]: [`Waveform`] for gauge
 //!   overrides; [`error`]: vLLM-shaped error bodies.
 
+pub mod answer;
 pub mod body;
 pub mod clock;
 pub mod config;
@@ -46,11 +50,13 @@ pub mod exposition;
 pub mod faults;
 pub mod info;
 pub mod instrument;
+pub mod latency;
 pub mod metrics;
 pub mod openai;
 pub mod process;
 pub mod request;
 pub mod routes;
+pub mod sched;
 pub mod scrape;
 pub mod scrape_faults;
 pub mod server;

@@ -15,14 +15,15 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
+use crate::answer::{output_length, Plan};
 use crate::clock::epoch_secs;
+use crate::config::Config;
 use crate::engine::{Admit, Engine, Slot};
 use crate::error::ApiError;
 use crate::faults::Fault;
 use crate::state::Shared;
 use crate::stats::{FinishReason, Finished};
-use crate::tokenizer::token_text;
-use crate::validate::{self, Api, Req};
+use crate::validate::{self, Api};
 
 pub(crate) async fn completions(State(shared): State<Arc<Shared>>, body: Body) -> Response {
     serve(shared, Api::Completions, body)
@@ -70,115 +71,6 @@ impl Drop for Inflight {
     }
 }
 
-/// Per-request identity and plan.
-struct Plan {
-    api: Api,
-    id: String,
-    created: u64,
-    model_json: String,
-    prompt_tokens: u32,
-    out_tokens: u32,
-    reason: FinishReason,
-    word_offset: u64,
-    drop_after: Option<u32>,
-    arrival: Instant,
-    scheduled: Instant,
-    req: Req,
-}
-
-impl Plan {
-    fn usage(&self, completion: u32) -> String {
-        format!(
-            r#"{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{completion},"prompt_tokens_details":null}}"#,
-            self.prompt_tokens,
-            self.prompt_tokens + completion
-        )
-    }
-
-    fn finished(&self, first: Instant, end: Instant, generated: u32) -> Finished {
-        Finished {
-            prompt_tokens: self.prompt_tokens,
-            generation_tokens: generated,
-            max_tokens_param: self.req.max_tokens_param,
-            max_generation_tokens: self.req.max_tokens,
-            n: 1,
-            queue: self.scheduled.duration_since(self.arrival).as_secs_f64(),
-            prefill: first.duration_since(self.scheduled).as_secs_f64(),
-            decode: end.duration_since(first).as_secs_f64(),
-            e2e: end.duration_since(self.arrival).as_secs_f64(),
-        }
-    }
-
-    fn text(&self, from: u32, to: u32) -> String {
-        let mut s = String::new();
-        for i in from..to {
-            if i > 0 {
-                s.push(' ');
-            }
-            s.push_str(token_text(self.word_offset, i));
-        }
-        s
-    }
-
-    /// One SSE chunk carrying tokens `[from, to)`; `finish` on the last one.
-    fn chunk(&self, from: u32, to: u32, finish: Option<FinishReason>) -> String {
-        let text = self.text(from, to);
-        let fin = finish
-            .map(|r| format!("\"{}\"", r.as_str()))
-            .unwrap_or_else(|| "null".into());
-        match self.api {
-            Api::Completions => format!(
-                "data: {{\"id\":\"{}\",\"object\":\"text_completion\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"text\":\"{}\",\"logprobs\":null,\"finish_reason\":{},\"stop_reason\":null}}]}}\n\n",
-                self.id, self.created, self.model_json, text, fin
-            ),
-            Api::Chat => format!(
-                "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{}\"}},\"logprobs\":null,\"finish_reason\":{}{}}}]}}\n\n",
-                self.id, self.created, self.model_json, text, fin,
-                if finish.is_some() { ",\"stop_reason\":null" } else { "" }
-            ),
-        }
-    }
-
-    fn role_chunk(&self) -> String {
-        format!(
-            "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n",
-            self.id, self.created, self.model_json
-        )
-    }
-
-    fn usage_chunk(&self, completion: u32) -> String {
-        let object = if self.api == Api::Chat {
-            "chat.completion.chunk"
-        } else {
-            "text_completion"
-        };
-        format!(
-            "data: {{\"id\":\"{}\",\"object\":\"{object}\",\"created\":{},\"model\":{},\"choices\":[],\"usage\":{}}}\n\n",
-            self.id,
-            self.created,
-            self.model_json,
-            self.usage(completion)
-        )
-    }
-
-    /// The non-streaming answer, fields in vLLM's (pydantic) order.
-    fn full_body(&self) -> String {
-        let text = self.text(0, self.out_tokens);
-        let reason = self.reason.as_str();
-        let usage = self.usage(self.out_tokens);
-        match self.api {
-            Api::Completions => format!(
-                r#"{{"id":"{}","object":"text_completion","created":{},"model":{},"choices":[{{"index":0,"text":"{text}","logprobs":null,"finish_reason":"{reason}","stop_reason":null,"prompt_logprobs":null}}],"usage":{usage},"kv_transfer_params":null}}"#,
-                self.id, self.created, self.model_json
-            ),
-            Api::Chat => format!(
-                r#"{{"id":"{}","object":"chat.completion","created":{},"model":{},"choices":[{{"index":0,"message":{{"role":"assistant","reasoning_content":null,"content":"{text}","tool_calls":[]}},"logprobs":null,"finish_reason":"{reason}","stop_reason":null}}],"usage":{usage},"prompt_logprobs":null,"kv_transfer_params":null}}"#,
-                self.id, self.created, self.model_json
-            ),
-        }
-    }
-}
-
 async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, ApiError> {
     let arrival = Instant::now();
     let nested = shared.cfg.dialect.nested_errors();
@@ -201,28 +93,10 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
         shared.cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seq.wrapping_add(1),
     );
 
+    let armed = completion_faults_armed(&shared);
     let roll: f64 = rng.gen();
-    let armed = shared.faults.any(|f| {
-        matches!(
-            f,
-            Fault::CompletionFail { .. } | Fault::CompletionHang | Fault::CompletionDrop { .. }
-        )
-    });
-    let failing = if !armed {
-        None
-    } else {
-        shared.fire(|f| match f {
-            Fault::CompletionFail { fraction, status } if roll < *fraction => Some(*status),
-            _ => None,
-        })
-    };
-    if let Some(status) = failing {
-        let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        return Err(ApiError::new(
-            code,
-            "Injected failure (completion_fail fault).",
-            nested,
-        ));
+    if armed {
+        injected_failure(&shared, roll, nested)?;
     }
 
     let Some(engine) = core.pick_engine().cloned() else {
@@ -232,30 +106,11 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
             nested,
         ));
     };
-    let (lo, hi) = shared.cfg.natural_output_tokens;
-    let natural = rng.gen_range(lo..=hi).max(req.min_tokens);
-    let (out_tokens, reason) = if req.ignore_eos || natural >= req.max_tokens {
-        (req.max_tokens, FinishReason::Length)
-    } else {
-        (natural, FinishReason::Stop)
-    };
+    let (out_tokens, reason) = output_length(&req, shared.cfg.natural_output_tokens, &mut rng);
     let need = req.prompt_tokens as u64 + out_tokens as u64;
-    let slot = match engine.admit(need) {
-        Admit::Running(slot) => slot,
-        Admit::Queued(ticket) => ticket.wait().await,
-        Admit::Rejected => {
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "The waiting queue is full ({} requests).",
-                    shared.cfg.max_waiting
-                ),
-                nested,
-            ))
-        }
-    };
+    let slot = admit(&engine, need, &shared.cfg, nested).await?;
     let scheduled = Instant::now();
-    let mut inflight = Inflight {
+    let inflight = Inflight {
         engine: engine.clone(),
         slot: Some(slot),
         pending_itls: Vec::new(),
@@ -304,7 +159,14 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
             .into_response());
     }
 
-    // Non-streaming: sleep to the first token, then to the last.
+    Ok(whole_answer(plan, inflight, rng).await)
+}
+
+/// The non-streaming answer: sleep to the first token, then to the last (or to the
+/// drop), record what happened, answer the body.
+async fn whole_answer(plan: Plan, mut inflight: Inflight, mut rng: StdRng) -> Response {
+    let engine = inflight.engine.clone();
+    let (arrival, scheduled) = (plan.arrival, plan.scheduled);
     let prefill = engine.prefill_time(plan.prompt_tokens, &mut rng);
     sleep_until(scheduled + prefill).await;
     let first = Instant::now();
@@ -326,11 +188,11 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
                 Ok(Bytes::from_static(b"{\"id\":")),
                 Err(std::io::Error::other("completion_drop")),
             ];
-            return Ok((
+            return (
                 [(header::CONTENT_TYPE, "application/json")],
                 Body::from_stream(futures_util::stream::iter(chunks)),
             )
-                .into_response());
+                .into_response();
         }
     }
     let total: Duration = planned.iter().sum();
@@ -347,7 +209,51 @@ async fn serve(shared: Arc<Shared>, api: Api, body: Body) -> Result<Response, Ap
     let finished = plan.finished(first, end, plan.out_tokens);
     inflight.finish(plan.reason, &finished);
     let body = plan.full_body();
-    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+/// Whether any `completion_*` fault is armed (most requests skip the fault path).
+fn completion_faults_armed(shared: &Shared) -> bool {
+    shared.faults.any(|f| {
+        matches!(
+            f,
+            Fault::CompletionFail { .. } | Fault::CompletionHang | Fault::CompletionDrop { .. }
+        )
+    })
+}
+
+/// `completion_fail`: this request fails if its `roll` falls under the fraction.
+fn injected_failure(shared: &Shared, roll: f64, nested: bool) -> Result<(), ApiError> {
+    let failing = shared.fire(|f| match f {
+        Fault::CompletionFail { fraction, status } if roll < *fraction => Some(*status),
+        _ => None,
+    });
+    match failing {
+        None => Ok(()),
+        Some(status) => Err(ApiError::new(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            "Injected failure (completion_fail fault).",
+            nested,
+        )),
+    }
+}
+
+/// A running slot on `engine` for `need` KV tokens, after queueing if it must; 429 when
+/// the queue is full.
+async fn admit(
+    engine: &Arc<Engine>,
+    need: u64,
+    cfg: &Config,
+    nested: bool,
+) -> Result<Slot, ApiError> {
+    match engine.admit(need) {
+        Admit::Running(slot) => Ok(slot),
+        Admit::Queued(ticket) => Ok(ticket.wait().await),
+        Admit::Rejected => Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("The waiting queue is full ({} requests).", cfg.max_waiting),
+            nested,
+        )),
+    }
 }
 
 /// Sleep until `at`, without touching the timer wheel when it is already due.

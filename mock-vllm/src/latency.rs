@@ -1,0 +1,116 @@
+//! How long an engine takes, as a function of how full its batch is: the prefill of a
+//! prompt and the gap between two output tokens, with seeded jitter; and the pretend
+//! prefix cache. Pure values (no clock, no lock) shared by the serving engine
+//! ([`crate::engine`]) and the virtual-time core ([`crate::core`]).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::config::Config;
+
+/// The latency model of one engine (from [`Config`]).
+#[derive(Clone, Debug)]
+pub struct Latency {
+    max_num_seqs: usize,
+    prefill_overhead: f64,
+    prefill_per_token: f64,
+    inter_token_latency: f64,
+    jitter: f64,
+    batch_slowdown: f64,
+}
+
+impl Latency {
+    pub fn new(cfg: &Config) -> Self {
+        Latency {
+            max_num_seqs: cfg.max_num_seqs.max(1),
+            prefill_overhead: cfg.prefill_overhead.as_secs_f64(),
+            prefill_per_token: cfg.prefill_per_token.as_secs_f64(),
+            inter_token_latency: cfg.inter_token_latency.as_secs_f64(),
+            jitter: cfg.jitter,
+            batch_slowdown: cfg.batch_slowdown,
+        }
+    }
+
+    /// How much slower than an idle engine a step is with `running` requests.
+    fn slowdown(&self, running: usize) -> f64 {
+        1.0 + self.batch_slowdown * (running as f64 / self.max_num_seqs as f64).min(1.0)
+    }
+
+    fn jittered(&self, base: f64, rng: &mut impl Rng) -> f64 {
+        if self.jitter > 0.0 {
+            base * rng.gen_range(1.0 - self.jitter..=1.0 + self.jitter)
+        } else {
+            base
+        }
+    }
+
+    /// Time from being scheduled to the first token, `running` requests in the batch.
+    pub fn prefill_time(&self, running: usize, prompt_tokens: u32, rng: &mut impl Rng) -> Duration {
+        let base = self.prefill_overhead + self.prefill_per_token * prompt_tokens as f64;
+        secs(self.jittered(base * self.slowdown(running), rng))
+    }
+
+    /// Time from one output token to the next, `running` requests in the batch.
+    pub fn inter_token_time(&self, running: usize, rng: &mut impl Rng) -> Duration {
+        let base = self.inter_token_latency * self.slowdown(running);
+        secs(self.jittered(base, rng))
+    }
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
+}
+
+/// A pretend prefix cache: remembers prompt hashes, bounded, forgets everything when
+/// full.
+#[derive(Debug, Default)]
+pub struct PrefixMemory {
+    seen: HashSet<u64>,
+}
+
+/// Prompt hashes remembered before the memory is cleared.
+const PREFIX_MEMORY: usize = 4096;
+
+impl PrefixMemory {
+    /// Whether a prompt with this hash was seen before (and remember it).
+    pub fn lookup(&mut self, prompt_hash: u64) -> bool {
+        if self.seen.contains(&prompt_hash) {
+            return true;
+        }
+        if self.seen.len() >= PREFIX_MEMORY {
+            self.seen.clear();
+        }
+        self.seen.insert(prompt_hash);
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    #[test]
+    fn a_full_batch_is_slower_by_batch_slowdown() {
+        let cfg = Config {
+            jitter: 0.0,
+            batch_slowdown: 0.5,
+            max_num_seqs: 4,
+            inter_token_latency: Duration::from_millis(10),
+            prefill_overhead: Duration::from_millis(2),
+            prefill_per_token: Duration::from_millis(1),
+            ..Config::default()
+        };
+        let l = Latency::new(&cfg);
+        let rng = &mut StdRng::seed_from_u64(0);
+        assert_eq!(l.inter_token_time(0, rng), Duration::from_millis(10));
+        assert_eq!(l.inter_token_time(4, rng), Duration::from_millis(15));
+        assert_eq!(l.prefill_time(0, 8, rng), Duration::from_millis(10));
+        let mut p = PrefixMemory::default();
+        assert!(!p.lookup(7));
+        assert!(p.lookup(7));
+    }
+}

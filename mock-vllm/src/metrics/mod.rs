@@ -1,0 +1,388 @@
+//! The `/metrics` page of each dialect: which families a real vLLM of that release
+//! exports, in the order its registry holds them, with values from [`crate::stats`].
+//! Clock-free: [`page`] renders a [`Snapshot`] read by the caller at its own "now" (the
+//! live server in [`crate::scrape`], a simulation at its virtual time).
+//!
+//! Orders, names, help texts and label sets follow `vllm/engine/metrics.py` (v0,
+//! `vllm_v0`) and `vllm/v1/metrics/loggers.py` (0.10, 0.11, `vllm_v1`) plus the default
+//! `prometheus_client` collectors (`runtime`) and prometheus-fastapi-instrumentator
+//! (`http`), as on the real page in `shared/fixtures/vllm-0.10-metrics.txt`. The
+//! OpenMetrics dialect is what a vLLM 0.11 answers a scraper that asks for OpenMetrics
+//! (its prometheus_client negotiates by `Accept`): the same registry in the other format.
+
+mod http;
+mod runtime;
+mod vllm_v0;
+mod vllm_v1;
+
+use crate::config::Dialect;
+use crate::exposition::{render_openmetrics, render_text, Child, Family, Kind, Labels};
+use crate::process::ProcessView;
+use crate::stats::{EngineStats, FinishReason, Hist, HttpStats};
+
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// One engine's gauges and a copy of its counters, read at the scrape's instant.
+#[derive(Clone, Debug)]
+pub struct EngineView {
+    pub index: usize,
+    pub running: f64,
+    pub waiting: f64,
+    /// KV-cache usage, 0..=1.
+    pub kv: f64,
+    pub kv_capacity: u64,
+    pub stats: EngineStats,
+}
+
+/// What the process families report: `/proc` readings and the (pretend) process start.
+#[derive(Clone, Debug, Default)]
+pub struct Runtime {
+    pub process: ProcessView,
+    /// Process start, epoch seconds.
+    pub start: f64,
+    /// CPU seconds already spent before that start (subtracted).
+    pub cpu_base: f64,
+}
+
+/// Everything a page shows, read at one instant: the whole input of [`page`]. Time is
+/// in it (gauge overrides already evaluated, `_created` stamps in the stats), never
+/// read by the renderer.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub dialect: Dialect,
+    pub model: String,
+    pub engines: Vec<EngineView>,
+    /// The `metrics_nonfinite` fault: gauges NaN/±Inf, `_seconds` sums NaN.
+    pub nonfinite: bool,
+    /// Gauge families forced to a value (waveform overrides at this instant).
+    pub overrides: Vec<(String, f64)>,
+    /// `python_*`/`process_*` readings; `None` for dialects without them.
+    pub runtime: Option<Runtime>,
+    /// The `http_*` instrumentation; `None` for dialects without it.
+    pub http: Option<HttpStats>,
+}
+
+impl Snapshot {
+    pub(super) fn labels(&self, e: &EngineView) -> Labels {
+        if self.dialect == Dialect::V0 {
+            vec![("model_name", self.model.to_string())]
+        } else {
+            vec![
+                ("model_name", self.model.to_string()),
+                ("engine", e.index.to_string()),
+            ]
+        }
+    }
+
+    pub(super) fn created(&self, t: f64) -> Option<f64> {
+        (self.dialect != Dialect::V0).then_some(t)
+    }
+
+    /// A per-engine gauge; overrides and the non-finite fault apply here.
+    pub(super) fn gauge(
+        &self,
+        name: &str,
+        help: &str,
+        value: impl Fn(&EngineView) -> f64,
+        nonfinite: f64,
+    ) -> Family {
+        let mut f = Family::new(name, help, Kind::Gauge);
+        let forced = self
+            .overrides
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v);
+        for e in &self.engines {
+            let v = if self.nonfinite {
+                nonfinite
+            } else {
+                forced.unwrap_or_else(|| value(e))
+            };
+            f.children.push(Child::Value {
+                labels: self.labels(e),
+                value: v,
+                created: None,
+            });
+        }
+        f
+    }
+
+    pub(super) fn counter(
+        &self,
+        name: &str,
+        help: &str,
+        value: impl Fn(&EngineStats) -> f64,
+    ) -> Family {
+        let mut f = Family::new(name, help, Kind::Counter);
+        for e in &self.engines {
+            f.children.push(Child::Value {
+                labels: self.labels(e),
+                value: value(&e.stats),
+                created: self.created(e.stats.created),
+            });
+        }
+        f
+    }
+
+    pub(super) fn histogram(
+        &self,
+        name: &str,
+        help: &str,
+        hist: impl Fn(&EngineStats) -> &Hist,
+    ) -> Family {
+        let mut f = Family::new(name, help, Kind::Histogram);
+        for e in &self.engines {
+            let h = hist(&e.stats);
+            // v0 logs histograms through `.labels(...).observe()`: no child until observed.
+            if self.dialect == Dialect::V0 && h.count == 0 {
+                continue;
+            }
+            let sum = if self.nonfinite && name.ends_with("_seconds") {
+                f64::NAN
+            } else {
+                h.sum
+            };
+            f.children.push(hist_child(
+                self.labels(e),
+                h,
+                sum,
+                self.created(e.stats.created),
+            ));
+        }
+        f
+    }
+
+    // The families the sidecar reads (contract §4), shared by every dialect that has them.
+    pub(super) fn waiting(&self) -> Family {
+        self.gauge(
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            |e| e.waiting,
+            f64::NAN,
+        )
+    }
+
+    pub(super) fn kv_usage(&self) -> Family {
+        self.gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            |e| e.kv,
+            f64::INFINITY,
+        )
+    }
+
+    pub(super) fn ttft(&self) -> Family {
+        self.histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            |s| &s.h_ttft,
+        )
+    }
+
+    pub(super) fn itl(&self) -> Family {
+        self.histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            |s| &s.h_itl,
+        )
+    }
+
+    pub(super) fn success(&self) -> Family {
+        let mut f = Family::new(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            Kind::Counter,
+        );
+        let mut push = |e: &EngineView, r: FinishReason| {
+            let mut labels = self.labels(e);
+            labels.push(("finished_reason", r.as_str().to_string()));
+            f.children.push(Child::Value {
+                labels,
+                value: e.stats.success[r as usize],
+                created: self.created(e.stats.created),
+            });
+        };
+        if self.dialect == Dialect::V0 {
+            for e in &self.engines {
+                for r in FinishReason::ALL {
+                    if e.stats.success_seen[r as usize] {
+                        push(e, r);
+                    }
+                }
+            }
+        } else {
+            for r in FinishReason::ALL {
+                for e in &self.engines {
+                    push(e, r);
+                }
+            }
+        }
+        f
+    }
+
+    pub(super) fn cache_config_info(&self) -> Family {
+        let mut f = Family::new(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            Kind::Gauge,
+        );
+        for e in &self.engines {
+            let blocks = (e.kv_capacity / crate::stats::BLOCK_SIZE as u64).to_string();
+            let s = |v: &str| v.to_string();
+            let labels: Labels = if self.dialect == Dialect::V0 {
+                vec![
+                    ("block_size", s("16")),
+                    ("cache_dtype", s("auto")),
+                    ("cpu_offload_gb", s("0")),
+                    ("enable_prefix_caching", s("True")),
+                    ("gpu_memory_utilization", s("0.9")),
+                    ("is_attention_free", s("False")),
+                    ("num_cpu_blocks", s("2048")),
+                    ("num_gpu_blocks", blocks),
+                    ("num_gpu_blocks_override", s("None")),
+                    ("sliding_window", s("None")),
+                    ("swap_space", s("4")),
+                    ("swap_space_bytes", s("4294967296")),
+                ]
+            } else {
+                vec![
+                    ("block_size", s("16")),
+                    ("cache_dtype", s("auto")),
+                    ("calculate_kv_scales", s("False")),
+                    ("cpu_kvcache_space_bytes", s("None")),
+                    ("cpu_offload_gb", s("0.0")),
+                    ("enable_prefix_caching", s("True")),
+                    ("engine", e.index.to_string()),
+                    ("gpu_memory_utilization", s("0.9")),
+                    ("is_attention_free", s("False")),
+                    ("kv_sharing_fast_prefill", s("False")),
+                    ("mamba_cache_dtype", s("auto")),
+                    ("mamba_page_size_padded", s("None")),
+                    ("mamba_ssm_cache_dtype", s("auto")),
+                    ("num_cpu_blocks", s("None")),
+                    ("num_gpu_blocks", blocks),
+                    ("num_gpu_blocks_override", s("None")),
+                    ("prefix_caching_hash_algo", s("builtin")),
+                    ("sliding_window", s("None")),
+                    ("swap_space", s("4.0")),
+                    ("swap_space_bytes", s("4294967296.0")),
+                ]
+            };
+            f.children.push(Child::Value {
+                labels,
+                value: 1.0,
+                created: None,
+            });
+        }
+        f
+    }
+}
+
+pub(super) fn hist_child(labels: Labels, h: &Hist, sum: f64, created: Option<f64>) -> Child {
+    Child::Histogram {
+        labels,
+        bounds: h.bounds.clone(),
+        cumulative: h.cumulative(),
+        count: h.count as f64,
+        sum,
+        created,
+    }
+}
+
+/// Write the page of `s`. Answers (body, content type). Pure: the same snapshot gives
+/// the same bytes.
+pub fn page(s: &Snapshot) -> (String, &'static str) {
+    // The OpenMetrics page is the same registry as v0.11's, negotiated by `Accept`.
+    let mut fams = Vec::new();
+    if let Some(rt) = &s.runtime {
+        runtime::families(s, rt, &mut fams);
+    }
+    match s.dialect {
+        Dialect::Compact => vllm_v1::compact_families(s, &mut fams),
+        Dialect::V0 => vllm_v0::families(s, &mut fams),
+        Dialect::V0_10 | Dialect::V0_11 | Dialect::OpenMetrics => vllm_v1::families(s, &mut fams),
+    }
+    if let Some(http) = &s.http {
+        http::families(http, s.dialect, &mut fams);
+    }
+    let mut out = String::with_capacity(if s.runtime.is_some() {
+        48 * 1024
+    } else {
+        8 * 1024
+    });
+    if s.dialect == Dialect::OpenMetrics {
+        render_openmetrics(&fams, &mut out);
+        (out, OPENMETRICS_CONTENT_TYPE)
+    } else {
+        render_text(&fams, &mut out);
+        (out, TEXT_CONTENT_TYPE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::Buckets;
+
+    /// One engine, two observed TTFTs, created at t=1000 s: no server, no clock.
+    fn snapshot(dialect: Dialect) -> Snapshot {
+        let mut stats = EngineStats::new(&Buckets::for_dialect(dialect, 8192), 1000.0);
+        stats.record_prefill(10, false, 0.003);
+        stats.record_prefill(10, true, 0.3);
+        stats.record_decode(&[0.01, 0.02]);
+        Snapshot {
+            dialect,
+            model: "m".into(),
+            engines: vec![EngineView {
+                index: 0,
+                running: 1.0,
+                waiting: 3.0,
+                kv: 0.25,
+                kv_capacity: 1600,
+                stats,
+            }],
+            nonfinite: false,
+            overrides: vec![("vllm:kv_cache_usage_perc".into(), 0.5)],
+            runtime: dialect.has_runtime_families().then(|| Runtime {
+                start: 1500.25,
+                ..Runtime::default()
+            }),
+            http: dialect
+                .has_runtime_families()
+                .then(|| HttpStats::new(1000.0)),
+        }
+    }
+
+    #[test]
+    fn a_page_is_a_function_of_its_snapshot() {
+        let s = snapshot(Dialect::Compact);
+        let (page, ct) = super::page(&s);
+        assert_eq!(
+            (page.as_str(), ct),
+            (super::page(&s).0.as_str(), TEXT_CONTENT_TYPE)
+        );
+        for line in [
+            "vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 3.0",
+            "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.5",
+            "vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"m\"} 2.0",
+            "vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"0.005\",model_name=\"m\"} 1.0",
+            "vllm:time_to_first_token_seconds_created{engine=\"0\",model_name=\"m\"} 1000.0",
+            "vllm:inter_token_latency_seconds_count{engine=\"0\",model_name=\"m\"} 2.0",
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line}\n{page}");
+        }
+        assert!(!page.contains("process_"));
+    }
+
+    #[test]
+    fn full_pages_take_the_process_readings_given() {
+        let (page, _) = super::page(&snapshot(Dialect::V0_10));
+        assert!(
+            page.contains("\nprocess_start_time_seconds 1500.25\n"),
+            "{page}"
+        );
+        assert!(page.contains("\nprocess_resident_memory_bytes 0.0\n"));
+    }
+}
