@@ -3,6 +3,11 @@
 //! The fakes do not depend on `scenarios`: they emit [`Event`]s to an optional
 //! [`EventSink`]; the scenario runner installs one that merges every source into a single
 //! timeline. With no sink installed, emitting costs a branch.
+//!
+//! Timestamps come from the wall clock unless the emitter says otherwise: a clock hook
+//! ([`Events::with_clock`]) replaces the wall clock for every [`Events::emit`], and
+//! [`Events::emit_at`] stamps one event with a time the caller gives. A simulation in
+//! virtual time uses either, so its timeline never depends on the machine's clock.
 
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -23,6 +28,21 @@ pub struct Event {
 }
 
 impl Event {
+    /// An event stamped `at_ms` (epoch milliseconds, or virtual milliseconds).
+    pub fn at(
+        at_ms: u64,
+        source: impl Into<String>,
+        kind: impl Into<String>,
+        detail: serde_json::Value,
+    ) -> Self {
+        Event {
+            at_ms,
+            source: source.into(),
+            kind: kind.into(),
+            detail,
+        }
+    }
+
     pub fn now(
         source: impl Into<String>,
         kind: impl Into<String>,
@@ -50,11 +70,16 @@ pub trait EventSink: Send + Sync + 'static {
     fn emit(&self, event: Event);
 }
 
-/// The emitting side a fake holds: a source name and an optional sink.
+/// Where [`Events::emit`] reads the time from: milliseconds, epoch or virtual.
+pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The emitting side a fake holds: a source name, an optional sink and an optional
+/// clock (the wall clock when none is set).
 #[derive(Clone, Default)]
 pub struct Events {
     source: String,
     sink: Option<Arc<dyn EventSink>>,
+    clock: Option<Clock>,
 }
 
 impl std::fmt::Debug for Events {
@@ -62,6 +87,7 @@ impl std::fmt::Debug for Events {
         f.debug_struct("Events")
             .field("source", &self.source)
             .field("sink", &self.sink.is_some())
+            .field("clock", &self.clock.is_some())
             .finish()
     }
 }
@@ -71,7 +97,15 @@ impl Events {
         Events {
             source: source.into(),
             sink,
+            clock: None,
         }
+    }
+
+    /// The same emitter, stamping every [`Events::emit`] with `clock()` instead of the
+    /// wall clock (clones made after this share the clock).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
     }
 
     /// A sink that drops everything.
@@ -83,9 +117,18 @@ impl Events {
         self.sink.is_some()
     }
 
+    /// Report an event, stamped by the clock hook if one is set, else the wall clock.
     pub fn emit(&self, kind: &str, detail: serde_json::Value) {
         if let Some(sink) = &self.sink {
-            sink.emit(Event::now(self.source.clone(), kind, detail));
+            let at_ms = self.clock.as_ref().map_or_else(now_ms, |c| c());
+            sink.emit(Event::at(at_ms, self.source.clone(), kind, detail));
+        }
+    }
+
+    /// Report an event stamped `at_ms`, whatever the clock (virtual time).
+    pub fn emit_at(&self, at_ms: u64, kind: &str, detail: serde_json::Value) {
+        if let Some(sink) = &self.sink {
+            sink.emit(Event::at(at_ms, self.source.clone(), kind, detail));
         }
     }
 }
@@ -149,5 +192,32 @@ mod tests {
         }
         let got: Vec<_> = ring.snapshot().into_iter().map(|e| e.detail).collect();
         assert_eq!(got, vec![serde_json::json!(1), serde_json::json!(2)]);
+    }
+
+    #[test]
+    fn virtual_timestamps_from_the_hook_or_the_caller() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let ring = RingSink::new(10);
+        let t = Arc::new(AtomicU64::new(7));
+        let t2 = t.clone();
+        let events = Events::new("sim", Some(ring.clone() as Arc<dyn EventSink>))
+            .with_clock(Arc::new(move || t2.load(Ordering::Relaxed)));
+        events.emit("a", serde_json::json!(null));
+        t.store(42, Ordering::Relaxed);
+        events.clone().emit("b", serde_json::json!(null));
+        events.emit_at(3, "c", serde_json::json!(null));
+        let got: Vec<(u64, String)> = ring
+            .snapshot()
+            .into_iter()
+            .map(|e| (e.at_ms, e.kind))
+            .collect();
+        assert_eq!(got, [(7, "a".into()), (42, "b".into()), (3, "c".into())]);
+        // Without a hook, the wall clock (after 2020-01-01).
+        let plain = Events::new("w", Some(ring.clone() as Arc<dyn EventSink>));
+        plain.emit("d", serde_json::json!(null));
+        assert!(ring
+            .snapshot()
+            .last()
+            .is_some_and(|e| e.at_ms > 1_577_836_800_000));
     }
 }

@@ -4,6 +4,12 @@
 //! fake the same bookkeeping and the same control routes:
 //! `GET /_mock/faults`, `POST /_mock/faults` (answers `{"id":N}`),
 //! `DELETE /_mock/faults/{id}`, `DELETE /_mock/faults`.
+//!
+//! Time is an argument: `add_at`, `fire_at`, `any_at` and `list_at` take `now`, the
+//! time since an origin the caller picks, and a fault armed for a duration runs out at
+//! `now + duration` in that same time base. The wall-clock methods (`add`, `fire`, `any`,
+//! `list`, and the routes) pass the time since the registry was created. Use one kind or
+//! the other on a registry, not both: virtual and wall time do not mix.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -36,8 +42,9 @@ pub struct ArmedFault<F> {
     pub fault: F,
     pub remaining: Option<u64>,
     pub fired: u64,
+    /// When it runs out, in the time base of the call that armed it.
     #[serde(skip)]
-    until: Option<Instant>,
+    until: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -50,12 +57,15 @@ struct Inner<F> {
 #[derive(Debug)]
 pub struct FaultRegistry<F> {
     inner: Arc<Mutex<Inner<F>>>,
+    /// The origin of the wall-clock methods' time.
+    origin: Instant,
 }
 
 impl<F> Clone for FaultRegistry<F> {
     fn clone(&self) -> Self {
         FaultRegistry {
             inner: self.inner.clone(),
+            origin: self.origin,
         }
     }
 }
@@ -67,6 +77,7 @@ impl<F> Default for FaultRegistry<F> {
                 next_id: 1,
                 armed: Vec::new(),
             })),
+            origin: Instant::now(),
         }
     }
 }
@@ -83,8 +94,24 @@ impl<F: Clone> FaultRegistry<F> {
         }
     }
 
+    /// The wall-clock methods' `now`: time since the registry was created.
+    fn wall(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
     /// Arm a fault; answers its id.
     pub fn add(&self, fault: F, count: Option<u64>, duration: Option<Duration>) -> u64 {
+        self.add_at(self.wall(), fault, count, duration)
+    }
+
+    /// Arm a fault at `now`; with a `duration` it runs out at `now + duration`.
+    pub fn add_at(
+        &self,
+        now: Duration,
+        fault: F,
+        count: Option<u64>,
+        duration: Option<Duration>,
+    ) -> u64 {
         let mut g = self.lock();
         let id = g.next_id;
         g.next_id += 1;
@@ -93,7 +120,7 @@ impl<F: Clone> FaultRegistry<F> {
             fault,
             remaining: count,
             fired: 0,
-            until: duration.map(|d| Instant::now() + d),
+            until: duration.map(|d| now.saturating_add(d)),
         });
         id
     }
@@ -112,16 +139,26 @@ impl<F: Clone> FaultRegistry<F> {
 
     /// Armed faults that have not run out.
     pub fn list(&self) -> Vec<ArmedFault<F>> {
+        self.list_at(self.wall())
+    }
+
+    /// Armed faults that have not run out at `now`.
+    pub fn list_at(&self, now: Duration) -> Vec<ArmedFault<F>> {
         let mut g = self.lock();
-        prune(&mut g.armed);
+        prune(&mut g.armed, now);
         g.armed.clone()
     }
 
     /// The first armed fault for which `matches` answers `Some(r)`: counts one use of it
     /// and answers `r`. Faults whose count or time ran out are dropped first.
-    pub fn fire<R>(&self, mut matches: impl FnMut(&F) -> Option<R>) -> Option<R> {
+    pub fn fire<R>(&self, matches: impl FnMut(&F) -> Option<R>) -> Option<R> {
+        self.fire_at(self.wall(), matches)
+    }
+
+    /// [`FaultRegistry::fire`] at `now`.
+    pub fn fire_at<R>(&self, now: Duration, mut matches: impl FnMut(&F) -> Option<R>) -> Option<R> {
         let mut g = self.lock();
-        prune(&mut g.armed);
+        prune(&mut g.armed, now);
         let mut hit = None;
         for (i, armed) in g.armed.iter_mut().enumerate() {
             if let Some(r) = matches(&armed.fault) {
@@ -142,15 +179,19 @@ impl<F: Clone> FaultRegistry<F> {
 
     /// Whether any armed fault matches, without using it up (state-like faults such as
     /// "health down").
-    pub fn any(&self, mut matches: impl FnMut(&F) -> bool) -> bool {
+    pub fn any(&self, matches: impl FnMut(&F) -> bool) -> bool {
+        self.any_at(self.wall(), matches)
+    }
+
+    /// [`FaultRegistry::any`] at `now`.
+    pub fn any_at(&self, now: Duration, mut matches: impl FnMut(&F) -> bool) -> bool {
         let mut g = self.lock();
-        prune(&mut g.armed);
+        prune(&mut g.armed, now);
         g.armed.iter().any(|a| matches(&a.fault))
     }
 }
 
-fn prune<F>(armed: &mut Vec<ArmedFault<F>>) {
-    let now = Instant::now();
+fn prune<F>(armed: &mut Vec<ArmedFault<F>>, now: Duration) {
     armed.retain(|a| a.remaining != Some(0) && a.until.is_none_or(|u| u > now));
 }
 
@@ -245,5 +286,46 @@ mod tests {
         let reg = FaultRegistry::new();
         reg.add(F::Slow, None, Some(Duration::ZERO));
         assert!(!reg.any(|f| *f == F::Slow));
+    }
+
+    /// In virtual time a fault runs out exactly at `now + duration`, whatever the clock.
+    #[test]
+    fn virtual_time_deadlines() {
+        let ms = Duration::from_millis;
+        let reg = FaultRegistry::new();
+        reg.add_at(ms(1000), F::Slow, None, Some(ms(500)));
+        let id = reg.add_at(ms(1000), F::Fail(409), Some(1), Some(ms(100)));
+        assert_eq!(reg.list_at(ms(1099)).len(), 2);
+        assert!(reg.any_at(ms(1499), |f| *f == F::Slow));
+        assert!(!reg.any_at(ms(1500), |f| *f == F::Slow));
+        // Pruned at 1500, so the 409 is gone too (its deadline was 1100).
+        assert!(reg.list_at(ms(1500)).is_empty());
+        assert!(!reg.remove(id));
+
+        let reg = FaultRegistry::new();
+        reg.add_at(ms(0), F::Fail(503), Some(2), Some(ms(100)));
+        let pick = |f: &F| match f {
+            F::Fail(s) => Some(*s),
+            F::Slow => None,
+        };
+        assert_eq!(reg.fire_at(ms(10), pick), Some(503));
+        let listed = reg.list_at(ms(10));
+        assert_eq!(
+            listed.first().map(|a| (a.fired, a.remaining)),
+            Some((1, Some(1)))
+        );
+        assert_eq!(reg.fire_at(ms(100), pick), None);
+        assert!(reg.list_at(ms(100)).is_empty());
+    }
+
+    /// Virtual time far from the registry's creation is honoured as given: an hour in,
+    /// a fault armed for a second lives exactly a second.
+    #[test]
+    fn virtual_time_is_independent_of_the_wall_clock() {
+        let reg = FaultRegistry::new();
+        let hour = Duration::from_secs(3600);
+        reg.add_at(hour, F::Slow, None, Some(Duration::from_secs(1)));
+        assert!(reg.any_at(hour + Duration::from_millis(999), |f| *f == F::Slow));
+        assert!(!reg.any_at(hour + Duration::from_secs(1), |f| *f == F::Slow));
     }
 }

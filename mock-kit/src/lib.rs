@@ -8,9 +8,11 @@
 //! - [`serve`]: [`serve::spawn`] binds nothing itself: it serves a router on a listener
 //!   the caller bound and answers a [`ServerHandle`] (address, stop, join).
 //! - [`faults`]: [`FaultRegistry`], armed faults with an id, a use count and a deadline,
-//!   plus the generic `/_mock/faults` routes.
+//!   plus the generic `/_mock/faults` routes; time as an argument in
+//!   [`FaultRegistry::fire_at`] and its siblings (`add_at`, `any_at`, `list_at`).
 //! - [`events`]: [`Event`] and the [`EventSink`] trait through which a fake reports what
-//!   happened to it; scenarios merge these into one timeline.
+//!   happened to it; scenarios merge these into one timeline. Virtual timestamps through
+//!   [`Events::with_clock`] or [`Events::emit_at`].
 
 pub mod events;
 pub mod faults;
