@@ -12,11 +12,7 @@ use crate::validate::{Api, Req};
 
 /// How many tokens a request generates and why it stops: a seeded natural length in
 /// `natural` (at least `min_tokens`), unless `ignore_eos` or the cap comes first.
-pub(crate) fn output_length(
-    req: &Req,
-    natural: (u32, u32),
-    rng: &mut impl Rng,
-) -> (u32, FinishReason) {
+pub fn output_length(req: &Req, natural: (u32, u32), rng: &mut impl Rng) -> (u32, FinishReason) {
     let (lo, hi) = natural;
     let natural = rng.gen_range(lo..=hi).max(req.min_tokens);
     if req.ignore_eos || natural >= req.max_tokens {

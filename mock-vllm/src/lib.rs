@@ -20,6 +20,10 @@
 //!   reads; [`process`]: what `/proc/self` says (the `process_*` families).
 //!
 //! Core:
+//! - [`core`]: [`core::VllmCore`], one whole fake vLLM in virtual time for simulators:
+//!   `submit`/`advance`/`next_event_time` (the load model), `health`, `metrics` (the
+//!   page into a reused buffer, faults applied), `crash`/`restart`; built from the
+//!   modules below, never a second model.
 //! - [`state`]: what handlers and handle share (`Shared`, the engines' `Core`,
 //!   [`Health`]) and the operations on it, time as an argument; no sockets.
 //! - [`sched`]: one engine's slots, KV cache and FIFO queue as a plain state machine
@@ -44,6 +48,7 @@ pub mod body;
 pub mod clock;
 pub mod config;
 pub mod control;
+pub mod core;
 pub mod engine;
 pub mod error;
 pub mod exposition;

@@ -110,6 +110,17 @@ impl<W> Scheduler<W> {
     }
 }
 
+/// vLLM's data-parallel balancing: the index of the least loaded engine (`loads` in
+/// engine order), ties broken round-robin from engine `turn % n`.
+pub fn least_loaded(loads: impl ExactSizeIterator<Item = usize>, turn: usize) -> Option<usize> {
+    let n = loads.len().max(1);
+    let turn = turn % n;
+    loads
+        .enumerate()
+        .min_by_key(|(i, load)| (*load, (i + n - turn) % n))
+        .map(|(i, _)| i)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;

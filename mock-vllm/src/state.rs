@@ -75,11 +75,9 @@ impl Core {
 
     /// The least loaded engine (vLLM's data-parallel balancing), round-robin on ties.
     pub fn pick_engine(&self) -> Option<&Arc<Engine>> {
-        let n = self.engines.len().max(1);
-        let turn = self.seq.load(Ordering::Relaxed) as usize % n;
-        self.engines
-            .iter()
-            .min_by_key(|e| (e.load(), (e.index + n - turn) % n))
+        let turn = self.seq.load(Ordering::Relaxed) as usize;
+        let i = crate::sched::least_loaded(self.engines.iter().map(|e| e.load()), turn)?;
+        self.engines.get(i)
     }
 }
 

@@ -12,14 +12,14 @@ use crate::error::ApiError;
 use crate::request::{self, BodyError, Fields, Messages, Prompt};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Api {
+pub enum Api {
     Completions,
     Chat,
 }
 
 /// A validated request.
 #[derive(Debug)]
-pub(crate) struct Req {
+pub struct Req {
     pub prompt_tokens: u32,
     pub prompt_hash: u64,
     pub max_tokens_param: Option<u32>,
@@ -202,7 +202,7 @@ fn sampling_checks(
 }
 
 /// From body bytes to a validated request, or vLLM's error for the first mistake.
-pub(crate) fn parse(cfg: &Config, api: Api, bytes: &[u8]) -> Result<Req, ApiError> {
+pub fn parse(cfg: &Config, api: Api, bytes: &[u8]) -> Result<Req, ApiError> {
     let f = request::fields(bytes).map_err(|e| match e {
         BodyError::Json(e) => bad(cfg, format!("[{{'type': 'json_invalid', 'loc': ('body', {}), 'msg': 'JSON decode error', 'ctx': {{'error': '{e}'}}}}]", e.column())),
         BodyError::NotObject => bad(cfg, "[{'type': 'model_attributes_type', 'loc': ('body',), 'msg': 'Input should be a valid dictionary or object to extract fields from'}]"),

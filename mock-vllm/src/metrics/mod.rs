@@ -294,6 +294,19 @@ pub(super) fn hist_child(labels: Labels, h: &Hist, sum: f64, created: Option<f64
 /// Write the page of `s`. Answers (body, content type). Pure: the same snapshot gives
 /// the same bytes.
 pub fn page(s: &Snapshot) -> (String, &'static str) {
+    let mut out = String::with_capacity(if s.runtime.is_some() {
+        48 * 1024
+    } else {
+        8 * 1024
+    });
+    let content_type = page_into(s, &mut out);
+    (out, content_type)
+}
+
+/// [`page`] into a caller's buffer (cleared first), so a caller that renders often
+/// reuses one allocation. Answers the content type.
+pub fn page_into(s: &Snapshot, out: &mut String) -> &'static str {
+    out.clear();
     // The OpenMetrics page is the same registry as v0.11's, negotiated by `Accept`.
     let mut fams = Vec::new();
     if let Some(rt) = &s.runtime {
@@ -307,17 +320,12 @@ pub fn page(s: &Snapshot) -> (String, &'static str) {
     if let Some(http) = &s.http {
         http::families(http, s.dialect, &mut fams);
     }
-    let mut out = String::with_capacity(if s.runtime.is_some() {
-        48 * 1024
-    } else {
-        8 * 1024
-    });
     if s.dialect == Dialect::OpenMetrics {
-        render_openmetrics(&fams, &mut out);
-        (out, OPENMETRICS_CONTENT_TYPE)
+        render_openmetrics(&fams, out);
+        OPENMETRICS_CONTENT_TYPE
     } else {
-        render_text(&fams, &mut out);
-        (out, TEXT_CONTENT_TYPE)
+        render_text(&fams, out);
+        TEXT_CONTENT_TYPE
     }
 }
 

@@ -1,0 +1,225 @@
+//! The load model in virtual time: a request is admitted (or queued) on the least
+//! loaded engine, gets its first token after the prefill and its last after the
+//! planned inter-token gaps, then frees its slot for the head of the queue. Each step
+//! is a timer; the stats are recorded at the step's time, as the serving flow
+//! ([`crate::openai`]) records them when its sleeps end.
+
+use std::cmp::Reverse;
+use std::time::Duration;
+
+use rand::Rng;
+
+use super::{End, Flight, Outcome, RequestId, Step, Submitted, VllmCore};
+use crate::answer::output_length;
+use crate::faults::Fault;
+use crate::sched::{least_loaded, Decision};
+use crate::stats::FinishReason;
+use crate::validate::Req;
+
+impl VllmCore {
+    /// A client sends `req` at `now` (see [`VllmCore::parse`] for a body). The same
+    /// steps as the serving shell: startup 503, `completion_fail`, the least loaded
+    /// engine, seeded output length, admission (429 when the queue is full),
+    /// `completion_hang` and `completion_drop`.
+    pub fn submit(&mut self, now: Duration, req: Req) -> Submitted {
+        self.run_until(now);
+        if !self.listening {
+            return Submitted::Refused;
+        }
+        if self.starting(now) {
+            return Submitted::Failed(503);
+        }
+        let mut rng = self.new_request_rng();
+        let armed = self.faults.any(|f| {
+            matches!(
+                f,
+                Fault::CompletionFail { .. } | Fault::CompletionHang | Fault::CompletionDrop { .. }
+            )
+        });
+        let roll: f64 = rng.gen();
+        if armed {
+            if let Some(status) = self.faults.fire(|f| match f {
+                Fault::CompletionFail { fraction, status } if roll < *fraction => Some(*status),
+                _ => None,
+            }) {
+                return Submitted::Failed(status);
+            }
+        }
+        let turn = self.seq as usize;
+        let loads = self
+            .lanes
+            .iter()
+            .map(|l| l.sched.running() + l.sched.waiting());
+        let Some(engine) = least_loaded(loads, turn) else {
+            return Submitted::Failed(503);
+        };
+        let (out_tokens, reason) = output_length(&req, self.cfg.natural_output_tokens, &mut rng);
+        let need = req.prompt_tokens as u64 + out_tokens as u64;
+        let id = RequestId(self.seq);
+        let decision = match self.lanes.get_mut(engine) {
+            Some(lane) => lane.sched.admit(need, || id),
+            None => return Submitted::Failed(503),
+        };
+        if decision == Decision::Rejected {
+            if let Some(e) = self.snap.engines.get_mut(engine) {
+                e.stats.rejected += 1;
+            }
+            return Submitted::Failed(429);
+        }
+        let hang = armed
+            && self
+                .faults
+                .fire(|f| matches!(f, Fault::CompletionHang).then_some(()))
+                .is_some();
+        let drop_after = if armed && !hang {
+            self.faults.fire(|f| match f {
+                Fault::CompletionDrop { after_tokens } => Some(*after_tokens),
+                _ => None,
+            })
+        } else {
+            None
+        };
+        // The shell draws the completion id and the word offset here: draw them too,
+        // so the timings come from the same random stream.
+        let _: u128 = rng.gen();
+        let _: u16 = rng.gen();
+        self.flights.insert(
+            id,
+            Flight {
+                engine,
+                req,
+                rng,
+                out_tokens,
+                reason,
+                need,
+                arrival: now,
+                scheduled: now,
+                first: now,
+                itls: Vec::new(),
+                drop_after,
+                hang,
+            },
+        );
+        if decision == Decision::Run {
+            self.schedule(id, now);
+        }
+        Submitted::Accepted(id)
+    }
+
+    /// Run every step due at or before `now`; answers the requests that ended since
+    /// the last call (in the order they ended).
+    pub fn advance(&mut self, now: Duration) -> Vec<Outcome> {
+        self.run_until(now);
+        std::mem::take(&mut self.done)
+    }
+
+    /// When the next step is due (`None`: nothing in flight needs waking).
+    pub fn next_event_time(&self) -> Option<Duration> {
+        self.timers.peek().map(|Reverse((at, ..))| *at)
+    }
+
+    /// (running, waiting, KV tokens held) of engine `i`.
+    pub fn engine_load(&self, i: usize) -> Option<(usize, usize, u64)> {
+        let s = &self.lanes.get(i)?.sched;
+        Some((s.running(), s.waiting(), s.kv_used()))
+    }
+
+    pub(super) fn run_until(&mut self, now: Duration) {
+        while let Some(Reverse((at, _, id, step))) = self.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            match step {
+                Step::FirstToken => self.first_token(id, at),
+                Step::Done => self.done_at(id, at),
+            }
+        }
+    }
+
+    /// `id` got its slot at `at`: the prefill starts (a hung request holds the slot
+    /// and never gets further).
+    fn schedule(&mut self, id: RequestId, at: Duration) {
+        let Some(f) = self.flights.get_mut(&id) else {
+            return;
+        };
+        f.scheduled = at;
+        if f.hang {
+            return;
+        }
+        let Some(lane) = self.lanes.get(f.engine) else {
+            return;
+        };
+        let prefill =
+            lane.latency
+                .prefill_time(lane.sched.running(), f.req.prompt_tokens, &mut f.rng);
+        self.timer(at + prefill, id, Step::FirstToken);
+    }
+
+    /// The first token: TTFT and the prefill are recorded, the decode is planned.
+    fn first_token(&mut self, id: RequestId, at: Duration) {
+        let Some(f) = self.flights.get_mut(&id) else {
+            return;
+        };
+        let (Some(lane), Some(view)) = (
+            self.lanes.get_mut(f.engine),
+            self.snap.engines.get_mut(f.engine),
+        ) else {
+            return;
+        };
+        f.first = at;
+        let hit = lane.prefix.lookup(f.req.prompt_hash);
+        view.stats
+            .record_prefill(f.req.prompt_tokens, hit, (at - f.arrival).as_secs_f64());
+        let running = lane.sched.running();
+        let planned: Vec<Duration> = (1..f.out_tokens)
+            .map(|_| lane.latency.inter_token_time(running, &mut f.rng))
+            .collect();
+        let cut = f
+            .drop_after
+            .filter(|k| *k < f.out_tokens)
+            .map(|k| k.saturating_sub(1) as usize);
+        let end = match cut {
+            Some(k) => {
+                f.itls.clear();
+                at + planned.iter().take(k).sum::<Duration>()
+            }
+            None => {
+                f.itls = planned.iter().map(Duration::as_secs_f64).collect();
+                f.drop_after = None;
+                at + planned.iter().sum::<Duration>()
+            }
+        };
+        self.timer(end, id, Step::Done);
+    }
+
+    /// The last token (or the drop): record, free the slot, start who it goes to.
+    fn done_at(&mut self, id: RequestId, at: Duration) {
+        let Some(f) = self.flights.remove(&id) else {
+            return;
+        };
+        let Some(view) = self.snap.engines.get_mut(f.engine) else {
+            return;
+        };
+        let end = if f.drop_after.is_some() {
+            view.stats.count_success(FinishReason::Abort);
+            End::Dropped
+        } else {
+            view.stats.record_decode(&f.itls);
+            let finished = Self::finished_of(&f, at, f.out_tokens);
+            view.stats.record_finished(f.reason, &finished);
+            End::Finished {
+                reason: f.reason,
+                output_tokens: f.out_tokens,
+            }
+        };
+        self.done.push(Outcome { id, at, end });
+        let mut granted = Vec::new();
+        if let Some(lane) = self.lanes.get_mut(f.engine) {
+            lane.sched.release(f.need, |_| false, |w| granted.push(w));
+        }
+        for g in granted {
+            self.schedule(g, at);
+        }
+    }
+}

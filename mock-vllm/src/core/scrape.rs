@@ -1,0 +1,105 @@
+//! `/metrics` of a [`VllmCore`]: the faults decide ([`ScrapePlan::decide`]), the page
+//! is written from the core's own snapshot into one reused buffer
+//! ([`crate::metrics::page_into`]), frozen or rewritten as the faults say
+//! ([`crate::scrape_faults::PageFaults::apply`]).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::{Answer, Delivery, MetricsReply, VllmCore};
+use crate::scrape_faults::ScrapePlan;
+
+impl VllmCore {
+    /// `GET /metrics` at `now`: (status, content type, body, how it goes out). The
+    /// body borrows the core's buffer until the next call.
+    pub fn metrics(&mut self, now: Duration) -> Answer<MetricsReply<'_>> {
+        self.run_until(now);
+        if !self.listening {
+            return Answer::Refused;
+        }
+        let faults = &self.faults;
+        let plan = ScrapePlan::decide(|want| faults.fire(|f| want(f).then(|| f.clone())));
+        let faults = match plan {
+            ScrapePlan::Status(status) => {
+                self.page.clear();
+                self.page.push_str(reason_phrase(status));
+                return Answer::Reply(MetricsReply {
+                    status,
+                    content_type: "text/plain; charset=utf-8",
+                    body: self.page.as_bytes(),
+                    delivery: Delivery::Whole,
+                });
+            }
+            ScrapePlan::Hang => return Answer::Hang,
+            ScrapePlan::Page(faults) => faults,
+        };
+        let content_type = self.content_type();
+        let rewrites =
+            faults.garbage.is_some() || faults.huge.is_some() || faults.truncate.is_some();
+        let body: &[u8] = if faults.stale || rewrites {
+            let page = if faults.stale {
+                match &self.stale {
+                    Some(frozen) => frozen.clone(),
+                    None => {
+                        let b = Bytes::from(self.render(now, faults.nonfinite).to_owned());
+                        self.stale = Some(b.clone());
+                        b
+                    }
+                }
+            } else {
+                self.stale = None;
+                Bytes::from(self.render(now, faults.nonfinite).to_owned())
+            };
+            self.faulted = faults.apply(page, &mut self.fault_rng);
+            &self.faulted
+        } else {
+            self.stale = None;
+            self.render(now, faults.nonfinite)
+        };
+        let delivery = match (faults.truncate, faults.slow) {
+            (Some((_, true)), _) => Delivery::ResetAfterBody,
+            (None, Some(bps)) => Delivery::Trickle {
+                bytes_per_sec: bps.max(1),
+            },
+            _ => Delivery::Whole,
+        };
+        Answer::Reply(MetricsReply {
+            status: 200,
+            content_type,
+            body,
+            delivery,
+        })
+    }
+
+    /// The page at `now` into the core's buffer: gauges and overrides brought up to
+    /// date in the kept snapshot, nothing copied.
+    fn render(&mut self, now: Duration, nonfinite: bool) -> &[u8] {
+        for (view, lane) in self.snap.engines.iter_mut().zip(&self.lanes) {
+            let s = &lane.sched;
+            view.running = s.running() as f64;
+            view.waiting = s.waiting() as f64;
+            view.kv = (s.kv_used() as f64 / view.kv_capacity.max(1) as f64).min(1.0);
+        }
+        self.snap.overrides.clear();
+        for (name, wave, since) in &self.overrides {
+            let v = wave.value_at(now.saturating_sub(*since));
+            self.snap.overrides.push((name.clone(), v));
+        }
+        if let Some(rt) = &mut self.snap.runtime {
+            // A process that burns 1% of a CPU since it started.
+            rt.process.cpu_secs = now.saturating_sub(self.started).as_secs_f64() * 0.01;
+        }
+        self.snap.nonfinite = nonfinite;
+        crate::metrics::page_into(&self.snap, &mut self.page);
+        self.page.as_bytes()
+    }
+}
+
+/// What axum's `StatusCode::canonical_reason` says, as the shell answers.
+fn reason_phrase(status: u16) -> &'static str {
+    axum::http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|c| c.canonical_reason())
+        .unwrap_or("error")
+}
