@@ -24,7 +24,7 @@ use sidecar::prom::Format;
 use sim::master_node::MasterNode;
 use sim::node::Server;
 use sim::vllm_node::VllmNode;
-use sim::{EventLog, NodeId, Request, World};
+use sim::{EventLog, NodeId, Reply, Request, World};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -51,7 +51,7 @@ fn fleet(n: u32, secs: u64, dialect: Dialect, log: EventLog) {
     let master = MasterNode::new(mock_master::Config::default(), Duration::ZERO);
     world.add_server(NodeId::Master, Box::new(master));
     for i in 0..n {
-        let vllm = VllmNode::with_dialect(dialect, Duration::ZERO);
+        let vllm = VllmNode::with_dialect(dialect, u64::from(i), Duration::ZERO);
         world.add_server(NodeId::Vllm(i), Box::new(vllm));
         let addr = format!("10.{}.{}.{}:8000", i >> 16, (i >> 8) & 255, i & 255);
         let config = Config::from_flags(["--register-addr", addr.as_str()]).expect("flags");
@@ -76,7 +76,7 @@ fn fleet(n: u32, secs: u64, dialect: Dialect, log: EventLog) {
 fn page_path(dialect: Dialect) {
     let config = Config::from_flags(["--register-addr", "10.0.0.1:8000"]).expect("flags");
     let mut mapper = Mapper::new(CoreConfig::from_config(&config, 0).mapper);
-    let vllm = VllmNode::with_dialect(dialect, Duration::ZERO);
+    let mut vllm = VllmNode::with_dialect(dialect, 0, Duration::ZERO);
     let mut master = MasterNode::new(mock_master::Config::default(), Duration::ZERO);
     let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(0);
     let format = if dialect == Dialect::OpenMetrics {
@@ -90,7 +90,12 @@ fn page_path(dialect: Dialect) {
     for r in 0..rounds {
         let now = Duration::from_secs(u64::from(r) * 3);
         let t = Instant::now();
-        let (text, _) = vllm.page(now);
+        let Some(Reply::Page { body, .. }) =
+            vllm.serve(now, NodeId::Sidecar(0), &Request::Metrics, &mut rng)
+        else {
+            panic!("mock-vllm gave no page");
+        };
+        let text = String::from_utf8(body).expect("a UTF-8 page");
         let t1 = Instant::now();
         let metrics = mapper.observe_text(&text, format);
         let body = HeartbeatBody::new("10.0.0.1:8000", "vllm-0", metrics).to_json();

@@ -28,8 +28,9 @@
 //! # What runs today
 //!
 //! - sidecars: the production core, every command mapped as the driver maps it;
-//! - vLLM: mock-vllm's engines and page writer (every dialect, `compact` included);
-//!   health modes and the startup delay; no request load yet;
+//! - vLLM: mock-vllm's virtual-time core (`mock_vllm::core::VllmCore`: load model,
+//!   health modes, startup delay, crash/restart, `metrics_*`/`completion_*` faults, the
+//!   page of every dialect, `compact` included); no load generator drives it yet;
 //! - the master: mock-master's token check, heartbeat rules and instance table, fed
 //!   heartbeats; it learns instances from etcd watch events
 //!   ([`master_node::MasterNode::on_watch_event`]) and probes a deleted instance's
@@ -50,8 +51,8 @@
 //! - [`sidecar_node`]: one sidecar core driven as the production driver drives it:
 //!   [`sidecar_node::SidecarNode::poll`] (commands → exchanges) and
 //!   [`sidecar_node::answer_of`] (outcomes → the core's answers).
-//! - [`vllm_node`]: a fake vLLM: mock-vllm's engines and page writer
-//!   ([`vllm_node::VllmNode::page`]); health modes and startup delay as its shell.
+//! - [`vllm_node`]: a fake vLLM: mock-vllm's `VllmCore`, its answers as replies
+//!   ([`vllm_node::VllmNode`]).
 //! - [`master_node`]: the fake master: mock-master's instance table, heartbeat table and
 //!   etcd-following rules ([`master_node::MasterNode::on_watch_event`]).
 //! - [`world`]: the engine (time, queue, generator, log, links, nodes, exchanges and

@@ -74,15 +74,17 @@ pub enum EtcdRequest {
 pub enum Reply {
     /// An HTTP status with no body the caller needs (`/health`, heartbeat).
     Status(u16),
-    /// A `/metrics` answer: status, page and whether it is OpenMetrics text.
+    /// A `/metrics` answer: status, `Content-Type` and the body's bytes.
     Page {
         status: u16,
-        text: String,
-        openmetrics: bool,
+        content_type: String,
+        body: Vec<u8>,
     },
     Etcd(EtcdReply),
     /// The connection is reset before the answer is complete (the caller sees a reset).
     Reset,
+    /// Nothing listens: the connect is refused.
+    Refused,
     /// The answer takes `after` longer to deliver (a body that trickles out).
     Slow {
         after: Duration,
@@ -125,7 +127,7 @@ impl Reply {
     /// Roughly the bytes on the wire (for bandwidth faults).
     pub fn size(&self) -> usize {
         match self {
-            Reply::Page { text, .. } => 64 + text.len(),
+            Reply::Page { body, .. } => 64 + body.len(),
             Reply::Slow { reply, .. } => reply.size(),
             _ => 64,
         }

@@ -25,6 +25,7 @@ use sidecar::config::Config;
 use sidecar::core::{Answer, Command, CommandId, Core, CoreConfig, Input, Note, Registration};
 use sidecar::peers::etcd::EtcdError;
 use sidecar::peers::vllm::ScrapeError;
+use sidecar::prom::Format;
 
 use crate::node::{EtcdReply, EtcdRequest, Failure, NodeId, Outcome, Reply, Request};
 
@@ -301,15 +302,19 @@ fn scrape_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
     match outcome {
         Outcome::Reply(Reply::Page {
             status,
-            text,
-            openmetrics,
+            content_type,
+            body,
         }) => {
+            let openmetrics = Format::from_content_type(&content_type) == Format::OpenMetrics;
             if !(200..300).contains(&status) {
                 failed(ScrapeError::Status(status))
-            } else if text.len() > cx.metrics_max_bytes {
+            } else if body.len() > cx.metrics_max_bytes {
                 failed(ScrapeError::TooLarge(cx.metrics_max_bytes))
             } else {
-                Answer::ScrapePage { text, openmetrics }
+                match String::from_utf8(body) {
+                    Ok(text) => Answer::ScrapePage { text, openmetrics },
+                    Err(_) => failed(ScrapeError::NotUtf8),
+                }
             }
         }
         Outcome::Reply(Reply::Status(s)) => failed(ScrapeError::Status(s)),
@@ -463,8 +468,8 @@ mod tests {
         let page = |status, text: &str| {
             Outcome::Reply(Reply::Page {
                 status,
-                text: text.into(),
-                openmetrics: false,
+                content_type: "text/plain; version=0.0.4; charset=utf-8".into(),
+                body: text.as_bytes().to_vec(),
             })
         };
         let Answer::ScrapeFailed { reason, .. } =

@@ -454,14 +454,12 @@ impl World {
         let (extra, reply) = match reply {
             None => return, // a hang: the caller meets its timeout
             Some(Reply::Reset) => {
-                let failure = Failure::Reset;
-                self.queue.push(
-                    now,
-                    Event::Fail {
-                        exchange: id,
-                        failure,
-                    },
-                );
+                self.fail_now(id, Failure::Reset);
+                return;
+            }
+            // Only as a server's own answer (a crashed vLLM).
+            Some(Reply::Refused) => {
+                self.fail_now(id, Failure::Refused);
                 return;
             }
             Some(Reply::Slow { after, reply }) => (after, *reply),
@@ -495,6 +493,10 @@ impl World {
                 },
             ),
         }
+    }
+
+    fn fail_now(&mut self, exchange: u64, failure: Failure) {
+        self.queue.push(self.now, Event::Fail { exchange, failure });
     }
 
     /// The exchange ends (if its caller still waits): the caller gets the outcome.
@@ -633,8 +635,8 @@ fn request_summary(r: &Request) -> serde_json::Value {
 
 fn reply_summary(r: &Reply) -> serde_json::Value {
     match r {
-        Reply::Page { status, text, .. } => {
-            json!({ "page": { "status": status, "bytes": text.len() } })
+        Reply::Page { status, body, .. } => {
+            json!({ "page": { "status": status, "bytes": body.len() } })
         }
         other => json!(other),
     }

@@ -27,7 +27,7 @@ fn cluster(seed: u64, n: u32) -> World {
         };
         world.add_server(
             NodeId::Vllm(i),
-            Box::new(VllmNode::new(vllm, Duration::ZERO)),
+            Box::new(VllmNode::new(vllm, Duration::ZERO).unwrap()),
         );
         let addr = format!("10.0.0.{i}:8000");
         world.add_sidecar(&Config::from_flags(["--register-addr", addr.as_str()]).unwrap());
@@ -154,7 +154,11 @@ fn a_delete_makes_the_master_probe_vllm_over_its_link() {
         master.route(&format!("10.0.0.{i}:8000"), NodeId::Vllm(i));
         world.add_server(
             NodeId::Vllm(i),
-            Box::new(VllmNode::with_dialect(Dialect::Compact, Duration::ZERO)),
+            Box::new(VllmNode::with_dialect(
+                Dialect::Compact,
+                u64::from(i),
+                Duration::ZERO,
+            )),
         );
     }
     world.add_server(NodeId::Master, Box::new(master));

@@ -43,7 +43,7 @@ fn run_with(
     ])
     .unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
-    let mut vllm = VllmNode::with_dialect(dialect, Duration::ZERO);
+    let mut vllm = VllmNode::with_dialect(dialect, 1, Duration::ZERO);
     arm(&mut vllm);
     let mut notes = Vec::new();
     let master_cfg = mock_master::Config {
