@@ -1,5 +1,6 @@
 //! A first fleet benchmark: N sidecars with the defaults (TTL 6 s, keepalive 2 s,
-//! heartbeat 3 s), each with its mock-vllm, one mock-master, for a simulated hour.
+//! heartbeat 3 s), each with its mock-vllm under a steady 2 completions per second,
+//! one mock-master, for a simulated hour.
 //! Reports simulated instance-hours per wall minute and peak memory (VmHWM). Measures;
 //! asserts nothing about speed.
 //!
@@ -21,6 +22,7 @@ use sidecar::config::Config;
 use sidecar::core::{CoreConfig, HeartbeatBody};
 use sidecar::mapping::Mapper;
 use sidecar::prom::Format;
+use sim::load::Load;
 use sim::master_node::MasterNode;
 use sim::node::Server;
 use sim::vllm_node::VllmNode;
@@ -52,6 +54,9 @@ fn fleet(n: u32, secs: u64, dialect: Dialect, log: EventLog) {
     world.add_server(NodeId::Master, Box::new(master));
     for i in 0..n {
         let vllm = VllmNode::with_dialect(dialect, u64::from(i), Duration::ZERO);
+        let until = Duration::from_secs(secs);
+        let load = Load::new(NodeId::Vllm(i), &vllm, 2.0, until, "hello fleet", 32).expect("load");
+        world.add_load(Duration::ZERO, load);
         world.add_server(NodeId::Vllm(i), Box::new(vllm));
         let addr = format!("10.{}.{}.{}:8000", i >> 16, (i >> 8) & 255, i & 255);
         let config = Config::from_flags(["--register-addr", addr.as_str()]).expect("flags");

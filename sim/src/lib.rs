@@ -30,7 +30,7 @@
 //! - sidecars: the production core, every command mapped as the driver maps it;
 //! - vLLM: mock-vllm's virtual-time core (`mock_vllm::core::VllmCore`: load model,
 //!   health modes, startup delay, crash/restart, `metrics_*`/`completion_*` faults, the
-//!   page of every dialect, `compact` included); no load generator drives it yet;
+//!   page of every dialect, `compact` included), under open-loop request load;
 //! - the master: mock-master's token check, heartbeat rules and instance table, fed
 //!   heartbeats; it learns instances from etcd watch events
 //!   ([`master_node::MasterNode::on_watch_event`]) and probes a deleted instance's
@@ -55,10 +55,13 @@
 //!   ([`vllm_node::VllmNode`]).
 //! - [`master_node`]: the fake master: mock-master's instance table, heartbeat table and
 //!   etcd-following rules ([`master_node::MasterNode::on_watch_event`]).
+//! - [`load`]: open-loop completions on a fake vLLM, validated by mock-vllm's rules:
+//!   [`load::Load::new`], started with [`World::add_load`].
 //! - [`world`]: the engine (time, queue, generator, log, links, nodes, exchanges and
 //!   their timeouts): [`World::run_until`].
 
 pub mod link;
+pub mod load;
 pub mod log;
 pub mod master_node;
 pub mod node;

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use mock_vllm::core::{Answer, Delivery, Outcome, Submitted, VllmCore};
-use mock_vllm::validate::Req;
+use mock_vllm::validate::{Api, Req};
 use mock_vllm::{Config, Dialect, Fault, Health};
 use rand::rngs::StdRng;
 
@@ -76,6 +76,16 @@ impl VllmNode {
             self.failed += 1;
         }
         s
+    }
+
+    /// The served model's name.
+    pub fn model(&self) -> &str {
+        &self.core.config().model
+    }
+
+    /// mock-vllm's request rules: a body to a request, or vLLM's error.
+    pub fn parse(&self, api: Api, body: &[u8]) -> Result<Req, mock_vllm::error::ApiError> {
+        self.core.parse(api, body)
     }
 
     /// Pages served so far.

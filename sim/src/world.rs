@@ -21,10 +21,12 @@ use sidecar::config::Config;
 use sidecar::core::Input;
 
 use crate::link::{Direction, Leg, LinkFault, Links, OnChange};
+use crate::load::Load;
 use crate::log::EventLog;
 use crate::node::{Failure, NodeId, Outcome, Reply, Request, Server};
 use crate::queue::Queue;
 use crate::sidecar_node::{Outgoing, SidecarNode, Tag};
+use crate::vllm_node::VllmNode;
 
 /// A scripted change to the world (a scenario action), run at its time.
 type Action = Box<dyn FnOnce(&mut World)>;
@@ -63,6 +65,8 @@ enum Event {
     Input(u32, Input),
     /// A scripted action.
     Act(Action),
+    /// The next request of load `n` arrives.
+    Arrival(usize),
 }
 
 /// Who waits for an exchange, and what for.
@@ -115,6 +119,7 @@ pub struct World {
     generations: BTreeMap<(NodeId, NodeId), u64>,
     next_exchange: u64,
     events: u64,
+    loads: Vec<Load>,
 }
 
 impl World {
@@ -133,6 +138,7 @@ impl World {
             generations: BTreeMap::new(),
             next_exchange: 0,
             events: 0,
+            loads: Vec::new(),
         }
     }
 
@@ -201,6 +207,12 @@ impl World {
                 fault,
             },
         );
+    }
+
+    /// Start `load` at `at` (its arrivals drawn from the world's generator).
+    pub fn add_load(&mut self, at: Duration, load: Load) {
+        self.loads.push(load);
+        self.queue.push(at, Event::Arrival(self.loads.len() - 1));
     }
 
     /// Set the fault of the link `client` → `server` now.
@@ -280,6 +292,7 @@ impl World {
                 }
                 self.after_sidecar_step(i);
             }
+            Event::Arrival(n) => self.arrival(n),
             Event::Act(action) => {
                 action(self);
                 // The action may have changed a server's timers.
@@ -289,6 +302,24 @@ impl World {
                 }
             }
         }
+    }
+
+    /// One request of load `n` reaches its vLLM; the next is scheduled.
+    fn arrival(&mut self, n: usize) {
+        let Some(load) = self.loads.get(n) else {
+            return;
+        };
+        if self.now >= load.until {
+            return;
+        }
+        let (to, req) = (load.to, load.request());
+        let gap = load.next_gap(&mut self.rng);
+        let now = self.now;
+        if let Some(v) = self.server_as_mut::<VllmNode>(to) {
+            v.submit(now, req);
+        }
+        self.after_server_step(to);
+        self.queue.push(self.now + gap, Event::Arrival(n));
     }
 
     fn sidecar_wake(&mut self, i: u32) {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use mock_vllm::{Dialect, Health};
 use sidecar::config::Config;
 use sim::master_node::MasterNode;
+use sim::node::Server;
 use sim::vllm_node::VllmNode;
 use sim::{EventLog, LinkFault, NodeId, World};
 
@@ -208,4 +209,46 @@ fn a_delete_makes_the_master_probe_vllm_over_its_link() {
         .filter(|l| l.contains("\"node\":\"master\",\"kind\":\"send\""))
         .count();
     assert_eq!(probes, 1 + 2 + 2);
+}
+
+#[test]
+fn steady_load_runs_in_mock_vllms_core_and_shows_on_its_page() {
+    use sim::load::Load;
+    let mut world = World::new(4, EventLog::keeping());
+    let vllm = VllmNode::with_dialect(Dialect::Compact, 1, Duration::ZERO);
+    let load = Load::new(
+        NodeId::Vllm(0),
+        &vllm,
+        50.0,
+        Duration::from_secs(10),
+        "hello world",
+        16,
+    )
+    .unwrap();
+    world.add_server(NodeId::Vllm(0), Box::new(vllm));
+    world.add_load(Duration::ZERO, load);
+    world.run_until(Duration::from_secs(12));
+    let v = world.server_as_mut::<VllmNode>(NodeId::Vllm(0)).unwrap();
+    let (finished, failed) = v.completions();
+    assert_eq!(failed, 0);
+    // A Poisson process at 50/s for 10 s: 500 expected; far outside is a broken load.
+    assert!((400..=600).contains(&finished), "{finished}");
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(0);
+    let page = v.serve(
+        Duration::from_secs(12),
+        NodeId::Sidecar(0),
+        &sim::Request::Metrics,
+        &mut rng,
+    );
+    let Some(sim::Reply::Page { body, .. }) = page else {
+        panic!("a page")
+    };
+    let page = String::from_utf8(body).unwrap();
+    let count = page
+        .lines()
+        .find(|l| l.starts_with("vllm:time_to_first_token_seconds_count"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .expect("a TTFT count");
+    assert_eq!(count as u64, finished, "{page}");
 }
