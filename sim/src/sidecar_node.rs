@@ -148,6 +148,14 @@ impl SidecarNode {
         self.exit
     }
 
+    /// The process is gone: the core is never handed anything again.
+    pub fn kill(&mut self) {
+        if self.exit.is_none() {
+            self.exit = Some(137);
+        }
+        self.wake_at = None;
+    }
+
     /// When the core wants its next `Timer`.
     pub fn next_wakeup(&self) -> Option<Duration> {
         if self.exit.is_some() {

@@ -197,6 +197,40 @@ impl World {
         index
     }
 
+    /// Kill sidecar `index` now (SIGKILL): no revoke; answers to its open exchanges
+    /// vanish with the process (requests already sent still reach their servers).
+    pub fn kill_sidecar(&mut self, index: u32) {
+        self.exchanges
+            .retain(|_, x| !matches!(x.caller, Caller::Sidecar(i, _) if i == index));
+        if let Some(node) = self.sidecars.get_mut(index as usize) {
+            node.kill();
+        }
+        self.log.record(
+            self.now,
+            &NodeId::Sidecar(index).to_string(),
+            "killed",
+            || json!({}),
+        );
+    }
+
+    /// Start sidecar `index` again now with `config`: a new process, a new core seed
+    /// drawn from the world's generator.
+    pub fn restart_sidecar(&mut self, index: u32, config: &Config) {
+        self.kill_sidecar(index);
+        let seed = self.rng.gen();
+        let Some(slot) = self.sidecars.get_mut(index as usize) else {
+            return;
+        };
+        *slot = SidecarNode::new(index, config, seed, self.now);
+        self.log.record(
+            self.now,
+            &NodeId::Sidecar(index).to_string(),
+            "start",
+            || json!({ "seed": seed }),
+        );
+        self.after_sidecar_step(index);
+    }
+
     /// Set the fault of the link `client` → `server` at `at`.
     pub fn set_link_at(&mut self, at: Duration, client: NodeId, server: NodeId, fault: LinkFault) {
         self.queue.push(

@@ -252,3 +252,40 @@ fn steady_load_runs_in_mock_vllms_core_and_shows_on_its_page() {
         .expect("a TTFT count");
     assert_eq!(count as u64, finished, "{page}");
 }
+
+#[test]
+fn a_killed_sidecar_goes_silent_and_a_restarted_one_starts_over() {
+    let mut world = cluster(21, 1);
+    world.at(Duration::from_secs(10), |w| w.kill_sidecar(0));
+    world.at(Duration::from_secs(20), |w| {
+        let config = Config::from_flags(["--register-addr", "10.0.0.0:8000"]).unwrap();
+        w.restart_sidecar(0, &config);
+    });
+    world.run_until(Duration::from_secs(30));
+    let log = world.log().text();
+    let t = |l: &str| -> u64 {
+        let rest = &l[l.find("\"t_us\":").unwrap() + 7..];
+        rest[..rest.find(',').unwrap()].parse().unwrap()
+    };
+    let sends: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("\"node\":\"sidecar/0\",\"kind\":\"send\""))
+        .map(t)
+        .collect();
+    assert!(sends.iter().any(|&s| s < 10_000_000));
+    assert!(
+        !sends.iter().any(|&s| (10_000_000..20_000_000).contains(&s)),
+        "{sends:?}"
+    );
+    assert!(sends.iter().any(|&s| s >= 20_000_000), "{sends:?}");
+    let starts: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"start\""))
+        .collect();
+    assert_eq!(starts.len(), 2);
+    assert_ne!(
+        starts[0].split("seed").nth(1),
+        starts[1].split("seed").nth(1)
+    );
+    assert_eq!(world.sidecars()[0].exited(), None);
+}
