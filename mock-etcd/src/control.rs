@@ -7,7 +7,6 @@
 //! `POST /_mock/watches/close`, `POST /_mock/reset`.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -15,7 +14,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use crate::{lease, lock, Shared};
+use crate::lease;
+use crate::state::Shared;
 
 pub fn router(shared: Arc<Shared>) -> Router {
     let faults = shared.faults.routes::<()>();
@@ -34,51 +34,14 @@ pub fn router(shared: Arc<Shared>) -> Router {
 
 /// Keys (decoded), leases with remaining TTL, revision, watchers, auth.
 pub fn state(shared: &Shared) -> serde_json::Value {
-    let now = Instant::now();
-    let store = shared.store();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    let keys: Vec<serde_json::Value> = store
-        .iter()
-        .map(|kv| {
-            serde_json::json!({
-                "key": text(&kv.key),
-                "value": text(&kv.value),
-                "lease": kv.lease,
-                "create_revision": kv.create_revision,
-                "mod_revision": kv.mod_revision,
-                "version": kv.version,
-            })
-        })
-        .collect();
-    let leases: Vec<serde_json::Value> = store
-        .leases_by_expiry()
-        .into_iter()
-        .map(|l| {
-            serde_json::json!({
-                "id": l.id,
-                "ttl": l.ttl,
-                "remaining_ms": l.expires.saturating_duration_since(now).as_millis() as u64,
-                "keys": l.keys.iter().map(|k| text(k)).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    let v = serde_json::json!({
-        "revision": store.rev,
-        "compact_revision": store.compact_rev,
-        "keys": keys,
-        "leases": leases,
-        "watchers": store.watchers.len(),
-    });
-    drop(store);
-    let auth = lock(&shared.auth);
-    let mut v = v;
-    v["auth"] = serde_json::json!({ "enabled": auth.enabled(), "tokens": auth.tokens() });
-    v
+    let now = shared.now();
+    shared.core().snapshot(now)
 }
 
 pub fn lose_data(shared: &Shared, reset_revision: bool) {
-    shared.store().lose_data(reset_revision);
-    lock(&shared.auth).clear_tokens();
+    shared
+        .core()
+        .lose_data(reset_revision, mock_kit::events::now_ms());
     shared.close_streams();
     shared.events.emit(
         "data_lost",
@@ -89,8 +52,7 @@ pub fn lose_data(shared: &Shared, reset_revision: bool) {
 pub fn reset(shared: &Shared) {
     shared.faults.clear();
     shared.release.send_modify(|g| *g += 1);
-    shared.store().lose_data(true);
-    lock(&shared.auth).clear_tokens();
+    shared.core().lose_data(true, mock_kit::events::now_ms());
     shared.close_streams();
     shared.journal.clear();
     shared.events.emit("reset", serde_json::json!({}));

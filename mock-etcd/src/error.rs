@@ -143,10 +143,31 @@ impl EtcdError {
         Self::grpc(code::UNAUTHENTICATED, "etcdserver: invalid auth token")
     }
 
+    /// The error as a Go gRPC client prints it: `rpc error: code = X desc = M` (a watch
+    /// create refused for auth reports this as its cancel reason).
+    pub fn rpc_error(&self) -> String {
+        format!(
+            "rpc error: code = {} desc = {}",
+            grpc_code_name(self.code),
+            self.message
+        )
+    }
+
     /// The JSON body, without HTTP framing (also used inside streams).
     pub fn body(&self) -> String {
-        serde_json::json!({ "error": self.message, "message": self.message, "code": self.code })
-            .to_string()
+        // A struct, not `json!`: grpc-gateway writes the keys in this order.
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            error: &'a str,
+            message: &'a str,
+            code: u32,
+        }
+        let body = Body {
+            error: &self.message,
+            message: &self.message,
+            code: self.code,
+        };
+        serde_json::to_string(&body).unwrap_or_default()
     }
 }
 
@@ -195,4 +216,27 @@ pub fn method_not_allowed() -> Response {
 /// Go's `http.ServeMux` answer for a path nobody serves.
 pub fn mux_not_found() -> Response {
     plain(StatusCode::NOT_FOUND, "404 page not found\n")
+}
+
+/// Go's `codes.Code.String()`.
+pub fn grpc_code_name(code: u32) -> &'static str {
+    match code {
+        0 => "OK",
+        1 => "Canceled",
+        2 => "Unknown",
+        3 => "InvalidArgument",
+        4 => "DeadlineExceeded",
+        5 => "NotFound",
+        6 => "AlreadyExists",
+        7 => "PermissionDenied",
+        8 => "ResourceExhausted",
+        9 => "FailedPrecondition",
+        10 => "Aborted",
+        11 => "OutOfRange",
+        12 => "Unimplemented",
+        13 => "Internal",
+        14 => "Unavailable",
+        15 => "DataLoss",
+        _ => "Unauthenticated",
+    }
 }

@@ -3,19 +3,11 @@
 //! `path` is an etcd path in either spelling (`/v3/kv/put` also matches
 //! `/v3beta/kv/put`), a prefix ending in `*` (`/v3/lease/*`), or `*` for every path.
 //! Faults are armed through [`mock_kit::FaultRegistry`] (count and duration limits,
-//! `POST /_mock/faults`); the middleware here applies the first armed one that matches.
+//! `POST /_mock/faults`); [`crate::fault_layer`] applies the first armed one that matches.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use crate::error::EtcdError;
-use crate::journal::RequestLog;
-use crate::Shared;
 
 fn default_status() -> u16 {
     503
@@ -70,6 +62,44 @@ impl Fault {
     }
 }
 
+/// What a matching fault makes of a request: the decision only; whoever serves the
+/// request (the HTTP shell, a simulator) applies it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FaultDecision {
+    /// Answer this error instead of serving.
+    Fail(EtcdError),
+    /// Serve after this delay.
+    Delay(std::time::Duration),
+    /// Hold the request until released.
+    Hang,
+}
+
+impl Fault {
+    pub fn decision(&self) -> FaultDecision {
+        match self {
+            Fault::Fail {
+                status,
+                grpc_code,
+                message,
+                ..
+            } => {
+                let status = axum::http::StatusCode::from_u16(*status)
+                    .unwrap_or(axum::http::StatusCode::SERVICE_UNAVAILABLE);
+                FaultDecision::Fail(EtcdError::new(status, *grpc_code, message.clone()))
+            }
+            Fault::Latency { ms, .. } => {
+                FaultDecision::Delay(std::time::Duration::from_millis(*ms))
+            }
+            Fault::Hang { .. } => FaultDecision::Hang,
+        }
+    }
+}
+
+/// The first armed fault that matches `path` (counting it as fired).
+pub fn pick(faults: &mock_kit::FaultRegistry<Fault>, path: &str) -> Option<Fault> {
+    faults.fire(|f| f.matches(path).then(|| f.clone()))
+}
+
 /// `/v3beta/x` is `/v3/x`.
 fn canonical(p: &str) -> std::borrow::Cow<'_, str> {
     match p.strip_prefix("/v3beta/") {
@@ -88,67 +118,6 @@ pub fn path_matches(pattern: &str, request_path: &str) -> bool {
         Some(prefix) => req.starts_with(prefix),
         None => pat.trim_end_matches('/') == req.trim_end_matches('/'),
     }
-}
-
-/// Applies faults, then logs the request and reports it as an event.
-pub(crate) async fn middleware(
-    State(shared): State<Arc<Shared>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let started = Instant::now();
-    let at_ms = mock_kit::events::now_ms();
-    let method = req.method().to_string();
-    let path = req.uri().path().to_string();
-    let fault = shared.faults.fire(|f| f.matches(&path).then(|| f.clone()));
-    if let Some(f) = &fault {
-        shared
-            .events
-            .emit("fault", serde_json::json!({ "fault": f, "path": path }));
-    }
-    let resp = match &fault {
-        Some(Fault::Fail {
-            status,
-            grpc_code,
-            message,
-            ..
-        }) => {
-            let status = axum::http::StatusCode::from_u16(*status)
-                .unwrap_or(axum::http::StatusCode::SERVICE_UNAVAILABLE);
-            EtcdError::new(status, *grpc_code, message.clone()).into_response()
-        }
-        Some(Fault::Latency { ms, .. }) => {
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(*ms)) => next.run(req).await,
-                _ = shared.shutdown.wait() => EtcdError::grpc(14, "etcdserver: server stopped").into_response(),
-            }
-        }
-        Some(Fault::Hang { .. }) => {
-            let mut release = shared.release.subscribe();
-            tokio::select! {
-                _ = release.changed() => next.run(req).await,
-                _ = shared.shutdown.wait() => EtcdError::grpc(14, "etcdserver: server stopped").into_response(),
-            }
-        }
-        None => next.run(req).await,
-    };
-    let status = resp.status().as_u16();
-    let elapsed_ms = started.elapsed().as_millis() as u64;
-    if shared.events.enabled() {
-        shared.events.emit(
-            "request",
-            serde_json::json!({ "method": method, "path": path, "status": status, "elapsed_ms": elapsed_ms }),
-        );
-    }
-    shared.journal.push(RequestLog {
-        at_ms,
-        method,
-        path,
-        status,
-        elapsed_ms,
-        fault: fault.map(|f| f.name().to_string()),
-    });
-    resp
 }
 
 #[cfg(test)]

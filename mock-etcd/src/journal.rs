@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::lock;
+use crate::locking::lock;
 
 /// One request as the fake saw it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

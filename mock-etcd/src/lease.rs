@@ -1,213 +1,24 @@
-//! The lease API: `/v3/lease/{grant,revoke,keepalive,timetolive,leases}` and expiry.
+//! The lease API's HTTP side: the `/v3/lease/keepalive` stream and the expiry loop
+//! (grant, revoke, timetolive and leases are unary calls, see [`crate::unary`]).
 //!
-//! Observed on etcd 3.4: grants below the minimum TTL (2 s with default election
-//! timing; also for 0 and negative TTLs) are raised to it; a keepalive answers one
-//! `{"result":…}` line per request object in the body and, for a lease that does not
-//! exist, omits `TTL`; `timetolive` of a missing lease answers `TTL: -1`; leases are
-//! listed by deadline. Expiry is checked every `expiry_tick`, and a lease's keys are
-//! deleted in one revision.
+//! Observed on etcd 3.4: a keepalive answers one `{"result":…}` line per request
+//! object in the body and, for a lease that does not exist, omits `TTL`. Expiry is
+//! checked every `expiry_tick` (the core expires what is due at the time it is given),
+//! and a lease's keys are deleted in one revision.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
 
-use crate::codec::{self, de, is_zero, ser_b64_list, ser_i64, Header, Piece};
+use crate::body::StreamReader;
+use crate::codec;
+use crate::decode::{self, Piece};
 use crate::error::{code, EtcdError};
-use crate::gateway::{read_body, StreamReader};
+use crate::requests::IdRequest;
+use crate::state::Shared;
 use crate::store::Lease;
-use crate::watch::stream_response;
-use crate::Shared;
-
-#[derive(Deserialize, Default, Debug)]
-#[serde(default)]
-pub struct GrantRequest {
-    #[serde(rename = "TTL", deserialize_with = "de::i64")]
-    pub ttl: i64,
-    #[serde(rename = "ID", deserialize_with = "de::i64")]
-    pub id: i64,
-}
-
-#[derive(Deserialize, Default, Debug)]
-#[serde(default)]
-pub struct IdRequest {
-    #[serde(rename = "ID", deserialize_with = "de::i64")]
-    pub id: i64,
-    #[serde(deserialize_with = "de::bool")]
-    pub keys: bool,
-}
-
-#[derive(Serialize)]
-struct GrantResponse {
-    header: Header,
-    #[serde(
-        rename = "ID",
-        serialize_with = "ser_i64",
-        skip_serializing_if = "is_zero"
-    )]
-    id: i64,
-    #[serde(
-        rename = "TTL",
-        serialize_with = "ser_i64",
-        skip_serializing_if = "is_zero"
-    )]
-    ttl: i64,
-}
-
-#[derive(Serialize)]
-struct KeepAliveLine {
-    result: GrantResponse,
-}
-
-#[derive(Serialize)]
-struct TimeToLiveResponse {
-    header: Header,
-    #[serde(
-        rename = "ID",
-        serialize_with = "ser_i64",
-        skip_serializing_if = "is_zero"
-    )]
-    id: i64,
-    #[serde(
-        rename = "TTL",
-        serialize_with = "ser_i64",
-        skip_serializing_if = "is_zero"
-    )]
-    ttl: i64,
-    #[serde(
-        rename = "grantedTTL",
-        serialize_with = "ser_i64",
-        skip_serializing_if = "is_zero"
-    )]
-    granted: i64,
-    #[serde(serialize_with = "ser_b64_list", skip_serializing_if = "Vec::is_empty")]
-    keys: Vec<Vec<u8>>,
-}
-
-#[derive(Serialize)]
-struct LeasesResponse {
-    header: Header,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    leases: Vec<LeaseStatus>,
-}
-
-#[derive(Serialize)]
-struct LeaseStatus {
-    #[serde(
-        rename = "ID",
-        serialize_with = "ser_i64",
-        skip_serializing_if = "is_zero"
-    )]
-    id: i64,
-}
-
-#[derive(Serialize)]
-struct HeaderOnly {
-    header: Header,
-}
-
-fn respond<T: Serialize>(v: &T) -> Response {
-    codec::ok(serde_json::to_string(v).unwrap_or_default())
-}
-
-pub async fn grant(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, EtcdError> {
-    let body = read_body(&shared, body).await?;
-    let req: GrantRequest = codec::parse(&body)?;
-    crate::auth::check_token(&shared, &headers)?;
-    let mut store = shared.store();
-    let (id, ttl) = store.grant(req.id, req.ttl, Instant::now())?;
-    let resp = GrantResponse {
-        header: shared.header(store.rev),
-        id,
-        ttl,
-    };
-    drop(store);
-    Ok(respond(&resp))
-}
-
-pub async fn revoke(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, EtcdError> {
-    let body = read_body(&shared, body).await?;
-    let req: IdRequest = codec::parse(&body)?;
-    let user = crate::auth::check_token(&shared, &headers)?;
-    let has_keys = match shared.store().leases.get(&req.id) {
-        None => return Err(EtcdError::lease_not_found()),
-        Some(l) => !l.keys.is_empty(),
-    };
-    if has_keys {
-        crate::auth::need_user(&shared, user)?;
-    }
-    let mut store = shared.store();
-    if store.revoke(req.id).is_none() {
-        return Err(EtcdError::lease_not_found());
-    }
-    let resp = HeaderOnly {
-        header: shared.header(store.rev),
-    };
-    drop(store);
-    shared
-        .events
-        .emit("lease_revoked", serde_json::json!({ "id": req.id }));
-    Ok(respond(&resp))
-}
-
-pub async fn time_to_live(
-    State(shared): State<Arc<Shared>>,
-    body: Body,
-) -> Result<Response, EtcdError> {
-    let body = read_body(&shared, body).await?;
-    let req: IdRequest = codec::parse(&body)?;
-    let store = shared.store();
-    let resp = match store.leases.get(&req.id) {
-        Some(l) => TimeToLiveResponse {
-            header: shared.header(store.rev),
-            id: l.id,
-            ttl: l.remaining_secs(Instant::now()),
-            granted: l.ttl,
-            keys: if req.keys {
-                l.keys.iter().cloned().collect()
-            } else {
-                Vec::new()
-            },
-        },
-        None => TimeToLiveResponse {
-            header: shared.header(store.rev),
-            id: req.id,
-            ttl: -1,
-            granted: 0,
-            keys: Vec::new(),
-        },
-    };
-    drop(store);
-    Ok(respond(&resp))
-}
-
-pub async fn leases(State(shared): State<Arc<Shared>>, body: Body) -> Result<Response, EtcdError> {
-    let body = read_body(&shared, body).await?;
-    let _: IdRequest = codec::parse(&body)?;
-    let store = shared.store();
-    let resp = LeasesResponse {
-        header: shared.header(store.rev),
-        leases: store
-            .leases_by_expiry()
-            .into_iter()
-            .map(|l| LeaseStatus { id: l.id })
-            .collect(),
-    };
-    drop(store);
-    Ok(respond(&resp))
-}
 
 /// The keepalive stream: one answer line per request object, until the body ends.
 pub async fn keepalive(State(shared): State<Arc<Shared>>, body: Body) -> Response {
@@ -239,7 +50,7 @@ pub async fn keepalive(State(shared): State<Arc<Shared>>, body: Body) -> Respons
             Some(Piece::Malformed(_)) | None => None,
         }
     });
-    stream_response(Body::from_stream(stream))
+    codec::stream_response(Body::from_stream(stream))
 }
 
 struct KeepAlive {
@@ -250,21 +61,11 @@ struct KeepAlive {
 
 impl KeepAlive {
     /// The answer line to one request object; Err if it does not decode.
-    fn answer(&mut self, v: serde_json::Value) -> Result<String, String> {
-        let req: IdRequest = codec::from_value(v)?;
-        let mut store = self.shared.store();
-        let ttl = store.keepalive(req.id, Instant::now()).unwrap_or(0);
-        let line = KeepAliveLine {
-            result: GrantResponse {
-                header: self.shared.header(store.rev),
-                id: req.id,
-                ttl,
-            },
-        };
-        drop(store);
-        let mut s = serde_json::to_string(&line).map_err(|e| e.to_string())?;
-        s.push('\n');
-        Ok(s)
+    fn answer(&mut self, msg: Vec<u8>) -> Result<String, String> {
+        let req: IdRequest = decode::parse_value(&msg)?;
+        let now = self.shared.now();
+        let line = self.shared.core().keepalive(&req, now);
+        Ok(line.line())
     }
 }
 
@@ -277,7 +78,8 @@ pub async fn run_expiry(shared: Arc<Shared>) {
             _ = tick.tick() => {}
             _ = shared.shutdown.wait() => return,
         }
-        let gone = shared.store().expire_due(Instant::now());
+        let now = shared.now();
+        let gone = shared.core().expire_due(now);
         for l in gone {
             report_expired(&shared, &l, "ttl");
         }
@@ -300,7 +102,7 @@ fn report_expired(shared: &Shared, l: &Lease, why: &str) {
 
 /// Expire one lease now (fault injection).
 pub fn expire(shared: &Shared, id: i64) -> bool {
-    let gone = shared.store().revoke(id);
+    let gone = shared.core().expire_lease(id);
     match gone {
         Some(l) => {
             report_expired(shared, &l, "forced");
@@ -312,10 +114,7 @@ pub fn expire(shared: &Shared, id: i64) -> bool {
 
 /// Expire every lease now (fault injection).
 pub fn expire_all(shared: &Shared) {
-    let mut store = shared.store();
-    let ids: Vec<i64> = store.leases.keys().copied().collect();
-    let gone: Vec<Lease> = ids.into_iter().filter_map(|id| store.revoke(id)).collect();
-    drop(store);
+    let gone = shared.core().expire_all();
     for l in gone {
         report_expired(shared, &l, "forced");
     }

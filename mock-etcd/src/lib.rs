@@ -6,145 +6,109 @@
 //!
 //! # Layout
 //!
-//! - [`codec`]: the gateway's JSON dialect (int64 as strings, base64 bytes, omitted
-//!   zeros, Go's error wording); [`codec::parse`] reads every request.
-//! - [`error`]: [`EtcdError`], the one error type, rendered as `{"error","message","code"}`.
-//! - [`store`]: keys, bounded MVCC history, leases, revision behind one lock;
-//!   [`store::Store::commit`] closes a revision and notifies watchers.
-//! - [`kv`]: `/v3/kv/{put,range,deleterange,txn,compaction}`; [`kv::apply_txn`].
-//! - [`lease`]: `/v3/lease/*` including the keepalive stream, and the expiry loop
-//!   [`lease::run_expiry`].
-//! - [`watch`]: the `/v3/watch` stream and the watcher [`watch::Registry`].
-//! - [`auth`]: simple tokens with etcd's sliding TTL; [`auth::Auth::check`].
-//! - [`gateway`]: the router of etcd's paths (`/v3/` and `/v3beta/`), body limits, 404/405.
-//! - [`faults`]: [`Fault`] (fail, latency, hang) and the middleware that applies them.
+//! Cores (the rules, given the time as a `Duration` since an arbitrary start, no HTTP,
+//! no clock, randomness from a seed):
+//!
+//! - [`core`]: [`EtcdCore`], the whole fake as one value: every gateway call a method
+//!   (`range`, `put`, `delete_range`, `txn`, `grant`, `revoke`, `keepalive`,
+//!   `time_to_live`, `leases`, `authenticate`, `watch_open`/`watch_json`/`watch_close`),
+//!   expiry when told ([`EtcdCore::expire_due`]), the data faults.
+//! - [`calls`]: the unary calls in wire form: [`Call::from_path`], [`Call::decode`],
+//!   [`EtcdCore::apply`], and [`EtcdCore::handle_json`] (path + JSON body in, status +
+//!   JSON body out, no HTTP).
+//! - [`store`]: keys, bounded MVCC history, leases, revision;
+//!   [`store::Store::close_revision`] closes a revision.
+//! - [`data`]: [`data::Data`], the store and its watchers ([`data::Data::commit`] closes
+//!   a revision and tells the watchers).
+//! - [`watchers`]: the watch registry and its answer lines; [`watchers::Registry`],
+//!   answers to a [`WatchSink`] ([`LineSink`] keeps them to drain).
+//! - [`tokens`]: simple tokens with etcd's sliding idle TTL; [`tokens::Auth::check`].
+//! - [`kv_ops`]: range, put, delete and txn as etcd applies them; [`kv_ops::apply_txn`].
+//! - [`config`]: [`Config`], etcd's defaults.
+//! - [`faults`]: [`Fault`] (fail, latency, hang), which paths it matches, and the
+//!   decision it makes ([`faults::FaultDecision`]; the caller applies it).
 //! - [`journal`]: the bounded request log behind `GET /_mock/requests`.
+//!
+//! The gateway's JSON:
+//!
+//! - [`scan`]: Go's JSON scanner (syntax, depth, message ends, Go's wording);
+//!   [`scan::Scanner`].
+//! - [`decode`]: reading requests as jsonpb does, into typed messages without building
+//!   a tree; [`decode::parse`], the [`message!`] macro, [`decode::MessageSplitter`].
+//! - [`requests`]: the request messages (KV, watch, lease, authenticate).
+//! - [`answers`]: the lease and auth answer messages.
+//! - [`codec`]: the JSON dialect on the way out (int64 as strings, base64 bytes,
+//!   omitted zeros) and the gateway's headers; [`codec::ok`].
+//! - [`error`]: [`EtcdError`], the one error type, rendered as `{"error","message","code"}`.
+//! - [`size`]: protobuf sizes of requests for etcd's two size limits.
+//!
+//! The HTTP shell:
+//!
+//! - [`gateway`]: the router of etcd's paths (`/v3/` and `/v3beta/`), 404/405, 301;
+//!   wiring only.
+//! - [`state`]: [`state::Shared`], what every handler shares: the core behind one
+//!   lock, the clock ([`state::Shared::now`]), faults, streams.
+//! - [`unary`]: every unary call: capped body, decode outside the lock, apply under it
+//!   ([`unary::serve`]).
+//! - [`body`]: the capped unary body reader [`body::read_body`] and the streamed
+//!   [`body::StreamReader`].
+//! - [`lease`]: the keepalive stream, and the expiry loop [`lease::run_expiry`].
+//! - [`watch`]: the `/v3/watch` streams ([`watch::watch`]).
+//! - [`cluster`]: `/v3/maintenance/status` and `/v3/cluster/member/list` of a
+//!   single-member cluster.
+//! - [`auth`]: where a request's token is found ([`auth::token`]).
+//! - [`fault_layer`]: the middleware that applies faults and logs requests.
 //! - [`control`]: the `/_mock/` control API, mirroring the [`MockEtcd`] methods.
+//! - [`locking`]: a lock that survives a panicked holder.
 //!
 //! Entry point: [`start`] binds, spawns the server and the lease-expiry loop, and answers
 //! a [`MockEtcd`] handle.
 
+pub mod answers;
 mod auth;
+mod body;
+pub mod calls;
+mod cluster;
 pub mod codec;
+mod config;
 mod control;
+pub mod core;
+pub mod data;
+pub mod decode;
 pub mod error;
+mod fault_layer;
 pub mod faults;
 mod gateway;
 pub mod journal;
-mod kv;
+pub mod kv_ops;
 mod lease;
-mod store;
+mod locking;
+pub mod requests;
+pub mod scan;
+mod size;
+mod state;
+pub mod store;
+pub mod tokens;
+mod unary;
 mod watch;
+pub mod watchers;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use mock_kit::{Events, FaultRegistry, ServerHandle, Shutdown};
 
+pub use crate::calls::{Answer, Call, Report, Request};
+pub use crate::core::{EtcdCore, WatchStream};
+pub use crate::watchers::{LineSink, WatchSink};
+pub use config::Config;
 pub use error::EtcdError;
 pub use faults::Fault;
 pub use journal::RequestLog;
 
-use crate::auth::Auth;
-use crate::codec::Header;
 use crate::journal::Journal;
-use crate::store::Store;
-
-/// How to run the fake.
-#[derive(Clone, Debug)]
-pub struct Config {
-    pub listen: SocketAddr,
-    /// `(name, password)`; when non-empty, auth is enabled as after `etcdctl auth enable`.
-    pub users: Vec<(String, String)>,
-    /// Simple-token idle TTL (etcd `--auth-token-ttl`, default 300 s).
-    pub token_ttl: Duration,
-    /// Serve the `/_mock/` control API.
-    pub control: bool,
-    /// Smallest lease TTL; etcd raises smaller grants to this (2 s with default timing).
-    pub min_lease_ttl: i64,
-    pub cluster_id: u64,
-    pub member_id: u64,
-    pub raft_term: u64,
-    /// Events kept for `revision`/`start_revision`; older ones are compacted away.
-    pub history_cap: usize,
-    /// Responses buffered per watch stream before a slow watcher is cancelled.
-    pub watch_backlog: usize,
-    /// etcd `--max-request-bytes` (1.5 MiB).
-    pub max_request_bytes: usize,
-    /// How often leases are checked for expiry.
-    pub expiry_tick: Duration,
-    /// Requests kept by the request log.
-    pub journal_cap: usize,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            users: Vec::new(),
-            token_ttl: Duration::from_secs(300),
-            control: true,
-            min_lease_ttl: 2,
-            cluster_id: 14841639068965178418,
-            member_id: 10276657743932975437,
-            raft_term: 2,
-            history_cap: 100_000,
-            watch_backlog: 1024,
-            max_request_bytes: 1572864,
-            expiry_tick: Duration::from_millis(100),
-            journal_cap: 1000,
-        }
-    }
-}
-
-/// Everything the handlers share.
-pub(crate) struct Shared {
-    pub config: Config,
-    pub store: Mutex<Store>,
-    pub auth: Mutex<Auth>,
-    pub journal: Journal,
-    pub faults: FaultRegistry<Fault>,
-    pub events: Events,
-    pub shutdown: Shutdown,
-    /// Fires to end every open stream (close_watches, lose_data); replaced after use.
-    pub streams: Mutex<Shutdown>,
-    /// Bumped to release hung requests.
-    pub release: tokio::sync::watch::Sender<u64>,
-}
-
-impl Shared {
-    pub fn header(&self, revision: i64) -> Header {
-        Header {
-            cluster_id: self.config.cluster_id,
-            member_id: self.config.member_id,
-            revision,
-            raft_term: self.config.raft_term,
-        }
-    }
-
-    pub fn store(&self) -> MutexGuard<'_, Store> {
-        lock(&self.store)
-    }
-
-    pub fn stream_stop(&self) -> Shutdown {
-        lock(&self.streams).clone()
-    }
-
-    pub fn close_streams(&self) {
-        let mut g = lock(&self.streams);
-        g.trigger();
-        *g = self.shutdown.child();
-    }
-}
-
-/// Lock, ignoring poisoning (a panicked handler must not wedge the fake).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
+use crate::locking::lock;
+use crate::state::Shared;
 
 /// A running fake etcd.
 #[derive(Clone)]
@@ -166,24 +130,18 @@ impl std::fmt::Debug for MockEtcd {
 /// lease expiry. Answers once the socket is bound.
 pub async fn start(config: Config, events: Events) -> std::io::Result<MockEtcd> {
     let shutdown = Shutdown::new();
-    let header = Header {
-        cluster_id: config.cluster_id,
-        member_id: config.member_id,
-        revision: 0,
-        raft_term: config.raft_term,
-    };
-    let store = Store::new(config.history_cap, config.min_lease_ttl, header);
-    let auth = Auth::new(&config.users, config.token_ttl);
+    let core = EtcdCore::new(config.clone(), mock_kit::events::now_ms(), rand::random());
     let (release, _) = tokio::sync::watch::channel(0u64);
     let shared = Arc::new(Shared {
         journal: Journal::new(config.journal_cap),
-        store: Mutex::new(store),
-        auth: Mutex::new(auth),
+        core: Mutex::new(core),
         faults: FaultRegistry::new(),
         events,
         streams: Mutex::new(shutdown.child()),
         shutdown: shutdown.clone(),
         release,
+        client_url: std::sync::OnceLock::new(),
+        started: std::time::Instant::now(),
         config,
     });
     let mut router = gateway::router(shared.clone());
@@ -193,6 +151,7 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockEtcd> 
     let handle =
         mock_kit::serve::bind_and_spawn(shared.config.listen, router, shutdown.clone()).await?;
     let addr = handle.addr;
+    let _ = shared.client_url.set(format!("http://{addr}"));
     tokio::spawn(lease::run_expiry(shared.clone()));
     Ok(MockEtcd {
         shared,
@@ -260,8 +219,8 @@ impl MockEtcd {
 
     /// The current value and lease of a key.
     pub fn get(&self, key: &str) -> Option<(String, i64)> {
-        let store = self.shared.store();
-        store
+        let core = self.shared.core();
+        core.data()
             .get(key.as_bytes())
             .map(|kv| (String::from_utf8_lossy(&kv.value).into_owned(), kv.lease))
     }

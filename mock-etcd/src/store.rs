@@ -8,16 +8,15 @@
 //! answer is etcd's "compacted" error, exactly as after a real compaction.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::ops::Bound;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::codec::{is_zero, ser_b64, ser_i64, Header};
+use crate::codec::{is_zero, ser_b64, ser_i64};
 use crate::error::EtcdError;
-use crate::watch::Registry;
 
 /// etcd's largest lease TTL (`MaxLeaseTTL`).
 pub const MAX_LEASE_TTL: i64 = 9_000_000_000;
@@ -61,19 +60,19 @@ impl Event {
     }
 }
 
-/// A lease: granted TTL, deadline, attached keys.
+/// A lease: granted TTL, deadline (time since the core's start), attached keys.
 #[derive(Clone, Debug)]
 pub struct Lease {
     pub id: i64,
     pub ttl: i64,
-    pub expires: Instant,
+    pub expires: Duration,
     pub keys: BTreeSet<Vec<u8>>,
 }
 
 impl Lease {
     /// Remaining whole seconds, as etcd truncates them.
-    pub fn remaining_secs(&self, now: Instant) -> i64 {
-        self.expires.saturating_duration_since(now).as_secs() as i64
+    pub fn remaining_secs(&self, now: Duration) -> i64 {
+        self.expires.saturating_sub(now).as_secs() as i64
     }
 }
 
@@ -128,12 +127,18 @@ pub struct Store {
     kvs: BTreeMap<Vec<u8>, KeyValue>,
     history: VecDeque<Arc<Event>>,
     history_cap: usize,
-    pub leases: HashMap<i64, Lease>,
-    expiry: BinaryHeap<Reverse<(Instant, i64)>>,
+    pub leases: BTreeMap<i64, Lease>,
+    expiry: BinaryHeap<Reverse<(Duration, i64)>>,
     next_lease: i64,
     member_id: u64,
     pub min_lease_ttl: i64,
-    pub watchers: Registry,
+}
+
+/// A closed revision and its events: what watchers must be told (see `data::Data`).
+#[must_use = "watchers must be told about a committed revision"]
+pub struct Committed {
+    pub rev: i64,
+    pub events: Vec<Arc<Event>>,
 }
 
 /// Writes gathered for one revision; committed (or dropped if empty) as a unit.
@@ -143,25 +148,33 @@ pub struct Batch {
 }
 
 impl Store {
-    pub fn new(history_cap: usize, min_lease_ttl: i64, header: Header) -> Self {
-        let member_id = header.member_id;
+    /// `epoch_ms`: the wall clock now, in milliseconds since the Unix epoch; auto lease
+    /// IDs start from it, as etcd's do.
+    pub fn new(history_cap: usize, min_lease_ttl: i64, member_id: u64, epoch_ms: u64) -> Self {
         Store {
             rev: 1,
             compact_rev: 0,
             kvs: BTreeMap::new(),
             history: VecDeque::new(),
             history_cap: history_cap.max(1),
-            leases: HashMap::new(),
+            leases: BTreeMap::new(),
             expiry: BinaryHeap::new(),
-            next_lease: lease_id_base(member_id),
+            next_lease: lease_id_base(member_id, epoch_ms),
             member_id,
             min_lease_ttl,
-            watchers: Registry::new(header),
         }
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&KeyValue> {
         self.kvs.get(key)
+    }
+
+    /// Bytes of keys and values stored now (what the database size grows with).
+    pub fn data_bytes(&self) -> usize {
+        self.kvs
+            .values()
+            .map(|kv| kv.key.len() + kv.value.len())
+            .sum()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &KeyValue> {
@@ -276,17 +289,20 @@ impl Store {
         gone
     }
 
-    /// Close the revision: bump it if anything changed, record history, tell watchers.
-    pub fn commit(&mut self, batch: Batch) {
+    /// Close the revision: bump it if anything changed and record history. Answers the
+    /// revision and its events for the watchers, if anything changed.
+    pub fn close_revision(&mut self, batch: Batch) -> Option<Committed> {
         if batch.events.is_empty() {
-            return;
+            return None;
         }
         self.rev += 1;
         let events: Vec<Arc<Event>> = batch.events.into_iter().map(Arc::new).collect();
         self.history.extend(events.iter().cloned());
         self.trim_history();
-        let rev = self.rev;
-        self.watchers.notify(rev, &events);
+        Some(Committed {
+            rev: self.rev,
+            events,
+        })
     }
 
     fn trim_history(&mut self) {
@@ -323,7 +339,7 @@ impl Store {
     }
 
     /// Grant a lease (`id` 0: pick one). TTLs below the minimum are raised to it.
-    pub fn grant(&mut self, id: i64, ttl: i64, now: Instant) -> Result<(i64, i64), EtcdError> {
+    pub fn grant(&mut self, id: i64, ttl: i64, now: Duration) -> Result<(i64, i64), EtcdError> {
         if ttl > MAX_LEASE_TTL {
             return Err(EtcdError::lease_ttl_too_large());
         }
@@ -355,7 +371,7 @@ impl Store {
     }
 
     /// Refresh a lease; answers its granted TTL, or None if it does not exist.
-    pub fn keepalive(&mut self, id: i64, now: Instant) -> Option<i64> {
+    pub fn keepalive(&mut self, id: i64, now: Duration) -> Option<i64> {
         let lease = self.leases.get_mut(&id)?;
         lease.expires = deadline(now, lease.ttl);
         let (expires, ttl) = (lease.expires, lease.ttl);
@@ -376,19 +392,19 @@ impl Store {
     }
 
     /// Revoke a lease and delete its keys in one revision. None if it does not exist.
-    pub fn revoke(&mut self, id: i64) -> Option<Lease> {
+    pub fn revoke_lease(&mut self, id: i64) -> Option<(Lease, Option<Committed>)> {
         let lease = self.leases.remove(&id)?;
         let mut batch = Batch::default();
         for k in &lease.keys {
             let r = KeyRange::new(k.clone(), Vec::new());
             self.delete(&mut batch, &r);
         }
-        self.commit(batch);
-        Some(lease)
+        let committed = self.close_revision(batch);
+        Some((lease, committed))
     }
 
-    /// Revoke every lease whose deadline passed; answers them.
-    pub fn expire_due(&mut self, now: Instant) -> Vec<Lease> {
+    /// Revoke every lease whose deadline passed by `now`; answers them in order.
+    pub fn expire_leases(&mut self, now: Duration) -> Vec<(Lease, Option<Committed>)> {
         let mut due = Vec::new();
         while let Some(Reverse((at, id))) = self.expiry.peek().copied() {
             if at > now {
@@ -397,12 +413,24 @@ impl Store {
             self.expiry.pop();
             let live = self.leases.get(&id).is_some_and(|l| l.expires <= now);
             if live {
-                if let Some(l) = self.revoke(id) {
-                    due.push(l);
+                if let Some(gone) = self.revoke_lease(id) {
+                    due.push(gone);
                 }
             }
         }
         due
+    }
+
+    /// The earliest deadline of a live lease (stale queue entries left by keepalives
+    /// are dropped on the way).
+    pub fn next_deadline(&mut self) -> Option<Duration> {
+        while let Some(Reverse((at, id))) = self.expiry.peek().copied() {
+            if self.leases.get(&id).is_some_and(|l| l.expires == at) {
+                return Some(at);
+            }
+            self.expiry.pop();
+        }
+        None
     }
 
     /// Leases sorted by deadline, as etcd lists them.
@@ -413,7 +441,7 @@ impl Store {
     }
 
     /// Forget everything, as an etcd restarted without its data dir.
-    pub fn lose_data(&mut self, reset_revision: bool) {
+    pub fn lose_data(&mut self, reset_revision: bool, epoch_ms: u64) {
         self.kvs.clear();
         self.history.clear();
         self.leases.clear();
@@ -421,7 +449,7 @@ impl Store {
         // A restarted etcd seeds its ID generator from the clock again, so a lease granted
         // after the loss never takes the ID of one granted before it: a client still
         // keeping an old lease alive must hear that it is gone, not refresh someone else's.
-        self.next_lease = lease_id_base(self.member_id).max(self.next_lease);
+        self.next_lease = lease_id_base(self.member_id, epoch_ms).max(self.next_lease);
         if reset_revision {
             self.rev = 1;
             self.compact_rev = 0;
@@ -432,16 +460,14 @@ impl Store {
 }
 
 /// `now + ttl` seconds, saturating far in the future instead of overflowing.
-fn deadline(now: Instant, ttl: i64) -> Instant {
-    let d = Duration::from_secs(ttl.max(0) as u64);
-    now.checked_add(d)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+fn deadline(now: Duration, ttl: i64) -> Duration {
+    now.saturating_add(Duration::from_secs(ttl.max(0) as u64))
 }
 
 /// etcd's ID generator puts the member ID's low 16 bits on top and a millisecond
 /// timestamp below, so auto lease IDs look like `7587890012345678901`.
-fn lease_id_base(member_id: u64) -> i64 {
-    let ms = mock_kit::events::now_ms() & 0xff_ffff_ffff;
+fn lease_id_base(member_id: u64, epoch_ms: u64) -> i64 {
+    let ms = epoch_ms & 0xff_ffff_ffff;
     let id = ((member_id & 0xffff) << 48) | (ms << 8);
     (id & (i64::MAX as u64)) as i64
 }
@@ -450,9 +476,8 @@ fn lease_id_base(member_id: u64) -> i64 {
 mod tests {
     use super::*;
 
-    fn hdr() -> Header {
-        Header::nested(0)
-    }
+    const MEMBER: u64 = 10276657743932975437;
+    const EPOCH_MS: u64 = 1_764_590_000_000;
 
     fn r(k: &str, e: &str) -> KeyRange {
         KeyRange::new(k.as_bytes().to_vec(), e.as_bytes().to_vec())
@@ -469,12 +494,12 @@ mod tests {
 
     #[test]
     fn leases_granted_after_data_loss_never_reuse_an_old_id() {
-        let mut s = Store::new(100, 2, hdr());
-        let now = Instant::now();
+        let mut s = Store::new(100, 2, MEMBER, EPOCH_MS);
+        let now = Duration::from_secs(1_000);
         let old: Vec<i64> = (0..3)
             .map(|_| s.grant(0, 5, now).map(|(id, _)| id).unwrap())
             .collect();
-        s.lose_data(true);
+        s.lose_data(true, EPOCH_MS);
         for _ in 0..3 {
             let (id, _) = s.grant(0, 5, now).unwrap();
             assert!(!old.contains(&id), "lease {id} reused after data loss");
@@ -486,16 +511,16 @@ mod tests {
 
     #[test]
     fn past_revisions_are_rebuilt_from_history() {
-        let mut s = Store::new(100, 2, hdr());
+        let mut s = Store::new(100, 2, MEMBER, EPOCH_MS);
         let mut b = Batch::default();
         s.put(&mut b, b"k", b"1".to_vec(), 0);
-        s.commit(b);
+        let _ = s.close_revision(b);
         let mut b = Batch::default();
         s.put(&mut b, b"k", b"2".to_vec(), 0);
-        s.commit(b);
+        let _ = s.close_revision(b);
         let mut b = Batch::default();
         s.delete(&mut b, &r("k", ""));
-        s.commit(b);
+        let _ = s.close_revision(b);
         assert_eq!(s.rev, 4);
         let at = |rev| {
             s.range_at(&r("k", ""), rev)
@@ -512,11 +537,11 @@ mod tests {
 
     #[test]
     fn history_cap_compacts() {
-        let mut s = Store::new(2, 2, hdr());
+        let mut s = Store::new(2, 2, MEMBER, EPOCH_MS);
         for i in 0..5u8 {
             let mut b = Batch::default();
             s.put(&mut b, b"k", vec![i], 0);
-            s.commit(b);
+            let _ = s.close_revision(b);
         }
         assert_eq!(s.rev, 6);
         assert_eq!(s.compact_rev, 5);
@@ -526,17 +551,17 @@ mod tests {
 
     #[test]
     fn revoke_deletes_keys_in_one_revision() {
-        let now = Instant::now();
-        let mut s = Store::new(100, 2, hdr());
+        let now = Duration::from_secs(1_000);
+        let mut s = Store::new(100, 2, MEMBER, EPOCH_MS);
         let (id, ttl) = s.grant(0, 1, now).unwrap();
         assert_eq!(ttl, 2);
         let mut b = Batch::default();
         s.put(&mut b, b"a", vec![], id);
         s.put(&mut b, b"b", vec![], id);
-        s.commit(b);
+        let _ = s.close_revision(b);
         assert_eq!(s.rev, 2);
-        assert!(s.expire_due(now + Duration::from_secs(1)).is_empty());
-        let gone = s.expire_due(now + Duration::from_secs(3));
+        assert!(s.expire_leases(now + Duration::from_secs(1)).is_empty());
+        let gone = s.expire_leases(now + Duration::from_secs(3));
         assert_eq!(gone.len(), 1);
         assert_eq!(s.rev, 3);
         assert_eq!(s.iter().count(), 0);

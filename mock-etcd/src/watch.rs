@@ -2,329 +2,70 @@
 //!
 //! The request body is a stream of `{"create_request":..}`, `{"cancel_request":..}` and
 //! `{"progress_request":{}}` objects; the response is one `{"result":WatchResponse}` line
-//! per message. Watchers live in the store's [`Registry`] so they are notified under the
-//! store lock, in revision order. Each stream has a bounded backlog: a watcher that does
+//! per message. The rules are the core's ([`crate::core::EtcdCore::watch_json`]);
+//! watchers are notified under the core lock, in revision order, into this stream's
+//! [`Outbox`]. Each stream has a bounded backlog: a watcher that does
 //! not read is not buffered forever but cancelled with `compact_revision` set to the first
 //! revision it missed (what etcd answers a watcher that fell behind compaction), and the
 //! stream ends; a client re-watches from that revision.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Deserializer, Serialize};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 
-use crate::codec::{self, de, is_false, is_zero, ser_i64, Header, Piece};
+use crate::body::StreamReader;
+use crate::codec;
+use crate::core::WatchStream;
+use crate::decode::Piece;
 use crate::error::{code, EtcdError};
-use crate::gateway::StreamReader;
-use crate::store::{Event, EventKind, KeyRange, KeyValue};
-use crate::Shared;
+use crate::state::Shared;
+use crate::watchers::{line, Outbox, Overflow, WatchResponse};
 
 /// How long a stream may take to send its first message before we answer anyway.
 const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(5);
 
-#[derive(Deserialize, Default, Debug)]
-#[serde(default)]
-pub struct WatchRequest {
-    #[serde(alias = "createRequest")]
-    pub create_request: Option<CreateRequest>,
-    #[serde(alias = "cancelRequest")]
-    pub cancel_request: Option<CancelRequest>,
-    #[serde(alias = "progressRequest")]
-    pub progress_request: Option<serde_json::Value>,
-}
-
-#[derive(Deserialize, Default, Debug)]
-#[serde(default)]
-pub struct CreateRequest {
-    #[serde(deserialize_with = "de::bytes")]
-    pub key: Vec<u8>,
-    #[serde(deserialize_with = "de::bytes", alias = "rangeEnd")]
-    pub range_end: Vec<u8>,
-    #[serde(deserialize_with = "de::i64", alias = "startRevision")]
-    pub start_revision: i64,
-    #[serde(deserialize_with = "de::bool", alias = "progressNotify")]
-    pub progress_notify: bool,
-    #[serde(deserialize_with = "filters")]
-    pub filters: Vec<i32>,
-    #[serde(deserialize_with = "de::bool", alias = "prevKv")]
-    pub prev_kv: bool,
-    #[serde(deserialize_with = "de::i64", alias = "watchId")]
-    pub watch_id: i64,
-    #[serde(deserialize_with = "de::bool")]
-    pub fragment: bool,
-}
-
-fn filters<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<i32>, D::Error> {
-    #[derive(Deserialize)]
-    struct F(#[serde(deserialize_with = "filter")] i32);
-    fn filter<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-        de::enum_of(
-            d,
-            "etcdserverpb.WatchCreateRequest_FilterType",
-            &["NOPUT", "NODELETE"],
-        )
-    }
-    Ok(Option::<Vec<F>>::deserialize(d)?
-        .unwrap_or_default()
-        .into_iter()
-        .map(|f| f.0)
-        .collect())
-}
-
-#[derive(Deserialize, Default, Debug)]
-#[serde(default)]
-pub struct CancelRequest {
-    #[serde(deserialize_with = "de::i64", alias = "watchId")]
-    pub watch_id: i64,
-}
-
-/// `WatchResponse` in etcd's field order.
-#[derive(Serialize, Default)]
-pub struct WatchResponse<'a> {
-    pub header: Option<Header>,
-    #[serde(serialize_with = "ser_i64", skip_serializing_if = "is_zero")]
-    pub watch_id: i64,
-    #[serde(skip_serializing_if = "is_false")]
-    pub created: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    pub canceled: bool,
-    #[serde(serialize_with = "ser_i64", skip_serializing_if = "is_zero")]
-    pub compact_revision: i64,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    pub cancel_reason: &'a str,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub events: Vec<WireEvent<'a>>,
-}
-
-#[derive(Serialize)]
-pub struct WireEvent<'a> {
-    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    pub kind: Option<&'static str>,
-    pub kv: &'a KeyValue,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prev_kv: Option<&'a KeyValue>,
-}
-
-#[derive(Serialize)]
-struct Line<'a> {
-    result: &'a WatchResponse<'a>,
-}
-
-/// One streamed line: `{"result":…}\n`.
-pub fn line(resp: &WatchResponse<'_>) -> String {
-    let mut s = serde_json::to_string(&Line { result: resp }).unwrap_or_default();
-    s.push('\n');
-    s
-}
-
-/// What a watcher selects.
-#[derive(Clone, Debug)]
-pub struct Spec {
-    pub range: KeyRange,
-    pub prev_kv: bool,
-    pub no_put: bool,
-    pub no_delete: bool,
-    /// Events before this revision are not for this watcher (future start_revision).
-    pub from_rev: i64,
-}
-
-impl Spec {
-    fn wants(&self, ev: &Event) -> bool {
-        ev.revision() >= self.from_rev
-            && self.range.contains(&ev.kv.key)
-            && !(self.no_put && ev.kind == EventKind::Put)
-            && !(self.no_delete && ev.kind == EventKind::Delete)
-    }
-
-    fn wire<'a>(&self, ev: &'a Event) -> WireEvent<'a> {
-        WireEvent {
-            kind: (ev.kind == EventKind::Delete).then_some("DELETE"),
-            kv: &ev.kv,
-            prev_kv: if self.prev_kv { ev.prev.as_ref() } else { None },
-        }
-    }
-}
-
-/// The sending side of one stream, shared by its watchers.
-#[derive(Clone)]
-pub struct Outbox {
-    tx: mpsc::Sender<String>,
-    /// Set when the backlog overflowed; holds the first revision not delivered.
-    overflow: Arc<Overflow>,
-}
-
-#[derive(Default)]
-struct Overflow {
-    hit: AtomicBool,
-    first_missed: AtomicI64,
-    /// Watchers the registry dropped when the backlog overflowed.
-    ids: std::sync::Mutex<Vec<i64>>,
-    wake: Notify,
-}
-
-impl Outbox {
-    /// Queue a line; false (and the stream marked overflowed) if the backlog is full.
-    fn send(&self, line: String, rev: i64) -> bool {
-        if self.overflow.hit.load(Ordering::Acquire) {
-            return false;
-        }
-        match self.tx.try_send(line) {
-            Ok(()) => true,
-            Err(_) => {
-                self.overflow.first_missed.store(rev, Ordering::Release);
-                self.overflow.hit.store(true, Ordering::Release);
-                self.overflow.wake.notify_one();
-                false
-            }
-        }
-    }
-}
-
-struct Watcher {
-    stream: u64,
-    id: i64,
-    spec: Spec,
-    out: Outbox,
-}
-
-/// Every live watcher, notified by [`crate::store::Store::commit`].
-pub struct Registry {
-    header: Header,
-    watchers: Vec<Watcher>,
-    next_stream: u64,
-}
-
-impl Registry {
-    pub fn new(header: Header) -> Self {
-        Registry {
-            header,
-            watchers: Vec::new(),
-            next_stream: 1,
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.watchers.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.watchers.is_empty()
-    }
-
-    fn header(&self, revision: i64) -> Header {
-        Header {
-            revision,
-            ..self.header
-        }
-    }
-
-    /// Send one response per watcher for the events of revision `rev`.
-    pub fn notify(&mut self, rev: i64, events: &[Arc<Event>]) {
-        if self.is_empty() {
-            return;
-        }
-        let header = self.header(rev);
-        let mut overflowed: Vec<u64> = Vec::new();
-        for w in &self.watchers {
-            let evs: Vec<WireEvent<'_>> = events
-                .iter()
-                .filter(|e| w.spec.wants(e))
-                .map(|e| w.spec.wire(e))
-                .collect();
-            if evs.is_empty() {
-                continue;
-            }
-            let resp = WatchResponse {
-                header: Some(header),
-                watch_id: w.id,
-                events: evs,
-                ..Default::default()
-            };
-            if !w.out.send(line(&resp), rev) {
-                overflowed.push(w.stream);
-            }
-        }
-        if !overflowed.is_empty() {
-            for w in self
-                .watchers
-                .iter()
-                .filter(|w| overflowed.contains(&w.stream))
-            {
-                crate::lock(&w.out.overflow.ids).push(w.id);
-            }
-            self.watchers.retain(|w| !overflowed.contains(&w.stream));
-        }
-    }
-
-    fn drop_stream(&mut self, stream: u64) {
-        self.watchers.retain(|w| w.stream != stream);
-    }
-
-    fn ids_of(&self, stream: u64) -> Vec<i64> {
-        self.watchers
-            .iter()
-            .filter(|w| w.stream == stream)
-            .map(|w| w.id)
-            .collect()
-    }
-
-    fn remove(&mut self, stream: u64, id: i64) -> bool {
-        let before = self.watchers.len();
-        self.watchers
-            .retain(|w| !(w.stream == stream && w.id == id));
-        before != self.watchers.len()
-    }
-
-    fn new_stream(&mut self) -> u64 {
-        let s = self.next_stream;
-        self.next_stream += 1;
-        s
-    }
-}
-
 /// One open `/v3/watch` request.
 struct Session {
     shared: Arc<Shared>,
-    stream: u64,
+    /// The core's side of the stream (its sink is `out`).
+    ws: WatchStream,
     out: Outbox,
     rx: mpsc::Receiver<String>,
     reader: StreamReader,
-    /// Auth outcome for this stream's token, checked once per create.
-    auth: Result<(), EtcdError>,
-    next_id: i64,
     stop: mock_kit::Shutdown,
     done: bool,
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.shared.store().watchers.drop_stream(self.stream);
+        self.shared.core().watch_close(&self.ws);
     }
 }
 
 pub async fn watch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
-    let auth = crate::auth::watch_access(&shared, &headers);
     let (tx, rx) = mpsc::channel(shared.config.watch_backlog.max(1));
-    let stream = shared.store().watchers.new_stream();
+    let out = Outbox {
+        tx,
+        overflow: Arc::new(Overflow::default()),
+    };
+    let now = shared.now();
+    let ws = shared
+        .core()
+        .watch_open(crate::auth::token(&headers), Arc::new(out.clone()), now);
     let shared_max = shared.config.max_request_bytes * 2;
     let mut s = Session {
         stop: shared.stream_stop(),
         shared,
-        stream,
-        out: Outbox {
-            tx,
-            overflow: Arc::new(Overflow::default()),
-        },
+        ws,
+        out,
         rx,
         reader: StreamReader::new(body, shared_max),
-        auth,
-        next_id: 0,
         done: false,
     };
     // The gateway answers a malformed first message with a plain error, not a stream.
@@ -348,28 +89,16 @@ pub async fn watch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: 
         };
         Some((Ok::<_, std::convert::Infallible>(l), (s, None)))
     });
-    stream_response(Body::from_stream(stream))
-}
-
-/// A 200 streaming answer with the gateway's headers.
-pub fn stream_response(body: Body) -> Response {
-    let mut resp = (StatusCode::OK, body).into_response();
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    h.insert(
-        "grpc-metadata-content-type",
-        HeaderValue::from_static("application/grpc"),
-    );
-    codec::cors(h);
-    resp
+    codec::stream_response(Body::from_stream(stream))
 }
 
 impl Session {
     async fn next_line(&mut self) -> Option<String> {
         loop {
+            // A reset connection: end the stream so that its watchers are freed now.
+            if self.reader.client_gone() {
+                return None;
+            }
             if let Ok(l) = self.rx.try_recv() {
                 return Some(l);
             }
@@ -395,6 +124,7 @@ impl Session {
                         self.reader.close();
                     }
                 }
+                // A reset connection: end the stream so its watchers are freed now.
                 // The gateway stops reading requests but keeps the stream.
                 Some(Piece::Malformed(_)) | None => self.reader.close(),
             }
@@ -404,17 +134,17 @@ impl Session {
     /// Final lines of an overflowed stream: each watcher cancelled as compacted.
     fn overflow_lines(&mut self) -> String {
         let missed = self.out.overflow.first_missed.load(Ordering::Acquire);
-        let mut store = self.shared.store();
-        let ids = store.watchers.ids_of(self.stream);
-        store.watchers.drop_stream(self.stream);
-        let header = self.shared.header(store.rev);
-        drop(store);
+        let mut core = self.shared.core();
+        let ids = core.watch_ids(self.ws.id());
+        core.watch_close(&self.ws);
+        let header = core.header();
+        drop(core);
         self.shared.events.emit(
             "watch_overflow",
-            serde_json::json!({ "stream": self.stream, "first_missed": missed }),
+            serde_json::json!({ "stream": self.ws.id(), "first_missed": missed }),
         );
         let mut out = String::new();
-        let mut all = std::mem::take(&mut *crate::lock(&self.out.overflow.ids));
+        let mut all = std::mem::take(&mut *crate::locking::lock(&self.out.overflow.ids));
         all.extend(ids);
         all.sort_unstable();
         all.dedup();
@@ -431,155 +161,7 @@ impl Session {
     }
 
     /// Serve one request object; Err if it does not decode.
-    fn handle(&mut self, v: serde_json::Value) -> Result<(), String> {
-        let req: WatchRequest = codec::from_value(v)?;
-        if let Some(c) = req.create_request {
-            self.create(c);
-        } else if let Some(c) = req.cancel_request {
-            self.cancel(c.watch_id);
-        } else if req.progress_request.is_some() {
-            let store = self.shared.store();
-            let resp = WatchResponse {
-                header: Some(self.shared.header(store.rev)),
-                watch_id: -1,
-                ..Default::default()
-            };
-            self.out.send(line(&resp), store.rev);
-        }
-        Ok(())
-    }
-
-    fn create(&mut self, c: CreateRequest) {
-        let mut store = self.shared.store();
-        let rev = store.rev;
-        let header = self.shared.header(rev);
-        if let Err(e) = &self.auth {
-            let reason = format!(
-                "rpc error: code = {} desc = {}",
-                grpc_code_name(e.code),
-                e.message
-            );
-            let resp = WatchResponse {
-                header: Some(header),
-                watch_id: -1,
-                created: true,
-                canceled: true,
-                cancel_reason: &reason,
-                ..Default::default()
-            };
-            self.out.send(line(&resp), rev);
-            return;
-        }
-        let taken = store.watchers.ids_of(self.stream);
-        let id = if c.watch_id != 0 {
-            if taken.contains(&c.watch_id) {
-                let resp = WatchResponse {
-                    header: Some(header),
-                    watch_id: -1,
-                    created: true,
-                    canceled: true,
-                    cancel_reason: "mvcc: duplicate watch ID provided on the WatchStream",
-                    ..Default::default()
-                };
-                self.out.send(line(&resp), rev);
-                return;
-            }
-            c.watch_id
-        } else {
-            while taken.contains(&self.next_id) {
-                self.next_id += 1;
-            }
-            let id = self.next_id;
-            self.next_id += 1;
-            id
-        };
-        let created = WatchResponse {
-            header: Some(header),
-            watch_id: id,
-            created: true,
-            ..Default::default()
-        };
-        if !self.out.send(line(&created), rev) {
-            return;
-        }
-        let spec = Spec {
-            range: KeyRange::new(c.key, c.range_end),
-            prev_kv: c.prev_kv,
-            no_put: c.filters.contains(&0),
-            no_delete: c.filters.contains(&1),
-            from_rev: c.start_revision,
-        };
-        if c.start_revision > 0 && c.start_revision < store.compact_rev {
-            let resp = WatchResponse {
-                header: Some(self.shared.header(0)),
-                watch_id: id,
-                canceled: true,
-                compact_revision: store.compact_rev,
-                ..Default::default()
-            };
-            self.out.send(line(&resp), rev);
-            return;
-        }
-        if c.start_revision > 0 && c.start_revision <= rev {
-            let evs: Vec<WireEvent<'_>> = store
-                .history_from(c.start_revision)
-                .filter(|e| spec.wants(e))
-                .map(|e| spec.wire(e))
-                .collect();
-            if !evs.is_empty() {
-                let resp = WatchResponse {
-                    header: Some(header),
-                    watch_id: id,
-                    events: evs,
-                    ..Default::default()
-                };
-                let l = line(&resp);
-                if !self.out.send(l, c.start_revision) {
-                    return;
-                }
-            }
-        }
-        store.watchers.watchers.push(Watcher {
-            stream: self.stream,
-            id,
-            spec,
-            out: self.out.clone(),
-        });
-    }
-
-    fn cancel(&mut self, id: i64) {
-        let mut store = self.shared.store();
-        if store.watchers.remove(self.stream, id) {
-            let resp = WatchResponse {
-                header: Some(self.shared.header(store.rev)),
-                watch_id: id,
-                canceled: true,
-                ..Default::default()
-            };
-            self.out.send(line(&resp), store.rev);
-        }
-    }
-}
-
-/// Go's `codes.Code.String()`.
-pub fn grpc_code_name(code: u32) -> &'static str {
-    match code {
-        0 => "OK",
-        1 => "Canceled",
-        2 => "Unknown",
-        3 => "InvalidArgument",
-        4 => "DeadlineExceeded",
-        5 => "NotFound",
-        6 => "AlreadyExists",
-        7 => "PermissionDenied",
-        8 => "ResourceExhausted",
-        9 => "FailedPrecondition",
-        10 => "Aborted",
-        11 => "OutOfRange",
-        12 => "Unimplemented",
-        13 => "Internal",
-        14 => "Unavailable",
-        15 => "DataLoss",
-        _ => "Unauthenticated",
+    fn handle(&mut self, msg: Vec<u8>) -> Result<(), String> {
+        self.shared.core().watch_json(&mut self.ws, &msg)
     }
 }

@@ -84,9 +84,21 @@ impl Diff {
         body: &str,
         auth: Option<&str>,
     ) -> Resp {
+        self.send_bytes(side, method, path, side.fill(body).into_bytes(), auth)
+            .await
+    }
+
+    async fn send_bytes(
+        &self,
+        side: &Side,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+        auth: Option<&str>,
+    ) -> Resp {
         let url = format!("{}{}", side.url, path);
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut req = self.http.request(method, url).body(side.fill(body));
+        let mut req = self.http.request(method, url).body(body);
         let token = match auth {
             Some("$TOKEN") => side.token.clone(),
             Some(t) => Some(t.to_string()),
@@ -132,6 +144,21 @@ impl Diff {
             self.send(&self.real, method, path, body, auth),
             self.send(&self.fake, method, path, body, auth)
         );
+        self.compare(method, path, body, r, f)
+    }
+
+    /// Send the same bytes (not necessarily UTF-8) to both and compare.
+    async fn check_bytes(&mut self, path: &str, body: &[u8]) -> (Value, Value) {
+        self.steps += 1;
+        let (r, f) = tokio::join!(
+            self.send_bytes(&self.real, "POST", path, body.to_vec(), None),
+            self.send_bytes(&self.fake, "POST", path, body.to_vec(), None)
+        );
+        self.compare("POST", path, &String::from_utf8_lossy(body), r, f)
+    }
+
+    fn compare(&self, method: &str, path: &str, body: &str, r: Resp, f: Resp) -> (Value, Value) {
+        let body: String = body.chars().take(300).collect();
         let ctx = format!(
             "step {}: {method} {path} {body}\n real: {r:?}\n fake: {f:?}",
             self.steps
@@ -155,6 +182,14 @@ impl Diff {
         };
         let (rn, fn_) = (self.normalize(rv.clone()), self.normalize(fv.clone()));
         assert_eq!(rn, fn_, "body differs; {ctx}");
+        if r.status >= 400 && rv.get("code").is_some() {
+            // Error bodies carry nothing that differs: same bytes, same key order.
+            assert_eq!(
+                r.text.trim_end(),
+                f.text.trim_end(),
+                "error text differs; {ctx}"
+            );
+        }
         (rv, fv)
     }
 
@@ -343,6 +378,8 @@ async fn real_etcd_and_fake_answer_alike() {
         lease_sequence(&mut d).await;
         txn_sequence(&mut d).await;
         error_sequence(&mut d).await;
+        hostile_sequence(&mut d).await;
+        cluster_sequence(&mut d).await;
         watch_sequence(&mut d).await;
         no_auth_sequence(&mut d).await;
     };
@@ -350,6 +387,7 @@ async fn real_etcd_and_fake_answer_alike() {
         let mut a = Diff::new(&real_auth.url, &fake_auth.url());
         enable_real_auth(&a).await;
         auth_sequence(&mut a).await;
+        cluster_sequence(&mut a).await;
     };
     tokio::join!(plain, with_auth);
     fake.stop().await;
@@ -659,6 +697,27 @@ async fn txn_sequence(d: &mut Diff) {
         format!(
             r#"{{"success":[{{"request_put":{{"key":"{k}","value":"{v}","ignore_value":true}}}}]}}"#
         ),
+        // Nested revisions: a read before the first write reports the revision before
+        // the txn, everything from the first write on the txn's own revision.
+        format!(
+            r#"{{"success":[{{"request_range":{{"key":"{k}"}}}},{{"request_put":{{"key":"{n}","value":"{v}"}}}}]}}"#
+        ),
+        format!(
+            r#"{{"success":[{{"request_range":{{"key":"{k}"}}}},{{"request_put":{{"key":"{n}","value":"{v}"}}}},
+            {{"request_range":{{"key":"{n}"}}}},{{"request_delete_range":{{"key":"{n}"}}}}]}}"#
+        ),
+        format!(
+            r#"{{"compare":[{{"key":"{k}","target":"VALUE","value":"{n}"}}],"success":[],
+            "failure":[{{"request_range":{{"key":"{k}"}}}},{{"request_delete_range":{{"key":"{}"}}}},
+            {{"request_put":{{"key":"{n}","value":"{v}"}}}},{{"request_range":{{"key":"{n}"}}}},
+            {{"request_delete_range":{{"key":"{}"}}}}]}}"#,
+            b64("t/none"),
+            b64("t/none2")
+        ),
+        format!(
+            r#"{{"success":[{{"request_range":{{"key":"{k}"}}}},{{"request_txn":{{"success":[{{"request_range":{{"key":"{k}"}}}},
+            {{"request_put":{{"key":"{n}","value":"{v}"}}}},{{"request_range":{{"key":"{k}"}}}}]}}}},{{"request_range":{{"key":"{k}"}}}}]}}"#
+        ),
     ];
     for c in &cases {
         d.check("/v3/kv/txn", c).await;
@@ -718,6 +777,101 @@ async fn error_sequence(d: &mut Diff) {
         &format!(r#"{{"key":"{}"}}"#, b64("big")),
     )
     .await;
+}
+
+/// What clients get wrong, or attackers try: numbers as floats, repeated keys, deep
+/// nesting, bytes that are not UTF-8.
+async fn hostile_sequence(d: &mut Diff) {
+    let k = b64("h/1");
+    for body in [
+        r#"{"TTL":5.0}"#,
+        r#"{"TTL":5e0}"#,
+        r#"{"TTL":-5.50}"#,
+        r#"{"TTL":"5.0"}"#,
+        r#"{"TTL":1.5E3,"ID":1}"#,
+    ] {
+        d.check("/v3/lease/grant", body).await;
+    }
+    for extra in [
+        r#""limit":1e2"#,
+        r#""limit":1E+02"#,
+        r#""limit":100000000000000000000"#,
+        r#""limit":-0"#,
+        r#""limit":0.0"#,
+        r#""limit":"1 2""#,
+        r#""limit":"""#,
+        r#""limit":"[1]""#,
+        r#""limit":true"#,
+        r#""sort_order":1.0"#,
+        r#""sort_order":[1]"#,
+        r#""limit":1,"limit":"x""#,
+        r#""keys_only":true,"keys_only":false"#,
+    ] {
+        d.check("/v3/kv/range", &format!(r#"{{"key":"{k}",{extra}}}"#))
+            .await;
+    }
+    d.check(
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{k}","value":"eA==","lease":1000.0}}"#),
+    )
+    .await;
+    // Repeated keys: the last one wins.
+    d.check(
+        "/v3/kv/put",
+        &format!(
+            r#"{{"key":"{}","value":"YQ==","key":"{k}","value":"Yg=="}}"#,
+            b64("h/0")
+        ),
+    )
+    .await;
+    d.check("/v3/kv/range", &format!(r#"{{"key":"{}"}}"#, b64("h/0")))
+        .await;
+    d.check(
+        "/v3/kv/range",
+        &format!(
+            r#"{{"key":"{}","key":"{k}","count_only":true}}"#,
+            b64("h/0")
+        ),
+    )
+    .await;
+    // Nesting inside an unknown field: Go refuses past 10,000 levels.
+    let deep = |n: usize, open: &str, close: &str| {
+        format!(
+            r#"{{"key":"{k}","x":{}1{}}}"#,
+            open.repeat(n),
+            close.repeat(n)
+        )
+    };
+    for n in [9_999, 10_000, 20_000] {
+        d.check("/v3/kv/range", &deep(n, "[", "]")).await;
+        d.check("/v3/kv/range", &deep(n, r#"{"a":"#, "}")).await;
+    }
+    // Bytes that are not UTF-8 in a keepalive body.
+    for body in [
+        &b"{\"ID\":1000}\xff\xfe"[..],
+        b"{\"ID\":1000,\"x\":\"\xff\xfe\"}",
+        b"\xff\xfe",
+        b"{\"ID\":1000}\x01",
+    ] {
+        d.check_bytes("/v3/lease/keepalive", body).await;
+    }
+    d.check_bytes("/v3/kv/range", b"{\"key\":\"Zm9v\",\"x\":\"\xc3\x28\"}")
+        .await;
+    // Many txn ops: under gRPC's size limit only the count is refused; above it, the size.
+    let ops = |n: usize, op: &str| {
+        let list: Vec<&str> = std::iter::repeat_n(op, n).collect();
+        format!(r#"{{"success":[{}]}}"#, list.join(","))
+    };
+    d.check("/v3/kv/txn", &ops(999_000, "{}")).await;
+    d.check("/v3/kv/txn", &ops(1_100_000, "{}")).await;
+    let range = format!(r#"{{"request_range":{{"key":"{k}"}}}}"#);
+    d.check("/v3/kv/txn", &ops(129, &range)).await;
+    d.check("/v3/kv/txn", &ops(150_000, &range)).await;
+    let long = format!(
+        r#"{{"request_range":{{"key":"{}"}}}}"#,
+        b64(&"k".repeat(96))
+    );
+    d.check("/v3/kv/txn", &ops(20_000, &long)).await;
 }
 
 async fn watch_sequence(d: &mut Diff) {
@@ -836,6 +990,7 @@ async fn watch_sequence(d: &mut Diff) {
         );
     }
     d.check("/v3/watch", "{bad}").await;
+    watch_oneof(d).await;
     d.check(
         "/v3/kv/compaction",
         &format!(r#"{{"revision":{}}}"#, start_rev + 2),
@@ -858,8 +1013,14 @@ async fn watch_sequence(d: &mut Diff) {
 }
 
 async fn no_auth_sequence(d: &mut Diff) {
-    d.check("/v3/auth/authenticate", r#"{"name":"root","password":"x"}"#)
-        .await;
+    for body in [
+        r#"{"name":"root","password":"x"}"#,
+        r#"{"name":"root","password":null}"#,
+        r#"{"name":null,"password":null}"#,
+        r#"{"name":"root","password":5}"#,
+    ] {
+        d.check("/v3/auth/authenticate", body).await;
+    }
     d.check_with("POST", "/v3/kv/range", r#"{"key":"Zm9v"}"#, Some("bogus"))
         .await;
 }
@@ -885,6 +1046,8 @@ async fn auth_sequence(d: &mut Diff) {
         r#"{"name":"root","password":"bad"}"#,
         r#"{"name":"nobody","password":"x"}"#,
         "{}",
+        r#"{"name":"root","password":null}"#,
+        r#"{"name":"root","password":"rootpw","password":"bad"}"#,
     ] {
         d.check("/v3/auth/authenticate", body).await;
     }
@@ -982,4 +1145,124 @@ async fn auth_sequence(d: &mut Diff) {
         .check_auth("/v3/kv/range", &format!(r#"{{"key":"{k}"}}"#))
         .await;
     assert_eq!(r["code"], json!(16), "token expired on both: {r}");
+}
+
+/// A watch message with both a create and a cancel: etcd applies one of the two at
+/// random (jsonpb walks the oneof in Go map order); the fake applies the create. Each
+/// body ends with a progress request so that a stream always answers something.
+async fn watch_oneof(d: &mut Diff) {
+    let quick = || Instant::now() + Duration::from_millis(1500);
+    let create = format!(r#"{{"create_request":{{"key":"{}"}}}}"#, b64("w/a"));
+    let progress = r#"{"progress_request":{}}"#;
+    let alone = format!("{create}{progress}");
+    let both = format!(
+        r#"{{"create_request":{{"key":"{}"}},"cancel_request":{{"watch_id":0}}}}{progress}"#,
+        b64("w/a")
+    );
+    let (mut ra, mut rb, mut fb) = tokio::join!(
+        d.open_stream(&d.real, "/v3/watch", &alone),
+        d.open_stream(&d.real, "/v3/watch", &both),
+        d.open_stream(&d.fake, "/v3/watch", &both)
+    );
+    let (ra, rb, fb) = tokio::join!(ra.rest(quick()), rb.rest(quick()), fb.rest(quick()));
+    let norm = |v: Vec<Value>| v.into_iter().map(|v| d.normalize(v)).collect::<Vec<_>>();
+    let (ra, rb, fb) = (norm(ra), norm(rb), norm(fb));
+    assert_eq!(ra.len(), 2, "created + progress: {ra:?}");
+    let cancel_won = ra[1..].to_vec();
+    assert!(
+        rb == ra || rb == cancel_won,
+        "etcd applied neither the create nor the cancel: {rb:?}"
+    );
+    assert_eq!(fb, ra, "the fake applies the create");
+}
+
+/// Keys of an object, sorted.
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    k.sort();
+    k
+}
+
+/// Status and member list: the same fields as etcd (values that name this server,
+/// its sizes and raft indexes differ by nature), no token needed, even a bad one.
+async fn cluster_sequence(d: &mut Diff) {
+    for path in ["/v3/maintenance/status", "/v3beta/cluster/member/list"] {
+        d.check(path, "{bad").await;
+        d.check_with("GET", path, "", None).await;
+    }
+    for token in [None, Some("bogus")] {
+        for body in ["{}", "", r#"{"linearizable":true,"x":[1]}"#] {
+            let (r, f) = tokio::join!(
+                d.send(&d.real, "POST", "/v3/maintenance/status", body, token),
+                d.send(&d.fake, "POST", "/v3/maintenance/status", body, token)
+            );
+            assert_eq!(
+                (r.status, f.status),
+                (200, 200),
+                "status {body}: {r:?} {f:?}"
+            );
+            let (r, f): (Value, Value) = (
+                serde_json::from_str(&r.text).unwrap(),
+                serde_json::from_str(&f.text).unwrap(),
+            );
+            assert_eq!(keys(&r), keys(&f), "status fields: {r} {f}");
+            assert_eq!(
+                keys(&r["header"]),
+                keys(&f["header"]),
+                "status header: {r} {f}"
+            );
+            assert_eq!(r["version"], f["version"]);
+            assert_eq!(r["raftTerm"], f["raftTerm"]);
+            for v in [&r, &f] {
+                assert_eq!(
+                    v["leader"], v["header"]["member_id"],
+                    "single member leads: {v}"
+                );
+                assert_eq!(v["raftIndex"], v["raftAppliedIndex"], "{v}");
+            }
+            let (r, f) = tokio::join!(
+                d.send(&d.real, "POST", "/v3/cluster/member/list", body, token),
+                d.send(&d.fake, "POST", "/v3/cluster/member/list", body, token)
+            );
+            assert_eq!(
+                (r.status, f.status),
+                (200, 200),
+                "members {body}: {r:?} {f:?}"
+            );
+            let (r, f): (Value, Value) = (
+                serde_json::from_str(&r.text).unwrap(),
+                serde_json::from_str(&f.text).unwrap(),
+            );
+            assert_eq!(keys(&r), keys(&f), "member list fields: {r} {f}");
+            assert_eq!(
+                keys(&r["header"]),
+                keys(&f["header"]),
+                "member list header: {r} {f}"
+            );
+            for (v, url) in [(&r, &d.real.url), (&f, &d.fake.url)] {
+                let members = v["members"].as_array().expect("members");
+                assert_eq!(members.len(), 1, "{v}");
+                assert_eq!(members[0]["ID"], v["header"]["member_id"], "{v}");
+                assert!(
+                    members[0]["name"].as_str().is_some_and(|n| !n.is_empty()),
+                    "{v}"
+                );
+                assert_eq!(members[0]["clientURLs"], json!([url]), "{v}");
+                assert_eq!(
+                    members[0]["peerURLs"].as_array().map(Vec::len),
+                    Some(1),
+                    "{v}"
+                );
+            }
+            assert_eq!(keys(&r["members"][0]), keys(&f["members"][0]));
+            assert_eq!(
+                f["members"][0]["name"],
+                json!("default"),
+                "etcd's default name"
+            );
+        }
+    }
 }
