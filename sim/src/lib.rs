@@ -60,6 +60,8 @@
 //! - [`world`]: the engine (time, queue, generator, log, links, nodes, exchanges and
 //!   their timeouts): [`World::run_until`].
 
+pub mod etcd_client;
+pub mod etcd_node;
 pub mod link;
 pub mod load;
 pub mod log;

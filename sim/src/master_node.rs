@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use mock_master::auth::Token;
 use mock_master::beat::{self, Answer};
-use mock_master::etcd::WatchEvent;
-use mock_master::follow::{self, Change};
+use mock_master::etcd::{parse_watch_message, WatchEvent};
+use mock_master::follow::{self, Change, Cursor, Verdict};
 use mock_master::instances::{Instances, Notice, ProbeTicket};
 use mock_master::{normalize_namespace, Config};
 use rand::rngs::StdRng;
@@ -49,6 +49,8 @@ pub struct MasterNode {
     retries: Vec<(Duration, u64)>,
     calls: Vec<Call>,
     next_token: u64,
+    /// Where the watch stands (from an empty listing at revision 0).
+    cursor: Cursor,
 }
 
 impl MasterNode {
@@ -65,6 +67,7 @@ impl MasterNode {
             retries: Vec::new(),
             calls: Vec::new(),
             next_token: 0,
+            cursor: Cursor::listed(0),
             cfg,
         }
     }
@@ -77,6 +80,49 @@ impl MasterNode {
     /// The instance table, to inspect.
     pub fn instances(&self) -> &Instances {
         &self.instances
+    }
+
+    /// The watch request mock-master's client sends for the instances' prefix, from
+    /// where its cursor stands.
+    pub fn watch_request(&self) -> String {
+        use base64::engine::general_purpose::STANDARD as B64;
+        use base64::Engine;
+        let prefix = format!("{}XLLM:", self.namespace);
+        let mut end = prefix.clone().into_bytes();
+        if let Some(last) = end.last_mut() {
+            *last += 1; // "XLLM:" ends in ':', so no carry
+        }
+        serde_json::json!({
+            "create_request": {
+                "key": B64.encode(prefix.as_bytes()),
+                "range_end": B64.encode(&end),
+                "start_revision": self.cursor.next().to_string(),
+                "prev_kv": true,
+            }
+        })
+        .to_string()
+    }
+
+    /// One line of the watch stream, read by mock-master's own parser and cursor.
+    pub fn on_watch_line(&mut self, now: Duration, line: &str) {
+        let message = serde_json::from_str(line)
+            .map_err(|e| e.to_string())
+            .and_then(|v| parse_watch_message(&v).map_err(|e| e.to_string()));
+        let resp = match message {
+            Ok(r) => r,
+            Err(e) => {
+                self.notes.push(json!({ "watch_error": e }));
+                return;
+            }
+        };
+        match self.cursor.on_response(resp) {
+            Verdict::Events(events) => {
+                for ev in &events {
+                    self.on_watch_event(now, ev);
+                }
+            }
+            other => self.notes.push(json!({ "watch": format!("{other:?}") })),
+        }
     }
 
     /// One event of the watch on the instances' prefix, at `now`.
@@ -232,6 +278,10 @@ impl Server for MasterNode {
 
     fn take_notes(&mut self) -> Vec<serde_json::Value> {
         std::mem::take(&mut self.notes)
+    }
+
+    fn on_push(&mut self, now: Duration, _from: NodeId, line: &str) {
+        self.on_watch_line(now, line);
     }
 
     fn take_calls(&mut self) -> Vec<Call> {

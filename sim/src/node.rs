@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use serde::Serialize;
+use serde_json::json;
 
 /// A node of the cluster. Ordered, so that tables keyed by it walk the same way on every
 /// run.
@@ -80,35 +81,45 @@ pub enum Reply {
         content_type: String,
         body: Vec<u8>,
     },
-    Etcd(EtcdReply),
+    /// The etcd gateway's answer: status and JSON body, as it sends them.
+    Gateway { status: u16, body: Vec<u8> },
     /// The connection is reset before the answer is complete (the caller sees a reset).
     Reset,
     /// Nothing listens: the connect is refused.
     Refused,
     /// The answer takes `after` longer to deliver (a body that trickles out).
-    Slow {
-        after: Duration,
-        reply: Box<Reply>,
-    },
+    Slow { after: Duration, reply: Box<Reply> },
 }
 
-/// etcd's answer as the gateway means it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EtcdReply {
-    Granted {
-        lease: i64,
-        ttl: i64,
-    },
-    /// Put and revoke: done.
-    Done,
-    /// Keepalive: the TTL left (0: the lease is gone).
-    Ttl(i64),
-    /// An error body with its gRPC code and message.
-    Error {
-        code: i64,
-        message: String,
-    },
+impl EtcdRequest {
+    /// The gateway path and the JSON body the sidecar's etcd client sends
+    /// (`peers::etcd`: int64 fields as strings, key and value base64, a zero lease
+    /// left out).
+    pub fn wire(&self) -> (&'static str, String) {
+        use base64::engine::general_purpose::STANDARD as B64;
+        use base64::Engine;
+        match self {
+            EtcdRequest::Grant { ttl } => (
+                "/v3/lease/grant",
+                json!({ "TTL": ttl.to_string() }).to_string(),
+            ),
+            EtcdRequest::Keepalive { lease } => (
+                "/v3/lease/keepalive",
+                json!({ "ID": lease.to_string() }).to_string(),
+            ),
+            EtcdRequest::Revoke { lease } => (
+                "/v3/lease/revoke",
+                json!({ "ID": lease.to_string() }).to_string(),
+            ),
+            EtcdRequest::Put { key, value, lease } => {
+                let mut body = json!({ "key": B64.encode(key), "value": B64.encode(value) });
+                if *lease != 0 {
+                    body["lease"] = json!(lease.to_string());
+                }
+                ("/v3/kv/put", body.to_string())
+            }
+        }
+    }
 }
 
 impl Request {
@@ -127,7 +138,7 @@ impl Reply {
     /// Roughly the bytes on the wire (for bandwidth faults).
     pub fn size(&self) -> usize {
         match self {
-            Reply::Page { body, .. } => 64 + body.len(),
+            Reply::Page { body, .. } | Reply::Gateway { body, .. } => 64 + body.len(),
             Reply::Slow { reply, .. } => reply.size(),
             _ => 64,
         }
@@ -152,6 +163,18 @@ pub enum Failure {
     Refused,
     /// The connection was closed without an answer (a blackhole healed).
     Closed,
+}
+
+impl Failure {
+    /// How reqwest's errors read after the sidecar peers' `describe`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Failure::Timeout => "timed out",
+            Failure::Reset => "request failed: connection reset by peer",
+            Failure::Refused => "connect failed: Connection refused (os error 111)",
+            Failure::Closed => "request failed: connection closed before message completed",
+        }
+    }
 }
 
 /// A call a server makes to another node, named by a `token` of its choosing.
@@ -192,6 +215,15 @@ pub trait Server {
     fn take_calls(&mut self) -> Vec<Call> {
         Vec::new()
     }
+
+    /// Stream lines the node sends unasked (etcd's watch answers), with their
+    /// destination.
+    fn take_pushes(&mut self) -> Vec<(NodeId, String)> {
+        Vec::new()
+    }
+
+    /// A stream line from `from` arrived.
+    fn on_push(&mut self, _now: Duration, _from: NodeId, _line: &str) {}
 
     /// How one of its calls ended.
     fn on_outcome(&mut self, _now: Duration, _token: u64, _outcome: Outcome) {}

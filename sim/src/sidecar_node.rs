@@ -23,11 +23,11 @@ use std::time::Duration;
 
 use sidecar::config::Config;
 use sidecar::core::{Answer, Command, CommandId, Core, CoreConfig, Input, Note, Registration};
-use sidecar::peers::etcd::EtcdError;
 use sidecar::peers::vllm::ScrapeError;
 use sidecar::prom::Format;
 
-use crate::node::{EtcdReply, EtcdRequest, Failure, NodeId, Outcome, Reply, Request};
+use crate::etcd_client::EtcdCall;
+use crate::node::{EtcdRequest, Failure, NodeId, Outcome, Reply, Request};
 
 /// Which command an exchange answers, and what the answer needs from it.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,16 +49,6 @@ pub enum Kind {
     Scrape,
     Heartbeat,
     Revoke,
-}
-
-/// How reqwest's errors read after the peers' `describe`.
-fn describe(f: Failure) -> &'static str {
-    match f {
-        Failure::Timeout => "timed out",
-        Failure::Reset => "request failed: connection reset by peer",
-        Failure::Refused => "connect failed: Connection refused (os error 111)",
-        Failure::Closed => "request failed: connection closed before message completed",
-    }
 }
 
 /// What the node wants done after a step.
@@ -260,29 +250,15 @@ pub fn answer_of(kind: Kind, outcome: Outcome, cx: &Context<'_>) -> Answer {
         Kind::Health => health_answer(outcome, cx),
         Kind::Scrape => scrape_answer(outcome, cx),
         Kind::Heartbeat => heartbeat_answer(outcome, cx),
-        Kind::Grant { ttl } => match etcd_result(outcome, "/v3/lease/grant", cx) {
-            Ok(EtcdReply::Granted { lease, .. }) if lease != 0 => {
-                Answer::LeaseGranted { lease, ttl }
-            }
-            Ok(_) => Answer::GrantFailed(
-                EtcdError::BadAnswer("lease grant returned no ID".into()).to_string(),
-            ),
-            Err(e) => Answer::GrantFailed(e.to_string()),
-        },
-        Kind::Put => match etcd_result(outcome, "/v3/kv/put", cx) {
-            Ok(_) => Answer::PutDone,
-            Err(e) => Answer::PutFailed(e.to_string()),
-        },
-        Kind::Keepalive => match etcd_result(outcome, "/v3/lease/keepalive", cx) {
-            Ok(EtcdReply::Ttl(ttl)) if ttl > 0 => Answer::KeepaliveTtl(ttl),
-            Ok(_) | Err(EtcdError::LeaseNotFound) => Answer::LeaseNotFound,
-            Err(e) => Answer::KeepaliveFailed(e.to_string()),
-        },
-        Kind::Revoke => match etcd_result(outcome, "/v3/lease/revoke", cx) {
-            Ok(_) | Err(EtcdError::LeaseNotFound) => Answer::RevokeDone,
-            Err(e) => Answer::RevokeFailed(e.to_string()),
-        },
+        Kind::Grant { ttl } => etcd(EtcdCall::Grant { ttl }, outcome, cx),
+        Kind::Put => etcd(EtcdCall::Put, outcome, cx),
+        Kind::Keepalive => etcd(EtcdCall::Keepalive, outcome, cx),
+        Kind::Revoke => etcd(EtcdCall::Revoke, outcome, cx),
     }
+}
+
+fn etcd(call: EtcdCall, outcome: Outcome, cx: &Context<'_>) -> Answer {
+    crate::etcd_client::answer(call, outcome, cx.etcd_shown, cx.timeouts.etcd)
 }
 
 fn health_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
@@ -298,7 +274,7 @@ fn health_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
             "/health: no answer within {:?}",
             cx.timeouts.health
         )),
-        Outcome::Failed(f) => Answer::HealthFailed(describe(f).to_string()),
+        Outcome::Failed(f) => Answer::HealthFailed(f.describe().to_string()),
     }
 }
 
@@ -330,7 +306,7 @@ fn scrape_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
             "unexpected answer {other:?}"
         ))),
         Outcome::Failed(Failure::Timeout) => failed(ScrapeError::Timeout),
-        Outcome::Failed(f) => failed(ScrapeError::Transport(describe(f).to_string())),
+        Outcome::Failed(f) => failed(ScrapeError::Transport(f.describe().to_string())),
     }
 }
 
@@ -345,59 +321,8 @@ fn heartbeat_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
             cx.timeouts.heartbeat
         )),
         Outcome::Failed(f) => {
-            Answer::HeartbeatFailed(format!("heartbeat POST failed: {}", describe(f)))
+            Answer::HeartbeatFailed(format!("heartbeat POST failed: {}", f.describe()))
         }
-    }
-}
-
-/// An etcd exchange as the etcd client's result: its error classes by gRPC code
-/// (`peers::etcd::classify`), transport failures and timeouts as "all endpoints failed"
-/// (one endpoint in the simulation).
-fn etcd_result(outcome: Outcome, path: &str, cx: &Context<'_>) -> Result<EtcdReply, EtcdError> {
-    let unavailable = |why: String| {
-        EtcdError::Unavailable(format!(
-            "all endpoints failed for {path}, last: {}: {why}",
-            cx.etcd_shown
-        ))
-    };
-    match outcome {
-        Outcome::Reply(Reply::Etcd(EtcdReply::Error { code, message })) => {
-            Err(etcd_error(code, message, path, &unavailable))
-        }
-        Outcome::Reply(Reply::Etcd(reply)) => Ok(reply),
-        Outcome::Reply(other) => Err(EtcdError::BadAnswer(format!(
-            "{path}: unexpected answer: {other:?}"
-        ))),
-        Outcome::Failed(Failure::Timeout) => Err(unavailable(format!(
-            "no answer within {:?}",
-            cx.timeouts.etcd
-        ))),
-        Outcome::Failed(f) => Err(unavailable(describe(f).to_string())),
-    }
-}
-
-/// The etcd client's classification of an error body (`classify`, `lease_error`).
-fn etcd_error(
-    code: i64,
-    message: String,
-    path: &str,
-    unavailable: &dyn Fn(String) -> EtcdError,
-) -> EtcdError {
-    const INVALID_ARGUMENT: i64 = 3;
-    const NOT_FOUND: i64 = 5;
-    const PERMISSION_DENIED: i64 = 7;
-    const FAILED_PRECONDITION: i64 = 9;
-    const UNAUTHENTICATED: i64 = 16;
-    match code {
-        NOT_FOUND if path.starts_with("/v3/lease/") || path == "/v3/kv/put" => {
-            EtcdError::LeaseNotFound
-        }
-        NOT_FOUND => EtcdError::BadAnswer(message),
-        UNAUTHENTICATED | PERMISSION_DENIED | FAILED_PRECONDITION => {
-            EtcdError::AuthRejected(message)
-        }
-        INVALID_ARGUMENT => EtcdError::BadAnswer(message),
-        _ => unavailable(format!("{path} -> etcd code {code}: {message}")),
     }
 }
 
@@ -440,35 +365,6 @@ mod tests {
             panic!("a keepalive timeout leaves the lease possibly alive");
         };
         assert!(m.starts_with("etcd unavailable: all endpoints failed for /v3/lease/keepalive"));
-    }
-
-    #[test]
-    fn etcd_answers_as_the_client_classifies_them() {
-        let reply = |r| Outcome::Reply(Reply::Etcd(r));
-        let not_found = EtcdReply::Error {
-            code: 5,
-            message: "etcdserver: requested lease not found".into(),
-        };
-        assert_eq!(
-            answer_of(Kind::Keepalive, reply(not_found.clone()), &cx()),
-            Answer::LeaseNotFound
-        );
-        assert_eq!(
-            answer_of(Kind::Revoke, reply(not_found), &cx()),
-            Answer::RevokeDone
-        );
-        assert_eq!(
-            answer_of(Kind::Keepalive, reply(EtcdReply::Ttl(0)), &cx()),
-            Answer::LeaseNotFound
-        );
-        assert_eq!(
-            answer_of(
-                Kind::Grant { ttl: 6 },
-                reply(EtcdReply::Granted { lease: 9, ttl: 10 }),
-                &cx()
-            ),
-            Answer::LeaseGranted { lease: 9, ttl: 6 }
-        );
     }
 
     #[test]

@@ -20,9 +20,11 @@ use serde_json::json;
 use sidecar::config::Config;
 use sidecar::core::Input;
 
+use crate::etcd_node::EtcdNode;
 use crate::link::{Direction, Leg, LinkFault, Links, OnChange};
 use crate::load::Load;
 use crate::log::EventLog;
+use crate::master_node::MasterNode;
 use crate::node::{Failure, NodeId, Outcome, Reply, Request, Server};
 use crate::queue::Queue;
 use crate::sidecar_node::{Outgoing, SidecarNode, Tag};
@@ -67,6 +69,13 @@ enum Event {
     Act(Action),
     /// The next request of load `n` arrives.
     Arrival(usize),
+    /// A stream line (a watch answer) reaches `to`.
+    Push {
+        from: NodeId,
+        to: NodeId,
+        generation: u64,
+        line: String,
+    },
 }
 
 /// Who waits for an exchange, and what for.
@@ -327,6 +336,21 @@ impl World {
                 self.after_sidecar_step(i);
             }
             Event::Arrival(n) => self.arrival(n),
+            Event::Push {
+                from,
+                to,
+                generation,
+                line,
+            } => {
+                if self.generation(to, from) != generation {
+                    return; // the stream's connection was reset
+                }
+                let now = self.now;
+                if let Some(node) = self.servers.get_mut(&to) {
+                    node.on_push(now, from, &line);
+                }
+                self.after_server_step(to);
+            }
             Event::Act(action) => {
                 action(self);
                 // The action may have changed a server's timers.
@@ -660,7 +684,50 @@ impl World {
                 call.timeout,
             );
         }
+        let pushes = match self.servers.get_mut(&id) {
+            Some(node) => node.take_pushes(),
+            None => Vec::new(),
+        };
+        for (to, line) in pushes {
+            self.push_line(id, to, line);
+        }
         self.schedule_server_wake(id);
+    }
+
+    /// Send a stream line from server `from` to its reader `to` over their link (the
+    /// reader is the client). A line lost to a fault is lost; re-opening a dead stream
+    /// is not simulated yet.
+    fn push_line(&mut self, from: NodeId, to: NodeId, line: String) {
+        let leg = self
+            .links
+            .leg(to, from, Direction::FromTarget, line.len(), &mut self.rng);
+        if let Leg::Deliver(d) = leg {
+            let generation = self.generation(to, from);
+            self.queue.push(
+                self.now + d,
+                Event::Push {
+                    from,
+                    to,
+                    generation,
+                    line,
+                },
+            );
+        }
+    }
+
+    /// Open the master's watch on etcd's instance prefix, as mock-master's watcher does
+    /// at start (from an empty listing).
+    pub fn open_master_watch(&mut self) -> Result<(), String> {
+        let request = self
+            .server_as::<MasterNode>(NodeId::Master)
+            .ok_or("no master node")?
+            .watch_request();
+        let now = self.now;
+        self.server_as_mut::<EtcdNode>(NodeId::Etcd)
+            .ok_or("no etcd node")?
+            .watch(NodeId::Master, request.as_bytes(), now)?;
+        self.after_server_step(NodeId::Etcd);
+        Ok(())
     }
 
     fn log_server_notes(&mut self, id: NodeId) {

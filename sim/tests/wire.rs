@@ -4,20 +4,20 @@
 //! real mapping, and the heartbeat body the core writes is read by mock-master's
 //! protobuf-JSON rules and answered by its instance table.
 //!
-//! etcd has no clock-free core yet, so this test answers the sidecar's three etcd calls
-//! itself (grant: lease 42; put: done) and hands the put's key and value to the master
-//! as the watch event etcd would send. Nothing else is stood in for.
+//! etcd is mock-etcd's core: the sidecar's calls go through its gateway decoding, and
+//! the master learns the key from the watch lines it writes. Every peer answers at
+//! once here (no links, no timeouts: the world tests those).
 
 use std::time::Duration;
 
-use mock_master::etcd::{EventKind, KeyValue, WatchEvent};
 use mock_master::InstanceState;
 use mock_vllm::Dialect;
 use rand::SeedableRng;
 use sidecar::config::Config;
+use sim::etcd_node::EtcdNode;
 use sim::master_node::MasterNode;
 use sim::node::Outcome;
-use sim::node::{EtcdReply, EtcdRequest, Server};
+use sim::node::Server;
 use sim::sidecar_node::{Outgoing, SidecarNode};
 use sim::vllm_node::VllmNode;
 use sim::{NodeId, Reply, Request};
@@ -52,10 +52,16 @@ fn run_with(
         ..mock_master::Config::default()
     };
     let mut master = MasterNode::new(master_cfg, Duration::ZERO);
+    let mut etcd = EtcdNode::new(mock_etcd::Config::default(), 1);
+    etcd.watch(
+        NodeId::Master,
+        master.watch_request().as_bytes(),
+        Duration::ZERO,
+    )
+    .unwrap();
     let mut sidecar = SidecarNode::new(0, &config, 9, Duration::ZERO);
     let mut statuses = Vec::new();
     let mut now = Duration::ZERO;
-    let mut revision = 1;
     // Ten simulated seconds, every command answered at once by its peer.
     while now < Duration::from_secs(10) {
         let mut outs = sidecar.poll();
@@ -76,33 +82,14 @@ fn run_with(
                     }
                     r
                 }
-                Request::Etcd(EtcdRequest::Grant { ttl }) => {
-                    Some(Reply::Etcd(EtcdReply::Granted {
-                        lease: 42,
-                        ttl: *ttl,
-                    }))
+                Request::Etcd(_) => {
+                    let r = etcd.serve(now, NodeId::Sidecar(0), &request, &mut rng);
+                    // The master's watch: etcd's lines, read by mock-master's parser.
+                    for (_, line) in etcd.take_pushes() {
+                        master.on_watch_line(now, &line);
+                    }
+                    r
                 }
-                Request::Etcd(EtcdRequest::Put { key, value, .. }) => {
-                    revision += 1;
-                    let kv = KeyValue {
-                        key: key.clone().into_bytes(),
-                        value: value.clone().into_bytes(),
-                        mod_revision: revision,
-                    };
-                    master.on_watch_event(
-                        now,
-                        &WatchEvent {
-                            kind: EventKind::Put,
-                            kv,
-                            prev_kv: None,
-                        },
-                    );
-                    Some(Reply::Etcd(EtcdReply::Done))
-                }
-                Request::Etcd(EtcdRequest::Keepalive { .. }) => {
-                    Some(Reply::Etcd(EtcdReply::Ttl(6)))
-                }
-                Request::Etcd(EtcdRequest::Revoke { .. }) => Some(Reply::Etcd(EtcdReply::Done)),
             };
             let Some(reply) = reply else {
                 continue; // a hang: this loop has no timeouts; the world tests them
