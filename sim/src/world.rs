@@ -767,6 +767,9 @@ fn request_summary(r: &Request) -> serde_json::Value {
 
 fn reply_summary(r: &Reply) -> serde_json::Value {
     match r {
+        Reply::Gateway { status, body } => {
+            json!({ "gateway": { "status": status, "bytes": body.len() } })
+        }
         Reply::Page { status, body, .. } => {
             json!({ "page": { "status": status, "bytes": body.len() } })
         }
