@@ -9,11 +9,10 @@
 //! ```
 //!
 //! DIALECT is mock-vllm's (`compact`, `v0.10`, ...); PART is `fleet`, `page` or `both`
-//! (the default), to profile one part alone. Without an etcd node (mock-etcd has
-//! no clock-free core yet) no sidecar registers, so no sidecar scrapes or heartbeats;
-//! the second part therefore measures the per-scrape path that dominates once they do,
-//! all of it real code: mock-vllm writes a page, the sidecar's mapping reads it, the
-//! sidecar's heartbeat body is read by mock-master's heartbeat rules.
+//! (the default), to profile one part alone. The cluster: mock-etcd's core, mock-master
+//! watching it, each sidecar with its mock-vllm. The second part times the per-heartbeat
+//! path alone, all of it real code: mock-vllm writes a page, the sidecar's mapping
+//! reads it, the sidecar's heartbeat body is read by mock-master's heartbeat rules.
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +21,7 @@ use sidecar::config::Config;
 use sidecar::core::{CoreConfig, HeartbeatBody};
 use sidecar::mapping::Mapper;
 use sidecar::prom::Format;
+use sim::etcd_node::EtcdNode;
 use sim::load::Load;
 use sim::master_node::MasterNode;
 use sim::node::Server;
@@ -50,15 +50,21 @@ fn main() {
 fn fleet(n: u32, secs: u64, dialect: Dialect, log: EventLog) {
     let started = Instant::now();
     let mut world = World::new(1, log);
-    let master = MasterNode::new(mock_master::Config::default(), Duration::ZERO);
+    let etcd = EtcdNode::new(mock_etcd::Config::default(), 1);
+    world.add_server(NodeId::Etcd, Box::new(etcd));
+    let mut master = MasterNode::new(mock_master::Config::default(), Duration::ZERO);
+    for i in 0..n {
+        master.route(&addr(i), NodeId::Vllm(i));
+    }
     world.add_server(NodeId::Master, Box::new(master));
+    world.open_master_watch().expect("watch");
     for i in 0..n {
         let vllm = VllmNode::with_dialect(dialect, u64::from(i), Duration::ZERO);
         let until = Duration::from_secs(secs);
         let load = Load::new(NodeId::Vllm(i), &vllm, 2.0, until, "hello fleet", 32).expect("load");
         world.add_load(Duration::ZERO, load);
         world.add_server(NodeId::Vllm(i), Box::new(vllm));
-        let addr = format!("10.{}.{}.{}:8000", i >> 16, (i >> 8) & 255, i & 255);
+        let addr = addr(i);
         let config = Config::from_flags(["--register-addr", addr.as_str()]).expect("flags");
         world.add_sidecar(&config);
     }
@@ -66,6 +72,15 @@ fn fleet(n: u32, secs: u64, dialect: Dialect, log: EventLog) {
     world.run_until(Duration::from_secs(secs));
     let wall = started.elapsed();
     let instance_hours = f64::from(n) * secs as f64 / 3600.0;
+    let registered = world
+        .sidecars()
+        .iter()
+        .filter(|s| s.core().status().registration.is_some())
+        .count();
+    let active = world
+        .server_as::<MasterNode>(NodeId::Master)
+        .map_or(0, |m| m.instances().views(world.now()).len());
+    println!("fleet: {registered} sidecars registered, {active} instances known to the master at the end");
     println!(
         "fleet: {n} instances x {secs} simulated s ({dialect}): {:.2} s wall ({:.2} s to build), {} events, {} log lines (digest {:016x}); {:.0} instance-hours per wall minute",
         wall.as_secs_f64(),
@@ -129,6 +144,10 @@ fn page_path(dialect: Dialect) {
         total,
         ceiling,
     );
+}
+
+fn addr(i: u32) -> String {
+    format!("10.{}.{}.{}:8000", i >> 16, (i >> 8) & 255, i & 255)
 }
 
 fn vm_hwm() -> String {
