@@ -21,22 +21,25 @@
 //!   seed), in event order; each sidecar core's own seed is drawn from it when the
 //!   sidecar is added;
 //! - no `HashMap`/`HashSet` iteration order reaches anything observable: tables are
-//!   `BTreeMap`s or `Vec`s; a fake's core that hands out a hash map is sorted before use;
+//!   `BTreeMap`s or `Vec`s, and nothing here walks a fake's hash maps;
 //! - ties in time are broken by the order events were scheduled (a sequence number),
 //!   never by the payload.
 //!
 //! # What runs today
 //!
-//! - sidecars: the production core, every command mapped as the driver maps it;
+//! - sidecars: the production core, every command mapped as the driver maps it; killed
+//!   and restarted at will;
+//! - etcd: mock-etcd's core (`mock_etcd::EtcdCore`): the sidecar's calls as gateway JSON
+//!   through `handle_json`, lease expiry at virtual times, watch streams;
+//! - the master: mock-master's token check, heartbeat rules and instance table; it
+//!   follows etcd through a watch (mock-master's request, parser and cursor) and probes
+//!   a deleted instance's vLLM over its own link;
 //! - vLLM: mock-vllm's virtual-time core (`mock_vllm::core::VllmCore`: load model,
 //!   health modes, startup delay, crash/restart, `metrics_*`/`completion_*` faults, the
-//!   page of every dialect, `compact` included), under open-loop request load;
-//! - the master: mock-master's token check, heartbeat rules and instance table, fed
-//!   heartbeats; it learns instances from etcd watch events
-//!   ([`master_node::MasterNode::on_watch_event`]) and probes a deleted instance's
-//!   vLLM over its own link;
-//! - etcd: absent until mock-etcd exposes a clock-free core; meanwhile every etcd call
-//!   is refused, as with nothing listening, so sidecars do not register in the world.
+//!   page of every dialect, `compact` included), under open-loop request load.
+//!
+//! Not yet: LOADMETRICS publishing and routing by the master, re-opening a watch whose
+//! stream died, etcd auth and several etcd endpoints, the scenario language (`--sim`).
 //!
 //! # Layout
 //!
@@ -51,10 +54,14 @@
 //! - [`sidecar_node`]: one sidecar core driven as the production driver drives it:
 //!   [`sidecar_node::SidecarNode::poll`] (commands → exchanges) and
 //!   [`sidecar_node::answer_of`] (outcomes → the core's answers).
+//! - [`etcd_node`]: the fake etcd: mock-etcd's `EtcdCore`, watch lines pushed to their
+//!   reader ([`etcd_node::EtcdNode::watch`]).
+//! - [`etcd_client`]: what the sidecar's etcd client makes of a gateway answer
+//!   ([`etcd_client::answer`]).
 //! - [`vllm_node`]: a fake vLLM: mock-vllm's `VllmCore`, its answers as replies
 //!   ([`vllm_node::VllmNode`]).
-//! - [`master_node`]: the fake master: mock-master's instance table, heartbeat table and
-//!   etcd-following rules ([`master_node::MasterNode::on_watch_event`]).
+//! - [`master_node`]: the fake master: mock-master's instance table, heartbeat table,
+//!   watch parser and cursor ([`master_node::MasterNode::on_watch_line`]), its probe.
 //! - [`load`]: open-loop completions on a fake vLLM, validated by mock-vllm's rules:
 //!   [`load::Load::new`], started with [`World::add_load`].
 //! - [`world`]: the engine (time, queue, generator, log, links, nodes, exchanges and

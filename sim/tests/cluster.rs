@@ -1,6 +1,6 @@
-//! Sidecars with the fakes' cores as peers, in the world: vLLM (mock-vllm's engines and
-//! pages) and the master (mock-master's tables). etcd has no clock-free core yet, so its
-//! node is absent and every etcd call is refused, as with nothing listening.
+//! Sidecars with some of the fakes' cores as peers, in the world: vLLM (mock-vllm's
+//! core) and the master (mock-master's tables). These tests leave etcd out on purpose:
+//! every etcd call is refused, as with nothing listening (`tests/fleet.rs` has it all).
 
 use std::time::{Duration, Instant};
 
