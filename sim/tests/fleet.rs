@@ -122,3 +122,38 @@ fn the_whole_cluster_replays_byte_for_byte() {
     assert_eq!(a.bytes(), b.bytes());
     assert_ne!(a.bytes(), c.bytes());
 }
+
+#[test]
+fn a_vllm_crash_deregisters_and_its_restart_registers_again() {
+    let mut world = cluster(3, 2);
+    world.at(Duration::from_secs(20), |w| {
+        let now = w.now();
+        if let Some(v) = w.server_as_mut::<VllmNode>(NodeId::Vllm(0)) {
+            v.core().crash(now);
+        }
+    });
+    world.run_until(Duration::from_secs(30));
+    let log = world.log().text();
+    // Three refused probes (2 s apart), then the sidecar revokes its lease: etcd deletes
+    // the key, the master's probe is refused too: SUSPECT.
+    assert!(count(&log, "sidecar/0", "HealthFailed") >= 3, "{log}");
+    assert!(count(&log, "sidecar/0", "why: Unhealthy") >= 1, "{log}");
+    assert!(count(&log, "master", "\"healthy\":false") >= 1, "{log}");
+    assert_eq!(
+        state(&world, 0).map(|s| s.0),
+        Some(InstanceState::Suspect),
+        "{log}"
+    );
+    // After the 15 s suspect window the master forgets it.
+    world.run_until(Duration::from_secs(40));
+    assert_eq!(state(&world, 0), None);
+    world.at(Duration::from_secs(45), |w| {
+        let now = w.now();
+        if let Some(v) = w.server_as_mut::<VllmNode>(NodeId::Vllm(0)) {
+            v.core().restart(now);
+        }
+    });
+    world.run_until(Duration::from_secs(75));
+    assert_eq!(state(&world, 0).map(|s| s.0), Some(InstanceState::Active));
+    assert_eq!(state(&world, 1).map(|s| s.0), Some(InstanceState::Active));
+}
