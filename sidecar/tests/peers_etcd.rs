@@ -563,3 +563,20 @@ async fn the_client_is_shared_across_tasks() {
     }
     assert_eq!(paths(&etcd).await.len(), 8);
 }
+
+#[test]
+fn every_call_can_run_as_its_own_task() {
+    // The driver spawns each command on a multi-task runtime: the futures must be Send.
+    fn send<T: Send + 'static>(_: T) {}
+    let c = client_with(Vec::new(), "u", "p", Duration::from_secs(1));
+    let each = c.clone();
+    send(async move {
+        let _ = each.lease_grant(1).await;
+        let _ = each.lease_keepalive(1).await;
+        let _ = each.lease_revoke(1).await;
+        let _ = each.put("k", "v", 1).await;
+        let _ = each.get("k").await;
+        let _ = each.authenticate().await;
+    });
+    assert_eq!(c.preferred_endpoint(), 0);
+}

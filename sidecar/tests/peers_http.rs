@@ -15,6 +15,8 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use raw_http::{answer, RawServer, Reply};
@@ -326,4 +328,73 @@ async fn a_client_that_never_follows_redirects_takes_the_3xx_as_the_answer() {
     let response = client.get(server.url("/x")).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 302);
     assert_eq!(server.requests(), 1);
+}
+
+/// A CONNECT proxy: tunnels each connection to the host:port it names, counting them.
+async fn connect_proxy() -> (String, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Bounded: the head is at most 8 KiB, read a byte at a time so no tunnelled byte is
+    // taken with it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let tunnels = Arc::new(AtomicUsize::new(0));
+    let count = tunnels.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+                    if client.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let line = String::from_utf8_lossy(&head)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string();
+                let Some(authority) = line
+                    .strip_prefix("CONNECT ")
+                    .and_then(|r| r.split(' ').next())
+                else {
+                    return;
+                };
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(authority).await else {
+                    return;
+                };
+                count.fetch_add(1, Ordering::SeqCst);
+                if client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    });
+    (url, tunnels)
+}
+
+#[tokio::test]
+async fn https_proxy_tunnels_https_targets() {
+    let target = https_server();
+    let (proxy, tunnels) = connect_proxy().await;
+    let ca = fixture("ca.pem").display().to_string();
+    let result = tokio::task::spawn_blocking(move || {
+        child(
+            "child_get",
+            &target,
+            &[("HTTPS_PROXY", proxy), ("REQUESTS_CA_BUNDLE", ca)],
+        )
+    })
+    .await
+    .unwrap();
+    // TLS end to end through the tunnel: the certificate is still checked against the CA.
+    assert_eq!(result, "ok 200 ok");
+    assert_eq!(tunnels.load(Ordering::SeqCst), 1);
 }

@@ -177,3 +177,17 @@ async fn a_post_whose_connection_closes_before_the_answer_is_not_resent() {
     assert!(c.post_heartbeat(BODY.into()).await.is_err());
     assert_eq!((server.requests(), server.connections()), (2, 1));
 }
+
+#[test]
+fn every_call_can_run_as_its_own_task() {
+    fn send<T: Send + 'static>(_: T) {}
+    let c = client_for(
+        "http://127.0.0.1:1/v1/internal/heartbeat",
+        "t",
+        Duration::from_secs(1),
+    );
+    send(async move {
+        let _ = c.post_heartbeat(String::new()).await;
+        let _ = c.post_heartbeat_answer(String::new()).await;
+    });
+}

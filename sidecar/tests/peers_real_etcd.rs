@@ -159,3 +159,30 @@ async fn auth_wrong_password_and_reauthentication_after_the_token_expires() {
     etcd.put("/peers/k", "v2", 0).await.unwrap();
     assert_eq!(etcd.get("/peers/k").await.unwrap().as_deref(), Some("v2"));
 }
+
+#[tokio::test]
+async fn a_restarted_etcd_is_reached_again_on_a_new_connection() {
+    let Some(mut cluster) = start() else {
+        return;
+    };
+    let etcd = client(&cluster, "", "");
+    let lease = etcd.lease_grant(30).await.unwrap();
+    etcd.put("/peers/restart", "v", lease).await.unwrap();
+    // The pooled connection dies with the process; the same port comes back. The restart
+    // runs off the runtime, which stays free to see the connection close, as the
+    // sidecar's runtime is while idle between calls.
+    let _cluster = tokio::task::spawn_blocking(move || {
+        cluster.restart(0).unwrap_or_else(|e| panic!("{e}"));
+        cluster
+    })
+    .await
+    .unwrap();
+    // The first call after the restart: the dead connection is not used for it, and the
+    // call is not lost (one endpoint only: no other member to move on to).
+    let ttl = etcd.lease_keepalive(lease).await.unwrap();
+    assert!((1..=30).contains(&ttl), "TTL {ttl}");
+    assert_eq!(
+        etcd.get("/peers/restart").await.unwrap().as_deref(),
+        Some("v")
+    );
+}

@@ -560,3 +560,19 @@ async fn connections_are_reused_between_scrapes() {
     }
     assert_eq!((server.requests(), server.connections()), (6, 1));
 }
+
+#[test]
+fn every_call_can_run_as_its_own_task() {
+    fn send<T: Send + 'static>(_: T) {}
+    let client = vllm_at(
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:1/metrics",
+        Duration::from_secs(1),
+        1,
+    );
+    send(async move {
+        let _ = client.probe_health().await;
+        let _ = client.fetch_metrics().await;
+        let _ = client.served_model().await;
+    });
+}

@@ -98,7 +98,7 @@ impl Core {
         } else {
             Format::Prometheus
         };
-        if !has_vllm_sample(text, format) {
+        if !has_vllm_sample(text) {
             let detail = "the /metrics page has no vllm: sample (not a vLLM page?)";
             return Err(("no_vllm_sample".into(), detail.into()));
         }

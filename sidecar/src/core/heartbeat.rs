@@ -7,7 +7,6 @@
 use serde::Serialize;
 
 use crate::mapping::{HeartbeatMetrics, LatencyMetrics, LoadMetrics};
-use crate::prom::{self, Format};
 
 /// The body, as the master's protobuf JSON parser reads it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -35,16 +34,11 @@ impl<'a> HeartbeatBody<'a> {
     }
 }
 
-/// Whether `text` holds at least one sample of a `vllm:` metric (any value).
-pub fn has_vllm_sample(text: &str, format: Format) -> bool {
-    let found = std::cell::Cell::new(false);
-    prom::scan(
-        text,
-        format,
-        |line| !found.get() && line.starts_with("vllm:"),
-        |_| found.set(true),
-    );
-    found.get()
+/// Whether `text` has at least one sample line of a `vllm:` metric: a line that starts
+/// with the name (comment lines start with `#`). One substring search, so the page is
+/// not lexed twice (the mapping lexes it next).
+pub fn has_vllm_sample(text: &str) -> bool {
+    text.starts_with("vllm:") || memchr::memmem::find(text.as_bytes(), b"\nvllm:").is_some()
 }
 
 #[cfg(test)]
@@ -54,16 +48,14 @@ mod tests {
     #[test]
     fn a_vllm_page_has_samples_and_an_html_page_has_none() {
         let page = "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0.0\n";
-        assert!(has_vllm_sample(page, Format::Prometheus));
+        assert!(has_vllm_sample(page));
+        assert!(has_vllm_sample("vllm:num_requests_waiting 0\n"));
         assert!(!has_vllm_sample(
-            "<html><body>502 Bad Gateway</body></html>\n",
-            Format::Prometheus
+            "<html><body>502 Bad Gateway</body></html>\n"
         ));
-        assert!(!has_vllm_sample(
-            "# TYPE vllm:x gauge\nother 1\n",
-            Format::Prometheus
-        ));
-        assert!(!has_vllm_sample("", Format::Prometheus));
+        assert!(!has_vllm_sample("# TYPE vllm:x gauge\nother 1\n"));
+        assert!(!has_vllm_sample("other{a=\"vllm:x\"} 1\n"));
+        assert!(!has_vllm_sample(""));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::core::{Answer, Command, CommandId};
 use crate::peers::etcd::{EtcdClient, EtcdError};
-use crate::peers::http::{build_client, Redirects};
+use crate::peers::http::{build_client_with_roots, trusted_roots, Redirects};
 use crate::peers::master::MasterClient;
 use crate::peers::vllm::VllmClient;
 use crate::telemetry::Telemetry;
@@ -29,10 +29,12 @@ pub struct Peers {
 }
 
 impl Peers {
-    /// vLLM's endpoints follow a few redirects; etcd and the master's POST never do.
+    /// vLLM's endpoints follow a few redirects; etcd and the master's POST never do. The
+    /// CA bundle (often a 200 KB system file) is read and parsed once for both clients.
     pub fn new(config: &Config, telemetry: Arc<Telemetry>) -> Result<Peers, String> {
-        let follow = build_client(Redirects::Follow)?;
-        let never = build_client(Redirects::Never)?;
+        let roots = trusted_roots()?;
+        let follow = build_client_with_roots(Redirects::Follow, roots.clone())?;
+        let never = build_client_with_roots(Redirects::Never, roots)?;
         Ok(Peers {
             etcd: EtcdClient::new(
                 config.etcd_endpoints.clone(),

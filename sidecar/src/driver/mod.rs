@@ -4,7 +4,7 @@
 //! It decides nothing. It hands the core the time since it started, sleeps until the
 //! core's next wake-up, runs every command as a task of its own (so a slow `/health`,
 //! `/metrics` or master never delays a keepalive) and hands each answer back with its
-//! command's id. Notes become log lines and counters ([`notes`]). Outside requests
+//! command's id. Notes become log lines and counters (`notes.rs`). Outside requests
 //! (shutdown, drain, undrain) become inputs. It returns when the core says exit.
 
 mod exec;

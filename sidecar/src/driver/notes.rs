@@ -80,7 +80,7 @@ pub fn record(t: &Telemetry, note: &Note) {
         ),
         Note::ScrapeFailed { reason, detail } => {
             t.scrape_errors.inc();
-            if matches!(reason.as_str(), "parse" | "not_utf8" | "no_vllm_sample") {
+            if matches!(reason.as_str(), "parse" | "not_utf8") {
                 t.parse_errors.inc();
             }
             tracing::warn!(%reason, error = %detail, "metrics scrape failed; heartbeat skipped");
