@@ -94,6 +94,15 @@ impl<F: Clone> FaultRegistry<F> {
         }
     }
 
+    /// An empty registry whose wall-clock methods count time from `origin` (so that
+    /// they share a time base with a core the caller drives from the same instant).
+    pub fn with_origin(origin: Instant) -> Self {
+        FaultRegistry {
+            origin,
+            ..Self::default()
+        }
+    }
+
     /// The wall-clock methods' `now`: time since the registry was created.
     fn wall(&self) -> Duration {
         self.origin.elapsed()
@@ -327,5 +336,19 @@ mod tests {
         reg.add_at(hour, F::Slow, None, Some(Duration::from_secs(1)));
         assert!(reg.any_at(hour + Duration::from_millis(999), |f| *f == F::Slow));
         assert!(!reg.any_at(hour + Duration::from_secs(1), |f| *f == F::Slow));
+    }
+
+    /// With an origin an hour back, a fault armed now for a minute is listed at
+    /// virtual time 1 h 59 s and gone at 1 h 1 min.
+    #[test]
+    fn wall_methods_count_from_the_origin() {
+        let hour = Duration::from_secs(3600);
+        let Some(origin) = Instant::now().checked_sub(hour) else {
+            return; // a machine up for less than an hour: nothing to check
+        };
+        let reg = FaultRegistry::with_origin(origin);
+        reg.add(F::Slow, None, Some(Duration::from_secs(60)));
+        assert!(reg.any_at(hour + Duration::from_secs(59), |f| *f == F::Slow));
+        assert!(!reg.any_at(hour + Duration::from_secs(61), |f| *f == F::Slow));
     }
 }

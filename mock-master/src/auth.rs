@@ -19,7 +19,12 @@ pub const HEADER: &str = "x-internal-token";
 /// is; several joined the way brpc joins a repeated header (a `,` before each value
 /// unless what came before is empty).
 pub fn presented(headers: &HeaderMap) -> Option<Cow<'_, [u8]>> {
-    let mut values = headers.get_all(HEADER).iter().map(|v| v.as_bytes());
+    join(headers.get_all(HEADER).iter().map(|v| v.as_bytes()))
+}
+
+/// The header's values, in order, joined as brpc joins them (see [`presented`]);
+/// `None` when there is none.
+pub fn join<'a>(mut values: impl Iterator<Item = &'a [u8]>) -> Option<Cow<'a, [u8]>> {
     let first = values.next()?;
     let Some(second) = values.next() else {
         return Some(Cow::Borrowed(first));

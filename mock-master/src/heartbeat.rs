@@ -6,48 +6,42 @@
 //! and tracked incarnation (409) → 200 and the metrics are stored. Armed faults (a
 //! chosen status, added latency) act before all of that.
 
-use std::time::Duration;
-
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::auth;
 use crate::beat::{self, Answer};
 use crate::body::{self, BodyError};
-use crate::fault::Fault;
+use crate::gate;
 use crate::state::AppState;
 
-fn answer(status: StatusCode, body: &'static str) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
 pub async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    if let Some(ms) = s.faults.fire(|f| match f {
-        Fault::Latency { ms } => Some(*ms),
-        _ => None,
-    }) {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
+    let now = s.registry.now();
+    let (delay, refusal) = gate::check(
+        &s.token,
+        &s.faults,
+        now,
+        auth::presented(&headers).as_deref(),
+    );
+    if let Some(d) = delay {
+        tokio::time::sleep(d).await;
     }
-    if let Some(status) = s.faults.fire(|f| match f {
-        Fault::HeartbeatStatus { status } => Some(*status),
-        _ => None,
-    }) {
-        // A final answer must be 2xx..5xx; anything else armed becomes a 500.
-        let code = Some(status)
-            .filter(|s| (200..=599).contains(s))
-            .and_then(|s| StatusCode::from_u16(s).ok())
-            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        s.count_heartbeat(code.as_u16());
+    if let Some(r) = refusal.filter(|r| r.fault) {
+        s.count_heartbeat(r.status);
         s.events
-            .emit("heartbeat", json!({"status": code.as_u16(), "fault": true}));
-        return answer(code, beat::body_for(code.as_u16()));
+            .emit("heartbeat", json!({"status": r.status, "fault": true}));
+        return answer(r.status, r.body);
     }
-    let (status, body, name, detail) = check(&s, &headers, body).await;
-    s.count_heartbeat(status.as_u16());
+    let (status, body, name, detail) = match refusal {
+        Some(r) => (r.status, r.body, None, None),
+        None => check(&s, &headers, body).await,
+    };
+    s.count_heartbeat(status);
     if s.events.enabled() {
-        let mut d = json!({"status": status.as_u16(), "name": name});
+        let mut d = json!({"status": status, "name": name});
         if let (Some(obj), Some(extra)) = (d.as_object_mut(), detail) {
             obj.extend(extra);
         }
@@ -56,22 +50,21 @@ pub async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Body) -
     answer(status, body)
 }
 
-type Detail = Option<serde_json::Map<String, serde_json::Value>>;
-
-fn code(a: Answer) -> StatusCode {
-    StatusCode::from_u16(a.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+fn answer(status: u16, body: &'static str) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-/// The heartbeat proper: answers the status, the name (if read) and event detail.
+type Detail = Option<serde_json::Map<String, serde_json::Value>>;
+
+/// The heartbeat past the gate: size, body, verdict. Answers the status, the body,
+/// the name (if read) and event detail.
 async fn check(
     s: &AppState,
     headers: &HeaderMap,
     body: Body,
-) -> (StatusCode, &'static str, Option<String>, Detail) {
-    let refuse = |a: Answer| (code(a), a.body(), None, None);
-    if !s.token.admits(crate::auth::presented(headers).as_deref()) {
-        return refuse(Answer::InvalidToken);
-    }
+) -> (u16, &'static str, Option<String>, Detail) {
+    let refuse = |a: Answer| (a.status(), a.body(), None, None);
     let cap = s.config.max_body_bytes;
     if body::declares_more_than(headers, cap) {
         return refuse(Answer::TooLarge);
@@ -85,14 +78,7 @@ async fn check(
         Ok(r) => r,
         Err(a) => return refuse(a),
     };
-    let verdict = s.registry.heartbeat(
-        &req.name,
-        &req.incarnation_id,
-        req.load_metrics,
-        req.latency_metrics,
-    );
-    let a = Answer::of(verdict);
-    let (status, body) = (code(a), a.body());
+    let reply = s.registry.heartbeat(&req);
     let detail = s.events.enabled().then(|| {
         let mut m = serde_json::Map::new();
         m.insert("incarnation".into(), json!(req.incarnation_id));
@@ -114,5 +100,5 @@ async fn check(
         );
         m
     });
-    (status, body, Some(req.name), detail)
+    (reply.status, reply.body, Some(req.name), detail)
 }

@@ -10,14 +10,15 @@
 //!   [`etcd::EtcdClient::watch`].
 //! - [`follow`]: the rules of following etcd, without I/O (new events, revision reset,
 //!   compaction, what a key means): [`follow::Cursor::on_response`].
-//! - [`watch`]: range + watch + resume-from-revision + re-list, feeding the registry:
+//! - [`watch`]: the stream, backoff, pausing and probe attempts around the core's
+//!   following rules (range, watch, resume from the core's cursor, re-list):
 //!   [`watch::Watcher::run`].
 //! - [`instances`]: the instance state machine (ACTIVE, LEASE_LOST, SUSPECT,
 //!   deregistered), clock-free and I/O-free, time as an argument:
 //!   [`instances::Instances::apply_put`].
-//! - [`registry`]: that table under a lock and a real clock, its decisions reported as
-//!   events and metrics: [`registry::Registry::apply_put`].
-//! - [`probe`]: the `/health` probe a DELETE triggers: [`probe::Prober::healthy`].
+//! - [`registry`]: [`core::MasterCore`] under a lock and a real clock, its decisions
+//!   reported as events and metrics: [`registry::Registry::on_watch_event`].
+//! - [`probe`]: the `/health` probe a DELETE triggers: [`probe::Prober::attempt`].
 //! - [`pbjson`]: the heartbeat body under protobuf's JSON rules:
 //!   [`pbjson::HeartbeatRequest::from_json`].
 //! - [`auth`]: the rotatable internal token, compared in constant time: [`auth::Token`].
@@ -25,6 +26,8 @@
 //!   [`body::read_capped`].
 //! - [`beat`]: the heartbeat table (answers, body checks, 409), without I/O:
 //!   [`beat::read_request`].
+//! - [`gate`]: what a heartbeat meets before its body is read (faults, token), without
+//!   I/O: [`gate::Gate::check`].
 //! - [`heartbeat`]: `POST /v1/internal/heartbeat`, the HTTP shell: [`heartbeat::handle`].
 //! - [`publish`]: what a LOADMETRICS round writes, decided without I/O:
 //!   [`publish::plan`].
@@ -40,6 +43,10 @@
 //! - [`state`]: what handlers and tasks share, and the control operations:
 //!   [`state::Shared`].
 //! - [`server`]: the router, wiring only: [`server::router`].
+//! - [`core`]: every rule above in one value, time as an argument: [`core::MasterCore`]
+//!   (watch messages, listings, heartbeats, probe results, ticks in; answers, probe
+//!   commands and LOADMETRICS plans out). The real-time shell drives it through
+//!   [`registry`]; a simulator drives it directly.
 //! - [`config`]: [`Config`] and [`normalize_namespace`].
 //! - This file: [`start`] and the [`MockMaster`] handle.
 //!
@@ -64,10 +71,12 @@ pub mod beat;
 pub mod body;
 pub mod config;
 pub mod control;
+pub mod core;
 pub mod error;
 pub mod etcd;
 pub mod fault;
 pub mod follow;
+pub mod gate;
 pub mod heartbeat;
 pub mod instances;
 pub mod loadmetrics;
@@ -123,16 +132,18 @@ fn io_err(e: impl std::fmt::Display) -> std::io::Error {
 pub async fn start(mut config: Config, events: Events) -> std::io::Result<MockMaster> {
     config.etcd_namespace = normalize_namespace(&config.etcd_namespace);
     let metrics = Arc::new(metrics::Metrics::new());
-    let registry = registry::Registry::new(events.clone(), metrics.clone());
+    // One origin for the core's time and the faults' wall-clock methods.
+    let started = std::time::Instant::now();
+    let gate = gate::Gate {
+        token: auth::Token::new(config.token.clone()),
+        faults: FaultRegistry::with_origin(started),
+    };
+    let core = core::MasterCore::with_gate(&config, gate.clone(), Duration::ZERO);
+    let registry = registry::Registry::over(core, started, events.clone(), metrics.clone());
     let etcd = etcd::EtcdClient::new(&config.etcd_endpoints, config.etcd_timeout)
         .map_err(io_err)?
         .with_credentials(&config.etcd_username, &config.etcd_password);
-    let prober = probe::Prober::new(
-        config.probe_attempts,
-        config.probe_timeout,
-        config.probe_interval,
-    )
-    .map_err(io_err)?;
+    let prober = probe::Prober::new(config.probe_timeout).map_err(io_err)?;
     let upstream = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(2))
         .timeout(config.upstream_timeout)
@@ -143,11 +154,11 @@ pub async fn start(mut config: Config, events: Events) -> std::io::Result<MockMa
     let shutdown = Shutdown::new();
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let shared = Arc::new(Shared {
-        token: auth::Token::new(config.token.clone()),
+        token: gate.token,
         config,
         registry: registry.clone(),
         metrics: metrics.clone(),
-        faults: FaultRegistry::new(),
+        faults: gate.faults,
         events: events.clone(),
         etcd: etcd.clone(),
         heartbeat_counts: state::StatusCounts::default(),
@@ -190,14 +201,13 @@ pub async fn start(mut config: Config, events: Events) -> std::io::Result<MockMa
 /// Apply the state timeouts often enough that they fire within a few percent of their
 /// durations (the real master checks once a second).
 async fn ticker(s: AppState) {
-    let shortest = s.config.lease_lost_timeout.min(s.config.suspect_window);
-    let period = (shortest / 20).clamp(Duration::from_millis(5), Duration::from_millis(200));
+    let period = core::tick_period(s.config.lease_lost_timeout, s.config.suspect_window);
     let mut t = tokio::time::interval(period);
     t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = s.shutdown.wait() => return,
-            _ = t.tick() => s.registry.tick(s.config.lease_lost_timeout, s.config.suspect_window),
+            _ = t.tick() => s.registry.tick(),
         }
     }
 }

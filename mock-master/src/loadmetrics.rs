@@ -3,17 +3,13 @@
 //! the decisions of [`crate::publish`]. What a round could not write is kept for the
 //! next one.
 
-use std::collections::{HashMap, HashSet};
-use std::time::Duration;
-
 use serde_json::json;
 
-use crate::publish;
 use crate::state::AppState;
 
 /// Run rounds until shutdown.
 pub async fn run(s: AppState) {
-    let period = s.config.publish_interval.max(Duration::from_millis(10));
+    let period = crate::core::publish_period(s.config.publish_interval);
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
@@ -27,34 +23,32 @@ pub async fn run(s: AppState) {
 
 /// One round: take what changed, plan it, write it; keep what failed for the next.
 pub async fn publish_once(s: &AppState) {
-    let (updated, removed) = s.registry.take_publish();
-    let plan = publish::plan(&s.config.etcd_namespace, updated, removed);
+    let plan = s.registry.publish_now();
     if plan.is_empty() {
         return;
     }
-    let mut failed_removed = HashSet::new();
+    let (mut failed_puts, mut failed_deletes) = (Vec::new(), Vec::new());
     let mut deleted = Vec::new();
-    for (name, key) in plan.deletes {
+    for (name, key) in &plan.deletes {
         let ok = s.etcd.delete(key.as_bytes()).await.is_ok();
         s.metrics.loadmetrics_write("delete", ok);
         if ok {
-            deleted.push(name);
+            deleted.push(name.clone());
         } else {
-            failed_removed.insert(name);
+            failed_deletes.push(name.clone());
         }
     }
-    let mut failed_updated = HashMap::new();
     let mut put = Vec::new();
-    for (name, key, value, m) in plan.puts {
+    for (name, key, value, _) in &plan.puts {
         let ok = s.etcd.put(key.as_bytes(), value.as_bytes()).await.is_ok();
         s.metrics.loadmetrics_write("put", ok);
         if ok {
-            put.push(name);
+            put.push(name.clone());
         } else {
-            failed_updated.insert(name, m);
+            failed_puts.push(name.clone());
         }
     }
-    let failed = failed_updated.len() + failed_removed.len();
+    let failed = failed_puts.len() + failed_deletes.len();
     s.events.emit(
         "loadmetrics_publish",
         json!({"put": put, "deleted": deleted, "skipped": plan.skipped, "failed": failed}),
@@ -64,6 +58,7 @@ pub async fn publish_once(s: &AppState) {
             failed,
             "LOADMETRICS publish incomplete; retrying next round"
         );
-        s.registry.restore_publish(failed_updated, failed_removed);
+        s.registry
+            .publish_failed(&plan, &failed_puts, &failed_deletes);
     }
 }

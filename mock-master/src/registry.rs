@@ -1,28 +1,32 @@
-//! The instance table under a real clock: [`crate::instances::Instances`] behind a
-//! lock, given the time since the master started, with what it decides reported as
-//! events, metrics and log lines. Shared by the watcher, the heartbeat handler, the
-//! timers, the publisher and the views.
+//! The master's core under a real clock: [`crate::core::MasterCore`] behind a lock,
+//! given the time since the master started, with what it decides reported as events,
+//! metrics and log lines, and what it wants done handed back to the calling task.
+//! Shared by the watcher, the heartbeat handler, the timers, the publisher and the views.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mock_kit::Events;
-use serde_json::json;
 
-use crate::instances::{Instances, Notice};
+use crate::config::Config;
+use crate::core::{Command, HeartbeatReply, MasterCore, Note};
+use crate::etcd::{KeyValue, WatchEvent, WatchResponse};
+use crate::follow::Verdict;
+use crate::instances::Notice;
 use crate::metrics::Metrics;
-use crate::pbjson::{LatencyMetrics, LoadMetrics};
+use crate::pbjson::{HeartbeatRequest, LoadMetrics};
+use crate::publish::Plan;
 
 pub use crate::instances::{
     instance_name, Beat, InstanceMeta, InstanceState, InstanceView, ProbeTicket, DEREGISTERED,
     TYPE_PREFIXES,
 };
 
-/// The instance table. Cheap to share (`Arc` inside).
+/// The master's core. Cheap to share (`Arc` inside).
 #[derive(Clone)]
 pub struct Registry {
-    inner: Arc<Mutex<Instances>>,
+    inner: Arc<Mutex<MasterCore>>,
     /// The origin of the core's time.
     started: Instant,
     events: Events,
@@ -30,130 +34,139 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// A core with the default configuration (tests).
     pub fn new(events: Events, metrics: Arc<Metrics>) -> Self {
+        let started = Instant::now();
+        let core = MasterCore::new(&Config::default(), Duration::ZERO);
+        Self::over(core, started, events, metrics)
+    }
+
+    /// Drive `core`, whose time 0 is `started`.
+    pub fn over(core: MasterCore, started: Instant, events: Events, metrics: Arc<Metrics>) -> Self {
         Registry {
-            inner: Arc::new(Mutex::new(Instances::new())),
-            started: Instant::now(),
+            inner: Arc::new(Mutex::new(core)),
+            started,
             events,
             metrics,
         }
     }
 
-    fn now(&self) -> Duration {
+    /// The core's time now.
+    pub fn now(&self) -> Duration {
         self.started.elapsed()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Instances> {
+    fn lock(&self) -> MutexGuard<'_, MasterCore> {
         match self.inner.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         }
     }
 
-    /// Run one input against the table (with the time now) and report what it changed,
-    /// still under the lock so that events keep the order of the changes.
-    fn apply<R>(&self, f: impl FnOnce(&mut Instances, Duration, &mut Vec<Notice>) -> R) -> R {
-        let mut notices = Vec::new();
+    /// Run one input against the core (with the time now) and report what it noted,
+    /// still under the lock so that events keep the order of the changes. Answers the
+    /// input's result and the commands it raised.
+    fn apply<R>(&self, f: impl FnOnce(&mut MasterCore, Duration) -> R) -> (R, Vec<Command>) {
         let mut g = self.lock();
-        let out = f(&mut g, self.now(), &mut notices);
-        for n in notices {
+        let out = f(&mut g, self.now());
+        for n in g.take_notes() {
             self.report(n);
         }
-        out
+        (out, g.take_commands())
     }
 
-    fn report(&self, n: Notice) {
-        match n {
-            Notice::Transition {
+    /// The note as an event (its shape is the core's: [`Note::event`]), plus the
+    /// metrics and log lines the real shell adds.
+    fn report(&self, n: Note) {
+        match &n {
+            Note::Table(Notice::Transition {
                 name,
                 incarnation,
                 from,
                 to,
                 reason,
-            } => {
+            }) => {
                 self.metrics.transition(from, to);
-                self.events.emit(
-                    "state",
-                    json!({"name": name, "incarnation": incarnation, "from": from, "to": to, "reason": reason}),
-                );
                 tracing::info!(name, incarnation, from, to, reason, "instance state");
             }
-            Notice::StaleDelete {
-                name,
-                deleted,
-                tracked,
-            } => {
-                self.events.emit(
-                    "stale_delete",
-                    json!({"name": name, "deleted": deleted, "tracked": tracked}),
-                );
+            Note::BadRegistration { name, error } => {
+                tracing::error!(name, error, "unparseable instance registration");
             }
+            Note::Probe { healthy, .. } => self.metrics.probe(*healthy),
+            Note::Table(Notice::StaleDelete { .. }) => {}
+        }
+        if self.events.enabled() {
+            let (kind, detail) = n.event();
+            self.events.emit(kind, detail);
         }
     }
 
-    /// A PUT of `name`'s key: register, refresh, or replace.
-    pub fn apply_put(&self, name: &str, meta: InstanceMeta) {
-        self.apply(|t, now, out| t.apply_put(name, meta, now, out))
+    /// One watch event; answers the probe attempts it asks for.
+    pub fn on_watch_event(&self, event: &WatchEvent) -> Vec<Command> {
+        self.apply(|c, now| c.on_watch_event(now, event)).1
     }
 
-    /// A DELETE of `name`'s key; answers the probe to run, if any.
-    pub fn apply_delete(
-        &self,
-        name: &str,
-        deleted_incarnation: Option<&str>,
-    ) -> Option<ProbeTicket> {
-        self.apply(|t, _, out| t.apply_delete(name, deleted_incarnation, out))
+    /// One message of the watch stream (new events applied); answers what it meant
+    /// and the probes to run.
+    pub fn on_watch_response(&self, resp: WatchResponse) -> (Verdict, Vec<Command>) {
+        self.apply(|c, now| c.on_watch_response(now, resp))
     }
 
-    /// The answer of the health probe a delete asked for.
-    pub fn apply_probe(&self, ticket: &ProbeTicket, healthy: bool) {
-        self.apply(|t, now, out| t.apply_probe(ticket, healthy, now, out))
+    /// Where a (re-)opened watch starts.
+    pub fn watch_from(&self) -> i64 {
+        self.lock().watch_from()
     }
 
-    /// A heartbeat that passed the token and body checks.
-    pub fn heartbeat(
-        &self,
-        name: &str,
-        incarnation: &str,
-        load: LoadMetrics,
-        latency: LatencyMetrics,
-    ) -> Beat {
-        self.apply(|t, now, out| t.heartbeat(name, incarnation, load, latency, now, out))
+    /// A range read only for its revision.
+    pub fn listed_at(&self, revision: i64) {
+        self.lock().listed_at(revision)
+    }
+
+    /// A fresh listing at `revision`; answers how many instances it named and the
+    /// probes to run.
+    pub fn on_listing(&self, revision: i64, kvs: &[KeyValue]) -> (usize, Vec<Command>) {
+        self.apply(|c, now| c.on_listing(now, revision, kvs))
+    }
+
+    /// The outcome of one probe attempt; answers the next attempt, if any.
+    pub fn on_probe_result(&self, id: u64, ok: bool) -> Vec<Command> {
+        self.apply(|c, now| c.on_probe_result(now, id, ok)).1
+    }
+
+    /// A heartbeat whose body was read (outside the lock): the table's verdict.
+    pub fn heartbeat(&self, req: &HeartbeatRequest) -> HeartbeatReply {
+        self.apply(|c, now| c.on_heartbeat_request(now, req)).0
     }
 
     /// Apply the timeouts as of now.
-    pub fn tick(&self, lease_lost_timeout: Duration, suspect_window: Duration) {
-        self.apply(|t, now, out| t.tick(now, lease_lost_timeout, suspect_window, out))
+    pub fn tick(&self) {
+        self.apply(|c, now| c.tick(now));
     }
 
     /// Forget every instance, as a master process that restarts does.
     pub fn forget_all(&self) {
-        self.apply(|t, _, out| t.forget_all(out))
+        self.apply(|c, _| c.restart());
     }
 
-    /// Align with a fresh listing; answers the probes to run.
-    pub fn reconcile(&self, listing: Vec<(String, InstanceMeta)>) -> Vec<ProbeTicket> {
-        self.apply(|t, now, out| t.reconcile(listing, now, out))
+    /// A LOADMETRICS round: what to write.
+    pub fn publish_now(&self) -> Plan {
+        self.lock().publish_now()
     }
 
-    /// Load metrics to publish and names whose LOADMETRICS entry must go (cleared).
-    pub fn take_publish(&self) -> (HashMap<String, LoadMetrics>, HashSet<String>) {
-        self.lock().take_publish()
-    }
-
-    /// Put back what a failed publish could not write (newer entries win).
-    pub fn restore_publish(&self, updated: HashMap<String, LoadMetrics>, removed: HashSet<String>) {
-        self.lock().restore_publish(updated, removed)
+    /// Put back the writes of `plan` that failed, by name.
+    pub fn publish_failed(&self, plan: &Plan, failed_puts: &[String], failed_deletes: &[String]) {
+        self.lock()
+            .publish_failed(plan, failed_puts, failed_deletes)
     }
 
     /// Routable instances and their latest load, sorted by name.
     pub fn routable(&self) -> Vec<(String, Option<LoadMetrics>)> {
-        self.lock().routable()
+        self.lock().table().routable()
     }
 
     /// Number of instances per state.
     pub fn counts(&self) -> BTreeMap<&'static str, u64> {
-        self.lock().counts()
+        self.lock().table().counts()
     }
 
     pub fn views(&self) -> Vec<InstanceView> {
@@ -171,12 +184,32 @@ impl Registry {
 mod tests {
     use super::*;
 
-    fn meta(inc: &str) -> InstanceMeta {
-        InstanceMeta::parse(
-            format!(r#"{{"name":"a","rpc_address":"a","type":0,"incarnation_id":"{inc}"}}"#)
-                .as_bytes(),
-        )
-        .unwrap()
+    fn kv(inc: &str) -> KeyValue {
+        KeyValue {
+            key: b"XLLM:DEFAULT:a".to_vec(),
+            value: format!(r#"{{"name":"a","rpc_address":"a","type":0,"incarnation_id":"{inc}"}}"#)
+                .into_bytes(),
+            mod_revision: 1,
+        }
+    }
+
+    fn put(inc: &str) -> WatchEvent {
+        WatchEvent {
+            kind: crate::etcd::EventKind::Put,
+            kv: kv(inc),
+            prev_kv: None,
+        }
+    }
+
+    fn delete(inc: &str) -> WatchEvent {
+        WatchEvent {
+            kind: crate::etcd::EventKind::Delete,
+            kv: KeyValue {
+                value: Vec::new(),
+                ..kv(inc)
+            },
+            prev_kv: Some(kv(inc)),
+        }
     }
 
     #[test]
@@ -184,12 +217,12 @@ mod tests {
         let ring = mock_kit::events::RingSink::new(100);
         let events = Events::new("t", Some(ring.clone() as Arc<dyn mock_kit::EventSink>));
         let r = Registry::new(events, Arc::new(Metrics::new()));
-        r.apply_put("a", meta("i1"));
-        r.apply_put("a", meta("i2"));
-        assert_eq!(r.apply_delete("a", Some("i1")), None);
+        assert!(r.on_watch_event(&put("i1")).is_empty());
+        assert!(r.on_watch_event(&put("i2")).is_empty());
+        assert!(r.on_watch_event(&delete("i1")).is_empty());
         let kinds: Vec<String> = ring.snapshot().into_iter().map(|e| e.kind).collect();
         assert_eq!(kinds, ["state", "state", "state", "stale_delete"]);
-        r.tick(Duration::ZERO, Duration::ZERO);
+        r.tick();
         assert_eq!(r.view("a").unwrap().state, InstanceState::Active);
     }
 }

@@ -18,17 +18,19 @@
 //! fresh revision + 1. A watch canceled for its auth token drops the token, so the
 //! re-opened watch authenticates again.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use mock_kit::{Events, Shutdown};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::etcd::{EtcdClient, WatchEvent};
-use crate::follow::{self, Change, Cursor, Verdict};
+use crate::core::Command as CoreCommand;
+use crate::etcd::{EtcdClient, EventKind, WatchEvent, WatchResponse, WatchStream};
+use crate::follow::Verdict;
 use crate::metrics::Metrics;
 use crate::probe::Prober;
-use crate::registry::{ProbeTicket, Registry};
+use crate::registry::{instance_name, Registry};
 
 /// How long a watch stream may stay silent before it is re-opened.
 const WATCH_IDLE: Duration = Duration::from_secs(120);
@@ -66,9 +68,23 @@ pub struct Watcher {
 enum Position {
     /// List first (`apply` false: only to learn the revision).
     List { apply: bool },
-    /// Watch from the cursor.
+    /// Watch from the core's cursor.
     Watch,
 }
+
+/// Where the watcher's loop stands between steps.
+struct Progress {
+    pos: Position,
+    /// Told once the next listing is over (the first one, a restart).
+    pending_done: Option<oneshot::Sender<()>>,
+    backoff: Duration,
+    opened_before: bool,
+    /// Why the last stream ended (logged when the next one opens).
+    reason: String,
+}
+
+/// `Break`: shutdown, stop the task.
+type Flow = ControlFlow<()>;
 
 impl Watcher {
     fn prefix(&self) -> Vec<u8> {
@@ -77,209 +93,250 @@ impl Watcher {
 
     /// Run until shutdown.
     pub async fn run(mut self) {
-        let mut pos = Position::List { apply: true };
-        let mut pending_done = self.first_listing.take();
-        let mut backoff = BACKOFF_START;
-        let mut opened_before = false;
-        let mut reason = String::from("start");
-        let mut cursor = Cursor::default();
-        loop {
-            if self.shutdown.is_triggered() {
-                return;
-            }
-            if let Position::List { apply } = pos {
-                match self.list(apply).await {
-                    Ok(rev) => {
-                        cursor = Cursor::listed(rev);
-                        pos = Position::Watch;
-                        backoff = BACKOFF_START;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "etcd range failed");
-                        self.events
-                            .emit("etcd_error", json!({"op": "range", "error": e.to_string()}));
-                    }
+        let mut p = Progress {
+            pos: Position::List { apply: true },
+            pending_done: self.first_listing.take(),
+            backoff: BACKOFF_START,
+            opened_before: false,
+            reason: String::from("start"),
+        };
+        while !self.shutdown.is_triggered() {
+            let flow = match p.pos {
+                Position::List { apply } => self.list_step(apply, &mut p).await,
+                Position::Watch if *self.paused.borrow_and_update() => {
+                    self.wait_paused(&mut p).await
                 }
-                if let Some(done) = pending_done.take() {
-                    let _ = done.send(());
-                }
-                if matches!(pos, Position::List { .. }) {
-                    if self.sleep(&mut backoff).await {
-                        return;
-                    }
-                    continue;
-                }
-            }
-            if *self.paused.borrow_and_update() {
-                tokio::select! {
-                    _ = self.shutdown.wait() => return,
-                    changed = self.paused.changed() => { if changed.is_err() { return; } }
-                    cmd = self.commands.recv() => match cmd {
-                        Some(c) => { (pos, pending_done) = self.command(c); }
-                        None => return,
-                    },
-                }
-                continue;
-            }
-            let Position::Watch = pos else { continue };
-            let from = cursor.next();
-            if opened_before {
-                self.metrics.watch_reconnect();
-                self.events.emit(
-                    "watch_reconnect",
-                    json!({"from_revision": from, "reason": reason}),
-                );
-                tracing::info!(from_revision = from, reason = %reason, "re-opening etcd watch");
-            }
-            let mut stream = match self.etcd.watch(&self.prefix(), from, WATCH_IDLE).await {
-                Ok(s) => s,
-                Err(e) => {
-                    opened_before = true;
-                    reason = format!("open failed: {e}");
-                    if self.sleep(&mut backoff).await {
-                        return;
-                    }
-                    continue;
-                }
+                Position::Watch => self.watch_step(&mut p).await,
             };
-            opened_before = true;
-            // Read until the stream breaks or someone interrupts.
-            reason = loop {
-                tokio::select! {
-                    _ = self.shutdown.wait() => return,
-                    changed = self.paused.changed() => {
-                        if changed.is_err() { return; }
-                        if *self.paused.borrow_and_update() { break "paused".to_string(); }
-                    }
-                    cmd = self.commands.recv() => match cmd {
-                        Some(c) => {
-                            (pos, pending_done) = self.command(c);
-                            break "master restart".to_string();
-                        }
-                        None => return,
-                    },
-                    msg = stream.next() => match msg {
-                        Ok(Some(resp)) => {
-                            backoff = BACKOFF_START;
-                            match cursor.on_response(resp) {
-                                Verdict::Events(evs) => self.apply(evs),
-                                Verdict::RevisionReset { seen, revision } => {
-                                    pos = Position::List { apply: true };
-                                    let detail = json!({"seen_revision": seen, "revision": revision});
-                                    tracing::warn!(seen_revision = seen, revision, "etcd revision went back (data loss?); re-listing");
-                                    self.events.emit("etcd_revision_reset", detail);
-                                    break format!("revision reset from {seen} to {revision}");
-                                }
-                                Verdict::AuthRefused { reason } => {
-                                    self.etcd.invalidate_token(stream.token());
-                                    self.events.emit("etcd_auth_refused", json!({"op": "watch"}));
-                                    break format!("canceled: {reason}");
-                                }
-                                Verdict::Compacted { from, compact_revision } => {
-                                    pos = Position::List { apply: true };
-                                    let detail = json!({"from_revision": from, "compact_revision": compact_revision});
-                                    self.events.emit("watch_compacted", detail);
-                                    break format!("compacted at {compact_revision}");
-                                }
-                                Verdict::Canceled { reason } => break format!("canceled: {reason}"),
-                            }
-                        }
-                        Ok(None) => break "stream ended".to_string(),
-                        Err(e) => break e.to_string(),
-                    },
-                }
-            };
-            let interrupted = reason == "paused" || reason == "master restart";
-            if !interrupted && matches!(pos, Position::Watch) && self.sleep(&mut backoff).await {
+            if flow.is_break() {
                 return;
             }
         }
     }
 
-    /// Carry out a command; answers the new position and who to tell when done.
-    fn command(&mut self, cmd: Command) -> (Position, Option<oneshot::Sender<()>>) {
+    /// Range the prefix; on failure back off and stay in `List`.
+    async fn list_step(&mut self, apply: bool, p: &mut Progress) -> Flow {
+        match self.list(apply).await {
+            Ok(()) => {
+                p.pos = Position::Watch;
+                p.backoff = BACKOFF_START;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "etcd range failed");
+                self.events
+                    .emit("etcd_error", json!({"op": "range", "error": e.to_string()}));
+            }
+        }
+        if let Some(done) = p.pending_done.take() {
+            let _ = done.send(());
+        }
+        match p.pos {
+            Position::List { .. } => self.sleep(&mut p.backoff).await,
+            Position::Watch => Flow::Continue(()),
+        }
+    }
+
+    /// Paused: wait for a resume, a command or shutdown.
+    async fn wait_paused(&mut self, p: &mut Progress) -> Flow {
+        tokio::select! {
+            _ = self.shutdown.wait() => return Flow::Break(()),
+            changed = self.paused.changed() => if changed.is_err() { return Flow::Break(()); },
+            cmd = self.commands.recv() => match cmd {
+                Some(c) => self.command(c, p),
+                None => return Flow::Break(()),
+            },
+        }
+        Flow::Continue(())
+    }
+
+    /// Open a watch from the cursor and read it until it breaks or is interrupted;
+    /// back off before the next one unless it was interrupted on purpose.
+    async fn watch_step(&mut self, p: &mut Progress) -> Flow {
+        let from = self.registry.watch_from();
+        if p.opened_before {
+            self.metrics.watch_reconnect();
+            self.events.emit(
+                "watch_reconnect",
+                json!({"from_revision": from, "reason": p.reason}),
+            );
+            tracing::info!(from_revision = from, reason = %p.reason, "re-opening etcd watch");
+        }
+        p.opened_before = true;
+        let stream = match self.etcd.watch(&self.prefix(), from, WATCH_IDLE).await {
+            Ok(s) => s,
+            Err(e) => {
+                p.reason = format!("open failed: {e}");
+                return self.sleep(&mut p.backoff).await;
+            }
+        };
+        p.reason = match self.read(stream, p).await {
+            ControlFlow::Break(()) => return Flow::Break(()),
+            ControlFlow::Continue(reason) => reason,
+        };
+        let interrupted = p.reason == "paused" || p.reason == "master restart";
+        if !interrupted && matches!(p.pos, Position::Watch) {
+            return self.sleep(&mut p.backoff).await;
+        }
+        Flow::Continue(())
+    }
+
+    /// Read until the stream breaks or someone interrupts; answers why it stopped.
+    async fn read(&mut self, mut stream: WatchStream, p: &mut Progress) -> ControlFlow<(), String> {
+        loop {
+            tokio::select! {
+                _ = self.shutdown.wait() => return ControlFlow::Break(()),
+                changed = self.paused.changed() => {
+                    if changed.is_err() { return ControlFlow::Break(()); }
+                    if *self.paused.borrow_and_update() {
+                        return ControlFlow::Continue("paused".to_string());
+                    }
+                }
+                cmd = self.commands.recv() => match cmd {
+                    Some(c) => {
+                        self.command(c, p);
+                        return ControlFlow::Continue("master restart".to_string());
+                    }
+                    None => return ControlFlow::Break(()),
+                },
+                msg = stream.next() => match msg {
+                    Ok(Some(resp)) => {
+                        p.backoff = BACKOFF_START;
+                        if let Some(reason) = self.on_message(resp, &stream, p) {
+                            return ControlFlow::Continue(reason);
+                        }
+                    }
+                    Ok(None) => return ControlFlow::Continue("stream ended".to_string()),
+                    Err(e) => return ControlFlow::Continue(e.to_string()),
+                },
+            }
+        }
+    }
+
+    /// One message, through the core; answers why the stream must end, if it must.
+    fn on_message(
+        &self,
+        resp: WatchResponse,
+        stream: &WatchStream,
+        p: &mut Progress,
+    ) -> Option<String> {
+        let (verdict, probes) = self.registry.on_watch_response(resp);
+        self.spawn_probes(probes);
+        match verdict {
+            Verdict::Events(evs) => {
+                self.count(&evs);
+                None
+            }
+            Verdict::RevisionReset { seen, revision } => {
+                p.pos = Position::List { apply: true };
+                let detail = json!({"seen_revision": seen, "revision": revision});
+                tracing::warn!(
+                    seen_revision = seen,
+                    revision,
+                    "etcd revision went back (data loss?); re-listing"
+                );
+                self.events.emit("etcd_revision_reset", detail);
+                Some(format!("revision reset from {seen} to {revision}"))
+            }
+            Verdict::AuthRefused { reason } => {
+                self.etcd.invalidate_token(stream.token());
+                self.events
+                    .emit("etcd_auth_refused", json!({"op": "watch"}));
+                Some(format!("canceled: {reason}"))
+            }
+            Verdict::Compacted {
+                from,
+                compact_revision,
+            } => {
+                p.pos = Position::List { apply: true };
+                let detail = json!({"from_revision": from, "compact_revision": compact_revision});
+                self.events.emit("watch_compacted", detail);
+                Some(format!("compacted at {compact_revision}"))
+            }
+            Verdict::Canceled { reason } => Some(format!("canceled: {reason}")),
+        }
+    }
+
+    /// Carry out a command: the new position and who to tell when it is done.
+    fn command(&mut self, cmd: Command, p: &mut Progress) {
         match cmd {
             Command::Restart { relist, done } => {
                 self.registry.forget_all();
                 self.events.emit("restart", json!({"relist": relist}));
-                (Position::List { apply: relist }, Some(done))
+                p.pos = Position::List { apply: relist };
+                p.pending_done = Some(done);
             }
         }
     }
 
-    /// Sleep one backoff step (doubling it); true if shutdown came first.
-    async fn sleep(&self, backoff: &mut Duration) -> bool {
+    /// Sleep one backoff step (doubling it); `Break` if shutdown came first.
+    async fn sleep(&self, backoff: &mut Duration) -> Flow {
         let d = *backoff;
         *backoff = (*backoff * 2).min(BACKOFF_MAX);
         tokio::select! {
-            _ = self.shutdown.wait() => true,
-            _ = tokio::time::sleep(d) => false,
+            _ = self.shutdown.wait() => Flow::Break(()),
+            _ = tokio::time::sleep(d) => Flow::Continue(()),
         }
     }
 
-    /// Range the prefix; if `apply`, reconcile the registry with it. Answers its revision.
-    async fn list(&self, apply: bool) -> Result<i64, crate::etcd::EtcdError> {
+    /// Range the prefix; if `apply`, reconcile the core with it; either way the watch
+    /// goes on from its revision + 1.
+    async fn list(&self, apply: bool) -> Result<(), crate::etcd::EtcdError> {
         let listing = self.etcd.range_prefix(&self.prefix()).await?;
         if apply {
-            let (found, bad) = follow::listed_instances(&self.namespace, &listing.kvs);
-            for (name, e) in &bad {
-                self.bad_value(name, e);
-            }
+            let (found, probes) = self.registry.on_listing(listing.revision, &listing.kvs);
             self.events.emit(
                 "relist",
-                json!({"revision": listing.revision, "instances": found.len()}),
+                json!({"revision": listing.revision, "instances": found}),
             );
-            for ticket in self.registry.reconcile(found) {
-                self.spawn_probe(ticket);
-            }
+            self.spawn_probes(probes);
+        } else {
+            self.registry.listed_at(listing.revision);
         }
-        Ok(listing.revision)
+        Ok(())
     }
 
-    fn bad_value(&self, name: &str, error: &str) {
-        tracing::error!(name, error, "unparseable instance registration");
-        self.events
-            .emit("bad_registration", json!({"name": name, "error": error}));
-    }
-
-    /// Apply new events to the registry, in order.
-    fn apply(&self, events: Vec<WatchEvent>) {
-        for ev in &events {
-            match follow::change(&self.namespace, ev) {
-                None => {}
-                Some(Change::Put { name, meta }) => {
-                    self.metrics.watch_event("put");
-                    match meta {
-                        Ok(meta) => self.registry.apply_put(name, meta),
-                        Err(e) => self.bad_value(name, &e),
-                    }
-                }
-                Some(Change::Delete { name, deleted }) => {
-                    self.metrics.watch_event("delete");
-                    if let Some(ticket) = self.registry.apply_delete(name, deleted.as_deref()) {
-                        self.spawn_probe(ticket);
-                    }
-                }
+    /// Count the instance events the core applied, by kind.
+    fn count(&self, events: &[WatchEvent]) {
+        for ev in events {
+            if instance_name(&self.namespace, &ev.kv.key).is_some() {
+                self.metrics.watch_event(match ev.kind {
+                    EventKind::Put => "put",
+                    EventKind::Delete => "delete",
+                });
             }
         }
     }
 
-    /// Probe in the background: the watch must not stall for up to 2 s per delete.
-    fn spawn_probe(&self, ticket: ProbeTicket) {
-        let prober = self.prober.clone();
-        let registry = self.registry.clone();
-        let metrics = self.metrics.clone();
-        let events = self.events.clone();
-        let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = shutdown.wait() => {}
-                healthy = prober.healthy(&ticket.name) => {
-                    metrics.probe(healthy);
-                    events.emit("probe", json!({"name": ticket.name, "incarnation": ticket.incarnation, "healthy": healthy}));
-                    registry.apply_probe(&ticket, healthy);
+    /// Carry out the core's probe commands in the background (the watch must not stall
+    /// for up to 2 s per delete): each attempt at its time, its outcome fed back, the
+    /// next attempt the core asks for carried out in turn.
+    fn spawn_probes(&self, commands: Vec<CoreCommand>) {
+        for first in commands {
+            let prober = self.prober.clone();
+            let registry = self.registry.clone();
+            let shutdown = self.shutdown.clone();
+            tokio::spawn(async move {
+                let mut next = Some(first);
+                while let Some(CoreCommand::Probe {
+                    id,
+                    name,
+                    url,
+                    attempt,
+                    at,
+                    timeout,
+                }) = next.take()
+                {
+                    let wait = at.saturating_sub(registry.now());
+                    let ok = tokio::select! {
+                        _ = shutdown.wait() => return,
+                        ok = async {
+                            tokio::time::sleep(wait).await;
+                            prober.attempt(&name, &url, attempt, timeout).await
+                        } => ok,
+                    };
+                    next = registry.on_probe_result(id, ok).into_iter().next();
                 }
-            }
-        });
+            });
+        }
     }
 }

@@ -795,3 +795,47 @@ async fn compaction_forces_a_relist_mock_etcd() {
     m.stop().await;
     etcd.stop().await;
 }
+
+/// The core decides the probe's attempts and the shell carries them out: a first
+/// attempt answered 503 is followed, `probe_interval` later, by a second one, and its
+/// 200 makes the instance LEASE_LOST (one `probe` event, healthy).
+#[tokio::test]
+async fn second_probe_attempt_decides_mock_etcd() {
+    let etcd = mock_etcd().await;
+    let gw = Gw::new(&etcd.url());
+    let ns = unique_ns("retry");
+    let stub = Stub::start("m").await;
+    stub.set_health(503);
+    let name = stub.name.clone();
+    let (events, ring) = ring_events();
+    let mut cfg = fast_config(&etcd.url(), &ns);
+    // Long enough to turn the stub healthy between the two attempts.
+    cfg.probe_interval = Duration::from_millis(1500);
+    cfg.lease_lost_timeout = Duration::from_secs(30);
+    cfg.suspect_window = Duration::from_secs(30);
+    let m = mock_master::start(cfg, events).await.unwrap();
+    let k = key(&ns, "DEFAULT", &name);
+    gw.put(&k, &reg_value(&name, 0, "inc-1")).await;
+    assert!(wait_state(&m, &name, Some(InstanceState::Active)).await);
+    gw.delete(&k).await;
+    let first = poll(WAIT, || async {
+        stub.health_calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert!(first, "first attempt");
+    stub.set_health(200);
+    assert!(wait_state(&m, &name, Some(InstanceState::LeaseLost)).await);
+    assert_eq!(stub.health_calls.load(Ordering::SeqCst), 2);
+    let probes = kinds(&ring, "probe");
+    assert_eq!(probes.len(), 1);
+    assert_eq!(
+        probes.first().and_then(|p| p.get("healthy")),
+        Some(&json!(true))
+    );
+    assert_eq!(
+        transitions(&ring, &name),
+        vec![t(D, "ACTIVE"), t("ACTIVE", "LEASE_LOST")]
+    );
+    m.stop().await;
+    etcd.stop().await;
+}
