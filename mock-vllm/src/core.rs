@@ -233,6 +233,7 @@ impl VllmCore {
             .then(|| HttpStats::new(created));
         self.snap.runtime = self.snap.runtime.take().map(|rt| Runtime {
             start: created,
+            cpu_base: 0.0,
             ..rt
         });
         self.started = now;
@@ -316,6 +317,27 @@ impl VllmCore {
         if let Some(http) = &mut self.snap.http {
             *http = HttpStats::new(created);
         }
+        // The process families start over too (start time now, CPU counted from here).
+        let cpu_now = self.cpu_seconds(now);
+        if let Some(rt) = &mut self.snap.runtime {
+            rt.start = created;
+            rt.cpu_base = cpu_now;
+        }
+    }
+
+    /// `/_mock/reset`: health up, faults and overrides cleared, no frozen page, fresh
+    /// counters.
+    pub fn reset(&mut self, now: Duration) {
+        self.mode = Health::Up;
+        self.faults.clear();
+        self.overrides.clear();
+        self.stale = None;
+        self.counter_reset(now);
+    }
+
+    /// What the simulated process has burnt: 1% of a CPU since it (re)started.
+    fn cpu_seconds(&self, now: Duration) -> f64 {
+        now.saturating_sub(self.started).as_secs_f64() * 0.01
     }
 
     // ---- faults and overrides ---------------------------------------------------

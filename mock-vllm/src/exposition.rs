@@ -8,7 +8,9 @@
 //! as buckets, `_count`, `_sum`, floats by `floatToGoString` (Python `repr`, with the old
 //! `e+0N` exponent for numbers of 7+ integer digits, e.g. `1.372014592e+010`).
 
+use std::cell::RefCell;
 use std::fmt::Write;
+use std::rc::Rc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -145,8 +147,12 @@ fn escape_label(v: &str, out: &mut String) {
     }
 }
 
-fn escape_help(h: &str) -> String {
-    h.replace('\\', "\\\\").replace('\n', "\\n")
+fn escape_help(h: &str) -> std::borrow::Cow<'_, str> {
+    if h.contains(['\\', '\n']) {
+        h.replace('\\', "\\\\").replace('\n', "\\n").into()
+    } else {
+        h.into()
+    }
 }
 
 /// `{a="1",b="2"}` sorted by name (prometheus_client sorts in both formats); empty
@@ -174,22 +180,48 @@ fn label_str(labels: &[(&str, String)], extra: Option<(&str, &str)>) -> String {
     s
 }
 
-fn line(out: &mut String, name: &str, suffix: &str, labels: &str, value: &str) {
-    let _ = writeln!(out, "{name}{suffix}{labels} {value}");
+fn line(out: &mut String, name: &str, suffix: &str, labels: &str, value: f64) {
+    out.push_str(name);
+    out.push_str(suffix);
+    out.push_str(labels);
+    out.push(' ');
+    push_go_float(out, value);
+    out.push('\n');
+}
+
+/// [`go_float`] appended to `out`. Pages are mostly small counts and bucket bounds:
+/// whole numbers below 1e6 are an integer and `.0`;
+/// for `1e-4 <= |d| < 1e6` (and zero) Python's `repr` is Rust's shortest round-trip
+/// `Display` plus `.0` for whole numbers, and `floatToGoString` leaves it alone, so
+/// those are written without an intermediate string.
+pub fn push_go_float(out: &mut String, d: f64) {
+    let a = d.abs();
+    if d.fract() == 0.0 && a < 1e6 && !(d == 0.0 && d.is_sign_negative()) {
+        // Whole numbers (counts, most of a page): integer formatting, no float digits.
+        let _ = write!(out, "{}.0", d as i64);
+    } else if d == 0.0 || (1e-4..1e6).contains(&a) {
+        let start = out.len();
+        let _ = write!(out, "{d}");
+        if !out.as_bytes()[start..].contains(&b'.') {
+            out.push_str(".0");
+        }
+    } else {
+        out.push_str(&go_float(d));
+    }
 }
 
 /// Prometheus text format 0.0.4 as prometheus_client's `generate_latest` writes it.
 pub fn render_text(families: &[Family], out: &mut String) {
     for f in families {
-        let (header, ty) = match f.kind {
-            Kind::Counter => (format!("{}_total", f.name), "counter"),
-            Kind::Gauge => (f.name.clone(), "gauge"),
-            Kind::Histogram => (f.name.clone(), "histogram"),
-            Kind::Summary => (f.name.clone(), "summary"),
+        let (total, ty) = match f.kind {
+            Kind::Counter => ("_total", "counter"),
+            Kind::Gauge => ("", "gauge"),
+            Kind::Histogram => ("", "histogram"),
+            Kind::Summary => ("", "summary"),
         };
         let help = escape_help(&f.help);
-        let _ = writeln!(out, "# HELP {header} {help}");
-        let _ = writeln!(out, "# TYPE {header} {ty}");
+        let _ = writeln!(out, "# HELP {}{total} {help}", f.name);
+        let _ = writeln!(out, "# TYPE {}{total} {ty}", f.name);
         let mut created = String::new();
         for c in &f.children {
             match c {
@@ -204,9 +236,9 @@ pub fn render_text(families: &[Family], out: &mut String) {
                     } else {
                         ""
                     };
-                    line(out, &f.name, suffix, &ls, &go_float(*value));
+                    line(out, &f.name, suffix, &ls, *value);
                     if let Some(t) = cr {
-                        line(&mut created, &f.name, "_created", &ls, &go_float(*t));
+                        line(&mut created, &f.name, "_created", &ls, *t);
                     }
                 }
                 Child::Histogram {
@@ -219,10 +251,10 @@ pub fn render_text(families: &[Family], out: &mut String) {
                 } => {
                     histogram_lines(out, &f.name, labels, bounds, cumulative);
                     let ls = label_str(labels, None);
-                    line(out, &f.name, "_count", &ls, &go_float(*count));
-                    line(out, &f.name, "_sum", &ls, &go_float(*sum));
+                    line(out, &f.name, "_count", &ls, *count);
+                    line(out, &f.name, "_sum", &ls, *sum);
                     if let Some(t) = cr {
-                        line(&mut created, &f.name, "_created", &ls, &go_float(*t));
+                        line(&mut created, &f.name, "_created", &ls, *t);
                     }
                 }
                 Child::Summary {
@@ -232,10 +264,10 @@ pub fn render_text(families: &[Family], out: &mut String) {
                     created: cr,
                 } => {
                     let ls = label_str(labels, None);
-                    line(out, &f.name, "_count", &ls, &go_float(*count));
-                    line(out, &f.name, "_sum", &ls, &go_float(*sum));
+                    line(out, &f.name, "_count", &ls, *count);
+                    line(out, &f.name, "_sum", &ls, *sum);
                     if let Some(t) = cr {
-                        line(&mut created, &f.name, "_created", &ls, &go_float(*t));
+                        line(&mut created, &f.name, "_created", &ls, *t);
                     }
                 }
             }
@@ -277,7 +309,7 @@ pub fn render_openmetrics(families: &[Family], out: &mut String) {
                         ""
                     };
                     let ls = label_str(labels, None);
-                    line(out, &f.name, suffix, &ls, &go_float(*value));
+                    line(out, &f.name, suffix, &ls, *value);
                     (labels, created)
                 }
                 Child::Histogram {
@@ -290,8 +322,8 @@ pub fn render_openmetrics(families: &[Family], out: &mut String) {
                 } => {
                     histogram_lines(out, &f.name, labels, bounds, cumulative);
                     let ls = label_str(labels, None);
-                    line(out, &f.name, "_count", &ls, &go_float(*count));
-                    line(out, &f.name, "_sum", &ls, &go_float(*sum));
+                    line(out, &f.name, "_count", &ls, *count);
+                    line(out, &f.name, "_sum", &ls, *sum);
                     (labels, created)
                 }
                 Child::Summary {
@@ -301,21 +333,22 @@ pub fn render_openmetrics(families: &[Family], out: &mut String) {
                     created,
                 } => {
                     let ls = label_str(labels, None);
-                    line(out, &f.name, "_count", &ls, &go_float(*count));
-                    line(out, &f.name, "_sum", &ls, &go_float(*sum));
+                    line(out, &f.name, "_count", &ls, *count);
+                    line(out, &f.name, "_sum", &ls, *sum);
                     (labels, created)
                 }
             };
             if let Some(t) = created {
                 let ls = label_str(labels, None);
-                line(out, &f.name, "_created", &ls, &go_float(*t));
+                line(out, &f.name, "_created", &ls, *t);
             }
         }
     }
     out.push_str("# EOF\n");
 }
 
-/// The `_bucket` lines of one histogram child, `le` sorted among the labels.
+/// The `_bucket` lines of one histogram child, `le` sorted among the labels (the
+/// other labels are sorted and joined once, `le` written between them).
 fn histogram_lines(
     out: &mut String,
     name: &str,
@@ -323,14 +356,72 @@ fn histogram_lines(
     bounds: &[f64],
     cumulative: &[f64],
 ) {
-    for (i, v) in cumulative.iter().enumerate() {
-        let le = bounds
-            .get(i)
-            .map(|b| go_float(*b))
-            .unwrap_or_else(|| "+Inf".into());
-        let ls = label_str(labels, Some(("le", &le)));
-        line(out, name, "_bucket", &ls, &go_float(*v));
+    let mut sorted: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    // `before` is `a="1",` per label sorting before `le`, `after` is `,z="2"` per one after.
+    let (mut before, mut after) = (String::new(), String::new());
+    for (k, v) in sorted {
+        let after_le = k > "le";
+        let side = if after_le { &mut after } else { &mut before };
+        if after_le {
+            side.push(',');
+        }
+        side.push_str(k);
+        side.push_str("=\"");
+        escape_label(v, side);
+        side.push('"');
+        if !after_le {
+            side.push(',');
+        }
     }
+    with_les(bounds, |les| {
+        for (i, v) in cumulative.iter().enumerate() {
+            out.push_str(name);
+            out.push_str("_bucket{");
+            out.push_str(&before);
+            out.push_str("le=\"");
+            out.push_str(les.get(i).map_or("+Inf", String::as_str));
+            out.push('"');
+            out.push_str(&after);
+            out.push_str("} ");
+            push_go_float(out, *v);
+            out.push('\n');
+        }
+    });
+}
+
+/// Bucket bounds and their `le` texts.
+type LeMemo = Vec<(Box<[f64]>, Rc<[String]>)>;
+
+thread_local! {
+    /// The `le` texts of the bucket lists written on this thread. There are a handful
+    /// (one per histogram kind and release) and every page repeats them.
+    static LES: RefCell<LeMemo> = const { RefCell::new(Vec::new()) };
+}
+
+/// Most lists a thread remembers (more are formatted, and the memory starts over).
+const LES_KEPT: usize = 64;
+
+/// `f` of the `le` texts of `bounds` (without `+Inf`), formatted once per thread.
+fn with_les<R>(bounds: &[f64], f: impl FnOnce(&[String]) -> R) -> R {
+    let known = LES.with(|c| {
+        c.borrow()
+            .iter()
+            .find(|(b, _)| **b == *bounds)
+            .map(|(_, les)| les.clone())
+    });
+    let les = known.unwrap_or_else(|| {
+        let les: Rc<[String]> = bounds.iter().map(|b| go_float(*b)).collect();
+        LES.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.len() >= LES_KEPT {
+                c.clear();
+            }
+            c.push((bounds.into(), les.clone()));
+        });
+        les
+    });
+    f(&les)
 }
 
 #[cfg(test)]
@@ -367,5 +458,45 @@ mod tests {
         assert_eq!(go_float(f64::INFINITY), "+Inf");
         assert_eq!(go_float(f64::NAN), "NaN");
         assert_eq!(go_float(-1e7), "-10000000.0");
+    }
+
+    #[test]
+    fn the_fast_float_path_writes_what_go_float_writes() {
+        let mut values = vec![
+            0.0,
+            -0.0,
+            1e-4,
+            9.99e-5,
+            999_999.0,
+            1e6,
+            0.001,
+            2560.0,
+            -3.5,
+            1.0 / 3.0,
+        ];
+        let mut x: f64 = 1.234_567e-6;
+        while x < 1e9 {
+            values.extend([x, -x, x.round(), (x * 7.0).floor() + 0.5]);
+            x *= 1.37;
+        }
+        for v in values {
+            let mut out = String::from("x");
+            push_go_float(&mut out, v);
+            assert_eq!(out, format!("x{}", go_float(v)), "{v}");
+        }
+    }
+
+    #[test]
+    fn bucket_labels_sort_le_among_the_others() {
+        let labels: Labels = vec![("model_name", "m".into()), ("engine", "0".into())];
+        let mut out = String::new();
+        histogram_lines(&mut out, "h", &labels, &[0.5], &[1.0, 2.0]);
+        assert_eq!(
+            out,
+            "h_bucket{engine=\"0\",le=\"0.5\",model_name=\"m\"} 1.0\nh_bucket{engine=\"0\",le=\"+Inf\",model_name=\"m\"} 2.0\n"
+        );
+        let mut out = String::new();
+        histogram_lines(&mut out, "h", &vec![], &[], &[3.0]);
+        assert_eq!(out, "h_bucket{le=\"+Inf\"} 3.0\n");
     }
 }

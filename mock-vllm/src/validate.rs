@@ -17,8 +17,9 @@ pub enum Api {
     Chat,
 }
 
-/// A validated request.
-#[derive(Debug)]
+/// A validated request: what the load model needs of it (a simulator may build one
+/// directly, or get it from a body with [`parse`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Req {
     pub prompt_tokens: u32,
     pub prompt_hash: u64,

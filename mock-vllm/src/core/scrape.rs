@@ -86,9 +86,9 @@ impl VllmCore {
             let v = wave.value_at(now.saturating_sub(*since));
             self.snap.overrides.push((name.clone(), v));
         }
+        let cpu = self.cpu_seconds(now);
         if let Some(rt) = &mut self.snap.runtime {
-            // A process that burns 1% of a CPU since it started.
-            rt.process.cpu_secs = now.saturating_sub(self.started).as_secs_f64() * 0.01;
+            rt.process.cpu_secs = cpu;
         }
         self.snap.nonfinite = nonfinite;
         crate::metrics::page_into(&self.snap, &mut self.page);

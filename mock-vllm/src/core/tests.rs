@@ -252,3 +252,28 @@ fn same_seed_same_timeline() {
     assert!(pa.contains("vllm:time_to_first_token_seconds_count{engine=\"1\""));
     assert!(!line(&pa, "vllm:time_to_first_token_seconds_count{engine=\"1\"").ends_with(" 0.0"));
 }
+
+#[test]
+fn counter_reset_zeroes_counters_but_keeps_requests_in_flight() {
+    let mut core = VllmCore::new(cfg(Dialect::V0_10), EPOCH, ms(0)).unwrap();
+    core.submit(ms(0), req(10, 3));
+    let Submitted::Accepted(long) = core.submit(ms(0), req(10, 500)) else {
+        panic!()
+    };
+    core.advance(ms(100));
+    let p = page(&mut core, ms(100));
+    assert!(line(&p, "vllm:time_to_first_token_seconds_count{").ends_with(" 2.0"));
+    assert!(p.contains("\nprocess_start_time_seconds 1.7e+09\n"), "{p}");
+    core.counter_reset(ms(3000));
+    let p = page(&mut core, ms(3000));
+    assert!(line(&p, "vllm:time_to_first_token_seconds_count{").ends_with(" 0.0"));
+    assert!(line(&p, "vllm:num_requests_running{").ends_with(" 1.0"));
+    assert!(
+        p.contains("\nprocess_start_time_seconds 1.700000003e+09\n"),
+        "{p}"
+    );
+    let ends = core.advance(ms(60_000));
+    assert_eq!(ends.iter().map(|o| o.id).collect::<Vec<_>>(), vec![long]);
+    let p = page(&mut core, ms(60_000));
+    assert!(line(&p, "vllm:e2e_request_latency_seconds_count{").ends_with(" 1.0"));
+}
