@@ -31,9 +31,10 @@
 //!   and restarted at will;
 //! - etcd: mock-etcd's core (`mock_etcd::EtcdCore`): the sidecar's calls as gateway JSON
 //!   through `handle_json`, lease expiry at virtual times, watch streams;
-//! - the master: mock-master's token check, heartbeat rules and instance table; it
-//!   follows etcd through a watch (mock-master's request, parser and cursor) and probes
-//!   a deleted instance's vLLM over its own link;
+//! - the master: mock-master's core (`mock_master::core::MasterCore`: gate, heartbeat
+//!   rules, instance table, watch cursor, probe attempts, ticker); it follows etcd
+//!   through a watch (mock-master's request and parser) and probes a deleted instance's
+//!   vLLM over its own link;
 //! - vLLM: mock-vllm's virtual-time core (`mock_vllm::core::VllmCore`: load model,
 //!   health modes, startup delay, crash/restart, `metrics_*`/`completion_*` faults, the
 //!   page of every dialect, `compact` included), under open-loop request load.
@@ -60,8 +61,8 @@
 //!   ([`etcd_client::answer`]).
 //! - [`vllm_node`]: a fake vLLM: mock-vllm's `VllmCore`, its answers as replies
 //!   ([`vllm_node::VllmNode`]).
-//! - [`master_node`]: the fake master: mock-master's instance table, heartbeat table,
-//!   watch parser and cursor ([`master_node::MasterNode::on_watch_line`]), its probe.
+//! - [`master_node`]: the fake master: mock-master's `MasterCore`, fed heartbeats and
+//!   watch lines ([`master_node::MasterNode::on_watch_line`]), its probes sent as calls.
 //! - [`load`]: open-loop completions on a fake vLLM, validated by mock-vllm's rules:
 //!   [`load::Load::new`], started with [`World::add_load`].
 //! - [`world`]: the engine (time, queue, generator, log, links, nodes, exchanges and
