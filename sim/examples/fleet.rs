@@ -49,6 +49,7 @@ fn main() {
 
 fn fleet(n: u32, secs: u64, dialect: Dialect, log: EventLog) {
     let started = Instant::now();
+    let cpu_start = cpu_secs();
     let mut world = World::new(1, log);
     let etcd = EtcdNode::new(mock_etcd::Config::default(), 1);
     world.add_server(NodeId::Etcd, Box::new(etcd));
@@ -71,6 +72,7 @@ fn fleet(n: u32, secs: u64, dialect: Dialect, log: EventLog) {
     let built = started.elapsed();
     world.run_until(Duration::from_secs(secs));
     let wall = started.elapsed();
+    let cpu = cpu_secs() - cpu_start;
     let instance_hours = f64::from(n) * secs as f64 / 3600.0;
     let registered = world
         .sidecars()
@@ -82,13 +84,14 @@ fn fleet(n: u32, secs: u64, dialect: Dialect, log: EventLog) {
         .map_or(0, |m| m.instances().views(world.now()).len());
     println!("fleet: {registered} sidecars registered, {active} instances known to the master at the end");
     println!(
-        "fleet: {n} instances x {secs} simulated s ({dialect}): {:.2} s wall ({:.2} s to build), {} events, {} log lines (digest {:016x}); {:.0} instance-hours per wall minute",
+        "fleet: {n} instances x {secs} simulated s ({dialect}): {:.2} s wall, {cpu:.2} s CPU ({:.2} s to build), {} events, {} log lines (digest {:016x}); {:.0} instance-hours per wall minute, {:.0} per CPU minute",
         wall.as_secs_f64(),
         built.as_secs_f64(),
         world.events(),
         world.log().lines(),
         world.log().digest(),
         instance_hours / (wall.as_secs_f64() / 60.0),
+        instance_hours / (cpu / 60.0),
     );
 }
 
@@ -144,6 +147,22 @@ fn page_path(dialect: Dialect) {
         total,
         ceiling,
     );
+}
+
+/// User + system CPU seconds of this process (the machine is shared: wall time alone
+/// says little).
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are 14 and 15.
+    let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn addr(i: u32) -> String {
