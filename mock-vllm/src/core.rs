@@ -26,17 +26,21 @@ use mock_kit::FaultRegistry;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use crate::config::{Config, Dialect};
-use crate::error::ApiError;
+use crate::config::Config;
 use crate::faults::Fault;
 use crate::latency::{Latency, PrefixMemory};
 use crate::metrics::{EngineView, Runtime, Snapshot};
 use crate::process::ProcessView;
 use crate::sched::Scheduler;
 use crate::state::Health;
-use crate::stats::{Buckets, EngineStats, FinishReason, Finished, HttpStats};
-use crate::validate::{self, Api, Req};
+use crate::stats::{Buckets, EngineStats, FinishReason, HttpStats};
+use crate::validate::Req;
 use crate::waveform::Waveform;
+
+mod load;
+mod scrape;
+#[cfg(test)]
+mod tests;
 
 /// What a server that may be down answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -382,50 +386,5 @@ fn empty_snapshot(cfg: &Config) -> Snapshot {
             cpu_base: 0.0,
         }),
         http: None,
-    }
-}
-
-mod load;
-mod scrape;
-
-#[cfg(test)]
-mod tests;
-
-impl VllmCore {
-    /// vLLM's request rules: a body to a [`Req`] or vLLM's error (status and message).
-    pub fn parse(&self, api: Api, body: &[u8]) -> Result<Req, ApiError> {
-        validate::parse(&self.cfg, api, body)
-    }
-
-    fn content_type(&self) -> &'static str {
-        if self.cfg.dialect == Dialect::OpenMetrics {
-            crate::metrics::OPENMETRICS_CONTENT_TYPE
-        } else {
-            crate::metrics::TEXT_CONTENT_TYPE
-        }
-    }
-
-    fn timer(&mut self, at: Duration, id: RequestId, step: Step) {
-        self.timer_seq += 1;
-        self.timers.push(Reverse((at, self.timer_seq, id, step)));
-    }
-
-    fn finished_of(f: &Flight, end: Duration, generated: u32) -> Finished {
-        Finished {
-            prompt_tokens: f.req.prompt_tokens,
-            generation_tokens: generated,
-            max_tokens_param: f.req.max_tokens_param,
-            max_generation_tokens: f.req.max_tokens,
-            n: 1,
-            queue: (f.scheduled - f.arrival).as_secs_f64(),
-            prefill: (f.first - f.scheduled).as_secs_f64(),
-            decode: (end - f.first).as_secs_f64(),
-            e2e: (end - f.arrival).as_secs_f64(),
-        }
-    }
-
-    fn new_request_rng(&mut self) -> StdRng {
-        self.seq += 1;
-        StdRng::seed_from_u64(self.cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.seq)
     }
 }

@@ -9,6 +9,7 @@
 //! `e+0N` exponent for numbers of 7+ integer digits, e.g. `1.372014592e+010`).
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt::Write;
 use std::rc::Rc;
 
@@ -206,8 +207,29 @@ pub fn push_go_float(out: &mut String, d: f64) {
             out.push_str(".0");
         }
     } else {
-        out.push_str(&go_float(d));
+        // Mostly `_created` stamps and process readings: the same few values on every
+        // page, remembered per thread (bounded).
+        SLOW_FLOATS.with(|m| {
+            let mut m = m.borrow_mut();
+            if let Some(text) = m.get(&d.to_bits()) {
+                out.push_str(text);
+                return;
+            }
+            let text = go_float(d);
+            out.push_str(&text);
+            if m.len() >= SLOW_FLOATS_KEPT {
+                m.clear();
+            }
+            m.insert(d.to_bits(), text.into());
+        });
     }
+}
+
+/// Most slow-path floats a thread remembers.
+const SLOW_FLOATS_KEPT: usize = 1 << 16;
+
+thread_local! {
+    static SLOW_FLOATS: RefCell<HashMap<u64, Box<str>>> = RefCell::new(HashMap::new());
 }
 
 /// Prometheus text format 0.0.4 as prometheus_client's `generate_latest` writes it.
@@ -480,9 +502,11 @@ mod tests {
             x *= 1.37;
         }
         for v in values {
+            // Twice: the second one of a slow-path value comes from the memo.
             let mut out = String::from("x");
             push_go_float(&mut out, v);
-            assert_eq!(out, format!("x{}", go_float(v)), "{v}");
+            push_go_float(&mut out, v);
+            assert_eq!(out, format!("x{0}{0}", go_float(v)), "{v}");
         }
     }
 

@@ -54,12 +54,19 @@ impl Latency {
 
     /// Time from one output token to the next, `running` requests in the batch.
     pub fn inter_token_time(&self, running: usize, rng: &mut impl Rng) -> Duration {
+        secs(self.inter_token_secs(running, rng))
+    }
+
+    /// [`Latency::inter_token_time`] in seconds (a simulator sums many of them and
+    /// makes one `Duration` of the total).
+    pub fn inter_token_secs(&self, running: usize, rng: &mut impl Rng) -> f64 {
         let base = self.inter_token_latency * self.slowdown(running);
-        secs(self.jittered(base, rng))
+        self.jittered(base, rng).max(0.0)
     }
 }
 
-fn secs(s: f64) -> Duration {
+/// Seconds as a `Duration` (negative as zero, too large as `Duration::MAX`).
+pub fn secs(s: f64) -> Duration {
     Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
 }
 

@@ -21,23 +21,24 @@
 //!
 //! Core:
 //! - [`core`]: [`core::VllmCore`], one whole fake vLLM in virtual time for simulators:
-//!   `submit`/`advance`/`next_event_time` (the load model), `health`, `metrics` (the
-//!   page into a reused buffer, faults applied), `crash`/`restart`; built from the
-//!   modules below, never a second model.
+//!   `submit`/`advance`/`next_event_time` (the load model, `core::load`), `health`,
+//!   `metrics` (the page into a reused buffer, faults applied, `core::scrape`),
+//!   `crash`/`restart`; built from the modules below, never a second model.
 //! - [`state`]: what handlers and handle share (`Shared`, the engines' `Core`,
 //!   [`Health`]) and the operations on it, time as an argument; no sockets.
 //! - [`sched`]: one engine's slots, KV cache and FIFO queue as a plain state machine
 //!   ([`sched::Scheduler`]); [`engine`]: the load model around it, latencies and
 //!   waking waiters ([`engine::Engine::admit`]); [`latency`]: prefill and inter-token
-//!   times at a batch size ([`latency::Latency`]) and the pretend prefix cache; [`stats`]: counters and histograms of what happened
-//!   ([`stats::EngineStats`]).
+//!   times at a batch size ([`latency::Latency`]) and the pretend prefix cache;
+//!   [`stats`]: counters and histograms of what happened ([`stats::EngineStats`]).
 //! - [`answer`]: a completion's output length and its body or SSE chunks, from its
 //!   plan. [`validate`]: vLLM's request rules and errors (`validate::parse`); [`request`]:
 //!   bodies decoded without a JSON tree (`request::fields`); [`tokenizer`]: the
 //!   4-characters-per-token rule.
 //! - [`metrics`]: which families each dialect exports; [`metrics::page`] writes the page
-//!   of a [`metrics::Snapshot`]. [`exposition`]: the text and OpenMetrics writers
-//!   (`floatToGoString` and all).
+//!   of a [`metrics::Snapshot`] ([`metrics::page_into`]: into a reused buffer).
+//!   [`exposition`]: the text and OpenMetrics writers (`floatToGoString` and all; `le`
+//!   texts and slow-path floats remembered per thread).
 //! - [`scrape_faults`]: what `metrics_*` faults make of a scrape
 //!   ([`scrape_faults::ScrapePlan::decide`]); [`faults`]: [`Fault`] (and `hang`).
 //! - [`config`]: [`Config`] and [`Dialect`]; [`waveform`]: [`Waveform`] for gauge

@@ -7,16 +7,24 @@
 use std::cmp::Reverse;
 use std::time::Duration;
 
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use super::{End, Flight, Outcome, RequestId, Step, Submitted, VllmCore};
 use crate::answer::output_length;
+use crate::error::ApiError;
 use crate::faults::Fault;
+use crate::latency::secs;
 use crate::sched::{least_loaded, Decision};
-use crate::stats::FinishReason;
-use crate::validate::Req;
+use crate::stats::{FinishReason, Finished};
+use crate::validate::{self, Api, Req};
 
 impl VllmCore {
+    /// vLLM's request rules: a body to a [`Req`] or vLLM's error (status and message).
+    pub fn parse(&self, api: Api, body: &[u8]) -> Result<Req, ApiError> {
+        validate::parse(&self.cfg, api, body)
+    }
+
     /// A client sends `req` at `now` (see [`VllmCore::parse`] for a body). The same
     /// steps as the serving shell: startup 503, `completion_fail`, the least loaded
     /// engine, seeded output length, admission (429 when the queue is full),
@@ -29,7 +37,9 @@ impl VllmCore {
         if self.starting(now) {
             return Submitted::Failed(503);
         }
-        let mut rng = self.new_request_rng();
+        self.seq += 1;
+        let mut rng =
+            StdRng::seed_from_u64(self.cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.seq);
         let armed = self.faults.any(|f| {
             matches!(
                 f,
@@ -37,20 +47,27 @@ impl VllmCore {
             )
         });
         let roll: f64 = rng.gen();
-        if armed {
-            if let Some(status) = self.faults.fire(|f| match f {
+        let failing = if armed {
+            self.faults.fire(|f| match f {
                 Fault::CompletionFail { fraction, status } if roll < *fraction => Some(*status),
                 _ => None,
-            }) {
-                return Submitted::Failed(status);
-            }
+            })
+        } else {
+            None
+        };
+        if let Some(status) = failing {
+            return Submitted::Failed(status);
         }
-        let turn = self.seq as usize;
+        self.place(now, req, rng, armed)
+    }
+
+    /// Admit a request that passed the gates on the least loaded engine.
+    fn place(&mut self, now: Duration, req: Req, mut rng: StdRng, armed: bool) -> Submitted {
         let loads = self
             .lanes
             .iter()
             .map(|l| l.sched.running() + l.sched.waiting());
-        let Some(engine) = least_loaded(loads, turn) else {
+        let Some(engine) = least_loaded(loads, self.seq as usize) else {
             return Submitted::Failed(503);
         };
         let (out_tokens, reason) = output_length(&req, self.cfg.natural_output_tokens, &mut rng);
@@ -66,44 +83,50 @@ impl VllmCore {
             }
             return Submitted::Failed(429);
         }
-        let hang = armed
-            && self
-                .faults
-                .fire(|f| matches!(f, Fault::CompletionHang).then_some(()))
-                .is_some();
-        let drop_after = if armed && !hang {
-            self.faults.fire(|f| match f {
-                Fault::CompletionDrop { after_tokens } => Some(*after_tokens),
-                _ => None,
-            })
-        } else {
-            None
-        };
+        let (hang, drop_after) = self.after_admission_faults(armed);
         // The shell draws the completion id and the word offset here: draw them too,
         // so the timings come from the same random stream.
         let _: u128 = rng.gen();
         let _: u16 = rng.gen();
-        self.flights.insert(
-            id,
-            Flight {
-                engine,
-                req,
-                rng,
-                out_tokens,
-                reason,
-                need,
-                arrival: now,
-                scheduled: now,
-                first: now,
-                itls: Vec::new(),
-                drop_after,
-                hang,
-            },
-        );
+        let flight = Flight {
+            engine,
+            req,
+            rng,
+            out_tokens,
+            reason,
+            need,
+            arrival: now,
+            scheduled: now,
+            first: now,
+            itls: Vec::new(),
+            drop_after,
+            hang,
+        };
+        self.flights.insert(id, flight);
         if decision == Decision::Run {
             self.schedule(id, now);
         }
         Submitted::Accepted(id)
+    }
+
+    /// `completion_hang` (hold the slot, never answer), else `completion_drop` (reset
+    /// after so many tokens), as the shell fires them once a request is admitted.
+    fn after_admission_faults(&self, armed: bool) -> (bool, Option<u32>) {
+        if !armed {
+            return (false, None);
+        }
+        let hang = self
+            .faults
+            .fire(|f| matches!(f, Fault::CompletionHang).then_some(()))
+            .is_some();
+        if hang {
+            return (true, None);
+        }
+        let drop_after = self.faults.fire(|f| match f {
+            Fault::CompletionDrop { after_tokens } => Some(*after_tokens),
+            _ => None,
+        });
+        (false, drop_after)
     }
 
     /// Run every step due at or before `now`; answers the requests that ended since
@@ -172,22 +195,18 @@ impl VllmCore {
         view.stats
             .record_prefill(f.req.prompt_tokens, hit, (at - f.arrival).as_secs_f64());
         let running = lane.sched.running();
-        let planned: Vec<Duration> = (1..f.out_tokens)
-            .map(|_| lane.latency.inter_token_time(running, &mut f.rng))
-            .collect();
+        f.itls.clear();
+        f.itls
+            .extend((1..f.out_tokens).map(|_| lane.latency.inter_token_secs(running, &mut f.rng)));
         let cut = f
             .drop_after
             .filter(|k| *k < f.out_tokens)
             .map(|k| k.saturating_sub(1) as usize);
         let end = match cut {
-            Some(k) => {
-                f.itls.clear();
-                at + planned.iter().take(k).sum::<Duration>()
-            }
+            Some(k) => at + secs(f.itls.iter().take(k).sum()),
             None => {
-                f.itls = planned.iter().map(Duration::as_secs_f64).collect();
                 f.drop_after = None;
-                at + planned.iter().sum::<Duration>()
+                at + secs(f.itls.iter().sum())
             }
         };
         self.timer(end, id, Step::Done);
@@ -206,7 +225,7 @@ impl VllmCore {
             End::Dropped
         } else {
             view.stats.record_decode(&f.itls);
-            let finished = Self::finished_of(&f, at, f.out_tokens);
+            let finished = finished_of(&f, at, f.out_tokens);
             view.stats.record_finished(f.reason, &finished);
             End::Finished {
                 reason: f.reason,
@@ -221,5 +240,25 @@ impl VllmCore {
         for g in granted {
             self.schedule(g, at);
         }
+    }
+
+    fn timer(&mut self, at: Duration, id: RequestId, step: Step) {
+        self.timer_seq += 1;
+        self.timers.push(Reverse((at, self.timer_seq, id, step)));
+    }
+}
+
+/// What the stats record of a request that ended at `end` with `generated` tokens.
+fn finished_of(f: &Flight, end: Duration, generated: u32) -> Finished {
+    Finished {
+        prompt_tokens: f.req.prompt_tokens,
+        generation_tokens: generated,
+        max_tokens_param: f.req.max_tokens_param,
+        max_generation_tokens: f.req.max_tokens,
+        n: 1,
+        queue: (f.scheduled - f.arrival).as_secs_f64(),
+        prefill: (f.first - f.scheduled).as_secs_f64(),
+        decode: (end - f.first).as_secs_f64(),
+        e2e: (end - f.arrival).as_secs_f64(),
     }
 }

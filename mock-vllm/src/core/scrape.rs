@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{Answer, Delivery, MetricsReply, VllmCore};
+use crate::config::Dialect;
 use crate::scrape_faults::ScrapePlan;
 
 impl VllmCore {
@@ -93,6 +94,16 @@ impl VllmCore {
         self.snap.nonfinite = nonfinite;
         crate::metrics::page_into(&self.snap, &mut self.page);
         self.page.as_bytes()
+    }
+}
+
+impl VllmCore {
+    fn content_type(&self) -> &'static str {
+        if self.cfg.dialect == Dialect::OpenMetrics {
+            crate::metrics::OPENMETRICS_CONTENT_TYPE
+        } else {
+            crate::metrics::TEXT_CONTENT_TYPE
+        }
     }
 }
 

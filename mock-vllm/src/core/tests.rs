@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::config::Dialect;
 use crate::stats::FinishReason;
 
 const EPOCH: f64 = 1_700_000_000.0;
@@ -276,4 +277,48 @@ fn counter_reset_zeroes_counters_but_keeps_requests_in_flight() {
     assert_eq!(ends.iter().map(|o| o.id).collect::<Vec<_>>(), vec![long]);
     let p = page(&mut core, ms(60_000));
     assert!(line(&p, "vllm:e2e_request_latency_seconds_count{").ends_with(" 1.0"));
+}
+
+#[test]
+fn completion_faults_fail_hang_and_drop() {
+    let mut core = VllmCore::new(cfg(Dialect::V0_11), EPOCH, ms(0)).unwrap();
+    let f = core.faults();
+    f.add(
+        Fault::CompletionFail {
+            fraction: 1.0,
+            status: 500,
+        },
+        Some(1),
+        None,
+    );
+    f.add(Fault::CompletionHang, Some(1), None);
+    assert_eq!(core.submit(ms(0), req(10, 3)), Submitted::Failed(500));
+    // The hung request holds its slot and never ends.
+    let Submitted::Accepted(_) = core.submit(ms(0), req(10, 3)) else {
+        panic!()
+    };
+    assert_eq!(core.next_event_time(), None);
+    assert_eq!(core.engine_load(0), Some((1, 0, 13)));
+    core.faults()
+        .add(Fault::CompletionDrop { after_tokens: 2 }, Some(1), None);
+    let Submitted::Accepted(dropped) = core.submit(ms(0), req(10, 5)) else {
+        panic!()
+    };
+    // First token at 12 ms, the second 10 ms later, then the reset.
+    let ends = core.advance(ms(1000));
+    assert_eq!(
+        ends,
+        vec![Outcome {
+            id: dropped,
+            at: ms(22),
+            end: End::Dropped
+        }]
+    );
+    let p = page(&mut core, ms(1000));
+    assert!(line(
+        &p,
+        "vllm:request_success_total{engine=\"0\",finished_reason=\"abort\""
+    )
+    .ends_with(" 1.0"));
+    assert_eq!(core.engine_load(0), Some((1, 0, 13)));
 }
