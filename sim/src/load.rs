@@ -56,18 +56,8 @@ impl Load {
         Duration::from_secs_f64((-u.ln() / self.rps.max(1e-9)).min(3600.0))
     }
 
-    /// A fresh copy of the request (mock-vllm's `Req` is not `Clone`).
+    /// The request to submit (mock-vllm's `Req` is a plain `Copy` value).
     pub fn request(&self) -> Req {
-        let r = &self.req;
-        Req {
-            prompt_tokens: r.prompt_tokens,
-            prompt_hash: r.prompt_hash,
-            max_tokens_param: r.max_tokens_param,
-            max_tokens: r.max_tokens,
-            min_tokens: r.min_tokens,
-            ignore_eos: r.ignore_eos,
-            stream: r.stream,
-            include_usage: r.include_usage,
-        }
+        self.req
     }
 }
