@@ -1,0 +1,86 @@
+//! A deterministic discrete-event simulator of the cluster: the production sidecar's
+//! decision core and the fakes' own cores, with time and the network simulated around
+//! them (issue 13).
+//!
+//! Why: `scenarios run` drives real processes in real time, which is the last word on
+//! the binary but cannot replay a timing, reach fleet scale or search for rare races.
+//! Here one seed is one run, exactly; a simulated hour of one instance takes
+//! milliseconds. Nothing here re-models a sidecar or a fake: the sidecar is
+//! `sidecar::core::Core`, the peers are the fakes' clock-free cores, and values cross
+//! between them in their wire encoding (the etcd value and the heartbeat body as the
+//! JSON the sidecar writes, the `/metrics` page as the text the fake writes).
+//!
+//! # Determinism rules
+//!
+//! A run must be a pure function of its seed and its inputs, so that the event log of
+//! two runs compares byte for byte:
+//!
+//! - nothing reads a clock: time is [`World::now`], a `Duration` since the start,
+//!   advanced only by the event queue; cores get it as an argument;
+//! - every random draw goes through the world's one `StdRng` (seeded from the run's
+//!   seed), in event order; each sidecar core's own seed is drawn from it when the
+//!   sidecar is added;
+//! - no `HashMap`/`HashSet` iteration order reaches anything observable: tables are
+//!   `BTreeMap`s or `Vec`s, and nothing here walks a fake's hash maps;
+//! - ties in time are broken by the order events were scheduled (a sequence number),
+//!   never by the payload.
+//!
+//! # What runs today
+//!
+//! - sidecars: the production core, every command mapped as the driver maps it; killed
+//!   and restarted at will;
+//! - etcd: mock-etcd's core (`mock_etcd::EtcdCore`): the sidecar's calls as gateway JSON
+//!   through `handle_json`, lease expiry at virtual times, watch streams;
+//! - the master: mock-master's core (`mock_master::core::MasterCore`: gate, heartbeat
+//!   rules, instance table, watch cursor, probe attempts, ticker); it follows etcd
+//!   through a watch (mock-master's request and parser) and probes a deleted instance's
+//!   vLLM over its own link;
+//! - vLLM: mock-vllm's virtual-time core (`mock_vllm::core::VllmCore`: load model,
+//!   health modes, startup delay, crash/restart, `metrics_*`/`completion_*` faults, the
+//!   page of every dialect, `compact` included), under open-loop request load.
+//!
+//! Not yet: LOADMETRICS publishing and routing by the master, re-opening a watch whose
+//! stream died, etcd auth and several etcd endpoints, the scenario language (`--sim`).
+//!
+//! # Layout
+//!
+//! - [`queue`]: the event queue ordered by (time, sequence): [`queue::Queue::push`].
+//! - [`log`]: the event log, one JSON line per event, kept or digested:
+//!   [`log::EventLog::record`].
+//! - [`link`]: links with the TCP fault proxy's vocabulary, and what a fault does to one
+//!   message and to the exchanges under way: [`link::LinkFault::leg`], [`link::Links::set`].
+//! - [`node`]: node ids, the requests and answers between nodes, how an exchange ended
+//!   ([`node::Outcome`]), and the [`node::Server`] trait a fake's core is wrapped in
+//!   (serve, timers, its own calls to other nodes).
+//! - [`sidecar_node`]: one sidecar core driven as the production driver drives it:
+//!   [`sidecar_node::SidecarNode::poll`] (commands → exchanges) and
+//!   [`sidecar_node::answer_of`] (outcomes → the core's answers).
+//! - [`etcd_node`]: the fake etcd: mock-etcd's `EtcdCore`, watch lines pushed to their
+//!   reader ([`etcd_node::EtcdNode::watch`]).
+//! - [`etcd_client`]: what the sidecar's etcd client makes of a gateway answer
+//!   ([`etcd_client::answer`]).
+//! - [`vllm_node`]: a fake vLLM: mock-vllm's `VllmCore`, its answers as replies
+//!   ([`vllm_node::VllmNode`]).
+//! - [`master_node`]: the fake master: mock-master's `MasterCore`, fed heartbeats and
+//!   watch lines ([`master_node::MasterNode::on_watch_line`]), its probes sent as calls.
+//! - [`load`]: open-loop completions on a fake vLLM, validated by mock-vllm's rules:
+//!   [`load::Load::new`], started with [`World::add_load`].
+//! - [`world`]: the engine (time, queue, generator, log, links, nodes, exchanges and
+//!   their timeouts): [`World::run_until`].
+
+pub mod etcd_client;
+pub mod etcd_node;
+pub mod link;
+pub mod load;
+pub mod log;
+pub mod master_node;
+pub mod node;
+pub mod queue;
+pub mod sidecar_node;
+pub mod vllm_node;
+pub mod world;
+
+pub use link::{Direction, LinkFault};
+pub use log::EventLog;
+pub use node::{NodeId, Reply, Request, Server};
+pub use world::World;

@@ -1,0 +1,216 @@
+//! The fake master: mock-master's own virtual-time core ([`MasterCore`]: the gate
+//! (token, faults), the heartbeat body rules, the instance table, the watch cursor,
+//! the probe attempts and the ticker) as a node.
+//!
+//! The node only carries things: a heartbeat's token header and body bytes in, its
+//! status out (held back by an armed latency fault); etcd's watch lines read by
+//! mock-master's own parser ([`parse_watch_message`]) into the core; the core's probe
+//! commands sent at their time as `GET /health` to the instance's vLLM node, their
+//! outcome (200 or not) handed back.
+//!
+//! Not here yet: the LOADMETRICS rounds are planned by the core but not written to etcd
+//! (the plan is dropped), the watch is not re-opened when its stream dies, routing.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use mock_master::core::{Command, MasterCore};
+use mock_master::etcd::parse_watch_message;
+use mock_master::instances::Instances;
+use mock_master::Config;
+use rand::rngs::StdRng;
+use serde_json::json;
+
+use crate::node::{Call, NodeId, Outcome, Reply, Request, Server};
+
+/// A simulated mock-master.
+pub struct MasterNode {
+    core: MasterCore,
+    /// Where each instance name's vLLM is (the name is its `host:port`).
+    routes: BTreeMap<String, NodeId>,
+    /// Probe attempts the core asked for, due at their time: (at, id, timeout, name).
+    probes: Vec<(Duration, u64, Duration, String)>,
+    calls: Vec<Call>,
+    notes: Vec<serde_json::Value>,
+}
+
+impl MasterNode {
+    /// A master with `cfg` started at `now`.
+    pub fn new(cfg: Config, now: Duration) -> MasterNode {
+        MasterNode {
+            core: MasterCore::new(&cfg, now),
+            routes: BTreeMap::new(),
+            probes: Vec::new(),
+            calls: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Say that instance `name` (`host:port`) is served by the vLLM node `node`.
+    pub fn route(&mut self, name: &str, node: NodeId) {
+        self.routes.insert(name.to_string(), node);
+    }
+
+    /// The core, to inspect it or change it (restart, faults).
+    pub fn core(&mut self) -> &mut MasterCore {
+        &mut self.core
+    }
+
+    /// The instance table, to inspect.
+    pub fn instances(&self) -> &Instances {
+        self.core.table()
+    }
+
+    /// The watch request mock-master's client sends for the instances' prefix, from
+    /// where the core's cursor stands.
+    pub fn watch_request(&self) -> String {
+        use base64::engine::general_purpose::STANDARD as B64;
+        use base64::Engine;
+        let prefix = format!("{}XLLM:", self.core.namespace());
+        let mut end = prefix.clone().into_bytes();
+        if let Some(last) = end.last_mut() {
+            *last += 1; // "XLLM:" ends in ':', so no carry
+        }
+        json!({
+            "create_request": {
+                "key": B64.encode(prefix.as_bytes()),
+                "range_end": B64.encode(&end),
+                "start_revision": self.core.watch_from().to_string(),
+                "prev_kv": true,
+            }
+        })
+        .to_string()
+    }
+
+    /// One line of the watch stream, read by mock-master's own parser into the core.
+    pub fn on_watch_line(&mut self, now: Duration, line: &str) {
+        let message = serde_json::from_str(line)
+            .map_err(|e| e.to_string())
+            .and_then(|v| parse_watch_message(&v).map_err(|e| e.to_string()));
+        match message {
+            Ok(resp) => {
+                let verdict = self.core.on_watch_response(now, resp);
+                if !matches!(verdict, mock_master::follow::Verdict::Events(_)) {
+                    self.notes.push(json!({ "watch": format!("{verdict:?}") }));
+                }
+            }
+            Err(e) => self.notes.push(json!({ "watch_error": e })),
+        }
+        self.collect(now);
+    }
+
+    /// One event of the watch (already decoded), straight into the core.
+    pub fn on_watch_event(&mut self, now: Duration, ev: &mock_master::etcd::WatchEvent) {
+        self.core.on_watch_event(now, ev);
+        self.collect(now);
+    }
+
+    /// Take the core's probe commands and notes.
+    fn collect(&mut self, now: Duration) {
+        for Command::Probe {
+            id,
+            name,
+            at,
+            timeout,
+            ..
+        } in self.core.take_commands()
+        {
+            self.probes.push((at, id, timeout, name));
+        }
+        for note in self.core.take_notes() {
+            let (kind, detail) = note.event();
+            self.notes.push(json!({ kind: detail }));
+        }
+        self.send_due_probes(now);
+    }
+
+    /// Probe attempts due by `now` become calls; a name with no vLLM node fails at once.
+    fn send_due_probes(&mut self, now: Duration) {
+        let (due, later): (Vec<_>, Vec<_>) = self.probes.drain(..).partition(|p| p.0 <= now);
+        self.probes = later;
+        for (_, id, timeout, name) in due {
+            match self.routes.get(&name) {
+                Some(node) => self.calls.push(Call {
+                    to: *node,
+                    request: Request::Health,
+                    timeout,
+                    token: id,
+                }),
+                None => {
+                    self.core.on_probe_result(now, id, false);
+                    self.collect(now);
+                }
+            }
+        }
+    }
+}
+
+impl Server for MasterNode {
+    fn serve(
+        &mut self,
+        now: Duration,
+        _: NodeId,
+        request: &Request,
+        _: &mut StdRng,
+    ) -> Option<Reply> {
+        let Request::Heartbeat { body, token } = request else {
+            return Some(Reply::Status(404));
+        };
+        let tokens: Vec<&[u8]> = if token.is_empty() {
+            Vec::new()
+        } else {
+            vec![token.as_bytes()]
+        };
+        let reply = self.core.on_heartbeat(now, &tokens, body.as_bytes());
+        self.collect(now);
+        let status = Reply::Status(reply.status);
+        Some(match reply.delay {
+            Some(after) => Reply::Slow {
+                after,
+                reply: Box::new(status),
+            },
+            None => status,
+        })
+    }
+
+    fn next_wakeup(&self) -> Option<Duration> {
+        let probe = self.probes.iter().map(|p| p.0).min();
+        let core = self.core.next_wakeup();
+        Some(probe.map_or(core, |p| p.min(core)))
+    }
+
+    fn on_timer(&mut self, now: Duration) {
+        if now >= self.core.next_wakeup() {
+            self.core.tick(now);
+            // LOADMETRICS: planned by the core, not written to etcd yet.
+            let _ = self.core.publish_round(now);
+        }
+        self.collect(now);
+    }
+
+    fn take_notes(&mut self) -> Vec<serde_json::Value> {
+        std::mem::take(&mut self.notes)
+    }
+
+    fn on_push(&mut self, now: Duration, _from: NodeId, line: &str) {
+        self.on_watch_line(now, line);
+    }
+
+    fn take_calls(&mut self) -> Vec<Call> {
+        std::mem::take(&mut self.calls)
+    }
+
+    fn on_outcome(&mut self, now: Duration, token: u64, outcome: Outcome) {
+        let ok = outcome == Outcome::Reply(Reply::Status(200));
+        self.core.on_probe_result(now, token, ok);
+        self.collect(now);
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}

@@ -1,0 +1,236 @@
+//! Who is in the simulated cluster and what they say to each other.
+//!
+//! Requests and answers are values, not HTTP: the real-time mode tests the HTTP layer.
+//! Where a sidecar value meets a fake's, it travels in its wire encoding (the etcd
+//! value and the heartbeat body are the JSON strings the sidecar would send; the
+//! `/metrics` page is the text the fake writes), so a field the two sides name
+//! differently fails here too.
+
+use std::fmt;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use serde::Serialize;
+use serde_json::json;
+
+/// A node of the cluster. Ordered, so that tables keyed by it walk the same way on every
+/// run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum NodeId {
+    Sidecar(u32),
+    Vllm(u32),
+    Etcd,
+    Master,
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeId::Sidecar(i) => write!(f, "sidecar/{i}"),
+            NodeId::Vllm(i) => write!(f, "vllm/{i}"),
+            NodeId::Etcd => f.write_str("etcd"),
+            NodeId::Master => f.write_str("master"),
+        }
+    }
+}
+
+/// A request from one node to another.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Request {
+    /// `GET /health`.
+    Health,
+    /// `GET /metrics`.
+    Metrics,
+    /// One etcd gateway call.
+    Etcd(EtcdRequest),
+    /// `POST /v1/internal/heartbeat` with this JSON body.
+    Heartbeat { body: String, token: String },
+}
+
+/// The etcd calls the sidecar makes, with the fields it sends (key and value as the
+/// strings that the gateway would carry base64-encoded).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EtcdRequest {
+    Grant {
+        ttl: i64,
+    },
+    Put {
+        key: String,
+        value: String,
+        lease: i64,
+    },
+    Keepalive {
+        lease: i64,
+    },
+    Revoke {
+        lease: i64,
+    },
+}
+
+/// An answer to a [`Request`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    /// An HTTP status with no body the caller needs (`/health`, heartbeat).
+    Status(u16),
+    /// A `/metrics` answer: status, `Content-Type` and the body's bytes.
+    Page {
+        status: u16,
+        content_type: String,
+        body: Vec<u8>,
+    },
+    /// The etcd gateway's answer: status and JSON body, as it sends them.
+    Gateway { status: u16, body: Vec<u8> },
+    /// The connection is reset before the answer is complete (the caller sees a reset).
+    Reset,
+    /// Nothing listens: the connect is refused.
+    Refused,
+    /// The answer takes `after` longer to deliver (a body that trickles out).
+    Slow { after: Duration, reply: Box<Reply> },
+}
+
+impl EtcdRequest {
+    /// The gateway path and the JSON body the sidecar's etcd client sends
+    /// (`peers::etcd`: int64 fields as strings, key and value base64, a zero lease
+    /// left out).
+    pub fn wire(&self) -> (&'static str, String) {
+        use base64::engine::general_purpose::STANDARD as B64;
+        use base64::Engine;
+        match self {
+            EtcdRequest::Grant { ttl } => (
+                "/v3/lease/grant",
+                json!({ "TTL": ttl.to_string() }).to_string(),
+            ),
+            EtcdRequest::Keepalive { lease } => (
+                "/v3/lease/keepalive",
+                json!({ "ID": lease.to_string() }).to_string(),
+            ),
+            EtcdRequest::Revoke { lease } => (
+                "/v3/lease/revoke",
+                json!({ "ID": lease.to_string() }).to_string(),
+            ),
+            EtcdRequest::Put { key, value, lease } => {
+                let mut body = json!({ "key": B64.encode(key), "value": B64.encode(value) });
+                if *lease != 0 {
+                    body["lease"] = json!(lease.to_string());
+                }
+                ("/v3/kv/put", body.to_string())
+            }
+        }
+    }
+}
+
+impl Request {
+    /// Roughly the bytes on the wire (for bandwidth faults).
+    pub fn size(&self) -> usize {
+        match self {
+            Request::Health | Request::Metrics => 64,
+            Request::Etcd(EtcdRequest::Put { key, value, .. }) => 64 + key.len() + value.len(),
+            Request::Etcd(_) => 64,
+            Request::Heartbeat { body, .. } => 64 + body.len(),
+        }
+    }
+}
+
+impl Reply {
+    /// Roughly the bytes on the wire (for bandwidth faults).
+    pub fn size(&self) -> usize {
+        match self {
+            Reply::Page { body, .. } | Reply::Gateway { body, .. } => 64 + body.len(),
+            Reply::Slow { reply, .. } => reply.size(),
+            _ => 64,
+        }
+    }
+}
+
+/// How an exchange ended, as the caller sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Reply(Reply),
+    Failed(Failure),
+}
+
+/// An exchange that gave no answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The caller's own timeout ran out.
+    Timeout,
+    /// The connection was reset.
+    Reset,
+    /// The connect was refused (nothing listening, or a `refuse` fault).
+    Refused,
+    /// The connection was closed without an answer (a blackhole healed).
+    Closed,
+}
+
+impl Failure {
+    /// How reqwest's errors read after the sidecar peers' `describe`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Failure::Timeout => "timed out",
+            Failure::Reset => "request failed: connection reset by peer",
+            Failure::Refused => "connect failed: Connection refused (os error 111)",
+            Failure::Closed => "request failed: connection closed before message completed",
+        }
+    }
+}
+
+/// A call a server makes to another node, named by a `token` of its choosing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call {
+    pub to: NodeId,
+    pub request: Request,
+    pub timeout: Duration,
+    pub token: u64,
+}
+
+/// A node that answers requests: a fake's core inside its simulated shell.
+pub trait Server {
+    /// Serve `request` from `from` at `now`. `None`: the server never answers (a hang);
+    /// the caller meets its own timeout.
+    fn serve(
+        &mut self,
+        now: Duration,
+        from: NodeId,
+        request: &Request,
+        rng: &mut StdRng,
+    ) -> Option<Reply>;
+
+    /// When the node next needs [`Server::on_timer`]; `None`: never by itself.
+    fn next_wakeup(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Time passed to `now`.
+    fn on_timer(&mut self, _now: Duration) {}
+
+    /// What the core reported since the last call (state changes), for the log.
+    fn take_notes(&mut self) -> Vec<serde_json::Value> {
+        Vec::new()
+    }
+
+    /// The calls the node wants made to other nodes (the master's health probes).
+    fn take_calls(&mut self) -> Vec<Call> {
+        Vec::new()
+    }
+
+    /// Stream lines the node sends unasked (etcd's watch answers), with their
+    /// destination.
+    fn take_pushes(&mut self) -> Vec<(NodeId, String)> {
+        Vec::new()
+    }
+
+    /// A stream line from `from` arrived.
+    fn on_push(&mut self, _now: Duration, _from: NodeId, _line: &str) {}
+
+    /// How one of its calls ended.
+    fn on_outcome(&mut self, _now: Duration, _token: u64, _outcome: Outcome) {}
+
+    /// For inspection by tests and reports (`downcast_ref` to the node's type).
+    fn as_any(&self) -> &dyn std::any::Any;
+
+    /// As [`Server::as_any`], to change a node between events (health modes, faults).
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
+}

@@ -1,0 +1,395 @@
+//! One sidecar: the production decision core ([`sidecar::core::Core`]) in a simulated
+//! shell that does what the production driver (`sidecar/src/driver/`) does, with values
+//! instead of sockets.
+//!
+//! The driver's loop, step by step, and its counterpart here:
+//!
+//! - it drains `poll_command`: `Exit` stops, a `Note` is logged, anything else runs as
+//!   its own task → [`SidecarNode::poll`] answers the same commands as [`Outgoing`]
+//!   values; the world turns each into an exchange over a link;
+//! - each task is one peer call bounded by the driver's timeout for it (`/health`: the
+//!   health timeout; `/metrics`: the scrape timeout; etcd: the etcd timeout; heartbeat:
+//!   the master client's timeout, which the driver sets to the health timeout) →
+//!   [`Outgoing::Send`] carries that timeout and the world enforces it;
+//! - the outcome becomes the core's [`Answer`] with the error text the peer clients
+//!   write → [`SidecarNode::complete`], via [`answer_of`];
+//! - it sleeps until `next_wakeup` and hands in `Input::Timer` → the world schedules a
+//!   wake-up event at that virtual time.
+//!
+//! `LogServedModel` only feeds a log line in the driver (a `/v1/models` GET whose
+//! answer decides nothing): it is logged here, not sent.
+
+use std::time::Duration;
+
+use sidecar::config::Config;
+use sidecar::core::{Answer, Command, CommandId, Core, CoreConfig, Input, Note, Registration};
+use sidecar::peers::vllm::ScrapeError;
+use sidecar::prom::Format;
+
+use crate::etcd_client::EtcdCall;
+use crate::node::{EtcdRequest, Failure, NodeId, Outcome, Reply, Request};
+
+/// Which command an exchange answers, and what the answer needs from it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tag {
+    pub id: CommandId,
+    pub kind: Kind,
+}
+
+/// The kinds of command that become exchanges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Health,
+    /// The TTL asked for: the driver answers a grant with it, not etcd's.
+    Grant {
+        ttl: i64,
+    },
+    Put,
+    Keepalive,
+    Scrape,
+    Heartbeat,
+    Revoke,
+}
+
+/// What the node wants done after a step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outgoing {
+    /// Start an exchange with `to`, failing with [`Failure::Timeout`] after `timeout`.
+    Send {
+        to: NodeId,
+        request: Request,
+        timeout: Duration,
+        tag: Tag,
+    },
+    /// Log this (the driver's log line and counters).
+    Note(Note),
+    /// The driver's `/v1/models` lookup for a log line.
+    LogServedModel,
+    /// The core exited with this code.
+    Exit(i32),
+}
+
+/// The driver's per-call timeouts, from the sidecar's config.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    pub health: Duration,
+    pub scrape: Duration,
+    pub etcd: Duration,
+    pub heartbeat: Duration,
+}
+
+/// One simulated sidecar.
+#[derive(Debug)]
+pub struct SidecarNode {
+    pub index: u32,
+    core: Core,
+    timeouts: Timeouts,
+    token: String,
+    metrics_max_bytes: usize,
+    /// The first etcd endpoint as the driver's messages show it.
+    etcd_shown: String,
+    /// The wake-up the world has scheduled for this node.
+    pub(crate) wake_at: Option<Duration>,
+    /// When the world last handed the core a `Timer`.
+    pub(crate) last_timer: Option<Duration>,
+    exit: Option<i32>,
+}
+
+impl SidecarNode {
+    /// Sidecar `index` with `config`, its core seeded with `seed`, started at `now`.
+    pub fn new(index: u32, config: &Config, seed: u64, now: Duration) -> SidecarNode {
+        let core_config = CoreConfig::from_config(config, 1_700_000_000_000);
+        let etcd_shown = config
+            .etcd_endpoints
+            .first()
+            .map_or_else(String::new, |u| u.as_str().to_string());
+        SidecarNode {
+            index,
+            core: Core::new(core_config, seed, now),
+            timeouts: Timeouts {
+                health: config.health_timeout,
+                scrape: config.scrape_timeout,
+                etcd: config.etcd_timeout,
+                heartbeat: config.health_timeout,
+            },
+            token: config.internal_token.expose().to_string(),
+            metrics_max_bytes: config.metrics_max_bytes,
+            etcd_shown,
+            wake_at: None,
+            last_timer: None,
+            exit: None,
+        }
+    }
+
+    pub fn id(&self) -> NodeId {
+        NodeId::Sidecar(self.index)
+    }
+
+    pub fn core(&self) -> &Core {
+        &self.core
+    }
+
+    pub fn registration(&self) -> &Registration {
+        self.core.registration()
+    }
+
+    /// The exit code, once the core has exited.
+    pub fn exited(&self) -> Option<i32> {
+        self.exit
+    }
+
+    /// The process is gone: the core is never handed anything again.
+    pub fn kill(&mut self) {
+        if self.exit.is_none() {
+            self.exit = Some(137);
+        }
+        self.wake_at = None;
+    }
+
+    /// When the core wants its next `Timer`.
+    pub fn next_wakeup(&self) -> Option<Duration> {
+        if self.exit.is_some() {
+            return None;
+        }
+        self.core.next_wakeup()
+    }
+
+    /// Hand the core an input at `now`.
+    pub fn handle(&mut self, now: Duration, input: Input) {
+        if self.exit.is_none() {
+            self.core.handle(now, input);
+        }
+    }
+
+    /// The commands the core issued, as the driver would run them, in order.
+    pub fn poll(&mut self) -> Vec<Outgoing> {
+        let mut out = Vec::new();
+        while let Some(command) = self.core.poll_command() {
+            match self.outgoing(command) {
+                Some(Outgoing::Exit(code)) => {
+                    self.exit = Some(code);
+                    out.push(Outgoing::Exit(code));
+                    break;
+                }
+                Some(o) => out.push(o),
+                None => {}
+            }
+        }
+        out
+    }
+
+    /// An exchange of `tag` ended with `outcome` at `now`: the core gets its answer.
+    pub fn complete(&mut self, now: Duration, tag: &Tag, outcome: Outcome) {
+        let answer = answer_of(tag.kind, outcome, &self.context());
+        self.handle(now, Input::Answer(tag.id, answer));
+    }
+
+    fn context(&self) -> Context<'_> {
+        Context {
+            timeouts: self.timeouts,
+            etcd_shown: &self.etcd_shown,
+            metrics_max_bytes: self.metrics_max_bytes,
+        }
+    }
+
+    fn outgoing(&self, command: Command) -> Option<Outgoing> {
+        let vllm = NodeId::Vllm(self.index);
+        let t = self.timeouts;
+        let send = |to, request, timeout, id, kind| Outgoing::Send {
+            to,
+            request,
+            timeout,
+            tag: Tag { id, kind },
+        };
+        let etcd = |call, id, kind| send(NodeId::Etcd, Request::Etcd(call), t.etcd, id, kind);
+        Some(match command {
+            Command::ProbeHealth { id } => send(vllm, Request::Health, t.health, id, Kind::Health),
+            Command::GrantLease { id, ttl } => {
+                etcd(EtcdRequest::Grant { ttl }, id, Kind::Grant { ttl })
+            }
+            Command::PutKey {
+                id,
+                key,
+                value,
+                lease,
+            } => etcd(EtcdRequest::Put { key, value, lease }, id, Kind::Put),
+            Command::Keepalive { id, lease } => {
+                etcd(EtcdRequest::Keepalive { lease }, id, Kind::Keepalive)
+            }
+            Command::Revoke { id, lease } => etcd(EtcdRequest::Revoke { lease }, id, Kind::Revoke),
+            Command::Scrape { id } => send(vllm, Request::Metrics, t.scrape, id, Kind::Scrape),
+            Command::PostHeartbeat { id, body } => send(
+                NodeId::Master,
+                Request::Heartbeat {
+                    body,
+                    token: self.token.clone(),
+                },
+                t.heartbeat,
+                id,
+                Kind::Heartbeat,
+            ),
+            Command::LogServedModel => Outgoing::LogServedModel,
+            Command::Note(note) => Outgoing::Note(note),
+            Command::Exit { code } => Outgoing::Exit(code),
+        })
+    }
+}
+
+/// What [`answer_of`] needs to write the peer clients' messages.
+#[derive(Clone, Copy, Debug)]
+pub struct Context<'a> {
+    pub timeouts: Timeouts,
+    pub etcd_shown: &'a str,
+    pub metrics_max_bytes: usize,
+}
+
+/// The core's answer for an exchange of `kind` that ended with `outcome`: what the
+/// driver's `exec.rs` makes of the peer client's result.
+pub fn answer_of(kind: Kind, outcome: Outcome, cx: &Context<'_>) -> Answer {
+    match kind {
+        Kind::Health => health_answer(outcome, cx),
+        Kind::Scrape => scrape_answer(outcome, cx),
+        Kind::Heartbeat => heartbeat_answer(outcome, cx),
+        Kind::Grant { ttl } => etcd(EtcdCall::Grant { ttl }, outcome, cx),
+        Kind::Put => etcd(EtcdCall::Put, outcome, cx),
+        Kind::Keepalive => etcd(EtcdCall::Keepalive, outcome, cx),
+        Kind::Revoke => etcd(EtcdCall::Revoke, outcome, cx),
+    }
+}
+
+fn etcd(call: EtcdCall, outcome: Outcome, cx: &Context<'_>) -> Answer {
+    crate::etcd_client::answer(call, outcome, cx.etcd_shown, cx.timeouts.etcd)
+}
+
+fn health_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
+    match outcome {
+        Outcome::Reply(Reply::Status(s)) if (200..300).contains(&s) => Answer::HealthOk,
+        Outcome::Reply(Reply::Status(s)) => {
+            Answer::HealthFailed(format!("/health answered HTTP {s}"))
+        }
+        Outcome::Reply(other) => {
+            Answer::HealthFailed(format!("/health: unexpected answer {other:?}"))
+        }
+        Outcome::Failed(Failure::Timeout) => Answer::HealthFailed(format!(
+            "/health: no answer within {:?}",
+            cx.timeouts.health
+        )),
+        Outcome::Failed(f) => Answer::HealthFailed(f.describe().to_string()),
+    }
+}
+
+fn scrape_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
+    let failed = |e: ScrapeError| Answer::ScrapeFailed {
+        reason: e.reason().to_string(),
+        detail: e.to_string(),
+    };
+    match outcome {
+        Outcome::Reply(Reply::Page {
+            status,
+            content_type,
+            body,
+        }) => {
+            let openmetrics = Format::from_content_type(&content_type) == Format::OpenMetrics;
+            if !(200..300).contains(&status) {
+                failed(ScrapeError::Status(status))
+            } else if body.len() > cx.metrics_max_bytes {
+                failed(ScrapeError::TooLarge(cx.metrics_max_bytes))
+            } else {
+                match String::from_utf8(body) {
+                    Ok(text) => Answer::ScrapePage { text, openmetrics },
+                    Err(_) => failed(ScrapeError::NotUtf8),
+                }
+            }
+        }
+        Outcome::Reply(Reply::Status(s)) => failed(ScrapeError::Status(s)),
+        Outcome::Reply(other) => failed(ScrapeError::Transport(format!(
+            "unexpected answer {other:?}"
+        ))),
+        Outcome::Failed(Failure::Timeout) => failed(ScrapeError::Timeout),
+        Outcome::Failed(f) => failed(ScrapeError::Transport(f.describe().to_string())),
+    }
+}
+
+fn heartbeat_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
+    match outcome {
+        Outcome::Reply(Reply::Status(s)) => Answer::HeartbeatStatus(s),
+        Outcome::Reply(other) => {
+            Answer::HeartbeatFailed(format!("heartbeat: unexpected answer {other:?}"))
+        }
+        Outcome::Failed(Failure::Timeout) => Answer::HeartbeatFailed(format!(
+            "heartbeat: no answer within {:?}",
+            cx.timeouts.heartbeat
+        )),
+        Outcome::Failed(f) => {
+            Answer::HeartbeatFailed(format!("heartbeat POST failed: {}", f.describe()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cx() -> Context<'static> {
+        Context {
+            timeouts: Timeouts {
+                health: Duration::from_secs(3),
+                scrape: Duration::from_secs(3),
+                etcd: Duration::from_secs(3),
+                heartbeat: Duration::from_secs(3),
+            },
+            etcd_shown: "http://127.0.0.1:2379/",
+            metrics_max_bytes: 10,
+        }
+    }
+
+    #[test]
+    fn timeouts_read_as_the_clients_write_them() {
+        let t = Outcome::Failed(Failure::Timeout);
+        assert_eq!(
+            answer_of(Kind::Health, t.clone(), &cx()),
+            Answer::HealthFailed("/health: no answer within 3s".into())
+        );
+        assert_eq!(
+            answer_of(Kind::Scrape, t.clone(), &cx()),
+            Answer::ScrapeFailed {
+                reason: "timeout".into(),
+                detail: "/metrics not read within the scrape timeout".into()
+            }
+        );
+        assert_eq!(
+            answer_of(Kind::Heartbeat, t.clone(), &cx()),
+            Answer::HeartbeatFailed("heartbeat: no answer within 3s".into())
+        );
+        let Answer::KeepaliveFailed(m) = answer_of(Kind::Keepalive, t, &cx()) else {
+            panic!("a keepalive timeout leaves the lease possibly alive");
+        };
+        assert!(m.starts_with("etcd unavailable: all endpoints failed for /v3/lease/keepalive"));
+    }
+
+    #[test]
+    fn pages_past_the_cap_and_bad_statuses_are_scrape_errors() {
+        let page = |status, text: &str| {
+            Outcome::Reply(Reply::Page {
+                status,
+                content_type: "text/plain; version=0.0.4; charset=utf-8".into(),
+                body: text.as_bytes().to_vec(),
+            })
+        };
+        let Answer::ScrapeFailed { reason, .. } =
+            answer_of(Kind::Scrape, page(200, "x".repeat(11).as_str()), &cx())
+        else {
+            panic!()
+        };
+        assert_eq!(reason, "too_large");
+        let Answer::ScrapeFailed { reason, .. } = answer_of(Kind::Scrape, page(503, ""), &cx())
+        else {
+            panic!()
+        };
+        assert_eq!(reason, "status");
+        assert!(matches!(
+            answer_of(Kind::Scrape, page(200, "a 1\n"), &cx()),
+            Answer::ScrapePage { .. }
+        ));
+    }
+}

@@ -1,0 +1,230 @@
+//! One fake vLLM: mock-vllm's own virtual-time core ([`VllmCore`]: engines, scheduler,
+//! latency model, health modes, crash/restart, `metrics_*` and `completion_*` faults,
+//! the page of every dialect) as a node.
+//!
+//! The node only translates: `/health` and `/metrics` answers become [`Reply`] values
+//! (a crashed server refuses, a hang never answers, a `metrics_truncate` with abort is
+//! a reset after the body, `metrics_slow` an answer that takes the page's size / rate
+//! longer); completions submitted by a load generator run in the core, woken at its
+//! [`VllmCore::next_event_time`].
+
+use std::time::Duration;
+
+use mock_vllm::core::{Answer, Delivery, Outcome, Submitted, VllmCore};
+use mock_vllm::validate::{Api, Req};
+use mock_vllm::{Config, Dialect, Fault, Health};
+use rand::rngs::StdRng;
+
+use crate::node::{NodeId, Reply, Request, Server};
+
+/// Epoch seconds at virtual time zero: what `_created` stamps print.
+pub const EPOCH_AT_START: f64 = 1_700_000_000.0;
+
+/// A simulated mock-vllm.
+pub struct VllmNode {
+    core: VllmCore,
+    scrapes: u64,
+    /// Completions that ended, by kind of end, for reports.
+    finished: u64,
+    failed: u64,
+}
+
+impl VllmNode {
+    /// A server with `cfg` started at `now`; an invalid config is the error.
+    pub fn new(cfg: Config, now: Duration) -> Result<VllmNode, String> {
+        Ok(VllmNode {
+            core: VllmCore::new(cfg, EPOCH_AT_START, now)?,
+            scrapes: 0,
+            finished: 0,
+            failed: 0,
+        })
+    }
+
+    /// mock-vllm's test defaults with `dialect` and `seed`.
+    pub fn with_dialect(dialect: Dialect, seed: u64, now: Duration) -> VllmNode {
+        let cfg = Config {
+            dialect,
+            seed,
+            ..Config::default()
+        };
+        match VllmNode::new(cfg, now) {
+            Ok(node) => node,
+            // The defaults are valid; a failure here is a mock-vllm bug.
+            Err(e) => panic!("mock-vllm's default config is invalid: {e}"),
+        }
+    }
+
+    /// The core, to inspect or to change (health mode, faults, crash, restart).
+    pub fn core(&mut self) -> &mut VllmCore {
+        &mut self.core
+    }
+
+    pub fn set_health(&mut self, health: Health) {
+        self.core.set_health(health);
+    }
+
+    /// Arm `fault` for `count` uses (`None`: until removed); answers its id. Only counts:
+    /// a timed fault is removed by a scripted action at its virtual time.
+    pub fn add_fault(&mut self, fault: Fault, count: Option<u64>) -> u64 {
+        self.core.faults().add(fault, count, None)
+    }
+
+    /// Offer one completion at `now` (a load generator's request).
+    pub fn submit(&mut self, now: Duration, req: Req) -> Submitted {
+        let s = self.core.submit(now, req);
+        if matches!(s, Submitted::Failed(_) | Submitted::Refused) {
+            self.failed += 1;
+        }
+        s
+    }
+
+    /// The served model's name.
+    pub fn model(&self) -> &str {
+        &self.core.config().model
+    }
+
+    /// mock-vllm's request rules: a body to a request, or vLLM's error.
+    pub fn parse(&self, api: Api, body: &[u8]) -> Result<Req, mock_vllm::error::ApiError> {
+        self.core.parse(api, body)
+    }
+
+    /// Pages served so far.
+    pub fn scrapes(&self) -> u64 {
+        self.scrapes
+    }
+
+    /// Completions finished and failed so far.
+    pub fn completions(&self) -> (u64, u64) {
+        (self.finished, self.failed)
+    }
+
+    fn metrics(&mut self, now: Duration) -> Option<Reply> {
+        let reply = match self.core.metrics(now) {
+            Answer::Refused => return Some(Reply::Refused),
+            Answer::Hang => return None,
+            Answer::Reply(r) => r,
+        };
+        self.scrapes += 1;
+        let page = Reply::Page {
+            status: reply.status,
+            content_type: reply.content_type.to_string(),
+            body: reply.body.to_vec(),
+        };
+        Some(match reply.delivery {
+            Delivery::Whole => page,
+            Delivery::ResetAfterBody => Reply::Reset,
+            Delivery::Trickle { bytes_per_sec } => Reply::Slow {
+                after: Duration::from_secs_f64(
+                    reply.body.len() as f64 / bytes_per_sec.max(1) as f64,
+                ),
+                reply: Box::new(page),
+            },
+        })
+    }
+
+    fn count(&mut self, outcomes: &[Outcome]) {
+        self.finished += outcomes.len() as u64;
+    }
+}
+
+impl Server for VllmNode {
+    fn serve(
+        &mut self,
+        now: Duration,
+        _: NodeId,
+        request: &Request,
+        _: &mut StdRng,
+    ) -> Option<Reply> {
+        match request {
+            Request::Health => match self.core.health(now) {
+                Answer::Refused => Some(Reply::Refused),
+                Answer::Hang => None,
+                Answer::Reply(status) => Some(Reply::Status(status)),
+            },
+            Request::Metrics => self.metrics(now),
+            // Not a vLLM endpoint: what axum answers for an unknown route.
+            Request::Etcd(_) | Request::Heartbeat { .. } => Some(Reply::Status(404)),
+        }
+    }
+
+    fn next_wakeup(&self) -> Option<Duration> {
+        self.core.next_event_time()
+    }
+
+    fn on_timer(&mut self, now: Duration) {
+        let outcomes = self.core.advance(now);
+        self.count(&outcomes);
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn serve(v: &mut VllmNode, s: u64, r: Request) -> Option<Reply> {
+        let mut rng = StdRng::seed_from_u64(0);
+        v.serve(Duration::from_secs(s), NodeId::Sidecar(0), &r, &mut rng)
+    }
+
+    #[test]
+    fn health_follows_startup_delay_mode_and_crash() {
+        let cfg = Config {
+            startup_delay: Duration::from_secs(2),
+            ..Config::default()
+        };
+        let mut v = VllmNode::new(cfg, Duration::ZERO).unwrap();
+        assert_eq!(serve(&mut v, 1, Request::Health), Some(Reply::Status(503)));
+        assert_eq!(serve(&mut v, 2, Request::Health), Some(Reply::Status(200)));
+        v.set_health(Health::Hang);
+        assert_eq!(serve(&mut v, 3, Request::Health), None);
+        v.set_health(Health::Down);
+        assert_eq!(serve(&mut v, 4, Request::Health), Some(Reply::Status(503)));
+        v.core().crash(Duration::from_secs(5));
+        assert_eq!(serve(&mut v, 5, Request::Health), Some(Reply::Refused));
+    }
+
+    #[test]
+    fn metric_faults_become_replies() {
+        let mut v = VllmNode::with_dialect(Dialect::Compact, 0, Duration::ZERO);
+        v.add_fault(Fault::MetricsStatus { status: 500 }, Some(1));
+        assert!(matches!(
+            serve(&mut v, 1, Request::Metrics),
+            Some(Reply::Page { status: 500, .. })
+        ));
+        v.add_fault(Fault::MetricsHang, Some(1));
+        assert_eq!(serve(&mut v, 1, Request::Metrics), None);
+        v.add_fault(
+            Fault::MetricsTruncate {
+                at_bytes: 10,
+                abort: true,
+            },
+            Some(1),
+        );
+        assert_eq!(serve(&mut v, 1, Request::Metrics), Some(Reply::Reset));
+        v.add_fault(Fault::MetricsSlow { bytes_per_sec: 100 }, Some(1));
+        let Some(Reply::Slow { after, .. }) = serve(&mut v, 1, Request::Metrics) else {
+            panic!("a slow page")
+        };
+        assert!(after > Duration::from_secs(10), "{after:?}");
+        let Some(Reply::Page {
+            body, content_type, ..
+        }) = serve(&mut v, 1, Request::Metrics)
+        else {
+            panic!("a page")
+        };
+        assert!(String::from_utf8(body)
+            .unwrap()
+            .contains("vllm:num_requests_waiting{"));
+        assert!(content_type.starts_with("text/plain"));
+        assert_eq!(v.scrapes(), 4);
+    }
+}

@@ -1,0 +1,785 @@
+//! The simulated cluster: virtual time, the event queue, the one seeded generator, the
+//! event log, the links, and the nodes. [`World::run_until`] is the whole engine.
+//!
+//! Every step is a function of the state and the next event: nothing reads a clock,
+//! every random draw comes from [`World`]'s one `StdRng` in event order, and every table
+//! is a `BTreeMap` or a `Vec`, walked in key order. So a seed replays a run exactly, and
+//! the log says so byte for byte.
+//!
+//! An exchange is a request over the link client → server and its answer back. The
+//! request reaches the server whatever the caller does meanwhile (a late keepalive still
+//! refreshes the lease); the answer only reaches a caller still waiting for it. The
+//! caller's timeout is an event of its own.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use sidecar::config::Config;
+use sidecar::core::Input;
+
+use crate::etcd_node::EtcdNode;
+use crate::link::{Direction, Leg, LinkFault, Links, OnChange};
+use crate::load::Load;
+use crate::log::EventLog;
+use crate::master_node::MasterNode;
+use crate::node::{Failure, NodeId, Outcome, Reply, Request, Server};
+use crate::queue::Queue;
+use crate::sidecar_node::{Outgoing, SidecarNode, Tag};
+use crate::vllm_node::VllmNode;
+
+/// A scripted change to the world (a scenario action), run at its time.
+type Action = Box<dyn FnOnce(&mut World)>;
+
+/// Something due at a virtual time.
+enum Event {
+    /// A sidecar's core asked to be woken now.
+    SidecarWake(u32),
+    /// A server's timer.
+    ServerWake(NodeId),
+    /// A request reaches its server (if the link was not reset since it was sent).
+    Arrive {
+        exchange: u64,
+        client: NodeId,
+        server: NodeId,
+        generation: u64,
+        request: Request,
+    },
+    /// An answer reaches its caller.
+    Return {
+        exchange: u64,
+        generation: u64,
+        reply: Reply,
+    },
+    /// The exchange fails.
+    Fail { exchange: u64, failure: Failure },
+    /// The caller's timeout.
+    Timeout { exchange: u64 },
+    /// A fault on the link client → server changes.
+    SetLink {
+        client: NodeId,
+        server: NodeId,
+        fault: LinkFault,
+    },
+    /// Outside input for a sidecar (shutdown, drain, undrain).
+    Input(u32, Input),
+    /// A scripted action.
+    Act(Action),
+    /// The next request of load `n` arrives.
+    Arrival(usize),
+    /// A stream line (a watch answer) reaches `to`.
+    Push {
+        from: NodeId,
+        to: NodeId,
+        generation: u64,
+        line: String,
+    },
+}
+
+/// Who waits for an exchange, and what for.
+#[derive(Debug)]
+enum Caller {
+    /// A sidecar's command.
+    Sidecar(u32, Tag),
+    /// A server's own call (the master's health probe), named by its token.
+    Server(NodeId, u64),
+}
+
+impl Caller {
+    fn node(&self) -> NodeId {
+        match self {
+            Caller::Sidecar(i, _) => NodeId::Sidecar(*i),
+            Caller::Server(id, _) => *id,
+        }
+    }
+
+    /// The number the caller knows the exchange by (command id or token).
+    fn number(&self) -> u64 {
+        match self {
+            Caller::Sidecar(_, tag) => tag.id.0,
+            Caller::Server(_, token) => *token,
+        }
+    }
+}
+
+/// An exchange whose caller still waits.
+#[derive(Debug)]
+struct Exchange {
+    caller: Caller,
+    server: NodeId,
+    /// Swallowed by a blackhole: fails when the link heals.
+    stuck: bool,
+}
+
+/// The cluster in virtual time.
+pub struct World {
+    now: Duration,
+    queue: Queue<Event>,
+    rng: StdRng,
+    log: EventLog,
+    links: Links,
+    sidecars: Vec<SidecarNode>,
+    servers: BTreeMap<NodeId, Box<dyn Server>>,
+    server_wake: BTreeMap<NodeId, Duration>,
+    exchanges: BTreeMap<u64, Exchange>,
+    /// Per link: bumped when a fault kills its open connections.
+    generations: BTreeMap<(NodeId, NodeId), u64>,
+    next_exchange: u64,
+    events: u64,
+    loads: Vec<Load>,
+}
+
+impl World {
+    /// An empty cluster at time zero, its randomness seeded with `seed`.
+    pub fn new(seed: u64, log: EventLog) -> World {
+        World {
+            now: Duration::ZERO,
+            queue: Queue::new(),
+            rng: StdRng::seed_from_u64(seed),
+            log,
+            links: Links::new(Duration::from_micros(200)),
+            sidecars: Vec::new(),
+            servers: BTreeMap::new(),
+            server_wake: BTreeMap::new(),
+            exchanges: BTreeMap::new(),
+            generations: BTreeMap::new(),
+            next_exchange: 0,
+            events: 0,
+            loads: Vec::new(),
+        }
+    }
+
+    pub fn now(&self) -> Duration {
+        self.now
+    }
+
+    pub fn log(&self) -> &EventLog {
+        &self.log
+    }
+
+    /// Events handled so far.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    pub fn sidecars(&self) -> &[SidecarNode] {
+        &self.sidecars
+    }
+
+    /// The server at `id`, to inspect it in tests and reports.
+    pub fn server(&self, id: NodeId) -> Option<&dyn Server> {
+        self.servers.get(&id).map(|s| s.as_ref())
+    }
+
+    /// The server at `id` as its own type, to inspect it.
+    pub fn server_as<T: 'static>(&self, id: NodeId) -> Option<&T> {
+        self.servers.get(&id)?.as_any().downcast_ref()
+    }
+
+    /// The server at `id` as its own type, to change it now (a health mode, a fault).
+    pub fn server_as_mut<T: 'static>(&mut self, id: NodeId) -> Option<&mut T> {
+        self.servers.get_mut(&id)?.as_any_mut().downcast_mut()
+    }
+
+    /// Add a server node (a fake's core in its simulated shell).
+    pub fn add_server(&mut self, id: NodeId, server: Box<dyn Server>) {
+        self.servers.insert(id, server);
+        self.after_server_step(id);
+    }
+
+    /// Add the next sidecar with `config`; its core's seed is drawn from the world's
+    /// generator. Answers its index.
+    pub fn add_sidecar(&mut self, config: &Config) -> u32 {
+        let index = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
+        let seed = self.rng.gen();
+        self.sidecars
+            .push(SidecarNode::new(index, config, seed, self.now));
+        self.log.record(
+            self.now,
+            &NodeId::Sidecar(index).to_string(),
+            "start",
+            || json!({ "seed": seed }),
+        );
+        self.after_sidecar_step(index);
+        index
+    }
+
+    /// Kill sidecar `index` now (SIGKILL): no revoke; answers to its open exchanges
+    /// vanish with the process (requests already sent still reach their servers).
+    pub fn kill_sidecar(&mut self, index: u32) {
+        self.exchanges
+            .retain(|_, x| !matches!(x.caller, Caller::Sidecar(i, _) if i == index));
+        if let Some(node) = self.sidecars.get_mut(index as usize) {
+            node.kill();
+        }
+        self.log.record(
+            self.now,
+            &NodeId::Sidecar(index).to_string(),
+            "killed",
+            || json!({}),
+        );
+    }
+
+    /// Start sidecar `index` again now with `config`: a new process, a new core seed
+    /// drawn from the world's generator.
+    pub fn restart_sidecar(&mut self, index: u32, config: &Config) {
+        self.kill_sidecar(index);
+        let seed = self.rng.gen();
+        let Some(slot) = self.sidecars.get_mut(index as usize) else {
+            return;
+        };
+        *slot = SidecarNode::new(index, config, seed, self.now);
+        self.log.record(
+            self.now,
+            &NodeId::Sidecar(index).to_string(),
+            "start",
+            || json!({ "seed": seed }),
+        );
+        self.after_sidecar_step(index);
+    }
+
+    /// Set the fault of the link `client` → `server` at `at`.
+    pub fn set_link_at(&mut self, at: Duration, client: NodeId, server: NodeId, fault: LinkFault) {
+        self.queue.push(
+            at,
+            Event::SetLink {
+                client,
+                server,
+                fault,
+            },
+        );
+    }
+
+    /// Start `load` at `at` (its arrivals drawn from the world's generator).
+    pub fn add_load(&mut self, at: Duration, load: Load) {
+        self.loads.push(load);
+        self.queue.push(at, Event::Arrival(self.loads.len() - 1));
+    }
+
+    /// Set the fault of the link `client` → `server` now.
+    pub fn set_link(&mut self, client: NodeId, server: NodeId, fault: LinkFault) {
+        self.apply_link(client, server, fault);
+    }
+
+    /// Hand sidecar `index` an outside input at `at`.
+    pub fn input_at(&mut self, at: Duration, index: u32, input: Input) {
+        self.queue.push(at, Event::Input(index, input));
+    }
+
+    /// Run `action` on the world at `at` (after the events already due then): how a
+    /// scenario changes a node, e.g. a vLLM's health mode.
+    pub fn at(&mut self, at: Duration, action: impl FnOnce(&mut World) + 'static) {
+        self.queue.push(at, Event::Act(Box::new(action)));
+    }
+
+    /// Log a line for a scripted action (so that the log shows what was done).
+    pub fn note(&mut self, node: &str, kind: &str, detail: serde_json::Value) {
+        self.log.record(self.now, node, kind, || detail);
+    }
+
+    /// Run every event due up to `until`; time then stands at `until`.
+    pub fn run_until(&mut self, until: Duration) {
+        while let Some(at) = self.queue.peek_time() {
+            if at > until {
+                break;
+            }
+            let Some((at, _, event)) = self.queue.pop() else {
+                break;
+            };
+            self.now = at;
+            self.events += 1;
+            self.step(event);
+        }
+        self.now = until;
+    }
+
+    fn step(&mut self, event: Event) {
+        match event {
+            Event::SidecarWake(i) => self.sidecar_wake(i),
+            Event::ServerWake(id) => self.server_wakes(id),
+            Event::Arrive {
+                exchange,
+                client,
+                server,
+                generation,
+                request,
+            } => self.arrive(exchange, client, server, generation, request),
+            Event::Return {
+                exchange,
+                generation,
+                reply,
+            } => {
+                let live = self
+                    .exchanges
+                    .get(&exchange)
+                    .is_some_and(|x| self.generation(x.caller.node(), x.server) == generation);
+                if live {
+                    self.finish(exchange, Outcome::Reply(reply));
+                }
+            }
+            Event::Fail { exchange, failure } => self.finish(exchange, Outcome::Failed(failure)),
+            Event::Timeout { exchange } => self.finish(exchange, Outcome::Failed(Failure::Timeout)),
+            Event::SetLink {
+                client,
+                server,
+                fault,
+            } => self.apply_link(client, server, fault),
+            Event::Input(i, input) => {
+                let name = NodeId::Sidecar(i).to_string();
+                self.log
+                    .record(self.now, &name, "input", || json!(format!("{input:?}")));
+                if let Some(node) = self.sidecars.get_mut(i as usize) {
+                    node.handle(self.now, input);
+                }
+                self.after_sidecar_step(i);
+            }
+            Event::Arrival(n) => self.arrival(n),
+            Event::Push {
+                from,
+                to,
+                generation,
+                line,
+            } => {
+                if self.generation(to, from) != generation {
+                    return; // the stream's connection was reset
+                }
+                let now = self.now;
+                if let Some(node) = self.servers.get_mut(&to) {
+                    node.on_push(now, from, &line);
+                }
+                self.after_server_step(to);
+            }
+            Event::Act(action) => {
+                action(self);
+                // The action may have changed a server's timers.
+                let ids: Vec<NodeId> = self.servers.keys().copied().collect();
+                for id in ids {
+                    self.after_server_step(id);
+                }
+            }
+        }
+    }
+
+    /// One request of load `n` reaches its vLLM; the next is scheduled.
+    fn arrival(&mut self, n: usize) {
+        let Some(load) = self.loads.get(n) else {
+            return;
+        };
+        if self.now >= load.until {
+            return;
+        }
+        let (to, req) = (load.to, load.request());
+        let gap = load.next_gap(&mut self.rng);
+        let now = self.now;
+        if let Some(v) = self.server_as_mut::<VllmNode>(to) {
+            v.submit(now, req);
+        }
+        self.after_server_step(to);
+        self.queue.push(self.now + gap, Event::Arrival(n));
+    }
+
+    fn sidecar_wake(&mut self, i: u32) {
+        let now = self.now;
+        let Some(node) = self.sidecars.get_mut(i as usize) else {
+            return;
+        };
+        if node.wake_at != Some(now) {
+            return; // superseded by a later schedule
+        }
+        node.wake_at = None;
+        node.last_timer = Some(now);
+        node.handle(now, Input::Timer);
+        self.after_sidecar_step(i);
+    }
+
+    /// Run what the sidecar's core issued, then schedule its next wake-up.
+    fn after_sidecar_step(&mut self, i: u32) {
+        let Some(node) = self.sidecars.get_mut(i as usize) else {
+            return;
+        };
+        let out = node.poll();
+        let name = node.id().to_string();
+        for o in out {
+            match o {
+                Outgoing::Send {
+                    to,
+                    request,
+                    timeout,
+                    tag,
+                } => self.send(Caller::Sidecar(i, tag), to, request, timeout),
+                Outgoing::Note(note) => self
+                    .log
+                    .record(self.now, &name, "note", || json!(format!("{note:?}"))),
+                Outgoing::LogServedModel => {
+                    self.log
+                        .record(self.now, &name, "log_served_model", || json!({}))
+                }
+                Outgoing::Exit(code) => {
+                    self.log
+                        .record(self.now, &name, "exit", || json!({ "code": code }))
+                }
+            }
+        }
+        let Some(node) = self.sidecars.get_mut(i as usize) else {
+            return;
+        };
+        match node.next_wakeup() {
+            Some(at) => {
+                // A core that asks for "now" again right after a timer at "now" would
+                // spin the driver; here it is woken a millisecond later instead.
+                let at = if at <= self.now && node.last_timer == Some(self.now) {
+                    self.now + Duration::from_millis(1)
+                } else {
+                    at.max(self.now)
+                };
+                if node.wake_at != Some(at) {
+                    node.wake_at = Some(at);
+                    self.queue.push(at, Event::SidecarWake(i));
+                }
+            }
+            None => node.wake_at = None,
+        }
+    }
+
+    fn generation(&self, client: NodeId, server: NodeId) -> u64 {
+        self.generations
+            .get(&(client, server))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Start an exchange from `caller` to `server`.
+    fn send(&mut self, caller: Caller, server: NodeId, request: Request, timeout: Duration) {
+        let id = self.next_exchange;
+        self.next_exchange += 1;
+        let client = caller.node();
+        let number = caller.number();
+        self.log.record(self.now, &client.to_string(), "send", || {
+            json!({ "x": id, "to": server.to_string(), "cmd": number, "request": request_summary(&request) })
+        });
+        self.queue
+            .push(self.now + timeout, Event::Timeout { exchange: id });
+        let mut stuck = false;
+        if !self.servers.contains_key(&server) {
+            self.queue.push(
+                self.now,
+                Event::Fail {
+                    exchange: id,
+                    failure: Failure::Refused,
+                },
+            );
+        } else {
+            let leg = self.links.leg(
+                client,
+                server,
+                Direction::ToTarget,
+                request.size(),
+                &mut self.rng,
+            );
+            match leg {
+                Leg::Deliver(d) => {
+                    let generation = self.generation(client, server);
+                    self.queue.push(
+                        self.now + d,
+                        Event::Arrive {
+                            exchange: id,
+                            client,
+                            server,
+                            generation,
+                            request,
+                        },
+                    );
+                }
+                Leg::Lost { stuck: s } => stuck = s,
+                Leg::Reset => self.queue.push(
+                    self.now,
+                    Event::Fail {
+                        exchange: id,
+                        failure: Failure::Reset,
+                    },
+                ),
+                Leg::Refused => self.queue.push(
+                    self.now,
+                    Event::Fail {
+                        exchange: id,
+                        failure: Failure::Refused,
+                    },
+                ),
+            }
+        }
+        self.exchanges.insert(
+            id,
+            Exchange {
+                caller,
+                server,
+                stuck,
+            },
+        );
+    }
+
+    /// A request reaches its server: it acts, and its answer goes back over the link.
+    fn arrive(
+        &mut self,
+        id: u64,
+        client: NodeId,
+        server: NodeId,
+        generation: u64,
+        request: Request,
+    ) {
+        if self.generation(client, server) != generation {
+            return; // the connection was reset while the request was on its way
+        }
+        let now = self.now;
+        let Some(node) = self.servers.get_mut(&server) else {
+            return;
+        };
+        let reply = node.serve(now, client, &request, &mut self.rng);
+        self.log.record(now, &server.to_string(), "serve", || {
+            json!({ "x": id, "from": client.to_string(), "reply": reply.as_ref().map(reply_summary) })
+        });
+        self.after_server_step(server);
+        let (extra, reply) = match reply {
+            None => return, // a hang: the caller meets its timeout
+            Some(Reply::Reset) => {
+                self.fail_now(id, Failure::Reset);
+                return;
+            }
+            // Only as a server's own answer (a crashed vLLM).
+            Some(Reply::Refused) => {
+                self.fail_now(id, Failure::Refused);
+                return;
+            }
+            Some(Reply::Slow { after, reply }) => (after, *reply),
+            Some(reply) => (Duration::ZERO, reply),
+        };
+        match self.links.leg(
+            client,
+            server,
+            Direction::FromTarget,
+            reply.size(),
+            &mut self.rng,
+        ) {
+            Leg::Deliver(d) => self.queue.push(
+                now + extra + d,
+                Event::Return {
+                    exchange: id,
+                    generation,
+                    reply,
+                },
+            ),
+            Leg::Lost { stuck } => {
+                if let Some(x) = self.exchanges.get_mut(&id) {
+                    x.stuck |= stuck;
+                }
+            }
+            Leg::Reset | Leg::Refused => self.queue.push(
+                now,
+                Event::Fail {
+                    exchange: id,
+                    failure: Failure::Reset,
+                },
+            ),
+        }
+    }
+
+    fn fail_now(&mut self, exchange: u64, failure: Failure) {
+        self.queue.push(self.now, Event::Fail { exchange, failure });
+    }
+
+    /// The exchange ends (if its caller still waits): the caller gets the outcome.
+    fn finish(&mut self, id: u64, outcome: Outcome) {
+        let Some(x) = self.exchanges.remove(&id) else {
+            return;
+        };
+        let now = self.now;
+        let name = x.caller.node().to_string();
+        let number = x.caller.number();
+        self.log.record(
+            now,
+            &name,
+            "outcome",
+            || json!({ "x": id, "cmd": number, "outcome": outcome_summary(&outcome) }),
+        );
+        match x.caller {
+            Caller::Sidecar(i, tag) => {
+                if let Some(node) = self.sidecars.get_mut(i as usize) {
+                    node.complete(now, &tag, outcome);
+                }
+                self.after_sidecar_step(i);
+            }
+            Caller::Server(id, token) => {
+                if let Some(node) = self.servers.get_mut(&id) {
+                    node.on_outcome(now, token, outcome);
+                }
+                self.after_server_step(id);
+            }
+        }
+    }
+
+    fn apply_link(&mut self, client: NodeId, server: NodeId, fault: LinkFault) {
+        self.log.record(self.now, "links", "set", || {
+            json!({ "client": client.to_string(), "server": server.to_string(), "fault": fault })
+        });
+        let change = self.links.set(client, server, fault);
+        let on_link: Vec<(u64, bool)> = self
+            .exchanges
+            .iter()
+            .filter(|(_, x)| x.caller.node() == client && x.server == server)
+            .map(|(id, x)| (*id, x.stuck))
+            .collect();
+        match change {
+            OnChange::Nothing => {}
+            OnChange::ResetOpen => {
+                *self.generations.entry((client, server)).or_default() += 1;
+                for (id, _) in on_link {
+                    self.queue.push(
+                        self.now,
+                        Event::Fail {
+                            exchange: id,
+                            failure: Failure::Reset,
+                        },
+                    );
+                }
+            }
+            OnChange::CloseStuck => {
+                for (id, _) in on_link.into_iter().filter(|(_, stuck)| *stuck) {
+                    self.queue.push(
+                        self.now,
+                        Event::Fail {
+                            exchange: id,
+                            failure: Failure::Closed,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    fn server_wakes(&mut self, id: NodeId) {
+        if self.server_wake.get(&id) != Some(&self.now) {
+            return;
+        }
+        self.server_wake.remove(&id);
+        if let Some(node) = self.servers.get_mut(&id) {
+            node.on_timer(self.now);
+        }
+        self.after_server_step(id);
+    }
+
+    /// Log what a server reported, start the calls it wants made, and schedule its
+    /// next timer.
+    fn after_server_step(&mut self, id: NodeId) {
+        self.log_server_notes(id);
+        let calls = match self.servers.get_mut(&id) {
+            Some(node) => node.take_calls(),
+            None => Vec::new(),
+        };
+        for call in calls {
+            self.send(
+                Caller::Server(id, call.token),
+                call.to,
+                call.request,
+                call.timeout,
+            );
+        }
+        let pushes = match self.servers.get_mut(&id) {
+            Some(node) => node.take_pushes(),
+            None => Vec::new(),
+        };
+        for (to, line) in pushes {
+            self.push_line(id, to, line);
+        }
+        self.schedule_server_wake(id);
+    }
+
+    /// Send a stream line from server `from` to its reader `to` over their link (the
+    /// reader is the client). A line lost to a fault is lost; re-opening a dead stream
+    /// is not simulated yet.
+    fn push_line(&mut self, from: NodeId, to: NodeId, line: String) {
+        let leg = self
+            .links
+            .leg(to, from, Direction::FromTarget, line.len(), &mut self.rng);
+        if let Leg::Deliver(d) = leg {
+            let generation = self.generation(to, from);
+            self.queue.push(
+                self.now + d,
+                Event::Push {
+                    from,
+                    to,
+                    generation,
+                    line,
+                },
+            );
+        }
+    }
+
+    /// Open the master's watch on etcd's instance prefix, as mock-master's watcher does
+    /// at start (from an empty listing).
+    pub fn open_master_watch(&mut self) -> Result<(), String> {
+        let request = self
+            .server_as::<MasterNode>(NodeId::Master)
+            .ok_or("no master node")?
+            .watch_request();
+        let now = self.now;
+        self.server_as_mut::<EtcdNode>(NodeId::Etcd)
+            .ok_or("no etcd node")?
+            .watch(NodeId::Master, request.as_bytes(), now)?;
+        self.after_server_step(NodeId::Etcd);
+        Ok(())
+    }
+
+    fn log_server_notes(&mut self, id: NodeId) {
+        let Some(node) = self.servers.get_mut(&id) else {
+            return;
+        };
+        let notes = node.take_notes();
+        if notes.is_empty() {
+            return;
+        }
+        let name = id.to_string();
+        for note in notes {
+            self.log.record(self.now, &name, "note", || note);
+        }
+    }
+
+    fn schedule_server_wake(&mut self, id: NodeId) {
+        let Some(at) = self.servers.get(&id).and_then(|s| s.next_wakeup()) else {
+            self.server_wake.remove(&id);
+            return;
+        };
+        let at = at.max(self.now);
+        if self.server_wake.get(&id) != Some(&at) {
+            self.server_wake.insert(id, at);
+            self.queue.push(at, Event::ServerWake(id));
+        }
+    }
+}
+
+/// A request for the log: small, without page texts.
+fn request_summary(r: &Request) -> serde_json::Value {
+    match r {
+        Request::Heartbeat { body, .. } => json!({ "heartbeat": { "bytes": body.len() } }),
+        other => json!(other),
+    }
+}
+
+fn reply_summary(r: &Reply) -> serde_json::Value {
+    match r {
+        Reply::Gateway { status, body } => {
+            json!({ "gateway": { "status": status, "bytes": body.len() } })
+        }
+        Reply::Page { status, body, .. } => {
+            json!({ "page": { "status": status, "bytes": body.len() } })
+        }
+        other => json!(other),
+    }
+}
+
+fn outcome_summary(o: &Outcome) -> serde_json::Value {
+    match o {
+        Outcome::Reply(r) => reply_summary(r),
+        Outcome::Failed(f) => json!(format!("{f:?}")),
+    }
+}

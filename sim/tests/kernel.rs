@@ -1,0 +1,189 @@
+//! The engine alone: determinism by seed, timeouts, and link faults as a sidecar core
+//! sees them. The peer here is a fixture that answers every request with one fixed
+//! reply; it models nothing (the fakes' cores are the peers in the other tests).
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use sidecar::config::Config;
+use sim::node::Server;
+use sim::{EventLog, LinkFault, NodeId, Reply, Request, World};
+
+/// Answers every request with `reply`, or never (`None`).
+struct Fixed(Option<Reply>);
+
+impl Server for Fixed {
+    fn serve(&mut self, _: Duration, _: NodeId, _: &Request, _: &mut StdRng) -> Option<Reply> {
+        self.0.clone()
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+fn config() -> Config {
+    Config::from_flags(["--lease-ttl", "6", "--keepalive-interval", "2"]).unwrap()
+}
+
+/// One sidecar whose vLLM answers 200 over a jittery link, and no etcd.
+fn run(seed: u64) -> EventLog {
+    let mut world = World::new(seed, EventLog::keeping());
+    world.add_server(NodeId::Vllm(0), Box::new(Fixed(Some(Reply::Status(200)))));
+    world.add_sidecar(&config());
+    let jitter = LinkFault::Latency {
+        ms: 5,
+        jitter_ms: 50,
+    };
+    world.set_link(NodeId::Sidecar(0), NodeId::Vllm(0), jitter);
+    world.run_until(Duration::from_secs(60));
+    world.log().clone()
+}
+
+#[test]
+fn same_seed_same_log_byte_for_byte_other_seed_other_log() {
+    let a = run(7);
+    let b = run(7);
+    assert!(a.lines() > 50, "too little happened: {}", a.text());
+    assert_eq!(a.bytes(), b.bytes());
+    let c = run(8);
+    assert_ne!(a.bytes(), c.bytes());
+}
+
+fn lines_of<'a>(log: &'a str, node: &str, kind: &str) -> Vec<&'a str> {
+    let node = format!("\"node\":\"{node}\",\"kind\":\"{kind}\"");
+    log.lines().filter(|l| l.contains(&node)).collect()
+}
+
+#[test]
+fn a_missing_peer_refuses_and_a_hang_times_out_at_the_callers_timeout() {
+    let mut world = World::new(1, EventLog::keeping());
+    world.add_server(NodeId::Vllm(0), Box::new(Fixed(Some(Reply::Status(200)))));
+    world.add_server(NodeId::Etcd, Box::new(Fixed(None)));
+    world.add_sidecar(&Config::from_flags(["--etcd-timeout", "2.5"]).unwrap());
+    world.run_until(Duration::from_secs(10));
+    let log = world.log().text();
+    // The grant goes to an etcd that never answers: the etcd timeout ends it.
+    let sends = lines_of(&log, "sidecar/0", "send");
+    let grant = sends
+        .iter()
+        .find(|l| l.contains("\"grant\""))
+        .expect("a grant was sent");
+    let t_send: u64 = field(grant, "t_us");
+    let x: u64 = field(grant, "x");
+    let outcome = lines_of(&log, "sidecar/0", "outcome")
+        .into_iter()
+        .find(|l| field::<u64>(l, "x") == x)
+        .expect("the grant ended");
+    assert!(outcome.contains("Timeout"), "{outcome}");
+    assert_eq!(field::<u64>(outcome, "t_us") - t_send, 2_500_000);
+    assert!(log.contains("RegistrationFailed"), "{log}");
+    // No master: heartbeats are never sent (not registered), nothing crashes.
+    assert!(world.sidecars()[0].exited().is_none());
+}
+
+fn field<T: std::str::FromStr>(line: &str, name: &str) -> T {
+    let key = format!("\"{name}\":");
+    let at = line.find(&key).expect("field present") + key.len();
+    let rest = &line[at..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    rest[..end].parse().ok().expect("a number")
+}
+
+#[test]
+fn reset_fails_at_once_refuse_refuses_blackhole_waits_partition_is_one_way() {
+    let vllm = NodeId::Vllm(0);
+    let s = NodeId::Sidecar(0);
+    let outcome_of_first_probe_after = |fault: LinkFault| {
+        let mut world = World::new(3, EventLog::keeping());
+        world.add_server(vllm, Box::new(Fixed(Some(Reply::Status(200)))));
+        world.set_link(s, vllm, fault);
+        world.add_sidecar(&config());
+        world.run_until(Duration::from_secs(5));
+        let log = world.log().text();
+        let first = lines_of(&log, "sidecar/0", "outcome")
+            .first()
+            .map(|l| l.to_string())
+            .expect("the first probe ended");
+        (first, log)
+    };
+    let (reset, _) = outcome_of_first_probe_after(LinkFault::Reset);
+    assert!(
+        reset.contains("Reset") && reset.contains("\"t_us\":0,"),
+        "{reset}"
+    );
+    let (refused, _) = outcome_of_first_probe_after(LinkFault::Refuse);
+    assert!(
+        refused.contains("Refused") && refused.contains("\"t_us\":0,"),
+        "{refused}"
+    );
+    // Blackhole and both partitions: the health timeout (3 s default).
+    for fault in [
+        LinkFault::Blackhole,
+        LinkFault::Partition {
+            direction: sim::Direction::ToTarget,
+        },
+        LinkFault::Partition {
+            direction: sim::Direction::FromTarget,
+        },
+    ] {
+        let (timeout, log) = outcome_of_first_probe_after(fault.clone());
+        assert!(
+            timeout.contains("Timeout") && timeout.contains("\"t_us\":3000000,"),
+            "{fault:?}: {timeout}"
+        );
+        let served = lines_of(&log, "vllm/0", "serve").len();
+        // The request reaches vLLM only when answers are the ones lost.
+        let reaches = matches!(
+            fault,
+            LinkFault::Partition {
+                direction: sim::Direction::FromTarget
+            }
+        );
+        assert_eq!(served > 0, reaches, "{fault:?}: {log}");
+    }
+}
+
+#[test]
+fn healing_a_blackhole_closes_the_stuck_exchange_and_reset_kills_one_in_flight() {
+    let vllm = NodeId::Vllm(0);
+    let s = NodeId::Sidecar(0);
+    let mut world = World::new(3, EventLog::keeping());
+    world.add_server(vllm, Box::new(Fixed(Some(Reply::Status(200)))));
+    world.set_link(s, vllm, LinkFault::Blackhole);
+    world.set_link_at(Duration::from_millis(700), s, vllm, LinkFault::Heal);
+    world.add_sidecar(&config());
+    world.run_until(Duration::from_secs(1));
+    let log = world.log().text();
+    let first = lines_of(&log, "sidecar/0", "outcome")[0];
+    assert!(
+        first.contains("Closed") && first.contains("\"t_us\":700000,"),
+        "{first}"
+    );
+
+    // A latency of 1 s, then a reset 100 ms into the exchange: it fails then.
+    let mut world = World::new(3, EventLog::keeping());
+    world.add_server(vllm, Box::new(Fixed(Some(Reply::Status(200)))));
+    let slow = LinkFault::Latency {
+        ms: 1000,
+        jitter_ms: 0,
+    };
+    world.set_link(s, vllm, slow);
+    world.set_link_at(Duration::from_millis(100), s, vllm, LinkFault::Reset);
+    world.add_sidecar(&config());
+    world.run_until(Duration::from_secs(2));
+    let log = world.log().text();
+    let first = lines_of(&log, "sidecar/0", "outcome")[0];
+    assert!(
+        first.contains("Reset") && first.contains("\"t_us\":100000,"),
+        "{first}"
+    );
+    assert!(
+        lines_of(&log, "vllm/0", "serve").is_empty(),
+        "the request died with its connection"
+    );
+}
