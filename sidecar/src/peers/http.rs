@@ -159,7 +159,9 @@ pub async fn read_capped(
     if response.content_length().is_some_and(|n| n > cap as u64) {
         return Err(BodyError::TooLarge(cap));
     }
-    let mut body = Vec::new();
+    // Sized once from the declared length (a page arrives in many chunks).
+    let declared = response.content_length().unwrap_or(0);
+    let mut body = Vec::with_capacity(usize::try_from(declared).unwrap_or(cap).min(cap));
     while let Some(chunk) = response.chunk().await.map_err(BodyError::Read)? {
         if body.len() + chunk.len() > cap {
             return Err(BodyError::TooLarge(cap));
