@@ -7,7 +7,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/instructions} CARGO_PROFILE_R
 cargo build -q --release -p benches --example instructions
 bin=$CARGO_TARGET_DIR/release/examples/instructions
 N=${N:-50}
-for file in ../shared/fixtures/vllm-0.10-metrics.txt sidecar/fixtures/large.prom; do
+for file in sidecar/fixtures/vllm-0.10-metrics.txt sidecar/fixtures/large.prom; do
   size=$(wc -c < "$file")
   n=$N
   [ "$size" -gt 200000 ] && n=$((N / 10 + 1))

@@ -25,7 +25,7 @@ pub fn inputs() -> Vec<Input> {
     [
         (
             "real-vllm-46KB",
-            root.join("../../shared/fixtures/vllm-0.10-metrics.txt"),
+            root.join("../sidecar/fixtures/vllm-0.10-metrics.txt"),
         ),
         (
             "large-8x6-860KB",

@@ -36,11 +36,11 @@ async fn page_after_traffic(dialect: Dialect, dp: usize) -> (String, String) {
 async fn v0_10_has_the_families_of_the_real_page() {
     let (page, ct) = page_after_traffic(Dialect::V0_10, 1).await;
     assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8");
+    // The real page, kept in the repository beside the sidecar's parser fixtures.
     let fixture = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/vllm-0.10-metrics.txt"
+        "/../sidecar/fixtures/vllm-0.10-metrics.txt"
     ))
-    .or_else(|_| std::fs::read_to_string("/work/shared/fixtures/vllm-0.10-metrics.txt"))
     .expect("fixture page");
     let Some(ours) = python(FAMILIES_TEXT, &page) else {
         return;

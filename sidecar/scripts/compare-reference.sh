@@ -17,7 +17,7 @@
 # is the reference's default, 6 s. The reference's own defaults are KEEPALIVE 2, HEARTBEAT 3.
 #
 # Env: SIDECAR_BIN (default target/release/vllm-sidecar; build it with
-# `cargo build --release -p sidecar`), METRICS_PAGE (default the shared vLLM fixture),
+# `cargo build --release -p sidecar`), METRICS_PAGE (default sidecar/fixtures/vllm-0.10-metrics.txt, the real vLLM page),
 # STUB_NAGLE=1 (the stub answers with Nagle's algorithm on, unlike real servers: each
 # answer's body then arrives a few ms after its head).
 set -euo pipefail
@@ -30,8 +30,7 @@ WARMUP=5
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BIN=${SIDECAR_BIN:-$ROOT/target/release/vllm-sidecar}
-PAGE=${METRICS_PAGE:-$ROOT/../shared/fixtures/vllm-0.10-metrics.txt}
-[ -f "$PAGE" ] || PAGE=/work/shared/fixtures/vllm-0.10-metrics.txt
+PAGE=${METRICS_PAGE:-$ROOT/sidecar/fixtures/vllm-0.10-metrics.txt}
 
 [ -d "$REF_PARENT/vllm_sidecar" ] || { echo "no vllm_sidecar/ in $REF_PARENT" >&2; exit 2; }
 [ -x "$BIN" ] || { echo "no binary at $BIN (cargo build --release -p sidecar)" >&2; exit 2; }

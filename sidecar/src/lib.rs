@@ -55,6 +55,8 @@ pub mod shutdown;
 pub mod telemetry;
 pub mod tools;
 
+use std::io::Write as _;
+
 use config::Config;
 use shutdown::Shutdown;
 
@@ -78,7 +80,8 @@ pub async fn run(config: Config, shutdown: Shutdown) -> std::io::Result<()> {
             let listener = tokio::net::TcpListener::bind(addr).await?;
             let local = listener.local_addr()?;
             tracing::info!(addr = %local, "admin endpoint listening");
-            println!("vllm-sidecar admin listening on {local}");
+            // Not `println!`: a closed stdout must not stop the sidecar.
+            let _ = writeln!(std::io::stdout(), "vllm-sidecar admin listening on {local}");
             let state = admin::AdminState {
                 telemetry: sidecar.telemetry(),
                 status: sidecar.status(),

@@ -63,7 +63,7 @@ fn run(args: RunArgs) -> i32 {
             Ok(()) => 0,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start");
-                eprintln!("vllm-sidecar: cannot start: {e}");
+                say(&format!("cannot start: {e}"));
                 1
             }
         }
@@ -89,11 +89,18 @@ fn usage_error(message: &str) -> ! {
         .find(|l| !l.is_empty())
         .unwrap_or("invalid arguments");
     let line = line.strip_prefix("error: ").unwrap_or(line);
-    eprintln!("vllm-sidecar: {line}");
+    say(line);
     std::process::exit(2);
 }
 
 fn fail(message: &str) -> ! {
-    eprintln!("vllm-sidecar: {message}");
+    say(message);
     std::process::exit(1);
+}
+
+/// One line on stderr. Unlike `eprintln!`, a closed stderr (EPIPE) is not a panic: the
+/// exit code must stay the one that says what happened.
+fn say(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "vllm-sidecar: {message}");
 }

@@ -54,7 +54,7 @@ impl Drop for Killed {
 }
 
 #[tokio::test]
-async fn a_closed_stderr_never_stops_the_sidecar() {
+async fn closed_stderr_and_stdout_never_stop_the_sidecar() {
     let (etcd, vllm, master) = (
         MockServer::start().await,
         MockServer::start().await,
@@ -113,10 +113,13 @@ async fn a_closed_stderr_never_stops_the_sidecar() {
             "0.2",
             "--log-level",
             "DEBUG",
+            // Its address is printed on stdout, closed too.
+            "--admin-listen",
+            "127.0.0.1:0",
         ])
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(writer.try_clone().unwrap())
         .stderr(writer)
         .spawn()
         .unwrap();
@@ -152,4 +155,18 @@ async fn a_closed_stderr_never_stops_the_sidecar() {
     };
     assert_eq!(status.code(), Some(0), "{status}");
     assert_eq!(count(&etcd, "/v3/lease/revoke").await, 1);
+}
+
+#[test]
+fn a_flag_error_on_a_closed_stderr_still_exits_2() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let status = Command::new(BIN)
+        .args(["--lease-ttl", "soon"])
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone().unwrap())
+        .stderr(writer)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(2), "{status}");
 }

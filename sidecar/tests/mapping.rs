@@ -2,7 +2,9 @@
 //! the fixtures (checked against numbers computed independently by gen_pages.py), and
 //! properties over arbitrary scrape sequences.
 
-use std::path::{Path, PathBuf};
+#[path = "support/locate.rs"]
+mod locate;
+use locate::locate;
 
 use proptest::prelude::*;
 use sidecar::mapping::{HeartbeatMetrics, LatencyStat, Mapper, MapperConfig, MAX_LATENCY_SECONDS};
@@ -38,21 +40,6 @@ fn ttft(labels: &str, les: &[(&str, f64)], sum: f64, count: f64) -> String {
     s += &format!("vllm:time_to_first_token_seconds_sum{{{labels}}} {sum}\n");
     s += &format!("vllm:time_to_first_token_seconds_count{{{labels}}} {count}\n");
     s
-}
-
-/// `rel` from the crate's directory; a `../../shared/...` path is also looked for under
-/// every ancestor, so the tests run from a worktree nested deeper than the checkout.
-fn locate(rel: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let direct = root.join(rel);
-    if direct.exists() {
-        return direct;
-    }
-    let tail = rel.trim_start_matches("../");
-    root.ancestors()
-        .map(|a| a.join(tail))
-        .find(|p| p.exists())
-        .unwrap_or(direct)
 }
 
 fn fixture(rel: &str) -> String {
@@ -447,7 +434,7 @@ fn fixtures_match_the_independent_computation() {
 
 #[test]
 fn real_page() {
-    let text = fixture("../../shared/fixtures/vllm-0.10-metrics.txt");
+    let text = fixture("fixtures/vllm-0.10-metrics.txt");
     let mut m = pair(LatencyStat::Avg, None);
     let h = observe(&mut m, &text);
     assert_eq!(h.load_metrics.waiting_requests_num, 0);

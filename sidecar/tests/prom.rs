@@ -1,7 +1,10 @@
 //! The parser through its public API: every edge case of the issue, and the fixtures.
 
+#[path = "support/locate.rs"]
+mod locate;
+use locate::locate;
+
 use std::borrow::Cow;
-use std::path::{Path, PathBuf};
 
 use sidecar::prom::{parse, Format, Mode, Page};
 
@@ -21,21 +24,6 @@ fn strict_err(text: &str, format: Format) -> sidecar::prom::ParseError {
 
 fn lenient(text: &str) -> Page<'_> {
     parse(text, P, Mode::Lenient).unwrap()
-}
-
-/// `rel` from the crate's directory; a `../../shared/...` path is also looked for under
-/// every ancestor, so the tests run from a worktree nested deeper than the checkout.
-fn locate(rel: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let direct = root.join(rel);
-    if direct.exists() {
-        return direct;
-    }
-    let tail = rel.trim_start_matches("../");
-    root.ancestors()
-        .map(|a| a.join(tail))
-        .find(|p| p.exists())
-        .unwrap_or(direct)
 }
 
 fn fixture(rel: &str) -> String {
@@ -450,7 +438,7 @@ fn content_type_picks_the_format() {
 
 #[test]
 fn real_vllm_page() {
-    let text = fixture("../../shared/fixtures/vllm-0.10-metrics.txt");
+    let text = fixture("fixtures/vllm-0.10-metrics.txt");
     let strict_page = parse(&text, P, Mode::Strict).unwrap();
     let page = lenient(&text);
     assert_eq!(page.samples.len(), 360);

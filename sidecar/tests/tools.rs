@@ -1,7 +1,11 @@
 //! The `parse` and `preview` subcommands, run as the real binary.
 
+#[path = "support/locate.rs"]
+mod locate;
+use locate::locate;
+
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use wiremock::matchers::{method, path};
@@ -9,21 +13,6 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vllm-sidecar"))
-}
-
-/// `rel` from the crate's directory; a `../../shared/...` path is also looked for under
-/// every ancestor, so the tests run from a worktree nested deeper than the checkout.
-fn locate(rel: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let direct = root.join(rel);
-    if direct.exists() {
-        return direct;
-    }
-    let tail = rel.trim_start_matches("../");
-    root.ancestors()
-        .map(|a| a.join(tail))
-        .find(|p| p.exists())
-        .unwrap_or(direct)
 }
 
 fn fixture(rel: &str) -> PathBuf {
@@ -75,7 +64,7 @@ fn parse_prints_one_json_object_per_sample() {
 
 #[test]
 fn parse_the_real_page() {
-    let f = fixture("../../shared/fixtures/vllm-0.10-metrics.txt");
+    let f = fixture("fixtures/vllm-0.10-metrics.txt");
     let out = run(&["parse", "--strict", f.to_str().unwrap()], None);
     assert!(
         out.status.success(),
