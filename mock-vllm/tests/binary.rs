@@ -1,32 +1,21 @@
 //! The thin binary: prints its address first, exits 2 on a bad flag.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
+
+#[path = "support/process.rs"]
+mod process;
 
 #[test]
 fn prints_address_and_serves() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mock-vllm"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--model",
-            "m",
-            "--metrics-dialect",
-            "v0.11",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .expect(&line)
-        .to_string();
+    let vllm = process::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--model",
+        "m",
+        "--metrics-dialect",
+        "v0.11",
+    ]);
+    let addr = &vllm.addr;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let status = rt.block_on(async {
         let c = reqwest::Client::builder()
@@ -39,8 +28,6 @@ fn prints_address_and_serves() {
             .unwrap()
             .status()
     });
-    child.kill().unwrap();
-    let _ = child.wait();
     assert_eq!(status, 200);
 }
 
@@ -64,31 +51,16 @@ fn bad_flags_exit_2_with_one_line() {
 /// `--metrics-dialect compact` serves the compact page.
 #[test]
 fn compact_dialect_from_the_command_line() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mock-vllm"))
-        .args(["--listen", "127.0.0.1:0", "--metrics-dialect", "compact"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .map(str::to_string);
+    let vllm = process::start(&["--listen", "127.0.0.1:0", "--metrics-dialect", "compact"]);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let page = rt.block_on(async {
         let c = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(5))
             .build()
             .unwrap();
-        let url = format!("http://{}/metrics", addr.as_deref().unwrap_or("?"));
+        let url = format!("http://{}/metrics", vllm.addr);
         c.get(url).send().await.unwrap().text().await.unwrap()
     });
-    child.kill().unwrap();
-    let _ = child.wait();
     let types: Vec<&str> = page.lines().filter(|l| l.starts_with("# TYPE")).collect();
     assert_eq!(
         types,

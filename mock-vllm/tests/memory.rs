@@ -2,9 +2,11 @@
 //! more memory than a few times its own size. Peak RSS (VmHWM) of the child process is
 //! read before and after; this is a bound on memory, not on speed.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
+
+#[path = "support/process.rs"]
+mod process;
 
 /// The child's peak resident set, in KiB, from /proc/PID/status.
 fn peak_kib(child: &Child) -> u64 {
@@ -14,35 +16,6 @@ fn peak_kib(child: &Child) -> u64 {
         .find(|l| l.starts_with("VmHWM:"))
         .expect("VmHWM in /proc/PID/status");
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
-/// Kills the child however the test ends.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn() -> (Killed, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mock-vllm"))
-        .args(["--listen", "127.0.0.1:0", "--prefill-overhead-ms", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("first line: {line:?}"))
-        .to_string();
-    (Killed(child), format!("http://{addr}"))
 }
 
 /// `{"prompt":"a","max_tokens":1,"junk":[{"a":0},{"a":0},...]}`: 500k tiny objects,
@@ -68,7 +41,8 @@ fn hostile_body(path: &str) -> String {
 
 #[test]
 fn unknown_fields_of_tiny_objects_cost_no_tree() {
-    let (child, url) = spawn();
+    let vllm = process::start(&["--listen", "127.0.0.1:0", "--prefill-overhead-ms", "0"]);
+    let url = format!("http://{}", vllm.addr);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -86,13 +60,13 @@ fn unknown_fields_of_tiny_objects_cost_no_tree() {
         let small = hostile_body(path).replace(r#"{"a":0},"#, "");
         assert_eq!(post(path, small), 200);
     }
-    let before = peak_kib(&child.0);
+    let before = peak_kib(&vllm.child);
     for path in ["/v1/completions", "/v1/chat/completions"] {
         for _ in 0..2 {
             assert_eq!(post(path, hostile_body(path)), 200, "{path}");
         }
     }
-    let after = peak_kib(&child.0);
+    let after = peak_kib(&vllm.child);
     let grown_mib = (after.saturating_sub(before)) as f64 / 1024.0;
     eprintln!("peak RSS {before} KiB -> {after} KiB (+{grown_mib:.1} MiB)");
     assert!(
