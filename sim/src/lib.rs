@@ -65,6 +65,8 @@
 //!   watch lines ([`master_node::MasterNode::on_watch_line`]), its probes sent as calls.
 //! - [`load`]: open-loop completions on a fake vLLM, validated by mock-vllm's rules:
 //!   [`load::Load::new`], started with [`World::add_load`].
+//! - [`planted`]: test-only planted bugs (a 409 read as 200, a revoke not sent, …),
+//!   distortions of how the driver runs the core: [`World::plant_bug`].
 //! - [`world`]: the engine (time, queue, generator, log, links, nodes, exchanges and
 //!   their timeouts): [`World::run_until`].
 
@@ -75,6 +77,7 @@ pub mod load;
 pub mod log;
 pub mod master_node;
 pub mod node;
+pub mod planted;
 pub mod queue;
 pub mod sidecar_node;
 pub mod vllm_node;

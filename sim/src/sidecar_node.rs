@@ -28,6 +28,7 @@ use sidecar::prom::Format;
 
 use crate::etcd_client::EtcdCall;
 use crate::node::{EtcdRequest, Failure, NodeId, Outcome, Reply, Request};
+use crate::planted::{Distortion, PlantedBug, STRAY};
 
 /// Which command an exchange answers, and what the answer needs from it.
 #[derive(Clone, Debug, PartialEq)]
@@ -93,6 +94,12 @@ pub struct SidecarNode {
     /// When the world last handed the core a `Timer`.
     pub(crate) last_timer: Option<Duration>,
     exit: Option<i32>,
+    /// The seed the core was made with (a restart with a planted bug may reuse it).
+    pub(crate) seed: u64,
+    /// When the core was last handed an input.
+    now: Duration,
+    /// Test-only: a planted bug (see [`crate::planted`]).
+    distortion: Option<Distortion>,
 }
 
 impl SidecarNode {
@@ -118,6 +125,19 @@ impl SidecarNode {
             wake_at: None,
             last_timer: None,
             exit: None,
+            seed,
+            now,
+            distortion: None,
+        }
+    }
+
+    /// Test-only: run this sidecar with a planted bug; `restarted`: the process was
+    /// started again (a bug may lose what a restart should keep).
+    pub fn plant(&mut self, bug: PlantedBug, restarted: bool) {
+        let cfg = self.core.config();
+        self.distortion = Some(Distortion::new(bug, cfg.lease_ttl, cfg.heartbeat_interval));
+        if restarted && bug == PlantedBug::TokenLostOnRestart {
+            self.token.clear();
         }
     }
 
@@ -157,6 +177,7 @@ impl SidecarNode {
     /// Hand the core an input at `now`.
     pub fn handle(&mut self, now: Duration, input: Input) {
         if self.exit.is_none() {
+            self.now = now;
             self.core.handle(now, input);
         }
     }
@@ -164,23 +185,72 @@ impl SidecarNode {
     /// The commands the core issued, as the driver would run them, in order.
     pub fn poll(&mut self) -> Vec<Outgoing> {
         let mut out = Vec::new();
-        while let Some(command) = self.core.poll_command() {
-            match self.outgoing(command) {
-                Some(Outgoing::Exit(code)) => {
-                    self.exit = Some(code);
-                    out.push(Outgoing::Exit(code));
-                    break;
+        loop {
+            // Answers a planted bug gives at once instead of sending the command.
+            let mut swallowed = Vec::new();
+            while let Some(command) = self.core.poll_command() {
+                if let Some(d) = self.distortion.as_mut() {
+                    if let Some(answer) = d.intercept(&command, self.core.registration()) {
+                        swallowed.push((command_id(&command), answer));
+                        continue;
+                    }
                 }
-                Some(o) => out.push(o),
-                None => {}
+                match self.outgoing(command) {
+                    Some(Outgoing::Exit(code)) => {
+                        self.exit = Some(code);
+                        out.push(Outgoing::Exit(code));
+                        return out;
+                    }
+                    Some(o) => out.push(o),
+                    None => {}
+                }
+            }
+            if swallowed.is_empty() {
+                break;
+            }
+            let now = self.now;
+            for (id, answer) in swallowed.into_iter() {
+                if let Some(id) = id {
+                    self.handle(now, Input::Answer(id, answer));
+                }
             }
         }
+        out.extend(self.zombie_beat());
         out
+    }
+
+    /// A planted stale heartbeat loop's post, when one is due.
+    fn zombie_beat(&mut self) -> Option<Outgoing> {
+        if self.exit.is_some() {
+            return None;
+        }
+        let body = self
+            .distortion
+            .as_mut()?
+            .zombie_beat(self.now, self.core.registration())?;
+        Some(Outgoing::Send {
+            to: NodeId::Master,
+            request: Request::Heartbeat {
+                body,
+                token: self.token.clone(),
+            },
+            timeout: self.timeouts.heartbeat,
+            tag: Tag {
+                id: STRAY,
+                kind: Kind::Heartbeat,
+            },
+        })
     }
 
     /// An exchange of `tag` ended with `outcome` at `now`: the core gets its answer.
     pub fn complete(&mut self, now: Duration, tag: &Tag, outcome: Outcome) {
-        let answer = answer_of(tag.kind, outcome, &self.context());
+        if tag.id == STRAY {
+            return; // a planted stale heartbeat's answer: nobody waits for it
+        }
+        let mut answer = answer_of(tag.kind, outcome, &self.context());
+        if let Some(d) = self.distortion.as_mut() {
+            answer = d.distort(tag.kind, answer);
+        }
         self.handle(now, Input::Answer(tag.id, answer));
     }
 
@@ -232,6 +302,20 @@ impl SidecarNode {
             Command::Note(note) => Outgoing::Note(note),
             Command::Exit { code } => Outgoing::Exit(code),
         })
+    }
+}
+
+/// The id of a command that expects an answer.
+fn command_id(command: &Command) -> Option<CommandId> {
+    match command {
+        Command::ProbeHealth { id }
+        | Command::GrantLease { id, .. }
+        | Command::PutKey { id, .. }
+        | Command::Keepalive { id, .. }
+        | Command::Scrape { id }
+        | Command::PostHeartbeat { id, .. }
+        | Command::Revoke { id, .. } => Some(*id),
+        Command::LogServedModel | Command::Note(_) | Command::Exit { .. } => None,
     }
 }
 

@@ -26,6 +26,7 @@ use crate::load::Load;
 use crate::log::EventLog;
 use crate::master_node::MasterNode;
 use crate::node::{Failure, NodeId, Outcome, Reply, Request, Server};
+use crate::planted::PlantedBug;
 use crate::queue::Queue;
 use crate::sidecar_node::{Outgoing, SidecarNode, Tag};
 use crate::vllm_node::VllmNode;
@@ -129,6 +130,8 @@ pub struct World {
     next_exchange: u64,
     events: u64,
     loads: Vec<Load>,
+    /// Test-only: the bug planted in every sidecar, current and future.
+    planted: Option<PlantedBug>,
 }
 
 impl World {
@@ -148,7 +151,19 @@ impl World {
             next_exchange: 0,
             events: 0,
             loads: Vec::new(),
+            planted: None,
         }
+    }
+
+    /// Test-only: plant `bug` in every sidecar, current and future (see
+    /// [`crate::planted`]). Call it before the run starts.
+    pub fn plant_bug(&mut self, bug: PlantedBug) {
+        self.planted = Some(bug);
+        for node in &mut self.sidecars {
+            node.plant(bug, false);
+        }
+        self.log
+            .record(self.now, "world", "planted_bug", || json!(bug));
     }
 
     pub fn now(&self) -> Duration {
@@ -194,8 +209,11 @@ impl World {
     pub fn add_sidecar(&mut self, config: &Config) -> u32 {
         let index = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
         let seed = self.rng.gen();
-        self.sidecars
-            .push(SidecarNode::new(index, config, seed, self.now));
+        let mut node = SidecarNode::new(index, config, seed, self.now);
+        if let Some(bug) = self.planted {
+            node.plant(bug, false);
+        }
+        self.sidecars.push(node);
         self.log.record(
             self.now,
             &NodeId::Sidecar(index).to_string(),
@@ -226,11 +244,17 @@ impl World {
     /// drawn from the world's generator.
     pub fn restart_sidecar(&mut self, index: u32, config: &Config) {
         self.kill_sidecar(index);
-        let seed = self.rng.gen();
+        let mut seed = self.rng.gen();
         let Some(slot) = self.sidecars.get_mut(index as usize) else {
             return;
         };
+        if self.planted == Some(PlantedBug::ReuseIncarnation) {
+            seed = slot.seed;
+        }
         *slot = SidecarNode::new(index, config, seed, self.now);
+        if let Some(bug) = self.planted {
+            slot.plant(bug, true);
+        }
         self.log.record(
             self.now,
             &NodeId::Sidecar(index).to_string(),

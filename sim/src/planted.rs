@@ -1,0 +1,267 @@
+//! Planted bugs: test-only distortions of how the simulated driver runs the production
+//! core, so that `scenarios explore` can show it finds the classes of bug it is meant
+//! to find (issue 14, "planted bugs are found").
+//!
+//! Why here and not in `sidecar/`: the production core must stay exactly what ships.
+//! Each bug is what a faulty *driver* (or a faulty rewrite of the core) would do, made
+//! by lying to the core or to its peers at the boundary the simulator already owns:
+//! a command not sent and answered as done, an answer replaced by another, a copy of an
+//! old heartbeat sent again, a restarted process given its old seed or no token. With no
+//! bug planted ([`World::plant_bug`](crate::World::plant_bug) never called) nothing here
+//! runs.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sidecar::core::{AfterRevoke, Answer, Command, CommandId, Registration};
+
+use crate::sidecar_node::Kind;
+
+/// One class of bug, planted in every sidecar of a world (current and future).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlantedBug {
+    /// A heartbeat answered 409 is handed to the core as 200: it never re-registers.
+    NoReregisterOn409,
+    /// While the sidecar's last `/health` probe or last `/metrics` scrape failed,
+    /// keepalives are not sent but answered as if etcd had refreshed the lease (a
+    /// keepalive coupled to the heartbeat path): the key expires while the core believes
+    /// it is registered.
+    NoKeepaliveWhileUnhealthy,
+    /// On shutdown the final revoke is not sent but answered as done: the key outlives
+    /// the process until its TTL runs out.
+    NoRevokeOnShutdown,
+    /// Once an incarnation's lease is lost or replaced, a stale heartbeat loop keeps
+    /// posting that incarnation's last heartbeat body every heartbeat interval.
+    HeartbeatAfterLeaseLost,
+    /// A restarted sidecar gets the same core seed as its previous life, so its
+    /// incarnation ids repeat.
+    ReuseIncarnation,
+    /// etcd's "lease not found" (or TTL 0) on a keepalive is handed to the core as a
+    /// refreshed lease: a lease expired or lost in etcd is never noticed.
+    IgnoreLeaseNotFound,
+    /// A restarted sidecar sends no token (its token lost across the restart).
+    TokenLostOnRestart,
+}
+
+impl PlantedBug {
+    pub const ALL: [PlantedBug; 7] = [
+        PlantedBug::NoReregisterOn409,
+        PlantedBug::NoKeepaliveWhileUnhealthy,
+        PlantedBug::NoRevokeOnShutdown,
+        PlantedBug::HeartbeatAfterLeaseLost,
+        PlantedBug::ReuseIncarnation,
+        PlantedBug::IgnoreLeaseNotFound,
+        PlantedBug::TokenLostOnRestart,
+    ];
+
+    /// The snake_case name (as in TOML, JSON and on the command line).
+    pub fn name(self) -> &'static str {
+        match self {
+            PlantedBug::NoReregisterOn409 => "no_reregister_on_409",
+            PlantedBug::NoKeepaliveWhileUnhealthy => "no_keepalive_while_unhealthy",
+            PlantedBug::NoRevokeOnShutdown => "no_revoke_on_shutdown",
+            PlantedBug::HeartbeatAfterLeaseLost => "heartbeat_after_lease_lost",
+            PlantedBug::ReuseIncarnation => "reuse_incarnation",
+            PlantedBug::IgnoreLeaseNotFound => "ignore_lease_not_found",
+            PlantedBug::TokenLostOnRestart => "token_lost_on_restart",
+        }
+    }
+}
+
+impl fmt::Display for PlantedBug {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PlantedBug {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PlantedBug::ALL
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = PlantedBug::ALL.iter().map(|b| b.name()).collect();
+                format!("unknown planted bug `{s}` (known: {})", names.join(", "))
+            })
+    }
+}
+
+/// A planted bug's state in one sidecar: what it has seen, and the stale heartbeat it
+/// keeps sending.
+#[derive(Clone, Debug)]
+pub struct Distortion {
+    bug: PlantedBug,
+    /// The TTL the core asks for (what a faked refresh answers).
+    ttl: i64,
+    heartbeat_interval: Duration,
+    /// The last `/health` probe failed.
+    health_failed: bool,
+    /// The last `/metrics` scrape failed.
+    scrape_failed: bool,
+    /// The last heartbeat body posted, with its incarnation.
+    last_beat: Option<(String, String)>,
+    /// When the stale heartbeat loop last posted.
+    zombie_at: Option<Duration>,
+}
+
+/// The id of a command the core never issued: its answer is dropped, not handed in.
+pub const STRAY: CommandId = CommandId(0);
+
+impl Distortion {
+    pub fn new(bug: PlantedBug, ttl: i64, heartbeat_interval: Duration) -> Distortion {
+        Distortion {
+            bug,
+            ttl,
+            heartbeat_interval,
+            health_failed: false,
+            scrape_failed: false,
+            last_beat: None,
+            zombie_at: None,
+        }
+    }
+
+    pub fn bug(&self) -> PlantedBug {
+        self.bug
+    }
+
+    /// A command the core issued: `Some(answer)` when the bug swallows it (it is not
+    /// sent; the core gets `answer` at once).
+    pub fn intercept(&mut self, command: &Command, reg: &Registration) -> Option<Answer> {
+        match (self.bug, command) {
+            (PlantedBug::HeartbeatAfterLeaseLost, Command::PostHeartbeat { body, .. }) => {
+                if let Some(lease) = reg.registered() {
+                    self.last_beat = Some((lease.incarnation.clone(), body.clone()));
+                    self.zombie_at = None;
+                }
+                None
+            }
+            (PlantedBug::NoKeepaliveWhileUnhealthy, Command::Keepalive { .. })
+                if self.health_failed || self.scrape_failed =>
+            {
+                Some(Answer::KeepaliveTtl(self.ttl))
+            }
+            (PlantedBug::NoRevokeOnShutdown, Command::Revoke { .. })
+                if matches!(
+                    reg,
+                    Registration::Revoking {
+                        then: AfterRevoke::Exit { .. },
+                        ..
+                    }
+                ) =>
+            {
+                Some(Answer::RevokeDone)
+            }
+            _ => None,
+        }
+    }
+
+    /// The answer the core gets for an exchange of `kind`, instead of `answer`.
+    pub fn distort(&mut self, kind: Kind, answer: Answer) -> Answer {
+        match &answer {
+            Answer::HealthOk => self.health_failed = false,
+            Answer::HealthFailed(_) => self.health_failed = true,
+            Answer::ScrapePage { .. } => self.scrape_failed = false,
+            Answer::ScrapeFailed { .. } => self.scrape_failed = true,
+            _ => {}
+        }
+        match (self.bug, kind, answer) {
+            (PlantedBug::NoReregisterOn409, Kind::Heartbeat, Answer::HeartbeatStatus(409)) => {
+                Answer::HeartbeatStatus(200)
+            }
+            (
+                PlantedBug::IgnoreLeaseNotFound,
+                Kind::Keepalive,
+                Answer::LeaseNotFound | Answer::KeepaliveTtl(0),
+            ) => Answer::KeepaliveTtl(self.ttl),
+            (_, _, answer) => answer,
+        }
+    }
+
+    /// The stale heartbeat loop: the body to post again now, if its incarnation is no
+    /// longer the registered one and an interval has passed since its last post.
+    pub fn zombie_beat(&mut self, now: Duration, reg: &Registration) -> Option<String> {
+        if self.bug != PlantedBug::HeartbeatAfterLeaseLost {
+            return None;
+        }
+        let (incarnation, body) = self.last_beat.as_ref()?;
+        if reg.registered().map(|l| &l.incarnation) == Some(incarnation) {
+            return None;
+        }
+        if self
+            .zombie_at
+            .is_some_and(|t| now < t + self.heartbeat_interval)
+        {
+            return None;
+        }
+        self.zombie_at = Some(now);
+        Some(body.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_through_from_str_and_serde() {
+        for bug in PlantedBug::ALL {
+            assert_eq!(bug.name().parse::<PlantedBug>(), Ok(bug));
+            let json = serde_json::to_string(&bug).unwrap();
+            assert_eq!(json, format!("\"{}\"", bug.name()));
+        }
+        let e = "no_such_bug".parse::<PlantedBug>().unwrap_err();
+        assert!(e.contains("reuse_incarnation"), "{e}");
+    }
+
+    #[test]
+    fn a_409_is_read_as_200_only_with_its_bug() {
+        let mut d = Distortion::new(PlantedBug::NoReregisterOn409, 6, Duration::from_secs(3));
+        let a = d.distort(Kind::Heartbeat, Answer::HeartbeatStatus(409));
+        assert_eq!(a, Answer::HeartbeatStatus(200));
+        let mut d = Distortion::new(PlantedBug::IgnoreLeaseNotFound, 6, Duration::from_secs(3));
+        let a = d.distort(Kind::Heartbeat, Answer::HeartbeatStatus(409));
+        assert_eq!(a, Answer::HeartbeatStatus(409));
+        assert_eq!(
+            d.distort(Kind::Keepalive, Answer::LeaseNotFound),
+            Answer::KeepaliveTtl(6)
+        );
+    }
+
+    #[test]
+    fn keepalives_are_swallowed_only_after_a_failed_scrape_or_probe() {
+        let mut d = Distortion::new(
+            PlantedBug::NoKeepaliveWhileUnhealthy,
+            6,
+            Duration::from_secs(3),
+        );
+        let ka = Command::Keepalive {
+            id: CommandId(3),
+            lease: 9,
+        };
+        let reg = Registration::Unregistered {
+            retry_at: Duration::ZERO,
+        };
+        assert_eq!(d.intercept(&ka, &reg), None);
+        d.distort(
+            Kind::Scrape,
+            Answer::ScrapeFailed {
+                reason: "status".into(),
+                detail: "500".into(),
+            },
+        );
+        assert_eq!(d.intercept(&ka, &reg), Some(Answer::KeepaliveTtl(6)));
+        d.distort(
+            Kind::Scrape,
+            Answer::ScrapePage {
+                text: String::new(),
+                openmetrics: false,
+            },
+        );
+        assert_eq!(d.intercept(&ka, &reg), None);
+    }
+}
