@@ -85,6 +85,7 @@ pub async fn run(args: RunArgs) -> u8 {
         sidecar_bin: args.sidecar_bin.clone(),
         sidecar_overrides: Vec::new(),
         command: "cargo run -p scenarios --".into(),
+        planted_bug: None,
     };
     let opts = match prepare(opts, &list) {
         Ok(o) => o,
@@ -239,4 +240,178 @@ pub async fn up(args: UpArgs) -> u8 {
     }
     cluster.shutdown().await;
     0
+}
+
+/// `--faults a,b,c`: fault kinds to draw from.
+#[derive(Clone, Debug)]
+pub struct FaultList(pub Vec<String>);
+
+impl std::str::FromStr for FaultList {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        crate::explore::generate::parse_fault_list(s).map(FaultList)
+    }
+}
+
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ExploreArgs {
+    #[command(subcommand)]
+    pub command: Option<ExploreCommand>,
+    /// At most this many instances per schedule (each draws between half of it and it).
+    #[arg(long, default_value_t = 10)]
+    pub instances: usize,
+    /// Simulated length of each schedule.
+    #[arg(long, default_value = "2m", value_parser = crate::spec::parse_duration)]
+    pub duration: std::time::Duration,
+    /// Seeds in the sweep (default 100 unless --time is given).
+    #[arg(long, conflicts_with = "time")]
+    pub seeds: Option<u64>,
+    /// Run seeds for this long (wall time) instead of a number of seeds.
+    #[arg(long, value_parser = crate::spec::parse_duration)]
+    pub time: Option<std::time::Duration>,
+    /// First seed of the sweep.
+    #[arg(long, default_value_t = 0)]
+    pub seed_start: u64,
+    /// Run shard K of N (seeds start + K + N·j), e.g. `--shard 3/8`.
+    #[arg(long, default_value = "0/1")]
+    pub shard: crate::explore::summary::Shard,
+    /// Fault kinds to draw from, comma-separated (default: all).
+    #[arg(long)]
+    pub faults: Option<FaultList>,
+    /// Output directory (default: target/explore/<time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Worker threads (results do not depend on it).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Also write JUnit XML here.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+    /// One metrics dialect for every schedule (default: drawn per seed).
+    #[arg(long, value_parser = crate::explore::generate::DIALECTS)]
+    pub dialect: Option<String>,
+    /// Runs the shrinker may spend on one finding.
+    #[arg(long, default_value_t = 300)]
+    pub shrink_budget: usize,
+    /// TEST-ONLY: plant this bug in every simulated sidecar (see sim::planted), to check
+    /// that explore finds its class of bug. Never a statement about the shipped sidecar.
+    #[arg(long)]
+    pub planted_bug: Option<sim::planted::PlantedBug>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ExploreCommand {
+    /// Merge the summaries of a sharded sweep (each DIR a shard's --out, or a directory
+    /// of them).
+    Merge {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Write the merged summary.json and coverage.json here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Also write JUnit XML here.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+    },
+}
+
+fn default_explore_dir() -> PathBuf {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest.parent().unwrap_or(manifest).join("target/explore");
+    root.join(format!("run-{}", mock_kit::events::now_ms()))
+}
+
+/// `scenarios explore`: exit 0 if nothing was found, 1 if something was, 2 on bad input.
+pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 {
+    use crate::explore::sweep::{sweep, write_summary, Budget, SweepOptions};
+    if let Some(ExploreCommand::Merge { dirs, out, junit }) = args.command {
+        return explore_merge(&dirs, out.as_deref(), junit.as_deref());
+    }
+    if args.instances == 0 || args.duration < std::time::Duration::from_secs(1) {
+        eprintln!("scenarios: explore needs --instances >= 1 and --duration >= 1s");
+        return 2;
+    }
+    let params = crate::explore::generate::Params {
+        max_instances: args.instances,
+        duration_ms: args.duration.as_millis() as u64,
+        faults: match args.faults {
+            Some(f) => f.0,
+            None => crate::explore::generate::Params::default().faults,
+        },
+        dialect: args.dialect,
+    };
+    let out = args.out.unwrap_or_else(default_explore_dir);
+    let jobs = args.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let opts = SweepOptions {
+        params,
+        budget: match args.time {
+            Some(t) => Budget::Time(t),
+            None => Budget::Seeds(args.seeds.unwrap_or(100)),
+        },
+        seed_start: args.seed_start,
+        shard: args.shard,
+        out: out.clone(),
+        jobs,
+        planted_bug: args.planted_bug,
+        shrink_budget: args.shrink_budget,
+        progress: true,
+    };
+    if let Some(b) = opts.planted_bug {
+        eprintln!("scenarios: TEST-ONLY: planted bug `{b}` in every simulated sidecar");
+    }
+    let summary = sweep(&opts, runner);
+    if let Err(e) = write_summary(&out, &summary) {
+        eprintln!("scenarios: {e}");
+    }
+    report_summary(&summary, &out, args.junit.as_deref())
+}
+
+/// Print the summary and coverage, write JUnit; the exit code.
+fn report_summary(
+    s: &crate::explore::summary::Summary,
+    out: &std::path::Path,
+    junit: Option<&std::path::Path>,
+) -> u8 {
+    println!("\ncoverage (fault kind x sidecar phase when it hit):");
+    print!("{}", s.coverage.table());
+    println!();
+    print!("{}", s.table(out));
+    println!("summary: {}", out.join("summary.json").display());
+    if let Some(j) = junit {
+        if let Err(e) = std::fs::write(j, s.junit()) {
+            eprintln!("scenarios: cannot write {}: {e}", j.display());
+        }
+    }
+    if s.findings.is_empty() && s.errors.is_empty() {
+        0
+    } else {
+        1
+    }
+}
+
+fn explore_merge(
+    dirs: &[PathBuf],
+    out: Option<&std::path::Path>,
+    junit: Option<&std::path::Path>,
+) -> u8 {
+    let (merged, files) = match crate::explore::summary::merge_dirs(dirs) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("scenarios: {e}");
+            return 2;
+        }
+    };
+    println!("merged {} summaries", files.len());
+    let shown = out.unwrap_or(std::path::Path::new(""));
+    if let Some(dir) = out {
+        if let Err(e) = crate::explore::sweep::write_summary(dir, &merged) {
+            eprintln!("scenarios: {e}");
+        }
+    }
+    report_summary(&merged, shown, junit)
 }

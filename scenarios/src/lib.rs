@@ -22,11 +22,14 @@
 //! - [`verdict`]: awaits, invariants, fault episodes and time to recover.
 //! - [`run`]: one scenario end to end, and many in parallel: `run::run_scenario`, `run::run_many`.
 //! - [`report`]: the report directory (verdicts, events.jsonl, timeline.html) and JUnit.
-//! - [`cli`]: the `run`, `list` and `up` commands behind the thin `main.rs`.
+//! - [`explore`]: random fault schedules in virtual time, shrunk violations, coverage,
+//!   sharded sweeps: `explore::sweep::sweep`.
+//! - [`cli`]: the `run`, `list`, `up` and `explore` commands behind the thin `main.rs`.
 
 pub mod cli;
 pub mod cluster;
 pub mod etcd_view;
+pub mod explore;
 pub mod library;
 pub mod load;
 pub mod observe;

@@ -30,6 +30,9 @@ pub struct RunOptions {
     pub sidecar_overrides: Vec<(String, String)>,
     /// How the runner was invoked, to print the exact re-run command.
     pub command: String,
+    /// Test-only, simulation only: a bug planted in every simulated sidecar (see
+    /// `sim::planted`), to show that `explore` finds its class of bug.
+    pub planted_bug: Option<sim::planted::PlantedBug>,
 }
 
 impl Default for RunOptions {
@@ -41,6 +44,7 @@ impl Default for RunOptions {
             sidecar_bin: None,
             sidecar_overrides: Vec::new(),
             command: "cargo run -p scenarios --".into(),
+            planted_bug: None,
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::sidecar_node::Kind;
 #[serde(rename_all = "snake_case")]
 pub enum PlantedBug {
     /// A heartbeat answered 409 is handed to the core as 200: it never re-registers.
+    #[serde(rename = "no_reregister_on_409")]
     NoReregisterOn409,
     /// While the sidecar's last `/health` probe or last `/metrics` scrape failed,
     /// keepalives are not sent but answered as if etcd had refreshed the lease (a

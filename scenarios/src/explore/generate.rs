@@ -1,0 +1,362 @@
+//! Seed → a random cluster and fault schedule.
+//!
+//! Why this shape: the search is only as good as the corners it can reach, so every
+//! draw covers the whole valid range (timers within what the sidecar accepts, tokens on
+//! and off, every metrics dialect, fault durations from a blip to several lease TTLs,
+//! faults from the first second, while sidecars still wait for vLLM, to the end) and
+//! the vocabulary is the scenario language's own actions. Only what the simulation
+//! cannot run is left out (`etcd_kill` / `etcd_restart` need a real 3-member cluster;
+//! etcd auth and several etcd endpoints are not simulated). Every draw comes from one
+//! `StdRng` seeded by the seed alone, so a seed is a schedule, on every machine.
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+use super::schedule::{dur, Fault, Schedule, Topo};
+
+/// Fault kinds the explorer draws from: the actions that start a fault (the actions
+/// that end one, e.g. `vllm_restart` or `sidecar_start`, come with them).
+pub const FAULT_KINDS: [&str; 13] = [
+    "vllm_health",
+    "vllm_fault",
+    "vllm_crash",
+    "vllm_counter_reset",
+    "etcd_fault",
+    "etcd_expire_lease",
+    "etcd_lose_data",
+    "master_restart",
+    "master_token",
+    "master_fault",
+    "link",
+    "sidecar_kill",
+    "sidecar_stop",
+];
+
+/// The metrics dialects (`spec::Dialect` names).
+pub const DIALECTS: [&str; 5] = ["v0", "v0_10", "v0_11", "open_metrics", "compact"];
+
+/// What a sweep draws from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Params {
+    /// At most this many instances (at least half of it).
+    pub max_instances: usize,
+    pub duration_ms: u64,
+    /// Fault kinds allowed (a subset of [`FAULT_KINDS`]).
+    pub faults: Vec<String>,
+    /// One dialect for every schedule; `None`: drawn per seed.
+    pub dialect: Option<String>,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            max_instances: 5,
+            duration_ms: 60_000,
+            faults: FAULT_KINDS.iter().map(|s| s.to_string()).collect(),
+            dialect: None,
+        }
+    }
+}
+
+/// Parse `--faults a,b,c` (names from [`FAULT_KINDS`]).
+pub fn parse_fault_list(list: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if !FAULT_KINDS.contains(&name) {
+            return Err(format!(
+                "--faults: unknown fault kind `{name}` (known: {})",
+                FAULT_KINDS.join(", ")
+            ));
+        }
+        if !out.iter().any(|x| x == name) {
+            out.push(name.to_string());
+        }
+    }
+    if out.is_empty() {
+        return Err("--faults: name at least one fault kind".into());
+    }
+    Ok(out)
+}
+
+/// The schedule of `seed`.
+pub fn generate(seed: u64, p: &Params) -> Schedule {
+    // A fixed tweak so explore's draws are not the simulation's own (same seed).
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x6578_706c_6f72_6521);
+    let topo = topology(&mut rng, p);
+    let max_faults = (p.duration_ms / 15_000).clamp(2, 40) as usize;
+    let n = rng.gen_range(1..=max_faults);
+    let mut faults: Vec<Fault> = Vec::new();
+    let mut busy: Vec<(String, u64, u64)> = Vec::new();
+    for _ in 0..n {
+        // A few tries to place a fault that does not overlap one of its own group.
+        for _ in 0..3 {
+            if let Some(f) = fault(&mut rng, p, &topo) {
+                let group = group_of(&f);
+                let overlaps = busy
+                    .iter()
+                    .any(|(g, a, b)| *g == group && f.at_ms <= *b && f.end_ms() >= *a);
+                if group.is_empty() || !overlaps {
+                    if !group.is_empty() {
+                        busy.push((group, f.at_ms, f.end_ms()));
+                    }
+                    faults.push(f);
+                    break;
+                }
+            }
+        }
+    }
+    faults.sort_by_key(|f| f.at_ms);
+    Schedule {
+        seed,
+        topo,
+        faults,
+        duration_ms: p.duration_ms,
+    }
+}
+
+/// Timers within the ranges the sidecar accepts (`lease_ttl > keepalive_interval`), as
+/// operators set them: a keepalive a third to a sixth of the TTL.
+fn topology(rng: &mut StdRng, p: &Params) -> Topo {
+    let max = p.max_instances.max(1);
+    let lease_ttl = rng.gen_range(2..=10u64);
+    let keepalive_ms = round(lease_ttl * 1000 / rng.gen_range(3..=6u64), 100).max(200);
+    Topo {
+        instances: rng.gen_range(max.div_ceil(2)..=max),
+        lease_ttl,
+        keepalive_ms,
+        heartbeat_ms: round(rng.gen_range(300..=3000), 100),
+        health_timeout_ms: round(rng.gen_range(300..=3000), 100),
+        health_fail_threshold: rng.gen_range(1..=5),
+        etcd_timeout_ms: round(rng.gen_range(500..=3000), 100),
+        token: rng.gen_bool(0.5).then(|| "tok-a".to_string()),
+        dialect: match &p.dialect {
+            Some(d) => d.clone(),
+            None => DIALECTS.choose(rng).copied().unwrap_or("compact").into(),
+        },
+    }
+}
+
+fn round(v: u64, to: u64) -> u64 {
+    (v / to) * to
+}
+
+/// A duration from a blip to several TTLs, log-uniform, in 100 ms steps.
+fn fault_len(rng: &mut StdRng, max_ms: u64) -> u64 {
+    let (lo, hi) = (200f64.ln(), (max_ms.max(300) as f64).ln());
+    round(rng.gen_range(lo..hi).exp() as u64, 100).max(100)
+}
+
+/// Faults of one group must not overlap on one target (a second kill of a killed
+/// sidecar is an error of the schedule, not of the system).
+fn group_of(f: &Fault) -> String {
+    let group = match f.kind() {
+        "sidecar_kill" | "sidecar_stop" => "sidecar",
+        "vllm_health" | "vllm_crash" => "vllm",
+        "master_token" => "token",
+        "etcd_fault" => "etcd_fault",
+        _ => return String::new(),
+    };
+    let who: Vec<String> = f.instances().iter().map(|i| i.to_string()).collect();
+    format!("{group}:{}", who.join(","))
+}
+
+/// One random fault of an allowed kind.
+fn fault(rng: &mut StdRng, p: &Params, topo: &Topo) -> Option<Fault> {
+    let kind = p.faults.choose(rng)?.clone();
+    let at_ms = round(rng.gen_range(0..p.duration_ms * 9 / 10 + 1), 100);
+    let len = fault_len(rng, (p.duration_ms - at_ms).min(30_000));
+    let end_at = at_ms + len;
+    let inst = format!("i{}", rng.gen_range(0..topo.instances));
+    let d = dur(len);
+    let with_end = |action: Value, end: Value| Fault {
+        at_ms,
+        action,
+        end: Some((end_at, end)),
+    };
+    let plain = |action: Value| Fault {
+        at_ms,
+        action,
+        end: None,
+    };
+    Some(match kind.as_str() {
+        "vllm_health" => {
+            let health = if rng.gen_bool(0.7) { "down" } else { "hang" };
+            with_end(
+                json!({"vllm_health": {"instance": inst, "health": health}}),
+                json!({"vllm_health": {"instance": inst, "health": "up"}}),
+            )
+        }
+        "vllm_fault" => plain(
+            json!({"vllm_fault": {"instance": inst, "fault": vllm_fault(rng), "duration": d}}),
+        ),
+        "vllm_crash" => with_end(json!({"vllm_crash": inst}), json!({"vllm_restart": inst})),
+        "vllm_counter_reset" => plain(json!({"vllm_counter_reset": inst})),
+        "etcd_fault" => etcd_fault(rng, at_ms, end_at, &d),
+        "etcd_expire_lease" => {
+            let who = if rng.gen_bool(0.15) {
+                "all".into()
+            } else {
+                inst
+            };
+            plain(json!({"etcd_expire_lease": who}))
+        }
+        "etcd_lose_data" => plain(json!({"etcd_lose_data": {"reset_revision": rng.gen_bool(0.5)}})),
+        "master_restart" => plain(json!({"master_restart": {"relist": rng.gen_bool(0.5)}})),
+        "master_token" => {
+            let back = topo.token.clone().unwrap_or_default();
+            let new = if back.is_empty() || rng.gen_bool(0.7) {
+                "tok-b"
+            } else {
+                ""
+            };
+            with_end(json!({"master_token": new}), json!({"master_token": back}))
+        }
+        "master_fault" => {
+            let fault = if rng.gen_bool(0.6) {
+                let status = *[500u16, 503, 409, 404].choose(rng)?;
+                json!({"heartbeat_status": {"status": status}})
+            } else {
+                json!({"latency": {"ms": rng.gen_range(50..=4000u64)}})
+            };
+            plain(json!({"master_fault": {"fault": fault, "duration": d}}))
+        }
+        "link" => plain(link(rng, inst, &d)),
+        "sidecar_kill" | "sidecar_stop" => with_end(
+            json!({ kind.as_str(): inst }),
+            json!({"sidecar_start": {"instance": inst}}),
+        ),
+        _ => return None,
+    })
+}
+
+fn vllm_fault(rng: &mut StdRng) -> Value {
+    match rng.gen_range(0..8) {
+        0 => json!({"metrics_status": {"status": *[500u16, 503, 404].choose(rng).unwrap_or(&500)}}),
+        1 => json!("metrics_hang"),
+        2 => json!({"metrics_slow": {"bytes_per_sec": rng.gen_range(512..=65_536u64)}}),
+        3 => json!({"metrics_truncate": {"at_bytes": rng.gen_range(10..=4000u64)}}),
+        4 => json!({"metrics_garbage": {"lines": rng.gen_range(1..=50u32)}}),
+        5 => json!("metrics_nonfinite"),
+        6 => json!({"metrics_huge": {"bytes": rng.gen_range(1u64 << 20..=64u64 << 20)}}),
+        _ => json!("metrics_stale"),
+    }
+}
+
+/// etcd gateway faults on one path, a prefix, or every path; a hang is released at its
+/// end.
+fn etcd_fault(rng: &mut StdRng, at_ms: u64, end_at: u64, d: &str) -> Fault {
+    const PATHS: [&str; 7] = [
+        "/v3/lease/grant",
+        "/v3/lease/keepalive",
+        "/v3/kv/put",
+        "/v3/lease/revoke",
+        "/v3/watch",
+        "/v3/lease/*",
+        "*",
+    ];
+    let path = PATHS.choose(rng).copied().unwrap_or("*");
+    let (fault, hang) = match rng.gen_range(0..3) {
+        0 => (
+            json!({"fail": {"path": path, "status": *[503u16, 500, 404].choose(rng).unwrap_or(&503)}}),
+            false,
+        ),
+        1 => (
+            json!({"latency": {"path": path, "ms": rng.gen_range(50..=5000u64)}}),
+            false,
+        ),
+        _ => (json!({"hang": {"path": path}}), true),
+    };
+    Fault {
+        at_ms,
+        action: json!({"etcd_fault": {"fault": fault, "duration": d}}),
+        end: hang.then(|| (end_at, json!({"etcd_release_hung": true}))),
+    }
+}
+
+/// A fault on one link kind: latency, bandwidth, blackhole, reset, refuse or a one-way
+/// partition, healed after `d`.
+fn link(rng: &mut StdRng, inst: String, d: &str) -> Value {
+    let kind = *[
+        "sidecar_etcd",
+        "sidecar_master",
+        "sidecar_vllm",
+        "master_etcd",
+    ]
+    .choose(rng)
+    .unwrap_or(&"sidecar_etcd");
+    let fault = match rng.gen_range(0..7) {
+        0 => {
+            json!({"latency": {"ms": rng.gen_range(20..=3000u64), "jitter_ms": rng.gen_range(0..=500u64)}})
+        }
+        1 => json!({"bandwidth": {"bytes_per_sec": rng.gen_range(1000..=200_000u64)}}),
+        2 => json!("blackhole"),
+        3 => json!("reset"),
+        4 => json!("refuse"),
+        5 => json!({"partition": {"direction": "to_target"}}),
+        _ => json!({"partition": {"direction": "from_target"}}),
+    };
+    let mut link = json!({"link": kind, "fault": fault, "duration": d});
+    if kind != "master_etcd" {
+        let who = if rng.gen_bool(0.1) {
+            "all".into()
+        } else {
+            inst
+        };
+        link["instance"] = Value::String(who);
+    }
+    json!({ "link": link })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Scenario;
+
+    #[test]
+    fn a_seed_is_a_schedule() {
+        let p = Params::default();
+        assert_eq!(generate(42, &p), generate(42, &p));
+        assert_ne!(generate(42, &p), generate(43, &p));
+    }
+
+    #[test]
+    fn every_schedule_parses_and_stays_in_range() {
+        let p = Params {
+            max_instances: 6,
+            duration_ms: 120_000,
+            ..Params::default()
+        };
+        let mut kinds = std::collections::BTreeSet::new();
+        for seed in 0..300 {
+            let s = generate(seed, &p);
+            assert!((3..=6).contains(&s.topo.instances));
+            assert!(s.topo.keepalive_ms < s.topo.lease_ttl * 1000);
+            assert!(!s.faults.is_empty());
+            for f in &s.faults {
+                kinds.insert(f.kind().to_string());
+                assert!(f.at_ms < p.duration_ms);
+                assert!(f.instances().iter().all(|i| *i < s.topo.instances));
+            }
+            let text = s.to_toml("d", &[]);
+            Scenario::parse("x.toml", &text).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+        }
+        assert_eq!(kinds.len(), FAULT_KINDS.len(), "{kinds:?}");
+    }
+
+    #[test]
+    fn the_fault_list_limits_the_kinds() {
+        let p = Params {
+            faults: parse_fault_list("link, vllm_crash").unwrap(),
+            ..Params::default()
+        };
+        for seed in 0..50 {
+            for f in generate(seed, &p).faults {
+                assert!(["link", "vllm_crash"].contains(&f.kind()), "{f:?}");
+            }
+        }
+        assert!(parse_fault_list("link,nope").unwrap_err().contains("nope"));
+        assert!(parse_fault_list("").is_err());
+    }
+}

@@ -1,0 +1,373 @@
+//! The sweep: seeds → schedules → virtual-time runs → findings, shrunk and written.
+//!
+//! Why threads and sorting: every run is synchronous and independent (its own world,
+//! its own seed), so `--jobs J` workers take seeds from one counter; results are
+//! collected and sorted by seed, so a sweep's summary does not depend on `--jobs` or on
+//! which worker ran what. A violation is shrunk by the worker that found it (it is part
+//! of that seed's work) and written as a scenario file plus its report directory.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::coverage::Coverage;
+use super::generate::{generate, Params};
+use super::schedule::{dur, Schedule};
+use super::shrink::{shrink, Shrunk, Violation};
+use super::summary::{ranges, Finding, RunError, Shard, Summary, SweepParams, Timing};
+use crate::report::Outcome;
+use crate::run::RunOptions;
+use crate::spec::Scenario;
+
+/// Runs one scenario in virtual time (`simrun::run_scenario_sim`, or a test double).
+pub type Runner = dyn Fn(&Scenario, &str, &RunOptions) -> Outcome + Sync;
+
+/// When a sweep stops.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Budget {
+    /// This many seeds of the sweep (this shard runs its share).
+    Seeds(u64),
+    /// Start no new seed after this long.
+    Time(Duration),
+}
+
+/// Everything a sweep needs.
+#[derive(Clone, Debug)]
+pub struct SweepOptions {
+    pub params: Params,
+    pub budget: Budget,
+    pub seed_start: u64,
+    pub shard: Shard,
+    pub out: PathBuf,
+    pub jobs: usize,
+    /// Test-only: a bug planted in every simulated sidecar.
+    pub planted_bug: Option<sim::planted::PlantedBug>,
+    /// Runs the shrinker may spend on one finding.
+    pub shrink_budget: usize,
+    pub progress: bool,
+}
+
+/// What one seed gave.
+#[derive(Debug)]
+struct SeedResult {
+    seed: u64,
+    size: super::schedule::Size,
+    coverage: Coverage,
+    finding: Option<Finding>,
+    error: Option<String>,
+}
+
+impl SweepOptions {
+    fn run_options(&self, report_dir: Option<PathBuf>) -> RunOptions {
+        RunOptions {
+            report_dir,
+            planted_bug: self.planted_bug,
+            ..RunOptions::default()
+        }
+    }
+}
+
+/// Render, parse and run a schedule.
+fn run(
+    s: &Schedule,
+    runner: &Runner,
+    opts: &RunOptions,
+    file: &str,
+    header: &[String],
+) -> Result<(Outcome, String), String> {
+    let text = s.to_toml(&description(s), header);
+    let sc = Scenario::parse(file, &text).map_err(|e| format!("generated an invalid file: {e}"))?;
+    Ok((runner(&sc, file, opts), text))
+}
+
+fn description(s: &Schedule) -> String {
+    format!(
+        "explore seed {}: {} fault(s) on {} instance(s) over {}",
+        s.seed,
+        s.faults.len(),
+        s.topo.instances,
+        dur(s.duration_ms)
+    )
+}
+
+/// The failed invariants of a run.
+pub fn violations(o: &Outcome) -> Vec<Violation> {
+    o.verdicts
+        .iter()
+        .filter(|v| v.kind == "invariant" && !v.passed)
+        .map(|v| Violation {
+            invariant: v.name.clone(),
+            detail: v.detail.clone(),
+            t_ms: v.first_violation_ms.or(v.t_ms),
+        })
+        .collect()
+}
+
+/// Why a run says nothing about the invariants (skipped, or an action failed).
+fn run_error(o: &Outcome) -> Option<String> {
+    if o.status == "skipped" {
+        return Some(format!(
+            "skipped: {}",
+            o.skip_reason.clone().unwrap_or_default()
+        ));
+    }
+    o.verdicts
+        .iter()
+        .find(|v| v.kind != "invariant" && !v.passed)
+        .map(|v| format!("{} {}: {}", v.kind, v.name, v.detail))
+}
+
+/// Fault kind × the sidecar's phase when it hit, from the run's action records
+/// (`sidecar_states`, one phase per targeted instance).
+pub fn coverage_of(o: &Outcome) -> Coverage {
+    let mut c = Coverage::default();
+    for r in &o.actions {
+        let Ok(v) = serde_json::to_value(r) else {
+            continue;
+        };
+        let kind = super::schedule::action_kind(&v["action"]).to_string();
+        if kind.is_empty() || kind == "load_off" {
+            continue;
+        }
+        if let Some(states) = v["sidecar_states"].as_object() {
+            for phase in states.values().filter_map(|p| p.as_str()) {
+                c.add(&kind, phase);
+            }
+        }
+    }
+    c
+}
+
+fn explore_seed(seed: u64, opts: &SweepOptions, runner: &Runner) -> SeedResult {
+    let schedule = generate(seed, &opts.params);
+    let mut result = SeedResult {
+        seed,
+        size: schedule.size(),
+        coverage: Coverage::default(),
+        finding: None,
+        error: None,
+    };
+    let file = format!("explore-{seed}.toml");
+    let outcome = match run(&schedule, runner, &opts.run_options(None), &file, &[]) {
+        Ok((o, _)) => o,
+        Err(e) => {
+            result.error = Some(e);
+            return result;
+        }
+    };
+    result.coverage = coverage_of(&outcome);
+    let Some(first) = violations(&outcome).into_iter().next() else {
+        result.error = run_error(&outcome);
+        return result;
+    };
+    let judge = |cand: &Schedule| match run(cand, runner, &opts.run_options(None), &file, &[]) {
+        Ok((o, _)) => violations(&o),
+        Err(_) => Vec::new(),
+    };
+    let shrunk = shrink(&schedule, &first, &judge, opts.shrink_budget);
+    match write_finding(opts, runner, &schedule, &first, &shrunk) {
+        Ok(f) => result.finding = Some(f),
+        Err(e) => result.error = Some(e),
+    }
+    result
+}
+
+/// Write the shrunk scenario (with comments) and its report directory.
+fn write_finding(
+    opts: &SweepOptions,
+    runner: &Runner,
+    original: &Schedule,
+    first: &Violation,
+    shrunk: &Shrunk,
+) -> Result<Finding, String> {
+    let dir = opts.out.join("findings");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let s = &shrunk.schedule;
+    let rel = format!("findings/{}.toml", s.name());
+    let path = opts.out.join(&rel);
+    let v = &shrunk.violation;
+    let at = v
+        .t_ms
+        .map(|t| format!(" at t={:.2}s", t as f64 / 1000.0))
+        .unwrap_or_default();
+    let planted = opts
+        .planted_bug
+        .map(|b| format!(" --planted-bug {b}"))
+        .unwrap_or_default();
+    let mut header = vec![
+        format!(
+            "Found by `scenarios explore`: invariant `{}` violated{at}.",
+            v.invariant
+        ),
+        format!("  {}", v.detail),
+        format!(
+            "Seed {} (explore --seed-start {} --seeds 1 --instances {} --duration {}).",
+            original.seed,
+            original.seed,
+            opts.params.max_instances,
+            dur(opts.params.duration_ms)
+        ),
+        format!("Original schedule: {}.", original.size()),
+        format!(
+            "Shrunk ({} runs) to: {}; first seen as: {}",
+            shrunk.runs,
+            s.size(),
+            first.detail
+        ),
+        "Replay in virtual time (deterministic, same verdicts every run):".into(),
+        format!(
+            "  cargo run -p scenarios -- run --sim {}{planted}",
+            path.display()
+        ),
+        "Replay in real time (real processes; timings differ, may need a few seeds):".into(),
+        format!("  cargo run -p scenarios -- run {}", path.display()),
+    ];
+    if let Some(b) = opts.planted_bug {
+        header.push(format!(
+            "Test-only: found with the planted bug `{b}` (not a bug of the shipped sidecar)."
+        ));
+    }
+    let report = dir.clone();
+    let (_, text) = run(s, runner, &opts.run_options(Some(report)), &rel, &header)?;
+    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(Finding {
+        seed: original.seed,
+        invariant: v.invariant.clone(),
+        detail: v.detail.clone(),
+        t_ms: v.t_ms,
+        original: original.size(),
+        shrunk: s.size(),
+        file: rel,
+        shrink_runs: shrunk.runs,
+    })
+}
+
+fn progress_bar(opts: &SweepOptions) -> ProgressBar {
+    let target = if opts.progress {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let bar = match opts.budget {
+        Budget::Seeds(n) => ProgressBar::with_draw_target(Some(opts.shard.len_of(n)), target),
+        Budget::Time(_) => ProgressBar::with_draw_target(None, target),
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} seeds {per_sec} {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message("0 violations");
+    bar
+}
+
+/// Run a sweep; answers its summary (also written to `out/summary.json`).
+pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
+    let started = Instant::now();
+    let next = AtomicU64::new(0);
+    let found = AtomicUsize::new(0);
+    let results: Mutex<Vec<SeedResult>> = Mutex::new(Vec::new());
+    let bar = progress_bar(opts);
+    let limit = match opts.budget {
+        Budget::Seeds(n) => opts.shard.len_of(n),
+        Budget::Time(_) => u64::MAX,
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..opts.jobs.max(1) {
+            scope.spawn(|| loop {
+                if let Budget::Time(t) = opts.budget {
+                    if started.elapsed() >= t {
+                        return;
+                    }
+                }
+                let j = next.fetch_add(1, Ordering::Relaxed);
+                if j >= limit {
+                    return;
+                }
+                let r = explore_seed(opts.shard.seed(opts.seed_start, j), opts, runner);
+                if r.finding.is_some() {
+                    let n = found.fetch_add(1, Ordering::Relaxed) + 1;
+                    bar.set_message(format!("{n} violation(s)"));
+                }
+                bar.inc(1);
+                match results.lock() {
+                    Ok(mut g) => g.push(r),
+                    Err(p) => p.into_inner().push(r),
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    results.sort_by_key(|r| r.seed);
+    summarize(opts, results, started.elapsed())
+}
+
+fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> Summary {
+    let mut coverage = Coverage::default();
+    let mut findings = Vec::new();
+    let mut errors = Vec::new();
+    let (mut simulated_ms, mut instance_ms) = (0u64, 0u64);
+    for r in &results {
+        coverage.merge(&r.coverage);
+        simulated_ms += r.size.duration_ms;
+        instance_ms += r.size.duration_ms * r.size.instances as u64;
+        findings.extend(r.finding.clone());
+        if let Some(e) = &r.error {
+            errors.push(RunError {
+                seed: r.seed,
+                error: e.clone(),
+            });
+        }
+    }
+    let n = results.len() as u64;
+    let minutes = wall.as_secs_f64() / 60.0;
+    Summary {
+        params: SweepParams {
+            max_instances: opts.params.max_instances,
+            duration_ms: opts.params.duration_ms,
+            faults: opts.params.faults.clone(),
+            dialect: opts.params.dialect.clone(),
+            planted_bug: opts.planted_bug.map(|b| b.to_string()),
+            seed_start: opts.seed_start,
+        },
+        shards: vec![opts.shard],
+        seeds: ranges(results.iter().map(|r| r.seed).collect()),
+        schedules: n,
+        simulated_ms,
+        instance_ms,
+        findings,
+        errors,
+        coverage,
+        timing: Timing {
+            wall_ms: wall.as_millis() as u64,
+            jobs: opts.jobs.max(1),
+            schedules_per_minute: if minutes > 0.0 {
+                n as f64 / minutes
+            } else {
+                0.0
+            },
+        },
+    }
+}
+
+/// Write `summary.json` and `coverage.json` into `dir`.
+pub fn write_summary(dir: &Path, s: &Summary) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let write = |name: &str, text: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))
+    };
+    write(
+        "summary.json",
+        serde_json::to_string_pretty(s).unwrap_or_default(),
+    )?;
+    write(
+        "coverage.json",
+        serde_json::to_string_pretty(&s.coverage).unwrap_or_default(),
+    )
+}
