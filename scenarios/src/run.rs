@@ -203,6 +203,7 @@ pub async fn run_scenario(
                 });
             }
             records.push(ActionRecord {
+                sidecar_states: Default::default(),
                 step: i + 1,
                 t_ms,
                 label,
@@ -350,7 +351,7 @@ async fn hold_for(
     None
 }
 
-fn step_label(step: &crate::spec::Step) -> String {
+pub(crate) fn step_label(step: &crate::spec::Step) -> String {
     if let Some(c) = &step.expect {
         return format!("await {}", verdict::describe(c));
     }

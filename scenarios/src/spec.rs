@@ -869,6 +869,26 @@ impl Scenario {
 }
 
 /// A short human description of an action, for reports: `link sidecar_etcd i0: blackhole for 4s`.
+/// The instance an action acts on (a name or `all`); `None`: the cluster as a whole
+/// (etcd, the master, a master link, routed load).
+pub fn action_instance(a: &Action) -> Option<&str> {
+    match a {
+        Action::SidecarStart { instance, .. }
+        | Action::VllmHealth { instance, .. }
+        | Action::VllmFault { instance, .. }
+        | Action::Link { instance, .. } => Some(instance),
+        Action::SidecarStop(t)
+        | Action::SidecarKill(t)
+        | Action::VllmClearFaults(t)
+        | Action::VllmCrash(t)
+        | Action::VllmRestart(t)
+        | Action::VllmCounterReset(t)
+        | Action::EtcdExpireLease(t) => Some(t),
+        Action::Load { instance, .. } => instance.as_deref(),
+        _ => None,
+    }
+}
+
 pub fn describe_action(a: &Action) -> String {
     let compact = |v: serde_json::Value| -> String {
         match v {

@@ -159,6 +159,24 @@ impl World {
         &self.log
     }
 
+    /// The events recorded since the last call (a [`EventLog::recording`] log).
+    pub fn take_records(&mut self) -> Vec<crate::log::Record> {
+        self.log.take_records()
+    }
+
+    /// The fault on the link `client` → `server` now.
+    pub fn link_fault(&self, client: NodeId, server: NodeId) -> LinkFault {
+        self.links.fault(client, server).clone()
+    }
+
+    /// End every load now (requests already submitted run their course).
+    pub fn end_loads(&mut self) {
+        let now = self.now;
+        for load in &mut self.loads {
+            load.until = load.until.min(now);
+        }
+    }
+
     /// Events handled so far.
     pub fn events(&self) -> u64 {
         self.events
@@ -203,6 +221,16 @@ impl World {
             || json!({ "seed": seed }),
         );
         self.after_sidecar_step(index);
+        index
+    }
+
+    /// Add the next sidecar as a process not started yet (a scenario starts it later
+    /// with [`World::restart_sidecar`]). Answers its index.
+    pub fn add_stopped_sidecar(&mut self, config: &Config) -> u32 {
+        let index = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
+        let mut node = SidecarNode::new(index, config, 0, self.now);
+        node.kill();
+        self.sidecars.push(node);
         index
     }
 
