@@ -228,7 +228,10 @@ impl SimCluster {
             .sidecars()
             .get(i)
             .is_some_and(|s| s.exited().is_none())
-            && self.instances.get(i).is_some_and(|x| x.started);
+            && self
+                .instances
+                .get(i)
+                .is_some_and(|x| x.started && !x.flag_error);
         let inst = self.instances.get_mut(i).ok_or("no such instance")?;
         if running {
             return Err(format!("sidecar {} is already running", inst.name));
@@ -236,9 +239,7 @@ impl SimCluster {
         if let Some(t) = token {
             inst.token = Some(t);
         }
-        inst.started = true;
-        let config = self.sidecar_config(i)?;
-        self.world.restart_sidecar(node_index(i), &config);
+        self.spawn_sidecar(i);
         Ok(())
     }
 

@@ -437,9 +437,12 @@ impl World {
                     timeout,
                     tag,
                 } => self.send(Caller::Sidecar(i, tag), to, request, timeout),
-                Outgoing::Note(note) => self
-                    .log
-                    .record(self.now, &name, "note", || json!(format!("{note:?}"))),
+                Outgoing::Note(note) => self.log.record(
+                    self.now,
+                    &name,
+                    "note",
+                    || json!({ "message": note.message(), "note": format!("{note:?}") }),
+                ),
                 Outgoing::LogServedModel => {
                     self.log
                         .record(self.now, &name, "log_served_model", || json!({}))
