@@ -138,3 +138,35 @@ fn mutated_sidecars_fail_their_scenarios_in_sim() {
         show(&keepalive)
     );
 }
+
+/// Beyond real mode's 500: the same file runs in sim, and real mode declines it.
+#[test]
+fn more_instances_than_real_mode_allows_run_in_sim() {
+    let text = r#"
+name = "six-hundred"
+description = "600 instances register and heartbeat"
+[topology]
+instances = 600
+dialect = "compact"
+[[step]]
+await = { all_active = true }
+within = "20s"
+"#;
+    let sc = scenarios::spec::Scenario::parse("six-hundred.toml", text).expect("parses");
+    let o = run_scenario_sim(&sc, "six-hundred.toml", &RunOptions::default());
+    assert_eq!(o.status, "passed", "{}", show(&o));
+    let real = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(scenarios::run::run_scenario(
+            &sc,
+            "six-hundred.toml",
+            &RunOptions::default(),
+            None,
+        ));
+    assert_eq!(real.status, "skipped");
+    assert!(real
+        .skip_reason
+        .is_some_and(|r| r.contains("--sim")));
+}
