@@ -32,9 +32,6 @@ pub fn unsupported(a: &Action) -> Option<String> {
             link: LinkKind::MasterEtcd,
             ..
         } => "a master_etcd link fault: re-opening the master's watch is not simulated yet",
-        Action::Load { instance: None, .. } => {
-            "load routed by the master: the master's routing is not simulated yet"
-        }
         _ => return None,
     };
     Some(why.to_string())
@@ -201,13 +198,18 @@ impl SimCluster {
                 duration,
                 max_tokens,
             } => {
-                let t = instance.as_deref().unwrap_or("");
+                // Routed by the master when no instance is named; the request body is
+                // checked by instance i0's vLLM rules (every fake has the same).
+                let t = instance.as_deref().unwrap_or("i0");
                 let i = self
                     .targets(t)
                     .into_iter()
                     .next()
                     .ok_or("no such instance")?;
-                let to = NodeId::Vllm(node_index(i));
+                let to = match instance {
+                    Some(_) => NodeId::Vllm(node_index(i)),
+                    None => NodeId::Master,
+                };
                 let load = {
                     let v = self.vllm(i)?;
                     Load::new(to, v, *rps, now + duration.0, "hello", *max_tokens)?

@@ -229,6 +229,19 @@ impl SimCluster {
         self.world.run_until(to);
         self.timeline.set_now(self.now_ms());
         self.drain_records();
+        self.take_routed();
+    }
+
+    /// The master's new routing decisions, as instance indices.
+    fn take_routed(&mut self) {
+        let Some(m) = self.world.server_as::<MasterNode>(NodeId::Master) else {
+            return;
+        };
+        let new = m.routed().get(self.routed.len()..).unwrap_or(&[]);
+        self.routed.extend(new.iter().filter_map(|n| match n {
+            NodeId::Vllm(i) => Some(*i as usize),
+            _ => None,
+        }));
     }
 
     /// Move the world's events into the timeline, named as real mode names sources.
