@@ -32,6 +32,10 @@ pub struct RunArgs {
     /// The vllm-sidecar binary (default: $VLLM_SIDECAR_BIN, next to this binary, or built).
     #[arg(long)]
     pub sidecar_bin: Option<PathBuf>,
+    /// Run in virtual time: the sidecar's decision core and the fakes' cores in the
+    /// deterministic simulator (no processes, no sockets; same seed, same events).
+    #[arg(long)]
+    pub sim: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -87,15 +91,23 @@ pub async fn run(args: RunArgs) -> u8 {
         command: "cargo run -p scenarios --".into(),
         planted_bug: None,
     };
-    let opts = match prepare(opts, &list) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("scenarios: {e}");
-            return 1;
-        }
-    };
     let started = Instant::now();
-    let outcomes = run_many(&list, &opts, args.jobs, true).await;
+    let outcomes = if args.sim {
+        let opts = RunOptions {
+            command: "cargo run -p scenarios --".into(),
+            ..opts
+        };
+        crate::simrun::run_many_sim(&list, &opts, args.jobs.min(2), true)
+    } else {
+        let opts = match prepare(opts, &list) {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("scenarios: {e}");
+                return 1;
+            }
+        };
+        run_many(&list, &opts, args.jobs, true).await
+    };
     let wall = started.elapsed();
     println!();
     println!("STATUS   SCENARIO                           WALL INSTANCES  NOTE");
@@ -178,9 +190,17 @@ pub fn list() -> u8 {
         Ok(l) => {
             for s in l {
                 let etcd = format!("{:?}", s.scenario.topology.etcd).to_lowercase();
+                let sim = match crate::sim_cluster::unsupported(&s.scenario) {
+                    None => "both".to_string(),
+                    Some(why) => format!("real only ({why})"),
+                };
                 println!(
-                    "{:30} {:>4} inst  etcd={:8} {}",
-                    s.scenario.name, s.scenario.topology.instances, etcd, s.scenario.description
+                    "{:30} {:>4} inst  etcd={:8} {}\n{:30} modes: {sim}",
+                    s.scenario.name,
+                    s.scenario.topology.instances,
+                    etcd,
+                    s.scenario.description,
+                    ""
                 );
             }
             0

@@ -415,71 +415,20 @@ impl Cluster {
 
     /// The sidecar's flags for instance `i`, overrides applied.
     fn sidecar_args(&self, i: usize) -> Vec<String> {
-        let topo = &self.sc.topology;
         let Some(inst) = self.instances.get(i) else {
             return Vec::new();
         };
-        let mut flags: Vec<(String, String)> = vec![
-            (
-                "--etcd-endpoints".into(),
-                inst.etcd_links
-                    .iter()
-                    .map(|p| p.url())
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ),
-            ("--etcd-namespace".into(), self.namespace.clone()),
-            (
-                "--etcd-timeout".into(),
-                topo.etcd_timeout.secs_f64().to_string(),
-            ),
-            ("--vllm-url".into(), inst.vllm_link.url()),
-            ("--register-addr".into(), inst.register_addr.clone()),
-            ("--instance-type".into(), topo.instance_type.clone()),
-            ("--instance-name".into(), inst.name.clone()),
-            ("--lease-ttl".into(), topo.lease_ttl.to_string()),
-            (
-                "--keepalive-interval".into(),
-                topo.keepalive_interval.secs_f64().to_string(),
-            ),
-            (
-                "--health-timeout".into(),
-                topo.health_timeout.secs_f64().to_string(),
-            ),
-            (
-                "--health-fail-threshold".into(),
-                topo.health_fail_threshold.to_string(),
-            ),
-            ("--xllm-service-url".into(), inst.master_link.url()),
-            (
-                "--heartbeat-interval".into(),
-                topo.heartbeat_interval.secs_f64().to_string(),
-            ),
-            ("--log-format".into(), "json".into()),
-            ("--log-level".into(), "INFO".into()),
-            ("--model".into(), "mock-model".into()),
-        ];
-        if let Some(t) = inst.token.as_deref().filter(|t| !t.is_empty()) {
-            flags.push(("--internal-token".into(), t.to_string()));
-        }
-        if let (Some(u), Some(p)) = (&topo.etcd_user, &topo.etcd_password) {
-            flags.push(("--etcd-username".into(), u.clone()));
-            flags.push(("--etcd-password".into(), p.clone()));
-        }
-        let mut extra = topo.sidecar_args.iter();
-        while let Some(f) = extra.next() {
-            match f.split_once('=') {
-                Some((k, v)) => set_flag(&mut flags, k, v),
-                None => {
-                    let v = extra.next().cloned().unwrap_or_default();
-                    set_flag(&mut flags, f, &v)
-                }
-            }
-        }
-        for (k, v) in &self.opts.sidecar_overrides {
-            set_flag(&mut flags, k, v);
-        }
-        flags.into_iter().flat_map(|(k, v)| [k, v]).collect()
+        let etcd: Vec<String> = inst.etcd_links.iter().map(|p| p.url()).collect();
+        let peers = crate::sidecar_flags::Peers {
+            etcd: etcd.join(","),
+            vllm: inst.vllm_link.url(),
+            master: inst.master_link.url(),
+            namespace: &self.namespace,
+            register_addr: &inst.register_addr,
+            instance_name: &inst.name,
+            token: inst.token.as_deref(),
+        };
+        crate::sidecar_flags::sidecar_flags(&self.sc.topology, &peers, &self.opts.sidecar_overrides)
     }
 
     fn start_sidecar(
@@ -966,14 +915,7 @@ impl Cluster {
     }
 }
 
-fn set_flag(flags: &mut Vec<(String, String)>, k: &str, v: &str) {
-    match flags.iter_mut().find(|(f, _)| f == k) {
-        Some(slot) => slot.1 = v.to_string(),
-        None => flags.push((k.to_string(), v.to_string())),
-    }
-}
-
-fn incarnation_of(value: &str) -> String {
+pub fn incarnation_of(value: &str) -> String {
     serde_json::from_str::<serde_json::Value>(value)
         .ok()
         .and_then(|v| {
@@ -989,7 +931,7 @@ fn incarnation_of(value: &str) -> String {
         })
 }
 
-fn vllm_dialect(d: spec::Dialect) -> mock_vllm::Dialect {
+pub fn vllm_dialect(d: spec::Dialect) -> mock_vllm::Dialect {
     match d {
         spec::Dialect::V0 => mock_vllm::Dialect::V0,
         spec::Dialect::V0_10 => mock_vllm::Dialect::V0_10,
@@ -999,7 +941,7 @@ fn vllm_dialect(d: spec::Dialect) -> mock_vllm::Dialect {
     }
 }
 
-fn vllm_fault(f: &VllmFault) -> mock_vllm::Fault {
+pub fn vllm_fault(f: &VllmFault) -> mock_vllm::Fault {
     use mock_vllm::Fault as F;
     match *f {
         VllmFault::MetricsStatus { status } => F::MetricsStatus { status },
@@ -1023,7 +965,7 @@ fn vllm_fault(f: &VllmFault) -> mock_vllm::Fault {
     }
 }
 
-fn etcd_fault(f: &EtcdFault) -> mock_etcd::Fault {
+pub fn etcd_fault(f: &EtcdFault) -> mock_etcd::Fault {
     match f {
         EtcdFault::Fail {
             path,

@@ -78,6 +78,15 @@ pub async fn run_scenario(
         samples: Vec::new(),
         episodes: Vec::new(),
     };
+    if sc.topology.instances > crate::spec::MAX_REAL_INSTANCES {
+        outcome.status = "skipped".into();
+        outcome.skip_reason = Some(format!(
+            "{} instances: real mode runs at most {} (run it with --sim)",
+            sc.topology.instances,
+            crate::spec::MAX_REAL_INSTANCES
+        ));
+        return outcome;
+    }
     let kind = match EtcdKind::resolve(sc.topology.etcd, &opts.etcd) {
         Ok(k) => k,
         Err(why) => {
@@ -207,6 +216,7 @@ pub async fn run_scenario(
                 });
             }
             records.push(ActionRecord {
+                sidecar_states: Default::default(),
                 step: i + 1,
                 t_ms,
                 label,
@@ -354,7 +364,7 @@ async fn hold_for(
     None
 }
 
-fn step_label(step: &crate::spec::Step) -> String {
+pub(crate) fn step_label(step: &crate::spec::Step) -> String {
     if let Some(c) = &step.expect {
         return format!("await {}", verdict::describe(c));
     }

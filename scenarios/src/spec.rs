@@ -14,6 +14,13 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::proxy::LinkFault;
 
+/// Most instances a scenario may have in real mode (sidecar processes and sockets on
+/// one machine).
+pub const MAX_REAL_INSTANCES: usize = 500;
+
+/// Most instances a scenario may have at all: the simulation's limit (memory).
+pub const MAX_SIM_INSTANCES: usize = 100_000;
+
 /// One scenario file.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -636,10 +643,13 @@ impl Scenario {
         if self.name.trim().is_empty() {
             return Err((None, "`name` is empty".into()));
         }
-        if !(1..=500).contains(&t.instances) {
+        if !(1..=MAX_SIM_INSTANCES).contains(&t.instances) {
             return Err((
                 None,
-                format!("topology.instances = {} (allowed 1..=500)", t.instances),
+                format!(
+                    "topology.instances = {} (allowed 1..={MAX_SIM_INSTANCES}; real mode runs at most {MAX_REAL_INSTANCES})",
+                    t.instances
+                ),
             ));
         }
         if !(1..=4).contains(&t.etcd_endpoints) {
@@ -869,6 +879,26 @@ impl Scenario {
 }
 
 /// A short human description of an action, for reports: `link sidecar_etcd i0: blackhole for 4s`.
+/// The instance an action acts on (a name or `all`); `None`: the cluster as a whole
+/// (etcd, the master, a master link, routed load).
+pub fn action_instance(a: &Action) -> Option<&str> {
+    match a {
+        Action::SidecarStart { instance, .. }
+        | Action::VllmHealth { instance, .. }
+        | Action::VllmFault { instance, .. }
+        | Action::Link { instance, .. } => Some(instance),
+        Action::SidecarStop(t)
+        | Action::SidecarKill(t)
+        | Action::VllmClearFaults(t)
+        | Action::VllmCrash(t)
+        | Action::VllmRestart(t)
+        | Action::VllmCounterReset(t)
+        | Action::EtcdExpireLease(t) => Some(t),
+        Action::Load { instance, .. } => instance.as_deref(),
+        _ => None,
+    }
+}
+
 pub fn describe_action(a: &Action) -> String {
     let compact = |v: serde_json::Value| -> String {
         match v {

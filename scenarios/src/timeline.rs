@@ -5,6 +5,7 @@
 //! lease expired 40 ms before the keepalive was sent"), which no per-component log shows.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mock_kit::{Event, EventSink, Events};
@@ -17,6 +18,8 @@ const MAX_EVENTS: usize = 400_000;
 pub struct Timeline {
     /// Epoch ms at which the scenario started (t = 0 in reports).
     pub t0_ms: u64,
+    /// Virtual time in ms (simulation): `None` means the wall clock.
+    virtual_now: Option<AtomicU64>,
     events: Mutex<Vec<Event>>,
     dropped: Mutex<u64>,
 }
@@ -25,19 +28,46 @@ impl Timeline {
     pub fn new() -> Arc<Timeline> {
         Arc::new(Timeline {
             t0_ms: mock_kit::events::now_ms(),
+            virtual_now: None,
             events: Mutex::new(Vec::new()),
             dropped: Mutex::new(0),
         })
     }
 
+    /// A timeline in virtual time (the simulator's): t0 is 0, events carry virtual
+    /// milliseconds, and [`Timeline::now`] is what [`Timeline::set_now`] last said.
+    pub fn virtual_time() -> Arc<Timeline> {
+        Arc::new(Timeline {
+            t0_ms: 0,
+            virtual_now: Some(AtomicU64::new(0)),
+            events: Mutex::new(Vec::new()),
+            dropped: Mutex::new(0),
+        })
+    }
+
+    /// Advance a virtual timeline's clock (no effect on a wall-clock one).
+    pub fn set_now(&self, ms: u64) {
+        if let Some(v) = &self.virtual_now {
+            v.store(ms, Ordering::Relaxed);
+        }
+    }
+
     /// An emitter for one source (`"etcd"`, `"vllm:i0"`, …).
     pub fn source(self: &Arc<Self>, name: impl Into<String>) -> Events {
-        Events::new(name, Some(self.clone() as Arc<dyn EventSink>))
+        let events = Events::new(name, Some(self.clone() as Arc<dyn EventSink>));
+        if self.virtual_now.is_none() {
+            return events;
+        }
+        let me = self.clone();
+        events.with_clock(Arc::new(move || me.now()))
     }
 
     /// Milliseconds since t0.
     pub fn now(&self) -> u64 {
-        mock_kit::events::now_ms().saturating_sub(self.t0_ms)
+        match &self.virtual_now {
+            Some(v) => v.load(Ordering::Relaxed),
+            None => mock_kit::events::now_ms().saturating_sub(self.t0_ms),
+        }
     }
 
     /// Number of events so far (a cursor for [`Timeline::scan`]).

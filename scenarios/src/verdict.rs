@@ -27,6 +27,10 @@ pub struct ActionRecord {
     pub error: Option<String>,
     /// For a real-etcd kill: the member index actually killed.
     pub detail: Option<String>,
+    /// Simulation only: each targeted instance's sidecar phase when the action hit
+    /// (`registered`, `re_registering`, ...), for the coverage of a fault search.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sidecar_states: std::collections::BTreeMap<String, String>,
 }
 
 /// One judged item of the report.
@@ -1007,6 +1011,7 @@ mod tests {
 
     fn record(t_ms: u64, action: Action) -> ActionRecord {
         ActionRecord {
+            sidecar_states: Default::default(),
             step: 1,
             t_ms,
             label: "x".into(),

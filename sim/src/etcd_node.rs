@@ -8,7 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mock_etcd::{Config, EtcdCore, LineSink, WatchStream};
+use mock_etcd::faults::FaultDecision;
+use mock_etcd::requests::RangeRequest;
+use mock_etcd::{Config, EtcdCore, Fault, LineSink, WatchStream};
+use mock_kit::FaultRegistry;
 use rand::rngs::StdRng;
 use serde_json::json;
 
@@ -25,6 +28,9 @@ pub struct EtcdNode {
     notes: Vec<serde_json::Value>,
     /// Open watch streams: who reads them, the stream, and its sink.
     watches: Vec<(NodeId, WatchStream, Arc<LineSink>)>,
+    /// Gateway faults, armed in virtual time (`add_at`) and picked per request path as
+    /// mock-etcd's HTTP shell picks them.
+    faults: FaultRegistry<Fault>,
 }
 
 impl EtcdNode {
@@ -35,7 +41,46 @@ impl EtcdNode {
             next: None,
             notes: Vec::new(),
             watches: Vec::new(),
+            faults: FaultRegistry::new(),
         }
+    }
+
+    /// The gateway faults (arm with `add_at(now, ..)`: the node's time is virtual).
+    pub fn faults(&self) -> &FaultRegistry<Fault> {
+        &self.faults
+    }
+
+    /// End `reader`'s watch streams (a master that restarts drops its watch).
+    pub fn close_watches(&mut self, reader: NodeId) {
+        let (gone, kept): (Vec<_>, Vec<_>) =
+            self.watches.drain(..).partition(|(r, _, _)| *r == reader);
+        self.watches = kept;
+        for (_, stream, _) in gone {
+            self.core.watch_close(&stream);
+        }
+    }
+
+    /// Every key under `prefix` and the store's revision: what a listing range reads,
+    /// read at one instant.
+    pub fn list_prefix(
+        &mut self,
+        prefix: &[u8],
+        now: Duration,
+    ) -> Result<(i64, Vec<mock_etcd::store::KeyValue>), String> {
+        let mut range_end = prefix.to_vec();
+        if let Some(last) = range_end.last_mut() {
+            *last = last.saturating_add(1);
+        }
+        let req = RangeRequest {
+            key: prefix.to_vec(),
+            range_end,
+            ..RangeRequest::default()
+        };
+        let resp = self
+            .core
+            .range(None, &req, now)
+            .map_err(|e| e.rpc_error())?;
+        Ok((resp.header.revision, resp.kvs))
     }
 
     /// Open a watch stream for `reader` and send it `create` (a `WatchRequest` as JSON,
@@ -69,10 +114,35 @@ impl Server for EtcdNode {
         let reply = match request {
             Request::Etcd(call) => {
                 let (path, body) = call.wire();
+                let fault = self
+                    .faults
+                    .fire_at(now, |f| f.matches(path).then(|| f.clone()));
+                if let Some(f) = &fault {
+                    self.notes.push(json!({ "fault": f, "path": path }));
+                }
+                let delay = match fault.as_ref().map(Fault::decision) {
+                    Some(FaultDecision::Fail(e)) => {
+                        return Some(Reply::Gateway {
+                            status: e.status.as_u16(),
+                            body: e.body().into_bytes(),
+                        })
+                    }
+                    // Held until the caller gives up (a release is not simulated).
+                    Some(FaultDecision::Hang) => return None,
+                    Some(FaultDecision::Delay(d)) => Some(d),
+                    None => None,
+                };
                 let answer = self.core.handle_json(path, None, body.as_bytes(), now);
-                Reply::Gateway {
+                let reply = Reply::Gateway {
                     status: answer.status,
                     body: answer.body,
+                };
+                match delay {
+                    Some(after) => Reply::Slow {
+                        after,
+                        reply: Box::new(reply),
+                    },
+                    None => reply,
                 }
             }
             _ => Reply::Status(404),

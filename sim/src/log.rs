@@ -22,7 +22,17 @@ struct Line<'a> {
     t_us: u64,
     node: &'a str,
     kind: &'a str,
-    detail: Value,
+    detail: &'a Value,
+}
+
+/// One event as a value, for a reader that wants them one by one (the scenario
+/// runner's timeline).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub at: Duration,
+    pub node: String,
+    pub kind: String,
+    pub detail: Value,
 }
 
 /// Where lines go.
@@ -35,6 +45,8 @@ pub struct EventLog {
     lines: u64,
     /// FNV-1a over every byte written.
     digest: u64,
+    /// Events kept as values until taken ([`EventLog::recording`]).
+    records: Option<Vec<Record>>,
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -49,7 +61,25 @@ impl EventLog {
             bytes: Vec::new(),
             lines: 0,
             digest: FNV_OFFSET,
+            records: None,
         }
+    }
+
+    /// A log that digests its lines and keeps each event as a [`Record`] until
+    /// [`EventLog::take_records`] (the text is not kept).
+    pub fn recording() -> EventLog {
+        EventLog {
+            records: Some(Vec::new()),
+            ..EventLog::digest_only()
+        }
+    }
+
+    /// The events recorded since the last call (empty unless [`EventLog::recording`]).
+    pub fn take_records(&mut self) -> Vec<Record> {
+        self.records
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// A log that only counts lines and digests them.
@@ -75,11 +105,12 @@ impl EventLog {
             self.lines += 1;
             return;
         }
+        let detail = detail();
         let line = Line {
             t_us: u64::try_from(at.as_micros()).unwrap_or(u64::MAX),
             node,
             kind,
-            detail: detail(),
+            detail: &detail,
         };
         let mut text = match serde_json::to_vec(&line) {
             Ok(text) => text,
@@ -93,6 +124,14 @@ impl EventLog {
         self.lines += 1;
         if self.keep {
             self.bytes.extend_from_slice(&text);
+        }
+        if let Some(records) = &mut self.records {
+            records.push(Record {
+                at,
+                node: node.to_string(),
+                kind: kind.to_string(),
+                detail,
+            });
         }
     }
 

@@ -32,6 +32,10 @@ pub struct MasterNode {
     probes: Vec<(Duration, u64, Duration, String)>,
     calls: Vec<Call>,
     notes: Vec<serde_json::Value>,
+    /// Heartbeat answers by status, over the node's life (as mock-master counts them).
+    heartbeats: BTreeMap<u16, u64>,
+    /// Where each routed completion went, in order.
+    routed: Vec<NodeId>,
 }
 
 impl MasterNode {
@@ -43,7 +47,50 @@ impl MasterNode {
             probes: Vec::new(),
             calls: Vec::new(),
             notes: Vec::new(),
+            heartbeats: BTreeMap::new(),
+            routed: Vec::new(),
         }
+    }
+
+    /// Route one completion as mock-master does (its core's pick over the routable
+    /// instances); answers the vLLM node it goes to (`None`: the master answers 503).
+    pub fn pick(&mut self) -> Option<NodeId> {
+        let node = self.core.route().and_then(|name| self.routes.get(&name).copied());
+        if let Some(n) = node {
+            self.routed.push(n);
+        }
+        node
+    }
+
+    /// Where every routed completion went so far, in order.
+    pub fn routed(&self) -> &[NodeId] {
+        &self.routed
+    }
+
+    /// Heartbeat answers by status so far, whatever the instance.
+    pub fn heartbeat_counts(&self) -> &BTreeMap<u16, u64> {
+        &self.heartbeats
+    }
+
+    /// The process restarts at `now`: every instance forgotten, pending probes dropped;
+    /// then it re-learns them from `listing` (`relist`), or only learns where etcd
+    /// stands (`revision`). The caller re-opens the watch from
+    /// [`MasterNode::watch_request`].
+    pub fn restart(
+        &mut self,
+        now: Duration,
+        revision: i64,
+        listing: Option<Vec<mock_master::etcd::KeyValue>>,
+    ) {
+        self.core.restart();
+        self.probes.clear();
+        match listing {
+            Some(kvs) => {
+                self.core.on_listing(now, revision, &kvs);
+            }
+            None => self.core.listed_at(revision),
+        }
+        self.collect(now);
     }
 
     /// Say that instance `name` (`host:port`) is served by the vLLM node `node`.
@@ -162,6 +209,9 @@ impl Server for MasterNode {
             vec![token.as_bytes()]
         };
         let reply = self.core.on_heartbeat(now, &tokens, body.as_bytes());
+        *self.heartbeats.entry(reply.status).or_default() += 1;
+        self.notes
+            .push(json!({ "heartbeat": { "status": reply.status, "name": reply.name } }));
         self.collect(now);
         let status = Reply::Status(reply.status);
         Some(match reply.delay {

@@ -174,6 +174,24 @@ impl World {
         &self.log
     }
 
+    /// The events recorded since the last call (a [`EventLog::recording`] log).
+    pub fn take_records(&mut self) -> Vec<crate::log::Record> {
+        self.log.take_records()
+    }
+
+    /// The fault on the link `client` → `server` now.
+    pub fn link_fault(&self, client: NodeId, server: NodeId) -> LinkFault {
+        self.links.fault(client, server).clone()
+    }
+
+    /// End every load now (requests already submitted run their course).
+    pub fn end_loads(&mut self) {
+        let now = self.now;
+        for load in &mut self.loads {
+            load.until = load.until.min(now);
+        }
+    }
+
     /// Events handled so far.
     pub fn events(&self) -> u64 {
         self.events
@@ -221,6 +239,16 @@ impl World {
             || json!({ "seed": seed }),
         );
         self.after_sidecar_step(index);
+        index
+    }
+
+    /// Add the next sidecar as a process not started yet (a scenario starts it later
+    /// with [`World::restart_sidecar`]). Answers its index.
+    pub fn add_stopped_sidecar(&mut self, config: &Config) -> u32 {
+        let index = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
+        let mut node = SidecarNode::new(index, config, 0, self.now);
+        node.kill();
+        self.sidecars.push(node);
         index
     }
 
@@ -397,6 +425,25 @@ impl World {
         let (to, req) = (load.to, load.request());
         let gap = load.next_gap(&mut self.rng);
         let now = self.now;
+        // A load aimed at the master is routed by it (its pick), then served there.
+        let to = match to {
+            NodeId::Master => {
+                let picked = self
+                    .server_as_mut::<MasterNode>(NodeId::Master)
+                    .and_then(MasterNode::pick);
+                self.log.record(now, "master", "route", || {
+                    json!({ "to": picked.map(|n| n.to_string()) })
+                });
+                match picked {
+                    Some(n) => n,
+                    None => {
+                        self.queue.push(self.now + gap, Event::Arrival(n));
+                        return;
+                    }
+                }
+            }
+            other => other,
+        };
         if let Some(v) = self.server_as_mut::<VllmNode>(to) {
             v.submit(now, req);
         }
@@ -433,9 +480,12 @@ impl World {
                     timeout,
                     tag,
                 } => self.send(Caller::Sidecar(i, tag), to, request, timeout),
-                Outgoing::Note(note) => self
-                    .log
-                    .record(self.now, &name, "note", || json!(format!("{note:?}"))),
+                Outgoing::Note(note) => self.log.record(
+                    self.now,
+                    &name,
+                    "note",
+                    || json!({ "message": note.message(), "note": format!("{note:?}") }),
+                ),
                 Outgoing::LogServedModel => {
                     self.log
                         .record(self.now, &name, "log_served_model", || json!({}))

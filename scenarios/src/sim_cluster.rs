@@ -1,0 +1,430 @@
+//! The scenario's cluster in virtual time: the same topology as [`crate::cluster`], built
+//! in the `sim` crate's [`World`] instead of processes and sockets.
+//!
+//! Why its own type rather than a mode of `Cluster`: nothing here is async or shared;
+//! the runner owns it and moves time forward itself ([`SimCluster::advance_to`]). What
+//! the two have in common is what the verdicts read: the [`Sample`]s and the timeline.
+//!
+//! Every sidecar is configured by the flags real mode gives the process
+//! ([`crate::sidecar_flags`]) and parsed by the sidecar's own flag parser. Its peers are
+//! named by URL only for that parser: in the world, a sidecar's vLLM is node `Vllm(i)`,
+//! etcd is `Etcd` and the master `Master`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use sidecar::config::Config;
+use sidecar::core::{AfterRevoke, Registration};
+use sim::etcd_node::EtcdNode;
+use sim::log::Record;
+use sim::master_node::MasterNode;
+use sim::vllm_node::VllmNode;
+use sim::{EventLog, NodeId, World};
+
+use crate::cluster::{incarnation_of, normalize_namespace, vllm_dialect};
+use crate::observe::{Cumulative, InstanceObs, ObservedState, Sample};
+use crate::sidecar_flags::{sidecar_flags, Peers};
+use crate::spec::{self, Scenario};
+use crate::timeline::Timeline;
+
+/// One instance: its names, its sidecar's settings and what the observer keeps.
+pub(crate) struct SimInstance {
+    pub name: String,
+    pub register_addr: String,
+    pub key: String,
+    /// The token its sidecar sends (a `sidecar_start` may change it).
+    pub token: Option<String>,
+    /// The sidecar was started at least once (else it is not "exited", only absent).
+    pub started: bool,
+    /// Its key was seen in etcd at least once (registering again is re-registering).
+    pub ever_registered: bool,
+    /// The sidecar's flags were refused (the process would have exited 2 at once).
+    pub flag_error: bool,
+    pub counts: Cumulative,
+}
+
+/// The whole cluster of one scenario in virtual time.
+pub struct SimCluster {
+    pub(crate) world: World,
+    pub(crate) timeline: Arc<Timeline>,
+    pub(crate) sc: Scenario,
+    pub(crate) namespace: String,
+    pub(crate) overrides: Vec<(String, String)>,
+    pub(crate) instances: Vec<SimInstance>,
+    pub(crate) global_counts: Cumulative,
+    /// Instance index of each request the master routed, oldest first.
+    pub(crate) routed: Vec<usize>,
+}
+
+/// Why a scenario cannot run in virtual time, if it cannot.
+pub fn unsupported(sc: &Scenario) -> Option<String> {
+    let topo = &sc.topology;
+    if matches!(topo.etcd, spec::EtcdNeed::Real | spec::EtcdNeed::Cluster3) {
+        return Some("needs a real etcd (processes), which the simulation does not run".into());
+    }
+    if topo.etcd_user.is_some() {
+        return Some("etcd auth is not simulated yet".into());
+    }
+    if topo.etcd_endpoints > 1 {
+        return Some("several etcd endpoints are not simulated yet (one etcd node)".into());
+    }
+    for step in &sc.steps {
+        if let Some(a) = &step.action {
+            if let Some(why) = crate::sim_actions::unsupported(a) {
+                return Some(why);
+            }
+        }
+    }
+    None
+}
+
+impl SimCluster {
+    /// Build the topology at virtual time zero; sidecars start if the topology says so.
+    pub fn start(
+        sc: &Scenario,
+        seed: u64,
+        overrides: &[(String, String)],
+        timeline: Arc<Timeline>,
+    ) -> Result<SimCluster, String> {
+        let topo = &sc.topology;
+        let namespace = format!("{}-{}", topo.namespace.trim_matches('/'), sc.name);
+        let mut world = World::new(seed, EventLog::recording());
+        let etcd_cfg = mock_etcd::Config {
+            min_lease_ttl: 1,
+            ..mock_etcd::Config::default()
+        };
+        world.add_server(NodeId::Etcd, Box::new(EtcdNode::new(etcd_cfg, seed)));
+        let m = &topo.master;
+        let master_cfg = mock_master::Config {
+            etcd_namespace: namespace.clone(),
+            token: topo.token.clone().filter(|t| !t.is_empty()),
+            probe_timeout: m.probe_timeout.0,
+            lease_lost_timeout: m.lease_lost_timeout.0,
+            suspect_window: m.suspect_window.0,
+            publish_interval: m.publish_interval.0,
+            ..Default::default()
+        };
+        let mut master = MasterNode::new(master_cfg, Duration::ZERO);
+        let norm = normalize_namespace(&namespace);
+        let mut instances = Vec::new();
+        for (i, name) in sc.instance_names().into_iter().enumerate() {
+            let register_addr = sim_addr(i);
+            master.route(&register_addr, NodeId::Vllm(node_index(i)));
+            let o = topo.overrides.iter().find(|o| o.name == name);
+            let token = o
+                .and_then(|o| o.token.clone())
+                .or_else(|| topo.token.clone());
+            instances.push(SimInstance {
+                key: format!("{norm}XLLM:{}:{register_addr}", topo.instance_type),
+                name,
+                register_addr,
+                token,
+                started: false,
+                ever_registered: false,
+                flag_error: false,
+                counts: Cumulative::default(),
+            });
+        }
+        world.add_server(NodeId::Master, Box::new(master));
+        world.open_master_watch()?;
+        let mut cluster = SimCluster {
+            world,
+            timeline,
+            sc: sc.clone(),
+            namespace,
+            overrides: overrides.to_vec(),
+            instances,
+            global_counts: Cumulative::default(),
+            routed: Vec::new(),
+        };
+        for i in 0..cluster.instances.len() {
+            let vllm = VllmNode::new(cluster.vllm_config(i, seed), Duration::ZERO)?;
+            cluster
+                .world
+                .add_server(NodeId::Vllm(node_index(i)), Box::new(vllm));
+            let placeholder = Config::from_flags(["--register-addr", "10.0.0.0:8000"])
+                .map_err(|e| e.to_string())?;
+            cluster.world.add_stopped_sidecar(&placeholder);
+            if o_start(&cluster.sc, i) {
+                cluster.spawn_sidecar(i);
+            }
+        }
+        cluster.drain_records();
+        Ok(cluster)
+    }
+
+    fn vllm_config(&self, i: usize, seed: u64) -> mock_vllm::Config {
+        let topo = &self.sc.topology;
+        let name = spec::instance_name(i);
+        let o = topo.overrides.iter().find(|o| o.name == name);
+        let mut cfg = mock_vllm::Config {
+            seed: seed.wrapping_add(i as u64),
+            dialect: vllm_dialect(o.and_then(|o| o.dialect).unwrap_or(topo.dialect)),
+            data_parallel: o
+                .and_then(|o| o.data_parallel)
+                .unwrap_or(topo.data_parallel)
+                .max(1) as usize,
+            startup_delay: o
+                .and_then(|o| o.vllm_startup_delay)
+                .unwrap_or(topo.vllm_startup_delay)
+                .0,
+            ..Default::default()
+        };
+        if let Some(n) = topo.max_num_seqs {
+            cfg.max_num_seqs = n.max(1) as usize;
+        }
+        if let Some(k) = topo.kv_capacity_tokens {
+            cfg.kv_capacity_tokens = k.max(1);
+        }
+        cfg
+    }
+
+    /// Instance `i`'s sidecar configuration: real mode's flags, the sidecar's parser.
+    pub(crate) fn sidecar_config(&self, i: usize) -> Result<Config, String> {
+        let inst = self.instances.get(i).ok_or("no such instance")?;
+        let peers = Peers {
+            etcd: "http://etcd.sim:2379".into(),
+            vllm: format!("http://vllm-{}.sim:8000", inst.name),
+            master: "http://master.sim:9000".into(),
+            namespace: &self.namespace,
+            register_addr: &inst.register_addr,
+            instance_name: &inst.name,
+            token: inst.token.as_deref(),
+        };
+        let flags = sidecar_flags(&self.sc.topology, &peers, &self.overrides);
+        Config::from_flags(flags).map_err(|e| format!("sidecar flags of {}: {e}", inst.name))
+    }
+
+    /// Start instance `i`'s sidecar process now with its current flags; flags its
+    /// parser refuses make it exit 2 at once, as the binary does (logged as it logs).
+    pub(crate) fn spawn_sidecar(&mut self, i: usize) {
+        let config = self.sidecar_config(i);
+        let Some(inst) = self.instances.get_mut(i) else {
+            return;
+        };
+        inst.started = true;
+        match config {
+            Ok(config) => {
+                inst.flag_error = false;
+                self.world.restart_sidecar(node_index(i), &config);
+            }
+            Err(e) => {
+                inst.flag_error = true;
+                let detail = serde_json::json!({ "message": e, "exit": 2 });
+                self.world.note(&format!("sidecar/{i}"), "note", detail);
+            }
+        }
+    }
+
+    /// Virtual milliseconds since the start.
+    pub fn now_ms(&self) -> u64 {
+        u64::try_from(self.world.now().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Run the world up to `ms`; its events join the timeline.
+    pub fn advance_to(&mut self, ms: u64) {
+        let to = Duration::from_millis(ms).max(self.world.now());
+        self.world.run_until(to);
+        self.timeline.set_now(self.now_ms());
+        self.drain_records();
+        self.take_routed();
+    }
+
+    /// The master's new routing decisions, as instance indices.
+    fn take_routed(&mut self) {
+        let Some(m) = self.world.server_as::<MasterNode>(NodeId::Master) else {
+            return;
+        };
+        let new = m.routed().get(self.routed.len()..).unwrap_or(&[]);
+        self.routed.extend(new.iter().filter_map(|n| match n {
+            NodeId::Vllm(i) => Some(*i as usize),
+            _ => None,
+        }));
+    }
+
+    /// Move the world's events into the timeline, named as real mode names sources.
+    pub(crate) fn drain_records(&mut self) {
+        use mock_kit::EventSink;
+        for r in self.world.take_records() {
+            let at_ms = u64::try_from(r.at.as_millis()).unwrap_or(u64::MAX);
+            let (source, kind, detail) = self.translate(r);
+            self.timeline
+                .emit(mock_kit::Event::at(at_ms, source, kind, detail));
+        }
+    }
+
+    /// A record as a timeline event: source names as in real mode (`sidecar:i0`,
+    /// `vllm:i0`, `etcd`, `master`, `link`); a server's note `{kind: detail}` becomes an
+    /// event of that kind; a sidecar's note becomes a `log` event.
+    fn translate(&self, r: Record) -> (String, String, Value) {
+        let name_of = |i: &str| -> String {
+            i.parse::<usize>()
+                .ok()
+                .and_then(|i| self.instances.get(i))
+                .map_or_else(|| i.to_string(), |x| x.name.clone())
+        };
+        let source = match r.node.split_once('/') {
+            Some(("sidecar", i)) => format!("sidecar:{}", name_of(i)),
+            Some(("vllm", i)) => format!("vllm:{}", name_of(i)),
+            _ if r.node == "links" => "link".to_string(),
+            _ => r.node.clone(),
+        };
+        let (kind, detail) = match (r.kind.as_str(), r.detail) {
+            ("note", Value::Object(map)) if map.len() == 1 => match map.into_iter().next() {
+                Some((k, v)) => (k, v),
+                None => ("note".to_string(), Value::Null),
+            },
+            ("note", d) if source.starts_with("sidecar:") => ("log".to_string(), d),
+            (k, d) => (k.to_string(), d),
+        };
+        (source, kind, detail)
+    }
+
+    /// Each instance's registered address, topology order.
+    pub fn addrs(&self) -> Vec<String> {
+        self.instances
+            .iter()
+            .map(|x| x.register_addr.clone())
+            .collect()
+    }
+
+    pub fn routed(&self) -> &[usize] {
+        &self.routed
+    }
+
+    /// One observation of the whole cluster (read from the cores, never through a link).
+    pub fn observe(&mut self) -> Sample {
+        let now = self.world.now();
+        let prefix = format!("{}XLLM:", normalize_namespace(&self.namespace));
+        let etcd_vals: BTreeMap<Vec<u8>, Vec<u8>> = self
+            .world
+            .server_as_mut::<EtcdNode>(NodeId::Etcd)
+            .and_then(|e| e.list_prefix(prefix.as_bytes(), now).ok())
+            .map(|(_, kvs)| kvs.into_iter().map(|kv| (kv.key, kv.value)).collect())
+            .unwrap_or_default();
+        let (views, global) = match self.world.server_as::<MasterNode>(NodeId::Master) {
+            Some(m) => (
+                m.instances()
+                    .views(now)
+                    .into_iter()
+                    .map(|v| (v.name.clone(), v))
+                    .collect::<BTreeMap<_, _>>(),
+                m.heartbeat_counts().clone(),
+            ),
+            None => (BTreeMap::new(), BTreeMap::new()),
+        };
+        let mut out = Vec::with_capacity(self.instances.len());
+        for (i, inst) in self.instances.iter_mut().enumerate() {
+            let etcd = etcd_vals
+                .get(inst.key.as_bytes())
+                .map(|v| incarnation_of(&String::from_utf8_lossy(v)));
+            inst.ever_registered |= etcd.is_some();
+            let view = views.get(&inst.register_addr);
+            let counts = view.map(|v| v.heartbeats.clone()).unwrap_or_default();
+            let heartbeats = inst
+                .counts
+                .update(view.map(|v| v.incarnation.as_str()), &counts);
+            let exit = match inst.flag_error {
+                true => Some(2),
+                false => self.world.sidecars().get(i).and_then(|s| s.exited()),
+            }
+            .filter(|_| inst.started);
+            out.push(InstanceObs {
+                etcd,
+                state: view.map(|v| match v.state {
+                    mock_master::InstanceState::Active => ObservedState::Active,
+                    mock_master::InstanceState::LeaseLost => ObservedState::LeaseLost,
+                    mock_master::InstanceState::Suspect => ObservedState::Suspect,
+                }),
+                master_incarnation: view.map(|v| v.incarnation.clone()),
+                heartbeats,
+                waiting: view.and_then(|v| v.load.map(|l| l.waiting_requests_num)),
+                gpu_cache: view.and_then(|v| v.load.map(|l| f64::from(l.gpu_cache_usage_perc))),
+                ttft_ms: view.and_then(|v| v.latency.map(|l| l.recent_max_ttft)),
+                tbt_ms: view.and_then(|v| v.latency.map(|l| l.recent_max_tbt)),
+                sidecar_running: inst.started && exit.is_none(),
+                sidecar_exit: exit,
+            });
+        }
+        // As in real mode: unnamed 401s count for every instance whose sidecar ran.
+        let global = self.global_counts.update(Some("master"), &global);
+        if let Some(n) = global.get(&401).copied() {
+            for o in out
+                .iter_mut()
+                .filter(|o| o.sidecar_running || o.sidecar_exit.is_some())
+            {
+                o.heartbeats.insert(401, n);
+            }
+        }
+        Sample {
+            t_ms: self.now_ms(),
+            instances: out,
+            routed: self.routed.len(),
+        }
+    }
+
+    /// What instance `i`'s sidecar is doing, for the coverage of a fault search.
+    pub fn phase(&self, i: usize) -> &'static str {
+        let (Some(node), Some(inst)) = (self.world.sidecars().get(i), self.instances.get(i)) else {
+            return "not_running";
+        };
+        if !inst.started || inst.flag_error || node.exited().is_some() {
+            return "not_running";
+        }
+        let again = |replacing: bool| {
+            if replacing || inst.ever_registered {
+                "re_registering"
+            } else {
+                "registering"
+            }
+        };
+        match node.registration() {
+            Registration::Registered(_) => "registered",
+            Registration::Granting { replacing, .. } | Registration::Putting { replacing, .. } => {
+                again(replacing.is_some())
+            }
+            Registration::Revoking { then, .. } => match then {
+                AfterRevoke::Exit { .. } => "shutting_down",
+                AfterRevoke::Drain => "draining",
+                AfterRevoke::Register => "re_registering",
+            },
+            Registration::Drained => "draining",
+            Registration::Exited => "shutting_down",
+            Registration::Unregistered { .. } => {
+                if node.core().status().healthy {
+                    again(false)
+                } else {
+                    "waiting_for_health"
+                }
+            }
+        }
+    }
+}
+
+/// Instance `i`'s address as the master and etcd know it (never dialled).
+fn sim_addr(i: usize) -> String {
+    format!(
+        "10.{}.{}.{}:8000",
+        (i >> 16) & 0xff,
+        (i >> 8) & 0xff,
+        i & 0xff
+    )
+}
+
+/// The world's node index of instance `i`.
+pub(crate) fn node_index(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
+
+/// Whether instance `i`'s sidecar starts at t = 0.
+fn o_start(sc: &Scenario, i: usize) -> bool {
+    let n = spec::instance_name(i);
+    sc.topology
+        .overrides
+        .iter()
+        .find(|o| o.name == n)
+        .and_then(|o| o.start_sidecar)
+        .unwrap_or(sc.topology.start_sidecars)
+}
