@@ -36,6 +36,10 @@ pub struct RunArgs {
     /// deterministic simulator (no processes, no sockets; same seed, same events).
     #[arg(long)]
     pub sim: bool,
+    /// TEST-ONLY, with --sim: plant this bug in every simulated sidecar (see
+    /// sim::planted), to replay what `explore --planted-bug` found.
+    #[arg(long, requires = "sim")]
+    pub planted_bug: Option<sim::planted::PlantedBug>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -89,7 +93,7 @@ pub async fn run(args: RunArgs) -> u8 {
         sidecar_bin: args.sidecar_bin.clone(),
         sidecar_overrides: Vec::new(),
         command: "cargo run -p scenarios --".into(),
-        planted_bug: None,
+        planted_bug: args.planted_bug,
     };
     let started = Instant::now();
     let outcomes = if args.sim {

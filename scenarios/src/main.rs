@@ -27,30 +27,6 @@ enum Command {
     Explore(scenarios::cli::ExploreArgs),
 }
 
-/// Placeholder until the virtual-time runner lands: every schedule is skipped.
-fn not_yet_simulated(
-    sc: &scenarios::spec::Scenario,
-    file: &str,
-    opts: &scenarios::run::RunOptions,
-) -> scenarios::report::Outcome {
-    scenarios::report::Outcome {
-        name: sc.name.clone(),
-        file: file.to_string(),
-        seed: opts.seed.unwrap_or(sc.seed),
-        status: "skipped".into(),
-        skip_reason: Some("the virtual-time runner is not built in yet".into()),
-        wall_ms: 0,
-        instances: sc.topology.instances,
-        etcd: String::new(),
-        verdicts: Vec::new(),
-        recoveries: Vec::new(),
-        actions: Vec::new(),
-        rerun: String::new(),
-        samples: Vec::new(),
-        episodes: Vec::new(),
-    }
-}
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -89,7 +65,7 @@ fn main() -> ExitCode {
         Command::Run(args) => rt.block_on(scenarios::cli::run(args)),
         Command::List => scenarios::cli::list(),
         Command::Up(args) => rt.block_on(scenarios::cli::up(args)),
-        Command::Explore(args) => scenarios::cli::explore(args, &not_yet_simulated),
+        Command::Explore(args) => scenarios::cli::explore(args, &scenarios::simrun::run_scenario_sim),
     };
     ExitCode::from(code)
 }

@@ -93,7 +93,12 @@ pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome
     }
     let timeline = Timeline::virtual_time();
     let cluster = match SimCluster::start(sc, seed, &opts.sidecar_overrides, timeline.clone()) {
-        Ok(c) => c,
+        Ok(mut c) => {
+            if let Some(bug) = opts.planted_bug {
+                c.world.plant_bug(bug); // test-only (explore's planted bugs)
+            }
+            c
+        }
         Err(e) => {
             outcome.status = "failed".into();
             outcome.verdicts.push(Verdict {
