@@ -253,6 +253,14 @@ mod tests {
             ..Params::default()
         };
         let mut s = generate(5, &p);
+        s.topo.instances = 8;
+        for k in 0..20u64 {
+            s.faults.push(Fault {
+                at_ms: k * 9000,
+                action: json!({ "vllm_counter_reset": format!("i{}", k % 8) }),
+                end: None,
+            });
+        }
         s.topo.keepalive_ms = 1500;
         s.topo.lease_ttl = 6;
         s.faults.push(Fault {
