@@ -65,7 +65,9 @@ fn main() -> ExitCode {
         Command::Run(args) => rt.block_on(scenarios::cli::run(args)),
         Command::List => scenarios::cli::list(),
         Command::Up(args) => rt.block_on(scenarios::cli::up(args)),
-        Command::Explore(args) => scenarios::cli::explore(args, &scenarios::simrun::run_scenario_sim),
+        Command::Explore(args) => {
+            scenarios::cli::explore(args, &scenarios::simrun::run_scenario_sim)
+        }
     };
     ExitCode::from(code)
 }

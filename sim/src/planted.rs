@@ -45,10 +45,13 @@ pub enum PlantedBug {
     IgnoreLeaseNotFound,
     /// A restarted sidecar sends no token (its token lost across the restart).
     TokenLostOnRestart,
+    /// The KV cache usage goes out as a percentage (0..100) where the contract wants a
+    /// fraction (vLLM's `*_usage_perc` gauges are fractions despite their name).
+    CacheUsageAsPercent,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 7] = [
+    pub const ALL: [PlantedBug; 8] = [
         PlantedBug::NoReregisterOn409,
         PlantedBug::NoKeepaliveWhileUnhealthy,
         PlantedBug::NoRevokeOnShutdown,
@@ -56,6 +59,7 @@ impl PlantedBug {
         PlantedBug::ReuseIncarnation,
         PlantedBug::IgnoreLeaseNotFound,
         PlantedBug::TokenLostOnRestart,
+        PlantedBug::CacheUsageAsPercent,
     ];
 
     /// The snake_case name (as in TOML, JSON and on the command line).
@@ -68,6 +72,7 @@ impl PlantedBug {
             PlantedBug::ReuseIncarnation => "reuse_incarnation",
             PlantedBug::IgnoreLeaseNotFound => "ignore_lease_not_found",
             PlantedBug::TokenLostOnRestart => "token_lost_on_restart",
+            PlantedBug::CacheUsageAsPercent => "cache_usage_as_percent",
         }
     }
 }
@@ -161,6 +166,19 @@ impl Distortion {
         }
     }
 
+    /// The command as the bug sends it (a heartbeat body rewritten).
+    pub fn rewrite(&self, command: Command) -> Command {
+        match (self.bug, command) {
+            (PlantedBug::CacheUsageAsPercent, Command::PostHeartbeat { id, body }) => {
+                Command::PostHeartbeat {
+                    id,
+                    body: cache_as_percent(&body).unwrap_or(body),
+                }
+            }
+            (_, command) => command,
+        }
+    }
+
     /// The answer the core gets for an exchange of `kind`, instead of `answer`.
     pub fn distort(&mut self, kind: Kind, answer: Answer) -> Answer {
         match &answer {
@@ -204,6 +222,14 @@ impl Distortion {
     }
 }
 
+/// The heartbeat body with `load_metrics.gpu_cache_usage_perc` times 100.
+fn cache_as_percent(body: &str) -> Option<String> {
+    let mut v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let usage = v.get_mut("load_metrics")?.get_mut("gpu_cache_usage_perc")?;
+    *usage = serde_json::json!(usage.as_f64()? * 100.0);
+    Some(v.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,6 +257,19 @@ mod tests {
             d.distort(Kind::Keepalive, Answer::LeaseNotFound),
             Answer::KeepaliveTtl(6)
         );
+    }
+
+    #[test]
+    fn the_cache_usage_goes_out_as_a_percentage() {
+        let d = Distortion::new(PlantedBug::CacheUsageAsPercent, 6, Duration::from_secs(3));
+        let body = r#"{"name":"a","incarnation_id":"i","load_metrics":{"waiting_requests_num":1,"gpu_cache_usage_perc":0.25},"latency_metrics":{"recent_max_ttft":0,"recent_max_tbt":0}}"#;
+        let Command::PostHeartbeat { body, .. } = d.rewrite(Command::PostHeartbeat {
+            id: CommandId(1),
+            body: body.into(),
+        }) else {
+            panic!()
+        };
+        assert!(body.contains("\"gpu_cache_usage_perc\":25.0"), "{body}");
     }
 
     #[test]

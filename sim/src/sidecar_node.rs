@@ -96,6 +96,8 @@ pub struct SidecarNode {
     exit: Option<i32>,
     /// The seed the core was made with (a restart with a planted bug may reuse it).
     pub(crate) seed: u64,
+    /// A process ran in this slot (false for a sidecar added stopped, never started).
+    pub(crate) ran: bool,
     /// When the core was last handed an input.
     now: Duration,
     /// Test-only: a planted bug (see [`crate::planted`]).
@@ -126,6 +128,7 @@ impl SidecarNode {
             last_timer: None,
             exit: None,
             seed,
+            ran: true,
             now,
             distortion: None,
         }
@@ -189,11 +192,13 @@ impl SidecarNode {
             // Answers a planted bug gives at once instead of sending the command.
             let mut swallowed = Vec::new();
             while let Some(command) = self.core.poll_command() {
+                let mut command = command;
                 if let Some(d) = self.distortion.as_mut() {
                     if let Some(answer) = d.intercept(&command, self.core.registration()) {
                         swallowed.push((command_id(&command), answer));
                         continue;
                     }
+                    command = d.rewrite(command);
                 }
                 match self.outgoing(command) {
                     Some(Outgoing::Exit(code)) => {

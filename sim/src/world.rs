@@ -248,6 +248,7 @@ impl World {
         let index = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
         let mut node = SidecarNode::new(index, config, 0, self.now);
         node.kill();
+        node.ran = false;
         self.sidecars.push(node);
         index
     }
@@ -276,12 +277,13 @@ impl World {
         let Some(slot) = self.sidecars.get_mut(index as usize) else {
             return;
         };
-        if self.planted == Some(PlantedBug::ReuseIncarnation) {
+        let restarted = slot.ran;
+        if restarted && self.planted == Some(PlantedBug::ReuseIncarnation) {
             seed = slot.seed;
         }
         *slot = SidecarNode::new(index, config, seed, self.now);
         if let Some(bug) = self.planted {
-            slot.plant(bug, true);
+            slot.plant(bug, restarted);
         }
         self.log.record(
             self.now,
@@ -431,9 +433,12 @@ impl World {
                 let picked = self
                     .server_as_mut::<MasterNode>(NodeId::Master)
                     .and_then(MasterNode::pick);
-                self.log.record(now, "master", "route", || {
-                    json!({ "to": picked.map(|n| n.to_string()) })
-                });
+                self.log.record(
+                    now,
+                    "master",
+                    "route",
+                    || json!({ "to": picked.map(|n| n.to_string()) }),
+                );
                 match picked {
                     Some(n) => n,
                     None => {

@@ -19,8 +19,9 @@ use serde_json::{json, Value};
 use super::schedule::{dur, Fault, Schedule, Topo};
 
 /// Fault kinds the explorer draws from: the actions that start a fault (the actions
-/// that end one, e.g. `vllm_restart` or `sidecar_start`, come with them).
-pub const FAULT_KINDS: [&str; 12] = [
+/// that end one, e.g. `vllm_restart` or `sidecar_start`, come with them), and `load`
+/// (open-loop requests: not a fault, but what makes the metrics move).
+pub const FAULT_KINDS: [&str; 13] = [
     "vllm_health",
     "vllm_fault",
     "vllm_crash",
@@ -33,6 +34,7 @@ pub const FAULT_KINDS: [&str; 12] = [
     "link",
     "sidecar_kill",
     "sidecar_stop",
+    "load",
 ];
 
 /// The metrics dialects (`spec::Dialect` names).
@@ -136,6 +138,9 @@ fn topology(rng: &mut StdRng, p: &Params) -> Topo {
             Some(d) => d.clone(),
             None => DIALECTS.choose(rng).copied().unwrap_or("compact").into(),
         },
+        kv_capacity_tokens: rng
+            .gen_bool(0.5)
+            .then(|| round(rng.gen_range(7.0f64..14.0).exp() as u64, 100)),
     }
 }
 
@@ -223,6 +228,15 @@ fn fault(rng: &mut StdRng, p: &Params, topo: &Topo) -> Option<Fault> {
             plain(json!({"master_fault": {"fault": fault, "duration": d}}))
         }
         "link" => plain(link(rng, inst, &d)),
+        "load" => {
+            let max_tokens = rng.gen_range(16..=512u32);
+            let mut load =
+                json!({"rps": rng.gen_range(1..=60u32), "duration": d, "max_tokens": max_tokens});
+            if rng.gen_bool(0.5) {
+                load["instance"] = Value::String(inst);
+            }
+            plain(json!({ "load": load }))
+        }
         "sidecar_kill" | "sidecar_stop" => with_end(
             json!({ kind.as_str(): inst }),
             json!({"sidecar_start": {"instance": inst}}),
@@ -281,7 +295,7 @@ fn link(rng: &mut StdRng, inst: String, d: &str) -> Value {
     // Not `master_etcd`: the simulation cannot re-open the master's watch yet.
     let kind = *["sidecar_etcd", "sidecar_master", "sidecar_vllm"]
         .choose(rng)
-    .unwrap_or(&"sidecar_etcd");
+        .unwrap_or(&"sidecar_etcd");
     let fault = match rng.gen_range(0..7) {
         0 => {
             json!({"latency": {"ms": rng.gen_range(20..=3000u64), "jitter_ms": rng.gen_range(0..=500u64)}})
@@ -293,7 +307,11 @@ fn link(rng: &mut StdRng, inst: String, d: &str) -> Value {
         5 => json!({"partition": {"direction": "to_target"}}),
         _ => json!({"partition": {"direction": "from_target"}}),
     };
-    let who = if rng.gen_bool(0.1) { "all".into() } else { inst };
+    let who = if rng.gen_bool(0.1) {
+        "all".into()
+    } else {
+        inst
+    };
     json!({"link": {"link": kind, "instance": who, "fault": fault, "duration": d}})
 }
 

@@ -27,6 +27,9 @@ pub struct Topo {
     pub token: Option<String>,
     /// Metrics dialect of the fake vLLMs (`compact`, `v0_10`, …).
     pub dialect: String,
+    /// KV cache size of each fake vLLM, in tokens (`None`: mock-vllm's default, so big
+    /// that load barely shows in the cache usage).
+    pub kv_capacity_tokens: Option<u64>,
 }
 
 impl Topo {
@@ -43,6 +46,7 @@ impl Topo {
             etcd_timeout_ms: d.etcd_timeout.as_ms(),
             token: d.token,
             dialect: "v0_10".into(),
+            kv_capacity_tokens: d.kv_capacity_tokens,
         }
     }
 }
@@ -297,6 +301,9 @@ impl Schedule {
         field("etcd_timeout", t.etcd_timeout_ms, d.etcd_timeout_ms, true);
         if let Some(tok) = &t.token {
             let _ = writeln!(s, "token = {}", quote(tok));
+        }
+        if let Some(k) = t.kv_capacity_tokens {
+            let _ = writeln!(s, "kv_capacity_tokens = {k}");
         }
         s
     }
