@@ -95,25 +95,21 @@ fn finds_and_shrinks(bug: PlantedBug, seeds: std::ops::Range<u64>, invariant: &s
 fn a_keepalive_coupled_to_the_heartbeat_path_is_found() {
     finds_and_shrinks(
         PlantedBug::NoKeepaliveWhileUnhealthy,
-        12..16,
+        12..15,
         "registered_when_healthy",
     );
 }
 
 #[test]
-fn a_token_lost_on_restart_is_found() {
-    finds_and_shrinks(
-        PlantedBug::TokenLostOnRestart,
-        0..3,
-        "no_401_when_tokens_match",
-    );
+fn a_cache_usage_sent_as_a_percentage_is_found() {
+    finds_and_shrinks(PlantedBug::CacheUsageAsPercent, 17..20, "heartbeats_sane");
 }
 
 #[test]
 fn a_lease_loss_never_noticed_is_found() {
     finds_and_shrinks(
         PlantedBug::IgnoreLeaseNotFound,
-        5..8,
+        11..14,
         "registered_when_healthy",
     );
 }

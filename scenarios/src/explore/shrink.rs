@@ -11,7 +11,8 @@
 //! Order of the passes, repeated until none makes progress (or the budget of runs is
 //! spent): cut the run shortly after the violation; drop faults (halves, then one at a
 //! time); drop instances (first everything but the one the violation names, then one
-//! at a time); set timers back to the library's defaults one by one.
+//! at a time); move the faults earlier (the first to 5 s) and cut again; set timers back
+//! to the library's defaults one by one.
 
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +52,10 @@ pub struct Shrunk {
 /// Time kept after the violation so the report shows it (and the invariant's sampling
 /// still sees it).
 const AFTER_VIOLATION_MS: u64 = 2000;
+
+/// Where [`Shrinker::shift_earlier`] moves the first fault: after start-up, so a fault
+/// that hit a registered sidecar still does.
+const SETTLED_MS: u64 = 5000;
 
 struct Shrinker<'a> {
     judge: &'a Judge<'a>,
@@ -95,6 +100,27 @@ impl Shrinker<'_> {
         for f in &mut c.faults {
             if f.end.as_ref().is_some_and(|(t, _)| *t >= end) {
                 f.end = None; // the run ends first
+            }
+        }
+        self.try_keep(c)
+    }
+
+    /// Move every fault earlier (the first to 5 s, after start-up), shortening the run
+    /// by as much.
+    fn shift_earlier(&mut self) -> bool {
+        let Some(first) = self.best.faults.iter().map(|f| f.at_ms).min() else {
+            return false;
+        };
+        let shift = first.saturating_sub(SETTLED_MS);
+        if shift == 0 {
+            return false;
+        }
+        let mut c = self.best.clone();
+        c.duration_ms -= shift;
+        for f in &mut c.faults {
+            f.at_ms -= shift;
+            if let Some((t, _)) = f.end.as_mut() {
+                *t = t.saturating_sub(shift);
             }
         }
         self.try_keep(c)
@@ -191,6 +217,7 @@ pub fn shrink(start: &Schedule, violation: &Violation, judge: &Judge, budget: us
         let mut progress = s.cut_after_violation();
         progress |= s.drop_faults();
         progress |= s.drop_instances();
+        progress |= s.shift_earlier();
         progress |= s.cut_after_violation();
         progress |= s.simplify_timers();
         if !progress || s.runs >= s.budget {
@@ -290,8 +317,10 @@ mod tests {
         assert_eq!(kinds, vec!["etcd_lose_data", "vllm_crash"], "{out:?}");
         assert_eq!(out.schedule.topo.instances, 1);
         assert_eq!(out.violation.invariant, "registered_when_healthy");
-        // Cut shortly after the violation (200.5 s + 2 s, rounded up to a second).
-        assert_eq!(out.schedule.duration_ms, 203_000);
+        // Moved earlier (the first fault to 5 s: everything 25 s earlier) and cut
+        // shortly after the violation (175.5 s + 2 s, rounded up to a second).
+        assert_eq!(out.schedule.faults[0].at_ms, 5000);
+        assert_eq!(out.schedule.duration_ms, 178_000);
         // The keepalive that matters stays; the other timers went back to defaults.
         let d = Topo::library_default(1);
         assert_eq!(out.schedule.topo.keepalive_ms, 1500);

@@ -98,6 +98,9 @@ pub struct Timing {
     pub wall_ms: u64,
     pub jobs: usize,
     pub schedules_per_minute: f64,
+    /// Wall time from the start until the first finding was shrunk and written.
+    #[serde(default)]
+    pub first_finding_ms: Option<u64>,
 }
 
 /// `summary.json`.
@@ -153,6 +156,11 @@ impl Summary {
         self.timing.wall_ms = self.timing.wall_ms.max(other.timing.wall_ms);
         self.timing.jobs += other.timing.jobs;
         self.timing.schedules_per_minute += other.timing.schedules_per_minute;
+        self.timing.first_finding_ms =
+            match (self.timing.first_finding_ms, other.timing.first_finding_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         Ok(())
     }
 
@@ -172,6 +180,13 @@ impl Summary {
             self.findings.len(),
             self.errors.len()
         );
+        if let Some(t) = self.timing.first_finding_ms {
+            let _ = writeln!(
+                s,
+                "first finding shrunk and written {:.1}s after the start",
+                t as f64 / 1000.0
+            );
+        }
         if !self.findings.is_empty() {
             let _ = writeln!(
                 s,

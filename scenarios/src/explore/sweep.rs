@@ -270,6 +270,7 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
     let started = Instant::now();
     let next = AtomicU64::new(0);
     let found = AtomicUsize::new(0);
+    let first_finding_ms = AtomicU64::new(u64::MAX);
     let results: Mutex<Vec<SeedResult>> = Mutex::new(Vec::new());
     let bar = progress_bar(opts);
     let limit = match opts.budget {
@@ -290,6 +291,8 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
                 }
                 let r = explore_seed(opts.shard.seed(opts.seed_start, j), opts, runner);
                 if r.finding.is_some() {
+                    let t = started.elapsed().as_millis() as u64;
+                    first_finding_ms.fetch_min(t, Ordering::Relaxed);
                     let n = found.fetch_add(1, Ordering::Relaxed) + 1;
                     bar.set_message(format!("{n} violation(s)"));
                 }
@@ -304,7 +307,10 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
     bar.finish_and_clear();
     let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
     results.sort_by_key(|r| r.seed);
-    summarize(opts, results, started.elapsed())
+    let mut s = summarize(opts, results, started.elapsed());
+    let first = first_finding_ms.load(Ordering::Relaxed);
+    s.timing.first_finding_ms = (first != u64::MAX).then_some(first);
+    s
 }
 
 fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> Summary {
@@ -351,6 +357,7 @@ fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> S
             } else {
                 0.0
             },
+            first_finding_ms: None,
         },
     }
 }
