@@ -56,6 +56,7 @@ fn finds_and_shrinks(bug: PlantedBug, seeds: std::ops::Range<u64>, invariant: &s
     assert!(f.shrunk.faults <= 3, "{f:?}");
     assert!(f.shrunk.instances <= 3, "{f:?}");
     assert!(f.shrunk.duration_ms <= f.original.duration_ms, "{f:?}");
+    assert_eq!(f.fails_without_bug, Some(false), "{f:?}");
     let path = opts.out.join(&f.file);
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(
@@ -133,4 +134,83 @@ fn the_correct_sidecar_survives_and_a_range_gives_the_same_findings() {
     for name in ["clean-a", "clean-b", "bug-c", "bug-d"] {
         let _ = std::fs::remove_dir_all(out_dir(name));
     }
+}
+
+/// The command line: bad flags exit 2 with one line; shards of a sweep merge into the
+/// whole; exit 1 when something was found, 0 when not.
+#[test]
+fn the_command_line_shards_merges_and_exits_as_documented() {
+    let bin = env!("CARGO_BIN_EXE_scenarios");
+    let run = |args: &[&str]| std::process::Command::new(bin).args(args).output().unwrap();
+    for bad in [
+        vec!["explore", "--shard", "3/2"],
+        vec!["explore", "--faults", "link,nope"],
+        vec!["explore", "--seeds", "5", "--time", "1s"],
+        vec!["explore", "--planted-bug", "nope"],
+        vec!["explore", "--dialect", "v9"],
+    ] {
+        let out = run(&bad);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{bad:?}: {err}");
+    }
+    let root = out_dir("cli");
+    let common = [
+        "--instances",
+        "3",
+        "--duration",
+        "60s",
+        "--seed-start",
+        "12",
+        "--seeds",
+        "3",
+        "--jobs",
+        "1",
+        "--planted-bug",
+        "no_keepalive_while_unhealthy",
+    ];
+    for k in 0..2 {
+        let out_k = root.join(format!("shard-{k}"));
+        let shard = format!("{k}/2");
+        let mut args = vec!["explore", "--shard", &shard, "--out"];
+        let out_s = out_k.to_str().unwrap().to_string();
+        args.push(&out_s);
+        args.extend(common);
+        let out = run(&args);
+        assert!(matches!(out.status.code(), Some(0 | 1)), "{out:?}");
+    }
+    let merged = root.join("merged");
+    let out = run(&[
+        "explore",
+        "merge",
+        root.to_str().unwrap(),
+        "--out",
+        merged.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Seed 13 of this range is a known finding (see the test above).
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let s: Summary =
+        serde_json::from_str(&std::fs::read_to_string(merged.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(s.seeds, vec![(12, 14)]);
+    assert_eq!(s.schedules, 3);
+    assert!(s.findings.iter().any(|f| f.seed == 13), "{text}");
+    // A clean range exits 0.
+    let clean = root.join("clean");
+    let out = run(&[
+        "explore",
+        "--instances",
+        "3",
+        "--duration",
+        "60s",
+        "--seed-start",
+        "100",
+        "--seeds",
+        "2",
+        "--out",
+        clean.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let _ = std::fs::remove_dir_all(&root);
 }

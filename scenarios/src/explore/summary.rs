@@ -83,6 +83,10 @@ pub struct Finding {
     pub file: String,
     /// Runs the shrinker spent.
     pub shrink_runs: usize,
+    /// With a planted bug: whether the shrunk schedule also fails (the same invariant)
+    /// without it, i.e. the finding is not the planted bug's. `None`: no bug planted.
+    #[serde(default)]
+    pub fails_without_bug: Option<bool>,
 }
 
 /// A seed whose schedule could not be run (the runner skipped it or an action failed).
@@ -203,6 +207,9 @@ impl Summary {
                     f.shrunk.to_string(),
                     out_dir.join(&f.file).display()
                 );
+                if f.fails_without_bug == Some(true) {
+                    let _ = writeln!(s, "          (fails without the planted bug too)");
+                }
             }
         }
         for e in self.errors.iter().take(5) {
