@@ -166,7 +166,5 @@ within = "20s"
             None,
         ));
     assert_eq!(real.status, "skipped");
-    assert!(real
-        .skip_reason
-        .is_some_and(|r| r.contains("--sim")));
+    assert!(real.skip_reason.is_some_and(|r| r.contains("--sim")));
 }

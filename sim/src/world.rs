@@ -407,9 +407,12 @@ impl World {
                 let picked = self
                     .server_as_mut::<MasterNode>(NodeId::Master)
                     .and_then(MasterNode::pick);
-                self.log.record(now, "master", "route", || {
-                    json!({ "to": picked.map(|n| n.to_string()) })
-                });
+                self.log.record(
+                    now,
+                    "master",
+                    "route",
+                    || json!({ "to": picked.map(|n| n.to_string()) }),
+                );
                 match picked {
                     Some(n) => n,
                     None => {
