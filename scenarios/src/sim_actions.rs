@@ -25,13 +25,6 @@ pub fn unsupported(a: &Action) -> Option<String> {
         Action::EtcdKill(_) | Action::EtcdRestart(_) => {
             "etcd_kill / etcd_restart need real etcd members (processes)"
         }
-        Action::EtcdLoseData { .. } => {
-            "etcd_lose_data: the master's watch recovery lives in mock-master's async shell, not yet in its core"
-        }
-        Action::Link {
-            link: LinkKind::MasterEtcd,
-            ..
-        } => "a master_etcd link fault: re-opening the master's watch is not simulated yet",
         _ => return None,
     };
     Some(why.to_string())
@@ -217,7 +210,8 @@ impl SimCluster {
                 self.world.add_load(now, load);
             }
             Action::LoadOff(_) => self.world.end_loads(),
-            Action::EtcdKill(_) | Action::EtcdRestart(_) | Action::EtcdLoseData { .. } => {
+            Action::EtcdLoseData { reset_revision } => self.etcd()?.lose_data(*reset_revision, now),
+            Action::EtcdKill(_) | Action::EtcdRestart(_) => {
                 return Err(unsupported(action).unwrap_or_default())
             }
         }
@@ -272,26 +266,11 @@ impl SimCluster {
     }
 
     /// The master process restarts: it drops its watch, forgets every instance, then
-    /// lists etcd (`relist`) or only learns its revision, and watches again.
+    /// lists etcd (applying the listing only if `relist`) and watches again, over its
+    /// link, as mock-master does.
     fn restart_master(&mut self, relist: bool, now: Duration) -> Result<(), String> {
-        let prefix = format!(
-            "{}XLLM:",
-            crate::cluster::normalize_namespace(&self.namespace)
-        );
-        let etcd = self.etcd()?;
-        etcd.close_watches(NodeId::Master);
-        let (revision, kvs) = etcd.list_prefix(prefix.as_bytes(), now)?;
-        let listing = relist.then(|| {
-            kvs.into_iter()
-                .map(|kv| mock_master::etcd::KeyValue {
-                    key: kv.key,
-                    value: kv.value,
-                    mod_revision: kv.mod_revision,
-                })
-                .collect()
-        });
-        self.master()?.restart(now, revision, listing);
-        self.world.open_master_watch()
+        self.master()?.restart(now, relist);
+        Ok(())
     }
 
     fn set_links(
@@ -305,14 +284,23 @@ impl SimCluster {
         let fault: sim::LinkFault = serde_json::to_value(fault)
             .and_then(serde_json::from_value)
             .map_err(|e| format!("link fault: {e}"))?;
-        for i in self.targets(instance) {
-            let me = NodeId::Sidecar(node_index(i));
-            let server = match link {
-                LinkKind::SidecarEtcd => NodeId::Etcd,
-                LinkKind::SidecarMaster => NodeId::Master,
-                LinkKind::SidecarVllm => NodeId::Vllm(node_index(i)),
-                LinkKind::MasterEtcd => return Err(unsupported_link()),
-            };
+        let pairs: Vec<(NodeId, NodeId)> = match link {
+            LinkKind::MasterEtcd => vec![(NodeId::Master, NodeId::Etcd)],
+            _ => self
+                .targets(instance)
+                .into_iter()
+                .map(|i| {
+                    let me = NodeId::Sidecar(node_index(i));
+                    let server = match link {
+                        LinkKind::SidecarMaster => NodeId::Master,
+                        LinkKind::SidecarVllm => NodeId::Vllm(node_index(i)),
+                        _ => NodeId::Etcd,
+                    };
+                    (me, server)
+                })
+                .collect(),
+        };
+        for (me, server) in pairs {
             self.world.set_link(me, server, fault.clone());
             if let (Some(d), false) = (duration, fault == sim::LinkFault::Heal) {
                 // Heal after the duration, unless something else replaced the fault.
@@ -326,8 +314,4 @@ impl SimCluster {
         }
         Ok(())
     }
-}
-
-fn unsupported_link() -> String {
-    "a master_etcd link fault is not simulated yet".into()
 }

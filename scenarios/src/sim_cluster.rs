@@ -68,7 +68,10 @@ pub fn unsupported(sc: &Scenario) -> Option<String> {
         return Some("etcd auth is not simulated yet".into());
     }
     if topo.etcd_endpoints > 1 {
-        return Some("several etcd endpoints are not simulated yet (one etcd node)".into());
+        return Some(
+            "several etcd endpoints are not simulated yet (the client's endpoint failover runs in its async shell)"
+                .into(),
+        );
     }
     for step in &sc.steps {
         if let Some(a) = &step.action {
@@ -104,6 +107,8 @@ impl SimCluster {
             lease_lost_timeout: m.lease_lost_timeout.0,
             suspect_window: m.suspect_window.0,
             publish_interval: m.publish_interval.0,
+            // As real mode's master (cluster.rs).
+            etcd_timeout: Duration::from_secs(2),
             ..Default::default()
         };
         let mut master = MasterNode::new(master_cfg, Duration::ZERO);
@@ -128,7 +133,6 @@ impl SimCluster {
             });
         }
         world.add_server(NodeId::Master, Box::new(master));
-        world.open_master_watch()?;
         let mut cluster = SimCluster {
             world,
             timeline,

@@ -42,9 +42,10 @@
 //! - routing: a load aimed at the master is routed by its core's pick;
 //! - the scenario language on top: `scenarios run --sim` (crate `scenarios`).
 //!
-//! Not yet: LOADMETRICS written to etcd, re-opening a watch whose stream died (the
-//! master's watch recovery is in mock-master's async shell), etcd auth and several etcd
-//! endpoints.
+//! - the master follows etcd by mock-master's own watch plan over its link
+//!   ([`master_watch`]): a dead stream is re-opened, lost data re-listed.
+//!
+//! Not yet: LOADMETRICS written to etcd, etcd auth and several etcd endpoints.
 //!
 //! # Layout
 //!
@@ -65,6 +66,8 @@
 //!   ([`etcd_client::answer`]).
 //! - [`vllm_node`]: a fake vLLM: mock-vllm's `VllmCore`, its answers as replies
 //!   ([`vllm_node::VllmNode`]).
+//! - [`master_watch`]: how the master follows etcd (mock-master's `WatchPlan` as calls,
+//!   outcomes and timers): [`master_watch::Follower`].
 //! - [`master_node`]: the fake master: mock-master's `MasterCore`, fed heartbeats and
 //!   watch lines ([`master_node::MasterNode::on_watch_line`]), its probes sent as calls.
 //! - [`load`]: open-loop completions on a fake vLLM, validated by mock-vllm's rules:
@@ -78,6 +81,7 @@ pub mod link;
 pub mod load;
 pub mod log;
 pub mod master_node;
+pub mod master_watch;
 pub mod node;
 pub mod queue;
 pub mod sidecar_node;
