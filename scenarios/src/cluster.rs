@@ -25,10 +25,9 @@ use crate::observe::{Cumulative, InstanceObs, ObservedState, Sample};
 use crate::proxy::{LinkFault, Proxy};
 use crate::real_etcd::RealEtcd;
 use crate::sidecar::SidecarProc;
-use crate::spec::{
-    self, Action, EtcdFault, EtcdNeed, Health, LinkKind, MasterFault, Scenario, VllmFault,
-};
+use crate::spec::{Action, EtcdFault, Health, LinkKind, MasterFault, VllmFault};
 use crate::timeline::Timeline;
+use crate::topology::{self, EtcdNeed, Topology};
 
 /// Which etcd the runner was asked for (`--etcd`, `--etcd-cluster`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,7 +144,7 @@ pub struct Cluster {
     pub timeline: Arc<Timeline>,
     pub kind: EtcdKind,
     seed: u64,
-    sc: Scenario,
+    topology: Topology,
     opts: ClusterOptions,
     namespace: String,
     etcd: Etcd,
@@ -195,18 +194,18 @@ impl Cluster {
     /// Start everything the scenario's topology asks for. Sidecars start if the topology
     /// says so.
     pub async fn start(
-        sc: &Scenario,
+        name: &str,
+        topo: &Topology,
         seed: u64,
         kind: EtcdKind,
         opts: ClusterOptions,
         timeline: Arc<Timeline>,
     ) -> Result<Cluster, String> {
-        let topo = &sc.topology;
         // A unique namespace per run: runs sharing an external etcd never see each other.
         let namespace = format!(
             "{}-{}-{:x}",
             topo.namespace.trim_matches('/'),
-            sc.name,
+            name,
             seed ^ (timeline.t0_ms << 8) ^ u64::from(std::process::id())
         );
         let (etcd, targets): (Etcd, Vec<SocketAddr>) = match kind {
@@ -297,7 +296,7 @@ impl Cluster {
 
         let norm = normalize_namespace(&namespace);
         let mut instances = Vec::new();
-        for (i, name) in sc.instance_names().into_iter().enumerate() {
+        for (i, name) in topo.instance_names().into_iter().enumerate() {
             let o = topo.overrides.iter().find(|o| o.name == name);
             let mut vcfg = mock_vllm::Config {
                 seed: seed.wrapping_add(i as u64),
@@ -372,7 +371,7 @@ impl Cluster {
             timeline,
             kind,
             seed,
-            sc: sc.clone(),
+            topology: topo.clone(),
             opts,
             namespace,
             etcd,
@@ -389,7 +388,7 @@ impl Cluster {
         };
         let starts: Vec<usize> = (0..cluster.instances.len())
             .filter(|i| {
-                let n = spec::instance_name(*i);
+                let n = topology::instance_name(*i);
                 topo.overrides
                     .iter()
                     .find(|o| o.name == n)
@@ -428,7 +427,7 @@ impl Cluster {
             instance_name: &inst.name,
             token: inst.token.as_deref(),
         };
-        crate::sidecar_flags::sidecar_flags(&self.sc.topology, &peers, &self.opts.sidecar_overrides)
+        crate::sidecar_flags::sidecar_flags(&self.topology, &peers, &self.opts.sidecar_overrides)
     }
 
     fn start_sidecar(
@@ -931,13 +930,13 @@ pub fn incarnation_of(value: &str) -> String {
         })
 }
 
-pub fn vllm_dialect(d: spec::Dialect) -> mock_vllm::Dialect {
+pub fn vllm_dialect(d: topology::Dialect) -> mock_vllm::Dialect {
     match d {
-        spec::Dialect::V0 => mock_vllm::Dialect::V0,
-        spec::Dialect::V0_10 => mock_vllm::Dialect::V0_10,
-        spec::Dialect::V0_11 => mock_vllm::Dialect::V0_11,
-        spec::Dialect::OpenMetrics => mock_vllm::Dialect::OpenMetrics,
-        spec::Dialect::Compact => mock_vllm::Dialect::Compact,
+        topology::Dialect::V0 => mock_vllm::Dialect::V0,
+        topology::Dialect::V0_10 => mock_vllm::Dialect::V0_10,
+        topology::Dialect::V0_11 => mock_vllm::Dialect::V0_11,
+        topology::Dialect::OpenMetrics => mock_vllm::Dialect::OpenMetrics,
+        topology::Dialect::Compact => mock_vllm::Dialect::Compact,
     }
 }
 

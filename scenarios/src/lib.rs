@@ -26,6 +26,7 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod dur;
 pub mod etcd_view;
 pub mod library;
 pub mod load;
@@ -41,4 +42,5 @@ pub mod sim_cluster;
 pub mod simrun;
 pub mod spec;
 pub mod timeline;
+pub mod topology;
 pub mod verdict;

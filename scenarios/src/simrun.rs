@@ -66,6 +66,17 @@ impl Clock {
     }
 }
 
+/// Why a scenario cannot run in virtual time, if it cannot: its topology, or the first
+/// action the simulation cannot do.
+pub fn unsupported(sc: &Scenario) -> Option<String> {
+    sim_cluster::unsupported(&sc.topology).or_else(|| {
+        sc.steps
+            .iter()
+            .filter_map(|s| s.action.as_ref())
+            .find_map(crate::sim_actions::unsupported)
+    })
+}
+
 /// Run one scenario in virtual time to its verdicts.
 pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome {
     let started = Instant::now();
@@ -86,13 +97,19 @@ pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome
         samples: Vec::new(),
         episodes: Vec::new(),
     };
-    if let Some(why) = sim_cluster::unsupported(sc) {
+    if let Some(why) = unsupported(sc) {
         outcome.status = "skipped".into();
         outcome.skip_reason = Some(why);
         return outcome;
     }
     let timeline = Timeline::virtual_time();
-    let cluster = match SimCluster::start(sc, seed, &opts.sidecar_overrides, timeline.clone()) {
+    let cluster = match SimCluster::start(
+        &sc.name,
+        &sc.topology,
+        seed,
+        &opts.sidecar_overrides,
+        timeline.clone(),
+    ) {
         Ok(c) => c,
         Err(e) => {
             outcome.status = "failed".into();
@@ -283,7 +300,7 @@ fn phases(
     cluster: &SimCluster,
     action: &crate::spec::Action,
 ) -> std::collections::BTreeMap<String, String> {
-    let names = cluster.sc.instance_names();
+    let names = cluster.topology.instance_names();
     let target = crate::spec::action_instance(action);
     names
         .iter()
