@@ -27,6 +27,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod dur;
+pub mod episode;
 pub mod etcd_view;
 pub mod library;
 pub mod load;
