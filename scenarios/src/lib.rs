@@ -24,6 +24,7 @@
 //! - [`report`]: the report directory (verdicts, events.jsonl, timeline.html) and JUnit.
 //! - [`cli`]: the `run`, `list` and `up` commands behind the thin `main.rs`.
 
+pub mod actions;
 pub mod cli;
 pub mod cluster;
 pub mod dur;
@@ -38,7 +39,6 @@ pub mod report;
 pub mod run;
 pub mod sidecar;
 pub mod sidecar_flags;
-pub mod sim_actions;
 pub mod sim_cluster;
 pub mod simrun;
 pub mod spec;

@@ -188,7 +188,7 @@ pub async fn run_scenario(
                 "action",
                 serde_json::json!({"step": i + 1, "label": label, "action": action}),
             );
-            let r = cluster.lock().await.apply(action).await;
+            let r = action.apply_real(&mut *cluster.lock().await).await;
             let (error, detail) = match r {
                 Ok(d) => (None, d),
                 Err(e) => (Some(e), None),
@@ -357,7 +357,7 @@ pub(crate) fn step_label(step: &crate::spec::Step) -> String {
         return format!("await {}", verdict::describe(c));
     }
     match &step.action {
-        Some(a) => crate::spec::describe_action(a),
+        Some(a) => a.describe(),
         None => "step".into(),
     }
 }

@@ -190,6 +190,38 @@ impl SimCluster {
         Config::from_flags(flags).map_err(|e| format!("sidecar flags of {}: {e}", inst.name))
     }
 
+    /// Indices of the instances a target names: one, or every one for `all`.
+    pub(crate) fn targets(&self, t: &str) -> Vec<usize> {
+        if t == "all" {
+            (0..self.instances.len()).collect()
+        } else {
+            self.instances
+                .iter()
+                .position(|x| x.name == t)
+                .into_iter()
+                .collect()
+        }
+    }
+
+    /// Instance `i`'s vLLM node.
+    pub(crate) fn vllm(&mut self, i: usize) -> Result<&mut VllmNode, String> {
+        self.world
+            .server_as_mut::<VllmNode>(NodeId::Vllm(node_index(i)))
+            .ok_or_else(|| format!("no vLLM node for instance {i}"))
+    }
+
+    pub(crate) fn etcd(&mut self) -> Result<&mut EtcdNode, String> {
+        self.world
+            .server_as_mut::<EtcdNode>(NodeId::Etcd)
+            .ok_or_else(|| "no etcd node".to_string())
+    }
+
+    pub(crate) fn master(&mut self) -> Result<&mut MasterNode, String> {
+        self.world
+            .server_as_mut::<MasterNode>(NodeId::Master)
+            .ok_or_else(|| "no master node".to_string())
+    }
+
     /// Virtual milliseconds since the start.
     pub fn now_ms(&self) -> u64 {
         u64::try_from(self.world.now().as_millis()).unwrap_or(u64::MAX)

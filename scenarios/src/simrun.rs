@@ -73,7 +73,7 @@ pub fn unsupported(sc: &Scenario) -> Option<String> {
         sc.steps
             .iter()
             .filter_map(|s| s.action.as_ref())
-            .find_map(crate::sim_actions::unsupported)
+            .find_map(crate::actions::Action::sim_unsupported)
     })
 }
 
@@ -204,7 +204,7 @@ fn play(
                 serde_json::json!({"step": i + 1, "label": label, "action": action}),
             );
             let sidecar_states = phases(&clock.cluster, action);
-            let (error, detail) = match clock.cluster.apply(action) {
+            let (error, detail) = match action.apply_sim(&mut clock.cluster) {
                 Ok(d) => (None, d),
                 Err(e) => (Some(e), None),
             };
@@ -298,10 +298,10 @@ fn wait_and_hold(
 /// The sidecar phase of each instance an action targets (all for cluster-wide ones).
 fn phases(
     cluster: &SimCluster,
-    action: &crate::spec::Action,
+    action: &crate::actions::Action,
 ) -> std::collections::BTreeMap<String, String> {
     let names = cluster.topology.instance_names();
-    let target = crate::spec::action_instance(action);
+    let target = action.instance();
     names
         .iter()
         .enumerate()

@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::proxy::LinkFault;
-
+pub use crate::actions::Action;
 pub use crate::dur::{parse_duration, Dur};
 pub use crate::observe::MasterState;
 pub use crate::topology::{
@@ -121,172 +120,6 @@ pub enum Condition {
 
 fn default_routed_window() -> usize {
     20
-}
-
-/// Something the runner does to the cluster.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum Action {
-    SidecarStart {
-        instance: Target,
-        /// Start with this token instead (token rotation).
-        #[serde(default)]
-        token: Option<String>,
-    },
-    /// SIGTERM, then wait for exit.
-    SidecarStop(Target),
-    /// SIGKILL.
-    SidecarKill(Target),
-    VllmHealth {
-        instance: Target,
-        health: Health,
-    },
-    VllmFault {
-        instance: Target,
-        fault: VllmFault,
-        #[serde(default)]
-        count: Option<u64>,
-        #[serde(default)]
-        duration: Option<Dur>,
-    },
-    VllmClearFaults(Target),
-    VllmCrash(Target),
-    VllmRestart(Target),
-    VllmCounterReset(Target),
-    EtcdFault {
-        fault: EtcdFault,
-        #[serde(default)]
-        count: Option<u64>,
-        #[serde(default)]
-        duration: Option<Dur>,
-    },
-    EtcdClearFaults(bool),
-    EtcdReleaseHung(bool),
-    /// Expire the lease behind this instance's key (or every lease with `all`).
-    EtcdExpireLease(Target),
-    EtcdLoseData {
-        #[serde(default)]
-        reset_revision: bool,
-    },
-    /// Kill a real etcd member: `leader` or its index.
-    EtcdKill(String),
-    /// Start a killed real etcd member again.
-    EtcdRestart(String),
-    /// Restart the master. Without `relist` it forgets every instance (heartbeats get 409
-    /// until the sidecars register again); with it, it re-reads etcd as the real one does.
-    MasterRestart {
-        #[serde(default)]
-        relist: bool,
-    },
-    /// Change the master's token (`""` disables the check).
-    MasterToken(String),
-    MasterFault {
-        fault: MasterFault,
-        #[serde(default)]
-        count: Option<u64>,
-        #[serde(default)]
-        duration: Option<Dur>,
-    },
-    MasterClearFaults(bool),
-    /// A fault on one link of the cluster; `duration` heals it automatically.
-    Link {
-        link: LinkKind,
-        #[serde(default = "all_target")]
-        instance: Target,
-        /// Only this etcd endpoint of the sidecar (index), default all.
-        #[serde(default)]
-        endpoint: Option<usize>,
-        fault: LinkFault,
-        #[serde(default)]
-        duration: Option<Dur>,
-    },
-    /// Open-loop load: `rps` completions per second for `duration`, to one instance's
-    /// vLLM directly, or routed by the master when `instance` is absent.
-    Load {
-        #[serde(default)]
-        instance: Option<Target>,
-        rps: f64,
-        duration: Dur,
-        #[serde(default = "default_max_tokens")]
-        max_tokens: u32,
-    },
-    LoadOff(bool),
-}
-
-fn all_target() -> String {
-    "all".into()
-}
-
-fn default_max_tokens() -> u32 {
-    64
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Health {
-    Up,
-    Down,
-    Hang,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LinkKind {
-    SidecarEtcd,
-    SidecarMaster,
-    SidecarVllm,
-    MasterEtcd,
-}
-
-/// Faults of the fake vLLM (see `mock-vllm`).
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum VllmFault {
-    MetricsStatus { status: u16 },
-    MetricsHang,
-    MetricsSlow { bytes_per_sec: u64 },
-    MetricsTruncate { at_bytes: u64 },
-    MetricsGarbage { lines: u32 },
-    MetricsNonfinite,
-    MetricsHuge { bytes: u64 },
-    MetricsStale,
-    CompletionFail { fraction: f64, status: u16 },
-    CompletionHang,
-    CompletionDrop { after_tokens: u32 },
-}
-
-/// Faults of the fake etcd gateway (see `mock-etcd`).
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum EtcdFault {
-    Fail {
-        path: String,
-        #[serde(default = "default_fail_status")]
-        status: u16,
-        #[serde(default)]
-        grpc_code: Option<u32>,
-        #[serde(default)]
-        message: Option<String>,
-    },
-    Latency {
-        path: String,
-        ms: u64,
-    },
-    Hang {
-        path: String,
-    },
-}
-
-fn default_fail_status() -> u16 {
-    503
-}
-
-/// Faults of the fake master (see `mock-master`).
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum MasterFault {
-    HeartbeatStatus { status: u16 },
-    Latency { ms: u64 },
 }
 
 /// Properties checked over the whole run, each on by default.
@@ -473,7 +306,7 @@ impl Scenario {
                 }
             }
             if let Some(a) = &step.action {
-                if let Err(m) = self.check_action(a) {
+                if let Err(m) = a.check(&self.topology) {
                     return err(m);
                 }
             }
@@ -505,203 +338,6 @@ impl Scenario {
             }
         }
     }
-
-    fn check_action(&self, a: &Action) -> Result<(), String> {
-        let fake_only = |what: &str| -> Result<(), String> {
-            if self.topology.etcd == EtcdNeed::Fake {
-                Ok(())
-            } else {
-                Err(format!(
-                    "`{what}` needs the fake etcd: set topology.etcd = \"fake\""
-                ))
-            }
-        };
-        let flag = |b: bool, what: &str| -> Result<(), String> {
-            if b {
-                Ok(())
-            } else {
-                Err(format!(
-                    "`{what} = false` means nothing; write `{what} = true`"
-                ))
-            }
-        };
-        match a {
-            Action::SidecarStart { instance, .. }
-            | Action::SidecarStop(instance)
-            | Action::SidecarKill(instance)
-            | Action::VllmHealth { instance, .. }
-            | Action::VllmFault { instance, .. }
-            | Action::VllmClearFaults(instance)
-            | Action::VllmCrash(instance)
-            | Action::VllmRestart(instance)
-            | Action::VllmCounterReset(instance) => self.topology.check_target(instance, true),
-            Action::Link {
-                instance,
-                link,
-                endpoint,
-                ..
-            } => {
-                self.topology.check_target(instance, true)?;
-                if let Some(e) = endpoint {
-                    if *link != LinkKind::SidecarEtcd && *link != LinkKind::MasterEtcd {
-                        return Err("`endpoint` applies to etcd links only".into());
-                    }
-                    if *e
-                        >= self
-                            .topology
-                            .etcd_endpoints
-                            .max(self.topology.etcd_members())
-                    {
-                        return Err(format!("endpoint {e} does not exist"));
-                    }
-                }
-                Ok(())
-            }
-            Action::EtcdFault { .. } => fake_only("etcd_fault"),
-            Action::EtcdClearFaults(b) => {
-                flag(*b, "etcd_clear_faults").and(fake_only("etcd_clear_faults"))
-            }
-            Action::EtcdReleaseHung(b) => {
-                flag(*b, "etcd_release_hung").and(fake_only("etcd_release_hung"))
-            }
-            Action::EtcdExpireLease(t) => self
-                .topology
-                .check_target(t, true)
-                .and(fake_only("etcd_expire_lease")),
-            Action::EtcdLoseData { .. } => fake_only("etcd_lose_data"),
-            Action::EtcdKill(m) | Action::EtcdRestart(m) => {
-                if self.topology.etcd != EtcdNeed::Cluster3 {
-                    return Err("etcd_kill / etcd_restart need topology.etcd = \"cluster3\"".into());
-                }
-                if m == "leader" || m.parse::<usize>().is_ok_and(|i| i < 3) {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "etcd member `{m}`: use \"leader\", \"0\", \"1\" or \"2\""
-                    ))
-                }
-            }
-            Action::MasterClearFaults(b) => flag(*b, "master_clear_faults"),
-            Action::LoadOff(b) => flag(*b, "load_off"),
-            Action::MasterToken(_) | Action::MasterFault { .. } | Action::MasterRestart { .. } => {
-                Ok(())
-            }
-            Action::Load { instance, rps, .. } => {
-                if let Some(i) = instance {
-                    self.topology.check_target(i, false)?;
-                }
-                if !(rps.is_finite() && *rps > 0.0 && *rps <= 2000.0) {
-                    return Err(format!("load rps {rps} (allowed 0 < rps <= 2000)"));
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-/// A short human description of an action, for reports: `link sidecar_etcd i0: blackhole for 4s`.
-/// The instance an action acts on (a name or `all`); `None`: the cluster as a whole
-/// (etcd, the master, a master link, routed load).
-pub fn action_instance(a: &Action) -> Option<&str> {
-    match a {
-        Action::SidecarStart { instance, .. }
-        | Action::VllmHealth { instance, .. }
-        | Action::VllmFault { instance, .. }
-        | Action::Link { instance, .. } => Some(instance),
-        Action::SidecarStop(t)
-        | Action::SidecarKill(t)
-        | Action::VllmClearFaults(t)
-        | Action::VllmCrash(t)
-        | Action::VllmRestart(t)
-        | Action::VllmCounterReset(t)
-        | Action::EtcdExpireLease(t) => Some(t),
-        Action::Load { instance, .. } => instance.as_deref(),
-        _ => None,
-    }
-}
-
-pub fn describe_action(a: &Action) -> String {
-    let compact = |v: serde_json::Value| -> String {
-        match v {
-            serde_json::Value::String(s) => s,
-            other => other.to_string().replace('"', ""),
-        }
-    };
-    let dur = |d: &Option<Dur>| d.map(|d| format!(" for {d}")).unwrap_or_default();
-    match a {
-        Action::Link {
-            link,
-            instance,
-            endpoint,
-            fault,
-            duration,
-        } => {
-            let link = compact(serde_json::to_value(link).unwrap_or_default());
-            let ep = endpoint
-                .map(|e| format!(" endpoint {e}"))
-                .unwrap_or_default();
-            let who = if link == "master_etcd" {
-                String::new()
-            } else {
-                format!(" {instance}")
-            };
-            format!(
-                "link {link}{who}{ep}: {}{}",
-                compact(serde_json::to_value(fault).unwrap_or_default()),
-                dur(duration)
-            )
-        }
-        Action::VllmFault {
-            instance,
-            fault,
-            duration,
-            ..
-        } => {
-            format!(
-                "vllm {instance}: {}{}",
-                compact(serde_json::to_value(fault).unwrap_or_default()),
-                dur(duration)
-            )
-        }
-        Action::EtcdFault {
-            fault, duration, ..
-        } => format!(
-            "etcd: {}{}",
-            compact(serde_json::to_value(fault).unwrap_or_default()),
-            dur(duration)
-        ),
-        Action::MasterFault {
-            fault, duration, ..
-        } => format!(
-            "master: {}{}",
-            compact(serde_json::to_value(fault).unwrap_or_default()),
-            dur(duration)
-        ),
-        Action::VllmHealth { instance, health } => format!(
-            "vllm {instance}: health {}",
-            compact(serde_json::to_value(health).unwrap_or_default())
-        ),
-        Action::Load {
-            instance,
-            rps,
-            duration,
-            ..
-        } => match instance {
-            Some(i) => format!("load {rps} rps on {i} for {duration}"),
-            None => format!("load {rps} rps via the master for {duration}"),
-        },
-        other => {
-            let v = serde_json::to_value(other).unwrap_or_default();
-            let s = compact(v);
-            // Drop only the outer braces: `{a:{b:1}}` reads `a {b:1}`.
-            let s = s
-                .strip_prefix('{')
-                .and_then(|s| s.strip_suffix('}'))
-                .unwrap_or(&s)
-                .replacen(':', " ", 1);
-            s.chars().take(90).collect()
-        }
-    }
 }
 
 /// 1-based line of a byte offset.
@@ -723,6 +359,7 @@ fn step_line(text: &str, idx: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::actions::vllm::{VllmAction, VllmFault};
 
     const OK: &str = r#"
 name = "t"
@@ -751,10 +388,7 @@ action = { etcd_lose_data = { reset_revision = true } }
 "#;
         let sc = Scenario::parse("t.toml", text).unwrap();
         let action = sc.steps[0].action.as_ref().unwrap();
-        assert_eq!(
-            describe_action(action),
-            "etcd_lose_data {reset_revision:true}"
-        );
+        assert_eq!(action.describe(), "etcd_lose_data {reset_revision:true}");
     }
 
     #[test]
@@ -764,10 +398,10 @@ action = { etcd_lose_data = { reset_revision = true } }
         assert_eq!(sc.steps[1].at, Some(Dur::ms(1000)));
         assert!(matches!(
             sc.steps[2].action,
-            Some(Action::VllmFault {
+            Some(Action::Vllm(VllmAction::Fault {
                 fault: VllmFault::MetricsNonfinite,
                 ..
-            })
+            }))
         ));
     }
 

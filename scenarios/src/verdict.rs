@@ -11,11 +11,11 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+use crate::actions::Action;
 use crate::episode::EpisodeBook;
 pub use crate::episode::{Episode, Scope};
 use crate::observe::{InstanceObs, ObservedState, Sample};
-use crate::proxy::LinkFault;
-use crate::spec::{Action, Condition, Health, LinkKind, Scenario, VllmFault};
+use crate::spec::{Condition, Scenario};
 use crate::timeline::Timeline;
 
 /// An action as executed.
@@ -64,184 +64,9 @@ pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Epi
     let mut book = EpisodeBook::new(&sc.topology);
     for r in records.iter().filter(|r| r.error.is_none()) {
         book.action(r.t_ms, &r.label, r.detail.as_deref());
-        action_episodes(&r.action, &mut book);
+        r.action.episodes(&mut book);
     }
     book.finish(end_ms)
-}
-
-fn action_episodes(action: &Action, book: &mut EpisodeBook<'_>) {
-    let t = book.t();
-    match action {
-        Action::SidecarStart { instance, token } => {
-            for s in book.scopes(instance) {
-                book.open(format!("sidecar_start:{s:?}:{t}"), s, Some(0), |e| {
-                    e.excuses_registration = true;
-                    e.is_fault = false;
-                });
-                if let Some(token) = token {
-                    book.set_sidecar_token(s, token);
-                }
-            }
-            book.recheck_tokens();
-        }
-        Action::SidecarStop(target) | Action::SidecarKill(target) => {
-            // The sidecar is not running: no registration is expected (observed directly).
-            for s in book.scopes(target) {
-                book.open(format!("sidecar_down:{s:?}"), s, Some(0), |e| {
-                    e.excuses_registration = true;
-                });
-            }
-        }
-        Action::VllmHealth { instance, health } => {
-            for s in book.scopes(instance) {
-                let key = format!("vllm_health:{s:?}");
-                if *health == Health::Up {
-                    book.close(&key);
-                    if s == Scope::All {
-                        book.close_prefix("vllm_health:");
-                    }
-                } else {
-                    book.open(key, s, None, |e| {
-                        e.excuses_registration = true;
-                        e.vllm_down = true;
-                    });
-                }
-            }
-        }
-        Action::VllmCrash(instance) => {
-            for s in book.scopes(instance) {
-                book.open(format!("vllm_crash:{s:?}"), s, None, |e| {
-                    e.excuses_registration = true;
-                    e.vllm_down = true;
-                });
-            }
-        }
-        Action::VllmRestart(instance) => {
-            for s in book.scopes(instance) {
-                book.close(&format!("vllm_crash:{s:?}"));
-                if s == Scope::All {
-                    book.close_prefix("vllm_crash:");
-                }
-            }
-        }
-        Action::VllmFault {
-            instance,
-            fault,
-            duration,
-            ..
-        } => {
-            let metrics = !matches!(
-                fault,
-                VllmFault::CompletionFail { .. }
-                    | VllmFault::CompletionHang
-                    | VllmFault::CompletionDrop { .. }
-            );
-            for s in book.scopes(instance) {
-                let dur = duration.map(|d| d.as_ms());
-                book.open(format!("vllm_fault:{s:?}:{t}"), s, dur, |e| {
-                    e.is_fault = metrics;
-                });
-            }
-        }
-        Action::VllmClearFaults(instance) => {
-            for s in book.scopes(instance) {
-                book.close_prefix(&format!("vllm_fault:{s:?}:"));
-                if s == Scope::All {
-                    book.close_prefix("vllm_fault:");
-                }
-            }
-        }
-        Action::VllmCounterReset(instance) => {
-            for s in book.scopes(instance) {
-                book.open(format!("counter_reset:{t}"), s, Some(0), |_| {});
-            }
-        }
-        Action::EtcdFault { duration, .. } => {
-            let dur = duration.map(|d| d.as_ms());
-            book.open(format!("etcd_fault:{t}"), Scope::All, dur, |e| {
-                e.excuses_registration = true;
-            });
-        }
-        Action::EtcdClearFaults(_) | Action::EtcdReleaseHung(_) => book.close_prefix("etcd_fault:"),
-        Action::EtcdExpireLease(target) => {
-            for s in book.scopes(target) {
-                book.open(format!("expire:{t}"), s, Some(0), |e| {
-                    e.excuses_registration = true
-                });
-            }
-        }
-        Action::EtcdLoseData { .. } => {
-            book.open(format!("lose_data:{t}"), Scope::All, Some(0), |e| {
-                e.excuses_registration = true
-            });
-        }
-        Action::EtcdKill(_) => {
-            let member = book.detail().unwrap_or_default().to_string();
-            book.open(format!("etcd_kill:{member}"), Scope::All, None, |_| {});
-            // The election itself is a short excused gap.
-            let label = format!("{} (election)", book.label());
-            book.open_as(
-                label,
-                format!("etcd_election:{t}"),
-                Scope::All,
-                Some(0),
-                |e| {
-                    e.excuses_registration = true;
-                    e.is_fault = false;
-                },
-            );
-        }
-        Action::EtcdRestart(_) => {
-            let member = book.detail().unwrap_or_default().to_string();
-            book.close(&format!("etcd_kill:{member}"));
-        }
-        Action::MasterRestart { .. } => {
-            book.open(format!("master_restart:{t}"), Scope::All, Some(0), |e| {
-                e.excuses_master = true
-            });
-        }
-        Action::MasterToken(tok) => {
-            book.set_master_token(tok);
-            book.recheck_tokens();
-        }
-        Action::MasterFault { duration, .. } => {
-            let dur = duration.map(|d| d.as_ms());
-            book.open(format!("master_fault:{t}"), Scope::All, dur, |_| {});
-        }
-        Action::MasterClearFaults(_) => book.close_prefix("master_fault:"),
-        Action::Link {
-            link,
-            instance,
-            endpoint,
-            fault,
-            duration,
-        } => {
-            let scopes = if *link == LinkKind::MasterEtcd {
-                vec![Scope::All]
-            } else {
-                book.scopes(instance)
-            };
-            let topo = book.topology();
-            // With other etcd endpoints left, one endpoint's fault must be survived.
-            let failover = endpoint.is_some() && topo.etcd_endpoints.max(topo.etcd_members()) > 1;
-            let excuses = matches!(link, LinkKind::SidecarEtcd | LinkKind::SidecarVllm)
-                && !failover
-                && !matches!(fault, LinkFault::Latency { ms, jitter_ms } if ms + jitter_ms < 200);
-            let master = *link == LinkKind::MasterEtcd;
-            for s in scopes {
-                if *fault == LinkFault::Heal {
-                    book.close_prefix(&format!("link:{link:?}:"));
-                    continue;
-                }
-                let key = format!("link:{link:?}:{s:?}:{endpoint:?}");
-                book.open(key, s, duration.map(|d| d.as_ms()), |e| {
-                    e.excuses_registration = excuses;
-                    e.excuses_master = master;
-                });
-            }
-        }
-        Action::Load { .. } | Action::LoadOff(_) => {}
-    }
 }
 
 fn overlaps(e: &Episode, from: u64, to: u64) -> bool {
@@ -703,6 +528,7 @@ pub fn recoveries(samples: &[Sample], eps: &[Episode]) -> Vec<Recovery> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::actions::vllm::{Health, VllmAction};
     use crate::spec::Scenario;
 
     fn scenario() -> Scenario {
@@ -754,17 +580,17 @@ mod tests {
         let sc = scenario();
         let down = record(
             2900,
-            Action::VllmHealth {
+            Action::Vllm(VllmAction::Health {
                 instance: "i0".into(),
                 health: Health::Down,
-            },
+            }),
         );
         let up = record(
             3100,
-            Action::VllmHealth {
+            Action::Vllm(VllmAction::Health {
                 instance: "i0".into(),
                 health: Health::Up,
-            },
+            }),
         );
         let s = samples(|t| !(3000..3300).contains(&t));
         let eps = episodes(&sc, &[down.clone(), up.clone()], 4000);
@@ -788,8 +614,8 @@ mod tests {
             o.instances[0].state = active.then_some(ObservedState::Active);
             o.instances[0].master_incarnation = o.instances[0].etcd.clone();
         }
-        let crash = record(1000, Action::VllmCrash("i0".into()));
-        let restart = record(1500, Action::VllmRestart("i0".into()));
+        let crash = record(1000, Action::Vllm(VllmAction::Crash("i0".into())));
+        let restart = record(1500, Action::Vllm(VllmAction::Restart("i0".into())));
         let r = recoveries(&s, &episodes(&scenario(), &[crash, restart], 4000));
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].end_ms, Some(1500));
