@@ -3,9 +3,9 @@
 //! Strict on purpose: a misspelled field or an unknown action would otherwise silently
 //! make a scenario test nothing. Every struct denies unknown fields; every enum is
 //! externally tagged so serde names the allowed variants; [`Scenario::parse`] then checks
-//! what serde cannot (instance names exist, awaits have deadlines, the etcd kind supports
-//! the actions used) and names the file and line of the offending step. Nothing starts
-//! until a file passes.
+//! what serde cannot (instance names exist, awaits have deadlines; each action's family
+//! checks its own, e.g. that the etcd kind supports it) and names the file and line of
+//! the offending step. Nothing starts until a file passes.
 
 use std::fmt;
 use std::time::Duration;

@@ -4,8 +4,10 @@
 //! Invariants need to know when a fault excuses a missing registration. That knowledge
 //! is in [`Episode`]s: intervals derived from the executed actions (a partition from its
 //! start until healed, a crash until restart), each saying whom it disturbs and whether it
-//! excuses a missing etcd key. An invariant only fires outside every excusing episode
-//! plus a grace period, so it stays strict where the system has no excuse.
+//! excuses a missing etcd key; each action's family says which it opens
+//! ([`crate::actions`], written into an [`EpisodeBook`]). An invariant only fires outside
+//! every excusing episode plus a grace period, so it stays strict where the system has
+//! no excuse.
 
 use std::collections::HashMap;
 
