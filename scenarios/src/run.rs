@@ -74,6 +74,15 @@ pub async fn run_scenario(
         samples: Vec::new(),
         episodes: Vec::new(),
     };
+    if sc.topology.instances > crate::spec::MAX_REAL_INSTANCES {
+        outcome.status = "skipped".into();
+        outcome.skip_reason = Some(format!(
+            "{} instances: real mode runs at most {} (run it with --sim)",
+            sc.topology.instances,
+            crate::spec::MAX_REAL_INSTANCES
+        ));
+        return outcome;
+    }
     let kind = match EtcdKind::resolve(sc.topology.etcd, &opts.etcd) {
         Ok(k) => k,
         Err(why) => {

@@ -40,6 +40,8 @@ pub(crate) struct SimInstance {
     pub started: bool,
     /// Its key was seen in etcd at least once (registering again is re-registering).
     pub ever_registered: bool,
+    /// The sidecar's flags were refused (the process would have exited 2 at once).
+    pub flag_error: bool,
     pub counts: Cumulative,
 }
 
@@ -113,6 +115,7 @@ impl SimCluster {
                 token,
                 started: false,
                 ever_registered: false,
+                flag_error: false,
                 counts: Cumulative::default(),
             });
         }
@@ -133,15 +136,11 @@ impl SimCluster {
             cluster
                 .world
                 .add_server(NodeId::Vllm(node_index(i)), Box::new(vllm));
-            let config = cluster.sidecar_config(i)?;
-            let start = o_start(&cluster.topology, i);
-            if start {
-                cluster.world.add_sidecar(&config);
-            } else {
-                cluster.world.add_stopped_sidecar(&config);
-            }
-            if let Some(inst) = cluster.instances.get_mut(i) {
-                inst.started = start;
+            let placeholder = Config::from_flags(["--register-addr", "10.0.0.0:8000"])
+                .map_err(|e| e.to_string())?;
+            cluster.world.add_stopped_sidecar(&placeholder);
+            if o_start(&cluster.topology, i) {
+                cluster.spawn_sidecar(i);
             }
         }
         cluster.drain_records();
@@ -222,6 +221,27 @@ impl SimCluster {
             .ok_or_else(|| "no master node".to_string())
     }
 
+    /// Start instance `i`'s sidecar process now with its current flags; flags its
+    /// parser refuses make it exit 2 at once, as the binary does (logged as it logs).
+    pub(crate) fn spawn_sidecar(&mut self, i: usize) {
+        let config = self.sidecar_config(i);
+        let Some(inst) = self.instances.get_mut(i) else {
+            return;
+        };
+        inst.started = true;
+        match config {
+            Ok(config) => {
+                inst.flag_error = false;
+                self.world.restart_sidecar(node_index(i), &config);
+            }
+            Err(e) => {
+                inst.flag_error = true;
+                let detail = serde_json::json!({ "message": e, "exit": 2 });
+                self.world.note(&format!("sidecar/{i}"), "note", detail);
+            }
+        }
+    }
+
     /// Virtual milliseconds since the start.
     pub fn now_ms(&self) -> u64 {
         u64::try_from(self.world.now().as_millis()).unwrap_or(u64::MAX)
@@ -233,6 +253,19 @@ impl SimCluster {
         self.world.run_until(to);
         self.timeline.set_now(self.now_ms());
         self.drain_records();
+        self.take_routed();
+    }
+
+    /// The master's new routing decisions, as instance indices.
+    fn take_routed(&mut self) {
+        let Some(m) = self.world.server_as::<MasterNode>(NodeId::Master) else {
+            return;
+        };
+        let new = m.routed().get(self.routed.len()..).unwrap_or(&[]);
+        self.routed.extend(new.iter().filter_map(|n| match n {
+            NodeId::Vllm(i) => Some(*i as usize),
+            _ => None,
+        }));
     }
 
     /// Move the world's events into the timeline, named as real mode names sources.
@@ -317,12 +350,11 @@ impl SimCluster {
             let heartbeats = inst
                 .counts
                 .update(view.map(|v| v.incarnation.as_str()), &counts);
-            let exit = self
-                .world
-                .sidecars()
-                .get(i)
-                .and_then(|s| s.exited())
-                .filter(|_| inst.started);
+            let exit = match inst.flag_error {
+                true => Some(2),
+                false => self.world.sidecars().get(i).and_then(|s| s.exited()),
+            }
+            .filter(|_| inst.started);
             out.push(InstanceObs {
                 etcd,
                 state: view.map(|v| match v.state {
@@ -362,7 +394,7 @@ impl SimCluster {
         let (Some(node), Some(inst)) = (self.world.sidecars().get(i), self.instances.get(i)) else {
             return "not_running";
         };
-        if !inst.started || node.exited().is_some() {
+        if !inst.started || inst.flag_error || node.exited().is_some() {
             return "not_running";
         }
         let again = |replacing: bool| {

@@ -19,6 +19,13 @@ pub use crate::topology::{
     instance_name, Dialect, EtcdNeed, InstanceOverride, MasterTopology, Target, Topology,
 };
 
+/// Most instances a scenario may have in real mode (sidecar processes and sockets on
+/// one machine).
+pub const MAX_REAL_INSTANCES: usize = 500;
+
+/// Most instances a scenario may have at all: the simulation's limit (memory).
+pub const MAX_SIM_INSTANCES: usize = 100_000;
+
 /// One scenario file.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -218,10 +225,13 @@ impl Scenario {
         if self.name.trim().is_empty() {
             return Err((None, "`name` is empty".into()));
         }
-        if !(1..=500).contains(&t.instances) {
+        if !(1..=MAX_SIM_INSTANCES).contains(&t.instances) {
             return Err((
                 None,
-                format!("topology.instances = {} (allowed 1..=500)", t.instances),
+                format!(
+                    "topology.instances = {} (allowed 1..={MAX_SIM_INSTANCES}; real mode runs at most {MAX_REAL_INSTANCES})",
+                    t.instances
+                ),
             ));
         }
         if !(1..=4).contains(&t.etcd_endpoints) {

@@ -39,8 +39,12 @@
 //!   health modes, startup delay, crash/restart, `metrics_*`/`completion_*` faults, the
 //!   page of every dialect, `compact` included), under open-loop request load.
 //!
-//! Not yet: LOADMETRICS publishing and routing by the master, re-opening a watch whose
-//! stream died, etcd auth and several etcd endpoints, the scenario language (`--sim`).
+//! - routing: a load aimed at the master is routed by its core's pick;
+//! - the scenario language on top: `scenarios run --sim` (crate `scenarios`).
+//!
+//! Not yet: LOADMETRICS written to etcd, re-opening a watch whose stream died (the
+//! master's watch recovery is in mock-master's async shell), etcd auth and several etcd
+//! endpoints.
 //!
 //! # Layout
 //!

@@ -34,6 +34,8 @@ pub struct MasterNode {
     notes: Vec<serde_json::Value>,
     /// Heartbeat answers by status, over the node's life (as mock-master counts them).
     heartbeats: BTreeMap<u16, u64>,
+    /// Where each routed completion went, in order.
+    routed: Vec<NodeId>,
 }
 
 impl MasterNode {
@@ -46,7 +48,26 @@ impl MasterNode {
             calls: Vec::new(),
             notes: Vec::new(),
             heartbeats: BTreeMap::new(),
+            routed: Vec::new(),
         }
+    }
+
+    /// Route one completion as mock-master does (its core's pick over the routable
+    /// instances); answers the vLLM node it goes to (`None`: the master answers 503).
+    pub fn pick(&mut self) -> Option<NodeId> {
+        let node = self
+            .core
+            .route()
+            .and_then(|name| self.routes.get(&name).copied());
+        if let Some(n) = node {
+            self.routed.push(n);
+        }
+        node
+    }
+
+    /// Where every routed completion went so far, in order.
+    pub fn routed(&self) -> &[NodeId] {
+        &self.routed
     }
 
     /// Heartbeat answers by status so far, whatever the instance.

@@ -401,6 +401,28 @@ impl World {
         let (to, req) = (load.to, load.request());
         let gap = load.next_gap(&mut self.rng);
         let now = self.now;
+        // A load aimed at the master is routed by it (its pick), then served there.
+        let to = match to {
+            NodeId::Master => {
+                let picked = self
+                    .server_as_mut::<MasterNode>(NodeId::Master)
+                    .and_then(MasterNode::pick);
+                self.log.record(
+                    now,
+                    "master",
+                    "route",
+                    || json!({ "to": picked.map(|n| n.to_string()) }),
+                );
+                match picked {
+                    Some(n) => n,
+                    None => {
+                        self.queue.push(self.now + gap, Event::Arrival(n));
+                        return;
+                    }
+                }
+            }
+            other => other,
+        };
         if let Some(v) = self.server_as_mut::<VllmNode>(to) {
             v.submit(now, req);
         }
@@ -437,9 +459,12 @@ impl World {
                     timeout,
                     tag,
                 } => self.send(Caller::Sidecar(i, tag), to, request, timeout),
-                Outgoing::Note(note) => self
-                    .log
-                    .record(self.now, &name, "note", || json!(format!("{note:?}"))),
+                Outgoing::Note(note) => self.log.record(
+                    self.now,
+                    &name,
+                    "note",
+                    || json!({ "message": note.message(), "note": format!("{note:?}") }),
+                ),
                 Outgoing::LogServedModel => {
                     self.log
                         .record(self.now, &name, "log_served_model", || json!({}))

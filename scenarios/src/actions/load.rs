@@ -120,12 +120,7 @@ impl LoadAction {
     }
 
     pub fn sim_unsupported(&self) -> Option<String> {
-        match self {
-            LoadAction::Load { instance: None, .. } => {
-                Some("load routed by the master: the master's routing is not simulated yet".into())
-            }
-            _ => None,
-        }
+        None
     }
 
     pub fn apply_sim(&self, c: &mut SimCluster, now: Duration) -> Result<Option<String>, String> {
@@ -136,9 +131,14 @@ impl LoadAction {
                 duration,
                 max_tokens,
             } => {
-                let t = instance.as_deref().unwrap_or("");
+                // Routed by the master when no instance is named; the request body is
+                // checked by instance i0's vLLM rules (every fake has the same).
+                let t = instance.as_deref().unwrap_or("i0");
                 let i = c.targets(t).into_iter().next().ok_or("no such instance")?;
-                let to = NodeId::Vllm(node_index(i));
+                let to = match instance {
+                    Some(_) => NodeId::Vllm(node_index(i)),
+                    None => NodeId::Master,
+                };
                 let load = {
                     let v = c.vllm(i)?;
                     Load::new(to, v, *rps, now + duration.0, "hello", *max_tokens)?

@@ -137,7 +137,9 @@ fn start_sim(c: &mut SimCluster, i: usize, token: Option<String>) -> Result<(), 
         .sidecars()
         .get(i)
         .is_some_and(|s| s.exited().is_none())
-        && c.instances.get(i).is_some_and(|x| x.started);
+        && c.instances
+            .get(i)
+            .is_some_and(|x| x.started && !x.flag_error);
     let inst = c.instances.get_mut(i).ok_or("no such instance")?;
     if running {
         return Err(format!("sidecar {} is already running", inst.name));
@@ -145,8 +147,6 @@ fn start_sim(c: &mut SimCluster, i: usize, token: Option<String>) -> Result<(), 
     if let Some(t) = token {
         inst.token = Some(t);
     }
-    inst.started = true;
-    let config = c.sidecar_config(i)?;
-    c.world.restart_sidecar(node_index(i), &config);
+    c.spawn_sidecar(i);
     Ok(())
 }

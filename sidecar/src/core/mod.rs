@@ -55,6 +55,7 @@ mod grid;
 mod heartbeat;
 mod io;
 mod lease;
+mod message;
 mod state;
 
 use std::collections::{BTreeMap, VecDeque};

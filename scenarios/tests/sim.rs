@@ -1,0 +1,170 @@
+//! The library in virtual time (`scenarios run --sim`): every scenario the simulation can
+//! express passes, one that cannot is skipped with its reason, a seed replays to the same
+//! `events.jsonl` byte for byte, and deliberately wrong sidecar configurations fail the
+//! scenarios that check what they break (the mutation test of `library.rs`, here in
+//! virtual time).
+
+use scenarios::library;
+use scenarios::report::Outcome;
+use scenarios::run::RunOptions;
+use scenarios::simrun::{run_many_sim, run_scenario_sim};
+
+#[test]
+fn every_expressible_scenario_passes_in_sim() {
+    let list = library::builtin().expect("the built-in library parses");
+    let outcomes = run_many_sim(&list, &RunOptions::default(), 2, false);
+    assert_eq!(outcomes.len(), list.len());
+    let mut failed = Vec::new();
+    for o in &outcomes {
+        match o.status.as_str() {
+            "skipped" => assert!(
+                o.skip_reason.as_deref().is_some_and(|r| !r.is_empty()),
+                "{} skipped without a reason",
+                o.name
+            ),
+            "passed" => {}
+            _ => failed.push(format!("{}:\n{}\n    re-run: {}", o.name, show(o), o.rerun)),
+        }
+    }
+    assert!(failed.is_empty(), "failed in sim:\n{}", failed.join("\n"));
+    let ran = outcomes.iter().filter(|o| o.status == "passed").count();
+    assert!(ran >= 19, "only {ran} scenarios ran in sim");
+    let big = outcomes
+        .iter()
+        .find(|o| o.name == "many-instances")
+        .expect("many-instances");
+    assert_eq!(big.status, "passed");
+}
+
+fn events_of(name: &str, seed: u64) -> Vec<u8> {
+    let l = library::load(&[name.to_string()])
+        .expect("built-in")
+        .remove(0);
+    let dir = std::env::temp_dir().join(format!(
+        "scenarios-sim-{}-{name}-{seed}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    let opts = RunOptions {
+        seed: Some(seed),
+        report_dir: Some(dir.clone()),
+        ..RunOptions::default()
+    };
+    let o = run_scenario_sim(&l.scenario, &l.file, &opts);
+    assert_eq!(o.status, "passed", "{}", show(&o));
+    let bytes = std::fs::read(dir.join(name).join("events.jsonl")).expect("events.jsonl");
+    let _ = std::fs::remove_dir_all(&dir);
+    bytes
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+#[test]
+fn a_seed_replays_to_the_same_events_byte_for_byte() {
+    for name in ["partition-short", "master-restart", "metrics-counter-reset"] {
+        let a = events_of(name, 7);
+        let b = events_of(name, 7);
+        assert!(a.len() > 1000, "{name}: events.jsonl has {} bytes", a.len());
+        assert!(
+            a == b,
+            "{name}: two runs with seed 7 wrote different events"
+        );
+        let c = events_of(name, 8);
+        assert!(a != c, "{name}: seeds 7 and 8 wrote the same events");
+    }
+}
+
+fn run_mutated(name: &str, overrides: &[(&str, &str)]) -> Outcome {
+    let l = library::load(&[name.to_string()])
+        .expect("built-in")
+        .remove(0);
+    let opts = RunOptions {
+        sidecar_overrides: overrides
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..RunOptions::default()
+    };
+    run_scenario_sim(&l.scenario, &l.file, &opts)
+}
+
+fn failed_on(o: &Outcome, needle: &str) -> bool {
+    o.failures()
+        .any(|v| v.name.contains(needle) || v.detail.contains(needle))
+}
+
+fn show(o: &Outcome) -> String {
+    o.failures()
+        .map(|v| format!("    {} {}: {}", v.kind, v.name, v.detail))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The same wrong configurations as the real-mode mutation test, the same verdicts.
+#[test]
+fn mutated_sidecars_fail_their_scenarios_in_sim() {
+    let threshold = run_mutated("vllm-dies", &[("--health-fail-threshold", "1000")]);
+    assert_eq!(threshold.status, "failed");
+    assert!(
+        failed_on(&threshold, "key revoked after 3 failed probes"),
+        "{}",
+        show(&threshold)
+    );
+
+    let ttl = run_mutated("sigkill", &[("--lease-ttl", "30")]);
+    assert_eq!(ttl.status, "failed");
+    assert!(failed_on(&ttl, "key gone within TTL"), "{}", show(&ttl));
+
+    let token = run_mutated("token-rotation", &[("--internal-token", "not-the-token")]);
+    assert_eq!(token.status, "failed");
+    assert!(
+        failed_on(&token, "heartbeat(s) accepted"),
+        "{}",
+        show(&token)
+    );
+
+    // Refused flags: the sidecar "exits 2" at once, so nothing becomes ACTIVE.
+    let keepalive = run_mutated("happy-path", &[("--keepalive-interval", "5")]);
+    assert_eq!(keepalive.status, "failed");
+    assert!(
+        keepalive
+            .failures()
+            .any(|v| v.kind == "await" && v.detail.contains("ACTIVE")),
+        "{}",
+        show(&keepalive)
+    );
+}
+
+/// Beyond real mode's 500: the same file runs in sim, and real mode declines it.
+#[test]
+fn more_instances_than_real_mode_allows_run_in_sim() {
+    let text = r#"
+name = "six-hundred"
+description = "600 instances register and heartbeat"
+[topology]
+instances = 600
+dialect = "compact"
+[[step]]
+await = { all_active = true }
+within = "20s"
+"#;
+    let sc = scenarios::spec::Scenario::parse("six-hundred.toml", text).expect("parses");
+    let o = run_scenario_sim(&sc, "six-hundred.toml", &RunOptions::default());
+    assert_eq!(o.status, "passed", "{}", show(&o));
+    let real = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(scenarios::run::run_scenario(
+            &sc,
+            "six-hundred.toml",
+            &RunOptions::default(),
+            None,
+        ));
+    assert_eq!(real.status, "skipped");
+    assert!(real.skip_reason.is_some_and(|r| r.contains("--sim")));
+}
