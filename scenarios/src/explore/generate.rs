@@ -7,7 +7,6 @@
 //! the vocabulary is the scenario language's own actions. Only what the simulation
 //! cannot run is left out (`sim_actions::unsupported` says why; a test checks that no
 //! schedule needs it): `etcd_kill` / `etcd_restart` need a real 3-member cluster,
-//! `etcd_lose_data` and `master_etcd` link faults need the master's watch recovery,
 //! etcd auth and several etcd endpoints are not simulated. Every draw comes from one
 //! `StdRng` seeded by the seed alone, so a seed is a schedule, on every machine.
 
@@ -21,13 +20,14 @@ use super::schedule::{dur, Fault, Schedule, Topo};
 /// Fault kinds the explorer draws from: the actions that start a fault (the actions
 /// that end one, e.g. `vllm_restart` or `sidecar_start`, come with them), and `load`
 /// (open-loop requests: not a fault, but what makes the metrics move).
-pub const FAULT_KINDS: [&str; 13] = [
+pub const FAULT_KINDS: [&str; 14] = [
     "vllm_health",
     "vllm_fault",
     "vllm_crash",
     "vllm_counter_reset",
     "etcd_fault",
     "etcd_expire_lease",
+    "etcd_lose_data",
     "master_restart",
     "master_token",
     "master_fault",
@@ -208,6 +208,9 @@ fn fault(rng: &mut StdRng, p: &Params, topo: &Topo) -> Option<Fault> {
             };
             plain(json!({"etcd_expire_lease": who}))
         }
+        "etcd_lose_data" => {
+            plain(json!({"etcd_lose_data": {"reset_revision": rng.gen_bool(0.5)}}))
+        }
         "master_restart" => plain(json!({"master_restart": {"relist": rng.gen_bool(0.5)}})),
         "master_token" => {
             let back = topo.token.clone().unwrap_or_default();
@@ -292,8 +295,7 @@ fn etcd_fault(rng: &mut StdRng, at_ms: u64, end_at: u64, d: &str) -> Fault {
 /// A fault on one link kind: latency, bandwidth, blackhole, reset, refuse or a one-way
 /// partition, healed after `d`.
 fn link(rng: &mut StdRng, inst: String, d: &str) -> Value {
-    // Not `master_etcd`: the simulation cannot re-open the master's watch yet.
-    let kind = *["sidecar_etcd", "sidecar_master", "sidecar_vllm"]
+    let kind = *["sidecar_etcd", "sidecar_master", "sidecar_vllm", "master_etcd"]
         .choose(rng)
         .unwrap_or(&"sidecar_etcd");
     let fault = match rng.gen_range(0..7) {
@@ -348,7 +350,7 @@ mod tests {
             let text = s.to_toml("d", &[]);
             let sc = Scenario::parse("x.toml", &text)
                 .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
-            assert_eq!(crate::sim_cluster::unsupported(&sc), None, "{text}");
+            assert_eq!(crate::simrun::unsupported(&sc), None, "{text}");
         }
         assert_eq!(kinds.len(), FAULT_KINDS.len(), "{kinds:?}");
     }
