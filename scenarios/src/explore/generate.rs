@@ -208,9 +208,7 @@ fn fault(rng: &mut StdRng, p: &Params, topo: &Topo) -> Option<Fault> {
             };
             plain(json!({"etcd_expire_lease": who}))
         }
-        "etcd_lose_data" => {
-            plain(json!({"etcd_lose_data": {"reset_revision": rng.gen_bool(0.5)}}))
-        }
+        "etcd_lose_data" => plain(json!({"etcd_lose_data": {"reset_revision": rng.gen_bool(0.5)}})),
         "master_restart" => plain(json!({"master_restart": {"relist": rng.gen_bool(0.5)}})),
         "master_token" => {
             let back = topo.token.clone().unwrap_or_default();
@@ -295,9 +293,14 @@ fn etcd_fault(rng: &mut StdRng, at_ms: u64, end_at: u64, d: &str) -> Fault {
 /// A fault on one link kind: latency, bandwidth, blackhole, reset, refuse or a one-way
 /// partition, healed after `d`.
 fn link(rng: &mut StdRng, inst: String, d: &str) -> Value {
-    let kind = *["sidecar_etcd", "sidecar_master", "sidecar_vllm", "master_etcd"]
-        .choose(rng)
-        .unwrap_or(&"sidecar_etcd");
+    let kind = *[
+        "sidecar_etcd",
+        "sidecar_master",
+        "sidecar_vllm",
+        "master_etcd",
+    ]
+    .choose(rng)
+    .unwrap_or(&"sidecar_etcd");
     let fault = match rng.gen_range(0..7) {
         0 => {
             json!({"latency": {"ms": rng.gen_range(20..=3000u64), "jitter_ms": rng.gen_range(0..=500u64)}})

@@ -102,7 +102,8 @@ pub struct Timing {
     pub wall_ms: u64,
     pub jobs: usize,
     pub schedules_per_minute: f64,
-    /// Wall time from the start until the first finding was shrunk and written.
+    /// Wall time from the start until the first finding was shrunk and written (with a
+    /// planted bug: the first that does not also fail without it).
     #[serde(default)]
     pub first_finding_ms: Option<u64>,
 }

@@ -206,11 +206,9 @@ fn write_finding(
         ),
         format!("  {}", v.detail),
         format!(
-            "Seed {} (explore --seed-start {} --seeds 1 --instances {} --duration {}).",
+            "Seed {}: {}",
             original.seed,
-            original.seed,
-            opts.params.max_instances,
-            dur(opts.params.duration_ms)
+            explore_command(opts, original.seed)
         ),
         format!("Original schedule: {}.", original.size()),
         format!(
@@ -264,6 +262,26 @@ fn write_finding(
     })
 }
 
+/// The command that explores exactly this seed again.
+fn explore_command(opts: &SweepOptions, seed: u64) -> String {
+    let p = &opts.params;
+    let mut cmd = format!(
+        "cargo run --release -p scenarios -- explore --seed-start {seed} --seeds 1 --instances {} --duration {}",
+        p.max_instances,
+        dur(p.duration_ms)
+    );
+    if let Some(d) = &p.dialect {
+        cmd.push_str(&format!(" --dialect {d}"));
+    }
+    if p.faults != super::generate::Params::default().faults {
+        cmd.push_str(&format!(" --faults {}", p.faults.join(",")));
+    }
+    if let Some(b) = opts.planted_bug {
+        cmd.push_str(&format!(" --planted-bug {b}"));
+    }
+    cmd
+}
+
 fn progress_bar(opts: &SweepOptions) -> ProgressBar {
     let target = if opts.progress {
         ProgressDrawTarget::stderr()
@@ -309,9 +327,12 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
                     return;
                 }
                 let r = explore_seed(opts.shard.seed(opts.seed_start, j), opts, runner);
-                if r.finding.is_some() {
-                    let t = started.elapsed().as_millis() as u64;
-                    first_finding_ms.fetch_min(t, Ordering::Relaxed);
+                if let Some(f) = &r.finding {
+                    // With a planted bug, the first finding that is the bug's.
+                    if f.fails_without_bug != Some(true) {
+                        let t = started.elapsed().as_millis() as u64;
+                        first_finding_ms.fetch_min(t, Ordering::Relaxed);
+                    }
                     let n = found.fetch_add(1, Ordering::Relaxed) + 1;
                     bar.set_message(format!("{n} violation(s)"));
                 }
