@@ -397,7 +397,7 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
     if let Err(e) = write_summary(&out, &summary) {
         eprintln!("scenarios: {e}");
     }
-    let code = report_summary(&summary, &out, args.junit.as_deref());
+    let code = report_summary(&summary, &out, Some(&out), args.junit.as_deref());
     if args.exit_zero {
         0
     } else {
@@ -405,17 +405,21 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
     }
 }
 
-/// Print the summary and coverage, write JUnit; the exit code.
+/// Print the summary and coverage, write JUnit; the exit code. Findings' files are
+/// relative to `root`; the summary was written to `written` (if anywhere).
 fn report_summary(
     s: &crate::explore::summary::Summary,
-    out: &std::path::Path,
+    root: &std::path::Path,
+    written: Option<&std::path::Path>,
     junit: Option<&std::path::Path>,
 ) -> u8 {
     println!("\ncoverage (fault kind x sidecar phase when it hit):");
     print!("{}", s.coverage.table());
     println!();
-    print!("{}", s.table(out));
-    println!("summary: {}", out.join("summary.json").display());
+    print!("{}", s.table(root));
+    if let Some(dir) = written {
+        println!("summary: {}", dir.join("summary.json").display());
+    }
     if let Some(j) = junit {
         if let Err(e) = std::fs::write(j, s.junit()) {
             eprintln!("scenarios: cannot write {}: {e}", j.display());
@@ -441,11 +445,11 @@ fn explore_merge(
         }
     };
     println!("merged {} summaries", files.len());
-    let shown = out.unwrap_or(std::path::Path::new(""));
     if let Some(dir) = out {
         if let Err(e) = crate::explore::sweep::write_summary(dir, &merged) {
             eprintln!("scenarios: {e}");
         }
     }
-    report_summary(&merged, shown, junit)
+    // The merged findings' files already name their shard directories.
+    report_summary(&merged, std::path::Path::new(""), out, junit)
 }
