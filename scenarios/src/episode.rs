@@ -42,6 +42,10 @@ pub struct Episode {
     pub token_mismatch: bool,
     /// The master's view may lag etcd (its watch is cut or it restarted).
     pub excuses_master: bool,
+    /// More time to register again after this episode than the scenario's grace: the
+    /// sidecar's etcd path was cut, so an attempt in flight first meets its etcd
+    /// timeout and its registration backoff (capped at the lease TTL) runs.
+    pub extra_grace_ms: u64,
     /// Shown as a fault in reports and recovery times (not a routine start).
     pub is_fault: bool,
     key: String,
@@ -173,6 +177,13 @@ impl<'a> EpisodeBook<'a> {
         self.open_as(label, key, scope, dur_ms, set);
     }
 
+    /// How long after its etcd path heals a sidecar may take to register again, past
+    /// the scenario's grace: an attempt in flight meets its etcd timeout, then the
+    /// registration backoff (capped at the lease TTL) runs.
+    pub fn etcd_recovery_ms(&self) -> u64 {
+        self.topo.etcd_timeout.as_ms() + self.topo.lease_ttl.saturating_mul(1000)
+    }
+
     /// [`Self::open`] under a label of its own.
     pub fn open_as(
         &mut self,
@@ -193,6 +204,7 @@ impl<'a> EpisodeBook<'a> {
             vllm_down: false,
             token_mismatch: false,
             excuses_master: false,
+            extra_grace_ms: 0,
             is_fault: true,
             key,
         };

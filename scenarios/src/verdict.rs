@@ -323,10 +323,10 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
             {
                 continue;
             }
-            if eps
-                .iter()
-                .any(|e| e.scope.covers(i) && e.excuses_registration && overlaps(e, from, s.t_ms))
-            {
+            if eps.iter().any(|e| {
+                let from = from.saturating_sub(e.extra_grace_ms);
+                e.scope.covers(i) && e.excuses_registration && overlaps(e, from, s.t_ms)
+            }) {
                 continue;
             }
             checked += 1;

@@ -211,8 +211,10 @@ impl EtcdAction {
         match self {
             EtcdAction::Fault { duration, .. } => {
                 let dur = duration.map(|d| d.as_ms());
+                let recovery = book.etcd_recovery_ms();
                 book.open(format!("etcd_fault:{t}"), Scope::All, dur, |e| {
                     e.excuses_registration = true;
+                    e.extra_grace_ms = recovery;
                 });
             }
             EtcdAction::ClearFaults(_) | EtcdAction::ReleaseHung(_) => {
@@ -229,6 +231,20 @@ impl EtcdAction {
                 book.open(format!("lose_data:{t}"), Scope::All, Some(0), |e| {
                     e.excuses_registration = true
                 });
+                // A re-registration can land on a revision the lost data reused, which
+                // the master's resumed watch skips; the sidecar's next heartbeat then
+                // draws a 409 and a new registration: the master may lag for one
+                // heartbeat interval (found by `scenarios explore`).
+                let beat = book.topology().heartbeat_interval.as_ms();
+                book.open(
+                    format!("lose_data_master:{t}"),
+                    Scope::All,
+                    Some(beat),
+                    |e| {
+                        e.excuses_master = true;
+                        e.is_fault = false;
+                    },
+                );
             }
             EtcdAction::Kill(_) => {
                 let member = book.detail().unwrap_or_default().to_string();

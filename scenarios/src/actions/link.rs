@@ -201,6 +201,10 @@ impl LinkAction {
             && !failover
             && !matches!(fault, LinkFault::Latency { ms, jitter_ms } if ms + jitter_ms < 200);
         let master = *link == LinkKind::MasterEtcd;
+        let recovery = match link {
+            LinkKind::SidecarEtcd => book.etcd_recovery_ms(),
+            _ => 0,
+        };
         for s in scopes {
             if *fault == LinkFault::Heal {
                 book.close_prefix(&format!("link:{link:?}:"));
@@ -210,6 +214,7 @@ impl LinkAction {
             book.open(key, s, duration.map(|d| d.as_ms()), |e| {
                 e.excuses_registration = excuses;
                 e.excuses_master = master;
+                e.extra_grace_ms = recovery;
             });
         }
     }
