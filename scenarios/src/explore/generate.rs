@@ -219,31 +219,37 @@ fn fault(rng: &mut StdRng, p: &Params, topo: &Topo) -> Option<Fault> {
             };
             with_end(json!({"master_token": new}), json!({"master_token": back}))
         }
-        "master_fault" => {
-            let fault = if rng.gen_bool(0.6) {
-                let status = *[500u16, 503, 409, 404].choose(rng)?;
-                json!({"heartbeat_status": {"status": status}})
-            } else {
-                json!({"latency": {"ms": rng.gen_range(50..=4000u64)}})
-            };
-            plain(json!({"master_fault": {"fault": fault, "duration": d}}))
-        }
+        "master_fault" => plain(master_fault(rng, &d)),
         "link" => plain(link(rng, inst, &d)),
-        "load" => {
-            let max_tokens = rng.gen_range(16..=512u32);
-            let mut load =
-                json!({"rps": rng.gen_range(1..=60u32), "duration": d, "max_tokens": max_tokens});
-            if rng.gen_bool(0.5) {
-                load["instance"] = Value::String(inst);
-            }
-            plain(json!({ "load": load }))
-        }
+        "load" => plain(load(rng, inst, &d)),
         "sidecar_kill" | "sidecar_stop" => with_end(
             json!({ kind.as_str(): inst }),
             json!({"sidecar_start": {"instance": inst}}),
         ),
         _ => return None,
     })
+}
+
+/// A fault of the master's heartbeat endpoint for `d`: an error status or latency.
+fn master_fault(rng: &mut StdRng, d: &str) -> Value {
+    let fault = if rng.gen_bool(0.6) {
+        let status = *[500u16, 503, 409, 404].choose(rng).unwrap_or(&503);
+        json!({"heartbeat_status": {"status": status}})
+    } else {
+        json!({"latency": {"ms": rng.gen_range(50..=4000u64)}})
+    };
+    json!({"master_fault": {"fault": fault, "duration": d}})
+}
+
+/// Open-loop completions for `d`, on one instance's vLLM or routed by the master.
+fn load(rng: &mut StdRng, inst: String, d: &str) -> Value {
+    let max_tokens = rng.gen_range(16..=512u32);
+    let mut load =
+        json!({"rps": rng.gen_range(1..=60u32), "duration": d, "max_tokens": max_tokens});
+    if rng.gen_bool(0.5) {
+        load["instance"] = Value::String(inst);
+    }
+    json!({ "load": load })
 }
 
 fn vllm_fault(rng: &mut StdRng) -> Value {

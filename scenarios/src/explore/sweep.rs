@@ -188,8 +188,50 @@ fn write_finding(
     let dir = opts.out.join("findings");
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let s = &shrunk.schedule;
+    let v = &shrunk.violation;
     let rel = format!("findings/{}.toml", s.name());
     let path = opts.out.join(&rel);
+    let mut header = header_lines(opts, original, first, shrunk, &path);
+    // With a planted bug: is the finding the bug's? (Does it pass without it?)
+    let fails_without_bug = match opts.planted_bug {
+        Some(_) => {
+            let clean = RunOptions {
+                planted_bug: None,
+                ..opts.run_options(None)
+            };
+            let (o, _) = run(s, runner, &clean, &rel, &[])?;
+            let fails = violations(&o).iter().any(|x| x.invariant == v.invariant);
+            if fails {
+                header.push("It ALSO fails without the planted bug: not the bug's doing.".into());
+            }
+            Some(fails)
+        }
+        None => None,
+    };
+    let (_, text) = run(s, runner, &opts.run_options(Some(dir)), &rel, &header)?;
+    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(Finding {
+        seed: original.seed,
+        invariant: v.invariant.clone(),
+        detail: v.detail.clone(),
+        t_ms: v.t_ms,
+        original: original.size(),
+        shrunk: s.size(),
+        file: rel,
+        shrink_runs: shrunk.runs,
+        fails_without_bug,
+    })
+}
+
+/// The comments at the top of a shrunk scenario: what was found, where it came from,
+/// and how to replay it.
+fn header_lines(
+    opts: &SweepOptions,
+    original: &Schedule,
+    first: &Violation,
+    shrunk: &Shrunk,
+    path: &Path,
+) -> Vec<String> {
     let v = &shrunk.violation;
     let at = v
         .t_ms
@@ -214,7 +256,7 @@ fn write_finding(
         format!(
             "Shrunk ({} runs) to: {}; first seen as: {}",
             shrunk.runs,
-            s.size(),
+            shrunk.schedule.size(),
             first.detail
         ),
         "Replay in virtual time (deterministic, same verdicts every run):".into(),
@@ -230,36 +272,7 @@ fn write_finding(
             "Test-only: found with the planted bug `{b}` (not a bug of the shipped sidecar)."
         ));
     }
-    // With a planted bug: is the finding the bug's? (Does it pass without it?)
-    let fails_without_bug = match opts.planted_bug {
-        Some(_) => {
-            let clean = RunOptions {
-                planted_bug: None,
-                ..opts.run_options(None)
-            };
-            let (o, _) = run(s, runner, &clean, &rel, &[])?;
-            let fails = violations(&o).iter().any(|x| x.invariant == v.invariant);
-            if fails {
-                header.push("It ALSO fails without the planted bug: not the bug's doing.".into());
-            }
-            Some(fails)
-        }
-        None => None,
-    };
-    let report = dir.clone();
-    let (_, text) = run(s, runner, &opts.run_options(Some(report)), &rel, &header)?;
-    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(Finding {
-        seed: original.seed,
-        invariant: v.invariant.clone(),
-        detail: v.detail.clone(),
-        t_ms: v.t_ms,
-        original: original.size(),
-        shrunk: s.size(),
-        file: rel,
-        shrink_runs: shrunk.runs,
-        fails_without_bug,
-    })
+    header
 }
 
 /// The command that explores exactly this seed again.
