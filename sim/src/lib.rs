@@ -45,6 +45,8 @@
 //! # Layout
 //!
 //! - [`queue`]: the event queue ordered by (time, sequence): [`queue::Queue::push`].
+//! - `servers`, `sequential`: the world's tables (servers by id, exchanges by id),
+//!   indexed rather than searched.
 //! - [`log`]: the event log, one JSON line per event, kept or digested:
 //!   [`log::EventLog::record`].
 //! - [`link`]: links with the TCP fault proxy's vocabulary, and what a fault does to one
@@ -76,6 +78,8 @@ pub mod log;
 pub mod master_node;
 pub mod node;
 pub mod queue;
+mod sequential;
+mod servers;
 pub mod sidecar_node;
 pub mod vllm_node;
 pub mod world;

@@ -27,6 +27,8 @@ use crate::log::EventLog;
 use crate::master_node::MasterNode;
 use crate::node::{Failure, NodeId, Outcome, Reply, Request, Server};
 use crate::queue::Queue;
+use crate::sequential::Sequential;
+use crate::servers::Servers;
 use crate::sidecar_node::{Outgoing, SidecarNode, Tag};
 use crate::vllm_node::VllmNode;
 
@@ -121,9 +123,8 @@ pub struct World {
     log: EventLog,
     links: Links,
     sidecars: Vec<SidecarNode>,
-    servers: BTreeMap<NodeId, Box<dyn Server>>,
-    server_wake: BTreeMap<NodeId, Duration>,
-    exchanges: BTreeMap<u64, Exchange>,
+    servers: Servers,
+    exchanges: Sequential<Exchange>,
     /// Per link: bumped when a fault kills its open connections.
     generations: BTreeMap<(NodeId, NodeId), u64>,
     next_exchange: u64,
@@ -141,9 +142,8 @@ impl World {
             log,
             links: Links::new(Duration::from_micros(200)),
             sidecars: Vec::new(),
-            servers: BTreeMap::new(),
-            server_wake: BTreeMap::new(),
-            exchanges: BTreeMap::new(),
+            servers: Servers::default(),
+            exchanges: Sequential::default(),
             generations: BTreeMap::new(),
             next_exchange: 0,
             events: 0,
@@ -188,17 +188,17 @@ impl World {
 
     /// The server at `id`, to inspect it in tests and reports.
     pub fn server(&self, id: NodeId) -> Option<&dyn Server> {
-        self.servers.get(&id).map(|s| s.as_ref())
+        self.servers.get(id).map(|s| s.node.as_ref())
     }
 
     /// The server at `id` as its own type, to inspect it.
     pub fn server_as<T: 'static>(&self, id: NodeId) -> Option<&T> {
-        self.servers.get(&id)?.as_any().downcast_ref()
+        self.servers.get(id)?.node.as_any().downcast_ref()
     }
 
     /// The server at `id` as its own type, to change it now (a health mode, a fault).
     pub fn server_as_mut<T: 'static>(&mut self, id: NodeId) -> Option<&mut T> {
-        self.servers.get_mut(&id)?.as_any_mut().downcast_mut()
+        self.servers.node_mut(id)?.as_any_mut().downcast_mut()
     }
 
     /// Add a server node (a fake's core in its simulated shell).
@@ -238,7 +238,7 @@ impl World {
     /// vanish with the process (requests already sent still reach their servers).
     pub fn kill_sidecar(&mut self, index: u32) {
         self.exchanges
-            .retain(|_, x| !matches!(x.caller, Caller::Sidecar(i, _) if i == index));
+            .retain(|x| !matches!(x.caller, Caller::Sidecar(i, _) if i == index));
         if let Some(node) = self.sidecars.get_mut(index as usize) {
             node.kill();
         }
@@ -341,7 +341,7 @@ impl World {
             } => {
                 let live = self
                     .exchanges
-                    .get(&exchange)
+                    .get(exchange)
                     .is_some_and(|x| self.generation(x.caller.node(), x.server) == generation);
                 if live {
                     self.finish(exchange, Outcome::Reply(reply));
@@ -374,7 +374,7 @@ impl World {
                     return; // the stream's connection was reset
                 }
                 let now = self.now;
-                if let Some(node) = self.servers.get_mut(&to) {
+                if let Some(node) = self.servers.node_mut(to) {
                     node.on_push(now, from, &line);
                 }
                 self.after_server_step(to);
@@ -382,7 +382,7 @@ impl World {
             Event::Act(action) => {
                 action(self);
                 // The action may have changed a server's timers.
-                let ids: Vec<NodeId> = self.servers.keys().copied().collect();
+                let ids: Vec<NodeId> = self.servers.ids();
                 for id in ids {
                     self.after_server_step(id);
                 }
@@ -407,9 +407,12 @@ impl World {
                 let picked = self
                     .server_as_mut::<MasterNode>(NodeId::Master)
                     .and_then(MasterNode::pick);
-                self.log.record(now, "master", "route", || {
-                    json!({ "to": picked.map(|n| n.to_string()) })
-                });
+                self.log.record(
+                    now,
+                    "master",
+                    "route",
+                    || json!({ "to": picked.map(|n| n.to_string()) }),
+                );
                 match picked {
                     Some(n) => n,
                     None => {
@@ -512,7 +515,7 @@ impl World {
         self.queue
             .push(self.now + timeout, Event::Timeout { exchange: id });
         let mut stuck = false;
-        if !self.servers.contains_key(&server) {
+        if !self.servers.contains(server) {
             self.queue.push(
                 self.now,
                 Event::Fail {
@@ -582,7 +585,7 @@ impl World {
             return; // the connection was reset while the request was on its way
         }
         let now = self.now;
-        let Some(node) = self.servers.get_mut(&server) else {
+        let Some(node) = self.servers.node_mut(server) else {
             return;
         };
         let reply = node.serve(now, client, &request, &mut self.rng);
@@ -620,7 +623,7 @@ impl World {
                 },
             ),
             Leg::Lost { stuck } => {
-                if let Some(x) = self.exchanges.get_mut(&id) {
+                if let Some(x) = self.exchanges.get_mut(id) {
                     x.stuck |= stuck;
                 }
             }
@@ -640,7 +643,7 @@ impl World {
 
     /// The exchange ends (if its caller still waits): the caller gets the outcome.
     fn finish(&mut self, id: u64, outcome: Outcome) {
-        let Some(x) = self.exchanges.remove(&id) else {
+        let Some(x) = self.exchanges.remove(id) else {
             return;
         };
         let now = self.now;
@@ -660,7 +663,7 @@ impl World {
                 self.after_sidecar_step(i);
             }
             Caller::Server(id, token) => {
-                if let Some(node) = self.servers.get_mut(&id) {
+                if let Some(node) = self.servers.node_mut(id) {
                     node.on_outcome(now, token, outcome);
                 }
                 self.after_server_step(id);
@@ -677,7 +680,7 @@ impl World {
             .exchanges
             .iter()
             .filter(|(_, x)| x.caller.node() == client && x.server == server)
-            .map(|(id, x)| (*id, x.stuck))
+            .map(|(id, x)| (id, x.stuck))
             .collect();
         match change {
             OnChange::Nothing => {}
@@ -708,13 +711,15 @@ impl World {
     }
 
     fn server_wakes(&mut self, id: NodeId) {
-        if self.server_wake.get(&id) != Some(&self.now) {
+        let now = self.now;
+        let Some(slot) = self.servers.get_mut(id) else {
+            return;
+        };
+        if slot.wake != Some(now) {
             return;
         }
-        self.server_wake.remove(&id);
-        if let Some(node) = self.servers.get_mut(&id) {
-            node.on_timer(self.now);
-        }
+        slot.wake = None;
+        slot.node.on_timer(now);
         self.after_server_step(id);
     }
 
@@ -722,7 +727,7 @@ impl World {
     /// next timer.
     fn after_server_step(&mut self, id: NodeId) {
         self.log_server_notes(id);
-        let calls = match self.servers.get_mut(&id) {
+        let calls = match self.servers.node_mut(id) {
             Some(node) => node.take_calls(),
             None => Vec::new(),
         };
@@ -734,7 +739,7 @@ impl World {
                 call.timeout,
             );
         }
-        let pushes = match self.servers.get_mut(&id) {
+        let pushes = match self.servers.node_mut(id) {
             Some(node) => node.take_pushes(),
             None => Vec::new(),
         };
@@ -781,7 +786,7 @@ impl World {
     }
 
     fn log_server_notes(&mut self, id: NodeId) {
-        let Some(node) = self.servers.get_mut(&id) else {
+        let Some(node) = self.servers.node_mut(id) else {
             return;
         };
         let notes = node.take_notes();
@@ -795,13 +800,17 @@ impl World {
     }
 
     fn schedule_server_wake(&mut self, id: NodeId) {
-        let Some(at) = self.servers.get(&id).and_then(|s| s.next_wakeup()) else {
-            self.server_wake.remove(&id);
+        let now = self.now;
+        let Some(slot) = self.servers.get_mut(id) else {
             return;
         };
-        let at = at.max(self.now);
-        if self.server_wake.get(&id) != Some(&at) {
-            self.server_wake.insert(id, at);
+        let Some(at) = slot.node.next_wakeup() else {
+            slot.wake = None;
+            return;
+        };
+        let at = at.max(now);
+        if slot.wake != Some(at) {
+            slot.wake = Some(at);
             self.queue.push(at, Event::ServerWake(id));
         }
     }
