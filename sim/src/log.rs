@@ -135,6 +135,12 @@ impl EventLog {
         }
     }
 
+    /// Whether lines are written (and digested): `false` for a counting log, whose
+    /// callers need not build what a line would say.
+    pub fn writes(&self) -> bool {
+        self.write
+    }
+
     /// The lines kept so far (empty for a digest-only log).
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
