@@ -8,6 +8,7 @@
 //! as buckets, `_count`, `_sum`, floats by `floatToGoString` (Python `repr`, with the old
 //! `e+0N` exponent for numbers of 7+ integer digits, e.g. `1.372014592e+010`).
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -52,17 +53,22 @@ pub enum Child {
 }
 
 /// A metric family: name (counters without `_total`), help, type, children in the
-/// order they were created.
+/// order they were created. Names and helps are mostly literals: borrowed, not copied
+/// on every page.
 #[derive(Clone, Debug)]
 pub struct Family {
-    pub name: String,
-    pub help: String,
+    pub name: Cow<'static, str>,
+    pub help: Cow<'static, str>,
     pub kind: Kind,
     pub children: Vec<Child>,
 }
 
 impl Family {
-    pub fn new(name: impl Into<String>, help: impl Into<String>, kind: Kind) -> Self {
+    pub fn new(
+        name: impl Into<Cow<'static, str>>,
+        help: impl Into<Cow<'static, str>>,
+        kind: Kind,
+    ) -> Self {
         Family {
             name: name.into(),
             help: help.into(),
@@ -138,6 +144,10 @@ pub fn go_float(d: f64) -> String {
 }
 
 fn escape_label(v: &str, out: &mut String) {
+    if !v.contains(['\\', '\n', '"']) {
+        out.push_str(v);
+        return;
+    }
     for c in v.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
@@ -159,6 +169,9 @@ fn escape_help(h: &str) -> std::borrow::Cow<'_, str> {
 /// `{a="1",b="2"}` sorted by name (prometheus_client sorts in both formats); empty
 /// without labels.
 fn label_str(labels: &[(&str, String)], extra: Option<(&str, &str)>) -> String {
+    if extra.is_none() && labels.windows(2).all(|w| w[0].0 <= w[1].0) {
+        return sorted_label_str(labels);
+    }
     let mut all: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
     if let Some(e) = extra {
         all.push(e);
@@ -169,6 +182,32 @@ fn label_str(labels: &[(&str, String)], extra: Option<(&str, &str)>) -> String {
     }
     let mut s = String::from("{");
     for (i, (k, v)) in all.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(k);
+        s.push_str("=\"");
+        escape_label(v, &mut s);
+        s.push('"');
+    }
+    s.push('}');
+    s
+}
+
+/// [`label_str`] of labels already sorted by name.
+fn sorted_label_str(labels: &[(&str, String)]) -> String {
+    if labels.is_empty() {
+        return String::new();
+    }
+    let mut s = String::with_capacity(
+        labels
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 4)
+            .sum::<usize>()
+            + 2,
+    );
+    s.push('{');
+    for (i, (k, v)) in labels.iter().enumerate() {
         if i > 0 {
             s.push(',');
         }
@@ -197,9 +236,11 @@ fn line(out: &mut String, name: &str, suffix: &str, labels: &str, value: f64) {
 /// those are written without an intermediate string.
 pub fn push_go_float(out: &mut String, d: f64) {
     let a = d.abs();
-    if d.fract() == 0.0 && a < 1e6 && !(d == 0.0 && d.is_sign_negative()) {
-        // Whole numbers (counts, most of a page): integer formatting, no float digits.
-        let _ = write!(out, "{}.0", d as i64);
+    // `as` saturates and maps NaN to 0, which then compares unequal to `d`.
+    let whole = a < 1e6 && (d as i64) as f64 == d;
+    if whole && !(d == 0.0 && d.is_sign_negative()) {
+        // Whole numbers (counts, most of a page): integer digits, no float formatting.
+        push_whole(out, d as i64);
     } else if d == 0.0 || (1e-4..1e6).contains(&a) {
         let start = out.len();
         let _ = write!(out, "{d}");
@@ -225,6 +266,31 @@ pub fn push_go_float(out: &mut String, d: f64) {
     }
 }
 
+/// `v` as decimal digits and `.0` (what `{v}.0` writes), without the formatting
+/// machinery: most numbers of a page go through here.
+fn push_whole(out: &mut String, v: i64) {
+    if v < 0 {
+        out.push('-');
+    }
+    let mut n = v.unsigned_abs();
+    let mut digits = [0u8; 20];
+    let mut len = 0;
+    loop {
+        if let Some(d) = digits.get_mut(len) {
+            *d = b'0' + (n % 10) as u8;
+        }
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for d in digits.iter().take(len).rev() {
+        out.push(char::from(*d));
+    }
+    out.push_str(".0");
+}
+
 /// Most slow-path floats a thread remembers.
 const SLOW_FLOATS_KEPT: usize = 1 << 16;
 
@@ -242,8 +308,14 @@ pub fn render_text(families: &[Family], out: &mut String) {
             Kind::Summary => ("", "summary"),
         };
         let help = escape_help(&f.help);
-        let _ = writeln!(out, "# HELP {}{total} {help}", f.name);
-        let _ = writeln!(out, "# TYPE {}{total} {ty}", f.name);
+        for (what, text) in [("# HELP ", &*help), ("# TYPE ", ty)] {
+            out.push_str(what);
+            out.push_str(&f.name);
+            out.push_str(total);
+            out.push(' ');
+            out.push_str(text);
+            out.push('\n');
+        }
         let mut created = String::new();
         for c in &f.children {
             match c {
@@ -295,8 +367,13 @@ pub fn render_text(families: &[Family], out: &mut String) {
             }
         }
         if !created.is_empty() {
-            let _ = writeln!(out, "# HELP {}_created {help}", f.name);
-            let _ = writeln!(out, "# TYPE {}_created gauge", f.name);
+            for (what, text) in [("# HELP ", &*help), ("# TYPE ", "gauge")] {
+                out.push_str(what);
+                out.push_str(&f.name);
+                out.push_str("_created ");
+                out.push_str(text);
+                out.push('\n');
+            }
             out.push_str(&created);
         }
     }

@@ -11,7 +11,8 @@
 //! ```
 //!
 //! DIALECT is mock-vllm's (`compact`, `v0.10`, ...); PART is `fleet`, `page` or `both`
-//! (the default), to profile one part alone; RPS the completions per second on each
+//! (the default), to profile one part alone, or `pages`: a digest of the pages of every
+//! dialect (a renderer that changes must keep it); RPS the completions per second on each
 //! vLLM (default 2); LOG is `count` (the default: events counted, no line built),
 //! `digest` (every line written as JSON and digested, as the determinism tests do) or
 //! `both`; FAULT_EVERY_S the simulated seconds between two faults (default 5, 0: none).
@@ -81,6 +82,10 @@ fn main() {
     };
     let part = arg(3).unwrap_or("both");
     let log = arg(5).unwrap_or("count");
+    if part == "pages" {
+        page_digests();
+        return;
+    }
     if part != "page" {
         if log == "digest" || log == "both" {
             fleet(&a, EventLog::digest_only());
@@ -509,6 +514,45 @@ fn page_path(dialect: Dialect) {
         total,
         ceiling,
     );
+}
+
+/// A digest of the pages every dialect writes under load over 10 simulated minutes
+/// (one with the non-finite fault): a renderer that changes is compared by it.
+fn page_digests() {
+    let mut rng = StdRng::seed_from_u64(7);
+    for dialect in [
+        Dialect::Compact,
+        Dialect::V0,
+        Dialect::V0_10,
+        Dialect::V0_11,
+        Dialect::OpenMetrics,
+    ] {
+        let mut vllm = VllmNode::with_dialect(dialect, 3, Duration::ZERO);
+        let load =
+            Load::new(NodeId::Vllm(0), &vllm, 3.0, Duration::MAX, "digest", 24).expect("load");
+        let (mut digest, mut bytes) = (0xcbf2_9ce4_8422_2325u64, 0usize);
+        let mut now = Duration::ZERO;
+        for s in 0..600u64 {
+            while now < Duration::from_secs(s) {
+                now += load.next_gap(&mut rng);
+                vllm.submit(now, load.request());
+                vllm.on_timer(now);
+            }
+            if s == 300 {
+                vllm.add_fault(Fault::MetricsNonfinite, Some(1));
+            }
+            let Some(Reply::Page { body, .. }) =
+                vllm.serve(now, NodeId::Sidecar(0), &Request::Metrics, &mut rng)
+            else {
+                continue;
+            };
+            bytes += body.len();
+            for b in body {
+                digest = (digest ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        println!("pages ({dialect}): {bytes} bytes, digest {digest:016x}");
+    }
 }
 
 /// User + system CPU seconds of this process (the machine is shared: wall time alone

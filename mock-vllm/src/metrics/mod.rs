@@ -83,8 +83,8 @@ impl Snapshot {
     /// A per-engine gauge; overrides and the non-finite fault apply here.
     pub(super) fn gauge(
         &self,
-        name: &str,
-        help: &str,
+        name: &'static str,
+        help: &'static str,
         value: impl Fn(&EngineView) -> f64,
         nonfinite: f64,
     ) -> Family {
@@ -111,8 +111,8 @@ impl Snapshot {
 
     pub(super) fn counter(
         &self,
-        name: &str,
-        help: &str,
+        name: &'static str,
+        help: &'static str,
         value: impl Fn(&EngineStats) -> f64,
     ) -> Family {
         let mut f = Family::new(name, help, Kind::Counter);
@@ -128,8 +128,8 @@ impl Snapshot {
 
     pub(super) fn histogram(
         &self,
-        name: &str,
-        help: &str,
+        name: &'static str,
+        help: &'static str,
         hist: impl Fn(&EngineStats) -> &Hist,
     ) -> Family {
         let mut f = Family::new(name, help, Kind::Histogram);
