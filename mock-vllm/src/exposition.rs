@@ -166,58 +166,67 @@ fn escape_help(h: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// `{a="1",b="2"}` sorted by name (prometheus_client sorts in both formats); empty
-/// without labels.
-fn label_str(labels: &[(&str, String)], extra: Option<(&str, &str)>) -> String {
-    if extra.is_none() && labels.windows(2).all(|w| w[0].0 <= w[1].0) {
-        return sorted_label_str(labels);
-    }
-    let mut all: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    if let Some(e) = extra {
-        all.push(e);
-    }
-    all.sort_by(|a, b| a.0.cmp(b.0));
-    if all.is_empty() {
-        return String::new();
-    }
-    let mut s = String::from("{");
-    for (i, (k, v)) in all.iter().enumerate() {
-        if i > 0 {
-            s.push(',');
-        }
-        s.push_str(k);
-        s.push_str("=\"");
-        escape_label(v, &mut s);
-        s.push('"');
-    }
-    s.push('}');
-    s
+/// Buffers one render reuses for every line: a page writes thousands of lines and
+/// would otherwise allocate several strings for each.
+#[derive(Default)]
+struct Scratch {
+    /// The label set of the current child, `{...}`.
+    labels: String,
+    /// The family's `_created` lines (text format: written after the family).
+    created: String,
+    /// A histogram child's labels before and after `le`.
+    before: String,
+    after: String,
 }
 
-/// [`label_str`] of labels already sorted by name.
-fn sorted_label_str(labels: &[(&str, String)]) -> String {
-    if labels.is_empty() {
-        return String::new();
+/// Label sets longer than this are sorted in a vector (none of the pages has one).
+const LABELS_ON_STACK: usize = 32;
+
+/// `f` of the labels sorted by name (stable: as `sort_by`), without allocating for the
+/// label sets pages have.
+fn with_sorted<R>(labels: &[(&str, String)], f: impl FnOnce(&[(&str, &str)]) -> R) -> R {
+    let n = labels.len();
+    if n > LABELS_ON_STACK {
+        let mut all: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        return f(&all);
     }
-    let mut s = String::with_capacity(
-        labels
-            .iter()
-            .map(|(k, v)| k.len() + v.len() + 4)
-            .sum::<usize>()
-            + 2,
-    );
-    s.push('{');
-    for (i, (k, v)) in labels.iter().enumerate() {
-        if i > 0 {
-            s.push(',');
+    let mut buf = [("", ""); LABELS_ON_STACK];
+    for (slot, (k, v)) in buf.iter_mut().zip(labels) {
+        *slot = (k, v.as_str());
+    }
+    let all = buf.get_mut(..n).unwrap_or_default();
+    // Insertion sort: stable, and the sets are short.
+    for i in 1..all.len() {
+        let mut j = i;
+        while j > 0 && all[j - 1].0 > all[j].0 {
+            all.swap(j - 1, j);
+            j -= 1;
         }
-        s.push_str(k);
-        s.push_str("=\"");
-        escape_label(v, &mut s);
-        s.push('"');
     }
-    s.push('}');
-    s
+    f(all)
+}
+
+/// `{a="1",b="2"}` sorted by name (prometheus_client sorts in both formats) into `buf`
+/// (cleared first); empty without labels.
+fn label_str_into(buf: &mut String, labels: &[(&str, String)]) {
+    buf.clear();
+    if labels.is_empty() {
+        return;
+    }
+    with_sorted(labels, |sorted| {
+        buf.push('{');
+        for (i, (k, v)) in sorted.iter().enumerate() {
+            if i > 0 {
+                buf.push(',');
+            }
+            buf.push_str(k);
+            buf.push_str("=\"");
+            escape_label(v, buf);
+            buf.push('"');
+        }
+        buf.push('}');
+    });
 }
 
 fn line(out: &mut String, name: &str, suffix: &str, labels: &str, value: f64) {
@@ -300,81 +309,90 @@ thread_local! {
 
 /// Prometheus text format 0.0.4 as prometheus_client's `generate_latest` writes it.
 pub fn render_text(families: &[Family], out: &mut String) {
+    let mut sc = Scratch::default();
     for f in families {
-        let (total, ty) = match f.kind {
-            Kind::Counter => ("_total", "counter"),
-            Kind::Gauge => ("", "gauge"),
-            Kind::Histogram => ("", "histogram"),
-            Kind::Summary => ("", "summary"),
-        };
-        let help = escape_help(&f.help);
-        for (what, text) in [("# HELP ", &*help), ("# TYPE ", ty)] {
+        text_family(f, out, &mut sc);
+    }
+}
+
+/// One family in the text format: header, children, then its `_created` family.
+fn text_family(f: &Family, out: &mut String, sc: &mut Scratch) {
+    let (total, ty) = match f.kind {
+        Kind::Counter => ("_total", "counter"),
+        Kind::Gauge => ("", "gauge"),
+        Kind::Histogram => ("", "histogram"),
+        Kind::Summary => ("", "summary"),
+    };
+    let help = escape_help(&f.help);
+    for (what, text) in [("# HELP ", &*help), ("# TYPE ", ty)] {
+        out.push_str(what);
+        out.push_str(&f.name);
+        out.push_str(total);
+        out.push(' ');
+        out.push_str(text);
+        out.push('\n');
+    }
+    sc.created.clear();
+    for c in &f.children {
+        let created = child_samples(f, c, out, sc);
+        if let Some(t) = created {
+            line(&mut sc.created, &f.name, "_created", &sc.labels, t);
+        }
+    }
+    if !sc.created.is_empty() {
+        for (what, text) in [("# HELP ", &*help), ("# TYPE ", "gauge")] {
             out.push_str(what);
             out.push_str(&f.name);
-            out.push_str(total);
-            out.push(' ');
+            out.push_str("_created ");
             out.push_str(text);
             out.push('\n');
         }
-        let mut created = String::new();
-        for c in &f.children {
-            match c {
-                Child::Value {
-                    labels,
-                    value,
-                    created: cr,
-                } => {
-                    let ls = label_str(labels, None);
-                    let suffix = if f.kind == Kind::Counter {
-                        "_total"
-                    } else {
-                        ""
-                    };
-                    line(out, &f.name, suffix, &ls, *value);
-                    if let Some(t) = cr {
-                        line(&mut created, &f.name, "_created", &ls, *t);
-                    }
-                }
-                Child::Histogram {
-                    labels,
-                    bounds,
-                    cumulative,
-                    count,
-                    sum,
-                    created: cr,
-                } => {
-                    histogram_lines(out, &f.name, labels, bounds, cumulative);
-                    let ls = label_str(labels, None);
-                    line(out, &f.name, "_count", &ls, *count);
-                    line(out, &f.name, "_sum", &ls, *sum);
-                    if let Some(t) = cr {
-                        line(&mut created, &f.name, "_created", &ls, *t);
-                    }
-                }
-                Child::Summary {
-                    labels,
-                    count,
-                    sum,
-                    created: cr,
-                } => {
-                    let ls = label_str(labels, None);
-                    line(out, &f.name, "_count", &ls, *count);
-                    line(out, &f.name, "_sum", &ls, *sum);
-                    if let Some(t) = cr {
-                        line(&mut created, &f.name, "_created", &ls, *t);
-                    }
-                }
-            }
+        out.push_str(&sc.created);
+    }
+}
+
+/// A child's own samples (the same in both formats); leaves its label set in
+/// `sc.labels` and answers its `_created` stamp.
+fn child_samples(f: &Family, c: &Child, out: &mut String, sc: &mut Scratch) -> Option<f64> {
+    match c {
+        Child::Value {
+            labels,
+            value,
+            created,
+        } => {
+            label_str_into(&mut sc.labels, labels);
+            let suffix = if f.kind == Kind::Counter {
+                "_total"
+            } else {
+                ""
+            };
+            line(out, &f.name, suffix, &sc.labels, *value);
+            *created
         }
-        if !created.is_empty() {
-            for (what, text) in [("# HELP ", &*help), ("# TYPE ", "gauge")] {
-                out.push_str(what);
-                out.push_str(&f.name);
-                out.push_str("_created ");
-                out.push_str(text);
-                out.push('\n');
-            }
-            out.push_str(&created);
+        Child::Histogram {
+            labels,
+            bounds,
+            cumulative,
+            count,
+            sum,
+            created,
+        } => {
+            histogram_lines_in(out, sc, &f.name, labels, bounds, cumulative);
+            label_str_into(&mut sc.labels, labels);
+            line(out, &f.name, "_count", &sc.labels, *count);
+            line(out, &f.name, "_sum", &sc.labels, *sum);
+            *created
+        }
+        Child::Summary {
+            labels,
+            count,
+            sum,
+            created,
+        } => {
+            label_str_into(&mut sc.labels, labels);
+            line(out, &f.name, "_count", &sc.labels, *count);
+            line(out, &f.name, "_sum", &sc.labels, *sum);
+            *created
         }
     }
 }
@@ -385,6 +403,7 @@ pub fn render_text(families: &[Family], out: &mut String) {
 /// sorted, every value by `floatToGoString` (counts too: `1.0`), and each child's
 /// `_created` right after that child's own samples, then `# EOF`.
 pub fn render_openmetrics(families: &[Family], out: &mut String) {
+    let mut sc = Scratch::default();
     for f in families {
         let ty = match f.kind {
             Kind::Counter => "counter",
@@ -396,50 +415,8 @@ pub fn render_openmetrics(families: &[Family], out: &mut String) {
         let _ = writeln!(out, "# HELP {} {help}", f.name);
         let _ = writeln!(out, "# TYPE {} {ty}", f.name);
         for c in &f.children {
-            let (labels, created) = match c {
-                Child::Value {
-                    labels,
-                    value,
-                    created,
-                } => {
-                    let suffix = if f.kind == Kind::Counter {
-                        "_total"
-                    } else {
-                        ""
-                    };
-                    let ls = label_str(labels, None);
-                    line(out, &f.name, suffix, &ls, *value);
-                    (labels, created)
-                }
-                Child::Histogram {
-                    labels,
-                    bounds,
-                    cumulative,
-                    count,
-                    sum,
-                    created,
-                } => {
-                    histogram_lines(out, &f.name, labels, bounds, cumulative);
-                    let ls = label_str(labels, None);
-                    line(out, &f.name, "_count", &ls, *count);
-                    line(out, &f.name, "_sum", &ls, *sum);
-                    (labels, created)
-                }
-                Child::Summary {
-                    labels,
-                    count,
-                    sum,
-                    created,
-                } => {
-                    let ls = label_str(labels, None);
-                    line(out, &f.name, "_count", &ls, *count);
-                    line(out, &f.name, "_sum", &ls, *sum);
-                    (labels, created)
-                }
-            };
-            if let Some(t) = created {
-                let ls = label_str(labels, None);
-                line(out, &f.name, "_created", &ls, *t);
+            if let Some(t) = child_samples(f, c, out, &mut sc) {
+                line(out, &f.name, "_created", &sc.labels, t);
             }
         }
     }
@@ -448,6 +425,7 @@ pub fn render_openmetrics(families: &[Family], out: &mut String) {
 
 /// The `_bucket` lines of one histogram child, `le` sorted among the labels (the
 /// other labels are sorted and joined once, `le` written between them).
+#[cfg(test)]
 fn histogram_lines(
     out: &mut String,
     name: &str,
@@ -455,33 +433,54 @@ fn histogram_lines(
     bounds: &[f64],
     cumulative: &[f64],
 ) {
-    let mut sorted: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    histogram_lines_in(
+        out,
+        &mut Scratch::default(),
+        name,
+        labels,
+        bounds,
+        cumulative,
+    );
+}
+
+/// [`histogram_lines`] with the render's buffers.
+fn histogram_lines_in(
+    out: &mut String,
+    sc: &mut Scratch,
+    name: &str,
+    labels: &Labels,
+    bounds: &[f64],
+    cumulative: &[f64],
+) {
     // `before` is `a="1",` per label sorting before `le`, `after` is `,z="2"` per one after.
-    let (mut before, mut after) = (String::new(), String::new());
-    for (k, v) in sorted {
-        let after_le = k > "le";
-        let side = if after_le { &mut after } else { &mut before };
-        if after_le {
-            side.push(',');
+    let (before, after) = (&mut sc.before, &mut sc.after);
+    before.clear();
+    after.clear();
+    with_sorted(labels, |sorted| {
+        for (k, v) in sorted {
+            let after_le = *k > "le";
+            let side = if after_le { &mut *after } else { &mut *before };
+            if after_le {
+                side.push(',');
+            }
+            side.push_str(k);
+            side.push_str("=\"");
+            escape_label(v, side);
+            side.push('"');
+            if !after_le {
+                side.push(',');
+            }
         }
-        side.push_str(k);
-        side.push_str("=\"");
-        escape_label(v, side);
-        side.push('"');
-        if !after_le {
-            side.push(',');
-        }
-    }
+    });
     with_les(bounds, |les| {
         for (i, v) in cumulative.iter().enumerate() {
             out.push_str(name);
             out.push_str("_bucket{");
-            out.push_str(&before);
+            out.push_str(before);
             out.push_str("le=\"");
             out.push_str(les.get(i).map_or("+Inf", String::as_str));
             out.push('"');
-            out.push_str(&after);
+            out.push_str(after);
             out.push_str("} ");
             push_go_float(out, *v);
             out.push('\n');

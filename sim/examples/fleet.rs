@@ -26,7 +26,8 @@
 //! The invariants, read from the cores (never through a link), each instance checked
 //! every `max(1, N/1000)` simulated seconds (a rotating slice, so that the checks cost
 //! about the same per simulated second at any fleet size):
-//! - one key: etcd holds at most one instance key for the instance's name;
+//! - one key: etcd holds at most one instance key for the instance's name, whatever its
+//!   type prefix (the whole listing, once a simulated minute);
 //! - single incarnation: when the master tracks the instance (not SUSPECT) and etcd holds
 //!   its key, the incarnations match, or have matched within the last 1.5 s (the watch's
 //!   way to the master), the scenarios' `incarnation_grace`;
@@ -329,8 +330,9 @@ fn restart_master(w: &mut World) {
 }
 
 /// What the checker remembers of one instance.
-#[derive(Default)]
 struct Seen {
+    /// The instance's name (its address).
+    name: String,
     /// The etcd key's mod revision and incarnation at the last check.
     etcd: Option<(i64, String)>,
     /// Incarnations in etcd, in the order first seen, with when.
@@ -354,7 +356,15 @@ struct Checker {
 impl Checker {
     fn new(n: u32) -> Checker {
         Checker {
-            seen: (0..n).map(|_| Seen::default()).collect(),
+            seen: (0..n)
+                .map(|i| Seen {
+                    name: addr(i),
+                    etcd: None,
+                    incarnations: Vec::new(),
+                    agreed: Duration::ZERO,
+                    accepted: 0,
+                })
+                .collect(),
             stride: (n / 1000).max(1),
             tick: 0,
             checked: 0,
@@ -372,30 +382,48 @@ impl Checker {
         for i in (slice..n).step_by(self.stride as usize) {
             self.check_one(world, i, now, excused);
         }
+        if now.as_secs().is_multiple_of(60) {
+            self.one_key_each(world, now);
+        }
+    }
+
+    /// Every instance name has at most one key in etcd, whatever its type prefix (the
+    /// whole listing, once a simulated minute).
+    fn one_key_each(&mut self, world: &mut World, now: Duration) {
+        let Some(Ok((_, kvs))) = world
+            .server_as_mut::<EtcdNode>(NodeId::Etcd)
+            .map(|e| e.list_prefix(b"XLLM:", now))
+        else {
+            return;
+        };
+        let mut keys: BTreeMap<&str, u32> = BTreeMap::new();
+        for kv in &kvs {
+            if let Some(name) = mock_master::instances::instance_name("", &kv.key) {
+                *keys.entry(name).or_default() += 1;
+            }
+        }
+        let doubled: Vec<String> = keys
+            .into_iter()
+            .filter(|(_, k)| *k > 1)
+            .map(|(name, k)| format!("{name}: {k} keys at {now:?}"))
+            .collect();
+        for d in doubled {
+            self.violate("one_key", d);
+        }
     }
 
     fn check_one(&mut self, world: &mut World, i: u32, now: Duration, excused: bool) {
         self.checked += 1;
-        let name = addr(i);
-        // The key under each instance type: the sidecar writes DEFAULT; another is a
-        // second key for the same instance.
-        let mut mine = Vec::new();
-        for ty in ["DEFAULT", "PREFILL", "DECODE", "MIX"] {
-            let key = format!("XLLM:{ty}:{name}");
-            let kvs = world
-                .server_as_mut::<EtcdNode>(NodeId::Etcd)
-                .and_then(|e| e.list_prefix(key.as_bytes(), now).ok())
-                .map(|(_, kvs)| kvs)
-                .unwrap_or_default();
-            mine.extend(kvs.into_iter().filter(|kv| kv.key == key.as_bytes()));
-        }
-        if mine.len() > 1 {
-            self.violate("one_key", format!("{name}: {} keys at {now:?}", mine.len()));
-        }
         let Some(seen) = self.seen.get_mut(i as usize) else {
             return;
         };
-        seen.etcd = match mine.first() {
+        let name = &seen.name;
+        let key = format!("XLLM:DEFAULT:{name}");
+        let kv = world
+            .server_as_mut::<EtcdNode>(NodeId::Etcd)
+            .and_then(|e| e.list_prefix(key.as_bytes(), now).ok())
+            .and_then(|(_, kvs)| kvs.into_iter().find(|kv| kv.key == key.as_bytes()));
+        seen.etcd = match kv {
             Some(kv) if seen.etcd.as_ref().map(|e| e.0) == Some(kv.mod_revision) => {
                 seen.etcd.take()
             }
@@ -411,7 +439,7 @@ impl Checker {
         }
         let view = world
             .server_as::<MasterNode>(NodeId::Master)
-            .and_then(|m| m.instances().view(&name, now));
+            .and_then(|m| m.instances().view(name, now));
         let accepted = view
             .as_ref()
             .and_then(|v| v.heartbeats.get(&200).copied())

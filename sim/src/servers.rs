@@ -61,12 +61,15 @@ impl Servers {
             let wake = s.as_ref().and_then(|s| s.wake);
             *s = Some(Slot { node, wake });
         };
-        match id {
-            NodeId::Sidecar(i) => grown(&mut self.sidecar, i).map(place),
-            NodeId::Vllm(i) => grown(&mut self.vllm, i).map(place),
-            NodeId::Etcd => Some(place(&mut self.etcd)),
-            NodeId::Master => Some(place(&mut self.master)),
+        let slot = match id {
+            NodeId::Sidecar(i) => grown(&mut self.sidecar, i),
+            NodeId::Vllm(i) => grown(&mut self.vllm, i),
+            NodeId::Etcd => Some(&mut self.etcd),
+            NodeId::Master => Some(&mut self.master),
         };
+        if let Some(s) = slot {
+            place(s);
+        }
     }
 
     /// Every server's id, in `NodeId` order.
