@@ -144,7 +144,7 @@ pub fn go_float(d: f64) -> String {
 }
 
 fn escape_label(v: &str, out: &mut String) {
-    if !v.contains(['\\', '\n', '"']) {
+    if !v.bytes().any(|b| matches!(b, b'\\' | b'\n' | b'"')) {
         out.push_str(v);
         return;
     }
@@ -159,7 +159,7 @@ fn escape_label(v: &str, out: &mut String) {
 }
 
 fn escape_help(h: &str) -> std::borrow::Cow<'_, str> {
-    if h.contains(['\\', '\n']) {
+    if h.bytes().any(|b| matches!(b, b'\\' | b'\n')) {
         h.replace('\\', "\\\\").replace('\n', "\\n").into()
     } else {
         h.into()
@@ -309,10 +309,25 @@ thread_local! {
 
 /// Prometheus text format 0.0.4 as prometheus_client's `generate_latest` writes it.
 pub fn render_text(families: &[Family], out: &mut String) {
-    let mut sc = Scratch::default();
-    for f in families {
-        text_family(f, out, &mut sc);
-    }
+    with_scratch(|sc| {
+        for f in families {
+            text_family(f, out, sc);
+        }
+    });
+}
+
+thread_local! {
+    /// The line buffers of the renders on this thread (kept, so that they keep their
+    /// capacity from page to page).
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// `f` with this thread's line buffers (fresh ones if they are in use already).
+fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut sc) => f(&mut sc),
+        Err(_) => f(&mut Scratch::default()),
+    })
 }
 
 /// One family in the text format: header, children, then its `_created` family.
@@ -403,7 +418,11 @@ fn child_samples(f: &Family, c: &Child, out: &mut String, sc: &mut Scratch) -> O
 /// sorted, every value by `floatToGoString` (counts too: `1.0`), and each child's
 /// `_created` right after that child's own samples, then `# EOF`.
 pub fn render_openmetrics(families: &[Family], out: &mut String) {
-    let mut sc = Scratch::default();
+    with_scratch(|sc| openmetrics_families(families, out, sc));
+    out.push_str("# EOF\n");
+}
+
+fn openmetrics_families(families: &[Family], out: &mut String, sc: &mut Scratch) {
     for f in families {
         let ty = match f.kind {
             Kind::Counter => "counter",
@@ -415,12 +434,11 @@ pub fn render_openmetrics(families: &[Family], out: &mut String) {
         let _ = writeln!(out, "# HELP {} {help}", f.name);
         let _ = writeln!(out, "# TYPE {} {ty}", f.name);
         for c in &f.children {
-            if let Some(t) = child_samples(f, c, out, &mut sc) {
+            if let Some(t) = child_samples(f, c, out, sc) {
                 line(out, &f.name, "_created", &sc.labels, t);
             }
         }
     }
-    out.push_str("# EOF\n");
 }
 
 /// The `_bucket` lines of one histogram child, `le` sorted among the labels (the

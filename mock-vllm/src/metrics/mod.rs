@@ -308,7 +308,7 @@ pub fn page(s: &Snapshot) -> (String, &'static str) {
 pub fn page_into(s: &Snapshot, out: &mut String) -> &'static str {
     out.clear();
     // The OpenMetrics page is the same registry as v0.11's, negotiated by `Accept`.
-    let mut fams = Vec::new();
+    let mut fams = Vec::with_capacity(64);
     if let Some(rt) = &s.runtime {
         runtime::families(s, rt, &mut fams);
     }
