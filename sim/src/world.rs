@@ -30,6 +30,7 @@ use crate::queue::Queue;
 use crate::sequential::Sequential;
 use crate::servers::Servers;
 use crate::sidecar_node::{Outgoing, SidecarNode, Tag};
+use crate::summary;
 use crate::vllm_node::VllmNode;
 
 /// A scripted change to the world (a scenario action), run at its time.
@@ -502,8 +503,11 @@ impl World {
         self.next_exchange += 1;
         let client = caller.node();
         let number = caller.number();
-        self.record(client, "send", || {
-            json!({ "x": id, "to": server.to_string(), "cmd": number, "request": request_summary(&request) })
+        self.record_typed(client, "send", || summary::Send {
+            x: id,
+            to: server,
+            cmd: number,
+            request: &request,
         });
         self.queue
             .push(self.now + timeout, Event::Timeout { exchange: id });
@@ -582,8 +586,10 @@ impl World {
             return;
         };
         let reply = node.serve(now, client, &request, &mut self.rng);
-        self.record(server, "serve", || {
-            json!({ "x": id, "from": client.to_string(), "reply": reply.as_ref().map(reply_summary) })
+        self.record_typed(server, "serve", || summary::Serve {
+            x: id,
+            from: client,
+            reply: reply.as_ref(),
         });
         self.after_server_step(server);
         let (extra, reply) = match reply {
@@ -641,11 +647,11 @@ impl World {
         };
         let now = self.now;
         let number = x.caller.number();
-        self.record(
-            x.caller.node(),
-            "outcome",
-            || json!({ "x": id, "cmd": number, "outcome": outcome_summary(&outcome) }),
-        );
+        self.record_typed(x.caller.node(), "outcome", || summary::Ended {
+            x: id,
+            cmd: number,
+            outcome: &outcome,
+        });
         match x.caller {
             Caller::Sidecar(i, tag) => {
                 if let Some(node) = self.sidecars.get_mut(i as usize) {
@@ -789,6 +795,21 @@ impl World {
         }
     }
 
+    /// [`World::record`] with a typed detail (see [`EventLog::record_serialize`]).
+    fn record_typed<D: serde::Serialize>(
+        &mut self,
+        node: NodeId,
+        kind: &str,
+        detail: impl FnOnce() -> D,
+    ) {
+        if self.log.writes() {
+            let name = node.to_string();
+            self.log.record_serialize(self.now, &name, kind, detail);
+        } else {
+            self.log.record_serialize(self.now, "", kind, detail);
+        }
+    }
+
     /// Log an event of `node` now; its name is only written out when the log writes
     /// lines (a counting log only counts).
     fn record(&mut self, node: NodeId, kind: &str, detail: impl FnOnce() -> serde_json::Value) {
@@ -814,32 +835,5 @@ impl World {
             slot.wake = Some(at);
             self.queue.push(at, Event::ServerWake(id));
         }
-    }
-}
-
-/// A request for the log: small, without page texts.
-fn request_summary(r: &Request) -> serde_json::Value {
-    match r {
-        Request::Heartbeat { body, .. } => json!({ "heartbeat": { "bytes": body.len() } }),
-        other => json!(other),
-    }
-}
-
-fn reply_summary(r: &Reply) -> serde_json::Value {
-    match r {
-        Reply::Gateway { status, body } => {
-            json!({ "gateway": { "status": status, "bytes": body.len() } })
-        }
-        Reply::Page { status, body, .. } => {
-            json!({ "page": { "status": status, "bytes": body.len() } })
-        }
-        other => json!(other),
-    }
-}
-
-fn outcome_summary(o: &Outcome) -> serde_json::Value {
-    match o {
-        Outcome::Reply(r) => reply_summary(r),
-        Outcome::Failed(f) => json!(format!("{f:?}")),
     }
 }
