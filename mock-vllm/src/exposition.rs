@@ -470,10 +470,15 @@ fn histogram_lines_in(
     bounds: &[f64],
     cumulative: &[f64],
 ) {
-    // `before` is `a="1",` per label sorting before `le`, `after` is `,z="2"` per one after.
+    // `before` is `<name>_bucket{` and `a="1",` per label sorting before `le`, then
+    // `le="`; `after` is `"`, `,z="2"` per label after `le`, then `} `: each bucket line
+    // is `before`, its bound, `after` and its count.
     let (before, after) = (&mut sc.before, &mut sc.after);
     before.clear();
     after.clear();
+    before.push_str(name);
+    before.push_str("_bucket{");
+    after.push('"');
     with_sorted(labels, |sorted| {
         for (k, v) in sorted {
             let after_le = *k > "le";
@@ -490,16 +495,13 @@ fn histogram_lines_in(
             }
         }
     });
+    before.push_str("le=\"");
+    after.push_str("} ");
     with_les(bounds, |les| {
         for (i, v) in cumulative.iter().enumerate() {
-            out.push_str(name);
-            out.push_str("_bucket{");
             out.push_str(before);
-            out.push_str("le=\"");
             out.push_str(les.get(i).map_or("+Inf", String::as_str));
-            out.push('"');
             out.push_str(after);
-            out.push_str("} ");
             push_go_float(out, *v);
             out.push('\n');
         }
