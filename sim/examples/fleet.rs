@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! cargo run --release -p sim --example fleet -- \
-//!     [INSTANCES] [SIM_SECONDS] [DIALECT] [PART] [RPS] [LOG] [FAULT_EVERY_S]
+//!     [INSTANCES] [SIM_SECONDS] [DIALECT] [PART] [RPS] [LOG] [FAULT_EVERY_S] [CHECKS]
 //! ```
 //!
 //! DIALECT is mock-vllm's (`compact`, `v0.10`, ...); PART is `fleet`, `page` or `both`
@@ -15,7 +15,8 @@
 //! dialect (a renderer that changes must keep it); RPS the completions per second on each
 //! vLLM (default 2); LOG is `count` (the default: events counted, no line built),
 //! `digest` (every line written as JSON and digested, as the determinism tests do) or
-//! `both`; FAULT_EVERY_S the simulated seconds between two faults (default 5, 0: none).
+//! `both`; FAULT_EVERY_S the simulated seconds between two faults (default 5, 0: none);
+//! CHECKS the instances whose invariants are checked per simulated second (default 250).
 //!
 //! The faults (seeded, drawn from the example's own generator so that the cluster's
 //! draws stay the world's): a vLLM's health down for 10 s, garbage lines in 3 pages, a
@@ -24,16 +25,17 @@
 //! the master restarting and re-listing etcd.
 //!
 //! The invariants, read from the cores (never through a link), each instance checked
-//! every `max(1, N/1000)` simulated seconds (a rotating slice, so that the checks cost
+//! every `max(1, N/CHECKS)` simulated seconds (a rotating slice, so that the checks cost
 //! about the same per simulated second at any fleet size):
 //! - one key: etcd holds at most one instance key for the instance's name, whatever its
 //!   type prefix (the whole listing, once a simulated minute);
 //! - single incarnation: when the master tracks the instance (not SUSPECT) and etcd holds
-//!   its key, the incarnations match, or have matched within the last 1.5 s (the watch's
-//!   way to the master), the scenarios' `incarnation_grace`;
+//!   its key, the incarnations match; a difference is a violation when two checks at
+//!   least 1.5 s apart (the scenarios' `incarnation_grace`, the watch's way to the
+//!   master) see the same one;
 //! - no stale heartbeat accepted: the master's count of accepted (200) heartbeats for the
-//!   instance does not grow while the master tracks an incarnation that etcd replaced
-//!   more than the grace ago.
+//!   instance does not grow between two checks while the master tracks an incarnation
+//!   that etcd had replaced more than the grace before the first of them.
 //!
 //! Checks are excused for 1.5 s + 3 s after a master restart, as the scenarios' verdicts
 //! excuse a master that was restarted.
@@ -67,6 +69,8 @@ struct Args {
     dialect: Dialect,
     rps: f64,
     fault_every: u64,
+    /// Instances checked per simulated second (at least each one every N/CHECKS s).
+    checks: u32,
 }
 
 fn main() {
@@ -80,6 +84,7 @@ fn main() {
             .unwrap_or(Dialect::Compact),
         rps: arg(4).and_then(|a| a.parse().ok()).unwrap_or(2.0),
         fault_every: arg(6).and_then(|a| a.parse().ok()).unwrap_or(5),
+        checks: arg(7).and_then(|a| a.parse().ok()).unwrap_or(250),
     };
     let part = arg(3).unwrap_or("both");
     let log = arg(5).unwrap_or("count");
@@ -107,7 +112,7 @@ fn fleet(a: &Args, log: EventLog) {
     let mut world = build(a, log);
     let built = started.elapsed();
     let mut faults = Faults::new(a);
-    let mut checker = Checker::new(a.n);
+    let mut checker = Checker::new(a.n, a.checks);
     let mut check_time = Duration::ZERO;
     for s in 1..=a.secs {
         let now = Duration::from_secs(s);
@@ -337,10 +342,12 @@ struct Seen {
     etcd: Option<(i64, String)>,
     /// Incarnations in etcd, in the order first seen, with when.
     incarnations: Vec<(String, Duration)>,
-    /// When etcd and the master last agreed (or the master did not track it).
-    agreed: Duration,
+    /// The (etcd, master) incarnations that differed, and the check that first saw it.
+    split: Option<(String, String, Duration)>,
     /// Accepted heartbeats at the last check.
     accepted: u64,
+    /// When the instance was last checked.
+    last_check: Duration,
 }
 
 /// The fleet invariants, each instance checked every `stride` simulated seconds.
@@ -354,18 +361,19 @@ struct Checker {
 }
 
 impl Checker {
-    fn new(n: u32) -> Checker {
+    fn new(n: u32, checks: u32) -> Checker {
         Checker {
             seen: (0..n)
                 .map(|i| Seen {
                     name: addr(i),
                     etcd: None,
                     incarnations: Vec::new(),
-                    agreed: Duration::ZERO,
+                    split: None,
                     accepted: 0,
+                    last_check: Duration::ZERO,
                 })
                 .collect(),
-            stride: (n / 1000).max(1),
+            stride: (n / checks.max(1)).max(1),
             tick: 0,
             checked: 0,
             violations: BTreeMap::new(),
@@ -444,36 +452,40 @@ impl Checker {
             .as_ref()
             .and_then(|v| v.heartbeats.get(&200).copied())
             .unwrap_or(0);
+        // Heartbeats accepted since the last check: all of them after `since`.
         let grew = accepted > seen.accepted;
+        let since = seen.last_check;
         seen.accepted = accepted;
+        seen.last_check = now;
         let tracked = view
             .as_ref()
             .filter(|v| v.state != InstanceState::Suspect)
             .map(|v| v.incarnation.clone());
-        let split = match (&seen.etcd, &tracked) {
-            (Some((_, e)), Some(m)) => e != m,
-            _ => false,
+        let split = match (&seen.etcd, tracked) {
+            (Some((_, e)), Some(m)) if *e != m && !excused => Some((e.clone(), m)),
+            _ => None,
         };
-        if !split || excused {
-            seen.agreed = now;
-        }
+        // A split seen at two checks at least the grace apart (the same split).
+        seen.split = match (split, seen.split.take()) {
+            (Some((e, m)), Some((e0, m0, t))) if e == e0 && m == m0 => Some((e, m, t)),
+            (Some((e, m)), _) => Some((e, m, now)),
+            (None, _) => None,
+        };
         let mut found = Vec::new();
-        if split && !excused && now > seen.agreed + GRACE {
-            found.push((
-                "single_incarnation",
-                format!(
-                    "{name}: etcd has {:?}, the master tracks {tracked:?} since {:?} (at {now:?})",
-                    seen.etcd.as_ref().map(|e| &e.1),
-                    seen.agreed
-                ),
-            ));
+        if let Some((e, m, t)) = &seen.split {
+            if now >= *t + GRACE {
+                found.push((
+                    "single_incarnation",
+                    format!("{name}: etcd has {e}, the master tracks {m}, since {t:?} (at {now:?})"),
+                ));
+            }
         }
         if let Some(m) = view.as_ref().map(|v| &v.incarnation) {
             let pos = seen.incarnations.iter().position(|(x, _)| x == m);
             let newer = pos.and_then(|p| seen.incarnations.get(p + 1));
             if let Some((newer, t)) = newer {
-                if grew && !excused && now > *t + GRACE {
-                    found.push(("no_stale_heartbeat_accepted", format!("{name}: heartbeats of {m} accepted at {now:?}, etcd replaced it by {newer} at {t:?}")));
+                if grew && !excused && since >= *t + GRACE {
+                    found.push(("no_stale_heartbeat_accepted", format!("{name}: heartbeats of {m} accepted between {since:?} and {now:?}, etcd replaced it by {newer} at {t:?}")));
                 }
             }
         }
