@@ -476,7 +476,9 @@ impl Checker {
             if now >= *t + GRACE {
                 found.push((
                     "single_incarnation",
-                    format!("{name}: etcd has {e}, the master tracks {m}, since {t:?} (at {now:?})"),
+                    format!(
+                        "{name}: etcd has {e}, the master tracks {m}, since {t:?} (at {now:?})"
+                    ),
                 ));
             }
         }

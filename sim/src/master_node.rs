@@ -55,7 +55,10 @@ impl MasterNode {
     /// Route one completion as mock-master does (its core's pick over the routable
     /// instances); answers the vLLM node it goes to (`None`: the master answers 503).
     pub fn pick(&mut self) -> Option<NodeId> {
-        let node = self.core.route().and_then(|name| self.routes.get(&name).copied());
+        let node = self
+            .core
+            .route()
+            .and_then(|name| self.routes.get(&name).copied());
         if let Some(n) = node {
             self.routed.push(n);
         }
