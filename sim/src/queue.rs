@@ -111,4 +111,62 @@ mod tests {
         assert_eq!(order, ["a", "b", "c", "d"]);
         assert!(q.is_empty());
     }
+
+    /// Against a sorted list, with pushes while draining: into the current bucket,
+    /// before it, and later.
+    #[test]
+    fn pops_in_time_then_sequence_order_with_pushes_between_pops() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let mut q = Queue::new();
+        let mut expected: Vec<(Duration, u64)> = Vec::new();
+        let mut seq = 0;
+        let mut push = |q: &mut Queue<u64>, at: Duration, expected: &mut Vec<_>| {
+            q.push(at, seq);
+            expected.push((at, seq));
+            seq += 1;
+        };
+        for _ in 0..500 {
+            let at = Duration::from_micros(rng.gen_range(0..20_000));
+            push(&mut q, at, &mut expected);
+        }
+        let mut popped = Vec::new();
+        let mut now = Duration::ZERO;
+        while let Some(at) = q.peek_time() {
+            let (t, s, e) = q.pop().unwrap();
+            assert_eq!((t, s), (at, e));
+            popped.push((t, s));
+            now = t;
+            if popped.len() < 2000 {
+                // Now, a little later (often the same bucket), and (rarely) earlier.
+                let at = match rng.gen_range(0..10) {
+                    0 => now,
+                    1 => now.saturating_sub(Duration::from_micros(300)),
+                    _ => now + Duration::from_micros(rng.gen_range(0..5_000)),
+                };
+                push(&mut q, at, &mut expected);
+            }
+        }
+        assert!(q.is_empty());
+        assert!(now > Duration::ZERO);
+        // Each pop is the least of what was queued at the time: with pushes into the
+        // past, that is not a sorted list overall, so compare pop by pop.
+        let mut queued: Vec<(Duration, u64)> = Vec::new();
+        let mut next = 0;
+        let mut pushed = expected.iter();
+        for _ in 0..500 {
+            queued.push(*pushed.next().unwrap());
+        }
+        for p in &popped {
+            queued.sort();
+            assert_eq!(queued.first(), Some(p));
+            queued.remove(0);
+            if next < 1999 {
+                if let Some(x) = pushed.next() {
+                    queued.push(*x);
+                }
+                next += 1;
+            }
+        }
+    }
 }
