@@ -332,19 +332,10 @@ impl EtcdClient {
 
     /// Every key starting with `prefix`, and the store revision of the listing.
     pub async fn range_prefix(&self, prefix: &[u8]) -> Result<RangeResult, EtcdError> {
-        let body = json!({
-            "key": B64.encode(prefix),
-            "range_end": B64.encode(prefix_range_end(prefix)),
-        });
-        let v = self.call("/v3/kv/range", &body).await?;
-        let revision = header_revision(&v);
-        let mut kvs = Vec::new();
-        if let Some(list) = v.get("kvs").and_then(Value::as_array) {
-            for kv in list {
-                kvs.push(decode_kv(kv)?);
-            }
-        }
-        Ok(RangeResult { revision, kvs })
+        let v = self
+            .call("/v3/kv/range", &range_prefix_request(prefix))
+            .await?;
+        parse_range(&v)
     }
 
     /// Put `value` at `key` (no lease). Answers the new revision.
@@ -370,14 +361,7 @@ impl EtcdClient {
         start_revision: i64,
         idle: Duration,
     ) -> Result<WatchStream, EtcdError> {
-        let body = json!({
-            "create_request": {
-                "key": B64.encode(prefix),
-                "range_end": B64.encode(prefix_range_end(prefix)),
-                "start_revision": start_revision.to_string(),
-                "prev_kv": true,
-            }
-        });
+        let body = watch_create_request(prefix, start_revision);
         let mut last = err("no endpoint answered");
         for ep in &self.endpoints {
             let url = format!("{ep}/v3/watch");
@@ -414,6 +398,39 @@ impl EtcdClient {
         }
         Err(last)
     }
+}
+
+/// The body of a range over every key starting with `prefix` (`/v3/kv/range`).
+pub fn range_prefix_request(prefix: &[u8]) -> Value {
+    json!({
+        "key": B64.encode(prefix),
+        "range_end": B64.encode(prefix_range_end(prefix)),
+    })
+}
+
+/// A range answer (a JSON object) as a listing: its keys and its revision.
+pub fn parse_range(v: &Value) -> Result<RangeResult, EtcdError> {
+    let revision = header_revision(v);
+    let mut kvs = Vec::new();
+    if let Some(list) = v.get("kvs").and_then(Value::as_array) {
+        for kv in list {
+            kvs.push(decode_kv(kv)?);
+        }
+    }
+    Ok(RangeResult { revision, kvs })
+}
+
+/// The body that opens a watch on every key starting with `prefix` from
+/// `start_revision`, with each key's previous value (`/v3/watch`).
+pub fn watch_create_request(prefix: &[u8], start_revision: i64) -> Value {
+    json!({
+        "create_request": {
+            "key": B64.encode(prefix),
+            "range_end": B64.encode(prefix_range_end(prefix)),
+            "start_revision": start_revision.to_string(),
+            "prev_kv": true,
+        }
+    })
 }
 
 /// An open watch: a stream of JSON messages on one long HTTP response.

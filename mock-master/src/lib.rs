@@ -91,6 +91,7 @@ pub mod server;
 pub mod state;
 pub mod views;
 pub mod watch;
+pub mod watch_plan;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

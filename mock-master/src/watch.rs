@@ -31,11 +31,7 @@ use crate::follow::Verdict;
 use crate::metrics::Metrics;
 use crate::probe::Prober;
 use crate::registry::{instance_name, Registry};
-
-/// How long a watch stream may stay silent before it is re-opened.
-const WATCH_IDLE: Duration = Duration::from_secs(120);
-const BACKOFF_START: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
+use crate::watch_plan::{Position, WatchPlan, RESTART, WATCH_IDLE};
 
 /// Orders for the watcher task.
 #[derive(Debug)]
@@ -63,24 +59,12 @@ pub struct Watcher {
     pub first_listing: Option<oneshot::Sender<()>>,
 }
 
-/// What the watcher does next.
-#[derive(Debug, Clone, Copy)]
-enum Position {
-    /// List first (`apply` false: only to learn the revision).
-    List { apply: bool },
-    /// Watch from the core's cursor.
-    Watch,
-}
-
 /// Where the watcher's loop stands between steps.
 struct Progress {
-    pos: Position,
+    /// The rules: list or watch, backoff, why the last stream ended.
+    plan: WatchPlan,
     /// Told once the next listing is over (the first one, a restart).
     pending_done: Option<oneshot::Sender<()>>,
-    backoff: Duration,
-    opened_before: bool,
-    /// Why the last stream ended (logged when the next one opens).
-    reason: String,
 }
 
 /// `Break`: shutdown, stop the task.
@@ -94,14 +78,11 @@ impl Watcher {
     /// Run until shutdown.
     pub async fn run(mut self) {
         let mut p = Progress {
-            pos: Position::List { apply: true },
+            plan: WatchPlan::new(),
             pending_done: self.first_listing.take(),
-            backoff: BACKOFF_START,
-            opened_before: false,
-            reason: String::from("start"),
         };
         while !self.shutdown.is_triggered() {
-            let flow = match p.pos {
+            let flow = match p.plan.position() {
                 Position::List { apply } => self.list_step(apply, &mut p).await,
                 Position::Watch if *self.paused.borrow_and_update() => {
                     self.wait_paused(&mut p).await
@@ -116,23 +97,19 @@ impl Watcher {
 
     /// Range the prefix; on failure back off and stay in `List`.
     async fn list_step(&mut self, apply: bool, p: &mut Progress) -> Flow {
-        match self.list(apply).await {
-            Ok(()) => {
-                p.pos = Position::Watch;
-                p.backoff = BACKOFF_START;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "etcd range failed");
-                self.events
-                    .emit("etcd_error", json!({"op": "range", "error": e.to_string()}));
-            }
+        let listed = self.list(apply).await;
+        if let Err(e) = &listed {
+            tracing::warn!(error = %e, "etcd range failed");
+            self.events
+                .emit("etcd_error", json!({"op": "range", "error": e.to_string()}));
         }
+        let wait = p.plan.listed(listed.is_ok());
         if let Some(done) = p.pending_done.take() {
             let _ = done.send(());
         }
-        match p.pos {
-            Position::List { .. } => self.sleep(&mut p.backoff).await,
-            Position::Watch => Flow::Continue(()),
+        match wait {
+            Some(d) => self.sleep(d).await,
+            None => Flow::Continue(()),
         }
     }
 
@@ -153,31 +130,29 @@ impl Watcher {
     /// back off before the next one unless it was interrupted on purpose.
     async fn watch_step(&mut self, p: &mut Progress) -> Flow {
         let from = self.registry.watch_from();
-        if p.opened_before {
+        if let Some(reason) = p.plan.opening() {
             self.metrics.watch_reconnect();
             self.events.emit(
                 "watch_reconnect",
-                json!({"from_revision": from, "reason": p.reason}),
+                json!({"from_revision": from, "reason": reason}),
             );
-            tracing::info!(from_revision = from, reason = %p.reason, "re-opening etcd watch");
+            tracing::info!(from_revision = from, %reason, "re-opening etcd watch");
         }
-        p.opened_before = true;
         let stream = match self.etcd.watch(&self.prefix(), from, WATCH_IDLE).await {
             Ok(s) => s,
             Err(e) => {
-                p.reason = format!("open failed: {e}");
-                return self.sleep(&mut p.backoff).await;
+                let wait = p.plan.open_failed(e.to_string());
+                return self.sleep(wait).await;
             }
         };
-        p.reason = match self.read(stream, p).await {
+        let reason = match self.read(stream, p).await {
             ControlFlow::Break(()) => return Flow::Break(()),
             ControlFlow::Continue(reason) => reason,
         };
-        let interrupted = p.reason == "paused" || p.reason == "master restart";
-        if !interrupted && matches!(p.pos, Position::Watch) {
-            return self.sleep(&mut p.backoff).await;
+        match p.plan.stream_ended(reason) {
+            Some(wait) => self.sleep(wait).await,
+            None => Flow::Continue(()),
         }
-        Flow::Continue(())
     }
 
     /// Read until the stream breaks or someone interrupts; answers why it stopped.
@@ -188,19 +163,18 @@ impl Watcher {
                 changed = self.paused.changed() => {
                     if changed.is_err() { return ControlFlow::Break(()); }
                     if *self.paused.borrow_and_update() {
-                        return ControlFlow::Continue("paused".to_string());
+                        return ControlFlow::Continue(crate::watch_plan::PAUSED.to_string());
                     }
                 }
                 cmd = self.commands.recv() => match cmd {
                     Some(c) => {
                         self.command(c, p);
-                        return ControlFlow::Continue("master restart".to_string());
+                        return ControlFlow::Continue(RESTART.to_string());
                     }
                     None => return ControlFlow::Break(()),
                 },
                 msg = stream.next() => match msg {
                     Ok(Some(resp)) => {
-                        p.backoff = BACKOFF_START;
                         if let Some(reason) = self.on_message(resp, &stream, p) {
                             return ControlFlow::Continue(reason);
                         }
@@ -221,13 +195,9 @@ impl Watcher {
     ) -> Option<String> {
         let (verdict, probes) = self.registry.on_watch_response(resp);
         self.spawn_probes(probes);
-        match verdict {
-            Verdict::Events(evs) => {
-                self.count(&evs);
-                None
-            }
+        match &verdict {
+            Verdict::Events(evs) => self.count(evs),
             Verdict::RevisionReset { seen, revision } => {
-                p.pos = Position::List { apply: true };
                 let detail = json!({"seen_revision": seen, "revision": revision});
                 tracing::warn!(
                     seen_revision = seen,
@@ -235,25 +205,22 @@ impl Watcher {
                     "etcd revision went back (data loss?); re-listing"
                 );
                 self.events.emit("etcd_revision_reset", detail);
-                Some(format!("revision reset from {seen} to {revision}"))
             }
-            Verdict::AuthRefused { reason } => {
+            Verdict::AuthRefused { .. } => {
                 self.etcd.invalidate_token(stream.token());
                 self.events
                     .emit("etcd_auth_refused", json!({"op": "watch"}));
-                Some(format!("canceled: {reason}"))
             }
             Verdict::Compacted {
                 from,
                 compact_revision,
             } => {
-                p.pos = Position::List { apply: true };
                 let detail = json!({"from_revision": from, "compact_revision": compact_revision});
                 self.events.emit("watch_compacted", detail);
-                Some(format!("compacted at {compact_revision}"))
             }
-            Verdict::Canceled { reason } => Some(format!("canceled: {reason}")),
+            Verdict::Canceled { .. } => {}
         }
+        p.plan.on_message(&verdict)
     }
 
     /// Carry out a command: the new position and who to tell when it is done.
@@ -262,16 +229,14 @@ impl Watcher {
             Command::Restart { relist, done } => {
                 self.registry.forget_all();
                 self.events.emit("restart", json!({"relist": relist}));
-                p.pos = Position::List { apply: relist };
+                p.plan.restart(relist);
                 p.pending_done = Some(done);
             }
         }
     }
 
-    /// Sleep one backoff step (doubling it); `Break` if shutdown came first.
-    async fn sleep(&self, backoff: &mut Duration) -> Flow {
-        let d = *backoff;
-        *backoff = (*backoff * 2).min(BACKOFF_MAX);
+    /// Sleep `d` (a backoff step); `Break` if shutdown came first.
+    async fn sleep(&self, d: Duration) -> Flow {
         tokio::select! {
             _ = self.shutdown.wait() => Flow::Break(()),
             _ = tokio::time::sleep(d) => Flow::Continue(()),

@@ -189,7 +189,7 @@ pub fn list() -> u8 {
         Ok(l) => {
             for s in l {
                 let etcd = format!("{:?}", s.scenario.topology.etcd).to_lowercase();
-                let sim = match crate::sim_cluster::unsupported(&s.scenario) {
+                let sim = match crate::simrun::unsupported(&s.scenario) {
                     None => "both".to_string(),
                     Some(why) => format!("real only ({why})"),
                 };
@@ -239,7 +239,8 @@ pub async fn up(args: UpArgs) -> u8 {
         sidecar_bin: args.sidecar_bin.clone(),
         sidecar_overrides: Vec::new(),
     };
-    let cluster = match Cluster::start(&sc, sc.seed, kind, opts, timeline).await {
+    let cluster = match Cluster::start(&sc.name, &sc.topology, sc.seed, kind, opts, timeline).await
+    {
         Ok(c) => c,
         Err(e) => {
             eprintln!("scenarios: {e}");

@@ -22,13 +22,11 @@ use mock_kit::Shutdown;
 use crate::etcd_view::Gateway;
 use crate::load::{LoadGen, Routed};
 use crate::observe::{Cumulative, InstanceObs, ObservedState, Sample};
-use crate::proxy::{LinkFault, Proxy};
+use crate::proxy::Proxy;
 use crate::real_etcd::RealEtcd;
 use crate::sidecar::SidecarProc;
-use crate::spec::{
-    self, Action, EtcdFault, EtcdNeed, Health, LinkKind, MasterFault, Scenario, VllmFault,
-};
 use crate::timeline::Timeline;
+use crate::topology::{self, EtcdNeed, Topology};
 
 /// Which etcd the runner was asked for (`--etcd`, `--etcd-cluster`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,7 +109,7 @@ impl EtcdKind {
     }
 }
 
-enum Etcd {
+pub(crate) enum Etcd {
     Fake(mock_etcd::MockEtcd),
     Real(tokio::sync::Mutex<RealEtcd>),
     External,
@@ -127,15 +125,15 @@ pub struct ClusterOptions {
     pub sidecar_overrides: Vec<(String, String)>,
 }
 
-struct Instance {
-    name: String,
-    register_addr: String,
-    key: String,
-    vllm: mock_vllm::MockVllm,
-    etcd_links: Vec<Proxy>,
-    master_link: Proxy,
-    vllm_link: Proxy,
-    sidecar: Option<SidecarProc>,
+pub(crate) struct Instance {
+    pub(crate) name: String,
+    pub(crate) register_addr: String,
+    pub(crate) key: String,
+    pub(crate) vllm: mock_vllm::MockVllm,
+    pub(crate) etcd_links: Vec<Proxy>,
+    pub(crate) master_link: Proxy,
+    pub(crate) vllm_link: Proxy,
+    pub(crate) sidecar: Option<SidecarProc>,
     token: Option<String>,
     counts: Cumulative,
 }
@@ -144,20 +142,20 @@ struct Instance {
 pub struct Cluster {
     pub timeline: Arc<Timeline>,
     pub kind: EtcdKind,
-    seed: u64,
-    sc: Scenario,
+    pub(crate) seed: u64,
+    topology: Topology,
     opts: ClusterOptions,
     namespace: String,
-    etcd: Etcd,
+    pub(crate) etcd: Etcd,
     etcd_urls: Vec<String>,
-    master: mock_master::MockMaster,
-    master_links: Vec<Proxy>,
-    instances: Vec<Instance>,
+    pub(crate) master: mock_master::MockMaster,
+    pub(crate) master_links: Vec<Proxy>,
+    pub(crate) instances: Vec<Instance>,
     gateway: Gateway,
     global_counts: Mutex<Cumulative>,
-    load: Mutex<Vec<LoadGen>>,
-    routed: Arc<Routed>,
-    stop: Shutdown,
+    pub(crate) load: Mutex<Vec<LoadGen>>,
+    pub(crate) routed: Arc<Routed>,
+    pub(crate) stop: Shutdown,
     /// The observer's last successful read of a real etcd.
     last_etcd: HashMap<String, String>,
 }
@@ -195,18 +193,18 @@ impl Cluster {
     /// Start everything the scenario's topology asks for. Sidecars start if the topology
     /// says so.
     pub async fn start(
-        sc: &Scenario,
+        name: &str,
+        topo: &Topology,
         seed: u64,
         kind: EtcdKind,
         opts: ClusterOptions,
         timeline: Arc<Timeline>,
     ) -> Result<Cluster, String> {
-        let topo = &sc.topology;
         // A unique namespace per run: runs sharing an external etcd never see each other.
         let namespace = format!(
             "{}-{}-{:x}",
             topo.namespace.trim_matches('/'),
-            sc.name,
+            name,
             seed ^ (timeline.t0_ms << 8) ^ u64::from(std::process::id())
         );
         let (etcd, targets): (Etcd, Vec<SocketAddr>) = match kind {
@@ -297,7 +295,7 @@ impl Cluster {
 
         let norm = normalize_namespace(&namespace);
         let mut instances = Vec::new();
-        for (i, name) in sc.instance_names().into_iter().enumerate() {
+        for (i, name) in topo.instance_names().into_iter().enumerate() {
             let o = topo.overrides.iter().find(|o| o.name == name);
             let mut vcfg = mock_vllm::Config {
                 seed: seed.wrapping_add(i as u64),
@@ -372,7 +370,7 @@ impl Cluster {
             timeline,
             kind,
             seed,
-            sc: sc.clone(),
+            topology: topo.clone(),
             opts,
             namespace,
             etcd,
@@ -389,7 +387,7 @@ impl Cluster {
         };
         let starts: Vec<usize> = (0..cluster.instances.len())
             .filter(|i| {
-                let n = spec::instance_name(*i);
+                let n = topology::instance_name(*i);
                 topo.overrides
                     .iter()
                     .find(|o| o.name == n)
@@ -406,7 +404,7 @@ impl Cluster {
         Ok(cluster)
     }
 
-    fn sidecar_bin(&self) -> Result<PathBuf, String> {
+    pub(crate) fn sidecar_bin(&self) -> Result<PathBuf, String> {
         match &self.opts.sidecar_bin {
             Some(p) => Ok(p.clone()),
             None => crate::sidecar::locate_binary(),
@@ -428,10 +426,10 @@ impl Cluster {
             instance_name: &inst.name,
             token: inst.token.as_deref(),
         };
-        crate::sidecar_flags::sidecar_flags(&self.sc.topology, &peers, &self.opts.sidecar_overrides)
+        crate::sidecar_flags::sidecar_flags(&self.topology, &peers, &self.opts.sidecar_overrides)
     }
 
-    fn start_sidecar(
+    pub(crate) fn start_sidecar(
         &mut self,
         i: usize,
         bin: &std::path::Path,
@@ -591,284 +589,32 @@ impl Cluster {
         }
     }
 
-    /// Do one action. Answers a detail worth recording (e.g. which etcd member died).
-    pub async fn apply(&mut self, action: &Action) -> Result<Option<String>, String> {
-        let targets = |t: &str| -> Vec<usize> {
-            if t == "all" {
-                (0..self.instances.len()).collect()
-            } else {
-                self.instances
-                    .iter()
-                    .position(|x| x.name == t)
-                    .into_iter()
-                    .collect()
-            }
-        };
-        match action {
-            Action::SidecarStart { instance, token } => {
-                let bin = self.sidecar_bin()?;
-                for i in targets(instance) {
-                    self.start_sidecar(i, &bin, token.clone())?;
-                }
-            }
-            // Signals only: the timeline (awaits on exit and on the key) observes the rest.
-            Action::SidecarStop(t) => {
-                for i in targets(t) {
-                    if let Some(p) = self.instances.get(i).and_then(|x| x.sidecar.as_ref()) {
-                        p.terminate();
-                    }
-                }
-            }
-            Action::SidecarKill(t) => {
-                for i in targets(t) {
-                    if let Some(p) = self.instances.get(i).and_then(|x| x.sidecar.as_ref()) {
-                        p.kill_now();
-                    }
-                }
-            }
-            Action::VllmHealth { instance, health } => {
-                for i in targets(instance) {
-                    if let Some(x) = self.instances.get(i) {
-                        x.vllm.set_health(match health {
-                            Health::Up => mock_vllm::Health::Up,
-                            Health::Down => mock_vllm::Health::Down,
-                            Health::Hang => mock_vllm::Health::Hang,
-                        });
-                    }
-                }
-            }
-            Action::VllmFault {
-                instance,
-                fault,
-                count,
-                duration,
-            } => {
-                for i in targets(instance) {
-                    if let Some(x) = self.instances.get(i) {
-                        x.vllm
-                            .faults()
-                            .add(vllm_fault(fault), *count, duration.map(|d| d.0));
-                    }
-                }
-            }
-            Action::VllmClearFaults(t) => {
-                for i in targets(t) {
-                    if let Some(x) = self.instances.get(i) {
-                        x.vllm.faults().clear();
-                    }
-                }
-            }
-            Action::VllmCrash(t) => {
-                for i in targets(t) {
-                    if let Some(x) = self.instances.get(i) {
-                        x.vllm.crash().await;
-                    }
-                }
-            }
-            Action::VllmRestart(t) => {
-                for i in targets(t) {
-                    if let Some(x) = self.instances.get(i) {
-                        x.vllm.restart().await.map_err(io("restarting vLLM"))?;
-                    }
-                }
-            }
-            Action::VllmCounterReset(t) => {
-                for i in targets(t) {
-                    if let Some(x) = self.instances.get(i) {
-                        x.vllm.counter_reset();
-                    }
-                }
-            }
-            Action::EtcdFault {
-                fault,
-                count,
-                duration,
-            } => {
-                self.fake_etcd()?
-                    .faults()
-                    .add(etcd_fault(fault), *count, duration.map(|d| d.0));
-            }
-            Action::EtcdClearFaults(_) => {
-                let e = self.fake_etcd()?;
-                e.faults().clear();
-                e.release_hung();
-            }
-            Action::EtcdReleaseHung(_) => self.fake_etcd()?.release_hung(),
-            Action::EtcdExpireLease(t) => {
-                let e = self.fake_etcd()?;
-                if t == "all" {
-                    e.expire_all_leases();
-                } else {
-                    let mut expired = Vec::new();
-                    for i in targets(t) {
-                        if let Some(x) = self.instances.get(i) {
-                            match e.get(&x.key) {
-                                Some((_, lease)) if lease != 0 => {
-                                    expired.push(e.expire_lease(lease))
-                                }
-                                _ => {
-                                    return Err(format!(
-                                        "{} has no key with a lease to expire",
-                                        x.name
-                                    ))
-                                }
-                            }
-                        }
-                    }
-                    return Ok(Some(format!("expired {expired:?}")));
-                }
-            }
-            Action::EtcdLoseData { reset_revision } => self.fake_etcd()?.lose_data(*reset_revision),
-            Action::EtcdKill(which) => {
-                let Etcd::Real(r) = &self.etcd else {
-                    return Err("etcd_kill needs real etcd".into());
-                };
-                let i = r
-                    .lock()
-                    .await
-                    .kill(which)
-                    .await
-                    .map_err(io("killing etcd member"))?;
-                return Ok(Some(i.to_string()));
-            }
-            Action::EtcdRestart(which) => {
-                let Etcd::Real(r) = &self.etcd else {
-                    return Err("etcd_restart needs real etcd".into());
-                };
-                let i = r
-                    .lock()
-                    .await
-                    .restart(which)
-                    .await
-                    .map_err(io("restarting etcd member"))?;
-                return Ok(Some(i.to_string()));
-            }
-            Action::MasterRestart { relist } => self.master.restart_with(*relist).await,
-            Action::MasterToken(tok) => self
-                .master
-                .set_token(Some(tok.clone()).filter(|t| !t.is_empty())),
-            Action::MasterFault {
-                fault,
-                count,
-                duration,
-            } => {
-                let f = match fault {
-                    MasterFault::HeartbeatStatus { status } => {
-                        mock_master::Fault::HeartbeatStatus { status: *status }
-                    }
-                    MasterFault::Latency { ms } => mock_master::Fault::Latency { ms: *ms },
-                };
-                self.master.faults().add(f, *count, duration.map(|d| d.0));
-            }
-            Action::MasterClearFaults(_) => self.master.faults().clear(),
-            Action::Link {
-                link,
-                instance,
-                endpoint,
-                fault,
-                duration,
-            } => {
-                let mut links: Vec<&Proxy> = Vec::new();
-                if *link == LinkKind::MasterEtcd {
-                    links.extend(
-                        self.master_links
-                            .iter()
-                            .enumerate()
-                            .filter(|(k, _)| endpoint.is_none_or(|e| e == *k))
-                            .map(|(_, p)| p),
-                    );
-                } else {
-                    for i in targets(instance) {
-                        let Some(x) = self.instances.get(i) else {
-                            continue;
-                        };
-                        match link {
-                            LinkKind::SidecarEtcd => links.extend(
-                                x.etcd_links
-                                    .iter()
-                                    .enumerate()
-                                    .filter(|(k, _)| endpoint.is_none_or(|e| e == *k))
-                                    .map(|(_, p)| p),
-                            ),
-                            LinkKind::SidecarMaster => links.push(&x.master_link),
-                            LinkKind::SidecarVllm => links.push(&x.vllm_link),
-                            LinkKind::MasterEtcd => {}
-                        }
-                    }
-                }
-                for p in &links {
-                    p.set(fault.clone()).await.map_err(io("link"))?;
-                }
-                if let (Some(d), false) = (duration, *fault == LinkFault::Heal) {
-                    // Heal after the duration, unless something else replaced the fault.
-                    let owned: Vec<(crate::proxy::LinkHandle, LinkFault)> =
-                        links.iter().map(|p| (p.handle(), fault.clone())).collect();
-                    let d = d.0;
-                    let stop = self.stop.clone();
-                    tokio::spawn(async move {
-                        tokio::select! {
-                            _ = stop.wait() => {}
-                            _ = tokio::time::sleep(d) => {
-                                for (h, f) in owned {
-                                    h.heal_if(&f).await;
-                                }
-                            }
-                        }
-                    });
-                }
-            }
-            Action::Load {
-                instance,
-                rps,
-                duration,
-                max_tokens,
-            } => {
-                let (url, route) = match instance {
-                    Some(t) => {
-                        let i = targets(t).into_iter().next().ok_or("no such instance")?;
-                        (
-                            self.instances
-                                .get(i)
-                                .map(|x| x.vllm.url())
-                                .unwrap_or_default(),
-                            false,
-                        )
-                    }
-                    None => (self.master.url(), true),
-                };
-                let names: Vec<String> = self
-                    .instances
-                    .iter()
-                    .map(|x| x.register_addr.clone())
-                    .collect();
-                let gen = LoadGen::start(
-                    url,
-                    route.then(|| (names, self.routed.clone())),
-                    *rps,
-                    duration.0,
-                    *max_tokens,
-                    self.seed ^ self.timeline.now(),
-                    self.timeline.source("load"),
-                );
-                match self.load.lock() {
-                    Ok(mut g) => g.push(gen),
-                    Err(p) => p.into_inner().push(gen),
-                }
-            }
-            Action::LoadOff(_) => {
-                let gens = match self.load.lock() {
-                    Ok(mut g) => std::mem::take(&mut *g),
-                    Err(p) => std::mem::take(&mut *p.into_inner()),
-                };
-                for g in gens {
-                    g.stop();
-                }
-            }
+    /// Indices of the instances a target names: one, or every one for `all`.
+    pub(crate) fn targets(&self, t: &str) -> Vec<usize> {
+        if t == "all" {
+            (0..self.instances.len()).collect()
+        } else {
+            self.instances
+                .iter()
+                .position(|x| x.name == t)
+                .into_iter()
+                .collect()
         }
-        Ok(None)
     }
 
-    fn fake_etcd(&self) -> Result<&mock_etcd::MockEtcd, String> {
+    /// Stop every load generator.
+    pub(crate) fn stop_loads(&self) {
+        let gens = match self.load.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        for g in gens {
+            g.stop();
+        }
+    }
+
+    /// The fake etcd, for the actions that need its fault API.
+    pub(crate) fn fake_etcd(&self) -> Result<&mock_etcd::MockEtcd, String> {
         match &self.etcd {
             Etcd::Fake(e) => Ok(e),
             _ => Err("this action needs the fake etcd".into()),
@@ -879,13 +625,7 @@ impl Cluster {
     /// stopped, proxies closed, real etcd killed.
     pub async fn shutdown(mut self) {
         self.stop.trigger();
-        let gens = match self.load.lock() {
-            Ok(mut g) => std::mem::take(&mut *g),
-            Err(p) => std::mem::take(&mut *p.into_inner()),
-        };
-        for g in gens {
-            g.stop();
-        }
+        self.stop_loads();
         for inst in &self.instances {
             if let Some(p) = inst.sidecar.as_ref() {
                 p.kill_now();
@@ -931,59 +671,12 @@ pub fn incarnation_of(value: &str) -> String {
         })
 }
 
-pub fn vllm_dialect(d: spec::Dialect) -> mock_vllm::Dialect {
+pub fn vllm_dialect(d: topology::Dialect) -> mock_vllm::Dialect {
     match d {
-        spec::Dialect::V0 => mock_vllm::Dialect::V0,
-        spec::Dialect::V0_10 => mock_vllm::Dialect::V0_10,
-        spec::Dialect::V0_11 => mock_vllm::Dialect::V0_11,
-        spec::Dialect::OpenMetrics => mock_vllm::Dialect::OpenMetrics,
-        spec::Dialect::Compact => mock_vllm::Dialect::Compact,
-    }
-}
-
-pub fn vllm_fault(f: &VllmFault) -> mock_vllm::Fault {
-    use mock_vllm::Fault as F;
-    match *f {
-        VllmFault::MetricsStatus { status } => F::MetricsStatus { status },
-        VllmFault::MetricsHang => F::MetricsHang,
-        VllmFault::MetricsSlow { bytes_per_sec } => F::MetricsSlow { bytes_per_sec },
-        VllmFault::MetricsTruncate { at_bytes } => F::MetricsTruncate {
-            at_bytes: at_bytes as usize,
-            abort: false,
-        },
-        VllmFault::MetricsGarbage { lines } => F::MetricsGarbage {
-            lines: lines as usize,
-        },
-        VllmFault::MetricsNonfinite => F::MetricsNonfinite,
-        VllmFault::MetricsHuge { bytes } => F::MetricsHuge {
-            bytes: bytes as usize,
-        },
-        VllmFault::MetricsStale => F::MetricsStale,
-        VllmFault::CompletionFail { fraction, status } => F::CompletionFail { fraction, status },
-        VllmFault::CompletionHang => F::CompletionHang,
-        VllmFault::CompletionDrop { after_tokens } => F::CompletionDrop { after_tokens },
-    }
-}
-
-pub fn etcd_fault(f: &EtcdFault) -> mock_etcd::Fault {
-    match f {
-        EtcdFault::Fail {
-            path,
-            status,
-            grpc_code,
-            message,
-        } => mock_etcd::Fault::Fail {
-            path: path.clone(),
-            status: *status,
-            grpc_code: grpc_code.unwrap_or(14),
-            message: message
-                .clone()
-                .unwrap_or_else(|| "etcdserver: request timed out".into()),
-        },
-        EtcdFault::Latency { path, ms } => mock_etcd::Fault::Latency {
-            path: path.clone(),
-            ms: *ms,
-        },
-        EtcdFault::Hang { path } => mock_etcd::Fault::Hang { path: path.clone() },
+        topology::Dialect::V0 => mock_vllm::Dialect::V0,
+        topology::Dialect::V0_10 => mock_vllm::Dialect::V0_10,
+        topology::Dialect::V0_11 => mock_vllm::Dialect::V0_11,
+        topology::Dialect::OpenMetrics => mock_vllm::Dialect::OpenMetrics,
+        topology::Dialect::Compact => mock_vllm::Dialect::Compact,
     }
 }

@@ -7,11 +7,18 @@
 //! # Layout
 //!
 //! - [`spec`]: the TOML scenario language and its strict validation:
-//!   `Scenario::parse(file, text)`.
+//!   `Scenario::parse(file, text)`; below it [`topology`] (the cluster a scenario runs
+//!   on, instance names) and [`dur`] (durations as written).
+//! - [`actions`]: what a step does, one module per family (sidecar, vllm, etcd, master,
+//!   link, load): how each is written, checked, described, done in real mode
+//!   (`action.apply_real(&mut cluster)`) and in virtual time (`action.apply_sim(&mut
+//!   sim_cluster)`), and which fault episodes it opens.
 //! - [`library`]: the built-in scenarios (`library/*.toml`, embedded) and file loading:
 //!   `library::load(args)`.
 //! - [`cluster`]: fake or real etcd, the fake master, N × (fake vLLM + `vllm-sidecar`
-//!   process), every link through a proxy: `Cluster::start`, `apply(action)`, `observe()`.
+//!   process), every link through a proxy: `Cluster::start`, `observe()`, `shutdown()`.
+//! - [`sim_cluster`]: the same topology in the `sim` crate's virtual-time world;
+//!   [`simrun`] runs a scenario on it (`scenarios run --sim`).
 //! - [`proxy`]: the TCP fault proxy on every link: `Proxy::start(name, target, seed, events)`.
 //! - [`sidecar`]: the real sidecar binary as a child process: `SidecarProc::spawn`.
 //! - [`real_etcd`]: the Debian `etcd` on loopback, 1 or 3 members: `RealEtcd::start(n, events)`.
@@ -19,13 +26,18 @@
 //! - [`load`]: the open-loop load generator: `LoadGen::start`.
 //! - [`timeline`]: the one merged event timeline of a run (an `EventSink`): `Timeline::new`.
 //! - [`observe`]: what one sample of the cluster holds (`Sample`, `InstanceObs`).
-//! - [`verdict`]: awaits, invariants, fault episodes and time to recover.
+//! - [`episode`]: fault episodes, the intervals in which a fault excuses what an
+//!   invariant would otherwise flag; each action family writes its own.
+//! - [`verdict`]: awaits, invariants and time to recover.
 //! - [`run`]: one scenario end to end, and many in parallel: `run::run_scenario`, `run::run_many`.
 //! - [`report`]: the report directory (verdicts, events.jsonl, timeline.html) and JUnit.
 //! - [`cli`]: the `run`, `list` and `up` commands behind the thin `main.rs`.
 
+pub mod actions;
 pub mod cli;
 pub mod cluster;
+pub mod dur;
+pub mod episode;
 pub mod etcd_view;
 pub mod library;
 pub mod load;
@@ -36,9 +48,9 @@ pub mod report;
 pub mod run;
 pub mod sidecar;
 pub mod sidecar_flags;
-pub mod sim_actions;
 pub mod sim_cluster;
 pub mod simrun;
 pub mod spec;
 pub mod timeline;
+pub mod topology;
 pub mod verdict;

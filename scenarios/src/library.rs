@@ -22,12 +22,20 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../library/etcd-data-loss.toml"),
     ),
     (
+        "etcd-data-loss-revision-reused.toml",
+        include_str!("../library/etcd-data-loss-revision-reused.toml"),
+    ),
+    (
         "etcd-failover.toml",
         include_str!("../library/etcd-failover.toml"),
     ),
     (
         "etcd-lease-lost.toml",
         include_str!("../library/etcd-lease-lost.toml"),
+    ),
+    (
+        "etcd-partition-registration-backoff.toml",
+        include_str!("../library/etcd-partition-registration-backoff.toml"),
     ),
     (
         "load-routing.toml",

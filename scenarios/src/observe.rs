@@ -6,9 +6,20 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::spec::MasterState;
+/// A state of an instance as the master sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MasterState {
+    Active,
+    LeaseLost,
+    Suspect,
+    /// Not known to the master at all.
+    Absent,
+    /// Active or LeaseLost: the master would route to it.
+    Routable,
+}
 
 /// One instance at one moment.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

@@ -104,22 +104,23 @@ pub async fn run_scenario(
         sidecar_bin: opts.sidecar_bin.clone(),
         sidecar_overrides: opts.sidecar_overrides.clone(),
     };
-    let cluster = match Cluster::start(sc, seed, kind, copts, timeline.clone()).await {
-        Ok(c) => c,
-        Err(e) => {
-            outcome.status = "failed".into();
-            outcome.verdicts.push(Verdict {
-                kind: "setup".into(),
-                name: "start the cluster".into(),
-                passed: false,
-                t_ms: None,
-                first_violation_ms: None,
-                detail: e,
-            });
-            outcome.wall_ms = started.elapsed().as_millis() as u64;
-            return outcome;
-        }
-    };
+    let cluster =
+        match Cluster::start(&sc.name, &sc.topology, seed, kind, copts, timeline.clone()).await {
+            Ok(c) => c,
+            Err(e) => {
+                outcome.status = "failed".into();
+                outcome.verdicts.push(Verdict {
+                    kind: "setup".into(),
+                    name: "start the cluster".into(),
+                    passed: false,
+                    t_ms: None,
+                    first_violation_ms: None,
+                    detail: e,
+                });
+                outcome.wall_ms = started.elapsed().as_millis() as u64;
+                return outcome;
+            }
+        };
     let addrs = cluster.addrs();
     let cluster = Arc::new(tokio::sync::Mutex::new(cluster));
     let samples: Arc<Mutex<Vec<Sample>>> = Arc::new(Mutex::new(Vec::new()));
@@ -196,7 +197,7 @@ pub async fn run_scenario(
                 "action",
                 serde_json::json!({"step": i + 1, "label": label, "action": action}),
             );
-            let r = cluster.lock().await.apply(action).await;
+            let r = action.apply_real(&mut *cluster.lock().await).await;
             let (error, detail) = match r {
                 Ok(d) => (None, d),
                 Err(e) => (Some(e), None),
@@ -365,7 +366,7 @@ pub(crate) fn step_label(step: &crate::spec::Step) -> String {
         return format!("await {}", verdict::describe(c));
     }
     match &step.action {
-        Some(a) => crate::spec::describe_action(a),
+        Some(a) => a.describe(),
         None => "step".into(),
     }
 }

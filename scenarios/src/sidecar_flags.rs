@@ -2,7 +2,8 @@
 //! in the simulation is configured by the very flags the real process gets (parsed by
 //! the sidecar's own flag parser, `Config::from_flags`).
 
-use crate::spec::Topology;
+use crate::dur::Dur;
+use crate::topology::Topology;
 
 /// Where one sidecar's peers are (URLs the real mode's proxies listen on, or the
 /// simulator's node names) and who it is.
@@ -26,7 +27,7 @@ pub fn sidecar_flags(
     peers: &Peers<'_>,
     overrides: &[(String, String)],
 ) -> Vec<String> {
-    let secs = |d: crate::spec::Dur| d.secs_f64().to_string();
+    let secs = |d: Dur| d.secs_f64().to_string();
     let mut flags: Vec<(String, String)> = vec![
         ("--etcd-endpoints".into(), peers.etcd.clone()),
         ("--etcd-namespace".into(), peers.namespace.to_string()),

@@ -26,8 +26,8 @@ use sim::{EventLog, NodeId, World};
 use crate::cluster::{incarnation_of, normalize_namespace, vllm_dialect};
 use crate::observe::{Cumulative, InstanceObs, ObservedState, Sample};
 use crate::sidecar_flags::{sidecar_flags, Peers};
-use crate::spec::{self, Scenario};
 use crate::timeline::Timeline;
+use crate::topology::{self, EtcdNeed, Topology};
 
 /// One instance: its names, its sidecar's settings and what the observer keeps.
 pub(crate) struct SimInstance {
@@ -49,7 +49,7 @@ pub(crate) struct SimInstance {
 pub struct SimCluster {
     pub(crate) world: World,
     pub(crate) timeline: Arc<Timeline>,
-    pub(crate) sc: Scenario,
+    pub(crate) topology: Topology,
     pub(crate) namespace: String,
     pub(crate) overrides: Vec<(String, String)>,
     pub(crate) instances: Vec<SimInstance>,
@@ -58,24 +58,19 @@ pub struct SimCluster {
     pub(crate) routed: Vec<usize>,
 }
 
-/// Why a scenario cannot run in virtual time, if it cannot.
-pub fn unsupported(sc: &Scenario) -> Option<String> {
-    let topo = &sc.topology;
-    if matches!(topo.etcd, spec::EtcdNeed::Real | spec::EtcdNeed::Cluster3) {
+/// Why a topology cannot run in virtual time, if it cannot.
+pub fn unsupported(topo: &Topology) -> Option<String> {
+    if matches!(topo.etcd, EtcdNeed::Real | EtcdNeed::Cluster3) {
         return Some("needs a real etcd (processes), which the simulation does not run".into());
     }
     if topo.etcd_user.is_some() {
         return Some("etcd auth is not simulated yet".into());
     }
     if topo.etcd_endpoints > 1 {
-        return Some("several etcd endpoints are not simulated yet (one etcd node)".into());
-    }
-    for step in &sc.steps {
-        if let Some(a) = &step.action {
-            if let Some(why) = crate::sim_actions::unsupported(a) {
-                return Some(why);
-            }
-        }
+        return Some(
+            "several etcd endpoints are not simulated yet (the client's endpoint failover runs in its async shell)"
+                .into(),
+        );
     }
     None
 }
@@ -83,13 +78,13 @@ pub fn unsupported(sc: &Scenario) -> Option<String> {
 impl SimCluster {
     /// Build the topology at virtual time zero; sidecars start if the topology says so.
     pub fn start(
-        sc: &Scenario,
+        name: &str,
+        topo: &Topology,
         seed: u64,
         overrides: &[(String, String)],
         timeline: Arc<Timeline>,
     ) -> Result<SimCluster, String> {
-        let topo = &sc.topology;
-        let namespace = format!("{}-{}", topo.namespace.trim_matches('/'), sc.name);
+        let namespace = format!("{}-{}", topo.namespace.trim_matches('/'), name);
         let mut world = World::new(seed, EventLog::recording());
         let etcd_cfg = mock_etcd::Config {
             min_lease_ttl: 1,
@@ -104,12 +99,14 @@ impl SimCluster {
             lease_lost_timeout: m.lease_lost_timeout.0,
             suspect_window: m.suspect_window.0,
             publish_interval: m.publish_interval.0,
+            // As real mode's master (cluster.rs).
+            etcd_timeout: Duration::from_secs(2),
             ..Default::default()
         };
         let mut master = MasterNode::new(master_cfg, Duration::ZERO);
         let norm = normalize_namespace(&namespace);
         let mut instances = Vec::new();
-        for (i, name) in sc.instance_names().into_iter().enumerate() {
+        for (i, name) in topo.instance_names().into_iter().enumerate() {
             let register_addr = sim_addr(i);
             master.route(&register_addr, NodeId::Vllm(node_index(i)));
             let o = topo.overrides.iter().find(|o| o.name == name);
@@ -128,11 +125,10 @@ impl SimCluster {
             });
         }
         world.add_server(NodeId::Master, Box::new(master));
-        world.open_master_watch()?;
         let mut cluster = SimCluster {
             world,
             timeline,
-            sc: sc.clone(),
+            topology: topo.clone(),
             namespace,
             overrides: overrides.to_vec(),
             instances,
@@ -147,7 +143,7 @@ impl SimCluster {
             let placeholder = Config::from_flags(["--register-addr", "10.0.0.0:8000"])
                 .map_err(|e| e.to_string())?;
             cluster.world.add_stopped_sidecar(&placeholder);
-            if o_start(&cluster.sc, i) {
+            if o_start(&cluster.topology, i) {
                 cluster.spawn_sidecar(i);
             }
         }
@@ -156,8 +152,8 @@ impl SimCluster {
     }
 
     fn vllm_config(&self, i: usize, seed: u64) -> mock_vllm::Config {
-        let topo = &self.sc.topology;
-        let name = spec::instance_name(i);
+        let topo = &self.topology;
+        let name = topology::instance_name(i);
         let o = topo.overrides.iter().find(|o| o.name == name);
         let mut cfg = mock_vllm::Config {
             seed: seed.wrapping_add(i as u64),
@@ -193,8 +189,40 @@ impl SimCluster {
             instance_name: &inst.name,
             token: inst.token.as_deref(),
         };
-        let flags = sidecar_flags(&self.sc.topology, &peers, &self.overrides);
+        let flags = sidecar_flags(&self.topology, &peers, &self.overrides);
         Config::from_flags(flags).map_err(|e| format!("sidecar flags of {}: {e}", inst.name))
+    }
+
+    /// Indices of the instances a target names: one, or every one for `all`.
+    pub(crate) fn targets(&self, t: &str) -> Vec<usize> {
+        if t == "all" {
+            (0..self.instances.len()).collect()
+        } else {
+            self.instances
+                .iter()
+                .position(|x| x.name == t)
+                .into_iter()
+                .collect()
+        }
+    }
+
+    /// Instance `i`'s vLLM node.
+    pub(crate) fn vllm(&mut self, i: usize) -> Result<&mut VllmNode, String> {
+        self.world
+            .server_as_mut::<VllmNode>(NodeId::Vllm(node_index(i)))
+            .ok_or_else(|| format!("no vLLM node for instance {i}"))
+    }
+
+    pub(crate) fn etcd(&mut self) -> Result<&mut EtcdNode, String> {
+        self.world
+            .server_as_mut::<EtcdNode>(NodeId::Etcd)
+            .ok_or_else(|| "no etcd node".to_string())
+    }
+
+    pub(crate) fn master(&mut self) -> Result<&mut MasterNode, String> {
+        self.world
+            .server_as_mut::<MasterNode>(NodeId::Master)
+            .ok_or_else(|| "no master node".to_string())
     }
 
     /// Start instance `i`'s sidecar process now with its current flags; flags its
@@ -419,12 +447,11 @@ pub(crate) fn node_index(i: usize) -> u32 {
 }
 
 /// Whether instance `i`'s sidecar starts at t = 0.
-fn o_start(sc: &Scenario, i: usize) -> bool {
-    let n = spec::instance_name(i);
-    sc.topology
-        .overrides
+fn o_start(topo: &Topology, i: usize) -> bool {
+    let n = topology::instance_name(i);
+    topo.overrides
         .iter()
         .find(|o| o.name == n)
         .and_then(|o| o.start_sidecar)
-        .unwrap_or(sc.topology.start_sidecars)
+        .unwrap_or(topo.start_sidecars)
 }

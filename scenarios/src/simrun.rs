@@ -66,6 +66,17 @@ impl Clock {
     }
 }
 
+/// Why a scenario cannot run in virtual time, if it cannot: its topology, or the first
+/// action the simulation cannot do.
+pub fn unsupported(sc: &Scenario) -> Option<String> {
+    sim_cluster::unsupported(&sc.topology).or_else(|| {
+        sc.steps
+            .iter()
+            .filter_map(|s| s.action.as_ref())
+            .find_map(crate::actions::Action::sim_unsupported)
+    })
+}
+
 /// Run one scenario in virtual time to its verdicts.
 pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome {
     let started = Instant::now();
@@ -86,13 +97,19 @@ pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome
         samples: Vec::new(),
         episodes: Vec::new(),
     };
-    if let Some(why) = sim_cluster::unsupported(sc) {
+    if let Some(why) = unsupported(sc) {
         outcome.status = "skipped".into();
         outcome.skip_reason = Some(why);
         return outcome;
     }
     let timeline = Timeline::virtual_time();
-    let cluster = match SimCluster::start(sc, seed, &opts.sidecar_overrides, timeline.clone()) {
+    let cluster = match SimCluster::start(
+        &sc.name,
+        &sc.topology,
+        seed,
+        &opts.sidecar_overrides,
+        timeline.clone(),
+    ) {
         Ok(c) => c,
         Err(e) => {
             outcome.status = "failed".into();
@@ -187,7 +204,7 @@ fn play(
                 serde_json::json!({"step": i + 1, "label": label, "action": action}),
             );
             let sidecar_states = phases(&clock.cluster, action);
-            let (error, detail) = match clock.cluster.apply(action) {
+            let (error, detail) = match action.apply_sim(&mut clock.cluster) {
                 Ok(d) => (None, d),
                 Err(e) => (Some(e), None),
             };
@@ -281,10 +298,10 @@ fn wait_and_hold(
 /// The sidecar phase of each instance an action targets (all for cluster-wide ones).
 fn phases(
     cluster: &SimCluster,
-    action: &crate::spec::Action,
+    action: &crate::actions::Action,
 ) -> std::collections::BTreeMap<String, String> {
-    let names = cluster.sc.instance_names();
-    let target = crate::spec::action_instance(action);
+    let names = cluster.topology.instance_names();
+    let target = action.instance();
     names
         .iter()
         .enumerate()

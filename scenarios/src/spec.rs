@@ -3,16 +3,21 @@
 //! Strict on purpose: a misspelled field or an unknown action would otherwise silently
 //! make a scenario test nothing. Every struct denies unknown fields; every enum is
 //! externally tagged so serde names the allowed variants; [`Scenario::parse`] then checks
-//! what serde cannot (instance names exist, awaits have deadlines, the etcd kind supports
-//! the actions used) and names the file and line of the offending step. Nothing starts
-//! until a file passes.
+//! what serde cannot (instance names exist, awaits have deadlines; each action's family
+//! checks its own, e.g. that the etcd kind supports it) and names the file and line of
+//! the offending step. Nothing starts until a file passes.
 
 use std::fmt;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
-use crate::proxy::LinkFault;
+pub use crate::actions::Action;
+pub use crate::dur::{parse_duration, Dur};
+pub use crate::observe::MasterState;
+pub use crate::topology::{
+    instance_name, Dialect, EtcdNeed, InstanceOverride, MasterTopology, Target, Topology,
+};
 
 /// Most instances a scenario may have in real mode (sidecar processes and sockets on
 /// one machine).
@@ -42,145 +47,6 @@ fn default_seed() -> u64 {
     1
 }
 
-/// Which etcd a scenario needs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EtcdNeed {
-    /// Whatever the runner was given (`--etcd`).
-    #[default]
-    Any,
-    /// The in-process fake (its fault API is used).
-    Fake,
-    /// A real etcd (the Debian binary); skipped when it is not installed.
-    Real,
-    /// A real three-member cluster on loopback (members can be killed).
-    Cluster3,
-}
-
-/// Metric dialect of the fake vLLM.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Dialect {
-    V0,
-    #[default]
-    V0_10,
-    V0_11,
-    OpenMetrics,
-    /// Only the families the sidecar reads, as a v0.11 page writes them: small pages for
-    /// big fleets.
-    Compact,
-}
-
-/// The cluster a scenario runs on. Intervals default short so the library runs fast.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Topology {
-    pub instances: usize,
-    pub etcd: EtcdNeed,
-    /// Etcd endpoints each sidecar is given (each through its own proxy link).
-    pub etcd_endpoints: usize,
-    /// Etcd user and password (fake etcd only): enables the auth flow.
-    pub etcd_user: Option<String>,
-    pub etcd_password: Option<String>,
-    /// Lifetime of an etcd auth token (fake etcd only).
-    pub etcd_token_ttl: Option<Dur>,
-    pub namespace: String,
-    pub instance_type: String,
-    pub lease_ttl: u64,
-    pub keepalive_interval: Dur,
-    pub heartbeat_interval: Dur,
-    pub health_timeout: Dur,
-    pub health_fail_threshold: u32,
-    pub etcd_timeout: Dur,
-    /// The master's internal token, also given to every sidecar unless overridden.
-    pub token: Option<String>,
-    pub dialect: Dialect,
-    pub data_parallel: u32,
-    pub max_num_seqs: Option<u32>,
-    pub kv_capacity_tokens: Option<u64>,
-    /// vLLM takes this long before /health answers 200.
-    pub vllm_startup_delay: Dur,
-    /// Start every sidecar at t=0 (false: the timeline starts them).
-    pub start_sidecars: bool,
-    /// Extra sidecar flags (appended for every instance).
-    pub sidecar_args: Vec<String>,
-    pub master: MasterTopology,
-    /// Per-instance overrides.
-    #[serde(rename = "instance")]
-    pub overrides: Vec<InstanceOverride>,
-}
-
-impl Default for Topology {
-    fn default() -> Self {
-        Topology {
-            instances: 1,
-            etcd: EtcdNeed::Any,
-            etcd_endpoints: 1,
-            etcd_user: None,
-            etcd_password: None,
-            etcd_token_ttl: None,
-            namespace: "scn".into(),
-            instance_type: "DEFAULT".into(),
-            lease_ttl: 3,
-            keepalive_interval: Dur::ms(500),
-            heartbeat_interval: Dur::ms(500),
-            health_timeout: Dur::ms(1000),
-            health_fail_threshold: 3,
-            etcd_timeout: Dur::ms(1500),
-            token: None,
-            dialect: Dialect::V0_10,
-            data_parallel: 1,
-            max_num_seqs: None,
-            kv_capacity_tokens: None,
-            vllm_startup_delay: Dur::ms(0),
-            start_sidecars: true,
-            sidecar_args: Vec::new(),
-            master: MasterTopology::default(),
-            overrides: Vec::new(),
-        }
-    }
-}
-
-/// The fake master's timers (contract defaults are 3 s / 15 s / 3 s; scenarios shorten).
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MasterTopology {
-    pub lease_lost_timeout: Dur,
-    pub suspect_window: Dur,
-    pub publish_interval: Dur,
-    pub probe_timeout: Dur,
-}
-
-impl Default for MasterTopology {
-    fn default() -> Self {
-        MasterTopology {
-            lease_lost_timeout: Dur::ms(3000),
-            suspect_window: Dur::ms(15000),
-            publish_interval: Dur::ms(1000),
-            probe_timeout: Dur::ms(500),
-        }
-    }
-}
-
-/// Settings of one instance that differ from the topology's.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct InstanceOverride {
-    /// Instance name, `i0`, `i1`, …
-    pub name: String,
-    #[serde(default)]
-    pub dialect: Option<Dialect>,
-    /// The token this sidecar sends (`""` for none), when it differs from the master's.
-    #[serde(default)]
-    pub token: Option<String>,
-    #[serde(default)]
-    pub vllm_startup_delay: Option<Dur>,
-    #[serde(default)]
-    pub start_sidecar: Option<bool>,
-    #[serde(default)]
-    pub data_parallel: Option<u32>,
-}
-
 /// One line of the timeline: wait (for a time and/or a condition), then act or check.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -205,22 +71,6 @@ pub struct Step {
     /// Deadline for `when` / `await`, counted from when the step begins.
     #[serde(default)]
     pub within: Option<Dur>,
-}
-
-/// Which instance(s) an action touches.
-pub type Target = String;
-
-/// A state of an instance as the master sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MasterState {
-    Active,
-    LeaseLost,
-    Suspect,
-    /// Not known to the master at all.
-    Absent,
-    /// Active or LeaseLost: the master would route to it.
-    Routable,
 }
 
 /// Something the cluster's observed state can satisfy.
@@ -279,172 +129,6 @@ fn default_routed_window() -> usize {
     20
 }
 
-/// Something the runner does to the cluster.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum Action {
-    SidecarStart {
-        instance: Target,
-        /// Start with this token instead (token rotation).
-        #[serde(default)]
-        token: Option<String>,
-    },
-    /// SIGTERM, then wait for exit.
-    SidecarStop(Target),
-    /// SIGKILL.
-    SidecarKill(Target),
-    VllmHealth {
-        instance: Target,
-        health: Health,
-    },
-    VllmFault {
-        instance: Target,
-        fault: VllmFault,
-        #[serde(default)]
-        count: Option<u64>,
-        #[serde(default)]
-        duration: Option<Dur>,
-    },
-    VllmClearFaults(Target),
-    VllmCrash(Target),
-    VllmRestart(Target),
-    VllmCounterReset(Target),
-    EtcdFault {
-        fault: EtcdFault,
-        #[serde(default)]
-        count: Option<u64>,
-        #[serde(default)]
-        duration: Option<Dur>,
-    },
-    EtcdClearFaults(bool),
-    EtcdReleaseHung(bool),
-    /// Expire the lease behind this instance's key (or every lease with `all`).
-    EtcdExpireLease(Target),
-    EtcdLoseData {
-        #[serde(default)]
-        reset_revision: bool,
-    },
-    /// Kill a real etcd member: `leader` or its index.
-    EtcdKill(String),
-    /// Start a killed real etcd member again.
-    EtcdRestart(String),
-    /// Restart the master. Without `relist` it forgets every instance (heartbeats get 409
-    /// until the sidecars register again); with it, it re-reads etcd as the real one does.
-    MasterRestart {
-        #[serde(default)]
-        relist: bool,
-    },
-    /// Change the master's token (`""` disables the check).
-    MasterToken(String),
-    MasterFault {
-        fault: MasterFault,
-        #[serde(default)]
-        count: Option<u64>,
-        #[serde(default)]
-        duration: Option<Dur>,
-    },
-    MasterClearFaults(bool),
-    /// A fault on one link of the cluster; `duration` heals it automatically.
-    Link {
-        link: LinkKind,
-        #[serde(default = "all_target")]
-        instance: Target,
-        /// Only this etcd endpoint of the sidecar (index), default all.
-        #[serde(default)]
-        endpoint: Option<usize>,
-        fault: LinkFault,
-        #[serde(default)]
-        duration: Option<Dur>,
-    },
-    /// Open-loop load: `rps` completions per second for `duration`, to one instance's
-    /// vLLM directly, or routed by the master when `instance` is absent.
-    Load {
-        #[serde(default)]
-        instance: Option<Target>,
-        rps: f64,
-        duration: Dur,
-        #[serde(default = "default_max_tokens")]
-        max_tokens: u32,
-    },
-    LoadOff(bool),
-}
-
-fn all_target() -> String {
-    "all".into()
-}
-
-fn default_max_tokens() -> u32 {
-    64
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Health {
-    Up,
-    Down,
-    Hang,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LinkKind {
-    SidecarEtcd,
-    SidecarMaster,
-    SidecarVllm,
-    MasterEtcd,
-}
-
-/// Faults of the fake vLLM (see `mock-vllm`).
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum VllmFault {
-    MetricsStatus { status: u16 },
-    MetricsHang,
-    MetricsSlow { bytes_per_sec: u64 },
-    MetricsTruncate { at_bytes: u64 },
-    MetricsGarbage { lines: u32 },
-    MetricsNonfinite,
-    MetricsHuge { bytes: u64 },
-    MetricsStale,
-    CompletionFail { fraction: f64, status: u16 },
-    CompletionHang,
-    CompletionDrop { after_tokens: u32 },
-}
-
-/// Faults of the fake etcd gateway (see `mock-etcd`).
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum EtcdFault {
-    Fail {
-        path: String,
-        #[serde(default = "default_fail_status")]
-        status: u16,
-        #[serde(default)]
-        grpc_code: Option<u32>,
-        #[serde(default)]
-        message: Option<String>,
-    },
-    Latency {
-        path: String,
-        ms: u64,
-    },
-    Hang {
-        path: String,
-    },
-}
-
-fn default_fail_status() -> u16 {
-    503
-}
-
-/// Faults of the fake master (see `mock-master`).
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum MasterFault {
-    HeartbeatStatus { status: u16 },
-    Latency { ms: u64 },
-}
-
 /// Properties checked over the whole run, each on by default.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -481,103 +165,6 @@ impl Default for Invariants {
     }
 }
 
-/// A duration written `"1.5s"`, `"300ms"`, `"2m"` or as a number of seconds.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub struct Dur(pub Duration);
-
-impl Dur {
-    pub const fn ms(ms: u64) -> Dur {
-        Dur(Duration::from_millis(ms))
-    }
-    pub fn as_ms(&self) -> u64 {
-        self.0.as_millis() as u64
-    }
-    pub fn secs_f64(&self) -> f64 {
-        self.0.as_secs_f64()
-    }
-}
-
-impl fmt::Debug for Dur {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self)
-    }
-}
-
-impl fmt::Display for Dur {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = self.as_ms();
-        if ms.is_multiple_of(1000) {
-            write!(f, "{}s", ms / 1000)
-        } else {
-            write!(f, "{}ms", ms)
-        }
-    }
-}
-
-/// Parse `"1.5s"`, `"300ms"`, `"2m"`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => s.split_at(i),
-        None => {
-            return Err(format!(
-                "duration `{s}` needs a unit: ms, s or m (e.g. \"1.5s\")"
-            ))
-        }
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("duration `{s}`: `{num}` is not a number"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        other => {
-            return Err(format!(
-                "duration `{s}`: unknown unit `{other}` (use ms, s or m)"
-            ))
-        }
-    };
-    if !secs.is_finite() || !(0.0..=86_400.0).contains(&secs) {
-        return Err(format!("duration `{s}` out of range (0 to 24h)"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-impl<'de> Deserialize<'de> for Dur {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Num(f64),
-            Text(String),
-        }
-        let raw = Raw::deserialize(d).map_err(|_| {
-            serde::de::Error::custom(
-                "expected a duration: a string like \"1.5s\" or \"300ms\", or seconds as a number",
-            )
-        })?;
-        match raw {
-            Raw::Num(n) if n.is_finite() && (0.0..=86_400.0).contains(&n) => {
-                Ok(Dur(Duration::from_secs_f64(n)))
-            }
-            Raw::Num(n) => Err(serde::de::Error::custom(format!(
-                "duration {n} out of range"
-            ))),
-            Raw::Text(s) => parse_duration(&s)
-                .map(Dur)
-                .map_err(serde::de::Error::custom),
-        }
-    }
-}
-
-impl Serialize for Dur {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
 /// A scenario file that failed to parse or validate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecError {
@@ -596,11 +183,6 @@ impl fmt::Display for SpecError {
 }
 
 impl std::error::Error for SpecError {}
-
-/// Instance names of a topology: `i0`, `i1`, …
-pub fn instance_name(i: usize) -> String {
-    format!("i{i}")
-}
 
 impl Scenario {
     /// Parse and validate one scenario; `file` names it in errors.
@@ -625,7 +207,7 @@ impl Scenario {
     }
 
     pub fn instance_names(&self) -> Vec<String> {
-        (0..self.topology.instances).map(instance_name).collect()
+        self.topology.instance_names()
     }
 
     /// The invariant grace for registration: 2 keepalive intervals + 2 s unless set (a
@@ -729,12 +311,12 @@ impl Scenario {
                 return err("`hold` goes with `await`".into());
             }
             for c in step.expect.iter().chain(step.when.iter()) {
-                if let Err(m) = self.check_condition(c, &known) {
+                if let Err(m) = self.check_condition(c) {
                     return err(m);
                 }
             }
             if let Some(a) = &step.action {
-                if let Err(m) = self.check_action(a, &known) {
+                if let Err(m) = a.check(&self.topology) {
                     return err(m);
                 }
             }
@@ -742,25 +324,7 @@ impl Scenario {
         Ok(())
     }
 
-    fn check_target(
-        &self,
-        t: &str,
-        known: &dyn Fn(&str) -> bool,
-        allow_all: bool,
-    ) -> Result<(), String> {
-        if known(t) || (allow_all && t == "all") {
-            Ok(())
-        } else {
-            Err(format!(
-                "instance `{t}` does not exist (topology has {} instance(s): i0..i{}{})",
-                self.topology.instances,
-                self.topology.instances - 1,
-                if allow_all { ", or `all`" } else { "" }
-            ))
-        }
-    }
-
-    fn check_condition(&self, c: &Condition, known: &dyn Fn(&str) -> bool) -> Result<(), String> {
+    fn check_condition(&self, c: &Condition) -> Result<(), String> {
         match c {
             Condition::State { instance, .. }
             | Condition::Registered(instance)
@@ -769,216 +333,19 @@ impl Scenario {
             | Condition::HeartbeatStatus { instance, .. }
             | Condition::Exited { instance, .. }
             | Condition::Log { instance, .. }
-            | Condition::RoutedShare { instance, .. } => self.check_target(instance, known, false),
+            | Condition::RoutedShare { instance, .. } => {
+                self.topology.check_target(instance, false)
+            }
             Condition::Incarnations {
                 at_least: None,
                 at_most: None,
                 ..
             } => Err("`incarnations` needs `at_least` or `at_most`".into()),
-            Condition::Incarnations { instance, .. } => self.check_target(instance, known, false),
+            Condition::Incarnations { instance, .. } => self.topology.check_target(instance, false),
             Condition::AllActive(true) => Ok(()),
             Condition::AllActive(false) => {
                 Err("`all_active = false` means nothing; use `all_active = true`".into())
             }
-        }
-    }
-
-    fn check_action(&self, a: &Action, known: &dyn Fn(&str) -> bool) -> Result<(), String> {
-        let fake_only = |what: &str| -> Result<(), String> {
-            if self.topology.etcd == EtcdNeed::Fake {
-                Ok(())
-            } else {
-                Err(format!(
-                    "`{what}` needs the fake etcd: set topology.etcd = \"fake\""
-                ))
-            }
-        };
-        let flag = |b: bool, what: &str| -> Result<(), String> {
-            if b {
-                Ok(())
-            } else {
-                Err(format!(
-                    "`{what} = false` means nothing; write `{what} = true`"
-                ))
-            }
-        };
-        match a {
-            Action::SidecarStart { instance, .. }
-            | Action::SidecarStop(instance)
-            | Action::SidecarKill(instance)
-            | Action::VllmHealth { instance, .. }
-            | Action::VllmFault { instance, .. }
-            | Action::VllmClearFaults(instance)
-            | Action::VllmCrash(instance)
-            | Action::VllmRestart(instance)
-            | Action::VllmCounterReset(instance) => self.check_target(instance, known, true),
-            Action::Link {
-                instance,
-                link,
-                endpoint,
-                ..
-            } => {
-                self.check_target(instance, known, true)?;
-                if let Some(e) = endpoint {
-                    if *link != LinkKind::SidecarEtcd && *link != LinkKind::MasterEtcd {
-                        return Err("`endpoint` applies to etcd links only".into());
-                    }
-                    if *e >= self.topology.etcd_endpoints.max(self.etcd_members()) {
-                        return Err(format!("endpoint {e} does not exist"));
-                    }
-                }
-                Ok(())
-            }
-            Action::EtcdFault { .. } => fake_only("etcd_fault"),
-            Action::EtcdClearFaults(b) => {
-                flag(*b, "etcd_clear_faults").and(fake_only("etcd_clear_faults"))
-            }
-            Action::EtcdReleaseHung(b) => {
-                flag(*b, "etcd_release_hung").and(fake_only("etcd_release_hung"))
-            }
-            Action::EtcdExpireLease(t) => self
-                .check_target(t, known, true)
-                .and(fake_only("etcd_expire_lease")),
-            Action::EtcdLoseData { .. } => fake_only("etcd_lose_data"),
-            Action::EtcdKill(m) | Action::EtcdRestart(m) => {
-                if self.topology.etcd != EtcdNeed::Cluster3 {
-                    return Err("etcd_kill / etcd_restart need topology.etcd = \"cluster3\"".into());
-                }
-                if m == "leader" || m.parse::<usize>().is_ok_and(|i| i < 3) {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "etcd member `{m}`: use \"leader\", \"0\", \"1\" or \"2\""
-                    ))
-                }
-            }
-            Action::MasterClearFaults(b) => flag(*b, "master_clear_faults"),
-            Action::LoadOff(b) => flag(*b, "load_off"),
-            Action::MasterToken(_) | Action::MasterFault { .. } | Action::MasterRestart { .. } => {
-                Ok(())
-            }
-            Action::Load { instance, rps, .. } => {
-                if let Some(i) = instance {
-                    self.check_target(i, known, false)?;
-                }
-                if !(rps.is_finite() && *rps > 0.0 && *rps <= 2000.0) {
-                    return Err(format!("load rps {rps} (allowed 0 < rps <= 2000)"));
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn etcd_members(&self) -> usize {
-        if self.topology.etcd == EtcdNeed::Cluster3 {
-            3
-        } else {
-            1
-        }
-    }
-}
-
-/// A short human description of an action, for reports: `link sidecar_etcd i0: blackhole for 4s`.
-/// The instance an action acts on (a name or `all`); `None`: the cluster as a whole
-/// (etcd, the master, a master link, routed load).
-pub fn action_instance(a: &Action) -> Option<&str> {
-    match a {
-        Action::SidecarStart { instance, .. }
-        | Action::VllmHealth { instance, .. }
-        | Action::VllmFault { instance, .. }
-        | Action::Link { instance, .. } => Some(instance),
-        Action::SidecarStop(t)
-        | Action::SidecarKill(t)
-        | Action::VllmClearFaults(t)
-        | Action::VllmCrash(t)
-        | Action::VllmRestart(t)
-        | Action::VllmCounterReset(t)
-        | Action::EtcdExpireLease(t) => Some(t),
-        Action::Load { instance, .. } => instance.as_deref(),
-        _ => None,
-    }
-}
-
-pub fn describe_action(a: &Action) -> String {
-    let compact = |v: serde_json::Value| -> String {
-        match v {
-            serde_json::Value::String(s) => s,
-            other => other.to_string().replace('"', ""),
-        }
-    };
-    let dur = |d: &Option<Dur>| d.map(|d| format!(" for {d}")).unwrap_or_default();
-    match a {
-        Action::Link {
-            link,
-            instance,
-            endpoint,
-            fault,
-            duration,
-        } => {
-            let link = compact(serde_json::to_value(link).unwrap_or_default());
-            let ep = endpoint
-                .map(|e| format!(" endpoint {e}"))
-                .unwrap_or_default();
-            let who = if link == "master_etcd" {
-                String::new()
-            } else {
-                format!(" {instance}")
-            };
-            format!(
-                "link {link}{who}{ep}: {}{}",
-                compact(serde_json::to_value(fault).unwrap_or_default()),
-                dur(duration)
-            )
-        }
-        Action::VllmFault {
-            instance,
-            fault,
-            duration,
-            ..
-        } => {
-            format!(
-                "vllm {instance}: {}{}",
-                compact(serde_json::to_value(fault).unwrap_or_default()),
-                dur(duration)
-            )
-        }
-        Action::EtcdFault {
-            fault, duration, ..
-        } => format!(
-            "etcd: {}{}",
-            compact(serde_json::to_value(fault).unwrap_or_default()),
-            dur(duration)
-        ),
-        Action::MasterFault {
-            fault, duration, ..
-        } => format!(
-            "master: {}{}",
-            compact(serde_json::to_value(fault).unwrap_or_default()),
-            dur(duration)
-        ),
-        Action::VllmHealth { instance, health } => format!(
-            "vllm {instance}: health {}",
-            compact(serde_json::to_value(health).unwrap_or_default())
-        ),
-        Action::Load {
-            instance,
-            rps,
-            duration,
-            ..
-        } => match instance {
-            Some(i) => format!("load {rps} rps on {i} for {duration}"),
-            None => format!("load {rps} rps via the master for {duration}"),
-        },
-        other => {
-            let v = serde_json::to_value(other).unwrap_or_default();
-            let s = compact(v);
-            // Drop only the outer braces: `{a:{b:1}}` reads `a {b:1}`.
-            let s = s
-                .strip_prefix('{')
-                .and_then(|s| s.strip_suffix('}'))
-                .unwrap_or(&s)
-                .replacen(':', " ", 1);
-            s.chars().take(90).collect()
         }
     }
 }
@@ -1002,6 +369,7 @@ fn step_line(text: &str, idx: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::actions::vllm::{VllmAction, VllmFault};
 
     const OK: &str = r#"
 name = "t"
@@ -1030,10 +398,7 @@ action = { etcd_lose_data = { reset_revision = true } }
 "#;
         let sc = Scenario::parse("t.toml", text).unwrap();
         let action = sc.steps[0].action.as_ref().unwrap();
-        assert_eq!(
-            describe_action(action),
-            "etcd_lose_data {reset_revision:true}"
-        );
+        assert_eq!(action.describe(), "etcd_lose_data {reset_revision:true}");
     }
 
     #[test]
@@ -1043,10 +408,10 @@ action = { etcd_lose_data = { reset_revision = true } }
         assert_eq!(sc.steps[1].at, Some(Dur::ms(1000)));
         assert!(matches!(
             sc.steps[2].action,
-            Some(Action::VllmFault {
+            Some(Action::Vllm(VllmAction::Fault {
                 fault: VllmFault::MetricsNonfinite,
                 ..
-            })
+            }))
         ));
     }
 

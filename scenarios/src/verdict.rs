@@ -4,16 +4,20 @@
 //! Invariants need to know when a fault excuses a missing registration. That knowledge
 //! is in [`Episode`]s: intervals derived from the executed actions (a partition from its
 //! start until healed, a crash until restart), each saying whom it disturbs and whether it
-//! excuses a missing etcd key. An invariant only fires outside every excusing episode
-//! plus a grace period, so it stays strict where the system has no excuse.
+//! excuses a missing etcd key; each action's family says which it opens
+//! ([`crate::actions`], written into an [`EpisodeBook`]). An invariant only fires outside
+//! every excusing episode plus a grace period, so it stays strict where the system has
+//! no excuse.
 
 use std::collections::HashMap;
 
 use serde::Serialize;
 
+use crate::actions::Action;
+use crate::episode::EpisodeBook;
+pub use crate::episode::{Episode, Scope};
 use crate::observe::{InstanceObs, ObservedState, Sample};
-use crate::proxy::LinkFault;
-use crate::spec::{Action, Condition, Health, LinkKind, Scenario, VllmFault};
+use crate::spec::{Condition, Scenario};
 use crate::timeline::Timeline;
 
 /// An action as executed.
@@ -57,473 +61,14 @@ pub struct Recovery {
     pub time_to_recover_ms: Option<u64>,
 }
 
-/// Whom an episode disturbs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum Scope {
-    All,
-    Instance(usize),
-}
-
-impl Scope {
-    fn covers(self, i: usize) -> bool {
-        match self {
-            Scope::All => true,
-            Scope::Instance(j) => i == j,
-        }
-    }
-}
-
-/// A disturbance interval derived from actions.
-#[derive(Clone, Debug, Serialize)]
-pub struct Episode {
-    pub label: String,
-    pub scope: Scope,
-    pub start_ms: u64,
-    pub end_ms: Option<u64>,
-    /// A missing key is excused during (and for a grace after) this episode.
-    pub excuses_registration: bool,
-    /// vLLM unhealthy: the instance is not expected to be routable.
-    pub vllm_down: bool,
-    /// 401s are expected (token mismatch).
-    pub token_mismatch: bool,
-    /// The master's view may lag etcd (its watch is cut or it restarted).
-    pub excuses_master: bool,
-    /// Shown as a fault in reports and recovery times (not a routine start).
-    pub is_fault: bool,
-    key: String,
-}
-
-fn scope_of(target: &str, names: &[String]) -> Vec<Scope> {
-    if target == "all" {
-        vec![Scope::All]
-    } else {
-        names
-            .iter()
-            .position(|n| n == target)
-            .map(Scope::Instance)
-            .into_iter()
-            .collect()
-    }
-}
-
 /// Derive episodes from the executed actions (and the topology's start-up).
 pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Episode> {
-    let names = sc.instance_names();
-    let topo = &sc.topology;
-    let mut eps: Vec<Episode> = Vec::new();
-    let open = |eps: &mut Vec<Episode>,
-                key: String,
-                label: String,
-                scope: Scope,
-                t: u64,
-                dur: Option<u64>,
-                f: &dyn Fn(&mut Episode)| {
-        close(eps, &key, t);
-        let mut e = Episode {
-            label,
-            scope,
-            start_ms: t,
-            end_ms: dur.map(|d| t + d),
-            excuses_registration: false,
-            vllm_down: false,
-            token_mismatch: false,
-            excuses_master: false,
-            is_fault: true,
-            key,
-        };
-        f(&mut e);
-        eps.push(e);
-    };
-    // Start-up: every instance registers for the first time.
-    for (i, n) in names.iter().enumerate() {
-        let o = topo.overrides.iter().find(|o| &o.name == n);
-        let delay = o
-            .and_then(|o| o.vllm_startup_delay)
-            .unwrap_or(topo.vllm_startup_delay)
-            .as_ms();
-        let starts = o
-            .and_then(|o| o.start_sidecar)
-            .unwrap_or(topo.start_sidecars);
-        open(
-            &mut eps,
-            format!("startup:{i}"),
-            format!("start-up {n}"),
-            Scope::Instance(i),
-            0,
-            Some(delay),
-            &|e| {
-                e.excuses_registration = true;
-                e.vllm_down = delay > 0;
-                e.is_fault = false;
-            },
-        );
-        let sidecar_token = o
-            .and_then(|o| o.token.clone())
-            .or_else(|| topo.token.clone());
-        if starts && !tokens_match(topo.token.as_deref(), sidecar_token.as_deref()) {
-            open(
-                &mut eps,
-                format!("token:{i}"),
-                format!("token mismatch {n}"),
-                Scope::Instance(i),
-                0,
-                None,
-                &|e| {
-                    e.token_mismatch = true;
-                    e.is_fault = false;
-                },
-            );
-        }
-    }
-    let mut master_token = topo.token.clone();
-    let mut sidecar_tokens: Vec<Option<String>> = names
-        .iter()
-        .map(|n| {
-            topo.overrides
-                .iter()
-                .find(|o| &o.name == n)
-                .and_then(|o| o.token.clone())
-                .or_else(|| topo.token.clone())
-        })
-        .collect();
+    let mut book = EpisodeBook::new(&sc.topology);
     for r in records.iter().filter(|r| r.error.is_none()) {
-        let t = r.t_ms;
-        match &r.action {
-            Action::SidecarStart { instance, token } => {
-                for s in scope_of(instance, &names) {
-                    open(
-                        &mut eps,
-                        format!("sidecar_start:{s:?}:{t}"),
-                        r.label.clone(),
-                        s,
-                        t,
-                        Some(0),
-                        &|e| {
-                            e.excuses_registration = true;
-                            e.is_fault = false;
-                        },
-                    );
-                    for (i, tok) in sidecar_tokens.iter_mut().enumerate() {
-                        if s.covers(i) && token.is_some() {
-                            *tok = token.clone();
-                        }
-                    }
-                }
-            }
-            Action::SidecarStop(_) | Action::SidecarKill(_) => {
-                // The sidecar is not running: no registration is expected (observed directly).
-                for s in scope_of(action_target(&r.action), &names) {
-                    open(
-                        &mut eps,
-                        format!("sidecar_down:{s:?}"),
-                        r.label.clone(),
-                        s,
-                        t,
-                        Some(0),
-                        &|e| {
-                            e.excuses_registration = true;
-                        },
-                    );
-                }
-            }
-            Action::VllmHealth { instance, health } => {
-                for s in scope_of(instance, &names) {
-                    let key = format!("vllm_health:{s:?}");
-                    if *health == Health::Up {
-                        close(&mut eps, &key, t);
-                        if s == Scope::All {
-                            close_prefix(&mut eps, "vllm_health:", t);
-                        }
-                    } else {
-                        open(&mut eps, key, r.label.clone(), s, t, None, &|e| {
-                            e.excuses_registration = true;
-                            e.vllm_down = true;
-                        });
-                    }
-                }
-            }
-            Action::VllmCrash(instance) => {
-                for s in scope_of(instance, &names) {
-                    open(
-                        &mut eps,
-                        format!("vllm_crash:{s:?}"),
-                        r.label.clone(),
-                        s,
-                        t,
-                        None,
-                        &|e| {
-                            e.excuses_registration = true;
-                            e.vllm_down = true;
-                        },
-                    );
-                }
-            }
-            Action::VllmRestart(instance) => {
-                for s in scope_of(instance, &names) {
-                    close(&mut eps, &format!("vllm_crash:{s:?}"), t);
-                    if s == Scope::All {
-                        close_prefix(&mut eps, "vllm_crash:", t);
-                    }
-                }
-            }
-            Action::VllmFault {
-                instance,
-                fault,
-                duration,
-                ..
-            } => {
-                let metrics = !matches!(
-                    fault,
-                    VllmFault::CompletionFail { .. }
-                        | VllmFault::CompletionHang
-                        | VllmFault::CompletionDrop { .. }
-                );
-                for s in scope_of(instance, &names) {
-                    open(
-                        &mut eps,
-                        format!("vllm_fault:{s:?}:{t}"),
-                        r.label.clone(),
-                        s,
-                        t,
-                        duration.map(|d| d.as_ms()),
-                        &|e| {
-                            e.is_fault = metrics;
-                        },
-                    );
-                }
-            }
-            Action::VllmClearFaults(instance) => {
-                for s in scope_of(instance, &names) {
-                    close_prefix(&mut eps, &format!("vllm_fault:{s:?}:"), t);
-                    if s == Scope::All {
-                        close_prefix(&mut eps, "vllm_fault:", t);
-                    }
-                }
-            }
-            Action::VllmCounterReset(instance) => {
-                for s in scope_of(instance, &names) {
-                    open(
-                        &mut eps,
-                        format!("counter_reset:{t}"),
-                        r.label.clone(),
-                        s,
-                        t,
-                        Some(0),
-                        &|_| {},
-                    );
-                }
-            }
-            Action::EtcdFault { duration, .. } => {
-                open(
-                    &mut eps,
-                    format!("etcd_fault:{t}"),
-                    r.label.clone(),
-                    Scope::All,
-                    t,
-                    duration.map(|d| d.as_ms()),
-                    &|e| {
-                        e.excuses_registration = true;
-                    },
-                );
-            }
-            Action::EtcdClearFaults(_) | Action::EtcdReleaseHung(_) => {
-                close_prefix(&mut eps, "etcd_fault:", t)
-            }
-            Action::EtcdExpireLease(target) => {
-                for s in scope_of(target, &names) {
-                    open(
-                        &mut eps,
-                        format!("expire:{t}"),
-                        r.label.clone(),
-                        s,
-                        t,
-                        Some(0),
-                        &|e| e.excuses_registration = true,
-                    );
-                }
-            }
-            Action::EtcdLoseData { .. } => {
-                open(
-                    &mut eps,
-                    format!("lose_data:{t}"),
-                    r.label.clone(),
-                    Scope::All,
-                    t,
-                    Some(0),
-                    &|e| e.excuses_registration = true,
-                );
-            }
-            Action::EtcdKill(_) => {
-                let member = r.detail.clone().unwrap_or_default();
-                open(
-                    &mut eps,
-                    format!("etcd_kill:{member}"),
-                    r.label.clone(),
-                    Scope::All,
-                    t,
-                    None,
-                    &|_| {},
-                );
-                // The election itself is a short excused gap.
-                open(
-                    &mut eps,
-                    format!("etcd_election:{t}"),
-                    format!("{} (election)", r.label),
-                    Scope::All,
-                    t,
-                    Some(0),
-                    &|e| {
-                        e.excuses_registration = true;
-                        e.is_fault = false;
-                    },
-                );
-            }
-            Action::EtcdRestart(_) => {
-                let member = r.detail.clone().unwrap_or_default();
-                close(&mut eps, &format!("etcd_kill:{member}"), t);
-            }
-            Action::MasterRestart { .. } => {
-                open(
-                    &mut eps,
-                    format!("master_restart:{t}"),
-                    r.label.clone(),
-                    Scope::All,
-                    t,
-                    Some(0),
-                    &|e| e.excuses_master = true,
-                );
-            }
-            Action::MasterToken(tok) => {
-                master_token = if tok.is_empty() {
-                    None
-                } else {
-                    Some(tok.clone())
-                };
-            }
-            Action::MasterFault { duration, .. } => {
-                open(
-                    &mut eps,
-                    format!("master_fault:{t}"),
-                    r.label.clone(),
-                    Scope::All,
-                    t,
-                    duration.map(|d| d.as_ms()),
-                    &|_| {},
-                );
-            }
-            Action::MasterClearFaults(_) => close_prefix(&mut eps, "master_fault:", t),
-            Action::Link {
-                link,
-                instance,
-                endpoint,
-                fault,
-                duration,
-            } => {
-                let scopes = if *link == LinkKind::MasterEtcd {
-                    vec![Scope::All]
-                } else {
-                    scope_of(instance, &names)
-                };
-                for s in scopes {
-                    let key = format!("link:{link:?}:{s:?}:{endpoint:?}");
-                    if *fault == LinkFault::Heal {
-                        close_prefix(&mut eps, &format!("link:{link:?}:"), t);
-                        continue;
-                    }
-                    // With other etcd endpoints left, one endpoint's fault must be survived.
-                    let failover = endpoint.is_some() && topo.etcd_endpoints.max(members(sc)) > 1;
-                    let excuses = matches!(link, LinkKind::SidecarEtcd | LinkKind::SidecarVllm)
-                        && !failover
-                        && !matches!(fault, LinkFault::Latency { ms, jitter_ms } if ms + jitter_ms < 200);
-                    let master = *link == LinkKind::MasterEtcd;
-                    open(
-                        &mut eps,
-                        key,
-                        r.label.clone(),
-                        s,
-                        t,
-                        duration.map(|d| d.as_ms()),
-                        &|e| {
-                            e.excuses_registration = excuses;
-                            e.excuses_master = master;
-                        },
-                    );
-                }
-            }
-            Action::Load { .. } | Action::LoadOff(_) => {}
-        }
-        // Token state after this action.
-        if matches!(
-            r.action,
-            Action::MasterToken(_) | Action::SidecarStart { .. }
-        ) {
-            for (i, tok) in sidecar_tokens.iter().enumerate() {
-                let key = format!("token:{i}");
-                if tokens_match(master_token.as_deref(), tok.as_deref()) {
-                    close(&mut eps, &key, t);
-                } else if !eps.iter().any(|e| e.key == key && e.end_ms.is_none()) {
-                    open(
-                        &mut eps,
-                        key,
-                        format!("token mismatch {}", names[i]),
-                        Scope::Instance(i),
-                        t,
-                        None,
-                        &|e| {
-                            e.token_mismatch = true;
-                            e.is_fault = false;
-                        },
-                    );
-                }
-            }
-        }
+        book.action(r.t_ms, &r.label, r.detail.as_deref());
+        r.action.episodes(&mut book);
     }
-    for e in &mut eps {
-        if let Some(end) = e.end_ms {
-            e.end_ms = Some(end.min(end_ms.max(e.start_ms)));
-        }
-    }
-    eps
-}
-
-fn members(sc: &Scenario) -> usize {
-    if sc.topology.etcd == crate::spec::EtcdNeed::Cluster3 {
-        3
-    } else {
-        1
-    }
-}
-
-fn action_target(a: &Action) -> &str {
-    match a {
-        Action::SidecarStop(t) | Action::SidecarKill(t) => t,
-        _ => "all",
-    }
-}
-
-fn tokens_match(master: Option<&str>, sidecar: Option<&str>) -> bool {
-    match master.filter(|m| !m.is_empty()) {
-        None => true,
-        Some(m) => sidecar == Some(m),
-    }
-}
-
-fn close(eps: &mut [Episode], key: &str, t: u64) {
-    for e in eps
-        .iter_mut()
-        .filter(|e| e.key == key && e.end_ms.is_none_or(|end| end > t))
-    {
-        e.end_ms = Some(t.max(e.start_ms));
-    }
-}
-
-fn close_prefix(eps: &mut [Episode], prefix: &str, t: u64) {
-    for e in eps
-        .iter_mut()
-        .filter(|e| e.key.starts_with(prefix) && e.end_ms.is_none_or(|end| end > t))
-    {
-        e.end_ms = Some(t.max(e.start_ms));
-    }
+    book.finish(end_ms)
 }
 
 fn overlaps(e: &Episode, from: u64, to: u64) -> bool {
@@ -778,10 +323,10 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
             {
                 continue;
             }
-            if eps
-                .iter()
-                .any(|e| e.scope.covers(i) && e.excuses_registration && overlaps(e, from, s.t_ms))
-            {
+            if eps.iter().any(|e| {
+                let from = from.saturating_sub(e.extra_grace_ms);
+                e.scope.covers(i) && e.excuses_registration && overlaps(e, from, s.t_ms)
+            }) {
                 continue;
             }
             checked += 1;
@@ -985,6 +530,7 @@ pub fn recoveries(samples: &[Sample], eps: &[Episode]) -> Vec<Recovery> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::actions::vllm::{Health, VllmAction};
     use crate::spec::Scenario;
 
     fn scenario() -> Scenario {
@@ -1036,17 +582,17 @@ mod tests {
         let sc = scenario();
         let down = record(
             2900,
-            Action::VllmHealth {
+            Action::Vllm(VllmAction::Health {
                 instance: "i0".into(),
                 health: Health::Down,
-            },
+            }),
         );
         let up = record(
             3100,
-            Action::VllmHealth {
+            Action::Vllm(VllmAction::Health {
                 instance: "i0".into(),
                 health: Health::Up,
-            },
+            }),
         );
         let s = samples(|t| !(3000..3300).contains(&t));
         let eps = episodes(&sc, &[down.clone(), up.clone()], 4000);
@@ -1070,8 +616,8 @@ mod tests {
             o.instances[0].state = active.then_some(ObservedState::Active);
             o.instances[0].master_incarnation = o.instances[0].etcd.clone();
         }
-        let crash = record(1000, Action::VllmCrash("i0".into()));
-        let restart = record(1500, Action::VllmRestart("i0".into()));
+        let crash = record(1000, Action::Vllm(VllmAction::Crash("i0".into())));
+        let restart = record(1500, Action::Vllm(VllmAction::Restart("i0".into())));
         let r = recoveries(&s, &episodes(&scenario(), &[crash, restart], 4000));
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].end_ms, Some(1500));

@@ -31,6 +31,8 @@ pub struct EtcdNode {
     /// Gateway faults, armed in virtual time (`add_at`) and picked per request path as
     /// mock-etcd's HTTP shell picks them.
     faults: FaultRegistry<Fault>,
+    /// Readers whose streams etcd ended (lost data), not yet told.
+    ended: Vec<NodeId>,
 }
 
 impl EtcdNode {
@@ -42,7 +44,21 @@ impl EtcdNode {
             notes: Vec::new(),
             watches: Vec::new(),
             faults: FaultRegistry::new(),
+            ended: Vec::new(),
         }
+    }
+
+    /// Lose every key, lease and watcher at `now`, as an etcd restarted without its
+    /// data dir (`reset_revision`: back to revision 1); every stream ends.
+    pub fn lose_data(&mut self, reset_revision: bool, now: Duration) {
+        let epoch = EPOCH_MS_AT_START + u64::try_from(now.as_millis()).unwrap_or(0);
+        self.core.lose_data(reset_revision, epoch);
+        for (reader, _, _) in self.watches.drain(..) {
+            if !self.ended.contains(&reader) {
+                self.ended.push(reader);
+            }
+        }
+        self.refresh_next();
     }
 
     /// The gateway faults (arm with `add_at(now, ..)`: the node's time is virtual).
@@ -107,48 +123,71 @@ impl Server for EtcdNode {
     fn serve(
         &mut self,
         now: Duration,
-        _: NodeId,
+        from: NodeId,
         request: &Request,
         _: &mut StdRng,
     ) -> Option<Reply> {
-        let reply = match request {
-            Request::Etcd(call) => {
-                let (path, body) = call.wire();
-                let fault = self
-                    .faults
-                    .fire_at(now, |f| f.matches(path).then(|| f.clone()));
-                if let Some(f) = &fault {
-                    self.notes.push(json!({ "fault": f, "path": path }));
-                }
-                let delay = match fault.as_ref().map(Fault::decision) {
-                    Some(FaultDecision::Fail(e)) => {
-                        return Some(Reply::Gateway {
-                            status: e.status.as_u16(),
-                            body: e.body().into_bytes(),
-                        })
-                    }
-                    // Held until the caller gives up (a release is not simulated).
-                    Some(FaultDecision::Hang) => return None,
-                    Some(FaultDecision::Delay(d)) => Some(d),
-                    None => None,
-                };
-                let answer = self.core.handle_json(path, None, body.as_bytes(), now);
-                let reply = Reply::Gateway {
-                    status: answer.status,
-                    body: answer.body,
-                };
-                match delay {
-                    Some(after) => Reply::Slow {
-                        after,
-                        reply: Box::new(reply),
-                    },
-                    None => reply,
-                }
+        let (path, body) = match request {
+            Request::Etcd(call) => call.wire(),
+            Request::Gateway { path, body } => (*path, body.clone()),
+            Request::WatchOpen { body } => ("/v3/watch", body.clone()),
+            Request::WatchClose => {
+                self.close_watches(from);
+                return Some(Reply::Status(200));
             }
-            _ => Reply::Status(404),
+            _ => return Some(Reply::Status(404)),
+        };
+        let fault = self
+            .faults
+            .fire_at(now, |f| f.matches(path).then(|| f.clone()));
+        if let Some(f) = &fault {
+            self.notes.push(json!({ "fault": f, "path": path }));
+        }
+        let delay = match fault.as_ref().map(Fault::decision) {
+            Some(FaultDecision::Fail(e)) => {
+                return Some(Reply::Gateway {
+                    status: e.status.as_u16(),
+                    body: e.body().into_bytes(),
+                })
+            }
+            // Held until the caller gives up (a release is not simulated).
+            Some(FaultDecision::Hang) => return None,
+            Some(FaultDecision::Delay(d)) => Some(d),
+            None => None,
+        };
+        let reply = if let Request::WatchOpen { .. } = request {
+            match self.watch(from, body.as_bytes(), now) {
+                Ok(()) => Reply::Status(200),
+                Err(e) => Reply::Gateway {
+                    status: 400,
+                    body: json!({ "error": e, "code": 3, "message": e })
+                        .to_string()
+                        .into_bytes(),
+                },
+            }
+        } else {
+            let answer = self.core.handle_json(path, None, body.as_bytes(), now);
+            Reply::Gateway {
+                status: answer.status,
+                body: answer.body,
+            }
         };
         self.refresh_next();
-        Some(reply)
+        Some(match delay {
+            Some(after) => Reply::Slow {
+                after,
+                reply: Box::new(reply),
+            },
+            None => reply,
+        })
+    }
+
+    fn take_stream_ends(&mut self) -> Vec<NodeId> {
+        std::mem::take(&mut self.ended)
+    }
+
+    fn on_link_reset(&mut self, _now: Duration, peer: NodeId) {
+        self.close_watches(peer);
     }
 
     fn next_wakeup(&self) -> Option<Duration> {

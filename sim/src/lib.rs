@@ -39,8 +39,13 @@
 //!   health modes, startup delay, crash/restart, `metrics_*`/`completion_*` faults, the
 //!   page of every dialect, `compact` included), under open-loop request load.
 //!
-//! Not yet: LOADMETRICS publishing and routing by the master, re-opening a watch whose
-//! stream died, etcd auth and several etcd endpoints, the scenario language (`--sim`).
+//! - routing: a load aimed at the master is routed by its core's pick;
+//! - the scenario language on top: `scenarios run --sim` (crate `scenarios`).
+//!
+//! - the master follows etcd by mock-master's own watch plan over its link
+//!   ([`master_watch`]): a dead stream is re-opened, lost data re-listed.
+//!
+//! Not yet: LOADMETRICS written to etcd, etcd auth and several etcd endpoints.
 //!
 //! # Layout
 //!
@@ -63,6 +68,8 @@
 //!   ([`etcd_client::answer`]).
 //! - [`vllm_node`]: a fake vLLM: mock-vllm's `VllmCore`, its answers as replies
 //!   ([`vllm_node::VllmNode`]).
+//! - [`master_watch`]: how the master follows etcd (mock-master's `WatchPlan` as calls,
+//!   outcomes and timers): [`master_watch::Follower`].
 //! - [`master_node`]: the fake master: mock-master's `MasterCore`, fed heartbeats and
 //!   watch lines ([`master_node::MasterNode::on_watch_line`]), its probes sent as calls.
 //! - [`load`]: open-loop completions on a fake vLLM, validated by mock-vllm's rules:
@@ -76,6 +83,7 @@ pub mod link;
 pub mod load;
 pub mod log;
 pub mod master_node;
+pub mod master_watch;
 pub mod node;
 pub mod queue;
 mod sequential;

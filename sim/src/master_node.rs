@@ -8,8 +8,12 @@
 //! commands sent at their time as `GET /health` to the instance's vLLM node, their
 //! outcome (200 or not) handed back.
 //!
+//! It follows etcd as mock-master's watcher task does, by mock-master's own plan
+//! ([`crate::master_watch::Follower`]): a listing, then a watch over its link to etcd,
+//! re-opened or re-listed when the stream dies. Routing is the core's pick.
+//!
 //! Not here yet: the LOADMETRICS rounds are planned by the core but not written to etcd
-//! (the plan is dropped), the watch is not re-opened when its stream dies, routing.
+//! (the plan is dropped).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,6 +25,7 @@ use mock_master::Config;
 use rand::rngs::StdRng;
 use serde_json::json;
 
+use crate::master_watch::{Effects, Follower};
 use crate::node::{Call, NodeId, Outcome, Reply, Request, Server};
 
 /// A simulated mock-master.
@@ -36,13 +41,18 @@ pub struct MasterNode {
     heartbeats: BTreeMap<u16, u64>,
     /// Where each routed completion went, in order.
     routed: Vec<NodeId>,
+    /// Following etcd: listing, watching, recovering a dead stream.
+    follower: Follower,
 }
 
 impl MasterNode {
     /// A master with `cfg` started at `now`.
     pub fn new(cfg: Config, now: Duration) -> MasterNode {
+        let core = MasterCore::new(&cfg, now);
+        let follower = Follower::new(core.namespace(), cfg.etcd_timeout, now);
         MasterNode {
-            core: MasterCore::new(&cfg, now),
+            follower,
+            core,
             routes: BTreeMap::new(),
             probes: Vec::new(),
             calls: Vec::new(),
@@ -75,25 +85,21 @@ impl MasterNode {
         &self.heartbeats
     }
 
-    /// The process restarts at `now`: every instance forgotten, pending probes dropped;
-    /// then it re-learns them from `listing` (`relist`), or only learns where etcd
-    /// stands (`revision`). The caller re-opens the watch from
-    /// [`MasterNode::watch_request`].
-    pub fn restart(
-        &mut self,
-        now: Duration,
-        revision: i64,
-        listing: Option<Vec<mock_master::etcd::KeyValue>>,
-    ) {
+    /// The process restarts at `now`: every instance forgotten, pending probes and
+    /// its watch dropped; it lists etcd again (applying the listing only if `relist`,
+    /// as mock-master's restart does) and watches from there.
+    pub fn restart(&mut self, now: Duration, relist: bool) {
         self.core.restart();
         self.probes.clear();
-        match listing {
-            Some(kvs) => {
-                self.core.on_listing(now, revision, &kvs);
-            }
-            None => self.core.listed_at(revision),
-        }
+        let mut fx = Effects::default();
+        self.follower.restart(now, relist, &mut fx);
+        self.take_effects(fx);
         self.collect(now);
+    }
+
+    fn take_effects(&mut self, fx: Effects) {
+        self.calls.extend(fx.calls);
+        self.notes.extend(fx.notes);
     }
 
     /// Say that instance `name` (`host:port`) is served by the vLLM node `node`.
@@ -114,22 +120,9 @@ impl MasterNode {
     /// The watch request mock-master's client sends for the instances' prefix, from
     /// where the core's cursor stands.
     pub fn watch_request(&self) -> String {
-        use base64::engine::general_purpose::STANDARD as B64;
-        use base64::Engine;
         let prefix = format!("{}XLLM:", self.core.namespace());
-        let mut end = prefix.clone().into_bytes();
-        if let Some(last) = end.last_mut() {
-            *last += 1; // "XLLM:" ends in ':', so no carry
-        }
-        json!({
-            "create_request": {
-                "key": B64.encode(prefix.as_bytes()),
-                "range_end": B64.encode(&end),
-                "start_revision": self.core.watch_from().to_string(),
-                "prev_kv": true,
-            }
-        })
-        .to_string()
+        mock_master::etcd::watch_create_request(prefix.as_bytes(), self.core.watch_from())
+            .to_string()
     }
 
     /// One line of the watch stream, read by mock-master's own parser into the core.
@@ -228,8 +221,9 @@ impl Server for MasterNode {
 
     fn next_wakeup(&self) -> Option<Duration> {
         let probe = self.probes.iter().map(|p| p.0).min();
+        let follow = self.follower.next_wakeup();
         let core = self.core.next_wakeup();
-        Some(probe.map_or(core, |p| p.min(core)))
+        [probe, follow].into_iter().flatten().chain([core]).min()
     }
 
     fn on_timer(&mut self, now: Duration) {
@@ -238,6 +232,9 @@ impl Server for MasterNode {
             // LOADMETRICS: planned by the core, not written to etcd yet.
             let _ = self.core.publish_round(now);
         }
+        let mut fx = Effects::default();
+        self.follower.on_timer(now, &self.core, &mut fx);
+        self.take_effects(fx);
         self.collect(now);
     }
 
@@ -246,7 +243,14 @@ impl Server for MasterNode {
     }
 
     fn on_push(&mut self, now: Duration, _from: NodeId, line: &str) {
-        self.on_watch_line(now, line);
+        let mut fx = Effects::default();
+        self.follower.on_line(now, line, &mut self.core, &mut fx);
+        self.take_effects(fx);
+        self.collect(now);
+    }
+
+    fn on_stream_end(&mut self, now: Duration, _from: NodeId, reason: &str) {
+        self.follower.on_stream_end(now, reason);
     }
 
     fn take_calls(&mut self) -> Vec<Call> {
@@ -254,6 +258,14 @@ impl Server for MasterNode {
     }
 
     fn on_outcome(&mut self, now: Duration, token: u64, outcome: Outcome) {
+        if Follower::owns(token) {
+            let mut fx = Effects::default();
+            self.follower
+                .on_outcome(now, token, outcome, &mut self.core, &mut fx);
+            self.take_effects(fx);
+            self.collect(now);
+            return;
+        }
         let ok = outcome == Outcome::Reply(Reply::Status(200));
         self.core.on_probe_result(now, token, ok);
         self.collect(now);

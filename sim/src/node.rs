@@ -46,6 +46,14 @@ pub enum Request {
     Etcd(EtcdRequest),
     /// `POST /v1/internal/heartbeat` with this JSON body.
     Heartbeat { body: String, token: String },
+    /// Another client's gateway call (the master's range): path and JSON body as that
+    /// client writes them.
+    Gateway { path: &'static str, body: String },
+    /// `POST /v3/watch` with this create request: the answer is the stream, its lines
+    /// pushed to the caller until it ends.
+    WatchOpen { body: String },
+    /// The caller drops its watch streams (closes the connection).
+    WatchClose,
 }
 
 /// The etcd calls the sidecar makes, with the fields it sends (key and value as the
@@ -128,8 +136,10 @@ impl Request {
         match self {
             Request::Health | Request::Metrics => 64,
             Request::Etcd(EtcdRequest::Put { key, value, .. }) => 64 + key.len() + value.len(),
-            Request::Etcd(_) => 64,
-            Request::Heartbeat { body, .. } => 64 + body.len(),
+            Request::Etcd(_) | Request::WatchClose => 64,
+            Request::Heartbeat { body, .. }
+            | Request::Gateway { body, .. }
+            | Request::WatchOpen { body } => 64 + body.len(),
         }
     }
 }
@@ -224,6 +234,19 @@ pub trait Server {
 
     /// A stream line from `from` arrived.
     fn on_push(&mut self, _now: Duration, _from: NodeId, _line: &str) {}
+
+    /// The node's streams from `from` ended (the connection was reset or closed, or
+    /// `from` ended them), for `reason`.
+    fn on_stream_end(&mut self, _now: Duration, _from: NodeId, _reason: &str) {}
+
+    /// Readers whose streams this node ended since the last call (etcd lost its data).
+    fn take_stream_ends(&mut self) -> Vec<NodeId> {
+        Vec::new()
+    }
+
+    /// The connection of `peer`'s streams to or from this node is gone (a link reset):
+    /// a server forgets the streams it was sending to `peer`.
+    fn on_link_reset(&mut self, _now: Duration, _peer: NodeId) {}
 
     /// How one of its calls ended.
     fn on_outcome(&mut self, _now: Duration, _token: u64, _outcome: Outcome) {}

@@ -159,7 +159,7 @@ impl Server for VllmNode {
             },
             Request::Metrics => self.metrics(now),
             // Not a vLLM endpoint: what axum answers for an unknown route.
-            Request::Etcd(_) | Request::Heartbeat { .. } => Some(Reply::Status(404)),
+            _ => Some(Reply::Status(404)),
         }
     }
 

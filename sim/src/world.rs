@@ -20,7 +20,6 @@ use serde_json::json;
 use sidecar::config::Config;
 use sidecar::core::Input;
 
-use crate::etcd_node::EtcdNode;
 use crate::link::{Direction, Leg, LinkFault, Links, OnChange};
 use crate::load::Load;
 use crate::log::EventLog;
@@ -72,6 +71,12 @@ enum Event {
     Act(Action),
     /// The next request of load `n` arrives.
     Arrival(usize),
+    /// The streams `from` → `to` end (closed by `from`, or their connection died).
+    StreamEnd {
+        from: NodeId,
+        to: NodeId,
+        reason: &'static str,
+    },
     /// A stream line (a watch answer) reaches `to`.
     Push {
         from: NodeId,
@@ -131,6 +136,9 @@ pub struct World {
     next_exchange: u64,
     events: u64,
     loads: Vec<Load>,
+    /// Streams (reader, server) that lost a line to a blackhole: the proxy closes
+    /// their connection when the link heals.
+    stuck_streams: std::collections::BTreeSet<(NodeId, NodeId)>,
 }
 
 impl World {
@@ -149,6 +157,7 @@ impl World {
             next_exchange: 0,
             events: 0,
             loads: Vec::new(),
+            stuck_streams: std::collections::BTreeSet::new(),
         }
     }
 
@@ -365,6 +374,19 @@ impl World {
                 self.after_sidecar_step(i);
             }
             Event::Arrival(n) => self.arrival(n),
+            Event::StreamEnd { from, to, reason } => {
+                let now = self.now;
+                self.log.record(
+                    now,
+                    &to.to_string(),
+                    "stream_end",
+                    || json!({ "from": from.to_string(), "reason": reason }),
+                );
+                if let Some(node) = self.servers.get_mut(&to) {
+                    node.on_stream_end(now, from, reason);
+                }
+                self.after_server_step(to);
+            }
             Event::Push {
                 from,
                 to,
@@ -679,9 +701,11 @@ impl World {
             .filter(|(_, x)| x.caller.node() == client && x.server == server)
             .map(|(id, x)| (id, x.stuck))
             .collect();
+        let stuck_stream = self.stuck_streams.remove(&(client, server));
         match change {
             OnChange::Nothing => {}
             OnChange::ResetOpen => {
+                self.end_streams(client, server, "connection reset");
                 *self.generations.entry((client, server)).or_default() += 1;
                 for (id, _) in on_link {
                     self.queue.push(
@@ -694,6 +718,10 @@ impl World {
                 }
             }
             OnChange::CloseStuck => {
+                if stuck_stream {
+                    self.end_streams(client, server, "connection closed");
+                    *self.generations.entry((client, server)).or_default() += 1;
+                }
                 for (id, _) in on_link.into_iter().filter(|(_, stuck)| *stuck) {
                     self.queue.push(
                         self.now,
@@ -704,6 +732,25 @@ impl World {
                     );
                 }
             }
+        }
+    }
+
+    /// The connection of the streams between `client` and `server` is gone: the
+    /// server forgets them now, the client learns it as a stream end.
+    fn end_streams(&mut self, client: NodeId, server: NodeId, reason: &'static str) {
+        let now = self.now;
+        if let Some(node) = self.servers.get_mut(&server) {
+            node.on_link_reset(now, client);
+        }
+        if self.servers.contains_key(&client) {
+            self.queue.push(
+                now,
+                Event::StreamEnd {
+                    from: server,
+                    to: client,
+                    reason,
+                },
+            );
         }
     }
 
@@ -743,6 +790,22 @@ impl World {
         for (to, line) in pushes {
             self.push_line(id, to, line);
         }
+        let ended = match self.servers.get_mut(&id) {
+            Some(node) => node.take_stream_ends(),
+            None => Vec::new(),
+        };
+        for to in ended {
+            let at = self.now + self.links.base();
+            let reason = "stream ended";
+            self.queue.push(
+                at,
+                Event::StreamEnd {
+                    from: id,
+                    to,
+                    reason,
+                },
+            );
+        }
         self.schedule_server_wake(id);
     }
 
@@ -753,6 +816,9 @@ impl World {
         let leg = self
             .links
             .leg(to, from, Direction::FromTarget, line.len(), &mut self.rng);
+        if let Leg::Lost { stuck: true } = leg {
+            self.stuck_streams.insert((to, from));
+        }
         if let Leg::Deliver(d) = leg {
             let generation = self.generation(to, from);
             self.queue.push(
@@ -767,18 +833,10 @@ impl World {
         }
     }
 
-    /// Open the master's watch on etcd's instance prefix, as mock-master's watcher does
-    /// at start (from an empty listing).
+    /// Kept for callers written before the master followed etcd by itself: the master
+    /// node now lists and watches etcd on its own (mock-master's watch plan, over its
+    /// link), so this does nothing.
     pub fn open_master_watch(&mut self) -> Result<(), String> {
-        let request = self
-            .server_as::<MasterNode>(NodeId::Master)
-            .ok_or("no master node")?
-            .watch_request();
-        let now = self.now;
-        self.server_as_mut::<EtcdNode>(NodeId::Etcd)
-            .ok_or("no etcd node")?
-            .watch(NodeId::Master, request.as_bytes(), now)?;
-        self.after_server_step(NodeId::Etcd);
         Ok(())
     }
 

@@ -207,6 +207,7 @@ fn a_delete_makes_the_master_probe_vllm_over_its_link() {
         .text()
         .lines()
         .filter(|l| l.contains("\"node\":\"master\",\"kind\":\"send\""))
+        .filter(|l| l.contains("\"request\":\"health\""))
         .count();
     assert_eq!(probes, 1 + 2 + 2);
 }

@@ -90,6 +90,7 @@ fn run_with(
                     }
                     r
                 }
+                other => panic!("a sidecar never sends {other:?}"),
             };
             let Some(reply) = reply else {
                 continue; // a hang: this loop has no timeouts; the world tests them

@@ -8,9 +8,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
+use super::answers;
 use crate::config::Config;
 use crate::core::{Answer, Command, CommandId};
-use crate::peers::etcd::{EtcdClient, EtcdError};
+use crate::peers::etcd::EtcdClient;
 use crate::peers::http::{build_client_with_roots, trusted_roots, Redirects};
 use crate::peers::master::MasterClient;
 use crate::peers::vllm::VllmClient;
@@ -80,17 +81,13 @@ impl Peers {
                 key,
                 value,
                 lease,
-            } => match self.etcd.put(&key, &value, lease).await {
-                Ok(()) => (id, Answer::PutDone),
-                Err(e) => (id, Answer::PutFailed(e.to_string())),
-            },
+            } => (id, answers::put(self.etcd.put(&key, &value, lease).await)),
             Command::Keepalive { id, lease } => (id, self.keepalive(lease).await),
             Command::Scrape { id } => (id, self.scrape().await),
             Command::PostHeartbeat { id, body } => (id, self.post(body).await),
-            Command::Revoke { id, lease } => match self.etcd.lease_revoke(lease).await {
-                Ok(()) => (id, Answer::RevokeDone),
-                Err(e) => (id, Answer::RevokeFailed(e.to_string())),
-            },
+            Command::Revoke { id, lease } => {
+                (id, answers::revoke(self.etcd.lease_revoke(lease).await))
+            }
             Command::LogServedModel => {
                 let model = self.vllm.served_model().await;
                 let model = model.as_deref().unwrap_or("?");
@@ -109,18 +106,11 @@ impl Peers {
     }
 
     async fn grant(&self, ttl: i64) -> Answer {
-        match self.etcd.lease_grant(ttl).await {
-            Ok(lease) => Answer::LeaseGranted { lease, ttl },
-            Err(e) => Answer::GrantFailed(e.to_string()),
-        }
+        answers::grant(self.etcd.lease_grant(ttl).await, ttl)
     }
 
     async fn keepalive(&self, lease: i64) -> Answer {
-        match self.etcd.lease_keepalive(lease).await {
-            Ok(ttl) => Answer::KeepaliveTtl(ttl),
-            Err(EtcdError::LeaseNotFound) => Answer::LeaseNotFound,
-            Err(e) => Answer::KeepaliveFailed(e.to_string()),
-        }
+        answers::keepalive(self.etcd.lease_keepalive(lease).await)
     }
 
     async fn scrape(&self) -> Answer {

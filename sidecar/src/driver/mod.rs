@@ -7,6 +7,7 @@
 //! command's id. Notes become log lines and counters (`notes.rs`). Outside requests
 //! (shutdown, drain, undrain) become inputs. It returns when the core says exit.
 
+pub mod answers;
 mod exec;
 mod liveness;
 mod notes;

@@ -259,47 +259,19 @@ impl EtcdClient {
     /// Grant a lease of `ttl` seconds; answers its id. etcd may raise a very short TTL
     /// to its minimum.
     pub async fn lease_grant(&self, ttl: i64) -> Result<i64, EtcdError> {
-        let answer: LeaseGrantAnswer = self
-            .call("/v3/lease/grant", &LeaseGrantRequest { ttl })
-            .await
-            .map_err(|e| lease_error(e, "lease grant"))?;
-        if answer.id == 0 {
-            let why = if answer.error.is_empty() {
-                "lease grant returned no ID".to_string()
-            } else {
-                format!("lease grant returned no ID: {}", answer.error)
-            };
-            return Err(EtcdError::BadAnswer(why));
-        }
-        Ok(answer.id)
+        grant_result(self.call(GRANT, &LeaseGrantRequest { ttl }).await)
     }
 
     /// Refresh a lease once; answers the TTL left. `Err(LeaseNotFound)` when etcd says
     /// the lease is gone (no `TTL`, or TTL ≤ 0, or NotFound).
     pub async fn lease_keepalive(&self, lease: i64) -> Result<i64, EtcdError> {
-        let answer: KeepaliveAnswer = self
-            .call("/v3/lease/keepalive", &LeaseIdRequest { id: lease })
-            .await
-            .map_err(|e| lease_error(e, "lease keepalive"))?;
-        if let Some(error) = answer.error {
-            return Err(stream_error(error));
-        }
-        match answer.result {
-            Some(result) if result.ttl > 0 => Ok(result.ttl),
-            _ => Err(EtcdError::LeaseNotFound),
-        }
+        keepalive_result(self.call(KEEPALIVE, &LeaseIdRequest { id: lease }).await)
     }
 
     /// Revoke a lease: its keys disappear at once. A lease etcd no longer knows is
     /// already gone, which is what revoking wants: that is `Ok`.
     pub async fn lease_revoke(&self, lease: i64) -> Result<(), EtcdError> {
-        let revoked: Result<Ignored, CallError> = self
-            .call("/v3/lease/revoke", &LeaseIdRequest { id: lease })
-            .await;
-        match revoked.map_err(|e| lease_error(e, "lease revoke")) {
-            Ok(_) | Err(EtcdError::LeaseNotFound) => Ok(()),
-            Err(e) => Err(e),
-        }
+        revoke_result(self.call(REVOKE, &LeaseIdRequest { id: lease }).await)
     }
 
     /// Put `key` = `value`, attached to `lease` (0: no lease). `Err(LeaseNotFound)` when
@@ -310,11 +282,7 @@ impl EtcdClient {
             value: B64.encode(value),
             lease,
         };
-        let _: Ignored = self
-            .call("/v3/kv/put", &request)
-            .await
-            .map_err(|e| lease_error(e, "put"))?;
-        Ok(())
+        put_result(self.call(PUT, &request).await)
     }
 
     /// The value at `key`, `None` when absent (`Some("")` for an empty value, which etcd
@@ -408,26 +376,18 @@ impl EtcdClient {
             let Some(base) = self.inner.endpoints.get(index) else {
                 continue;
             };
-            match self.attempt(base, path, &body, token).await {
-                Attempt::Answer(map) => {
+            match settle(path, self.attempt(base, path, &body, token).await) {
+                Ok(settled) => {
                     self.inner.preferred.store(index, Ordering::Relaxed);
-                    return serde_json::from_value(Value::Object(map)).map_err(|e| {
-                        CallError::BadAnswer(format!("{path}: unexpected answer: {e}"))
-                    });
+                    return settled;
                 }
-                Attempt::Final(f) => {
-                    self.inner.preferred.store(index, Ordering::Relaxed);
-                    return Err(CallError::Final(f));
-                }
-                Attempt::Next(why) => {
+                Err(why) => {
                     tracing::debug!(endpoint = %display_url(base), path, reason = %why, "etcd endpoint failed");
                     last = why;
                 }
             }
         }
-        Err(CallError::Unavailable(format!(
-            "all endpoints failed for {path}, last: {last}"
-        )))
+        Err(all_failed(path, &last))
     }
 
     /// Endpoint indices: the preferred one, then the others in order.
@@ -491,6 +451,108 @@ impl EtcdClient {
             Ok(Err(why)) => Attempt::Next(format!("{shown}: {why}")),
             Ok(Ok((status, bytes))) => answer_of(&shown, path, status, &bytes),
         }
+    }
+}
+
+const GRANT: &str = "/v3/lease/grant";
+const KEEPALIVE: &str = "/v3/lease/keepalive";
+const REVOKE: &str = "/v3/lease/revoke";
+const PUT: &str = "/v3/kv/put";
+
+/// An endpoint's attempt that settles the call (an answer, or etcd's final error), or
+/// why the next endpoint should be tried.
+fn settle<A: DeserializeOwned>(
+    path: &str,
+    attempt: Attempt,
+) -> Result<Result<A, CallError>, String> {
+    match attempt {
+        Attempt::Answer(map) => Ok(serde_json::from_value(Value::Object(map))
+            .map_err(|e| CallError::BadAnswer(format!("{path}: unexpected answer: {e}")))),
+        Attempt::Final(f) => Ok(Err(CallError::Final(f))),
+        Attempt::Next(why) => Err(why),
+    }
+}
+
+fn all_failed(path: &str, last: &str) -> CallError {
+    CallError::Unavailable(format!("all endpoints failed for {path}, last: {last}"))
+}
+
+fn grant_result(answer: Result<LeaseGrantAnswer, CallError>) -> Result<i64, EtcdError> {
+    let answer = answer.map_err(|e| lease_error(e, "lease grant"))?;
+    if answer.id == 0 {
+        let why = if answer.error.is_empty() {
+            "lease grant returned no ID".to_string()
+        } else {
+            format!("lease grant returned no ID: {}", answer.error)
+        };
+        return Err(EtcdError::BadAnswer(why));
+    }
+    Ok(answer.id)
+}
+
+fn keepalive_result(answer: Result<KeepaliveAnswer, CallError>) -> Result<i64, EtcdError> {
+    let answer = answer.map_err(|e| lease_error(e, "lease keepalive"))?;
+    if let Some(error) = answer.error {
+        return Err(stream_error(error));
+    }
+    match answer.result {
+        Some(result) if result.ttl > 0 => Ok(result.ttl),
+        _ => Err(EtcdError::LeaseNotFound),
+    }
+}
+
+fn revoke_result(answer: Result<Ignored, CallError>) -> Result<(), EtcdError> {
+    match answer.map_err(|e| lease_error(e, "lease revoke")) {
+        Ok(_) | Err(EtcdError::LeaseNotFound) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn put_result(answer: Result<Ignored, CallError>) -> Result<(), EtcdError> {
+    answer.map(|_| ()).map_err(|e| lease_error(e, "put"))
+}
+
+/// One endpoint's exchange as a transport saw it: the answer's status and body, or why
+/// there was none (`"no answer within 3s"`, `"connection refused"`).
+pub type Exchange<'a> = Result<(u16, &'a [u8]), String>;
+
+/// The decoding half of the lease calls, without a transport: what the client answers
+/// when the only endpoint it tried, shown as `shown`, gave `exchange`. The same answer
+/// classification and typed decoding as [`EtcdClient`], for a transport that is not
+/// HTTP (the simulator's): its sidecar then reads etcd exactly as this client does.
+pub mod decode {
+    use super::*;
+
+    fn one<A: DeserializeOwned>(
+        path: &str,
+        shown: &str,
+        exchange: Exchange<'_>,
+    ) -> Result<A, CallError> {
+        let attempt = match exchange {
+            Ok((status, body)) => answer_of(shown, path, status, body),
+            Err(why) => Attempt::Next(format!("{shown}: {why}")),
+        };
+        settle(path, attempt).unwrap_or_else(|why| Err(all_failed(path, &why)))
+    }
+
+    /// [`EtcdClient::lease_grant`]'s result.
+    pub fn lease_grant(shown: &str, exchange: Exchange<'_>) -> Result<i64, EtcdError> {
+        grant_result(one(GRANT, shown, exchange))
+    }
+
+    /// [`EtcdClient::lease_keepalive`]'s result.
+    pub fn lease_keepalive(shown: &str, exchange: Exchange<'_>) -> Result<i64, EtcdError> {
+        keepalive_result(one(KEEPALIVE, shown, exchange))
+    }
+
+    /// [`EtcdClient::lease_revoke`]'s result.
+    pub fn lease_revoke(shown: &str, exchange: Exchange<'_>) -> Result<(), EtcdError> {
+        revoke_result(one(REVOKE, shown, exchange))
+    }
+
+    /// [`EtcdClient::put`]'s result.
+    pub fn put(shown: &str, exchange: Exchange<'_>) -> Result<(), EtcdError> {
+        put_result(one(PUT, shown, exchange))
     }
 }
 

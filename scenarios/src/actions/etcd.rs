@@ -1,0 +1,333 @@
+//! Etcd actions: the fake etcd's gateway faults, releasing hung requests, expiring a
+//! lease, losing its data; killing and restarting a member of a real 3-member cluster.
+//!
+//! Most need the fake etcd (its fault API), which the check says before anything runs;
+//! the member actions need a real cluster, which the simulation does not run. An etcd
+//! fault excuses missing keys everywhere until it ends; an expired lease or lost data
+//! excuses the one re-registration that follows; a killed member is a fault until it
+//! restarts, with its election a short excused gap.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::words;
+use crate::cluster::{normalize_namespace, Cluster, Etcd};
+use crate::dur::Dur;
+use crate::episode::{EpisodeBook, Scope};
+use crate::sim_cluster::SimCluster;
+use crate::topology::{EtcdNeed, Target, Topology};
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub enum EtcdAction {
+    #[serde(rename = "etcd_fault")]
+    Fault {
+        fault: EtcdFault,
+        #[serde(default)]
+        count: Option<u64>,
+        #[serde(default)]
+        duration: Option<Dur>,
+    },
+    #[serde(rename = "etcd_clear_faults")]
+    ClearFaults(bool),
+    #[serde(rename = "etcd_release_hung")]
+    ReleaseHung(bool),
+    /// Expire the lease behind this instance's key (or every lease with `all`).
+    #[serde(rename = "etcd_expire_lease")]
+    ExpireLease(Target),
+    #[serde(rename = "etcd_lose_data")]
+    LoseData {
+        #[serde(default)]
+        reset_revision: bool,
+    },
+    /// Kill a real etcd member: `leader` or its index.
+    #[serde(rename = "etcd_kill")]
+    Kill(String),
+    /// Start a killed real etcd member again.
+    #[serde(rename = "etcd_restart")]
+    Restart(String),
+}
+
+/// Faults of the fake etcd gateway (see `mock-etcd`).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum EtcdFault {
+    Fail {
+        path: String,
+        #[serde(default = "default_fail_status")]
+        status: u16,
+        #[serde(default)]
+        grpc_code: Option<u32>,
+        #[serde(default)]
+        message: Option<String>,
+    },
+    Latency {
+        path: String,
+        ms: u64,
+    },
+    Hang {
+        path: String,
+    },
+}
+
+fn default_fail_status() -> u16 {
+    503
+}
+
+impl EtcdAction {
+    pub fn instance(&self) -> Option<&str> {
+        match self {
+            EtcdAction::ExpireLease(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    pub fn check(&self, topo: &Topology) -> Result<(), String> {
+        match self {
+            EtcdAction::Fault { .. } => topo.needs_fake_etcd("etcd_fault"),
+            EtcdAction::ClearFaults(b) => {
+                words::flag(*b, "etcd_clear_faults").and(topo.needs_fake_etcd("etcd_clear_faults"))
+            }
+            EtcdAction::ReleaseHung(b) => {
+                words::flag(*b, "etcd_release_hung").and(topo.needs_fake_etcd("etcd_release_hung"))
+            }
+            EtcdAction::ExpireLease(t) => topo
+                .check_target(t, true)
+                .and(topo.needs_fake_etcd("etcd_expire_lease")),
+            EtcdAction::LoseData { .. } => topo.needs_fake_etcd("etcd_lose_data"),
+            EtcdAction::Kill(m) | EtcdAction::Restart(m) => {
+                if topo.etcd != EtcdNeed::Cluster3 {
+                    return Err("etcd_kill / etcd_restart need topology.etcd = \"cluster3\"".into());
+                }
+                if m == "leader" || m.parse::<usize>().is_ok_and(|i| i < 3) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "etcd member `{m}`: use \"leader\", \"0\", \"1\" or \"2\""
+                    ))
+                }
+            }
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            EtcdAction::Fault {
+                fault, duration, ..
+            } => format!(
+                "etcd: {}{}",
+                words::compact(fault),
+                words::for_dur(duration)
+            ),
+            _ => words::plain(self),
+        }
+    }
+
+    /// Answers the member actually killed or restarted, or the leases expired.
+    pub async fn apply_real(&self, c: &mut Cluster) -> Result<Option<String>, String> {
+        match self {
+            EtcdAction::Fault {
+                fault,
+                count,
+                duration,
+            } => {
+                c.fake_etcd()?
+                    .faults()
+                    .add(etcd_fault(fault), *count, duration.map(|d| d.0));
+            }
+            EtcdAction::ClearFaults(_) => {
+                let e = c.fake_etcd()?;
+                e.faults().clear();
+                e.release_hung();
+            }
+            EtcdAction::ReleaseHung(_) => c.fake_etcd()?.release_hung(),
+            EtcdAction::ExpireLease(t) => return expire_real(c, t),
+            EtcdAction::LoseData { reset_revision } => c.fake_etcd()?.lose_data(*reset_revision),
+            EtcdAction::Kill(which) => {
+                let Etcd::Real(r) = &c.etcd else {
+                    return Err("etcd_kill needs real etcd".into());
+                };
+                let i = r
+                    .lock()
+                    .await
+                    .kill(which)
+                    .await
+                    .map_err(|e| format!("killing etcd member: {e}"))?;
+                return Ok(Some(i.to_string()));
+            }
+            EtcdAction::Restart(which) => {
+                let Etcd::Real(r) = &c.etcd else {
+                    return Err("etcd_restart needs real etcd".into());
+                };
+                let i = r
+                    .lock()
+                    .await
+                    .restart(which)
+                    .await
+                    .map_err(|e| format!("restarting etcd member: {e}"))?;
+                return Ok(Some(i.to_string()));
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn sim_unsupported(&self) -> Option<String> {
+        let why = match self {
+            EtcdAction::Kill(_) | EtcdAction::Restart(_) => {
+                "etcd_kill / etcd_restart need real etcd members (processes)"
+            }
+            _ => return None,
+        };
+        Some(why.to_string())
+    }
+
+    pub fn apply_sim(&self, c: &mut SimCluster, now: Duration) -> Result<Option<String>, String> {
+        match self {
+            EtcdAction::Fault {
+                fault,
+                count,
+                duration,
+            } => {
+                let f = etcd_fault(fault);
+                c.etcd()?
+                    .faults()
+                    .add_at(now, f, *count, duration.map(|d| d.0));
+            }
+            EtcdAction::ClearFaults(_) => c.etcd()?.faults().clear(),
+            // A hung request here is one never answered (its caller timed out).
+            EtcdAction::ReleaseHung(_) => {}
+            EtcdAction::ExpireLease(t) => return expire_sim(c, t, now),
+            EtcdAction::LoseData { reset_revision } => c.etcd()?.lose_data(*reset_revision, now),
+            EtcdAction::Kill(_) | EtcdAction::Restart(_) => {
+                return Err(self.sim_unsupported().unwrap_or_default())
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn episodes(&self, book: &mut EpisodeBook<'_>) {
+        let t = book.t();
+        match self {
+            EtcdAction::Fault { duration, .. } => {
+                let dur = duration.map(|d| d.as_ms());
+                let recovery = book.etcd_recovery_ms();
+                book.open(format!("etcd_fault:{t}"), Scope::All, dur, |e| {
+                    e.excuses_registration = true;
+                    e.extra_grace_ms = recovery;
+                });
+            }
+            EtcdAction::ClearFaults(_) | EtcdAction::ReleaseHung(_) => {
+                book.close_prefix("etcd_fault:")
+            }
+            EtcdAction::ExpireLease(target) => {
+                for s in book.scopes(target) {
+                    book.open(format!("expire:{t}"), s, Some(0), |e| {
+                        e.excuses_registration = true
+                    });
+                }
+            }
+            EtcdAction::LoseData { .. } => {
+                book.open(format!("lose_data:{t}"), Scope::All, Some(0), |e| {
+                    e.excuses_registration = true
+                });
+                // A re-registration can land on a revision the lost data reused, which
+                // the master's resumed watch skips; the sidecar's next heartbeat then
+                // draws a 409 and a new registration: the master may lag for one
+                // heartbeat interval (found by `scenarios explore`).
+                let beat = book.topology().heartbeat_interval.as_ms();
+                book.open(
+                    format!("lose_data_master:{t}"),
+                    Scope::All,
+                    Some(beat),
+                    |e| {
+                        e.excuses_master = true;
+                        e.is_fault = false;
+                    },
+                );
+            }
+            EtcdAction::Kill(_) => {
+                let member = book.detail().unwrap_or_default().to_string();
+                book.open(format!("etcd_kill:{member}"), Scope::All, None, |_| {});
+                // The election itself is a short excused gap.
+                let label = format!("{} (election)", book.label());
+                let key = format!("etcd_election:{t}");
+                book.open_as(label, key, Scope::All, Some(0), |e| {
+                    e.excuses_registration = true;
+                    e.is_fault = false;
+                });
+            }
+            EtcdAction::Restart(_) => {
+                let member = book.detail().unwrap_or_default().to_string();
+                book.close(&format!("etcd_kill:{member}"));
+            }
+        }
+    }
+}
+
+/// Expire the lease behind each target's key in the fake etcd (`all`: every lease).
+fn expire_real(c: &mut Cluster, t: &str) -> Result<Option<String>, String> {
+    let e = c.fake_etcd()?;
+    if t == "all" {
+        e.expire_all_leases();
+        return Ok(None);
+    }
+    let mut expired = Vec::new();
+    for i in c.targets(t) {
+        if let Some(x) = c.instances.get(i) {
+            match e.get(&x.key) {
+                Some((_, lease)) if lease != 0 => expired.push(e.expire_lease(lease)),
+                _ => return Err(format!("{} has no key with a lease to expire", x.name)),
+            }
+        }
+    }
+    Ok(Some(format!("expired {expired:?}")))
+}
+
+/// [`expire_real`] in virtual time: the lease is found by listing the etcd core.
+fn expire_sim(c: &mut SimCluster, t: &str, now: Duration) -> Result<Option<String>, String> {
+    if t == "all" {
+        c.etcd()?.core().expire_all();
+        return Ok(None);
+    }
+    let prefix = format!("{}XLLM:", normalize_namespace(&c.namespace));
+    let (_, kvs) = c.etcd()?.list_prefix(prefix.as_bytes(), now)?;
+    let mut expired = Vec::new();
+    for i in c.targets(t) {
+        let inst = c.instances.get(i).ok_or("no such instance")?;
+        let lease = kvs
+            .iter()
+            .find(|kv| kv.key == inst.key.as_bytes())
+            .map(|kv| kv.lease)
+            .filter(|l| *l != 0);
+        let Some(lease) = lease else {
+            return Err(format!("{} has no key with a lease to expire", inst.name));
+        };
+        expired.push(c.etcd()?.core().expire_lease(lease).map(|l| l.id));
+    }
+    Ok(Some(format!("expired {expired:?}")))
+}
+
+/// A scenario's etcd fault as the fake's own fault value (both modes).
+pub fn etcd_fault(f: &EtcdFault) -> mock_etcd::Fault {
+    match f {
+        EtcdFault::Fail {
+            path,
+            status,
+            grpc_code,
+            message,
+        } => mock_etcd::Fault::Fail {
+            path: path.clone(),
+            status: *status,
+            grpc_code: grpc_code.unwrap_or(14),
+            message: message
+                .clone()
+                .unwrap_or_else(|| "etcdserver: request timed out".into()),
+        },
+        EtcdFault::Latency { path, ms } => mock_etcd::Fault::Latency {
+            path: path.clone(),
+            ms: *ms,
+        },
+        EtcdFault::Hang { path } => mock_etcd::Fault::Hang { path: path.clone() },
+    }
+}

@@ -1,0 +1,331 @@
+//! Actions: what a scenario's step does to the cluster, one module per family.
+//!
+//! Adding an action is one place: its family's module says how it is written (its serde
+//! enum), checked against the topology, described in reports, done in real mode
+//! (processes and sockets, [`Cluster`]), done in virtual time ([`SimCluster`]) or why it
+//! cannot be, and which fault episodes it opens or closes. This module holds the
+//! [`Action`] a step carries and dispatches each of those to the family, once.
+//!
+//! The layering keeps imports one-way: families use the clusters, the topology and the
+//! episode book; none of those knows the families. The scenario file ([`crate::spec`])
+//! and the runners sit above.
+
+pub mod etcd;
+pub mod link;
+pub mod load;
+pub mod master;
+mod parse;
+pub mod sidecar;
+pub mod vllm;
+mod words;
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use serde::de::{self, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::cluster::Cluster;
+use crate::episode::EpisodeBook;
+use crate::sim_cluster::SimCluster;
+use crate::topology::Topology;
+use etcd::EtcdAction;
+use link::LinkAction;
+use load::LoadAction;
+use master::MasterAction;
+use sidecar::SidecarAction;
+use vllm::VllmAction;
+
+/// Something the runner does to the cluster. Written with one key naming the action,
+/// whatever its family: `action = { vllm_health = { instance = "i0", health = "down" } }`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+pub enum Action {
+    Sidecar(SidecarAction),
+    Vllm(VllmAction),
+    Etcd(EtcdAction),
+    Master(MasterAction),
+    Link(LinkAction),
+    Load(LoadAction),
+}
+
+impl Action {
+    /// What serde's "unknown variant ..., expected one of" lists: every action's key,
+    /// family by family.
+    pub fn keys() -> &'static [&'static str] {
+        static KEYS: OnceLock<Vec<&'static str>> = OnceLock::new();
+        KEYS.get_or_init(|| {
+            [
+                parse::keys::<SidecarAction>(),
+                parse::keys::<VllmAction>(),
+                parse::keys::<EtcdAction>(),
+                parse::keys::<MasterAction>(),
+                parse::keys::<LinkAction>(),
+                parse::keys::<LoadAction>(),
+            ]
+            .concat()
+        })
+    }
+
+    /// What the scenario file cannot say by its syntax alone: the instance exists, the
+    /// etcd kind supports the action, the values make sense.
+    pub fn check(&self, topo: &Topology) -> Result<(), String> {
+        match self {
+            Action::Sidecar(a) => a.check(topo),
+            Action::Vllm(a) => a.check(topo),
+            Action::Etcd(a) => a.check(topo),
+            Action::Master(a) => a.check(topo),
+            Action::Link(a) => a.check(topo),
+            Action::Load(a) => a.check(topo),
+        }
+    }
+
+    /// A short human description, for reports: `link sidecar_etcd i0: blackhole for 4s`.
+    pub fn describe(&self) -> String {
+        match self {
+            Action::Sidecar(a) => a.describe(),
+            Action::Vllm(a) => a.describe(),
+            Action::Etcd(a) => a.describe(),
+            Action::Master(a) => a.describe(),
+            Action::Link(a) => a.describe(),
+            Action::Load(a) => a.describe(),
+        }
+    }
+
+    /// The instance the action acts on (a name or `all`); `None`: the cluster as a whole
+    /// (etcd, the master, routed load).
+    pub fn instance(&self) -> Option<&str> {
+        match self {
+            Action::Sidecar(a) => a.instance(),
+            Action::Vllm(a) => a.instance(),
+            Action::Etcd(a) => a.instance(),
+            Action::Master(a) => a.instance(),
+            Action::Link(a) => a.instance(),
+            Action::Load(a) => a.instance(),
+        }
+    }
+
+    /// Do it in real mode. Answers a detail worth recording (e.g. which etcd member died).
+    pub async fn apply_real(&self, c: &mut Cluster) -> Result<Option<String>, String> {
+        match self {
+            Action::Sidecar(a) => a.apply_real(c).await,
+            Action::Vllm(a) => a.apply_real(c).await,
+            Action::Etcd(a) => a.apply_real(c).await,
+            Action::Master(a) => a.apply_real(c).await,
+            Action::Link(a) => a.apply_real(c).await,
+            Action::Load(a) => a.apply_real(c).await,
+        }
+    }
+
+    /// Why the simulation cannot do this action, if it cannot (the scenario is skipped
+    /// with that reason).
+    pub fn sim_unsupported(&self) -> Option<String> {
+        match self {
+            Action::Sidecar(a) => a.sim_unsupported(),
+            Action::Vllm(a) => a.sim_unsupported(),
+            Action::Etcd(a) => a.sim_unsupported(),
+            Action::Master(a) => a.sim_unsupported(),
+            Action::Link(a) => a.sim_unsupported(),
+            Action::Load(a) => a.sim_unsupported(),
+        }
+    }
+
+    /// Do it in virtual time, now. It runs inside the world as a scripted event, so the
+    /// world then takes up what the change caused (watch events, new timers).
+    pub fn apply_sim(&self, c: &mut SimCluster) -> Result<Option<String>, String> {
+        if let Some(why) = self.sim_unsupported() {
+            return Err(why);
+        }
+        let now = c.world.now();
+        let detail = match self {
+            Action::Sidecar(a) => a.apply_sim(c, now),
+            Action::Vllm(a) => a.apply_sim(c, now),
+            Action::Etcd(a) => a.apply_sim(c, now),
+            Action::Master(a) => a.apply_sim(c, now),
+            Action::Link(a) => a.apply_sim(c, now),
+            Action::Load(a) => a.apply_sim(c, now),
+        }?;
+        c.world.at(now, |_| {});
+        c.world.run_until(now);
+        c.drain_records();
+        Ok(detail)
+    }
+
+    /// Open or close the fault episodes this action (as executed) causes.
+    pub fn episodes(&self, book: &mut EpisodeBook<'_>) {
+        match self {
+            Action::Sidecar(a) => a.episodes(book),
+            Action::Vllm(a) => a.episodes(book),
+            Action::Etcd(a) => a.episodes(book),
+            Action::Master(a) => a.episodes(book),
+            Action::Link(a) => a.episodes(book),
+            Action::Load(a) => a.episodes(book),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Action {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(OneKey)
+    }
+}
+
+/// Reads `{ key = value }`: the key picks the family, whose enum reads the entry.
+struct OneKey;
+
+impl<'de> Visitor<'de> for OneKey {
+    type Value = Action;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an action: a table with one key, e.g. { sidecar_kill = \"i0\" }")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Action, M::Error> {
+        let Some(key) = map.next_key::<String>()? else {
+            return Err(de::Error::invalid_length(0, &self));
+        };
+        let is = |keys: &[&str]| keys.contains(&key.as_str());
+        let action = if is(parse::keys::<SidecarAction>()) {
+            SidecarAction::deserialize(parse::rest(key, &mut map)).map(Action::Sidecar)
+        } else if is(parse::keys::<VllmAction>()) {
+            VllmAction::deserialize(parse::rest(key, &mut map)).map(Action::Vllm)
+        } else if is(parse::keys::<EtcdAction>()) {
+            EtcdAction::deserialize(parse::rest(key, &mut map)).map(Action::Etcd)
+        } else if is(parse::keys::<MasterAction>()) {
+            MasterAction::deserialize(parse::rest(key, &mut map)).map(Action::Master)
+        } else if is(parse::keys::<LinkAction>()) {
+            LinkAction::deserialize(parse::rest(key, &mut map)).map(Action::Link)
+        } else if is(parse::keys::<LoadAction>()) {
+            LoadAction::deserialize(parse::rest(key, &mut map)).map(Action::Load)
+        } else {
+            return Err(de::Error::unknown_variant(&key, Action::keys()));
+        }?;
+        if map.next_key::<IgnoredAny>()?.is_some() {
+            return Err(de::Error::custom(
+                "an action is a table with one key: one action per step",
+            ));
+        }
+        Ok(action)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Scenario;
+
+    fn step_action(action: &str) -> Result<Action, String> {
+        let text = format!(
+            "name = \"t\"\ndescription = \"d\"\n[topology]\netcd = \"fake\"\ninstances = 2\n[[step]]\naction = {action}\n"
+        );
+        Scenario::parse("t.toml", &text)
+            .map(|sc| sc.steps[0].action.clone().unwrap())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn every_family_answers_to_its_keys_in_the_languages_order() {
+        assert_eq!(
+            Action::keys(),
+            [
+                "sidecar_start",
+                "sidecar_stop",
+                "sidecar_kill",
+                "vllm_health",
+                "vllm_fault",
+                "vllm_clear_faults",
+                "vllm_crash",
+                "vllm_restart",
+                "vllm_counter_reset",
+                "etcd_fault",
+                "etcd_clear_faults",
+                "etcd_release_hung",
+                "etcd_expire_lease",
+                "etcd_lose_data",
+                "etcd_kill",
+                "etcd_restart",
+                "master_restart",
+                "master_token",
+                "master_fault",
+                "master_clear_faults",
+                "link",
+                "load",
+                "load_off",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unknown_action_lists_every_action() {
+        let e = step_action("{ vllm_explode = \"i0\" }").unwrap_err();
+        assert!(
+            e.starts_with("t.toml:7: unknown variant `vllm_explode`"),
+            "{e}"
+        );
+        assert!(
+            e.contains("expected one of `sidecar_start`, `sidecar_stop`"),
+            "{e}"
+        );
+        assert!(e.contains("`load`, `load_off`"), "{e}");
+    }
+
+    #[test]
+    fn a_familys_field_errors_name_the_field_and_line() {
+        let e =
+            step_action("{ vllm_health = { instance = \"i0\", helth = \"down\" } }").unwrap_err();
+        assert!(e.starts_with("t.toml:7:"), "{e}");
+        assert!(e.contains("helth"), "{e}");
+        let e =
+            step_action("{ vllm_health = { instance = \"i0\", health = \"sick\" } }").unwrap_err();
+        assert!(e.contains("sick"), "{e}");
+    }
+
+    #[test]
+    fn one_action_per_step() {
+        let e = step_action("{ sidecar_kill = \"i0\", vllm_crash = \"i1\" }").unwrap_err();
+        assert!(e.contains("one key"), "{e}");
+        let e = step_action("{}").unwrap_err();
+        assert!(e.contains("an action"), "{e}");
+    }
+
+    #[test]
+    fn actions_read_back_as_written_and_are_checked_by_their_family() {
+        for (toml, json, label) in [
+            (
+                "{ sidecar_start = { instance = \"i1\", token = \"t2\" } }",
+                r#"{"sidecar_start":{"instance":"i1","token":"t2"}}"#,
+                "sidecar_start {instance:i1,token:t2}",
+            ),
+            ("{ vllm_crash = \"all\" }", r#"{"vllm_crash":"all"}"#, "vllm_crash all"),
+            (
+                "{ etcd_expire_lease = \"i0\" }",
+                r#"{"etcd_expire_lease":"i0"}"#,
+                "etcd_expire_lease i0",
+            ),
+            (
+                "{ master_fault = { fault = { heartbeat_status = { status = 503 } }, duration = \"2s\" } }",
+                r#"{"master_fault":{"fault":{"heartbeat_status":{"status":503}},"count":null,"duration":"2s"}}"#,
+                "master: {heartbeat_status:{status:503}} for 2s",
+            ),
+            (
+                "{ link = { link = \"sidecar_vllm\", fault = \"blackhole\" } }",
+                r#"{"link":{"link":"sidecar_vllm","instance":"all","endpoint":null,"fault":"blackhole","duration":null}}"#,
+                "link sidecar_vllm all: blackhole",
+            ),
+            ("{ load_off = true }", r#"{"load_off":true}"#, "load_off true"),
+        ] {
+            let a = step_action(toml).unwrap();
+            assert_eq!(serde_json::to_string(&a).unwrap(), json);
+            assert_eq!(a.describe(), label);
+            // The report's JSON reads back as the same action.
+            let back: Action = serde_json::from_str(json).unwrap();
+            assert_eq!(serde_json::to_string(&back).unwrap(), json);
+        }
+        let e = step_action("{ sidecar_kill = \"i9\" }").unwrap_err();
+        assert!(e.contains("instance `i9` does not exist"), "{e}");
+        let e = step_action("{ etcd_kill = \"leader\" }").unwrap_err();
+        assert!(e.contains("cluster3"), "{e}");
+        let e = step_action("{ load_off = false }").unwrap_err();
+        assert!(e.contains("`load_off = false` means nothing"), "{e}");
+    }
+}

@@ -1,0 +1,263 @@
+//! vLLM actions: the fake vLLM's health, its faults (scrape and completion), a crash
+//! and a restart on the same port, and a counter reset (a restart the sidecar only sees
+//! in its counters).
+//!
+//! In real mode they go through the fake's control API, in virtual time to its core:
+//! the same fault values either way ([`vllm_fault`]). An unhealthy or crashed vLLM
+//! excuses the missing key until it is up again; a metrics fault is a fault in the
+//! reports, a completion fault is not (it disturbs load, not registration).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sim::vllm_node::VllmNode;
+use sim::{NodeId, World};
+
+use super::words;
+use crate::cluster::Cluster;
+use crate::dur::Dur;
+use crate::episode::{EpisodeBook, Scope};
+use crate::sim_cluster::{node_index, SimCluster};
+use crate::topology::{Target, Topology};
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub enum VllmAction {
+    #[serde(rename = "vllm_health")]
+    Health { instance: Target, health: Health },
+    #[serde(rename = "vllm_fault")]
+    Fault {
+        instance: Target,
+        fault: VllmFault,
+        #[serde(default)]
+        count: Option<u64>,
+        #[serde(default)]
+        duration: Option<Dur>,
+    },
+    #[serde(rename = "vllm_clear_faults")]
+    ClearFaults(Target),
+    #[serde(rename = "vllm_crash")]
+    Crash(Target),
+    #[serde(rename = "vllm_restart")]
+    Restart(Target),
+    #[serde(rename = "vllm_counter_reset")]
+    CounterReset(Target),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    Up,
+    Down,
+    Hang,
+}
+
+/// Faults of the fake vLLM (see `mock-vllm`).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum VllmFault {
+    MetricsStatus { status: u16 },
+    MetricsHang,
+    MetricsSlow { bytes_per_sec: u64 },
+    MetricsTruncate { at_bytes: u64 },
+    MetricsGarbage { lines: u32 },
+    MetricsNonfinite,
+    MetricsHuge { bytes: u64 },
+    MetricsStale,
+    CompletionFail { fraction: f64, status: u16 },
+    CompletionHang,
+    CompletionDrop { after_tokens: u32 },
+}
+
+impl VllmAction {
+    pub fn instance(&self) -> Option<&str> {
+        match self {
+            VllmAction::Health { instance, .. }
+            | VllmAction::Fault { instance, .. }
+            | VllmAction::ClearFaults(instance)
+            | VllmAction::Crash(instance)
+            | VllmAction::Restart(instance)
+            | VllmAction::CounterReset(instance) => Some(instance),
+        }
+    }
+
+    pub fn check(&self, topo: &Topology) -> Result<(), String> {
+        topo.check_target(self.instance().unwrap_or_default(), true)
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            VllmAction::Health { instance, health } => {
+                format!("vllm {instance}: health {}", words::compact(health))
+            }
+            VllmAction::Fault {
+                instance,
+                fault,
+                duration,
+                ..
+            } => format!(
+                "vllm {instance}: {}{}",
+                words::compact(fault),
+                words::for_dur(duration)
+            ),
+            _ => words::plain(self),
+        }
+    }
+
+    pub async fn apply_real(&self, c: &mut Cluster) -> Result<Option<String>, String> {
+        let instance = self.instance().unwrap_or_default();
+        for i in c.targets(instance) {
+            let Some(x) = c.instances.get(i) else {
+                continue;
+            };
+            match self {
+                VllmAction::Health { health, .. } => x.vllm.set_health(health_mode(*health)),
+                VllmAction::Fault {
+                    fault,
+                    count,
+                    duration,
+                    ..
+                } => {
+                    let f = vllm_fault(fault);
+                    x.vllm.faults().add(f, *count, duration.map(|d| d.0));
+                }
+                VllmAction::ClearFaults(_) => x.vllm.faults().clear(),
+                VllmAction::Crash(_) => x.vllm.crash().await,
+                VllmAction::Restart(_) => x
+                    .vllm
+                    .restart()
+                    .await
+                    .map_err(|e| format!("restarting vLLM: {e}"))?,
+                VllmAction::CounterReset(_) => x.vllm.counter_reset(),
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn sim_unsupported(&self) -> Option<String> {
+        None
+    }
+
+    pub fn apply_sim(&self, c: &mut SimCluster, now: Duration) -> Result<Option<String>, String> {
+        let instance = self.instance().unwrap_or_default();
+        for i in c.targets(instance) {
+            let vllm = c.vllm(i)?;
+            match self {
+                VllmAction::Health { health, .. } => vllm.set_health(health_mode(*health)),
+                VllmAction::Fault {
+                    fault,
+                    count,
+                    duration,
+                    ..
+                } => {
+                    let id = vllm.add_fault(vllm_fault(fault), *count);
+                    // mock-vllm's core fires faults by count; a duration ends it here.
+                    if let Some(d) = duration {
+                        let node = NodeId::Vllm(node_index(i));
+                        c.world.at(now + d.0, move |w: &mut World| {
+                            if let Some(v) = w.server_as_mut::<VllmNode>(node) {
+                                v.core().faults().remove(id);
+                            }
+                        });
+                    }
+                }
+                VllmAction::ClearFaults(_) => vllm.core().faults().clear(),
+                VllmAction::Crash(_) => vllm.core().crash(now),
+                VllmAction::Restart(_) => vllm.core().restart(now),
+                VllmAction::CounterReset(_) => vllm.core().counter_reset(now),
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn episodes(&self, book: &mut EpisodeBook<'_>) {
+        let t = book.t();
+        let instance = self.instance().unwrap_or_default();
+        for s in book.scopes(instance) {
+            match self {
+                VllmAction::Health { health, .. } => {
+                    let key = format!("vllm_health:{s:?}");
+                    if *health == Health::Up {
+                        book.close(&key);
+                        if s == Scope::All {
+                            book.close_prefix("vllm_health:");
+                        }
+                    } else {
+                        book.open(key, s, None, |e| {
+                            e.excuses_registration = true;
+                            e.vllm_down = true;
+                        });
+                    }
+                }
+                VllmAction::Crash(_) => {
+                    book.open(format!("vllm_crash:{s:?}"), s, None, |e| {
+                        e.excuses_registration = true;
+                        e.vllm_down = true;
+                    });
+                }
+                VllmAction::Restart(_) => {
+                    book.close(&format!("vllm_crash:{s:?}"));
+                    if s == Scope::All {
+                        book.close_prefix("vllm_crash:");
+                    }
+                }
+                VllmAction::Fault {
+                    fault, duration, ..
+                } => {
+                    let metrics = !matches!(
+                        fault,
+                        VllmFault::CompletionFail { .. }
+                            | VllmFault::CompletionHang
+                            | VllmFault::CompletionDrop { .. }
+                    );
+                    let dur = duration.map(|d| d.as_ms());
+                    book.open(format!("vllm_fault:{s:?}:{t}"), s, dur, |e| {
+                        e.is_fault = metrics;
+                    });
+                }
+                VllmAction::ClearFaults(_) => {
+                    book.close_prefix(&format!("vllm_fault:{s:?}:"));
+                    if s == Scope::All {
+                        book.close_prefix("vllm_fault:");
+                    }
+                }
+                VllmAction::CounterReset(_) => {
+                    book.open(format!("counter_reset:{t}"), s, Some(0), |_| {});
+                }
+            }
+        }
+    }
+}
+
+fn health_mode(h: Health) -> mock_vllm::Health {
+    match h {
+        Health::Up => mock_vllm::Health::Up,
+        Health::Down => mock_vllm::Health::Down,
+        Health::Hang => mock_vllm::Health::Hang,
+    }
+}
+
+/// A scenario's vLLM fault as the fake's own fault value (both modes).
+pub fn vllm_fault(f: &VllmFault) -> mock_vllm::Fault {
+    use mock_vllm::Fault as F;
+    match *f {
+        VllmFault::MetricsStatus { status } => F::MetricsStatus { status },
+        VllmFault::MetricsHang => F::MetricsHang,
+        VllmFault::MetricsSlow { bytes_per_sec } => F::MetricsSlow { bytes_per_sec },
+        VllmFault::MetricsTruncate { at_bytes } => F::MetricsTruncate {
+            at_bytes: at_bytes as usize,
+            abort: false,
+        },
+        VllmFault::MetricsGarbage { lines } => F::MetricsGarbage {
+            lines: lines as usize,
+        },
+        VllmFault::MetricsNonfinite => F::MetricsNonfinite,
+        VllmFault::MetricsHuge { bytes } => F::MetricsHuge {
+            bytes: bytes as usize,
+        },
+        VllmFault::MetricsStale => F::MetricsStale,
+        VllmFault::CompletionFail { fraction, status } => F::CompletionFail { fraction, status },
+        VllmFault::CompletionHang => F::CompletionHang,
+        VllmFault::CompletionDrop { after_tokens } => F::CompletionDrop { after_tokens },
+    }
+}

@@ -1,0 +1,297 @@
+//! Fault episodes: intervals derived from the executed actions (a partition from its
+//! start until healed, a crash until restart), each saying whom it disturbs and what it
+//! excuses.
+//!
+//! The [`EpisodeBook`] is what each action family writes its episodes into: it knows
+//! the action being recorded (its time and label), the instance names, and the tokens
+//! the master and each sidecar hold, so a family only says which episode it opens or
+//! closes. The invariants ([`crate::verdict`]) read the finished list.
+
+use serde::Serialize;
+
+use crate::topology::Topology;
+
+/// Whom an episode disturbs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Scope {
+    All,
+    Instance(usize),
+}
+
+impl Scope {
+    pub fn covers(self, i: usize) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Instance(j) => i == j,
+        }
+    }
+}
+
+/// A disturbance interval derived from actions.
+#[derive(Clone, Debug, Serialize)]
+pub struct Episode {
+    pub label: String,
+    pub scope: Scope,
+    pub start_ms: u64,
+    pub end_ms: Option<u64>,
+    /// A missing key is excused during (and for a grace after) this episode.
+    pub excuses_registration: bool,
+    /// vLLM unhealthy: the instance is not expected to be routable.
+    pub vllm_down: bool,
+    /// 401s are expected (token mismatch).
+    pub token_mismatch: bool,
+    /// The master's view may lag etcd (its watch is cut or it restarted).
+    pub excuses_master: bool,
+    /// More time to register again after this episode than the scenario's grace: the
+    /// sidecar's etcd path was cut, so an attempt in flight first meets its etcd
+    /// timeout and its registration backoff (capped at the lease TTL) runs.
+    pub extra_grace_ms: u64,
+    /// Shown as a fault in reports and recovery times (not a routine start).
+    pub is_fault: bool,
+    key: String,
+}
+
+/// The episodes of one run, written action by action.
+pub struct EpisodeBook<'a> {
+    topo: &'a Topology,
+    names: Vec<String>,
+    eps: Vec<Episode>,
+    master_token: Option<String>,
+    sidecar_tokens: Vec<Option<String>>,
+    /// The action being recorded: when, its label, its detail (e.g. the member killed).
+    t: u64,
+    label: String,
+    detail: Option<String>,
+}
+
+impl<'a> EpisodeBook<'a> {
+    /// A book with the start-up episodes: every instance registers for the first time,
+    /// and a sidecar whose token differs from the master's is expected to get 401s.
+    pub fn new(topo: &'a Topology) -> EpisodeBook<'a> {
+        let names = topo.instance_names();
+        let sidecar_tokens = names
+            .iter()
+            .map(|n| {
+                topo.overrides
+                    .iter()
+                    .find(|o| &o.name == n)
+                    .and_then(|o| o.token.clone())
+                    .or_else(|| topo.token.clone())
+            })
+            .collect();
+        let mut book = EpisodeBook {
+            topo,
+            names,
+            eps: Vec::new(),
+            master_token: topo.token.clone(),
+            sidecar_tokens,
+            t: 0,
+            label: String::new(),
+            detail: None,
+        };
+        book.start_up();
+        book
+    }
+
+    fn start_up(&mut self) {
+        let topo = self.topo;
+        for (i, n) in self.names.clone().iter().enumerate() {
+            let o = topo.overrides.iter().find(|o| &o.name == n);
+            let delay = o
+                .and_then(|o| o.vllm_startup_delay)
+                .unwrap_or(topo.vllm_startup_delay)
+                .as_ms();
+            let starts = o
+                .and_then(|o| o.start_sidecar)
+                .unwrap_or(topo.start_sidecars);
+            let label = format!("start-up {n}");
+            self.open_as(
+                label,
+                format!("startup:{i}"),
+                Scope::Instance(i),
+                Some(delay),
+                |e| {
+                    e.excuses_registration = true;
+                    e.vllm_down = delay > 0;
+                    e.is_fault = false;
+                },
+            );
+            let sidecar_token = self.sidecar_tokens.get(i).cloned().flatten();
+            if starts && !tokens_match(topo.token.as_deref(), sidecar_token.as_deref()) {
+                self.open_token_mismatch(i);
+            }
+        }
+    }
+
+    /// Record the next action: episodes opened from now on start at `t_ms` under `label`.
+    pub fn action(&mut self, t_ms: u64, label: &str, detail: Option<&str>) {
+        self.t = t_ms;
+        self.label = label.to_string();
+        self.detail = detail.map(str::to_string);
+    }
+
+    /// The topology the run is on.
+    pub fn topology(&self) -> &Topology {
+        self.topo
+    }
+
+    /// The current action's detail (e.g. the etcd member actually killed).
+    pub fn detail(&self) -> Option<&str> {
+        self.detail.as_deref()
+    }
+
+    /// The current action's label.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The current action's time.
+    pub fn t(&self) -> u64 {
+        self.t
+    }
+
+    /// The scopes a target names: `all`, or the one instance (none if unknown).
+    pub fn scopes(&self, target: &str) -> Vec<Scope> {
+        if target == "all" {
+            vec![Scope::All]
+        } else {
+            self.names
+                .iter()
+                .position(|n| n == target)
+                .map(Scope::Instance)
+                .into_iter()
+                .collect()
+        }
+    }
+
+    /// Open an episode under the current action's label; one already open under the
+    /// same key ends now. `dur_ms`: it ends by itself that long after (`None`: open).
+    pub fn open(
+        &mut self,
+        key: String,
+        scope: Scope,
+        dur_ms: Option<u64>,
+        set: impl Fn(&mut Episode),
+    ) {
+        let label = self.label.clone();
+        self.open_as(label, key, scope, dur_ms, set);
+    }
+
+    /// How long after its etcd path heals a sidecar may take to register again, past
+    /// the scenario's grace: an attempt in flight meets its etcd timeout, then the
+    /// registration backoff (capped at the lease TTL) runs.
+    pub fn etcd_recovery_ms(&self) -> u64 {
+        self.topo.etcd_timeout.as_ms() + self.topo.lease_ttl.saturating_mul(1000)
+    }
+
+    /// [`Self::open`] under a label of its own.
+    pub fn open_as(
+        &mut self,
+        label: String,
+        key: String,
+        scope: Scope,
+        dur_ms: Option<u64>,
+        set: impl Fn(&mut Episode),
+    ) {
+        let t = self.t;
+        self.close(&key);
+        let mut e = Episode {
+            label,
+            scope,
+            start_ms: t,
+            end_ms: dur_ms.map(|d| t + d),
+            excuses_registration: false,
+            vllm_down: false,
+            token_mismatch: false,
+            excuses_master: false,
+            extra_grace_ms: 0,
+            is_fault: true,
+            key,
+        };
+        set(&mut e);
+        self.eps.push(e);
+    }
+
+    /// End the open episode under `key` now.
+    pub fn close(&mut self, key: &str) {
+        let t = self.t;
+        for e in self
+            .eps
+            .iter_mut()
+            .filter(|e| e.key == key && e.end_ms.is_none_or(|end| end > t))
+        {
+            e.end_ms = Some(t.max(e.start_ms));
+        }
+    }
+
+    /// End every open episode whose key starts with `prefix` now.
+    pub fn close_prefix(&mut self, prefix: &str) {
+        let t = self.t;
+        for e in self
+            .eps
+            .iter_mut()
+            .filter(|e| e.key.starts_with(prefix) && e.end_ms.is_none_or(|end| end > t))
+        {
+            e.end_ms = Some(t.max(e.start_ms));
+        }
+    }
+
+    /// The master's token is now `token` (`""`: no check).
+    pub fn set_master_token(&mut self, token: &str) {
+        self.master_token = Some(token.to_string()).filter(|t| !t.is_empty());
+    }
+
+    /// The sidecars in `scope` now send `token`.
+    pub fn set_sidecar_token(&mut self, scope: Scope, token: &str) {
+        for (i, tok) in self.sidecar_tokens.iter_mut().enumerate() {
+            if scope.covers(i) {
+                *tok = Some(token.to_string());
+            }
+        }
+    }
+
+    /// After a token may have changed: a mismatch opens (or stays) a token episode of
+    /// that instance, a match ends it.
+    pub fn recheck_tokens(&mut self) {
+        for i in 0..self.sidecar_tokens.len() {
+            let key = format!("token:{i}");
+            let tok = self.sidecar_tokens.get(i).cloned().flatten();
+            if tokens_match(self.master_token.as_deref(), tok.as_deref()) {
+                self.close(&key);
+            } else if !self.eps.iter().any(|e| e.key == key && e.end_ms.is_none()) {
+                self.open_token_mismatch(i);
+            }
+        }
+    }
+
+    fn open_token_mismatch(&mut self, i: usize) {
+        let name = self.names.get(i).cloned().unwrap_or_default();
+        self.open_as(
+            format!("token mismatch {name}"),
+            format!("token:{i}"),
+            Scope::Instance(i),
+            None,
+            |e| {
+                e.token_mismatch = true;
+                e.is_fault = false;
+            },
+        );
+    }
+
+    /// The episodes, none ending after the run did.
+    pub fn finish(mut self, end_ms: u64) -> Vec<Episode> {
+        for e in &mut self.eps {
+            if let Some(end) = e.end_ms {
+                e.end_ms = Some(end.min(end_ms.max(e.start_ms)));
+            }
+        }
+        self.eps
+    }
+}
+
+fn tokens_match(master: Option<&str>, sidecar: Option<&str>) -> bool {
+    match master.filter(|m| !m.is_empty()) {
+        None => true,
+        Some(m) => sidecar == Some(m),
+    }
+}

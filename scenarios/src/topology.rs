@@ -1,0 +1,198 @@
+//! The cluster a scenario runs on: how many instances, which etcd, the sidecars' and the
+//! master's timers, per-instance overrides, and the instance names it defines.
+//!
+//! Its own module, below the scenario file ([`crate::spec`]) and the actions: both
+//! clusters and every action family need the topology, and none of them needs the
+//! steps of a scenario.
+
+use serde::{Deserialize, Serialize};
+
+use crate::dur::Dur;
+
+/// Which etcd a scenario needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EtcdNeed {
+    /// Whatever the runner was given (`--etcd`).
+    #[default]
+    Any,
+    /// The in-process fake (its fault API is used).
+    Fake,
+    /// A real etcd (the Debian binary); skipped when it is not installed.
+    Real,
+    /// A real three-member cluster on loopback (members can be killed).
+    Cluster3,
+}
+
+/// Metric dialect of the fake vLLM.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dialect {
+    V0,
+    #[default]
+    V0_10,
+    V0_11,
+    OpenMetrics,
+    /// Only the families the sidecar reads, as a v0.11 page writes them: small pages for
+    /// big fleets.
+    Compact,
+}
+
+/// The cluster a scenario runs on. Intervals default short so the library runs fast.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Topology {
+    pub instances: usize,
+    pub etcd: EtcdNeed,
+    /// Etcd endpoints each sidecar is given (each through its own proxy link).
+    pub etcd_endpoints: usize,
+    /// Etcd user and password (fake etcd only): enables the auth flow.
+    pub etcd_user: Option<String>,
+    pub etcd_password: Option<String>,
+    /// Lifetime of an etcd auth token (fake etcd only).
+    pub etcd_token_ttl: Option<Dur>,
+    pub namespace: String,
+    pub instance_type: String,
+    pub lease_ttl: u64,
+    pub keepalive_interval: Dur,
+    pub heartbeat_interval: Dur,
+    pub health_timeout: Dur,
+    pub health_fail_threshold: u32,
+    pub etcd_timeout: Dur,
+    /// The master's internal token, also given to every sidecar unless overridden.
+    pub token: Option<String>,
+    pub dialect: Dialect,
+    pub data_parallel: u32,
+    pub max_num_seqs: Option<u32>,
+    pub kv_capacity_tokens: Option<u64>,
+    /// vLLM takes this long before /health answers 200.
+    pub vllm_startup_delay: Dur,
+    /// Start every sidecar at t=0 (false: the timeline starts them).
+    pub start_sidecars: bool,
+    /// Extra sidecar flags (appended for every instance).
+    pub sidecar_args: Vec<String>,
+    pub master: MasterTopology,
+    /// Per-instance overrides.
+    #[serde(rename = "instance")]
+    pub overrides: Vec<InstanceOverride>,
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Topology {
+            instances: 1,
+            etcd: EtcdNeed::Any,
+            etcd_endpoints: 1,
+            etcd_user: None,
+            etcd_password: None,
+            etcd_token_ttl: None,
+            namespace: "scn".into(),
+            instance_type: "DEFAULT".into(),
+            lease_ttl: 3,
+            keepalive_interval: Dur::ms(500),
+            heartbeat_interval: Dur::ms(500),
+            health_timeout: Dur::ms(1000),
+            health_fail_threshold: 3,
+            etcd_timeout: Dur::ms(1500),
+            token: None,
+            dialect: Dialect::V0_10,
+            data_parallel: 1,
+            max_num_seqs: None,
+            kv_capacity_tokens: None,
+            vllm_startup_delay: Dur::ms(0),
+            start_sidecars: true,
+            sidecar_args: Vec::new(),
+            master: MasterTopology::default(),
+            overrides: Vec::new(),
+        }
+    }
+}
+
+/// The fake master's timers (contract defaults are 3 s / 15 s / 3 s; scenarios shorten).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MasterTopology {
+    pub lease_lost_timeout: Dur,
+    pub suspect_window: Dur,
+    pub publish_interval: Dur,
+    pub probe_timeout: Dur,
+}
+
+impl Default for MasterTopology {
+    fn default() -> Self {
+        MasterTopology {
+            lease_lost_timeout: Dur::ms(3000),
+            suspect_window: Dur::ms(15000),
+            publish_interval: Dur::ms(1000),
+            probe_timeout: Dur::ms(500),
+        }
+    }
+}
+
+/// Settings of one instance that differ from the topology's.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceOverride {
+    /// Instance name, `i0`, `i1`, …
+    pub name: String,
+    #[serde(default)]
+    pub dialect: Option<Dialect>,
+    /// The token this sidecar sends (`""` for none), when it differs from the master's.
+    #[serde(default)]
+    pub token: Option<String>,
+    #[serde(default)]
+    pub vllm_startup_delay: Option<Dur>,
+    #[serde(default)]
+    pub start_sidecar: Option<bool>,
+    #[serde(default)]
+    pub data_parallel: Option<u32>,
+}
+
+/// Which instance(s) an action touches.
+pub type Target = String;
+
+/// Instance names of a topology: `i0`, `i1`, …
+pub fn instance_name(i: usize) -> String {
+    format!("i{i}")
+}
+
+impl Topology {
+    /// `i0`, `i1`, … one per instance.
+    pub fn instance_names(&self) -> Vec<String> {
+        (0..self.instances).map(instance_name).collect()
+    }
+
+    /// Instance `t` exists (or is `all`, where `allow_all`).
+    pub fn check_target(&self, t: &str, allow_all: bool) -> Result<(), String> {
+        if self.instance_names().iter().any(|n| n == t) || (allow_all && t == "all") {
+            Ok(())
+        } else {
+            Err(format!(
+                "instance `{t}` does not exist (topology has {} instance(s): i0..i{}{})",
+                self.instances,
+                self.instances.saturating_sub(1),
+                if allow_all { ", or `all`" } else { "" }
+            ))
+        }
+    }
+
+    /// Etcd members: three for a real cluster, else one.
+    pub fn etcd_members(&self) -> usize {
+        if self.etcd == EtcdNeed::Cluster3 {
+            3
+        } else {
+            1
+        }
+    }
+
+    /// `what` needs the in-process fake etcd (its fault API).
+    pub fn needs_fake_etcd(&self, what: &str) -> Result<(), String> {
+        if self.etcd == EtcdNeed::Fake {
+            Ok(())
+        } else {
+            Err(format!(
+                "`{what}` needs the fake etcd: set topology.etcd = \"fake\""
+            ))
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! How the simulated master follows etcd: mock-master's own watch plan
+//! ([`WatchPlan`]: list, then watch from the core's cursor; back off and re-open when a
+//! stream dies; re-list on lost data or compaction), carried out as calls over the
+//! master → etcd link, with mock-master's own request bodies and answer parsers.
+//!
+//! Why a part of its own: the master node serves heartbeats and probes; this is the
+//! other half of mock-master's shell (its watcher task), the steps the async task takes
+//! turned into calls, outcomes and timers.
+
+use std::time::Duration;
+
+use mock_master::core::MasterCore;
+use mock_master::etcd::{
+    parse_range, parse_watch_message, range_prefix_request, watch_create_request,
+};
+use mock_master::watch_plan::{Position, WatchPlan, RESTART, WATCH_IDLE};
+use serde_json::{json, Value};
+
+use crate::node::{Call, NodeId, Outcome, Reply, Request};
+
+/// Tokens of the follower's calls (the master's probes use small numbers).
+pub const TOKEN_BASE: u64 = 1 << 62;
+
+/// Where the follower stands.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stage {
+    /// Nothing under way; the next step at `at`.
+    Idle {
+        at: Duration,
+    },
+    Listing {
+        token: u64,
+        apply: bool,
+    },
+    Opening {
+        token: u64,
+    },
+    /// A stream is open; its last line came at `last`.
+    Watching {
+        last: Duration,
+    },
+}
+
+/// The master's watcher, in virtual time.
+#[derive(Debug)]
+pub struct Follower {
+    plan: WatchPlan,
+    stage: Stage,
+    next_token: u64,
+    prefix: Vec<u8>,
+    timeout: Duration,
+}
+
+/// What the follower wants done: calls to make and notes for the log.
+#[derive(Debug, Default)]
+pub struct Effects {
+    pub calls: Vec<Call>,
+    pub notes: Vec<Value>,
+}
+
+impl Follower {
+    /// A watcher for `<namespace>XLLM:`, its etcd calls bounded by `timeout`, starting
+    /// (with a listing) at `now`.
+    pub fn new(namespace: &str, timeout: Duration, now: Duration) -> Follower {
+        Follower {
+            plan: WatchPlan::new(),
+            stage: Stage::Idle { at: now },
+            next_token: TOKEN_BASE,
+            prefix: format!("{namespace}XLLM:").into_bytes(),
+            timeout,
+        }
+    }
+
+    /// Whether a call's token is the follower's.
+    pub fn owns(token: u64) -> bool {
+        token >= TOKEN_BASE
+    }
+
+    /// When the follower next needs [`Follower::on_timer`].
+    pub fn next_wakeup(&self) -> Option<Duration> {
+        match self.stage {
+            Stage::Idle { at } => Some(at),
+            Stage::Watching { last } => Some(last + WATCH_IDLE),
+            _ => None,
+        }
+    }
+
+    fn call(&mut self, fx: &mut Effects, request: Request) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        fx.calls.push(Call {
+            to: NodeId::Etcd,
+            request,
+            timeout: self.timeout,
+            token,
+        });
+        token
+    }
+
+    /// Time passed: take the next step if it is due, or give up on a silent stream.
+    pub fn on_timer(&mut self, now: Duration, core: &MasterCore, fx: &mut Effects) {
+        match self.stage {
+            Stage::Idle { at } if at <= now => self.step(core, fx),
+            Stage::Watching { last } if now >= last + WATCH_IDLE => {
+                self.close(fx);
+                self.ended(now, "no message within the idle timeout".into());
+            }
+            _ => {}
+        }
+    }
+
+    /// List or open a watch, as the plan says.
+    fn step(&mut self, core: &MasterCore, fx: &mut Effects) {
+        match self.plan.position() {
+            Position::List { apply } => {
+                let body = range_prefix_request(&self.prefix).to_string();
+                let path = "/v3/kv/range";
+                let token = self.call(fx, Request::Gateway { path, body });
+                self.stage = Stage::Listing { token, apply };
+            }
+            Position::Watch => {
+                let from = core.watch_from();
+                if let Some(reason) = self.plan.opening() {
+                    fx.notes.push(
+                        json!({ "watch_reconnect": { "from_revision": from, "reason": reason } }),
+                    );
+                }
+                let body = watch_create_request(&self.prefix, from).to_string();
+                let token = self.call(fx, Request::WatchOpen { body });
+                self.stage = Stage::Opening { token };
+            }
+        }
+    }
+
+    /// One of the follower's calls ended.
+    pub fn on_outcome(
+        &mut self,
+        now: Duration,
+        token: u64,
+        outcome: Outcome,
+        core: &mut MasterCore,
+        fx: &mut Effects,
+    ) {
+        match self.stage {
+            Stage::Listing { token: t, apply } if t == token => {
+                let listed = listing(&outcome).map(|r| {
+                    if apply {
+                        let found = core.on_listing(now, r.revision, &r.kvs);
+                        fx.notes.push(
+                            json!({ "relist": { "revision": r.revision, "instances": found } }),
+                        );
+                    } else {
+                        core.listed_at(r.revision);
+                    }
+                });
+                if let Err(e) = &listed {
+                    fx.notes
+                        .push(json!({ "etcd_error": { "op": "range", "error": e } }));
+                }
+                let wait = self.plan.listed(listed.is_ok()).unwrap_or(Duration::ZERO);
+                self.stage = Stage::Idle { at: now + wait };
+            }
+            Stage::Opening { token: t } if t == token => match outcome {
+                Outcome::Reply(Reply::Status(200)) => self.stage = Stage::Watching { last: now },
+                other => {
+                    let wait = self.plan.open_failed(format!("{other:?}"));
+                    self.stage = Stage::Idle { at: now + wait };
+                }
+            },
+            _ => {} // a close, or a call from before a restart
+        }
+    }
+
+    /// A line of the watch stream: through mock-master's parser into the core; a
+    /// verdict that ends the stream closes it.
+    pub fn on_line(&mut self, now: Duration, line: &str, core: &mut MasterCore, fx: &mut Effects) {
+        let Stage::Watching { .. } = self.stage else {
+            return; // a line of a stream the master already dropped
+        };
+        self.stage = Stage::Watching { last: now };
+        let message = serde_json::from_str(line)
+            .map_err(|e| e.to_string())
+            .and_then(|v| parse_watch_message(&v).map_err(|e| e.to_string()));
+        let verdict = match message {
+            Ok(resp) => core.on_watch_response(now, resp),
+            Err(e) => {
+                fx.notes.push(json!({ "watch_error": e }));
+                return;
+            }
+        };
+        if !matches!(verdict, mock_master::follow::Verdict::Events(_)) {
+            fx.notes.push(json!({ "watch": format!("{verdict:?}") }));
+        }
+        if let Some(reason) = self.plan.on_message(&verdict) {
+            self.close(fx);
+            self.ended(now, reason);
+        }
+    }
+
+    /// The stream's connection died (reset, closed, etcd ended it).
+    pub fn on_stream_end(&mut self, now: Duration, reason: &str) {
+        if let Stage::Watching { .. } = self.stage {
+            self.ended(now, reason.to_string());
+        }
+    }
+
+    /// The master restarts: whatever was under way is dropped; list again (applying
+    /// the listing only if `relist`).
+    pub fn restart(&mut self, now: Duration, relist: bool, fx: &mut Effects) {
+        if let Stage::Watching { .. } = self.stage {
+            self.close(fx);
+        }
+        self.plan.restart(relist);
+        self.ended(now, RESTART.to_string());
+    }
+
+    fn close(&mut self, fx: &mut Effects) {
+        self.call(fx, Request::WatchClose);
+    }
+
+    fn ended(&mut self, now: Duration, reason: String) {
+        let wait = self.plan.stream_ended(reason).unwrap_or(Duration::ZERO);
+        self.stage = Stage::Idle { at: now + wait };
+    }
+}
+
+/// A range call's outcome as a listing, or why it is none.
+fn listing(outcome: &Outcome) -> Result<mock_master::etcd::RangeResult, String> {
+    match outcome {
+        Outcome::Reply(Reply::Gateway { status: 200, body }) => {
+            let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+            parse_range(&v).map_err(|e| e.to_string())
+        }
+        Outcome::Reply(Reply::Gateway { status, body }) => {
+            Err(format!("HTTP {status}: {}", String::from_utf8_lossy(body)))
+        }
+        other => Err(format!("{other:?}")),
+    }
+}
