@@ -224,8 +224,8 @@ impl Faults {
         }
     }
 
-    /// Schedule the faults due up to `until`; a master restart happens here, between
-    /// two `run_until`, so that the checker knows when it was.
+    /// Schedule the faults due up to `until` (the checker is told when the master
+    /// restarts).
     fn inject_until(&mut self, world: &mut World, until: Duration) {
         while self.every > 0 && self.n > 0 && Duration::from_secs(self.next) <= until {
             let at = Duration::from_secs(self.next);
@@ -242,8 +242,7 @@ impl Faults {
         let draw = self.rng.gen_range(0..40);
         match draw % 6 {
             _ if draw == 39 => {
-                world.run_until(at);
-                restart_master(world);
+                world.at(at, restart_master);
                 self.master_restarted = Some(at);
                 "master_restart"
             }
@@ -309,29 +308,13 @@ fn expire_lease(w: &mut World, i: u32) {
     }
 }
 
-/// The master process restarts: drops its watch, forgets every instance, re-lists etcd
-/// and watches again (the scenarios' `master_restart { relist = true }`).
+/// The master process restarts: it forgets every instance, lists etcd again and
+/// watches from there, over its link (the scenarios' `master_restart { relist = true }`).
 fn restart_master(w: &mut World) {
     let now = w.now();
-    let Some(etcd) = w.server_as_mut::<EtcdNode>(NodeId::Etcd) else {
-        return;
-    };
-    etcd.close_watches(NodeId::Master);
-    let Ok((revision, kvs)) = etcd.list_prefix(b"XLLM:", now) else {
-        return;
-    };
-    let listing = kvs
-        .into_iter()
-        .map(|kv| mock_master::etcd::KeyValue {
-            key: kv.key,
-            value: kv.value,
-            mod_revision: kv.mod_revision,
-        })
-        .collect();
     if let Some(m) = w.server_as_mut::<MasterNode>(NodeId::Master) {
-        m.restart(now, revision, Some(listing));
+        m.restart(now, true);
     }
-    let _ = w.open_master_watch();
 }
 
 /// What the checker remembers of one instance.

@@ -376,13 +376,12 @@ impl World {
             Event::Arrival(n) => self.arrival(n),
             Event::StreamEnd { from, to, reason } => {
                 let now = self.now;
-                self.log.record(
-                    now,
-                    &to.to_string(),
+                self.record(
+                    to,
                     "stream_end",
                     || json!({ "from": from.to_string(), "reason": reason }),
                 );
-                if let Some(node) = self.servers.get_mut(&to) {
+                if let Some(node) = self.servers.node_mut(to) {
                     node.on_stream_end(now, from, reason);
                 }
                 self.after_server_step(to);
@@ -739,10 +738,10 @@ impl World {
     /// server forgets them now, the client learns it as a stream end.
     fn end_streams(&mut self, client: NodeId, server: NodeId, reason: &'static str) {
         let now = self.now;
-        if let Some(node) = self.servers.get_mut(&server) {
+        if let Some(node) = self.servers.node_mut(server) {
             node.on_link_reset(now, client);
         }
-        if self.servers.contains_key(&client) {
+        if self.servers.contains(client) {
             self.queue.push(
                 now,
                 Event::StreamEnd {
@@ -790,7 +789,7 @@ impl World {
         for (to, line) in pushes {
             self.push_line(id, to, line);
         }
-        let ended = match self.servers.get_mut(&id) {
+        let ended = match self.servers.node_mut(id) {
             Some(node) => node.take_stream_ends(),
             None => Vec::new(),
         };
