@@ -18,7 +18,7 @@
 //! families show fixed readings).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -156,7 +156,8 @@ pub struct VllmCore {
     stale: Option<Bytes>,
     fault_rng: StdRng,
     seq: u64,
-    flights: HashMap<RequestId, Flight>,
+    /// By id: ordered, and a handful at a time (cheaper than hashing them).
+    flights: BTreeMap<RequestId, Flight>,
     /// (due, order of scheduling, request, step): a min-heap.
     timers: BinaryHeap<Reverse<(Duration, u64, RequestId, Step)>>,
     timer_seq: u64,
@@ -184,7 +185,7 @@ impl VllmCore {
             faults: FaultRegistry::new(),
             stale: None,
             seq: 0,
-            flights: HashMap::new(),
+            flights: BTreeMap::new(),
             timers: BinaryHeap::new(),
             timer_seq: 0,
             overrides: Vec::new(),

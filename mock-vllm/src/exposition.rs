@@ -8,6 +8,7 @@
 //! as buckets, `_count`, `_sum`, floats by `floatToGoString` (Python `repr`, with the old
 //! `e+0N` exponent for numbers of 7+ integer digits, e.g. `1.372014592e+010`).
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -52,17 +53,22 @@ pub enum Child {
 }
 
 /// A metric family: name (counters without `_total`), help, type, children in the
-/// order they were created.
+/// order they were created. Names and helps are mostly literals: borrowed, not copied
+/// on every page.
 #[derive(Clone, Debug)]
 pub struct Family {
-    pub name: String,
-    pub help: String,
+    pub name: Cow<'static, str>,
+    pub help: Cow<'static, str>,
     pub kind: Kind,
     pub children: Vec<Child>,
 }
 
 impl Family {
-    pub fn new(name: impl Into<String>, help: impl Into<String>, kind: Kind) -> Self {
+    pub fn new(
+        name: impl Into<Cow<'static, str>>,
+        help: impl Into<Cow<'static, str>>,
+        kind: Kind,
+    ) -> Self {
         Family {
             name: name.into(),
             help: help.into(),
@@ -138,6 +144,10 @@ pub fn go_float(d: f64) -> String {
 }
 
 fn escape_label(v: &str, out: &mut String) {
+    if !v.bytes().any(|b| matches!(b, b'\\' | b'\n' | b'"')) {
+        out.push_str(v);
+        return;
+    }
     for c in v.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
@@ -149,36 +159,74 @@ fn escape_label(v: &str, out: &mut String) {
 }
 
 fn escape_help(h: &str) -> std::borrow::Cow<'_, str> {
-    if h.contains(['\\', '\n']) {
+    if h.bytes().any(|b| matches!(b, b'\\' | b'\n')) {
         h.replace('\\', "\\\\").replace('\n', "\\n").into()
     } else {
         h.into()
     }
 }
 
-/// `{a="1",b="2"}` sorted by name (prometheus_client sorts in both formats); empty
-/// without labels.
-fn label_str(labels: &[(&str, String)], extra: Option<(&str, &str)>) -> String {
-    let mut all: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    if let Some(e) = extra {
-        all.push(e);
+/// Buffers one render reuses for every line: a page writes thousands of lines and
+/// would otherwise allocate several strings for each.
+#[derive(Default)]
+struct Scratch {
+    /// The label set of the current child, `{...}`.
+    labels: String,
+    /// The family's `_created` lines (text format: written after the family).
+    created: String,
+    /// A histogram child's labels before and after `le`.
+    before: String,
+    after: String,
+}
+
+/// Label sets longer than this are sorted in a vector (none of the pages has one).
+const LABELS_ON_STACK: usize = 32;
+
+/// `f` of the labels sorted by name (stable: as `sort_by`), without allocating for the
+/// label sets pages have.
+fn with_sorted<R>(labels: &[(&str, String)], f: impl FnOnce(&[(&str, &str)]) -> R) -> R {
+    let n = labels.len();
+    if n > LABELS_ON_STACK {
+        let mut all: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        return f(&all);
     }
-    all.sort_by(|a, b| a.0.cmp(b.0));
-    if all.is_empty() {
-        return String::new();
+    let mut buf = [("", ""); LABELS_ON_STACK];
+    for (slot, (k, v)) in buf.iter_mut().zip(labels) {
+        *slot = (k, v.as_str());
     }
-    let mut s = String::from("{");
-    for (i, (k, v)) in all.iter().enumerate() {
-        if i > 0 {
-            s.push(',');
+    let all = buf.get_mut(..n).unwrap_or_default();
+    // Insertion sort: stable, and the sets are short.
+    for i in 1..all.len() {
+        let mut j = i;
+        while j > 0 && all[j - 1].0 > all[j].0 {
+            all.swap(j - 1, j);
+            j -= 1;
         }
-        s.push_str(k);
-        s.push_str("=\"");
-        escape_label(v, &mut s);
-        s.push('"');
     }
-    s.push('}');
-    s
+    f(all)
+}
+
+/// `{a="1",b="2"}` sorted by name (prometheus_client sorts in both formats) into `buf`
+/// (cleared first); empty without labels.
+fn label_str_into(buf: &mut String, labels: &[(&str, String)]) {
+    buf.clear();
+    if labels.is_empty() {
+        return;
+    }
+    with_sorted(labels, |sorted| {
+        buf.push('{');
+        for (i, (k, v)) in sorted.iter().enumerate() {
+            if i > 0 {
+                buf.push(',');
+            }
+            buf.push_str(k);
+            buf.push_str("=\"");
+            escape_label(v, buf);
+            buf.push('"');
+        }
+        buf.push('}');
+    });
 }
 
 fn line(out: &mut String, name: &str, suffix: &str, labels: &str, value: f64) {
@@ -197,9 +245,11 @@ fn line(out: &mut String, name: &str, suffix: &str, labels: &str, value: f64) {
 /// those are written without an intermediate string.
 pub fn push_go_float(out: &mut String, d: f64) {
     let a = d.abs();
-    if d.fract() == 0.0 && a < 1e6 && !(d == 0.0 && d.is_sign_negative()) {
-        // Whole numbers (counts, most of a page): integer formatting, no float digits.
-        let _ = write!(out, "{}.0", d as i64);
+    // `as` saturates and maps NaN to 0, which then compares unequal to `d`.
+    let whole = a < 1e6 && (d as i64) as f64 == d;
+    if whole && !(d == 0.0 && d.is_sign_negative()) {
+        // Whole numbers (counts, most of a page): integer digits, no float formatting.
+        push_whole(out, d as i64);
     } else if d == 0.0 || (1e-4..1e6).contains(&a) {
         let start = out.len();
         let _ = write!(out, "{d}");
@@ -225,6 +275,31 @@ pub fn push_go_float(out: &mut String, d: f64) {
     }
 }
 
+/// `v` as decimal digits and `.0` (what `{v}.0` writes), without the formatting
+/// machinery: most numbers of a page go through here.
+fn push_whole(out: &mut String, v: i64) {
+    if v < 0 {
+        out.push('-');
+    }
+    let mut n = v.unsigned_abs();
+    let mut digits = [0u8; 20];
+    let mut len = 0;
+    loop {
+        if let Some(d) = digits.get_mut(len) {
+            *d = b'0' + (n % 10) as u8;
+        }
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for d in digits.iter().take(len).rev() {
+        out.push(char::from(*d));
+    }
+    out.push_str(".0");
+}
+
 /// Most slow-path floats a thread remembers.
 const SLOW_FLOATS_KEPT: usize = 1 << 16;
 
@@ -234,70 +309,105 @@ thread_local! {
 
 /// Prometheus text format 0.0.4 as prometheus_client's `generate_latest` writes it.
 pub fn render_text(families: &[Family], out: &mut String) {
-    for f in families {
-        let (total, ty) = match f.kind {
-            Kind::Counter => ("_total", "counter"),
-            Kind::Gauge => ("", "gauge"),
-            Kind::Histogram => ("", "histogram"),
-            Kind::Summary => ("", "summary"),
-        };
-        let help = escape_help(&f.help);
-        let _ = writeln!(out, "# HELP {}{total} {help}", f.name);
-        let _ = writeln!(out, "# TYPE {}{total} {ty}", f.name);
-        let mut created = String::new();
-        for c in &f.children {
-            match c {
-                Child::Value {
-                    labels,
-                    value,
-                    created: cr,
-                } => {
-                    let ls = label_str(labels, None);
-                    let suffix = if f.kind == Kind::Counter {
-                        "_total"
-                    } else {
-                        ""
-                    };
-                    line(out, &f.name, suffix, &ls, *value);
-                    if let Some(t) = cr {
-                        line(&mut created, &f.name, "_created", &ls, *t);
-                    }
-                }
-                Child::Histogram {
-                    labels,
-                    bounds,
-                    cumulative,
-                    count,
-                    sum,
-                    created: cr,
-                } => {
-                    histogram_lines(out, &f.name, labels, bounds, cumulative);
-                    let ls = label_str(labels, None);
-                    line(out, &f.name, "_count", &ls, *count);
-                    line(out, &f.name, "_sum", &ls, *sum);
-                    if let Some(t) = cr {
-                        line(&mut created, &f.name, "_created", &ls, *t);
-                    }
-                }
-                Child::Summary {
-                    labels,
-                    count,
-                    sum,
-                    created: cr,
-                } => {
-                    let ls = label_str(labels, None);
-                    line(out, &f.name, "_count", &ls, *count);
-                    line(out, &f.name, "_sum", &ls, *sum);
-                    if let Some(t) = cr {
-                        line(&mut created, &f.name, "_created", &ls, *t);
-                    }
-                }
-            }
+    with_scratch(|sc| {
+        for f in families {
+            text_family(f, out, sc);
         }
-        if !created.is_empty() {
-            let _ = writeln!(out, "# HELP {}_created {help}", f.name);
-            let _ = writeln!(out, "# TYPE {}_created gauge", f.name);
-            out.push_str(&created);
+    });
+}
+
+thread_local! {
+    /// The line buffers of the renders on this thread (kept, so that they keep their
+    /// capacity from page to page).
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// `f` with this thread's line buffers (fresh ones if they are in use already).
+fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut sc) => f(&mut sc),
+        Err(_) => f(&mut Scratch::default()),
+    })
+}
+
+/// One family in the text format: header, children, then its `_created` family.
+fn text_family(f: &Family, out: &mut String, sc: &mut Scratch) {
+    let (total, ty) = match f.kind {
+        Kind::Counter => ("_total", "counter"),
+        Kind::Gauge => ("", "gauge"),
+        Kind::Histogram => ("", "histogram"),
+        Kind::Summary => ("", "summary"),
+    };
+    let help = escape_help(&f.help);
+    for (what, text) in [("# HELP ", &*help), ("# TYPE ", ty)] {
+        out.push_str(what);
+        out.push_str(&f.name);
+        out.push_str(total);
+        out.push(' ');
+        out.push_str(text);
+        out.push('\n');
+    }
+    sc.created.clear();
+    for c in &f.children {
+        let created = child_samples(f, c, out, sc);
+        if let Some(t) = created {
+            line(&mut sc.created, &f.name, "_created", &sc.labels, t);
+        }
+    }
+    if !sc.created.is_empty() {
+        for (what, text) in [("# HELP ", &*help), ("# TYPE ", "gauge")] {
+            out.push_str(what);
+            out.push_str(&f.name);
+            out.push_str("_created ");
+            out.push_str(text);
+            out.push('\n');
+        }
+        out.push_str(&sc.created);
+    }
+}
+
+/// A child's own samples (the same in both formats); leaves its label set in
+/// `sc.labels` and answers its `_created` stamp.
+fn child_samples(f: &Family, c: &Child, out: &mut String, sc: &mut Scratch) -> Option<f64> {
+    match c {
+        Child::Value {
+            labels,
+            value,
+            created,
+        } => {
+            label_str_into(&mut sc.labels, labels);
+            let suffix = if f.kind == Kind::Counter {
+                "_total"
+            } else {
+                ""
+            };
+            line(out, &f.name, suffix, &sc.labels, *value);
+            *created
+        }
+        Child::Histogram {
+            labels,
+            bounds,
+            cumulative,
+            count,
+            sum,
+            created,
+        } => {
+            histogram_lines_in(out, sc, &f.name, labels, bounds, cumulative);
+            label_str_into(&mut sc.labels, labels);
+            line(out, &f.name, "_count", &sc.labels, *count);
+            line(out, &f.name, "_sum", &sc.labels, *sum);
+            *created
+        }
+        Child::Summary {
+            labels,
+            count,
+            sum,
+            created,
+        } => {
+            label_str_into(&mut sc.labels, labels);
+            line(out, &f.name, "_count", &sc.labels, *count);
+            line(out, &f.name, "_sum", &sc.labels, *sum);
+            *created
         }
     }
 }
@@ -308,6 +418,11 @@ pub fn render_text(families: &[Family], out: &mut String) {
 /// sorted, every value by `floatToGoString` (counts too: `1.0`), and each child's
 /// `_created` right after that child's own samples, then `# EOF`.
 pub fn render_openmetrics(families: &[Family], out: &mut String) {
+    with_scratch(|sc| openmetrics_families(families, out, sc));
+    out.push_str("# EOF\n");
+}
+
+fn openmetrics_families(families: &[Family], out: &mut String, sc: &mut Scratch) {
     for f in families {
         let ty = match f.kind {
             Kind::Counter => "counter",
@@ -319,58 +434,16 @@ pub fn render_openmetrics(families: &[Family], out: &mut String) {
         let _ = writeln!(out, "# HELP {} {help}", f.name);
         let _ = writeln!(out, "# TYPE {} {ty}", f.name);
         for c in &f.children {
-            let (labels, created) = match c {
-                Child::Value {
-                    labels,
-                    value,
-                    created,
-                } => {
-                    let suffix = if f.kind == Kind::Counter {
-                        "_total"
-                    } else {
-                        ""
-                    };
-                    let ls = label_str(labels, None);
-                    line(out, &f.name, suffix, &ls, *value);
-                    (labels, created)
-                }
-                Child::Histogram {
-                    labels,
-                    bounds,
-                    cumulative,
-                    count,
-                    sum,
-                    created,
-                } => {
-                    histogram_lines(out, &f.name, labels, bounds, cumulative);
-                    let ls = label_str(labels, None);
-                    line(out, &f.name, "_count", &ls, *count);
-                    line(out, &f.name, "_sum", &ls, *sum);
-                    (labels, created)
-                }
-                Child::Summary {
-                    labels,
-                    count,
-                    sum,
-                    created,
-                } => {
-                    let ls = label_str(labels, None);
-                    line(out, &f.name, "_count", &ls, *count);
-                    line(out, &f.name, "_sum", &ls, *sum);
-                    (labels, created)
-                }
-            };
-            if let Some(t) = created {
-                let ls = label_str(labels, None);
-                line(out, &f.name, "_created", &ls, *t);
+            if let Some(t) = child_samples(f, c, out, sc) {
+                line(out, &f.name, "_created", &sc.labels, t);
             }
         }
     }
-    out.push_str("# EOF\n");
 }
 
 /// The `_bucket` lines of one histogram child, `le` sorted among the labels (the
 /// other labels are sorted and joined once, `le` written between them).
+#[cfg(test)]
 fn histogram_lines(
     out: &mut String,
     name: &str,
@@ -378,34 +451,57 @@ fn histogram_lines(
     bounds: &[f64],
     cumulative: &[f64],
 ) {
-    let mut sorted: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    sorted.sort_by(|a, b| a.0.cmp(b.0));
-    // `before` is `a="1",` per label sorting before `le`, `after` is `,z="2"` per one after.
-    let (mut before, mut after) = (String::new(), String::new());
-    for (k, v) in sorted {
-        let after_le = k > "le";
-        let side = if after_le { &mut after } else { &mut before };
-        if after_le {
-            side.push(',');
+    histogram_lines_in(
+        out,
+        &mut Scratch::default(),
+        name,
+        labels,
+        bounds,
+        cumulative,
+    );
+}
+
+/// [`histogram_lines`] with the render's buffers.
+fn histogram_lines_in(
+    out: &mut String,
+    sc: &mut Scratch,
+    name: &str,
+    labels: &Labels,
+    bounds: &[f64],
+    cumulative: &[f64],
+) {
+    // `before` is `<name>_bucket{` and `a="1",` per label sorting before `le`, then
+    // `le="`; `after` is `"`, `,z="2"` per label after `le`, then `} `: each bucket line
+    // is `before`, its bound, `after` and its count.
+    let (before, after) = (&mut sc.before, &mut sc.after);
+    before.clear();
+    after.clear();
+    before.push_str(name);
+    before.push_str("_bucket{");
+    after.push('"');
+    with_sorted(labels, |sorted| {
+        for (k, v) in sorted {
+            let after_le = *k > "le";
+            let side = if after_le { &mut *after } else { &mut *before };
+            if after_le {
+                side.push(',');
+            }
+            side.push_str(k);
+            side.push_str("=\"");
+            escape_label(v, side);
+            side.push('"');
+            if !after_le {
+                side.push(',');
+            }
         }
-        side.push_str(k);
-        side.push_str("=\"");
-        escape_label(v, side);
-        side.push('"');
-        if !after_le {
-            side.push(',');
-        }
-    }
+    });
+    before.push_str("le=\"");
+    after.push_str("} ");
     with_les(bounds, |les| {
         for (i, v) in cumulative.iter().enumerate() {
-            out.push_str(name);
-            out.push_str("_bucket{");
-            out.push_str(&before);
-            out.push_str("le=\"");
+            out.push_str(before);
             out.push_str(les.get(i).map_or("+Inf", String::as_str));
-            out.push('"');
-            out.push_str(&after);
-            out.push_str("} ");
+            out.push_str(after);
             push_go_float(out, *v);
             out.push('\n');
         }

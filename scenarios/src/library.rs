@@ -50,6 +50,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../library/master-etcd-partition.toml"),
     ),
     (
+        "master-etcd-refused.toml",
+        include_str!("../library/master-etcd-refused.toml"),
+    ),
+    (
         "master-restart.toml",
         include_str!("../library/master-restart.toml"),
     ),

@@ -50,8 +50,10 @@
 //! # Layout
 //!
 //! - [`queue`]: the event queue ordered by (time, sequence): [`queue::Queue::push`].
+//! - `servers`, `sequential`: the world's tables (servers by id, exchanges by id),
+//!   indexed rather than searched.
 //! - [`log`]: the event log, one JSON line per event, kept or digested:
-//!   [`log::EventLog::record`].
+//!   [`log::EventLog::record`]; `summary`: what an exchange's lines say, typed.
 //! - [`link`]: links with the TCP fault proxy's vocabulary, and what a fault does to one
 //!   message and to the exchanges under way: [`link::LinkFault::leg`], [`link::Links::set`].
 //! - [`node`]: node ids, the requests and answers between nodes, how an exchange ended
@@ -87,7 +89,10 @@ pub mod master_watch;
 pub mod node;
 pub mod planted;
 pub mod queue;
+mod sequential;
+mod servers;
 pub mod sidecar_node;
+mod summary;
 pub mod vllm_node;
 pub mod world;
 

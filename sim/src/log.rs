@@ -17,12 +17,12 @@ use serde_json::Value;
 
 /// One line of the log.
 #[derive(Serialize)]
-struct Line<'a> {
+struct Line<'a, D> {
     /// Virtual time in microseconds since the start.
     t_us: u64,
     node: &'a str,
     kind: &'a str,
-    detail: &'a Value,
+    detail: &'a D,
 }
 
 /// One event as a value, for a reader that wants them one by one (the scenario
@@ -47,6 +47,8 @@ pub struct EventLog {
     digest: u64,
     /// Events kept as values until taken ([`EventLog::recording`]).
     records: Option<Vec<Record>>,
+    /// The line being written (kept to keep its capacity).
+    line: Vec<u8>,
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -62,6 +64,7 @@ impl EventLog {
             lines: 0,
             digest: FNV_OFFSET,
             records: None,
+            line: Vec::new(),
         }
     }
 
@@ -106,25 +109,7 @@ impl EventLog {
             return;
         }
         let detail = detail();
-        let line = Line {
-            t_us: u64::try_from(at.as_micros()).unwrap_or(u64::MAX),
-            node,
-            kind,
-            detail: &detail,
-        };
-        let mut text = match serde_json::to_vec(&line) {
-            Ok(text) => text,
-            // A Value always serializes; keep the line count honest regardless.
-            Err(e) => format!("{{\"log_error\":{:?}}}", e.to_string()).into_bytes(),
-        };
-        text.push(b'\n');
-        for b in &text {
-            self.digest = (self.digest ^ u64::from(*b)).wrapping_mul(FNV_PRIME);
-        }
-        self.lines += 1;
-        if self.keep {
-            self.bytes.extend_from_slice(&text);
-        }
+        self.write_line(at, node, kind, &detail);
         if let Some(records) = &mut self.records {
             records.push(Record {
                 at,
@@ -133,6 +118,61 @@ impl EventLog {
                 detail,
             });
         }
+    }
+
+    /// [`EventLog::record`] with a detail of any serializable type, written without
+    /// building a [`Value`] (but for a recording log, which keeps values). The type must
+    /// write what its [`Value`] would: object keys in sorted order (a `Value` object
+    /// sorts them), so that the line is byte for byte the same.
+    pub fn record_serialize<D: Serialize>(
+        &mut self,
+        at: Duration,
+        node: &str,
+        kind: &str,
+        detail: impl FnOnce() -> D,
+    ) {
+        if !self.write {
+            self.lines += 1;
+            return;
+        }
+        if self.records.is_some() {
+            let value = serde_json::to_value(detail())
+                .unwrap_or_else(|e| Value::String(format!("log_error: {e}")));
+            return self.record(at, node, kind, || value);
+        }
+        self.write_line(at, node, kind, &detail());
+    }
+
+    /// Write, digest, count and maybe keep one line.
+    fn write_line<D: Serialize>(&mut self, at: Duration, node: &str, kind: &str, detail: &D) {
+        let line = Line {
+            t_us: u64::try_from(at.as_micros()).unwrap_or(u64::MAX),
+            node,
+            kind,
+            detail,
+        };
+        let mut text = std::mem::take(&mut self.line);
+        text.clear();
+        if let Err(e) = serde_json::to_writer(&mut text, &line) {
+            // A Value always serializes; keep the line count honest regardless.
+            text.clear();
+            text.extend_from_slice(format!("{{\"log_error\":{:?}}}", e.to_string()).as_bytes());
+        }
+        text.push(b'\n');
+        for b in &text {
+            self.digest = (self.digest ^ u64::from(*b)).wrapping_mul(FNV_PRIME);
+        }
+        self.lines += 1;
+        if self.keep {
+            self.bytes.extend_from_slice(&text);
+        }
+        self.line = text;
+    }
+
+    /// Whether lines are written (and digested): `false` for a counting log, whose
+    /// callers need not build what a line would say.
+    pub fn writes(&self) -> bool {
+        self.write
     }
 
     /// The lines kept so far (empty for a digest-only log).

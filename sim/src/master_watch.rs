@@ -174,9 +174,12 @@ impl Follower {
     /// A line of the watch stream: through mock-master's parser into the core; a
     /// verdict that ends the stream closes it.
     pub fn on_line(&mut self, now: Duration, line: &str, core: &mut MasterCore, fx: &mut Effects) {
-        let Stage::Watching { .. } = self.stage else {
-            return; // a line of a stream the master already dropped
-        };
+        // A stream's lines can come before the open's own answer is handled (both are
+        // due at the same instant): the first line opens it, as an HTTP body follows
+        // its head. Lines of a stream the master already dropped are ignored.
+        if !matches!(self.stage, Stage::Watching { .. } | Stage::Opening { .. }) {
+            return;
+        }
         self.stage = Stage::Watching { last: now };
         let message = serde_json::from_str(line)
             .map_err(|e| e.to_string())

@@ -27,7 +27,10 @@ use crate::master_node::MasterNode;
 use crate::node::{Failure, NodeId, Outcome, Reply, Request, Server};
 use crate::planted::PlantedBug;
 use crate::queue::Queue;
+use crate::sequential::Sequential;
+use crate::servers::Servers;
 use crate::sidecar_node::{Outgoing, SidecarNode, Tag};
+use crate::summary;
 use crate::vllm_node::VllmNode;
 
 /// A scripted change to the world (a scenario action), run at its time.
@@ -127,9 +130,8 @@ pub struct World {
     log: EventLog,
     links: Links,
     sidecars: Vec<SidecarNode>,
-    servers: BTreeMap<NodeId, Box<dyn Server>>,
-    server_wake: BTreeMap<NodeId, Duration>,
-    exchanges: BTreeMap<u64, Exchange>,
+    servers: Servers,
+    exchanges: Sequential<Exchange>,
     /// Per link: bumped when a fault kills its open connections.
     generations: BTreeMap<(NodeId, NodeId), u64>,
     next_exchange: u64,
@@ -152,9 +154,8 @@ impl World {
             log,
             links: Links::new(Duration::from_micros(200)),
             sidecars: Vec::new(),
-            servers: BTreeMap::new(),
-            server_wake: BTreeMap::new(),
-            exchanges: BTreeMap::new(),
+            servers: Servers::default(),
+            exchanges: Sequential::default(),
             generations: BTreeMap::new(),
             next_exchange: 0,
             events: 0,
@@ -212,17 +213,17 @@ impl World {
 
     /// The server at `id`, to inspect it in tests and reports.
     pub fn server(&self, id: NodeId) -> Option<&dyn Server> {
-        self.servers.get(&id).map(|s| s.as_ref())
+        self.servers.get(id).map(|s| s.node.as_ref())
     }
 
     /// The server at `id` as its own type, to inspect it.
     pub fn server_as<T: 'static>(&self, id: NodeId) -> Option<&T> {
-        self.servers.get(&id)?.as_any().downcast_ref()
+        self.servers.get(id)?.node.as_any().downcast_ref()
     }
 
     /// The server at `id` as its own type, to change it now (a health mode, a fault).
     pub fn server_as_mut<T: 'static>(&mut self, id: NodeId) -> Option<&mut T> {
-        self.servers.get_mut(&id)?.as_any_mut().downcast_mut()
+        self.servers.node_mut(id)?.as_any_mut().downcast_mut()
     }
 
     /// Add a server node (a fake's core in its simulated shell).
@@ -266,7 +267,7 @@ impl World {
     /// vanish with the process (requests already sent still reach their servers).
     pub fn kill_sidecar(&mut self, index: u32) {
         self.exchanges
-            .retain(|_, x| !matches!(x.caller, Caller::Sidecar(i, _) if i == index));
+            .retain(|x| !matches!(x.caller, Caller::Sidecar(i, _) if i == index));
         if let Some(node) = self.sidecars.get_mut(index as usize) {
             node.kill();
         }
@@ -376,7 +377,7 @@ impl World {
             } => {
                 let live = self
                     .exchanges
-                    .get(&exchange)
+                    .get(exchange)
                     .is_some_and(|x| self.generation(x.caller.node(), x.server) == generation);
                 if live {
                     self.finish(exchange, Outcome::Reply(reply));
@@ -401,13 +402,12 @@ impl World {
             Event::Arrival(n) => self.arrival(n),
             Event::StreamEnd { from, to, reason } => {
                 let now = self.now;
-                self.log.record(
-                    now,
-                    &to.to_string(),
+                self.record(
+                    to,
                     "stream_end",
                     || json!({ "from": from.to_string(), "reason": reason }),
                 );
-                if let Some(node) = self.servers.get_mut(&to) {
+                if let Some(node) = self.servers.node_mut(to) {
                     node.on_stream_end(now, from, reason);
                 }
                 self.after_server_step(to);
@@ -422,7 +422,7 @@ impl World {
                     return; // the stream's connection was reset
                 }
                 let now = self.now;
-                if let Some(node) = self.servers.get_mut(&to) {
+                if let Some(node) = self.servers.node_mut(to) {
                     node.on_push(now, from, &line);
                 }
                 self.after_server_step(to);
@@ -430,7 +430,7 @@ impl World {
             Event::Act(action) => {
                 action(self);
                 // The action may have changed a server's timers.
-                let ids: Vec<NodeId> = self.servers.keys().copied().collect();
+                let ids: Vec<NodeId> = self.servers.ids();
                 for id in ids {
                     self.after_server_step(id);
                 }
@@ -498,7 +498,7 @@ impl World {
             return;
         };
         let out = node.poll();
-        let name = node.id().to_string();
+        let name = NodeId::Sidecar(i);
         for o in out {
             match o {
                 Outgoing::Send {
@@ -507,20 +507,13 @@ impl World {
                     timeout,
                     tag,
                 } => self.send(Caller::Sidecar(i, tag), to, request, timeout),
-                Outgoing::Note(note) => self.log.record(
-                    self.now,
-                    &name,
+                Outgoing::Note(note) => self.record(
+                    name,
                     "note",
                     || json!({ "message": note.message(), "note": format!("{note:?}") }),
                 ),
-                Outgoing::LogServedModel => {
-                    self.log
-                        .record(self.now, &name, "log_served_model", || json!({}))
-                }
-                Outgoing::Exit(code) => {
-                    self.log
-                        .record(self.now, &name, "exit", || json!({ "code": code }))
-                }
+                Outgoing::LogServedModel => self.record(name, "log_served_model", || json!({})),
+                Outgoing::Exit(code) => self.record(name, "exit", || json!({ "code": code })),
             }
         }
         let Some(node) = self.sidecars.get_mut(i as usize) else {
@@ -557,13 +550,16 @@ impl World {
         self.next_exchange += 1;
         let client = caller.node();
         let number = caller.number();
-        self.log.record(self.now, &client.to_string(), "send", || {
-            json!({ "x": id, "to": server.to_string(), "cmd": number, "request": request_summary(&request) })
+        self.record_typed(client, "send", || summary::Send {
+            x: id,
+            to: server,
+            cmd: number,
+            request: &request,
         });
         self.queue
             .push(self.now + timeout, Event::Timeout { exchange: id });
         let mut stuck = false;
-        if !self.servers.contains_key(&server) {
+        if !self.servers.contains(server) {
             self.queue.push(
                 self.now,
                 Event::Fail {
@@ -633,12 +629,14 @@ impl World {
             return; // the connection was reset while the request was on its way
         }
         let now = self.now;
-        let Some(node) = self.servers.get_mut(&server) else {
+        let Some(node) = self.servers.node_mut(server) else {
             return;
         };
         let reply = node.serve(now, client, &request, &mut self.rng);
-        self.log.record(now, &server.to_string(), "serve", || {
-            json!({ "x": id, "from": client.to_string(), "reply": reply.as_ref().map(reply_summary) })
+        self.record_typed(server, "serve", || summary::Serve {
+            x: id,
+            from: client,
+            reply: reply.as_ref(),
         });
         self.after_server_step(server);
         let (extra, reply) = match reply {
@@ -671,7 +669,7 @@ impl World {
                 },
             ),
             Leg::Lost { stuck } => {
-                if let Some(x) = self.exchanges.get_mut(&id) {
+                if let Some(x) = self.exchanges.get_mut(id) {
                     x.stuck |= stuck;
                 }
             }
@@ -691,18 +689,16 @@ impl World {
 
     /// The exchange ends (if its caller still waits): the caller gets the outcome.
     fn finish(&mut self, id: u64, outcome: Outcome) {
-        let Some(x) = self.exchanges.remove(&id) else {
+        let Some(x) = self.exchanges.remove(id) else {
             return;
         };
         let now = self.now;
-        let name = x.caller.node().to_string();
         let number = x.caller.number();
-        self.log.record(
-            now,
-            &name,
-            "outcome",
-            || json!({ "x": id, "cmd": number, "outcome": outcome_summary(&outcome) }),
-        );
+        self.record_typed(x.caller.node(), "outcome", || summary::Ended {
+            x: id,
+            cmd: number,
+            outcome: &outcome,
+        });
         match x.caller {
             Caller::Sidecar(i, tag) => {
                 if let Some(node) = self.sidecars.get_mut(i as usize) {
@@ -711,7 +707,7 @@ impl World {
                 self.after_sidecar_step(i);
             }
             Caller::Server(id, token) => {
-                if let Some(node) = self.servers.get_mut(&id) {
+                if let Some(node) = self.servers.node_mut(id) {
                     node.on_outcome(now, token, outcome);
                 }
                 self.after_server_step(id);
@@ -728,7 +724,7 @@ impl World {
             .exchanges
             .iter()
             .filter(|(_, x)| x.caller.node() == client && x.server == server)
-            .map(|(id, x)| (*id, x.stuck))
+            .map(|(id, x)| (id, x.stuck))
             .collect();
         let stuck_stream = self.stuck_streams.remove(&(client, server));
         match change {
@@ -768,10 +764,10 @@ impl World {
     /// server forgets them now, the client learns it as a stream end.
     fn end_streams(&mut self, client: NodeId, server: NodeId, reason: &'static str) {
         let now = self.now;
-        if let Some(node) = self.servers.get_mut(&server) {
+        if let Some(node) = self.servers.node_mut(server) {
             node.on_link_reset(now, client);
         }
-        if self.servers.contains_key(&client) {
+        if self.servers.contains(client) {
             self.queue.push(
                 now,
                 Event::StreamEnd {
@@ -784,13 +780,15 @@ impl World {
     }
 
     fn server_wakes(&mut self, id: NodeId) {
-        if self.server_wake.get(&id) != Some(&self.now) {
+        let now = self.now;
+        let Some(slot) = self.servers.get_mut(id) else {
+            return;
+        };
+        if slot.wake != Some(now) {
             return;
         }
-        self.server_wake.remove(&id);
-        if let Some(node) = self.servers.get_mut(&id) {
-            node.on_timer(self.now);
-        }
+        slot.wake = None;
+        slot.node.on_timer(now);
         self.after_server_step(id);
     }
 
@@ -798,7 +796,7 @@ impl World {
     /// next timer.
     fn after_server_step(&mut self, id: NodeId) {
         self.log_server_notes(id);
-        let calls = match self.servers.get_mut(&id) {
+        let calls = match self.servers.node_mut(id) {
             Some(node) => node.take_calls(),
             None => Vec::new(),
         };
@@ -810,14 +808,14 @@ impl World {
                 call.timeout,
             );
         }
-        let pushes = match self.servers.get_mut(&id) {
+        let pushes = match self.servers.node_mut(id) {
             Some(node) => node.take_pushes(),
             None => Vec::new(),
         };
         for (to, line) in pushes {
             self.push_line(id, to, line);
         }
-        let ended = match self.servers.get_mut(&id) {
+        let ended = match self.servers.node_mut(id) {
             Some(node) => node.take_stream_ends(),
             None => Vec::new(),
         };
@@ -868,55 +866,57 @@ impl World {
     }
 
     fn log_server_notes(&mut self, id: NodeId) {
-        let Some(node) = self.servers.get_mut(&id) else {
+        let Some(node) = self.servers.node_mut(id) else {
             return;
         };
         let notes = node.take_notes();
         if notes.is_empty() {
             return;
         }
-        let name = id.to_string();
         for note in notes {
-            self.log.record(self.now, &name, "note", || note);
+            self.record(id, "note", || note);
+        }
+    }
+
+    /// [`World::record`] with a typed detail (see [`EventLog::record_serialize`]).
+    fn record_typed<D: serde::Serialize>(
+        &mut self,
+        node: NodeId,
+        kind: &str,
+        detail: impl FnOnce() -> D,
+    ) {
+        if self.log.writes() {
+            let name = node.to_string();
+            self.log.record_serialize(self.now, &name, kind, detail);
+        } else {
+            self.log.record_serialize(self.now, "", kind, detail);
+        }
+    }
+
+    /// Log an event of `node` now; its name is only written out when the log writes
+    /// lines (a counting log only counts).
+    fn record(&mut self, node: NodeId, kind: &str, detail: impl FnOnce() -> serde_json::Value) {
+        if self.log.writes() {
+            let name = node.to_string();
+            self.log.record(self.now, &name, kind, detail);
+        } else {
+            self.log.record(self.now, "", kind, detail);
         }
     }
 
     fn schedule_server_wake(&mut self, id: NodeId) {
-        let Some(at) = self.servers.get(&id).and_then(|s| s.next_wakeup()) else {
-            self.server_wake.remove(&id);
+        let now = self.now;
+        let Some(slot) = self.servers.get_mut(id) else {
             return;
         };
-        let at = at.max(self.now);
-        if self.server_wake.get(&id) != Some(&at) {
-            self.server_wake.insert(id, at);
+        let Some(at) = slot.node.next_wakeup() else {
+            slot.wake = None;
+            return;
+        };
+        let at = at.max(now);
+        if slot.wake != Some(at) {
+            slot.wake = Some(at);
             self.queue.push(at, Event::ServerWake(id));
         }
-    }
-}
-
-/// A request for the log: small, without page texts.
-fn request_summary(r: &Request) -> serde_json::Value {
-    match r {
-        Request::Heartbeat { body, .. } => json!({ "heartbeat": { "bytes": body.len() } }),
-        other => json!(other),
-    }
-}
-
-fn reply_summary(r: &Reply) -> serde_json::Value {
-    match r {
-        Reply::Gateway { status, body } => {
-            json!({ "gateway": { "status": status, "bytes": body.len() } })
-        }
-        Reply::Page { status, body, .. } => {
-            json!({ "page": { "status": status, "bytes": body.len() } })
-        }
-        other => json!(other),
-    }
-}
-
-fn outcome_summary(o: &Outcome) -> serde_json::Value {
-    match o {
-        Outcome::Reply(r) => reply_summary(r),
-        Outcome::Failed(f) => json!(format!("{f:?}")),
     }
 }

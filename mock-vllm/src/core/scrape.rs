@@ -98,6 +98,13 @@ impl VllmCore {
 }
 
 impl VllmCore {
+    /// Render pages into `buf` from now on; answers the buffer used so far. A simulator
+    /// of thousands of cores lends each one, for its scrape, one buffer that stays warm
+    /// in the cache, instead of every core keeping a page-sized buffer of its own.
+    pub fn lend_page_buffer(&mut self, buf: String) -> String {
+        std::mem::replace(&mut self.page, buf)
+    }
+
     fn content_type(&self) -> &'static str {
         if self.cfg.dialect == Dialect::OpenMetrics {
             crate::metrics::OPENMETRICS_CONTENT_TYPE

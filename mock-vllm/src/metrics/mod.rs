@@ -83,8 +83,8 @@ impl Snapshot {
     /// A per-engine gauge; overrides and the non-finite fault apply here.
     pub(super) fn gauge(
         &self,
-        name: &str,
-        help: &str,
+        name: &'static str,
+        help: &'static str,
         value: impl Fn(&EngineView) -> f64,
         nonfinite: f64,
     ) -> Family {
@@ -111,8 +111,8 @@ impl Snapshot {
 
     pub(super) fn counter(
         &self,
-        name: &str,
-        help: &str,
+        name: &'static str,
+        help: &'static str,
         value: impl Fn(&EngineStats) -> f64,
     ) -> Family {
         let mut f = Family::new(name, help, Kind::Counter);
@@ -128,8 +128,8 @@ impl Snapshot {
 
     pub(super) fn histogram(
         &self,
-        name: &str,
-        help: &str,
+        name: &'static str,
+        help: &'static str,
         hist: impl Fn(&EngineStats) -> &Hist,
     ) -> Family {
         let mut f = Family::new(name, help, Kind::Histogram);
@@ -308,7 +308,7 @@ pub fn page(s: &Snapshot) -> (String, &'static str) {
 pub fn page_into(s: &Snapshot, out: &mut String) -> &'static str {
     out.clear();
     // The OpenMetrics page is the same registry as v0.11's, negotiated by `Accept`.
-    let mut fams = Vec::new();
+    let mut fams = Vec::with_capacity(64);
     if let Some(rt) = &s.runtime {
         runtime::families(s, rt, &mut fams);
     }

@@ -4,7 +4,7 @@
 use super::{Runtime, Snapshot};
 use crate::exposition::{Child, Family, Kind};
 
-fn single(name: &str, help: &str, kind: Kind, value: f64) -> Family {
+fn single(name: &'static str, help: &'static str, kind: Kind, value: f64) -> Family {
     let mut f = Family::new(name, help, kind);
     f.children.push(Child::Value {
         labels: vec![],
@@ -19,7 +19,7 @@ pub(super) fn families(s: &Snapshot, rt: &Runtime, out: &mut Vec<Family>) {
     // Garbage collection grows with the work done since the (pretend) process start.
     let served: f64 = s.engines.iter().map(|e| e.stats.h_e2e.count as f64).sum();
     let (start, cpu_base) = (rt.start, rt.cpu_base);
-    let gc = |name: &str, help: &str, vals: [f64; 3]| {
+    let gc = |name: &'static str, help: &'static str, vals: [f64; 3]| {
         let mut f = Family::new(name, help, Kind::Counter);
         for (i, v) in vals.iter().enumerate() {
             f.children.push(Child::Value {

@@ -116,7 +116,7 @@ pub(super) fn compact_families(c: &Snapshot, out: &mut Vec<Family>) {
     out.push(c.itl());
 }
 
-pub(super) fn latency_families(c: &Snapshot, e2e_help: &str, out: &mut Vec<Family>) {
+pub(super) fn latency_families(c: &Snapshot, e2e_help: &'static str, out: &mut Vec<Family>) {
     out.push(c.histogram("vllm:e2e_request_latency_seconds", e2e_help, |s| &s.h_e2e));
     out.push(c.histogram(
         "vllm:request_queue_time_seconds",

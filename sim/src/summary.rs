@@ -1,0 +1,263 @@
+//! What the event log says of an exchange (its `send`, `serve` and `outcome` lines):
+//! requests and answers summarized (sizes, not page texts), as typed values serialized
+//! straight into the line.
+//!
+//! Why typed and not `json!`: three such lines are written per exchange, and building
+//! a `serde_json::Value` for each (a map per object) cost about as much as the exchange
+//! itself. Each type writes exactly what its `Value` wrote: object keys in sorted order,
+//! as a `Value` object sorts them (tested against the `json!` forms below).
+
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::node::{EtcdRequest, NodeId, Outcome, Reply, Request};
+
+/// A node's name as the log writes it (its `Display`).
+struct Name(NodeId);
+
+impl Serialize for Name {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
+/// A body's size.
+#[derive(Serialize)]
+struct Bytes {
+    bytes: usize,
+}
+
+/// A body's size and status.
+#[derive(Serialize)]
+struct BytesStatus {
+    bytes: usize,
+    status: u16,
+}
+
+/// `{ key: value }`.
+fn one<S: Serializer, V: Serialize>(s: S, key: &str, value: &V) -> Result<S::Ok, S::Error> {
+    let mut m = s.serialize_map(Some(1))?;
+    m.serialize_entry(key, value)?;
+    m.end()
+}
+
+/// A request without its heartbeat body.
+struct RequestSummary<'a>(&'a Request);
+
+impl Serialize for RequestSummary<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Request::Heartbeat { body, .. } => one(s, "heartbeat", &Bytes { bytes: body.len() }),
+            // Several fields, declared out of sorted order: as its `Value` writes it.
+            put @ Request::Etcd(EtcdRequest::Put { .. }) => json!(put).serialize(s),
+            // Unit variants and single-field ones: the derived form is the `Value`'s.
+            other => other.serialize(s),
+        }
+    }
+}
+
+/// An answer without its page or gateway body.
+struct ReplySummary<'a>(&'a Reply);
+
+impl Serialize for ReplySummary<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let sized = |body: &Vec<u8>, status: &u16| BytesStatus {
+            bytes: body.len(),
+            status: *status,
+        };
+        match self.0 {
+            Reply::Gateway { status, body } => one(s, "gateway", &sized(body, status)),
+            Reply::Page { status, body, .. } => one(s, "page", &sized(body, status)),
+            slow @ Reply::Slow { .. } => json!(slow).serialize(s),
+            other => other.serialize(s),
+        }
+    }
+}
+
+/// How an exchange ended.
+struct OutcomeSummary<'a>(&'a Outcome);
+
+impl Serialize for OutcomeSummary<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Outcome::Reply(r) => ReplySummary(r).serialize(s),
+            Outcome::Failed(f) => s.collect_str(&format_args!("{f:?}")),
+        }
+    }
+}
+
+/// The `send` line: exchange `x` to `to` for the caller's command `cmd`.
+pub(crate) struct Send<'a> {
+    pub x: u64,
+    pub to: NodeId,
+    pub cmd: u64,
+    pub request: &'a Request,
+}
+
+impl Serialize for Send<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("cmd", &self.cmd)?;
+        m.serialize_entry("request", &RequestSummary(self.request))?;
+        m.serialize_entry("to", &Name(self.to))?;
+        m.serialize_entry("x", &self.x)?;
+        m.end()
+    }
+}
+
+/// The `serve` line: the server's answer to exchange `x` from `from` (`None`: a hang).
+pub(crate) struct Serve<'a> {
+    pub x: u64,
+    pub from: NodeId,
+    pub reply: Option<&'a Reply>,
+}
+
+impl Serialize for Serve<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("from", &Name(self.from))?;
+        m.serialize_entry("reply", &self.reply.map(ReplySummary))?;
+        m.serialize_entry("x", &self.x)?;
+        m.end()
+    }
+}
+
+/// The `outcome` line: how exchange `x` of the caller's command `cmd` ended.
+pub(crate) struct Ended<'a> {
+    pub x: u64,
+    pub cmd: u64,
+    pub outcome: &'a Outcome,
+}
+
+impl Serialize for Ended<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("cmd", &self.cmd)?;
+        m.serialize_entry("outcome", &OutcomeSummary(self.outcome))?;
+        m.serialize_entry("x", &self.x)?;
+        m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::node::Failure;
+
+    // The `json!` forms these lines were written with before.
+    fn request_value(r: &Request) -> serde_json::Value {
+        match r {
+            Request::Heartbeat { body, .. } => json!({ "heartbeat": { "bytes": body.len() } }),
+            other => json!(other),
+        }
+    }
+
+    fn reply_value(r: &Reply) -> serde_json::Value {
+        match r {
+            Reply::Gateway { status, body } => {
+                json!({ "gateway": { "status": status, "bytes": body.len() } })
+            }
+            Reply::Page { status, body, .. } => {
+                json!({ "page": { "status": status, "bytes": body.len() } })
+            }
+            other => json!(other),
+        }
+    }
+
+    fn outcome_value(o: &Outcome) -> serde_json::Value {
+        match o {
+            Outcome::Reply(r) => reply_value(r),
+            Outcome::Failed(f) => json!(format!("{f:?}")),
+        }
+    }
+
+    fn requests() -> Vec<Request> {
+        vec![
+            Request::Health,
+            Request::Metrics,
+            Request::Heartbeat {
+                body: "{\"a\":1}".into(),
+                token: "t".into(),
+            },
+            Request::Etcd(EtcdRequest::Grant { ttl: 6 }),
+            Request::Etcd(EtcdRequest::Keepalive { lease: -7 }),
+            Request::Etcd(EtcdRequest::Revoke { lease: 7 }),
+            Request::Etcd(EtcdRequest::Put {
+                key: "XLLM:DEFAULT:a\"b".into(),
+                value: "{\"x\":\"\\n\"}".into(),
+                lease: 3,
+            }),
+        ]
+    }
+
+    fn replies() -> Vec<Reply> {
+        let page = Reply::Page {
+            status: 200,
+            content_type: "text/plain".into(),
+            body: b"a 1\n".to_vec(),
+        };
+        vec![
+            Reply::Status(409),
+            Reply::Gateway {
+                status: 404,
+                body: b"{}".to_vec(),
+            },
+            page.clone(),
+            Reply::Reset,
+            Reply::Refused,
+            Reply::Slow {
+                after: Duration::from_millis(1500),
+                reply: Box::new(page),
+            },
+        ]
+    }
+
+    fn text<T: Serialize>(t: &T) -> String {
+        serde_json::to_string(t).unwrap()
+    }
+
+    #[test]
+    fn typed_lines_write_what_their_values_wrote() {
+        let to = NodeId::Vllm(12);
+        for (i, request) in requests().iter().enumerate() {
+            let typed = Send {
+                x: i as u64,
+                to,
+                cmd: 40 + i as u64,
+                request,
+            };
+            let value = json!({ "x": i, "to": to.to_string(), "cmd": 40 + i, "request": request_value(request) });
+            assert_eq!(text(&typed), value.to_string());
+        }
+        let mut outcomes: Vec<Outcome> = replies().into_iter().map(Outcome::Reply).collect();
+        for f in [
+            Failure::Timeout,
+            Failure::Reset,
+            Failure::Refused,
+            Failure::Closed,
+        ] {
+            outcomes.push(Outcome::Failed(f));
+        }
+        for (i, reply) in replies().iter().map(Some).chain([None]).enumerate() {
+            let typed = Serve {
+                x: i as u64,
+                from: NodeId::Sidecar(3),
+                reply,
+            };
+            let value = json!({ "x": i, "from": "sidecar/3", "reply": reply.map(reply_value) });
+            assert_eq!(text(&typed), value.to_string());
+        }
+        for (i, outcome) in outcomes.iter().enumerate() {
+            let typed = Ended {
+                x: i as u64,
+                cmd: 9,
+                outcome,
+            };
+            let value = json!({ "x": i, "cmd": 9, "outcome": outcome_value(outcome) });
+            assert_eq!(text(&typed), value.to_string());
+        }
+    }
+}
