@@ -297,25 +297,7 @@ impl Cluster {
         let mut instances = Vec::new();
         for (i, name) in topo.instance_names().into_iter().enumerate() {
             let o = topo.overrides.iter().find(|o| o.name == name);
-            let mut vcfg = mock_vllm::Config {
-                seed: seed.wrapping_add(i as u64),
-                dialect: vllm_dialect(o.and_then(|o| o.dialect).unwrap_or(topo.dialect)),
-                data_parallel: o
-                    .and_then(|o| o.data_parallel)
-                    .unwrap_or(topo.data_parallel)
-                    .max(1) as usize,
-                startup_delay: o
-                    .and_then(|o| o.vllm_startup_delay)
-                    .unwrap_or(topo.vllm_startup_delay)
-                    .0,
-                ..Default::default()
-            };
-            if let Some(n) = topo.max_num_seqs {
-                vcfg.max_num_seqs = n.max(1) as usize;
-            }
-            if let Some(k) = topo.kv_capacity_tokens {
-                vcfg.kv_capacity_tokens = k.max(1);
-            }
+            let vcfg = vllm_config(topo, i, seed);
             let vllm = mock_vllm::start(vcfg, timeline.source(format!("vllm:{name}")))
                 .await
                 .map_err(io("starting fake vLLM"))?;
@@ -669,6 +651,33 @@ pub fn incarnation_of(value: &str) -> String {
                 value.chars().take(60).collect::<String>()
             )
         })
+}
+
+/// Instance `i`'s fake vLLM settings: the topology's, its per-instance overrides, and a
+/// seed of its own (both modes).
+pub fn vllm_config(topo: &Topology, i: usize, seed: u64) -> mock_vllm::Config {
+    let name = crate::topology::instance_name(i);
+    let o = topo.overrides.iter().find(|o| o.name == name);
+    let mut cfg = mock_vllm::Config {
+        seed: seed.wrapping_add(i as u64),
+        dialect: vllm_dialect(o.and_then(|o| o.dialect).unwrap_or(topo.dialect)),
+        data_parallel: o
+            .and_then(|o| o.data_parallel)
+            .unwrap_or(topo.data_parallel)
+            .max(1) as usize,
+        startup_delay: o
+            .and_then(|o| o.vllm_startup_delay)
+            .unwrap_or(topo.vllm_startup_delay)
+            .0,
+        ..Default::default()
+    };
+    if let Some(n) = topo.max_num_seqs {
+        cfg.max_num_seqs = n.max(1) as usize;
+    }
+    if let Some(k) = topo.kv_capacity_tokens {
+        cfg.kv_capacity_tokens = k.max(1);
+    }
+    cfg
 }
 
 pub fn vllm_dialect(d: topology::Dialect) -> mock_vllm::Dialect {

@@ -201,30 +201,11 @@ pub async fn run_scenario(
                 "action",
                 serde_json::json!({"step": i + 1, "label": label, "action": action}),
             );
-            let r = action.apply_real(&mut *cluster.lock().await).await;
-            let (error, detail) = match r {
-                Ok(d) => (None, d),
-                Err(e) => (Some(e), None),
-            };
-            if let Some(e) = &error {
-                verdicts.push(Verdict {
-                    kind: "action".into(),
-                    name: format!("step {}: {label}", i + 1),
-                    passed: false,
-                    t_ms: Some(t_ms),
-                    first_violation_ms: Some(t_ms),
-                    detail: e.clone(),
-                });
-            }
-            records.push(ActionRecord {
-                sidecar_states: Default::default(),
-                step: i + 1,
-                t_ms,
-                label,
-                action: action.clone(),
-                error,
-                detail,
-            });
+            let result = action.apply_real(&mut *cluster.lock().await).await;
+            let (record, failed) =
+                ActionRecord::done(i + 1, t_ms, label, action, result, Default::default());
+            verdicts.extend(failed);
+            records.push(record);
         }
     }
     // One more sample period so the last step's effects are observed.

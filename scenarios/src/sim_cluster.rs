@@ -23,7 +23,7 @@ use sim::master_node::MasterNode;
 use sim::vllm_node::VllmNode;
 use sim::{EventLog, NodeId, World};
 
-use crate::cluster::{incarnation_of, normalize_namespace, vllm_dialect};
+use crate::cluster::{incarnation_of, normalize_namespace, vllm_config};
 use crate::observe::{Cumulative, InstanceObs, ObservedState, Sample};
 use crate::sidecar_flags::{sidecar_flags, Peers};
 use crate::timeline::Timeline;
@@ -136,7 +136,7 @@ impl SimCluster {
             routed: Vec::new(),
         };
         for i in 0..cluster.instances.len() {
-            let vllm = VllmNode::new(cluster.vllm_config(i, seed), Duration::ZERO)?;
+            let vllm = VllmNode::new(vllm_config(&cluster.topology, i, seed), Duration::ZERO)?;
             cluster
                 .world
                 .add_server(NodeId::Vllm(node_index(i)), Box::new(vllm));
@@ -149,32 +149,6 @@ impl SimCluster {
         }
         cluster.drain_records();
         Ok(cluster)
-    }
-
-    fn vllm_config(&self, i: usize, seed: u64) -> mock_vllm::Config {
-        let topo = &self.topology;
-        let name = topology::instance_name(i);
-        let o = topo.overrides.iter().find(|o| o.name == name);
-        let mut cfg = mock_vllm::Config {
-            seed: seed.wrapping_add(i as u64),
-            dialect: vllm_dialect(o.and_then(|o| o.dialect).unwrap_or(topo.dialect)),
-            data_parallel: o
-                .and_then(|o| o.data_parallel)
-                .unwrap_or(topo.data_parallel)
-                .max(1) as usize,
-            startup_delay: o
-                .and_then(|o| o.vllm_startup_delay)
-                .unwrap_or(topo.vllm_startup_delay)
-                .0,
-            ..Default::default()
-        };
-        if let Some(n) = topo.max_num_seqs {
-            cfg.max_num_seqs = n.max(1) as usize;
-        }
-        if let Some(k) = topo.kv_capacity_tokens {
-            cfg.kv_capacity_tokens = k.max(1);
-        }
-        cfg
     }
 
     /// Instance `i`'s sidecar configuration: real mode's flags, the sidecar's parser.

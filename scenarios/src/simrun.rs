@@ -209,29 +209,11 @@ fn play(
                 serde_json::json!({"step": i + 1, "label": label, "action": action}),
             );
             let sidecar_states = phases(&clock.cluster, action);
-            let (error, detail) = match action.apply_sim(&mut clock.cluster) {
-                Ok(d) => (None, d),
-                Err(e) => (Some(e), None),
-            };
-            if let Some(e) = &error {
-                verdicts.push(Verdict {
-                    kind: "action".into(),
-                    name: format!("step {}: {label}", i + 1),
-                    passed: false,
-                    t_ms: Some(t_ms),
-                    first_violation_ms: Some(t_ms),
-                    detail: e.clone(),
-                });
-            }
-            records.push(ActionRecord {
-                step: i + 1,
-                t_ms,
-                label,
-                action: action.clone(),
-                error,
-                detail,
-                sidecar_states,
-            });
+            let result = action.apply_sim(&mut clock.cluster);
+            let (record, failed) =
+                ActionRecord::done(i + 1, t_ms, label, action, result, sidecar_states);
+            verdicts.extend(failed);
+            records.push(record);
         }
     }
     (verdicts, records)

@@ -37,6 +37,42 @@ pub struct ActionRecord {
     pub sidecar_states: std::collections::BTreeMap<String, String>,
 }
 
+impl ActionRecord {
+    /// Step `step`'s action as done at `t_ms` with `result` (both modes): its record,
+    /// and the failed `action` verdict when it could not be done.
+    pub fn done(
+        step: usize,
+        t_ms: u64,
+        label: String,
+        action: &Action,
+        result: Result<Option<String>, String>,
+        sidecar_states: std::collections::BTreeMap<String, String>,
+    ) -> (ActionRecord, Option<Verdict>) {
+        let (error, detail) = match result {
+            Ok(d) => (None, d),
+            Err(e) => (Some(e), None),
+        };
+        let failed = error.as_ref().map(|e| Verdict {
+            kind: "action".into(),
+            name: format!("step {step}: {label}"),
+            passed: false,
+            t_ms: Some(t_ms),
+            first_violation_ms: Some(t_ms),
+            detail: e.clone(),
+        });
+        let record = ActionRecord {
+            step,
+            t_ms,
+            label,
+            action: action.clone(),
+            error,
+            detail,
+            sidecar_states,
+        };
+        (record, failed)
+    }
+}
+
 /// One judged item of the report.
 #[derive(Clone, Debug, Serialize)]
 pub struct Verdict {
