@@ -21,7 +21,7 @@ use mock_kit::Shutdown;
 
 use crate::etcd_view::Gateway;
 use crate::load::{LoadGen, Routed};
-use crate::observe::{Cumulative, InstanceObs, ObservedState, Sample};
+use crate::observe::{attribute_unnamed_401, Cumulative, InstanceObs, Sample};
 use crate::proxy::Proxy;
 use crate::real_etcd::RealEtcd;
 use crate::sidecar::SidecarProc;
@@ -531,22 +531,13 @@ impl Cluster {
                 Some(p) => (p.running(), p.exit_code()),
                 None => (false, None),
             };
-            out.push(InstanceObs {
+            out.push(InstanceObs::from_views(
                 etcd,
-                state: view.map(|v| match v.state {
-                    mock_master::InstanceState::Active => ObservedState::Active,
-                    mock_master::InstanceState::LeaseLost => ObservedState::LeaseLost,
-                    mock_master::InstanceState::Suspect => ObservedState::Suspect,
-                }),
-                master_incarnation: view.map(|v| v.incarnation.clone()),
+                view,
                 heartbeats,
-                waiting: view.and_then(|v| v.load.map(|l| l.waiting_requests_num)),
-                gpu_cache: view.and_then(|v| v.load.map(|l| f64::from(l.gpu_cache_usage_perc))),
-                ttft_ms: view.and_then(|v| v.latency.map(|l| l.recent_max_ttft)),
-                tbt_ms: view.and_then(|v| v.latency.map(|l| l.recent_max_tbt)),
                 sidecar_running,
                 sidecar_exit,
-            });
+            ));
         }
         // Answers the master could not attribute to an instance (401 has no name).
         let global = self.master.heartbeat_counts();
@@ -554,16 +545,7 @@ impl Cluster {
             Ok(mut g) => g.update(Some("master"), &global),
             Err(p) => p.into_inner().update(Some("master"), &global),
         };
-        if let Some(n) = global.get(&401).copied() {
-            // Attribute unnamed 401s to every instance whose sidecar runs: an invariant on
-            // 401s then fires for any instance, and is excused only by a token mismatch.
-            for o in out
-                .iter_mut()
-                .filter(|o| o.sidecar_running || o.sidecar_exit.is_some())
-            {
-                o.heartbeats.insert(401, n);
-            }
-        }
+        attribute_unnamed_401(&mut out, &global);
         Sample {
             t_ms,
             instances: out,
@@ -573,15 +555,7 @@ impl Cluster {
 
     /// Indices of the instances a target names: one, or every one for `all`.
     pub(crate) fn targets(&self, t: &str) -> Vec<usize> {
-        if t == "all" {
-            (0..self.instances.len()).collect()
-        } else {
-            self.instances
-                .iter()
-                .position(|x| x.name == t)
-                .into_iter()
-                .collect()
-        }
+        crate::topology::target_indices(self.instances.len(), t)
     }
 
     /// Stop every load generator.

@@ -58,6 +58,49 @@ impl InstanceObs {
     }
 }
 
+impl InstanceObs {
+    /// One instance as etcd (`etcd`: the incarnation in its key) and the master (`view`)
+    /// show it, with its heartbeat counts over the run and its sidecar's process state.
+    pub fn from_views(
+        etcd: Option<String>,
+        view: Option<&mock_master::InstanceView>,
+        heartbeats: BTreeMap<u16, u64>,
+        sidecar_running: bool,
+        sidecar_exit: Option<i32>,
+    ) -> InstanceObs {
+        InstanceObs {
+            etcd,
+            state: view.map(|v| match v.state {
+                mock_master::InstanceState::Active => ObservedState::Active,
+                mock_master::InstanceState::LeaseLost => ObservedState::LeaseLost,
+                mock_master::InstanceState::Suspect => ObservedState::Suspect,
+            }),
+            master_incarnation: view.map(|v| v.incarnation.clone()),
+            heartbeats,
+            waiting: view.and_then(|v| v.load.map(|l| l.waiting_requests_num)),
+            gpu_cache: view.and_then(|v| v.load.map(|l| f64::from(l.gpu_cache_usage_perc))),
+            ttft_ms: view.and_then(|v| v.latency.map(|l| l.recent_max_ttft)),
+            tbt_ms: view.and_then(|v| v.latency.map(|l| l.recent_max_tbt)),
+            sidecar_running,
+            sidecar_exit,
+        }
+    }
+}
+
+/// Answers the master could not attribute to an instance (a 401 names none): counted
+/// for every instance whose sidecar ran, so an invariant on 401s fires for any of them
+/// and is excused only by a token mismatch. `global`: the master's counts over the run.
+pub fn attribute_unnamed_401(out: &mut [InstanceObs], global: &BTreeMap<u16, u64>) {
+    if let Some(n) = global.get(&401).copied() {
+        for o in out
+            .iter_mut()
+            .filter(|o| o.sidecar_running || o.sidecar_exit.is_some())
+        {
+            o.heartbeats.insert(401, n);
+        }
+    }
+}
+
 /// Master states as observed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]

@@ -24,7 +24,7 @@ use sim::vllm_node::VllmNode;
 use sim::{EventLog, NodeId, World};
 
 use crate::cluster::{incarnation_of, normalize_namespace, vllm_config};
-use crate::observe::{Cumulative, InstanceObs, ObservedState, Sample};
+use crate::observe::{attribute_unnamed_401, Cumulative, InstanceObs, Sample};
 use crate::sidecar_flags::{sidecar_flags, Peers};
 use crate::timeline::Timeline;
 use crate::topology::{self, EtcdNeed, Topology};
@@ -169,15 +169,7 @@ impl SimCluster {
 
     /// Indices of the instances a target names: one, or every one for `all`.
     pub(crate) fn targets(&self, t: &str) -> Vec<usize> {
-        if t == "all" {
-            (0..self.instances.len()).collect()
-        } else {
-            self.instances
-                .iter()
-                .position(|x| x.name == t)
-                .into_iter()
-                .collect()
-        }
+        crate::topology::target_indices(self.instances.len(), t)
     }
 
     /// Instance `i`'s vLLM node.
@@ -333,33 +325,16 @@ impl SimCluster {
                 false => self.world.sidecars().get(i).and_then(|s| s.exited()),
             }
             .filter(|_| inst.started);
-            out.push(InstanceObs {
+            out.push(InstanceObs::from_views(
                 etcd,
-                state: view.map(|v| match v.state {
-                    mock_master::InstanceState::Active => ObservedState::Active,
-                    mock_master::InstanceState::LeaseLost => ObservedState::LeaseLost,
-                    mock_master::InstanceState::Suspect => ObservedState::Suspect,
-                }),
-                master_incarnation: view.map(|v| v.incarnation.clone()),
+                view,
                 heartbeats,
-                waiting: view.and_then(|v| v.load.map(|l| l.waiting_requests_num)),
-                gpu_cache: view.and_then(|v| v.load.map(|l| f64::from(l.gpu_cache_usage_perc))),
-                ttft_ms: view.and_then(|v| v.latency.map(|l| l.recent_max_ttft)),
-                tbt_ms: view.and_then(|v| v.latency.map(|l| l.recent_max_tbt)),
-                sidecar_running: inst.started && exit.is_none(),
-                sidecar_exit: exit,
-            });
+                inst.started && exit.is_none(),
+                exit,
+            ));
         }
-        // As in real mode: unnamed 401s count for every instance whose sidecar ran.
         let global = self.global_counts.update(Some("master"), &global);
-        if let Some(n) = global.get(&401).copied() {
-            for o in out
-                .iter_mut()
-                .filter(|o| o.sidecar_running || o.sidecar_exit.is_some())
-            {
-                o.heartbeats.insert(401, n);
-            }
-        }
+        attribute_unnamed_401(&mut out, &global);
         Sample {
             t_ms: self.now_ms(),
             instances: out,

@@ -152,6 +152,16 @@ pub struct InstanceOverride {
 pub type Target = String;
 
 /// Instance names of a topology: `i0`, `i1`, …
+/// The indices an action's target names among `count` instances: every one for `all`,
+/// else the one so named (none if it does not exist).
+pub fn target_indices(count: usize, target: &str) -> Vec<usize> {
+    if target == "all" {
+        (0..count).collect()
+    } else {
+        (0..count).filter(|i| instance_name(*i) == target).collect()
+    }
+}
+
 pub fn instance_name(i: usize) -> String {
     format!("i{i}")
 }
