@@ -74,11 +74,13 @@
 //!   watch lines ([`master_node::MasterNode::on_watch_line`]), its probes sent as calls.
 //! - [`load`]: open-loop completions on a fake vLLM, validated by mock-vllm's rules:
 //!   [`load::Load::new`], started with [`World::add_load`].
+//! - [`command_kind`]: which sidecar command an exchange carries ([`command_kind::Kind`]).
 //! - [`planted`]: test-only planted bugs (a 409 read as 200, a revoke not sent, …),
 //!   distortions of how the driver runs the core: [`World::plant_bug`].
 //! - [`world`]: the engine (time, queue, generator, log, links, nodes, exchanges and
 //!   their timeouts): [`World::run_until`].
 
+pub mod command_kind;
 pub mod etcd_client;
 pub mod etcd_node;
 pub mod link;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sidecar::core::{AfterRevoke, Answer, Command, CommandId, Registration};
 
-use crate::sidecar_node::Kind;
+use crate::command_kind::Kind;
 
 /// One class of bug, planted in every sidecar of a world (current and future).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

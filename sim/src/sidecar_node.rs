@@ -37,20 +37,7 @@ pub struct Tag {
     pub kind: Kind,
 }
 
-/// The kinds of command that become exchanges.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Health,
-    /// The TTL asked for: the driver answers a grant with it, not etcd's.
-    Grant {
-        ttl: i64,
-    },
-    Put,
-    Keepalive,
-    Scrape,
-    Heartbeat,
-    Revoke,
-}
+pub use crate::command_kind::Kind;
 
 /// What the node wants done after a step.
 #[derive(Clone, Debug, PartialEq)]

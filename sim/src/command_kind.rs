@@ -1,0 +1,20 @@
+//! Which of the sidecar's commands an exchange carries: what its outcome is read as.
+//!
+//! Its own module because both the simulated driver (`sidecar_node`) and the planted
+//! bugs that distort its answers (`planted`) name it, and neither should depend on the
+//! other for it.
+
+/// The kinds of command that become exchanges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Health,
+    /// The TTL asked for: the driver answers a grant with it, not etcd's.
+    Grant {
+        ttl: i64,
+    },
+    Put,
+    Keepalive,
+    Scrape,
+    Heartbeat,
+    Revoke,
+}
