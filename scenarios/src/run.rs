@@ -159,36 +159,24 @@ pub async fn run_scenario(
             )
             .await;
             let is_await = step.expect.is_some();
-            let mut v = Verdict {
-                kind: if is_await { "await" } else { "when" }.into(),
-                name: format!("step {}: {label}", i + 1),
-                passed: met.is_some(),
-                t_ms: Some(met.unwrap_or_else(|| timeline.now())),
-                first_violation_ms: None,
-                detail: match met {
-                    Some(t) => format!("held at t={:.2}s", t as f64 / 1000.0),
-                    None => format!("not within {:?}: {}", within, verdict::describe(cond)),
-                },
+            let broke = match (step.hold, met) {
+                (Some(hold), Some(_)) => Some(
+                    hold_for(
+                        cond, sc, &samples, &timeline, &cluster, &addrs, from, cursor, hold.0,
+                    )
+                    .await,
+                ),
+                _ => None,
             };
-            if let (Some(hold), Some(_)) = (step.hold, met) {
-                if let Some(broke) = hold_for(
-                    cond, sc, &samples, &timeline, &cluster, &addrs, from, cursor, hold.0,
-                )
-                .await
-                {
-                    v.passed = false;
-                    v.first_violation_ms = Some(broke);
-                    v.detail = format!(
-                        "held, then stopped holding at t={:.2}s (needed {hold})",
-                        broke as f64 / 1000.0
-                    );
-                } else {
-                    v.detail.push_str(&format!(", and kept holding for {hold}"));
-                }
-            }
-            if !v.passed {
-                v.first_violation_ms = v.first_violation_ms.or(v.t_ms);
-            }
+            let v = verdict::step_verdict(
+                if is_await { "await" } else { "when" },
+                format!("step {}: {label}", i + 1),
+                cond,
+                within,
+                met,
+                timeline.now(),
+                step.hold.zip(broke),
+            );
             let failed_when = !is_await && !v.passed;
             verdicts.push(v);
             if failed_when {

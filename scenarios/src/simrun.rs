@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::dur::Dur;
 use crate::observe::Sample;
 use crate::report::Outcome;
 use crate::run::RunOptions;
@@ -182,20 +183,16 @@ fn play(
         let within = step.within.map(|d| d.0).unwrap_or(Duration::from_secs(10));
         if let Some(cond) = step.when.as_ref().or(step.expect.as_ref()) {
             let is_await = step.expect.is_some();
-            let v = wait_and_hold(
-                sc,
-                clock,
+            let (met, broke) = wait_and_hold(sc, clock, cond, step.hold, within, from, cursor);
+            let v = verdict::step_verdict(
+                if is_await { "await" } else { "when" },
+                format!("step {}: {label}", i + 1),
                 cond,
-                step.hold.map(|h| h.0),
                 within,
-                from,
-                cursor,
+                met,
+                clock.now(),
+                step.hold.zip(broke),
             );
-            let v = Verdict {
-                kind: if is_await { "await" } else { "when" }.into(),
-                name: format!("step {}: {label}", i + 1),
-                ..v
-            };
             let failed_when = !is_await && !v.passed;
             verdicts.push(v);
             if failed_when {
@@ -220,16 +217,17 @@ fn play(
 }
 
 /// Wait (sample by sample) until `cond` holds or `within` passes; then, if asked, check
-/// it keeps holding for `hold`. The verdict's kind and name are the caller's.
+/// it keeps holding for `hold`. Answers when it first held, and (for a hold) when it
+/// broke: what [`verdict::step_verdict`] judges.
 fn wait_and_hold(
     sc: &Scenario,
     clock: &mut Clock,
     cond: &Condition,
-    hold: Option<Duration>,
+    hold: Option<Dur>,
     within: Duration,
     from: usize,
     cursor: usize,
-) -> Verdict {
+) -> (Option<u64>, Option<Option<u64>>) {
     let deadline = clock.now() + within.as_millis() as u64;
     let met = loop {
         if let Some(t) = clock.check(cond, sc, from, cursor) {
@@ -240,46 +238,22 @@ fn wait_and_hold(
         }
         clock.next_sample();
     };
-    let mut v = Verdict {
-        kind: String::new(),
-        name: String::new(),
-        passed: met.is_some(),
-        t_ms: Some(met.unwrap_or_else(|| clock.now())),
-        first_violation_ms: None,
-        detail: match met {
-            Some(t) => format!("held at t={:.2}s", t as f64 / 1000.0),
-            None => format!("not within {:?}: {}", within, verdict::describe(cond)),
-        },
+    let broke = match (hold, met) {
+        (Some(hold), Some(_)) => {
+            let end = clock.now() + hold.as_ms();
+            let mut broke = None;
+            while clock.now() < end {
+                clock.next_sample();
+                if clock.check(cond, sc, from, cursor).is_none() {
+                    broke = Some(clock.now());
+                    break;
+                }
+            }
+            Some(broke)
+        }
+        _ => None,
     };
-    if let (Some(hold), Some(_)) = (hold, met) {
-        let end = clock.now() + hold.as_millis() as u64;
-        let mut broke = None;
-        while clock.now() < end {
-            clock.next_sample();
-            if clock.check(cond, sc, from, cursor).is_none() {
-                broke = Some(clock.now());
-                break;
-            }
-        }
-        match broke {
-            Some(b) => {
-                v.passed = false;
-                v.first_violation_ms = Some(b);
-                v.detail = format!(
-                    "held, then stopped holding at t={:.2}s (needed {:?})",
-                    b as f64 / 1000.0,
-                    hold
-                );
-            }
-            None => v
-                .detail
-                .push_str(&format!(", and kept holding for {hold:?}")),
-        }
-    }
-    if !v.passed {
-        v.first_violation_ms = v.first_violation_ms.or(v.t_ms);
-    }
-    v
+    (met, broke)
 }
 
 /// The sidecar phase of each instance an action targets (all for cluster-wide ones).

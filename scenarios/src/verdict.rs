@@ -10,10 +10,12 @@
 //! no excuse.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::actions::Action;
+use crate::dur::Dur;
 use crate::episode::EpisodeBook;
 pub use crate::episode::{Episode, Scope};
 use crate::observe::{InstanceObs, ObservedState, Sample};
@@ -35,6 +37,49 @@ pub struct ActionRecord {
     /// (`registered`, `re_registering`, ...), for the coverage of a fault search.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub sidecar_states: std::collections::BTreeMap<String, String>,
+}
+
+/// A step's condition, judged (both runners): it first held at `met` (`None`: not by
+/// `now`, within `within`); with a `hold` asked and met, `broke` says when it stopped
+/// holding (`None`: it kept holding).
+pub fn step_verdict(
+    kind: &str,
+    name: String,
+    cond: &Condition,
+    within: Duration,
+    met: Option<u64>,
+    now: u64,
+    hold: Option<(Dur, Option<u64>)>,
+) -> Verdict {
+    let mut v = Verdict {
+        kind: kind.into(),
+        name,
+        passed: met.is_some(),
+        t_ms: Some(met.unwrap_or(now)),
+        first_violation_ms: None,
+        detail: match met {
+            Some(t) => format!("held at t={:.2}s", t as f64 / 1000.0),
+            None => format!("not within {:?}: {}", within, describe(cond)),
+        },
+    };
+    match hold {
+        Some((hold, Some(broke))) if met.is_some() => {
+            v.passed = false;
+            v.first_violation_ms = Some(broke);
+            v.detail = format!(
+                "held, then stopped holding at t={:.2}s (needed {hold})",
+                broke as f64 / 1000.0
+            );
+        }
+        Some((hold, None)) if met.is_some() => {
+            v.detail.push_str(&format!(", and kept holding for {hold}"))
+        }
+        _ => {}
+    }
+    if !v.passed {
+        v.first_violation_ms = v.first_violation_ms.or(v.t_ms);
+    }
+    v
 }
 
 impl ActionRecord {
