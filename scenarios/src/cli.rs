@@ -94,6 +94,7 @@ pub async fn run(args: RunArgs) -> u8 {
         sidecar_overrides: Vec::new(),
         command: "cargo run -p scenarios --".into(),
         planted_bug: args.planted_bug,
+        sample_period: None,
     };
     let started = Instant::now();
     let outcomes = if args.sim {

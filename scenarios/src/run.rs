@@ -33,6 +33,9 @@ pub struct RunOptions {
     /// Test-only, simulation only: a bug planted in every simulated sidecar (see
     /// `sim::planted`), to show that `explore` finds its class of bug.
     pub planted_bug: Option<sim::planted::PlantedBug>,
+    /// Simulation only: sample the cluster this often instead of the usual period
+    /// (50 ms, 200 ms above 50 instances). `explore` samples every 200 ms.
+    pub sample_period: Option<Duration>,
 }
 
 impl Default for RunOptions {
@@ -45,6 +48,7 @@ impl Default for RunOptions {
             sidecar_overrides: Vec::new(),
             command: "cargo run -p scenarios --".into(),
             planted_bug: None,
+            sample_period: None,
         }
     }
 }

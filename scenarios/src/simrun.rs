@@ -110,6 +110,7 @@ pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome
         seed,
         &opts.sidecar_overrides,
         timeline.clone(),
+        opts.report_dir.is_some() || sc.reads_events(),
     ) {
         Ok(mut c) => {
             if let Some(bug) = opts.planted_bug {
@@ -130,7 +131,11 @@ pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome
             return outcome;
         }
     };
-    let period_ms = if sc.topology.instances > 50 { 200 } else { 50 };
+    let period_ms = match opts.sample_period {
+        Some(p) => (p.as_millis() as u64).max(1),
+        None if sc.topology.instances > 50 => 200,
+        None => 50,
+    };
     let mut clock = Clock {
         cluster,
         samples: Vec::new(),

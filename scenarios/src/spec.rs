@@ -185,6 +185,16 @@ impl fmt::Display for SpecError {
 impl std::error::Error for SpecError {}
 
 impl Scenario {
+    /// Whether a step waits on the event timeline (a log line, a heartbeat status)
+    /// rather than on the sampled cluster state alone.
+    pub fn reads_events(&self) -> bool {
+        self.steps
+            .iter()
+            .flat_map(|s| [&s.when, &s.expect])
+            .flatten()
+            .any(|c| matches!(c, Condition::Log { .. } | Condition::HeartbeatStatus { .. }))
+    }
+
     /// Parse and validate one scenario; `file` names it in errors.
     pub fn parse(file: &str, text: &str) -> Result<Scenario, SpecError> {
         let sc: Scenario = toml::from_str(text).map_err(|e| {

@@ -65,6 +65,9 @@ impl SweepOptions {
         RunOptions {
             report_dir,
             planted_bug: self.planted_bug,
+            // The period real and simulated runs use above 50 instances: the
+            // invariants' graces are made for it, and sampling is most of a run's cost.
+            sample_period: Some(std::time::Duration::from_millis(200)),
             ..RunOptions::default()
         }
     }
