@@ -48,6 +48,8 @@ pub struct Episode {
     pub extra_grace_ms: u64,
     /// Shown as a fault in reports and recovery times (not a routine start).
     pub is_fault: bool,
+    /// A graceful stop: the sidecar is expected to revoke its lease on the way out.
+    pub graceful_stop: bool,
     key: String,
 }
 
@@ -62,6 +64,13 @@ pub struct EpisodeBook<'a> {
     t: u64,
     label: String,
     detail: Option<String>,
+}
+
+impl Episode {
+    /// What opened it and on whom (`master_fault:<t>`, `sidecar_down:<scope>`, ...).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
 }
 
 impl<'a> EpisodeBook<'a> {
@@ -206,6 +215,7 @@ impl<'a> EpisodeBook<'a> {
             excuses_master: false,
             extra_grace_ms: 0,
             is_fault: true,
+            graceful_stop: false,
             key,
         };
         set(&mut e);

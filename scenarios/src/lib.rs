@@ -28,7 +28,8 @@
 //! - [`observe`]: what one sample of the cluster holds (`Sample`, `InstanceObs`).
 //! - [`episode`]: fault episodes, the intervals in which a fault excuses what an
 //!   invariant would otherwise flag; each action family writes its own.
-//! - [`verdict`]: awaits, invariants and time to recover.
+//! - [`verdict`]: awaits and time to recover; [`invariants`]: the properties of a
+//!   whole run.
 //! - [`run`]: one scenario end to end, and many in parallel: `run::run_scenario`, `run::run_many`.
 //! - [`report`]: the report directory (verdicts, events.jsonl, timeline.html) and JUnit.
 //! - [`explore`]: random fault schedules in virtual time, shrunk violations, coverage,
@@ -42,6 +43,7 @@ pub mod dur;
 pub mod episode;
 pub mod etcd_view;
 pub mod explore;
+pub mod invariants;
 pub mod library;
 pub mod load;
 pub mod observe;

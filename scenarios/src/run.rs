@@ -207,7 +207,7 @@ pub async fn run_scenario(
     let end_ms = timeline.now();
     let samples = std::mem::take(&mut *lock(&samples));
     let eps = verdict::episodes(sc, &records, end_ms);
-    verdicts.extend(verdict::invariants(sc, &samples, &eps));
+    verdicts.extend(crate::invariants::check(sc, &samples, &eps));
     outcome.recoveries = verdict::recoveries(&samples, &eps);
     outcome.verdicts = verdicts;
     outcome.actions = records;

@@ -149,7 +149,7 @@ pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome
     outcome.verdicts = verdicts;
     outcome
         .verdicts
-        .extend(verdict::invariants(sc, &clock.samples, &eps));
+        .extend(crate::invariants::check(sc, &clock.samples, &eps));
     outcome.recoveries = verdict::recoveries(&clock.samples, &eps);
     outcome.actions = records;
     outcome.samples = std::mem::take(&mut clock.samples);

@@ -149,6 +149,12 @@ pub struct Invariants {
     pub no_401_when_tokens_match: bool,
     /// Every heartbeat the master stored has finite, in-range load metrics.
     pub heartbeats_sane: bool,
+    /// A gracefully stopped sidecar's key is gone within a third of the lease TTL
+    /// (revoked, not left to expire), unless a fault touched the instance meanwhile.
+    pub revoked_on_stop: bool,
+    /// An incarnation the master answered 409 is not posted again and again: the
+    /// sidecar registers a new one (at most 3 conflicts per incarnation in etcd).
+    pub conflict_ends_incarnation: bool,
 }
 
 impl Default for Invariants {
@@ -161,6 +167,8 @@ impl Default for Invariants {
             incarnation_grace: Dur::ms(1500),
             no_401_when_tokens_match: true,
             heartbeats_sane: true,
+            revoked_on_stop: true,
+            conflict_ends_incarnation: true,
         }
     }
 }

@@ -116,6 +116,20 @@ fn a_lease_loss_never_noticed_is_found() {
 }
 
 #[test]
+fn a_lease_left_to_expire_on_shutdown_is_found() {
+    finds_and_shrinks(PlantedBug::NoRevokeOnShutdown, 19..22, "revoked_on_stop");
+}
+
+#[test]
+fn heartbeats_of_a_lost_incarnation_are_found() {
+    finds_and_shrinks(
+        PlantedBug::HeartbeatAfterLeaseLost,
+        195..198,
+        "conflict_ends_incarnation",
+    );
+}
+
+#[test]
 fn the_correct_sidecar_survives_and_a_range_gives_the_same_findings() {
     let a = sweep(&options("clean-a", None, 100..106, 1), &run_scenario_sim);
     assert_eq!(a.schedules, 6);

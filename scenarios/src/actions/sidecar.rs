@@ -120,9 +120,11 @@ impl SidecarAction {
             }
             SidecarAction::Stop(target) | SidecarAction::Kill(target) => {
                 // The sidecar is not running: no registration is expected (observed directly).
+                let graceful = matches!(self, SidecarAction::Stop(_));
                 for s in book.scopes(target) {
                     book.open(format!("sidecar_down:{s:?}"), s, Some(0), |e| {
                         e.excuses_registration = true;
+                        e.graceful_stop = graceful;
                     });
                 }
             }

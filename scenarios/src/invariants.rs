@@ -1,0 +1,475 @@
+//! The invariants: properties of the whole run, judged after it on every sample and
+//! every fault episode ([`crate::episode`]), the same way in both modes.
+//!
+//! Why each fires only outside the excusing episodes plus a grace: a fault may break a
+//! property for a while (a partitioned sidecar cannot stay registered); what must never
+//! happen is the property staying broken with no fault to explain it.
+
+use std::collections::HashMap;
+
+use crate::episode::Episode;
+use crate::observe::{ObservedState, Sample};
+use crate::spec::Scenario;
+use crate::verdict::{overlaps, Verdict};
+
+/// Judge every invariant over the whole run.
+pub fn check(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Vec<Verdict> {
+    let inv = &sc.invariants;
+    let mut out = Vec::new();
+    if inv.registered_when_healthy {
+        out.push(registered_when_healthy(sc, samples, eps));
+    }
+    if inv.single_incarnation {
+        out.push(single_incarnation(sc, samples, eps));
+    }
+    if inv.no_stale_heartbeat_accepted {
+        out.push(no_stale_heartbeat(sc, samples, eps));
+    }
+    if inv.no_401_when_tokens_match {
+        out.push(no_401(sc, samples, eps));
+    }
+    if inv.heartbeats_sane {
+        out.push(heartbeats_sane(sc, samples));
+    }
+    if inv.revoked_on_stop {
+        out.push(revoked_on_stop(sc, samples, eps));
+    }
+    if inv.conflict_ends_incarnation {
+        out.push(conflict_ends_incarnation(sc, samples, eps));
+    }
+    out
+}
+
+fn verdict(name: &str, violation: Option<(u64, String)>, ok: String) -> Verdict {
+    Verdict {
+        kind: "invariant".into(),
+        name: name.into(),
+        passed: violation.is_none(),
+        t_ms: violation.as_ref().map(|v| v.0),
+        first_violation_ms: violation.as_ref().map(|v| v.0),
+        detail: violation.map(|v| v.1).unwrap_or(ok),
+    }
+}
+
+fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
+    let grace = sc.registered_grace().as_millis() as u64;
+    let names = sc.instance_names();
+    let mut checked = 0u64;
+    // Last time each instance's sidecar was seen not running.
+    let mut last_down: Vec<Option<u64>> = vec![Some(0); names.len()];
+    for s in samples {
+        for (i, o) in s.instances.iter().enumerate() {
+            if !o.sidecar_running {
+                if let Some(d) = last_down.get_mut(i) {
+                    *d = Some(s.t_ms);
+                }
+                continue;
+            }
+            let from = s.t_ms.saturating_sub(grace);
+            if last_down
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|d| d > from)
+                || s.t_ms < grace
+            {
+                continue;
+            }
+            if eps.iter().any(|e| {
+                let from = from.saturating_sub(e.extra_grace_ms);
+                e.scope.covers(i) && e.excuses_registration && overlaps(e, from, s.t_ms)
+            }) {
+                continue;
+            }
+            checked += 1;
+            if o.etcd.is_none() {
+                return verdict(
+                    "registered_when_healthy",
+                    Some((
+                        s.t_ms,
+                        format!("{} had no etcd key at t={} ms although vLLM was healthy, its sidecar running and nothing disturbed registration for {} ms", names[i], s.t_ms, grace),
+                    )),
+                    String::new(),
+                );
+            }
+        }
+    }
+    verdict(
+        "registered_when_healthy",
+        None,
+        format!("held ({checked} instance-samples checked, grace {grace} ms)"),
+    )
+}
+
+/// Whether the master is excused from lagging etcd at `t` (its link cut or just restarted).
+fn master_excused(eps: &[Episode], t: u64, grace: u64) -> bool {
+    eps.iter()
+        .any(|e| e.excuses_master && overlaps(e, t.saturating_sub(grace + 3000), t))
+}
+
+fn single_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
+    let grace = sc.invariants.incarnation_grace.as_ms();
+    let names = sc.instance_names();
+    let mut since: HashMap<usize, u64> = HashMap::new();
+    for s in samples {
+        for (i, o) in s.instances.iter().enumerate() {
+            let split = matches!((&o.etcd, &o.master_incarnation, o.state), (Some(e), Some(m), Some(st)) if e != m && st != ObservedState::Suspect);
+            if split && !master_excused(eps, s.t_ms, grace) {
+                let start = *since.entry(i).or_insert(s.t_ms);
+                if s.t_ms - start > grace {
+                    return verdict(
+                        "single_incarnation",
+                        Some((
+                            s.t_ms,
+                            format!(
+                                "{}: etcd has incarnation {:?} but the master routes to {:?} since t={} ms",
+                                names[i], o.etcd, o.master_incarnation, start
+                            ),
+                        )),
+                        String::new(),
+                    );
+                }
+            } else {
+                since.remove(&i);
+            }
+        }
+    }
+    verdict(
+        "single_incarnation",
+        None,
+        format!("held (grace {grace} ms)"),
+    )
+}
+
+fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
+    let grace = sc.invariants.incarnation_grace.as_ms();
+    let names = sc.instance_names();
+    // Per instance: incarnations in order of first sighting in etcd.
+    let mut first_seen: Vec<Vec<(String, u64)>> = vec![Vec::new(); names.len()];
+    let mut prev_accepted = vec![0u64; names.len()];
+    for s in samples {
+        for (i, o) in s.instances.iter().enumerate() {
+            let Some(seen) = first_seen.get_mut(i) else {
+                continue;
+            };
+            if let Some(e) = &o.etcd {
+                if !seen.iter().any(|(x, _)| x == e) {
+                    seen.push((e.clone(), s.t_ms));
+                }
+            }
+            let accepted = o.accepted();
+            let grew = accepted > prev_accepted.get(i).copied().unwrap_or(0);
+            if let Some(p) = prev_accepted.get_mut(i) {
+                *p = accepted;
+            }
+            let Some(m) = &o.master_incarnation else {
+                continue;
+            };
+            let Some(pos) = seen.iter().position(|(x, _)| x == m) else {
+                continue;
+            };
+            if let Some((newer, t_newer)) = seen.get(pos + 1) {
+                if grew && s.t_ms > t_newer + grace && !master_excused(eps, s.t_ms, grace) {
+                    return verdict(
+                        "no_stale_heartbeat_accepted",
+                        Some((s.t_ms, format!("{}: heartbeats of incarnation {m} still accepted at t={} ms, superseded by {newer} at t={t_newer} ms", names[i], s.t_ms))),
+                        String::new(),
+                    );
+                }
+            }
+        }
+    }
+    verdict("no_stale_heartbeat_accepted", None, "held".into())
+}
+
+fn no_401(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
+    // The master answers 401 before it reads the body, so a 401 names no instance: the
+    // count is cluster-wide, and excused only while some sidecar's token mismatches.
+    let grace = sc.topology.heartbeat_interval.as_ms() + 1000;
+    let mut prev = 0u64;
+    let mut prev_t = 0u64;
+    for s in samples {
+        let n = s
+            .instances
+            .iter()
+            .map(|o| o.status_count(401))
+            .max()
+            .unwrap_or(0);
+        if n > prev {
+            let excused = eps
+                .iter()
+                .any(|e| e.token_mismatch && overlaps(e, prev_t.saturating_sub(grace), s.t_ms));
+            if !excused {
+                return verdict(
+                    "no_401_when_tokens_match",
+                    Some((s.t_ms, format!("a heartbeat was answered 401 at t≈{} ms while every sidecar's token matched the master's", s.t_ms))),
+                    String::new(),
+                );
+            }
+        }
+        prev = n;
+        prev_t = s.t_ms;
+    }
+    verdict("no_401_when_tokens_match", None, "held".into())
+}
+
+fn heartbeats_sane(sc: &Scenario, samples: &[Sample]) -> Verdict {
+    let names = sc.instance_names();
+    for s in samples {
+        for (i, o) in s.instances.iter().enumerate() {
+            let bad = o
+                .gpu_cache
+                .is_some_and(|g| !g.is_finite() || !(0.0..=1.0).contains(&g))
+                || o.waiting.is_some_and(|w| w > 10_000_000)
+                || o.ttft_ms.is_some_and(|x| !(0..=86_400_000).contains(&x))
+                || o.tbt_ms.is_some_and(|x| !(0..=86_400_000).contains(&x));
+            if bad {
+                return verdict(
+                    "heartbeats_sane",
+                    Some((
+                        s.t_ms,
+                        format!(
+                            "{}: master stored waiting={:?} gpu_cache={:?} ttft={:?} tbt={:?}",
+                            names[i], o.waiting, o.gpu_cache, o.ttft_ms, o.tbt_ms
+                        ),
+                    )),
+                    String::new(),
+                );
+            }
+        }
+    }
+    verdict("heartbeats_sane", None, "held".into())
+}
+
+/// After a graceful stop the key must go at once: a revoke takes one etcd round trip,
+/// while a key left to expire keeps a dead instance routable for up to a lease TTL.
+/// Judged a third of the TTL after the stop (clamped to 0.5–2 s), when a key the sidecar
+/// did not revoke is still there (a keepalive is at most a third of the TTL old, with
+/// the timers operators use); any other fault on the instance meanwhile excuses it.
+fn revoked_on_stop(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
+    let names = sc.instance_names();
+    let within = (sc.topology.lease_ttl.saturating_mul(1000) / 3).clamp(500, 2000);
+    let mut checked = 0u64;
+    for stop in eps.iter().filter(|e| e.graceful_stop) {
+        let t = stop.start_ms;
+        let before = samples.iter().rev().find(|s| s.t_ms <= t);
+        let Some(after) = samples.iter().find(|s| s.t_ms >= t + within) else {
+            continue;
+        };
+        let disturbed = |i: usize| {
+            eps.iter().any(|e| {
+                e.is_fault && !e.graceful_stop && e.scope.covers(i) && overlaps(e, t, after.t_ms)
+            })
+        };
+        for (i, name) in names.iter().enumerate() {
+            let Some(inc) = before
+                .and_then(|s| s.instances.get(i))
+                .and_then(|o| o.etcd.as_ref())
+            else {
+                continue;
+            };
+            if !stop.scope.covers(i) || disturbed(i) {
+                continue;
+            }
+            checked += 1;
+            // The same incarnation (a sidecar started again since registers a new one).
+            if after.instances.get(i).and_then(|o| o.etcd.as_ref()) == Some(inc) {
+                let why = format!("{name}: key of incarnation {inc} still in etcd at t={} ms, {} ms after its sidecar was stopped at t={t} ms (a stopped sidecar revokes its lease)", after.t_ms, after.t_ms - t);
+                return verdict("revoked_on_stop", Some((after.t_ms, why)), String::new());
+            }
+        }
+    }
+    let ok = format!("held ({checked} graceful stop(s) checked, within {within} ms)");
+    verdict("revoked_on_stop", None, ok)
+}
+
+/// Conflicts (409) per incarnation: a sidecar told its incarnation is unknown registers
+/// a new one and posts that; it never keeps posting the old one. Counted from the
+/// sample where etcd shows an incarnation (or no key) until etcd shows another; more
+/// than [`MAX_CONFLICTS`] is a violation, unless the master restarted or was faulted
+/// (it may then answer anything) since the count began.
+fn conflict_ends_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
+    const MAX_CONFLICTS: u64 = 3;
+    let names = sc.instance_names();
+    // Per instance: the incarnation in etcd, since when, and the 409 count then.
+    let mut since: Vec<Option<(Option<&str>, u64, u64)>> = vec![None; names.len()];
+    for s in samples {
+        for (i, o) in s.instances.iter().enumerate() {
+            let Some(slot) = since.get_mut(i) else {
+                continue;
+            };
+            let now = (o.etcd.as_deref(), s.t_ms, o.status_count(409));
+            let (inc, from, base) = match *slot {
+                Some(x) if x.0 == now.0 => x,
+                _ => {
+                    *slot = Some(now);
+                    now
+                }
+            };
+            let master_disturbed = eps.iter().any(|e| {
+                (e.excuses_master || e.key().starts_with("master_fault:"))
+                    && overlaps(e, from, s.t_ms)
+            });
+            if now.2 - base > MAX_CONFLICTS && !master_disturbed {
+                let why = format!("{}: the master answered 409 {} times since t={from} ms while etcd kept {} (a sidecar answered 409 registers a new incarnation instead of posting the old one again)", names[i], now.2 - base, inc.unwrap_or("no key"));
+                return verdict(
+                    "conflict_ends_incarnation",
+                    Some((s.t_ms, why)),
+                    String::new(),
+                );
+            }
+        }
+    }
+    verdict("conflict_ends_incarnation", None, "held".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actions::sidecar::SidecarAction;
+    use crate::actions::vllm::{Health, VllmAction};
+    use crate::actions::Action;
+    use crate::observe::InstanceObs;
+    use crate::verdict::{episodes, recoveries, ActionRecord};
+
+    fn scenario() -> Scenario {
+        Scenario::parse("t.toml", "name = \"t\"\ndescription = \"d\"\n[topology]\nlease_ttl = 1\nkeepalive_interval = \"250ms\"\n").unwrap()
+    }
+
+    /// One instance, sampled every 100 ms for 8 s; `registered(t)` says whether its key exists.
+    fn samples(registered: impl Fn(u64) -> bool) -> Vec<Sample> {
+        (0..80)
+            .map(|k| {
+                let t = k * 100;
+                Sample {
+                    t_ms: t,
+                    instances: vec![InstanceObs {
+                        etcd: registered(t).then(|| "i0-a".to_string()),
+                        sidecar_running: true,
+                        ..Default::default()
+                    }],
+                    routed: 0,
+                }
+            })
+            .collect()
+    }
+
+    fn record(t_ms: u64, action: Action) -> ActionRecord {
+        ActionRecord {
+            sidecar_states: Default::default(),
+            step: 1,
+            t_ms,
+            label: "x".into(),
+            action,
+            error: None,
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn a_key_missing_without_excuse_is_a_violation() {
+        let sc = scenario(); // grace = 2 × 250 ms + 2 s = 2.5 s
+        let s = samples(|t| !(3000..3300).contains(&t));
+        let eps = episodes(&sc, &[], 4000);
+        let v = registered_when_healthy(&sc, &s, &eps);
+        assert!(!v.passed);
+        assert_eq!(v.first_violation_ms, Some(3000));
+    }
+
+    #[test]
+    fn a_key_missing_while_vllm_was_down_is_excused_until_the_grace_ends() {
+        let sc = scenario();
+        let down = record(
+            2900,
+            Action::Vllm(VllmAction::Health {
+                instance: "i0".into(),
+                health: Health::Down,
+            }),
+        );
+        let up = record(
+            3100,
+            Action::Vllm(VllmAction::Health {
+                instance: "i0".into(),
+                health: Health::Up,
+            }),
+        );
+        let s = samples(|t| !(3000..3300).contains(&t));
+        let eps = episodes(&sc, &[down.clone(), up.clone()], 4000);
+        assert!(registered_when_healthy(&sc, &s, &eps).passed);
+        // Still missing 2.5 s after vLLM came back: no excuse left.
+        let late = samples(|t| t < 2900);
+        let eps = episodes(&sc, &[down, up], 4000);
+        let v = registered_when_healthy(&sc, &late, &eps);
+        assert!(!v.passed);
+        assert!(
+            v.first_violation_ms.is_some_and(|t| t >= 3100 + 2500),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn recovery_time_runs_from_the_end_of_the_fault() {
+        let mut s = samples(|t| !(1000..2000).contains(&t));
+        for o in s.iter_mut() {
+            let active = o.instances[0].etcd.is_some();
+            o.instances[0].state = active.then_some(ObservedState::Active);
+            o.instances[0].master_incarnation = o.instances[0].etcd.clone();
+        }
+        let crash = record(1000, Action::Vllm(VllmAction::Crash("i0".into())));
+        let restart = record(1500, Action::Vllm(VllmAction::Restart("i0".into())));
+        let r = recoveries(&s, &episodes(&scenario(), &[crash, restart], 4000));
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].end_ms, Some(1500));
+        assert_eq!(r[0].time_to_recover_ms, Some(500));
+    }
+
+    fn stop(t_ms: u64) -> ActionRecord {
+        record(t_ms, Action::Sidecar(SidecarAction::Stop("i0".into())))
+    }
+
+    #[test]
+    fn a_key_left_to_expire_after_a_stop_is_a_violation() {
+        let sc = scenario(); // lease TTL 1 s: judged 500 ms after the stop
+        let eps = episodes(&sc, &[stop(3000)], 8000);
+        let expired = samples(|t| t < 4000);
+        let v = revoked_on_stop(&sc, &expired, &eps);
+        assert!(!v.passed, "{v:?}");
+        assert_eq!(v.first_violation_ms, Some(3500));
+        let revoked = samples(|t| t < 3100);
+        assert!(revoked_on_stop(&sc, &revoked, &eps).passed);
+    }
+
+    #[test]
+    fn a_kill_expects_no_revoke_and_a_restart_is_a_new_incarnation() {
+        let sc = scenario();
+        let expired = samples(|t| t < 4000);
+        let kill = record(3000, Action::Sidecar(SidecarAction::Kill("i0".into())));
+        assert!(revoked_on_stop(&sc, &expired, &episodes(&sc, &[kill], 8000)).passed);
+        let mut restarted = samples(|_| true);
+        for s in restarted.iter_mut().filter(|s| s.t_ms >= 3200) {
+            s.instances[0].etcd = Some("i0-b".into());
+        }
+        assert!(revoked_on_stop(&sc, &restarted, &episodes(&sc, &[stop(3000)], 8000)).passed);
+    }
+
+    /// Samples with a 409 answered every 500 ms; `incarnation(t)` is etcd's.
+    fn conflicts(incarnation: impl Fn(u64) -> String) -> Vec<Sample> {
+        let mut s = samples(|_| true);
+        for x in s.iter_mut() {
+            x.instances[0].etcd = Some(incarnation(x.t_ms));
+            x.instances[0].heartbeats.insert(409, x.t_ms / 500);
+        }
+        s
+    }
+
+    #[test]
+    fn conflicts_on_one_incarnation_are_a_violation() {
+        let sc = scenario();
+        let v = conflict_ends_incarnation(&sc, &conflicts(|_| "i0-a".into()), &[]);
+        assert!(!v.passed, "{v:?}");
+        assert_eq!(v.first_violation_ms, Some(2000));
+        // Each conflict answered by a new incarnation: what a correct sidecar does.
+        let renewed = conflicts(|t| format!("i0-{}", t / 500));
+        assert!(conflict_ends_incarnation(&sc, &renewed, &[]).passed);
+    }
+}
