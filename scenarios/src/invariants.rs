@@ -53,18 +53,35 @@ fn verdict(name: &str, violation: Option<(u64, String)>, ok: String) -> Verdict 
 
 fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
     let grace = sc.registered_grace().as_millis() as u64;
+    // A sidecar still in its start-up gate polls /health with a backoff capped at the
+    // lease TTL (the reference's behaviour): after vLLM comes back, it may take that
+    // long, plus a probe, to notice.
+    let gate_ms = sc.topology.lease_ttl.saturating_mul(1000) + sc.topology.health_timeout.as_ms();
     let names = sc.instance_names();
     let mut checked = 0u64;
     // Last time each instance's sidecar was seen not running.
     let mut last_down: Vec<Option<u64>> = vec![Some(0); names.len()];
+    // Whether it has not registered since it was last seen starting (in its gate).
+    let mut in_gate: Vec<bool> = vec![true; names.len()];
     for s in samples {
         for (i, o) in s.instances.iter().enumerate() {
+            let gate = in_gate.get_mut(i);
             if !o.sidecar_running {
                 if let Some(d) = last_down.get_mut(i) {
                     *d = Some(s.t_ms);
                 }
+                if let Some(g) = gate {
+                    *g = true;
+                }
                 continue;
             }
+            let gated = match gate {
+                Some(g) => {
+                    *g &= o.etcd.is_none();
+                    *g
+                }
+                None => false,
+            };
             let from = s.t_ms.saturating_sub(grace);
             if last_down
                 .get(i)
@@ -76,8 +93,10 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
                 continue;
             }
             if eps.iter().any(|e| {
-                let from = from.saturating_sub(e.extra_grace_ms);
-                e.scope.covers(i) && e.excuses_registration && overlaps(e, from, s.t_ms)
+                let extra = e.extra_grace_ms + if gated && e.vllm_down { gate_ms } else { 0 };
+                e.scope.covers(i)
+                    && e.excuses_registration
+                    && overlaps(e, from.saturating_sub(extra), s.t_ms)
             }) {
                 continue;
             }
@@ -101,7 +120,6 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
     )
 }
 
-/// Whether the master is excused from lagging etcd at `t` (its link cut or just restarted).
 fn master_excused(eps: &[Episode], t: u64, grace: u64) -> bool {
     eps.iter()
         .any(|e| e.excuses_master && overlaps(e, t.saturating_sub(grace + 3000), t))

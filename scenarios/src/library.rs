@@ -88,6 +88,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../library/slow-vllm-start.toml"),
     ),
     (
+        "startup-gate-backoff-after-vllm-restart.toml",
+        include_str!("../library/startup-gate-backoff-after-vllm-restart.toml"),
+    ),
+    (
         "token-mismatch.toml",
         include_str!("../library/token-mismatch.toml"),
     ),
