@@ -50,6 +50,9 @@ pub struct Episode {
     pub is_fault: bool,
     /// A graceful stop: the sidecar is expected to revoke its lease on the way out.
     pub graceful_stop: bool,
+    /// When not 0: the episode lasts this long past the end of every fault that
+    /// overlaps it (what it excuses can only be repaired once nothing blocks it).
+    pub outlasts_faults_ms: u64,
     key: String,
 }
 
@@ -216,6 +219,7 @@ impl<'a> EpisodeBook<'a> {
             extra_grace_ms: 0,
             is_fault: true,
             graceful_stop: false,
+            outlasts_faults_ms: 0,
             key,
         };
         set(&mut e);
@@ -290,6 +294,7 @@ impl<'a> EpisodeBook<'a> {
 
     /// The episodes, none ending after the run did.
     pub fn finish(mut self, end_ms: u64) -> Vec<Episode> {
+        self.outlast_faults();
         for e in &mut self.eps {
             if let Some(end) = e.end_ms {
                 e.end_ms = Some(end.min(end_ms.max(e.start_ms)));
@@ -299,9 +304,91 @@ impl<'a> EpisodeBook<'a> {
     }
 }
 
+impl EpisodeBook<'_> {
+    /// Stretch each episode with `outlasts_faults_ms` past the faults overlapping it
+    /// (and those overlapping the stretch, until nothing changes; an open fault leaves
+    /// it open).
+    fn outlast_faults(&mut self) {
+        for i in 0..self.eps.len() {
+            let Some(e) = self.eps.get(i) else { break };
+            let by = e.outlasts_faults_ms;
+            if by == 0 {
+                continue;
+            }
+            let (start, mut end) = (e.start_ms, e.end_ms);
+            loop {
+                let blockers = self
+                    .eps
+                    .iter()
+                    .filter(|o| (o.is_fault || o.token_mismatch) && o.outlasts_faults_ms == 0);
+                let stretched = blockers
+                    .filter(|o| {
+                        o.start_ms <= end.unwrap_or(u64::MAX) && o.end_ms.is_none_or(|x| x >= start)
+                    })
+                    .map(|o| o.end_ms.map(|x| x + by))
+                    .fold(end, |acc, x| match (acc, x) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
+                        _ => None,
+                    });
+                if stretched == end {
+                    break;
+                }
+                end = stretched;
+            }
+            if let Some(e) = self.eps.get_mut(i) {
+                e.end_ms = end;
+            }
+        }
+    }
+}
+
 fn tokens_match(master: Option<&str>, sidecar: Option<&str>) -> bool {
     match master.filter(|m| !m.is_empty()) {
         None => true,
         Some(m) => sidecar == Some(m),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::spec::Scenario;
+    use crate::verdict::{episodes, ActionRecord};
+
+    fn record(t_ms: u64, action: &str) -> ActionRecord {
+        let text = format!("name = \"t\"\ndescription = \"d\"\n[topology]\netcd = \"fake\"\n[[step]]\naction = {action}\n");
+        let sc = Scenario::parse("t.toml", &text).unwrap();
+        ActionRecord {
+            sidecar_states: Default::default(),
+            step: 1,
+            t_ms,
+            label: action.into(),
+            action: sc.steps[0].action.clone().unwrap(),
+            error: None,
+            detail: None,
+        }
+    }
+
+    /// When the master's lag after a revision-resetting data loss stops being excused.
+    fn lag_excused_until(records: &[ActionRecord]) -> Option<u64> {
+        let sc = Scenario::parse("t.toml", "name = \"t\"\ndescription = \"d\"\n[topology]\netcd = \"fake\"\nheartbeat_interval = \"500ms\"\n").unwrap();
+        let eps = episodes(&sc, records, 60_000);
+        eps.iter()
+            .find(|e| e.key().starts_with("lose_data_master"))
+            .and_then(|e| e.end_ms)
+    }
+
+    #[test]
+    fn a_data_loss_excuses_the_master_until_a_heartbeat_past_the_faults_over_it() {
+        let lose = record(5000, "{ etcd_lose_data = { reset_revision = true } }");
+        assert_eq!(lag_excused_until(std::slice::from_ref(&lose)), Some(5500));
+        let token = record(5000, "{ master_token = \"tok-b\" }");
+        let back = record(14_000, "{ master_token = \"\" }");
+        assert_eq!(
+            lag_excused_until(&[token, lose.clone(), back]),
+            Some(14_500)
+        );
+        // A fault starting after the stretch it would have overlapped changes nothing.
+        let late = record(9000, "{ master_fault = { fault = { heartbeat_status = { status = 503 } }, duration = \"1s\" } }");
+        assert_eq!(lag_excused_until(&[lose, late]), Some(5500));
     }
 }

@@ -26,6 +26,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../library/etcd-data-loss-revision-reused.toml"),
     ),
     (
+        "etcd-data-loss-token-change.toml",
+        include_str!("../library/etcd-data-loss-token-change.toml"),
+    ),
+    (
         "etcd-failover.toml",
         include_str!("../library/etcd-failover.toml"),
     ),
@@ -36,6 +40,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
     (
         "etcd-partition-registration-backoff.toml",
         include_str!("../library/etcd-partition-registration-backoff.toml"),
+    ),
+    (
+        "etcd-watch-hang-data-loss.toml",
+        include_str!("../library/etcd-watch-hang-data-loss.toml"),
     ),
     (
         "load-routing.toml",

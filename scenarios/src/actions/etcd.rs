@@ -71,6 +71,17 @@ pub enum EtcdFault {
     },
 }
 
+impl EtcdFault {
+    /// The gateway path the fault applies to (a pattern: `*` or a prefix ending in `*`).
+    pub fn path(&self) -> &str {
+        match self {
+            EtcdFault::Fail { path, .. }
+            | EtcdFault::Latency { path, .. }
+            | EtcdFault::Hang { path } => path,
+        }
+    }
+}
+
 fn default_fail_status() -> u16 {
     503
 }
@@ -209,12 +220,19 @@ impl EtcdAction {
     pub fn episodes(&self, book: &mut EpisodeBook<'_>) {
         let t = book.t();
         match self {
-            EtcdAction::Fault { duration, .. } => {
+            EtcdAction::Fault {
+                fault, duration, ..
+            } => {
                 let dur = duration.map(|d| d.as_ms());
                 let recovery = book.etcd_recovery_ms();
+                // A fault on the master's listing or watch blinds it: its view may lag.
+                let on_master = ["/v3/watch", "/v3/kv/range"]
+                    .iter()
+                    .any(|p| mock_etcd::faults::path_matches(fault.path(), p));
                 book.open(format!("etcd_fault:{t}"), Scope::All, dur, |e| {
                     e.excuses_registration = true;
                     e.extra_grace_ms = recovery;
+                    e.excuses_master = on_master;
                 });
             }
             EtcdAction::ClearFaults(_) | EtcdAction::ReleaseHung(_) => {
@@ -227,15 +245,19 @@ impl EtcdAction {
                     });
                 }
             }
-            EtcdAction::LoseData { .. } => {
+            EtcdAction::LoseData { reset_revision } => {
                 book.open(format!("lose_data:{t}"), Scope::All, Some(0), |e| {
                     e.excuses_registration = true
                 });
                 // A re-registration can land on a revision the lost data reused, which
                 // the master's resumed watch skips; the sidecar's next heartbeat then
                 // draws a 409 and a new registration: the master may lag for one
-                // heartbeat interval (found by `scenarios explore`).
+                // heartbeat interval (found by `scenarios explore`). Any fault that
+                // keeps that heartbeat from drawing its 409 (a token change, a master
+                // fault, a stopped sidecar) keeps the master behind until a heartbeat
+                // after it: with reused revisions, only the sidecar can tell the master.
                 let beat = book.topology().heartbeat_interval.as_ms();
+                let reused = *reset_revision;
                 book.open(
                     format!("lose_data_master:{t}"),
                     Scope::All,
@@ -243,6 +265,7 @@ impl EtcdAction {
                     |e| {
                         e.excuses_master = true;
                         e.is_fault = false;
+                        e.outlasts_faults_ms = if reused { beat } else { 0 };
                     },
                 );
             }
