@@ -48,8 +48,8 @@ pub struct Episode {
     pub extra_grace_ms: u64,
     /// Shown as a fault in reports and recovery times (not a routine start).
     pub is_fault: bool,
-    /// A graceful stop: the sidecar is expected to revoke its lease on the way out.
-    pub graceful_stop: bool,
+    /// A graceful stop or a drain: the sidecar is expected to revoke its lease at once.
+    pub expects_revoke: bool,
     /// When not 0: the episode lasts this long past the end of every fault that
     /// overlaps it (what it excuses can only be repaired once nothing blocks it).
     pub outlasts_faults_ms: u64,
@@ -218,7 +218,7 @@ impl<'a> EpisodeBook<'a> {
             excuses_master: false,
             extra_grace_ms: 0,
             is_fault: true,
-            graceful_stop: false,
+            expects_revoke: false,
             outlasts_faults_ms: 0,
             key,
         };

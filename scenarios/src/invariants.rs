@@ -259,7 +259,7 @@ fn heartbeats_sane(sc: &Scenario, samples: &[Sample]) -> Verdict {
     verdict("heartbeats_sane", None, "held".into())
 }
 
-/// After a graceful stop the key must go at once: a revoke takes one etcd round trip,
+/// After a graceful stop or a drain the key must go at once: a revoke takes one etcd round trip,
 /// while a key left to expire keeps a dead instance routable for up to a lease TTL.
 /// Judged a third of the TTL after the stop (clamped to 0.5–2 s), when a key the sidecar
 /// did not revoke is still there (a keepalive is at most a third of the TTL old, with
@@ -268,7 +268,7 @@ fn revoked_on_stop(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdic
     let names = sc.instance_names();
     let within = (sc.topology.lease_ttl.saturating_mul(1000) / 3).clamp(500, 2000);
     let mut checked = 0u64;
-    for stop in eps.iter().filter(|e| e.graceful_stop) {
+    for stop in eps.iter().filter(|e| e.expects_revoke) {
         let t = stop.start_ms;
         let before = samples.iter().rev().find(|s| s.t_ms <= t);
         let Some(after) = samples.iter().find(|s| s.t_ms >= t + within) else {
@@ -276,7 +276,7 @@ fn revoked_on_stop(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdic
         };
         let disturbed = |i: usize| {
             eps.iter().any(|e| {
-                e.is_fault && !e.graceful_stop && e.scope.covers(i) && overlaps(e, t, after.t_ms)
+                e.is_fault && !e.expects_revoke && e.scope.covers(i) && overlaps(e, t, after.t_ms)
             })
         };
         for (i, name) in names.iter().enumerate() {
@@ -292,12 +292,12 @@ fn revoked_on_stop(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdic
             checked += 1;
             // The same incarnation (a sidecar started again since registers a new one).
             if after.instances.get(i).and_then(|o| o.etcd.as_ref()) == Some(inc) {
-                let why = format!("{name}: key of incarnation {inc} still in etcd at t={} ms, {} ms after its sidecar was stopped at t={t} ms (a stopped sidecar revokes its lease)", after.t_ms, after.t_ms - t);
+                let why = format!("{name}: key of incarnation {inc} still in etcd at t={} ms, {} ms after its sidecar was stopped or drained at t={t} ms (a sidecar revokes its lease on both)", after.t_ms, after.t_ms - t);
                 return verdict("revoked_on_stop", Some((after.t_ms, why)), String::new());
             }
         }
     }
-    let ok = format!("held ({checked} graceful stop(s) checked, within {within} ms)");
+    let ok = format!("held ({checked} stop(s) or drain(s) checked, within {within} ms)");
     verdict("revoked_on_stop", None, ok)
 }
 

@@ -10,6 +10,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../library/happy-path.toml"),
     ),
     (
+        "drain-undrain.toml",
+        include_str!("../library/drain-undrain.toml"),
+    ),
+    (
         "etcd-auth-expiry.toml",
         include_str!("../library/etcd-auth-expiry.toml"),
     ),

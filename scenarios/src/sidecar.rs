@@ -253,6 +253,16 @@ impl SidecarProc {
         self.signal(libc::SIGKILL);
     }
 
+    /// SIGUSR1: drain (revoke the lease, stay deregistered).
+    pub fn drain(&self) {
+        self.signal(libc::SIGUSR1);
+    }
+
+    /// SIGUSR2: undrain (register again).
+    pub fn undrain(&self) {
+        self.signal(libc::SIGUSR2);
+    }
+
     /// SIGTERM; wait up to `grace` for the exit, then SIGKILL. Answers the exit code.
     pub async fn stop(&mut self, grace: Duration) -> Option<i32> {
         self.signal(libc::SIGTERM);

@@ -149,8 +149,9 @@ pub struct Invariants {
     pub no_401_when_tokens_match: bool,
     /// Every heartbeat the master stored has finite, in-range load metrics.
     pub heartbeats_sane: bool,
-    /// A gracefully stopped sidecar's key is gone within a third of the lease TTL
-    /// (revoked, not left to expire), unless a fault touched the instance meanwhile.
+    /// A gracefully stopped or drained sidecar's key is gone within a third of the
+    /// lease TTL (revoked, not left to expire), unless a fault touched the instance
+    /// meanwhile.
     pub revoked_on_stop: bool,
     /// An incarnation the master answered 409 is not posted again and again: the
     /// sidecar registers a new one (at most 3 conflicts per incarnation in etcd).

@@ -117,14 +117,14 @@ fn a_lease_loss_never_noticed_is_found() {
 
 #[test]
 fn a_lease_left_to_expire_on_shutdown_is_found() {
-    finds_and_shrinks(PlantedBug::NoRevokeOnShutdown, 19..22, "revoked_on_stop");
+    finds_and_shrinks(PlantedBug::NoRevokeOnShutdown, 14..17, "revoked_on_stop");
 }
 
 #[test]
 fn heartbeats_of_a_lost_incarnation_are_found() {
     finds_and_shrinks(
         PlantedBug::HeartbeatAfterLeaseLost,
-        195..198,
+        199..202,
         "conflict_ends_incarnation",
     );
 }

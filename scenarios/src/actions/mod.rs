@@ -231,6 +231,8 @@ mod tests {
                 "sidecar_start",
                 "sidecar_stop",
                 "sidecar_kill",
+                "sidecar_drain",
+                "sidecar_undrain",
                 "vllm_health",
                 "vllm_fault",
                 "vllm_clear_faults",

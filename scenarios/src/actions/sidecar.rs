@@ -1,9 +1,11 @@
-//! Sidecar actions: start (optionally with another token), stop (SIGTERM) and kill
-//! (SIGKILL) the `vllm-sidecar` of an instance, or of `all`.
+//! Sidecar actions: start (optionally with another token), stop (SIGTERM), kill
+//! (SIGKILL), drain (SIGUSR1) and undrain (SIGUSR2) the `vllm-sidecar` of an instance,
+//! or of `all`.
 //!
 //! A stopped or killed sidecar is not expected to be registered: its episode excuses the
 //! missing key at once (the exit itself is observed directly), and a start is a routine
-//! first registration, not a fault.
+//! first registration, not a fault. A drain is an operator's choice with the same
+//! excuse until the undrain, and, like a stop, must revoke the lease at once.
 
 use std::time::Duration;
 
@@ -32,6 +34,12 @@ pub enum SidecarAction {
     /// SIGKILL.
     #[serde(rename = "sidecar_kill")]
     Kill(Target),
+    /// SIGUSR1: revoke the lease and stay deregistered (a rolling upgrade).
+    #[serde(rename = "sidecar_drain")]
+    Drain(Target),
+    /// SIGUSR2: register again after a drain.
+    #[serde(rename = "sidecar_undrain")]
+    Undrain(Target),
 }
 
 impl SidecarAction {
@@ -39,7 +47,9 @@ impl SidecarAction {
         match self {
             SidecarAction::Start { instance, .. }
             | SidecarAction::Stop(instance)
-            | SidecarAction::Kill(instance) => Some(instance),
+            | SidecarAction::Kill(instance)
+            | SidecarAction::Drain(instance)
+            | SidecarAction::Undrain(instance) => Some(instance),
         }
     }
 
@@ -74,6 +84,18 @@ impl SidecarAction {
                     }
                 }
             }
+            SidecarAction::Drain(t) | SidecarAction::Undrain(t) => {
+                let drain = matches!(self, SidecarAction::Drain(_));
+                for i in c.targets(t) {
+                    if let Some(p) = c.instances.get(i).and_then(|x| x.sidecar.as_ref()) {
+                        if drain {
+                            p.drain();
+                        } else {
+                            p.undrain();
+                        }
+                    }
+                }
+            }
         }
         Ok(None)
     }
@@ -97,6 +119,15 @@ impl SidecarAction {
             SidecarAction::Kill(t) => {
                 for i in c.targets(t) {
                     c.world.kill_sidecar(node_index(i));
+                }
+            }
+            SidecarAction::Drain(t) | SidecarAction::Undrain(t) => {
+                let input = match self {
+                    SidecarAction::Drain(_) => Input::Drain,
+                    _ => Input::Undrain,
+                };
+                for i in c.targets(t) {
+                    c.world.input_at(now, node_index(i), input.clone());
                 }
             }
         }
@@ -124,8 +155,21 @@ impl SidecarAction {
                 for s in book.scopes(target) {
                     book.open(format!("sidecar_down:{s:?}"), s, Some(0), |e| {
                         e.excuses_registration = true;
-                        e.graceful_stop = graceful;
+                        e.expects_revoke = graceful;
                     });
+                }
+            }
+            SidecarAction::Drain(target) => {
+                for s in book.scopes(target) {
+                    book.open(format!("drained:{s:?}"), s, None, |e| {
+                        e.excuses_registration = true;
+                        e.expects_revoke = true;
+                    });
+                }
+            }
+            SidecarAction::Undrain(target) => {
+                for s in book.scopes(target) {
+                    book.close(&format!("drained:{s:?}"));
                 }
             }
         }

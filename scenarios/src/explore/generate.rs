@@ -20,7 +20,7 @@ use super::schedule::{dur, Fault, Schedule, Topo};
 /// Fault kinds the explorer draws from: the actions that start a fault (the actions
 /// that end one, e.g. `vllm_restart` or `sidecar_start`, come with them), and `load`
 /// (open-loop requests: not a fault, but what makes the metrics move).
-pub const FAULT_KINDS: [&str; 14] = [
+pub const FAULT_KINDS: [&str; 15] = [
     "vllm_health",
     "vllm_fault",
     "vllm_crash",
@@ -34,6 +34,7 @@ pub const FAULT_KINDS: [&str; 14] = [
     "link",
     "sidecar_kill",
     "sidecar_stop",
+    "sidecar_drain",
     "load",
 ];
 
@@ -158,7 +159,7 @@ fn fault_len(rng: &mut StdRng, max_ms: u64) -> u64 {
 /// sidecar is an error of the schedule, not of the system).
 fn group_of(f: &Fault) -> String {
     let group = match f.kind() {
-        "sidecar_kill" | "sidecar_stop" => "sidecar",
+        "sidecar_kill" | "sidecar_stop" | "sidecar_drain" => "sidecar",
         "vllm_health" | "vllm_crash" => "vllm",
         "master_token" => "token",
         "etcd_fault" => "etcd_fault",
@@ -225,6 +226,10 @@ fn fault(rng: &mut StdRng, p: &Params, topo: &Topo) -> Option<Fault> {
         "sidecar_kill" | "sidecar_stop" => with_end(
             json!({ kind.as_str(): inst }),
             json!({"sidecar_start": {"instance": inst}}),
+        ),
+        "sidecar_drain" => with_end(
+            json!({"sidecar_drain": inst}),
+            json!({"sidecar_undrain": inst}),
         ),
         _ => return None,
     })

@@ -118,9 +118,11 @@ impl std::fmt::Display for Size {
 }
 
 /// The action kinds whose value is just the instance name.
-const BARE_TARGET: [&str; 7] = [
+const BARE_TARGET: [&str; 9] = [
     "sidecar_stop",
     "sidecar_kill",
+    "sidecar_drain",
+    "sidecar_undrain",
     "vllm_crash",
     "vllm_restart",
     "vllm_counter_reset",
