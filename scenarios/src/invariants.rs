@@ -92,16 +92,18 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
             {
                 continue;
             }
-            if eps.iter().any(|e| {
-                let extra = e.extra_grace_ms + if gated && e.vllm_down { gate_ms } else { 0 };
-                e.scope.covers(i)
-                    && e.excuses_registration
-                    && overlaps(e, from.saturating_sub(extra), s.t_ms)
-            }) {
-                continue;
-            }
             checked += 1;
-            if o.etcd.is_none() {
+            // A key present holds whatever the faults; only a missing one needs an excuse
+            // (looked for only then: most samples have their key).
+            let excused = || {
+                eps.iter().any(|e| {
+                    let extra = e.extra_grace_ms + if gated && e.vllm_down { gate_ms } else { 0 };
+                    e.scope.covers(i)
+                        && e.excuses_registration
+                        && overlaps(e, from.saturating_sub(extra), s.t_ms)
+                })
+            };
+            if o.etcd.is_none() && !excused() {
                 return verdict(
                     "registered_when_healthy",
                     Some((
@@ -116,7 +118,7 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
     verdict(
         "registered_when_healthy",
         None,
-        format!("held ({checked} instance-samples checked, grace {grace} ms)"),
+        format!("held ({checked} instance-samples judged, grace {grace} ms)"),
     )
 }
 
@@ -324,11 +326,13 @@ fn conflict_ends_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode])
                     now
                 }
             };
-            let master_disturbed = eps.iter().any(|e| {
-                (e.excuses_master || e.key().starts_with("master_fault:"))
-                    && overlaps(e, from, s.t_ms)
-            });
-            if now.2 - base > MAX_CONFLICTS && !master_disturbed {
+            let master_disturbed = || {
+                eps.iter().any(|e| {
+                    (e.excuses_master || e.key().starts_with("master_fault:"))
+                        && overlaps(e, from, s.t_ms)
+                })
+            };
+            if now.2 - base > MAX_CONFLICTS && !master_disturbed() {
                 let why = format!("{}: the master answered 409 {} times since t={from} ms while etcd kept {} (a sidecar answered 409 registers a new incarnation instead of posting the old one again)", names[i], now.2 - base, inc.unwrap_or("no key"));
                 return verdict(
                     "conflict_ends_incarnation",
