@@ -110,6 +110,9 @@ impl SimCluster {
             false => EventLog::counting(),
         };
         let mut world = World::new(seed, log);
+        if let Some(d) = topo.link_delay {
+            world.set_link_delay(d.0);
+        }
         let etcd_cfg = mock_etcd::Config {
             min_lease_ttl: 1,
             ..mock_etcd::Config::default()

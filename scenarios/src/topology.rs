@@ -67,6 +67,9 @@ pub struct Topology {
     pub kv_capacity_tokens: Option<u64>,
     /// vLLM takes this long before /health answers 200.
     pub vllm_startup_delay: Dur,
+    /// Virtual time only: the one-way delay of a healthy simulated link (default
+    /// 0.2 ms). Real links have the machine's own; faults add to it in both modes.
+    pub link_delay: Option<Dur>,
     /// Start every sidecar at t=0 (false: the timeline starts them).
     pub start_sidecars: bool,
     /// Extra sidecar flags (appended for every instance).
@@ -100,6 +103,7 @@ impl Default for Topology {
             max_num_seqs: None,
             kv_capacity_tokens: None,
             vllm_startup_delay: Dur::ms(0),
+            link_delay: None,
             start_sidecars: true,
             sidecar_args: Vec::new(),
             master: MasterTopology::default(),

@@ -103,7 +103,7 @@ fn a_keepalive_coupled_to_the_heartbeat_path_is_found() {
 
 #[test]
 fn a_cache_usage_sent_as_a_percentage_is_found() {
-    finds_and_shrinks(PlantedBug::CacheUsageAsPercent, 17..20, "heartbeats_sane");
+    finds_and_shrinks(PlantedBug::CacheUsageAsPercent, 117..120, "heartbeats_sane");
 }
 
 #[test]
@@ -124,7 +124,7 @@ fn a_lease_left_to_expire_on_shutdown_is_found() {
 fn heartbeats_of_a_lost_incarnation_are_found() {
     finds_and_shrinks(
         PlantedBug::HeartbeatAfterLeaseLost,
-        199..202,
+        310..313,
         "conflict_ends_incarnation",
     );
 }

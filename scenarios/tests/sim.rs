@@ -168,3 +168,25 @@ within = "20s"
     assert_eq!(real.status, "skipped");
     assert!(real.skip_reason.is_some_and(|r| r.contains("--sim")));
 }
+
+/// `link_delay` slows every simulated exchange: the key is in etcd once a health probe
+/// and a grant made their round trips and the put its way in (five one-way delays).
+#[test]
+fn a_link_delay_slows_every_exchange() {
+    let registered_at = |delay: &str| {
+        let text = format!(
+            "name = \"slow-links\"\ndescription = \"d\"\n[topology]\nlink_delay = \"{delay}\"\n[[step]]\nawait = {{ registered = \"i0\" }}\nwithin = \"5s\"\n"
+        );
+        let sc = scenarios::spec::Scenario::parse("slow-links.toml", &text).expect("parses");
+        let o = run_scenario_sim(&sc, "slow-links.toml", &RunOptions::default());
+        assert_eq!(o.status, "passed", "{}", show(&o));
+        o.samples
+            .iter()
+            .find(|s| s.instances[0].etcd.is_some())
+            .map(|s| s.t_ms)
+            .expect("registered")
+    };
+    assert!(registered_at("0.2ms") < 100);
+    let slow = registered_at("100ms");
+    assert!(slow >= 500, "registered at {slow} ms");
+}

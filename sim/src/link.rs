@@ -143,6 +143,10 @@ impl Links {
         self.base
     }
 
+    pub fn set_base(&mut self, base: Duration) {
+        self.base = base;
+    }
+
     /// The fault on the link from `client` to `server`.
     pub fn fault(&self, client: NodeId, server: NodeId) -> &LinkFault {
         self.faults

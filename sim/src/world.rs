@@ -165,6 +165,12 @@ impl World {
         }
     }
 
+    /// The one-way delay of every healthy link (default 0.2 ms). Call it before the run
+    /// starts: the links' faults are kept.
+    pub fn set_link_delay(&mut self, delay: Duration) {
+        self.links.set_base(delay);
+    }
+
     /// Test-only: plant `bug` in every sidecar, current and future (see
     /// [`crate::planted`]). Call it before the run starts.
     pub fn plant_bug(&mut self, bug: PlantedBug) {

@@ -142,6 +142,12 @@ fn topology(rng: &mut StdRng, p: &Params) -> Topo {
         kv_capacity_tokens: rng
             .gen_bool(0.5)
             .then(|| round(rng.gen_range(7.0f64..14.0).exp() as u64, 100)),
+        // 1 to 20 ms each way, log-uniform: a registration, a keepalive or a heartbeat
+        // then takes long enough for a fault or another exchange to land in the middle.
+        link_delay_ms: rng
+            .gen_bool(0.7)
+            .then(|| rng.gen_range(0.0f64..20f64.ln()).exp() as u64)
+            .map(|ms| ms.max(1)),
     }
 }
 

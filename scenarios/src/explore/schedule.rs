@@ -30,6 +30,9 @@ pub struct Topo {
     /// KV cache size of each fake vLLM, in tokens (`None`: mock-vllm's default, so big
     /// that load barely shows in the cache usage).
     pub kv_capacity_tokens: Option<u64>,
+    /// One-way delay of every healthy simulated link, in ms (`None`: the simulator's
+    /// 0.2 ms): exchanges that take time are what lets a fault land mid-registration.
+    pub link_delay_ms: Option<u64>,
 }
 
 impl Topo {
@@ -47,6 +50,7 @@ impl Topo {
             token: d.token,
             dialect: "v0_10".into(),
             kv_capacity_tokens: d.kv_capacity_tokens,
+            link_delay_ms: None,
         }
     }
 }
@@ -306,6 +310,9 @@ impl Schedule {
         }
         if let Some(k) = t.kv_capacity_tokens {
             let _ = writeln!(s, "kv_capacity_tokens = {k}");
+        }
+        if let Some(ms) = t.link_delay_ms {
+            let _ = writeln!(s, "link_delay = \"{}\"", dur(ms));
         }
         s
     }

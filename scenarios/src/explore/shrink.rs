@@ -184,8 +184,9 @@ impl Shrinker<'_> {
 
     fn simplify_timers(&mut self) -> bool {
         let d = Topo::library_default(self.best.topo.instances);
-        let setters: [&dyn Fn(&mut Topo); 7] = [
+        let setters: [&dyn Fn(&mut Topo); 8] = [
             &|t| t.kv_capacity_tokens = d.kv_capacity_tokens,
+            &|t| t.link_delay_ms = d.link_delay_ms,
             &|t| t.keepalive_ms = d.keepalive_ms,
             &|t| t.heartbeat_ms = d.heartbeat_ms,
             &|t| t.health_timeout_ms = d.health_timeout_ms,
