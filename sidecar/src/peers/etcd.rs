@@ -72,13 +72,30 @@ pub struct EtcdClient {
 
 struct Inner {
     http: reqwest::Client,
-    endpoints: Vec<Url>,
+    endpoints: Vec<Endpoint>,
     timeout: Duration,
     credentials: Option<Credentials>,
     /// The current auth token; replaced on re-authentication. Never held across an await.
     token: Mutex<Option<Secret>>,
     /// The endpoint tried first: the one that answered last.
     preferred: AtomicUsize,
+}
+
+/// One endpoint, its call URLs joined once.
+struct Endpoint {
+    /// For messages: the URL without user name and password.
+    shown: String,
+    /// The endpoint joined with each of [`PATHS`], in that order.
+    urls: Vec<Result<Url, String>>,
+}
+
+impl Endpoint {
+    fn url(&self, path: &str) -> Result<&Url, String> {
+        match PATHS.iter().position(|p| *p == path) {
+            Some(i) => self.urls[i].as_ref().map_err(Clone::clone),
+            None => Err(format!("{}: no URL for {path}", self.shown)),
+        }
+    }
 }
 
 struct Credentials {
@@ -92,7 +109,7 @@ impl std::fmt::Debug for EtcdClient {
         f.debug_struct("EtcdClient")
             .field(
                 "endpoints",
-                &inner.endpoints.iter().map(display_url).collect::<Vec<_>>(),
+                &inner.endpoints.iter().map(|e| &e.shown).collect::<Vec<_>>(),
             )
             .field("timeout", &inner.timeout)
             .field("username", &inner.credentials.as_ref().map(|c| &c.username))
@@ -223,8 +240,9 @@ enum CallError {
 }
 
 /// What one endpoint's answer means.
-enum Attempt {
-    Answer(Map<String, Value>),
+enum Attempt<A> {
+    /// The call's answer, or a JSON object that is not it.
+    Answer(Result<A, CallError>),
     Final(Final),
     Next(String),
 }
@@ -239,6 +257,20 @@ impl EtcdClient {
         http: reqwest::Client,
     ) -> EtcdClient {
         let credentials = (!username.is_empty()).then_some(Credentials { username, password });
+        let endpoints = endpoints
+            .iter()
+            .map(|base| {
+                let shown = display_url(base);
+                let urls = PATHS
+                    .iter()
+                    .map(|p| {
+                        base.join(p)
+                            .map_err(|e| format!("{shown}: cannot join {p}: {e}"))
+                    })
+                    .collect();
+                Endpoint { shown, urls }
+            })
+            .collect();
         EtcdClient {
             inner: Arc::new(Inner {
                 http,
@@ -292,7 +324,7 @@ impl EtcdClient {
             key: B64.encode(key),
         };
         let answer: RangeAnswer = self
-            .call("/v3/kv/range", &request)
+            .call(RANGE, &request)
             .await
             .map_err(|e| plain_error(e, "range"))?;
         let Some(first) = answer.kvs.first() else {
@@ -314,15 +346,13 @@ impl EtcdClient {
             name: &credentials.username,
             password: credentials.password.expose(),
         };
-        let answer: AuthenticateAnswer = match self
-            .call_endpoints("/v3/auth/authenticate", &request, None)
-            .await
-        {
-            Ok(answer) => answer,
-            // Whatever etcd itself says against authenticating is a refusal.
-            Err(CallError::Final(f)) => return Err(EtcdError::AuthRejected(f.message())),
-            Err(e) => return Err(plain_error(e, "authenticate")),
-        };
+        let answer: AuthenticateAnswer =
+            match self.call_endpoints(AUTHENTICATE, &request, None).await {
+                Ok(answer) => answer,
+                // Whatever etcd itself says against authenticating is a refusal.
+                Err(CallError::Final(f)) => return Err(EtcdError::AuthRejected(f.message())),
+                Err(e) => return Err(plain_error(e, "authenticate")),
+            };
         if answer.token.is_empty() {
             return Err(EtcdError::AuthRejected(
                 "authenticate returned no token".into(),
@@ -373,16 +403,20 @@ impl EtcdClient {
             .map_err(|e| CallError::BadAnswer(format!("encoding the {path} request: {e}")))?;
         let mut last = String::from("no endpoint configured");
         for index in self.endpoint_order() {
-            let Some(base) = self.inner.endpoints.get(index) else {
+            let Some(endpoint) = self.inner.endpoints.get(index) else {
                 continue;
             };
-            match settle(path, self.attempt(base, path, &body, token).await) {
+            let attempt = match endpoint.url(path) {
+                Ok(url) => self.attempt(&endpoint.shown, url, path, &body, token).await,
+                Err(why) => Attempt::Next(why),
+            };
+            match settle(attempt) {
                 Ok(settled) => {
                     self.inner.preferred.store(index, Ordering::Relaxed);
                     return settled;
                 }
                 Err(why) => {
-                    tracing::debug!(endpoint = %display_url(base), path, reason = %why, "etcd endpoint failed");
+                    tracing::debug!(endpoint = %endpoint.shown, path, reason = %why, "etcd endpoint failed");
                     last = why;
                 }
             }
@@ -400,22 +434,18 @@ impl EtcdClient {
     }
 
     /// One exchange with one endpoint, bounded by the etcd timeout as a whole.
-    async fn attempt(
+    async fn attempt<A: DeserializeOwned>(
         &self,
-        base: &Url,
+        shown: &str,
+        url: &Url,
         path: &str,
         body: &[u8],
         token: Option<&Secret>,
-    ) -> Attempt {
-        let shown = display_url(base);
-        let url = match base.join(path) {
-            Ok(url) => url,
-            Err(e) => return Attempt::Next(format!("{shown}: cannot join {path}: {e}")),
-        };
+    ) -> Attempt<A> {
         let mut request = self
             .inner
             .http
-            .post(url)
+            .post(url.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_vec());
         if let Some(token) = token {
@@ -449,7 +479,7 @@ impl EtcdClient {
                 self.inner.timeout
             )),
             Ok(Err(why)) => Attempt::Next(format!("{shown}: {why}")),
-            Ok(Ok((status, bytes))) => answer_of(&shown, path, status, &bytes),
+            Ok(Ok((status, bytes))) => answer_of(shown, path, status, &bytes),
         }
     }
 }
@@ -458,16 +488,16 @@ const GRANT: &str = "/v3/lease/grant";
 const KEEPALIVE: &str = "/v3/lease/keepalive";
 const REVOKE: &str = "/v3/lease/revoke";
 const PUT: &str = "/v3/kv/put";
+const RANGE: &str = "/v3/kv/range";
+const AUTHENTICATE: &str = "/v3/auth/authenticate";
+/// Every path a call uses: each endpoint's URLs are joined once, at start-up.
+const PATHS: [&str; 6] = [GRANT, KEEPALIVE, REVOKE, PUT, RANGE, AUTHENTICATE];
 
 /// An endpoint's attempt that settles the call (an answer, or etcd's final error), or
 /// why the next endpoint should be tried.
-fn settle<A: DeserializeOwned>(
-    path: &str,
-    attempt: Attempt,
-) -> Result<Result<A, CallError>, String> {
+fn settle<A>(attempt: Attempt<A>) -> Result<Result<A, CallError>, String> {
     match attempt {
-        Attempt::Answer(map) => Ok(serde_json::from_value(Value::Object(map))
-            .map_err(|e| CallError::BadAnswer(format!("{path}: unexpected answer: {e}")))),
+        Attempt::Answer(answer) => Ok(answer),
         Attempt::Final(f) => Ok(Err(CallError::Final(f))),
         Attempt::Next(why) => Err(why),
     }
@@ -532,7 +562,7 @@ pub mod decode {
             Ok((status, body)) => answer_of(shown, path, status, body),
             Err(why) => Attempt::Next(format!("{shown}: {why}")),
         };
-        settle(path, attempt).unwrap_or_else(|why| Err(all_failed(path, &why)))
+        settle(attempt).unwrap_or_else(|why| Err(all_failed(path, &why)))
     }
 
     /// [`EtcdClient::lease_grant`]'s result.
@@ -557,10 +587,21 @@ pub mod decode {
 }
 
 /// What an endpoint's answer means for the call.
-fn answer_of(shown: &str, path: &str, status: u16, bytes: &[u8]) -> Attempt {
+fn answer_of<A: DeserializeOwned>(
+    shown: &str,
+    path: &str,
+    status: u16,
+    bytes: &[u8],
+) -> Attempt<A> {
     if status == 200 {
-        return match serde_json::from_slice::<Value>(bytes) {
-            Ok(Value::Object(map)) => Attempt::Answer(map),
+        // Only an object: serde would also read a struct from a JSON array.
+        let object = bytes.trim_ascii_start().starts_with(b"{");
+        return match serde_json::from_slice::<A>(bytes) {
+            Ok(answer) if object => Attempt::Answer(Ok(answer)),
+            Err(e) if object && serde_json::from_slice::<Map<String, Value>>(bytes).is_ok() => {
+                let why = format!("{path}: unexpected answer: {e}");
+                Attempt::Answer(Err(CallError::BadAnswer(why)))
+            }
             _ => Attempt::Next(format!(
                 "{shown}: {path} answered 200 without a JSON object: {}",
                 excerpt(bytes, 120)
