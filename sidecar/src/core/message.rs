@@ -2,16 +2,18 @@
 //! for a simulator's log, so a scenario that waits for a log line ("check
 //! --internal-token") means the same in both modes.
 
+use std::borrow::Cow;
+
 use super::io::{LeaseLoss, Note, RevokeReason};
 
 impl Note {
     /// The message the driver logs for this note (its fields are logged beside it).
-    pub fn message(&self) -> String {
+    pub fn message(&self) -> Cow<'static, str> {
         let text = match self {
             Note::WaitingForHealth { .. } => "waiting for vLLM to become healthy ...",
             Note::HealthFailed {
                 fails, threshold, ..
-            } => return format!("vLLM health probe failed ({fails}/{threshold})"),
+            } => return format!("vLLM health probe failed ({fails}/{threshold})").into(),
             Note::HealthRecovered { .. } => "vLLM healthy again",
             Note::Registered { .. } => "registered",
             Note::RegistrationFailed { .. } => "register failed, will retry",
@@ -24,7 +26,7 @@ impl Note {
                     LeaseLoss::Gone => "etcd says it is gone",
                     LeaseLoss::Expired => "its TTL ran out since the last refresh",
                 };
-                return format!("lease lost ({why}), re-registering");
+                return format!("lease lost ({why}), re-registering").into();
             }
             Note::Revoking {
                 why: RevokeReason::Unhealthy,
@@ -46,7 +48,7 @@ impl Note {
                 "conflict" => "heartbeat 409 (stale/unknown incarnation), re-registering",
                 "unauthorized" => "heartbeat 401: the master rejected --internal-token",
                 "error" => "heartbeat POST failed",
-                _ => return format!("heartbeat answered HTTP {}", status.unwrap_or(0)),
+                _ => return format!("heartbeat answered HTTP {}", status.unwrap_or(0)).into(),
             },
             Note::Draining => "draining: revoking the lease and staying deregistered",
             Note::Undraining => "undrained: registering again once vLLM is healthy",
@@ -55,6 +57,6 @@ impl Note {
                 "the lease revoke did not finish within --shutdown-timeout; exiting (the key expires with its lease)"
             }
         };
-        text.to_string()
+        Cow::Borrowed(text)
     }
 }
