@@ -74,86 +74,48 @@ impl Telemetry {
             heartbeat_duration: Histogram::new(exchange_buckets()),
             scrape_duration: Histogram::new(exchange_buckets()),
         };
-        registry.register(
-            "registrations",
-            "Successful registrations (lease grant + put)",
-            t.registrations.clone(),
-        );
-        registry.register(
-            "registration_failures",
-            "Registration attempts that failed",
-            t.registration_failures.clone(),
-        );
-        registry.register(
-            "deregistrations",
-            "Leases revoked (unhealthy vLLM or shutdown)",
-            t.deregistrations.clone(),
-        );
-        registry.register(
-            "keepalives",
-            "Successful lease keepalives",
-            t.keepalives.clone(),
-        );
-        registry.register(
+        // name, help, metric: each registered under the `vllm_sidecar_` prefix.
+        macro_rules! register {
+            ($($name:literal, $help:literal, $metric:ident;)*) => {
+                $(registry.register($name, $help, t.$metric.clone());)*
+            };
+        }
+        register! {
+            "registrations", "Successful registrations (lease grant + put)", registrations;
+            "registration_failures", "Registration attempts that failed", registration_failures;
+            "deregistrations", "Leases revoked (unhealthy vLLM or shutdown)", deregistrations;
+            "keepalives", "Successful lease keepalives", keepalives;
             "keepalive_failures",
             "Lease keepalives that got no answer from any endpoint",
-            t.keepalive_failures.clone(),
-        );
-        registry.register(
-            "leases_lost",
-            "Keepalives that found the lease gone (TTL 0)",
-            t.leases_lost.clone(),
-        );
-        registry.register(
-            "health_probe_failures",
-            "Failed vLLM /health probes",
-            t.health_probe_failures.clone(),
-        );
-        registry.register(
+            keepalive_failures;
+            "leases_lost", "Keepalives that found the lease gone (TTL 0)", leases_lost;
+            "health_probe_failures", "Failed vLLM /health probes", health_probe_failures;
             "heartbeats",
             "Heartbeats by the master's answer (ok, conflict, unauthorized, other, error)",
-            t.heartbeats.clone(),
-        );
-        registry.register(
+            heartbeats;
             "scrape_errors",
             "vLLM /metrics scrapes with no usable page (transport, status, size, time, not a vLLM page)",
-            t.scrape_errors.clone(),
-        );
-        registry.register(
+            scrape_errors;
             "parse_errors",
             "vLLM /metrics pages that were not text, plus lines skipped (counted on the first scrape and every 64th)",
-            t.parse_errors.clone(),
-        );
-        registry.register(
+            parse_errors;
             "last_scrape_duration_seconds",
             "Duration of the last successful /metrics scrape",
-            t.last_scrape_duration.clone(),
-        );
-        registry.register(
+            last_scrape_duration;
             "lease_ttl_remaining_seconds",
             "TTL etcd reported at the last keepalive",
-            t.lease_ttl_remaining.clone(),
-        );
-        registry.register(
-            "registered",
-            "1 while the instance key is in etcd",
-            t.registered.clone(),
-        );
-        registry.register(
+            lease_ttl_remaining;
+            "registered", "1 while the instance key is in etcd", registered;
             "last_heartbeat_success_timestamp_seconds",
             "Unix time of the last heartbeat the master accepted (200)",
-            t.last_heartbeat_success.clone(),
-        );
-        registry.register(
+            last_heartbeat_success;
             "heartbeat_duration_seconds",
             "Heartbeat POSTs: time to the master's answer or the failure",
-            t.heartbeat_duration.clone(),
-        );
-        registry.register(
+            heartbeat_duration;
             "scrape_duration_seconds",
             "vLLM /metrics reads: time to the whole page or the failure",
-            t.scrape_duration.clone(),
-        );
+            scrape_duration;
+        }
         Telemetry { registry, ..t }
     }
 

@@ -98,17 +98,7 @@ pub fn run_parse(args: ParseArgs) -> i32 {
             return 1;
         }
     };
-    if page.skipped_lines > 0 {
-        let first = page
-            .first_skipped
-            .as_ref()
-            .map(|e| format!("; first: {e}"))
-            .unwrap_or_default();
-        eprintln!(
-            "vllm-sidecar parse: skipped {} bad line(s){first}",
-            page.skipped_lines
-        );
-    }
+    report_skipped("vllm-sidecar parse", &page);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut line = String::new();
@@ -124,6 +114,18 @@ pub fn run_parse(args: ParseArgs) -> i32 {
         return write_failed(e);
     }
     0
+}
+
+/// The lines the lenient parser skipped, on stderr, if any.
+fn report_skipped(prefix: &str, page: &prom::Page<'_>) {
+    if page.skipped_lines > 0 {
+        let first = page.first_skipped.as_ref();
+        let first = first.map(|e| format!("; first: {e}")).unwrap_or_default();
+        eprintln!(
+            "{prefix}: skipped {} bad line(s){first}",
+            page.skipped_lines
+        );
+    }
 }
 
 fn write_failed(e: std::io::Error) -> i32 {
@@ -218,17 +220,7 @@ pub fn run_preview(args: PreviewArgs) -> i32 {
                 return 1;
             }
         };
-        if page.skipped_lines > 0 {
-            let first = page
-                .first_skipped
-                .as_ref()
-                .map(|e| format!("; first: {e}"))
-                .unwrap_or_default();
-            eprintln!(
-                "vllm-sidecar preview: {what}: skipped {} bad line(s){first}",
-                page.skipped_lines
-            );
-        }
+        report_skipped(&format!("vllm-sidecar preview: {what}"), &page);
         metrics = Some(mapper.observe(&page));
     }
     let Some(metrics) = metrics else { return 1 };
