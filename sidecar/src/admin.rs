@@ -96,27 +96,12 @@ async fn metrics(State(state): State<AdminState>) -> Response {
         .into_response()
 }
 
-/// Loopback, or the internal token (when one is configured).
-fn allowed(state: &AdminState, peer: SocketAddr, headers: &HeaderMap) -> bool {
-    if peer.ip().is_loopback() {
-        return true;
-    }
-    let sent = headers
-        .get("x-internal-token")
-        .and_then(|v| v.to_str().ok());
-    !state.token.is_empty() && sent == Some(state.token.expose())
-}
-
 async fn drain(
     State(state): State<AdminState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
-    if !allowed(&state, peer, &headers) {
-        return forbidden();
-    }
-    state.requests.drain();
-    (StatusCode::ACCEPTED, "draining\n").into_response()
+    control(&state, peer, &headers, Requests::drain, "draining\n")
 }
 
 async fn undrain(
@@ -124,16 +109,28 @@ async fn undrain(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
-    if !allowed(&state, peer, &headers) {
-        return forbidden();
-    }
-    state.requests.undrain();
-    (StatusCode::ACCEPTED, "undraining\n").into_response()
+    control(&state, peer, &headers, Requests::undrain, "undraining\n")
 }
 
-fn forbidden() -> Response {
-    let text = "drain control needs loopback or X-Internal-Token\n";
-    (StatusCode::FORBIDDEN, text).into_response()
+/// Pass on a drain or undrain request if the caller may make it: from loopback, or with
+/// the internal token (when one is configured).
+fn control(
+    state: &AdminState,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    request: fn(&Requests),
+    done: &'static str,
+) -> Response {
+    let sent = headers
+        .get("x-internal-token")
+        .and_then(|v| v.to_str().ok());
+    let token = !state.token.is_empty() && sent == Some(state.token.expose());
+    if !peer.ip().is_loopback() && !token {
+        let text = "drain control needs loopback or X-Internal-Token\n";
+        return (StatusCode::FORBIDDEN, text).into_response();
+    }
+    request(&state.requests);
+    (StatusCode::ACCEPTED, done).into_response()
 }
 
 /// Serve until `shutdown` fires.

@@ -295,11 +295,6 @@ impl Config {
         let third = Duration::from_secs_f64(self.lease_ttl as f64 / 3.0);
         self.keepalive_interval.min(third)
     }
-
-    /// The lease TTL as a duration.
-    pub fn lease_ttl_duration(&self) -> Duration {
-        Duration::from_secs(self.lease_ttl.unsigned_abs())
-    }
 }
 
 /// Only the run flags, for [`Config::from_flags`].
