@@ -189,10 +189,7 @@ pub async fn run_scenario(
         }
         if let Some(action) = &step.action {
             let t_ms = timeline.now();
-            timeline.source("runner").emit(
-                "action",
-                serde_json::json!({"step": i + 1, "label": label, "action": action}),
-            );
+            ActionRecord::announce(&timeline, i + 1, &label, action);
             let result = action.apply_real(&mut *cluster.lock().await).await;
             let (record, failed) =
                 ActionRecord::done(i + 1, t_ms, label, action, result, Default::default());

@@ -206,10 +206,7 @@ fn play(
         }
         if let Some(action) = &step.action {
             let t_ms = clock.now();
-            timeline.source("runner").emit(
-                "action",
-                serde_json::json!({"step": i + 1, "label": label, "action": action}),
-            );
+            ActionRecord::announce(timeline, i + 1, &label, action);
             let sidecar_states = phases(&clock.cluster, action);
             let result = action.apply_sim(&mut clock.cluster);
             let (record, failed) =

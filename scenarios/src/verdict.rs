@@ -38,6 +38,22 @@ pub struct ActionRecord {
     pub sidecar_states: std::collections::BTreeMap<String, String>,
 }
 
+impl ActionRecord {
+    /// The runner's `action` event, emitted (both runners) just before the action is
+    /// applied, so the timeline shows what follows as its consequence.
+    pub fn announce(
+        timeline: &std::sync::Arc<Timeline>,
+        step: usize,
+        label: &str,
+        action: &Action,
+    ) {
+        timeline.source("runner").emit(
+            "action",
+            serde_json::json!({"step": step, "label": label, "action": action}),
+        );
+    }
+}
+
 /// A step's condition, judged (both runners): it first held at `met` (`None`: not by
 /// `now`, within `within`); with a `hold` asked and met, `broke` says when it stopped
 /// holding (`None`: it kept holding).

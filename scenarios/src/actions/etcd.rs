@@ -155,28 +155,21 @@ impl EtcdAction {
             EtcdAction::ReleaseHung(_) => c.fake_etcd()?.release_hung(),
             EtcdAction::ExpireLease(t) => return expire_real(c, t),
             EtcdAction::LoseData { reset_revision } => c.fake_etcd()?.lose_data(*reset_revision),
-            EtcdAction::Kill(which) => {
-                let Etcd::Real(r) = &c.etcd else {
-                    return Err("etcd_kill needs real etcd".into());
+            EtcdAction::Kill(which) | EtcdAction::Restart(which) => {
+                let kill = matches!(self, EtcdAction::Kill(_));
+                let (name, doing) = match kill {
+                    true => ("etcd_kill", "killing"),
+                    false => ("etcd_restart", "restarting"),
                 };
-                let i = r
-                    .lock()
-                    .await
-                    .kill(which)
-                    .await
-                    .map_err(|e| format!("killing etcd member: {e}"))?;
-                return Ok(Some(i.to_string()));
-            }
-            EtcdAction::Restart(which) => {
                 let Etcd::Real(r) = &c.etcd else {
-                    return Err("etcd_restart needs real etcd".into());
+                    return Err(format!("{name} needs real etcd"));
                 };
-                let i = r
-                    .lock()
-                    .await
-                    .restart(which)
-                    .await
-                    .map_err(|e| format!("restarting etcd member: {e}"))?;
+                let mut members = r.lock().await;
+                let done = match kill {
+                    true => members.kill(which).await,
+                    false => members.restart(which).await,
+                };
+                let i = done.map_err(|e| format!("{doing} etcd member: {e}"))?;
                 return Ok(Some(i.to_string()));
             }
         }
