@@ -125,6 +125,29 @@ pub struct InstanceView {
     pub heartbeats: BTreeMap<u16, u64>,
 }
 
+/// What an observer reads of one instance, borrowed: the fields of [`InstanceView`] that
+/// change, without copying them (a simulation samples every instance many times a second).
+#[derive(Debug, Clone, Copy)]
+pub struct InstanceRef<'a> {
+    pub incarnation: &'a str,
+    pub state: InstanceState,
+    pub load: Option<LoadMetrics>,
+    pub latency: Option<LatencyMetrics>,
+    pub heartbeats: &'a BTreeMap<u16, u64>,
+}
+
+impl InstanceView {
+    pub fn borrowed(&self) -> InstanceRef<'_> {
+        InstanceRef {
+            incarnation: &self.incarnation,
+            state: self.state,
+            load: self.load,
+            latency: self.latency,
+            heartbeats: &self.heartbeats,
+        }
+    }
+}
+
 /// A delete that needs a health probe before the registry can decide.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProbeTicket {
@@ -519,6 +542,17 @@ impl Instances {
 
     pub fn view(&self, name: &str, now: Duration) -> Option<InstanceView> {
         self.instances.get(name).map(|i| view(name, i, now))
+    }
+
+    /// Instance `name` as [`InstanceRef`] (no copy).
+    pub fn get(&self, name: &str) -> Option<InstanceRef<'_>> {
+        self.instances.get(name).map(|i| InstanceRef {
+            incarnation: &i.meta.incarnation_id,
+            state: i.state,
+            load: i.load,
+            latency: i.latency,
+            heartbeats: &i.heartbeats,
+        })
     }
 }
 

@@ -105,7 +105,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use fault::Fault;
 pub use pbjson::{HeartbeatRequest, LatencyMetrics, LoadMetrics};
-pub use registry::{InstanceState, InstanceView};
+pub use registry::{InstanceRef, InstanceState, InstanceView};
 
 pub use config::{normalize_namespace, Config};
 use state::{AppState, Shared};

@@ -19,8 +19,8 @@ use crate::pbjson::{HeartbeatRequest, LoadMetrics};
 use crate::publish::Plan;
 
 pub use crate::instances::{
-    instance_name, Beat, InstanceMeta, InstanceState, InstanceView, ProbeTicket, DEREGISTERED,
-    TYPE_PREFIXES,
+    instance_name, Beat, InstanceMeta, InstanceRef, InstanceState, InstanceView, ProbeTicket,
+    DEREGISTERED, TYPE_PREFIXES,
 };
 
 /// The master's core. Cheap to share (`Arc` inside).

@@ -11,7 +11,7 @@
 //! The observer reads etcd and the master directly (never through a proxy) so link faults
 //! never blind it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -523,10 +523,11 @@ impl Cluster {
         for inst in &mut self.instances {
             let etcd = etcd_vals.get(&inst.key).map(|v| incarnation_of(v));
             let view = views.get(&inst.register_addr);
-            let counts = view.map(|v| v.heartbeats.clone()).unwrap_or_default();
-            let heartbeats = inst
-                .counts
-                .update(view.map(|v| v.incarnation.as_str()), &counts);
+            let view = view.map(mock_master::InstanceView::borrowed);
+            let heartbeats = inst.counts.update(
+                view.map(|v| v.incarnation),
+                view.map_or(&BTreeMap::new(), |v| v.heartbeats),
+            );
             let (sidecar_running, sidecar_exit) = match &inst.sidecar {
                 Some(p) => (p.running(), p.exit_code()),
                 None => (false, None),

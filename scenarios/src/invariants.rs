@@ -172,8 +172,9 @@ fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
             let Some(seen) = first_seen.get_mut(i) else {
                 continue;
             };
+            // Most samples show the incarnation last seen: no search then.
             if let Some(e) = &o.etcd {
-                if !seen.iter().any(|(x, _)| x == e) {
+                if seen.last().is_none_or(|(x, _)| x != e) && !seen.iter().any(|(x, _)| x == e) {
                     seen.push((e.clone(), s.t_ms));
                 }
             }
@@ -185,11 +186,14 @@ fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
             let Some(m) = &o.master_incarnation else {
                 continue;
             };
+            if !grew {
+                continue;
+            }
             let Some(pos) = seen.iter().position(|(x, _)| x == m) else {
                 continue;
             };
             if let Some((newer, t_newer)) = seen.get(pos + 1) {
-                if grew && s.t_ms > t_newer + grace && !master_excused(eps, s.t_ms, grace) {
+                if s.t_ms > t_newer + grace && !master_excused(eps, s.t_ms, grace) {
                     return verdict(
                         "no_stale_heartbeat_accepted",
                         Some((s.t_ms, format!("{}: heartbeats of incarnation {m} still accepted at t={} ms, superseded by {newer} at t={t_newer} ms", names[i], s.t_ms))),

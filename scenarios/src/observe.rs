@@ -63,7 +63,7 @@ impl InstanceObs {
     /// show it, with its heartbeat counts over the run and its sidecar's process state.
     pub fn from_views(
         etcd: Option<String>,
-        view: Option<&mock_master::InstanceView>,
+        view: Option<mock_master::InstanceRef<'_>>,
         heartbeats: BTreeMap<u16, u64>,
         sidecar_running: bool,
         sidecar_exit: Option<i32>,
@@ -75,7 +75,7 @@ impl InstanceObs {
                 mock_master::InstanceState::LeaseLost => ObservedState::LeaseLost,
                 mock_master::InstanceState::Suspect => ObservedState::Suspect,
             }),
-            master_incarnation: view.map(|v| v.incarnation.clone()),
+            master_incarnation: view.map(|v| v.incarnation.to_string()),
             heartbeats,
             waiting: view.and_then(|v| v.load.map(|l| l.waiting_requests_num)),
             gpu_cache: view.and_then(|v| v.load.map(|l| f64::from(l.gpu_cache_usage_perc))),
@@ -142,6 +142,8 @@ pub struct Cumulative {
     base: BTreeMap<u16, u64>,
     last: BTreeMap<u16, u64>,
     last_incarnation: Option<String>,
+    /// `base` plus `last`: what the last update returned.
+    total: BTreeMap<u16, u64>,
 }
 
 impl Cumulative {
@@ -150,7 +152,12 @@ impl Cumulative {
         incarnation: Option<&str>,
         counts: &BTreeMap<u16, u64>,
     ) -> BTreeMap<u16, u64> {
-        let reset = incarnation != self.last_incarnation.as_deref()
+        let same_incarnation = incarnation == self.last_incarnation.as_deref();
+        if same_incarnation && *counts == self.last {
+            // Most samples: nothing new since the last one.
+            return self.total.clone();
+        }
+        let reset = !same_incarnation
             || counts
                 .iter()
                 .any(|(s, n)| self.last.get(s).is_some_and(|l| n < l))
@@ -166,6 +173,7 @@ impl Cumulative {
         for (s, n) in &self.last {
             *total.entry(*s).or_default() += n;
         }
+        self.total = total.clone();
         total
     }
 }

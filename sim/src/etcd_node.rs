@@ -99,6 +99,11 @@ impl EtcdNode {
         Ok((resp.header.revision, resp.kvs))
     }
 
+    /// The value stored under `key` now, read in place (what a one-key range returns).
+    pub fn value(&self, key: &[u8]) -> Option<&[u8]> {
+        self.core.data().get(key).map(|kv| kv.value.as_slice())
+    }
+
     /// Open a watch stream for `reader` and send it `create` (a `WatchRequest` as JSON,
     /// as the reader's client writes it); its answers go to `reader` as pushes.
     pub fn watch(&mut self, reader: NodeId, create: &[u8], now: Duration) -> Result<(), String> {
