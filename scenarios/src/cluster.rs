@@ -21,7 +21,7 @@ use mock_kit::Shutdown;
 
 use crate::etcd_view::Gateway;
 use crate::load::{LoadGen, Routed};
-use crate::observe::{attribute_unnamed_401, Cumulative, InstanceObs, Sample};
+use crate::observe::{attribute_unnamed_401, Cumulative, Incarnations, InstanceObs, Sample};
 use crate::proxy::Proxy;
 use crate::real_etcd::RealEtcd;
 use crate::sidecar::SidecarProc;
@@ -136,6 +136,7 @@ pub(crate) struct Instance {
     pub(crate) sidecar: Option<SidecarProc>,
     token: Option<String>,
     counts: Cumulative,
+    incarnations: Incarnations,
 }
 
 /// A running cluster for one scenario.
@@ -346,6 +347,7 @@ impl Cluster {
                 sidecar: None,
                 token,
                 counts: Cumulative::default(),
+                incarnations: Incarnations::default(),
             });
         }
         let mut cluster = Cluster {
@@ -521,7 +523,9 @@ impl Cluster {
             .collect();
         let mut out = Vec::with_capacity(self.instances.len());
         for inst in &mut self.instances {
-            let etcd = etcd_vals.get(&inst.key).map(|v| incarnation_of(v));
+            let etcd = etcd_vals
+                .get(&inst.key)
+                .map(|v| inst.incarnations.intern(&incarnation_of(v)));
             let view = views.get(&inst.register_addr);
             let view = view.map(mock_master::InstanceView::borrowed);
             let heartbeats = inst.counts.update(
@@ -532,6 +536,7 @@ impl Cluster {
                 Some(p) => (p.running(), p.exit_code()),
                 None => (false, None),
             };
+            let view = view.map(|v| (v, inst.incarnations.intern(v.incarnation)));
             out.push(InstanceObs::from_views(
                 etcd,
                 view,

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use crate::episode::Episode;
-use crate::observe::{ObservedState, Sample};
+use crate::observe::{Incarnation, ObservedState, Sample};
 use crate::spec::Scenario;
 use crate::verdict::{overlaps, Verdict};
 
@@ -165,7 +165,7 @@ fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
     let grace = sc.invariants.incarnation_grace.as_ms();
     let names = sc.instance_names();
     // Per instance: incarnations in order of first sighting in etcd.
-    let mut first_seen: Vec<Vec<(String, u64)>> = vec![Vec::new(); names.len()];
+    let mut first_seen: Vec<Vec<(Incarnation, u64)>> = vec![Vec::new(); names.len()];
     let mut prev_accepted = vec![0u64; names.len()];
     for s in samples {
         for (i, o) in s.instances.iter().enumerate() {
@@ -357,6 +357,7 @@ mod tests {
     use crate::actions::Action;
     use crate::observe::InstanceObs;
     use crate::verdict::{episodes, recoveries, ActionRecord};
+    use std::sync::Arc;
 
     fn scenario() -> Scenario {
         Scenario::parse("t.toml", "name = \"t\"\ndescription = \"d\"\n[topology]\nlease_ttl = 1\nkeepalive_interval = \"250ms\"\n").unwrap()
@@ -370,7 +371,7 @@ mod tests {
                 Sample {
                     t_ms: t,
                     instances: vec![InstanceObs {
-                        etcd: registered(t).then(|| "i0-a".to_string()),
+                        etcd: registered(t).then(|| "i0-a".into()),
                         sidecar_running: true,
                         ..Default::default()
                     }],
@@ -482,8 +483,8 @@ mod tests {
     fn conflicts(incarnation: impl Fn(u64) -> String) -> Vec<Sample> {
         let mut s = samples(|_| true);
         for x in s.iter_mut() {
-            x.instances[0].etcd = Some(incarnation(x.t_ms));
-            x.instances[0].heartbeats.insert(409, x.t_ms / 500);
+            x.instances[0].etcd = Some(incarnation(x.t_ms).into());
+            Arc::make_mut(&mut x.instances[0].heartbeats).insert(409, x.t_ms / 500);
         }
         s
     }

@@ -5,6 +5,7 @@
 //! depends on — see the instance correctly.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -25,13 +26,13 @@ pub enum MasterState {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct InstanceObs {
     /// Incarnation in the etcd key; `None`: no key.
-    pub etcd: Option<String>,
+    pub etcd: Option<Incarnation>,
     /// State at the master; `None`: unknown to the master.
     pub state: Option<ObservedState>,
-    pub master_incarnation: Option<String>,
+    pub master_incarnation: Option<Incarnation>,
     /// Heartbeat answers by status, cumulative over the whole run (across incarnations
     /// and master restarts).
-    pub heartbeats: BTreeMap<u16, u64>,
+    pub heartbeats: Arc<BTreeMap<u16, u64>>,
     /// Last load metrics the master stored.
     pub waiting: Option<u64>,
     pub gpu_cache: Option<f64>,
@@ -62,12 +63,13 @@ impl InstanceObs {
     /// One instance as etcd (`etcd`: the incarnation in its key) and the master (`view`)
     /// show it, with its heartbeat counts over the run and its sidecar's process state.
     pub fn from_views(
-        etcd: Option<String>,
-        view: Option<mock_master::InstanceRef<'_>>,
-        heartbeats: BTreeMap<u16, u64>,
+        etcd: Option<Incarnation>,
+        view: Option<(mock_master::InstanceRef<'_>, Incarnation)>,
+        heartbeats: Arc<BTreeMap<u16, u64>>,
         sidecar_running: bool,
         sidecar_exit: Option<i32>,
     ) -> InstanceObs {
+        let (view, master_incarnation) = view.unzip();
         InstanceObs {
             etcd,
             state: view.map(|v| match v.state {
@@ -75,7 +77,7 @@ impl InstanceObs {
                 mock_master::InstanceState::LeaseLost => ObservedState::LeaseLost,
                 mock_master::InstanceState::Suspect => ObservedState::Suspect,
             }),
-            master_incarnation: view.map(|v| v.incarnation.to_string()),
+            master_incarnation,
             heartbeats,
             waiting: view.and_then(|v| v.load.map(|l| l.waiting_requests_num)),
             gpu_cache: view.and_then(|v| v.load.map(|l| f64::from(l.gpu_cache_usage_perc))),
@@ -96,7 +98,7 @@ pub fn attribute_unnamed_401(out: &mut [InstanceObs], global: &BTreeMap<u16, u64
             .iter_mut()
             .filter(|o| o.sidecar_running || o.sidecar_exit.is_some())
         {
-            o.heartbeats.insert(401, n);
+            Arc::make_mut(&mut o.heartbeats).insert(401, n);
         }
     }
 }
@@ -135,6 +137,34 @@ pub struct Sample {
     pub routed: usize,
 }
 
+/// An incarnation id as samples hold it: shared, so a sample copies it without
+/// allocating and two samples holding the same one compare without reading it.
+pub type Incarnation = Arc<str>;
+
+/// The incarnations one instance was seen with lately, so that every sample of one
+/// incarnation (etcd's and the master's alike) holds the same [`Incarnation`].
+#[derive(Debug, Default)]
+pub struct Incarnations {
+    recent: Vec<Incarnation>,
+}
+
+impl Incarnations {
+    /// Enough for the etcd key's and the master's incarnations while one replaces another.
+    const KEPT: usize = 4;
+
+    pub fn intern(&mut self, id: &str) -> Incarnation {
+        if let Some(known) = self.recent.iter().find(|k| ***k == *id) {
+            return known.clone();
+        }
+        let new: Incarnation = Arc::from(id);
+        if self.recent.len() >= Self::KEPT {
+            self.recent.remove(0);
+        }
+        self.recent.push(new.clone());
+        new
+    }
+}
+
 /// Turns per-incarnation counters (which reset when the master replaces or forgets an
 /// instance) into counters cumulative over the run.
 #[derive(Debug, Default, Clone)]
@@ -143,7 +173,7 @@ pub struct Cumulative {
     last: BTreeMap<u16, u64>,
     last_incarnation: Option<String>,
     /// `base` plus `last`: what the last update returned.
-    total: BTreeMap<u16, u64>,
+    total: Arc<BTreeMap<u16, u64>>,
 }
 
 impl Cumulative {
@@ -151,7 +181,7 @@ impl Cumulative {
         &mut self,
         incarnation: Option<&str>,
         counts: &BTreeMap<u16, u64>,
-    ) -> BTreeMap<u16, u64> {
+    ) -> Arc<BTreeMap<u16, u64>> {
         let same_incarnation = incarnation == self.last_incarnation.as_deref();
         if same_incarnation && *counts == self.last {
             // Most samples: nothing new since the last one.
@@ -173,8 +203,8 @@ impl Cumulative {
         for (s, n) in &self.last {
             *total.entry(*s).or_default() += n;
         }
-        self.total = total.clone();
-        total
+        self.total = Arc::new(total);
+        self.total.clone()
     }
 }
 
@@ -186,10 +216,12 @@ mod tests {
     fn cumulative_survives_resets() {
         let mut c = Cumulative::default();
         let m = |n: u64| BTreeMap::from([(200u16, n)]);
-        assert_eq!(c.update(Some("a"), &m(3)), m(3));
-        assert_eq!(c.update(Some("a"), &m(5)), m(5));
-        assert_eq!(c.update(Some("b"), &m(1)), m(6));
-        assert_eq!(c.update(None, &BTreeMap::new()), m(6));
-        assert_eq!(c.update(Some("b"), &m(2)), m(8));
+        let mut update = |inc, n: &BTreeMap<u16, u64>| (*c.update(inc, n)).clone();
+        assert_eq!(update(Some("a"), &m(3)), m(3));
+        assert_eq!(update(Some("a"), &m(5)), m(5));
+        assert_eq!(update(Some("a"), &m(5)), m(5));
+        assert_eq!(update(Some("b"), &m(1)), m(6));
+        assert_eq!(update(None, &BTreeMap::new()), m(6));
+        assert_eq!(update(Some("b"), &m(2)), m(8));
     }
 }

@@ -24,7 +24,9 @@ use sim::vllm_node::VllmNode;
 use sim::{EventLog, NodeId, World};
 
 use crate::cluster::{incarnation_of, normalize_namespace, vllm_config};
-use crate::observe::{attribute_unnamed_401, Cumulative, InstanceObs, Sample};
+use crate::observe::{
+    attribute_unnamed_401, Cumulative, Incarnation, Incarnations, InstanceObs, Sample,
+};
 use crate::sidecar_flags::{sidecar_flags, Peers};
 use crate::timeline::Timeline;
 use crate::topology::{self, EtcdNeed, Topology};
@@ -43,18 +45,21 @@ pub(crate) struct SimInstance {
     /// The sidecar's flags were refused (the process would have exited 2 at once).
     pub flag_error: bool,
     pub counts: Cumulative,
+    incarnations: Incarnations,
     /// The last etcd value observed and the incarnation read from it (a value changes
     /// once per registration; it is sampled every few tens of milliseconds).
-    last_value: Option<(Vec<u8>, String)>,
+    last_value: Option<(Vec<u8>, Incarnation)>,
 }
 
 impl SimInstance {
     /// The incarnation in etcd value `v` (parsed once per distinct value).
-    fn incarnation_in(&mut self, v: &[u8]) -> String {
+    fn incarnation_in(&mut self, v: &[u8]) -> Incarnation {
         match &self.last_value {
             Some((seen, inc)) if seen.as_slice() == v => inc.clone(),
             _ => {
-                let inc = incarnation_of(&String::from_utf8_lossy(v));
+                let inc = self
+                    .incarnations
+                    .intern(&incarnation_of(&String::from_utf8_lossy(v)));
                 self.last_value = Some((v.to_vec(), inc.clone()));
                 inc
             }
@@ -149,6 +154,7 @@ impl SimCluster {
                 ever_registered: false,
                 flag_error: false,
                 counts: Cumulative::default(),
+                incarnations: Incarnations::default(),
                 last_value: None,
             });
         }
@@ -339,6 +345,7 @@ impl SimCluster {
                 false => self.world.sidecars().get(i).and_then(|s| s.exited()),
             }
             .filter(|_| inst.started);
+            let view = view.map(|v| (v, inst.incarnations.intern(v.incarnation)));
             out.push(InstanceObs::from_views(
                 etcd,
                 view,
