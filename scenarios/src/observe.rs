@@ -213,6 +213,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn one_incarnation_is_one_shared_id() {
+        let mut ids = Incarnations::default();
+        let a = ids.intern("i0-a");
+        assert!(Arc::ptr_eq(&a, &ids.intern("i0-a")));
+        for other in ["b", "c", "d", "e"] {
+            ids.intern(other);
+        }
+        // Forgotten after four others: a new copy, equal in value.
+        let again = ids.intern("i0-a");
+        assert!(!Arc::ptr_eq(&a, &again));
+        assert_eq!(a, again);
+    }
+
+    #[test]
     fn cumulative_survives_resets() {
         let mut c = Cumulative::default();
         let m = |n: u64| BTreeMap::from([(200u16, n)]);
