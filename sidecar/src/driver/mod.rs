@@ -106,6 +106,10 @@ impl Sidecar {
         let mut core = Core::new(core_config, seed, Duration::ZERO);
         let (answers_tx, mut answers) = mpsc::unbounded_channel();
         let mut shutdown_sent = false;
+        // One timer for the whole run, moved only when the core's wake-up moves (most
+        // inputs are answers that leave it where it was).
+        let timer = tokio::time::sleep_until(start);
+        tokio::pin!(timer);
         loop {
             while let Some(command) = core.poll_command() {
                 match command {
@@ -116,7 +120,11 @@ impl Sidecar {
             }
             publish(&status, &telemetry, core.status());
             liveness.touch();
+            // `None` only once the core has exited, which returned above.
             let wake = core.next_wakeup().map(|at| start + at);
+            if let Some(at) = wake.filter(|at| *at != timer.deadline()) {
+                timer.as_mut().reset(at);
+            }
             let input = tokio::select! {
                 Some((id, answer)) = answers.recv() => Input::Answer(id, answer),
                 Some(request) = requests.recv() => request,
@@ -124,17 +132,10 @@ impl Sidecar {
                     shutdown_sent = true;
                     Input::Shutdown
                 }
-                _ = sleep_until(wake) => Input::Timer,
+                _ = &mut timer, if wake.is_some() => Input::Timer,
             };
             core.handle(start.elapsed(), input);
         }
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 
