@@ -123,30 +123,26 @@ impl Core {
         incarnation: String,
         answer: Answer,
     ) {
-        let (note, outcome) = match answer {
-            Answer::HeartbeatStatus(200) => {
-                (heartbeat_note("ok", Some(200), None), Outcome::Delivered)
-            }
-            Answer::HeartbeatStatus(409) => {
-                self.replace_after_conflict(&incarnation);
-                (
-                    heartbeat_note("conflict", Some(409), None),
-                    Outcome::Skipped,
-                )
-            }
-            Answer::HeartbeatStatus(401) => (
-                heartbeat_note("unauthorized", Some(401), None),
-                Outcome::Failed,
-            ),
-            Answer::HeartbeatStatus(status) => {
-                (heartbeat_note("other", Some(status), None), Outcome::Failed)
-            }
-            Answer::HeartbeatFailed(error) => {
-                (heartbeat_note("error", None, Some(error)), Outcome::Failed)
-            }
+        let (status, error) = match answer {
+            Answer::HeartbeatStatus(status) => (Some(status), None),
+            Answer::HeartbeatFailed(error) => (None, Some(error)),
             _ => return,
         };
-        self.note(note);
+        let (answer, outcome) = match status {
+            Some(200) => ("ok", Outcome::Delivered),
+            Some(409) => {
+                self.replace_after_conflict(&incarnation);
+                ("conflict", Outcome::Skipped)
+            }
+            Some(401) => ("unauthorized", Outcome::Failed),
+            Some(_) => ("other", Outcome::Failed),
+            None => ("error", Outcome::Failed),
+        };
+        self.note(Note::Heartbeat {
+            answer,
+            status,
+            error,
+        });
         if self.beat.in_flight == Some(id) {
             self.beat.in_flight = None;
             self.end_cycle(now, outcome);
@@ -172,13 +168,5 @@ impl Core {
             }
         };
         // A new incarnation registered meanwhile sets its own first slot when it lands.
-    }
-}
-
-fn heartbeat_note(answer: &'static str, status: Option<u16>, error: Option<String>) -> Note {
-    Note::Heartbeat {
-        answer,
-        status,
-        error,
     }
 }

@@ -237,26 +237,14 @@ impl Core {
                 lease, replacing, ..
             } => (Some(*lease), *replacing),
             Registration::Registered(l) => (Some(l.id), None),
-            Registration::Revoking {
-                revoke,
-                lease,
-                why,
-                then: before,
-            } => {
+            Registration::Revoking { .. } => {
                 // Already on its way out: only what follows may change, and never from
                 // exit to anything else, or from drain back to register.
-                let then = if then.rank() > before.rank() {
-                    then
-                } else {
-                    *before
-                };
-                let (revoke, lease, why) = (*revoke, *lease, *why);
-                self.reg = Registration::Revoking {
-                    revoke,
-                    lease,
-                    why,
-                    then,
-                };
+                if let Registration::Revoking { then: before, .. } = &mut self.reg {
+                    if then.rank() > before.rank() {
+                        *before = then;
+                    }
+                }
                 return;
             }
             // Drained stays drained, unless the sidecar exits.
@@ -300,14 +288,13 @@ impl Core {
             lease,
             why,
             then,
-        } = &self.reg
+        } = self.reg
         else {
             return;
         };
-        if *revoke != id {
+        if revoke != id {
             return;
         }
-        let (lease, why, then) = (*lease, *why, *then);
         match answer {
             Answer::RevokeDone => self.note(Note::Deregistered { lease, why }),
             Answer::RevokeFailed(error) => self.note(Note::RevokeFailed { lease, why, error }),
@@ -353,29 +340,18 @@ impl Core {
     }
 
     pub(super) fn undrain(&mut self, now: Duration) {
-        match &self.reg {
+        match &mut self.reg {
             Registration::Drained => {
-                self.note(Note::Undraining);
                 self.reg_backoff.reset();
                 self.reg = Registration::Unregistered { retry_at: now };
             }
             Registration::Revoking {
-                revoke,
-                lease,
-                why,
-                then: AfterRevoke::Drain,
-            } => {
-                let (revoke, lease, why) = (*revoke, *lease, *why);
-                self.note(Note::Undraining);
-                self.reg = Registration::Revoking {
-                    revoke,
-                    lease,
-                    why,
-                    then: AfterRevoke::Register,
-                };
-            }
-            _ => {}
+                then: then @ AfterRevoke::Drain,
+                ..
+            } => *then = AfterRevoke::Register,
+            _ => return,
         }
+        self.note(Note::Undraining);
     }
 
     /// The final revoke got no answer within `--shutdown-timeout`: exit anyway (the key
