@@ -232,29 +232,22 @@ pub(crate) fn sample_line<'a>(
         if b.get(next) != Some(&b'#') {
             let ts_end = token_end(b, next);
             let ts_text = line.get(next..ts_end).unwrap_or_default();
-            if d.om {
-                let Some((secs, ms)) = parse_om_timestamp(ts_text) else {
-                    return Err(LexError {
-                        col: next,
-                        msg: Cow::Owned(format!(
-                            "invalid timestamp {ts_text:?} (float seconds expected)"
-                        )),
-                    });
-                };
-                timestamp_ms = Some(ms);
-                ts_raw = Some(secs);
+            let (parsed, expected) = if d.om {
+                (parse_om_timestamp(ts_text), "float seconds")
             } else {
-                let Some(ms) = parse_i64(ts_text) else {
-                    return Err(LexError {
-                        col: next,
-                        msg: Cow::Owned(format!(
-                            "invalid timestamp {ts_text:?} (int64 milliseconds expected)"
-                        )),
-                    });
-                };
-                timestamp_ms = Some(ms);
-                ts_raw = Some(ms as f64);
-            }
+                let ms = parse_i64(ts_text);
+                (ms.map(|ms| (ms as f64, ms)), "int64 milliseconds")
+            };
+            let Some((raw, ms)) = parsed else {
+                return Err(LexError {
+                    col: next,
+                    msg: Cow::Owned(format!(
+                        "invalid timestamp {ts_text:?} ({expected} expected)"
+                    )),
+                });
+            };
+            timestamp_ms = Some(ms);
+            ts_raw = Some(raw);
             i = ts_end;
             if i < b.len() {
                 let next = separator(b, i, lax, "expected a space after the timestamp")?;
@@ -585,21 +578,26 @@ fn lax_double_comma(b: &[u8], i: usize, lax: bool) -> bool {
 
 /// Prometheus 0.0.4 allows `\\`, `\"` and `\n` only.
 fn check_escapes(s: &str, col: usize) -> Result<(), LexError> {
+    let msg = "invalid escape sequence (only \\\\, \\\" and \\n are allowed)";
+    check_escapes_of(s, col, b"\\\"n", msg)
+}
+
+/// An error at the first backslash in `s` (at `col` in the line) not followed by one of
+/// `allowed`.
+fn check_escapes_of(
+    s: &str,
+    col: usize,
+    allowed: &[u8],
+    msg: &'static str,
+) -> Result<(), LexError> {
     let b = s.as_bytes();
     let mut i = 0;
     while let Some(off) = memchr::memchr(b'\\', b.get(i..).unwrap_or_default()) {
         let at = i + off;
-        match b.get(at + 1) {
-            Some(b'\\' | b'"' | b'n') => i = at + 2,
-            _ => {
-                return Err(LexError {
-                    col: col + at,
-                    msg: Cow::Borrowed(
-                        "invalid escape sequence (only \\\\, \\\" and \\n are allowed)",
-                    ),
-                })
-            }
+        if !b.get(at + 1).is_some_and(|c| allowed.contains(c)) {
+            return err(col + at, msg);
         }
+        i = at + 2;
     }
     Ok(())
 }
@@ -645,13 +643,10 @@ pub(crate) fn comment_line(line: &str, d: Dialect) -> Result<Comment<'_>, LexErr
             );
         }
         let ns = 7;
-        let mut ne = ns;
         if class(b, ns) & NAME_START == 0 {
             return err(ns, "expected a metric name");
         }
-        while class(b, ne) & NAME != 0 {
-            ne += 1;
-        }
+        let ne = run_end(b, ns + 1, NAME);
         let name = Cow::Borrowed(line.get(ns..ne).unwrap_or_default());
         if b.get(ne) != Some(&b' ') {
             return err(ne, "expected a space after the metric name");
@@ -683,7 +678,6 @@ pub(crate) fn comment_line(line: &str, d: Dialect) -> Result<Comment<'_>, LexErr
         check_escapes(inner, ns + 1)?;
         (unescape(inner), ns + len + 2)
     } else {
-        let mut ne = ns;
         if class(b, ns) & NAME_START == 0 {
             return err(
                 ns,
@@ -694,9 +688,7 @@ pub(crate) fn comment_line(line: &str, d: Dialect) -> Result<Comment<'_>, LexErr
                 },
             );
         }
-        while class(b, ne) & NAME != 0 {
-            ne += 1;
-        }
+        let ne = run_end(b, ns + 1, NAME);
         (Cow::Borrowed(line.get(ns..ne).unwrap_or_default()), ne)
     };
     if name.is_empty() {
@@ -709,18 +701,8 @@ pub(crate) fn comment_line(line: &str, d: Dialect) -> Result<Comment<'_>, LexErr
     let rest = line.get(rs..).unwrap_or_default();
     if kw == "HELP" {
         // Only `\\` and `\n` are escapes in Prometheus HELP text.
-        let hb = rest.as_bytes();
-        let mut k = 0;
-        while let Some(off) = memchr::memchr(b'\\', hb.get(k..).unwrap_or_default()) {
-            let at = k + off;
-            if !matches!(hb.get(at + 1), Some(b'\\' | b'n')) {
-                return err(
-                    rs + at,
-                    "invalid escape sequence in HELP (only \\\\ and \\n are allowed)",
-                );
-            }
-            k = at + 2;
-        }
+        let msg = "invalid escape sequence in HELP (only \\\\ and \\n are allowed)";
+        check_escapes_of(rest, rs, b"\\n", msg)?;
         Ok(Comment::Help { name, text: rest })
     } else {
         Ok(Comment::Type {

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 /// One sample line: `name{labels} value [timestamp]`.
-#[derive(Clone, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Sample<'a> {
     /// The metric name, unescaped when it was quoted (`{"my.metric"}`).
     pub name: Cow<'a, str>,
@@ -17,17 +17,6 @@ pub struct Sample<'a> {
     pub value: f64,
     /// Milliseconds since the epoch. OpenMetrics seconds are converted (truncated).
     pub timestamp_ms: Option<i64>,
-}
-
-impl fmt::Debug for Sample<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Sample")
-            .field("name", &self.name)
-            .field("labels", &self.labels)
-            .field("value", &self.value)
-            .field("timestamp_ms", &self.timestamp_ms)
-            .finish()
-    }
 }
 
 /// A validated label set, kept as its source text.
@@ -106,13 +95,11 @@ pub struct LabelIter<'a> {
 }
 
 impl<'a> LabelIter<'a> {
-    fn skip_separators(&mut self) {
-        while let Some(&c) = self.rest.get(self.pos) {
-            if c == b' ' || c == b'\t' || c == b',' {
-                self.pos += 1;
-            } else {
-                break;
-            }
+    /// Step over the bytes `skip` accepts.
+    #[inline(always)]
+    fn skip_while(&mut self, skip: impl Fn(u8) -> bool) {
+        while self.rest.get(self.pos).is_some_and(|&c| skip(c)) {
+            self.pos += 1;
         }
     }
 
@@ -134,30 +121,21 @@ impl<'a> Iterator for LabelIter<'a> {
     type Item = (Cow<'a, str>, Cow<'a, str>);
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.skip_separators();
+        self.skip_while(|c| matches!(c, b' ' | b'\t' | b','));
         let name = match self.rest.get(self.pos)? {
             b'"' => self.quoted()?,
             _ => {
                 let start = self.pos;
-                while let Some(&c) = self.rest.get(self.pos) {
-                    if c == b'=' || c == b' ' || c == b'\t' {
-                        break;
-                    }
-                    self.pos += 1;
-                }
+                self.skip_while(|c| !matches!(c, b'=' | b' ' | b'\t'));
                 Cow::Borrowed(self.src.get(start..self.pos)?)
             }
         };
-        while matches!(self.rest.get(self.pos), Some(b' ' | b'\t')) {
-            self.pos += 1;
-        }
+        self.skip_while(|c| matches!(c, b' ' | b'\t'));
         if self.rest.get(self.pos) != Some(&b'=') {
             return None;
         }
         self.pos += 1;
-        while matches!(self.rest.get(self.pos), Some(b' ' | b'\t')) {
-            self.pos += 1;
-        }
+        self.skip_while(|c| matches!(c, b' ' | b'\t'));
         if self.rest.get(self.pos) != Some(&b'"') {
             return None;
         }
