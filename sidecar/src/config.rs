@@ -148,15 +148,6 @@ pub struct RunArgs {
     pub shutdown_timeout: f64,
 }
 
-impl fmt::Debug for RunArgs {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match Config::from_args(self.clone()) {
-            Ok(config) => config.fmt(f),
-            Err(_) => f.write_str("RunArgs { <invalid> }"),
-        }
-    }
-}
-
 /// A configuration error: printed as one line, exit code 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError(pub String);

@@ -28,10 +28,6 @@ impl Trigger {
 }
 
 impl Shutdown {
-    pub fn is_fired(&self) -> bool {
-        *self.rx.borrow()
-    }
-
     /// Resolves once shutdown is fired (or the trigger is gone).
     pub async fn wait(&mut self) {
         let _ = self.rx.wait_for(|fired| *fired).await;

@@ -269,7 +269,9 @@ fn load(source: &str, timeout: Duration, cap: usize) -> Result<(Vec<u8>, Option<
 /// GET a URL (on its own small runtime: the tools are synchronous), the body capped and
 /// the whole exchange within `timeout`; with the format its Content-Type names.
 fn fetch(url: &str, timeout: Duration, cap: usize) -> Result<(Vec<u8>, Option<Format>), String> {
-    use crate::peers::http::{build_client, describe, read_capped, BodyError, Redirects};
+    use crate::peers::http::{
+        build_client, content_format, describe, read_capped, BodyError, Redirects,
+    };
     let client = build_client(Redirects::Follow)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -281,11 +283,7 @@ fn fetch(url: &str, timeout: Duration, cap: usize) -> Result<(Vec<u8>, Option<Fo
         if !status.is_success() {
             return Err(format!("HTTP {}", status.as_u16()));
         }
-        let format = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(Format::from_content_type);
+        let format = content_format(&response);
         let body = read_capped(&mut response, cap).await.map_err(|e| match e {
             BodyError::TooLarge(cap) => format!("the page is larger than {cap} bytes"),
             BodyError::Read(e) => describe(&e),

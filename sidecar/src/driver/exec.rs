@@ -74,15 +74,23 @@ impl Peers {
 
     async fn run(&self, command: Command) -> Option<(CommandId, Answer)> {
         Some(match command {
-            Command::ProbeHealth { id } => (id, self.probe().await),
-            Command::GrantLease { id, ttl } => (id, self.grant(ttl).await),
+            Command::ProbeHealth { id } => match self.vllm.probe_health().await {
+                Ok(()) => (id, Answer::HealthOk),
+                Err(e) => (id, Answer::HealthFailed(e)),
+            },
+            Command::GrantLease { id, ttl } => {
+                (id, answers::grant(self.etcd.lease_grant(ttl).await, ttl))
+            }
             Command::PutKey {
                 id,
                 key,
                 value,
                 lease,
             } => (id, answers::put(self.etcd.put(&key, &value, lease).await)),
-            Command::Keepalive { id, lease } => (id, self.keepalive(lease).await),
+            Command::Keepalive { id, lease } => (
+                id,
+                answers::keepalive(self.etcd.lease_keepalive(lease).await),
+            ),
             Command::Scrape { id } => (id, self.scrape().await),
             Command::PostHeartbeat { id, body } => (id, self.post(body).await),
             Command::Revoke { id, lease } => {
@@ -96,21 +104,6 @@ impl Peers {
             }
             Command::Note(_) | Command::Exit { .. } => return None,
         })
-    }
-
-    async fn probe(&self) -> Answer {
-        match self.vllm.probe_health().await {
-            Ok(()) => Answer::HealthOk,
-            Err(e) => Answer::HealthFailed(e),
-        }
-    }
-
-    async fn grant(&self, ttl: i64) -> Answer {
-        answers::grant(self.etcd.lease_grant(ttl).await, ttl)
-    }
-
-    async fn keepalive(&self, lease: i64) -> Answer {
-        answers::keepalive(self.etcd.lease_keepalive(lease).await)
     }
 
     async fn scrape(&self) -> Answer {

@@ -171,6 +171,15 @@ pub async fn read_capped(
     Ok(body)
 }
 
+/// The text format an answer's `Content-Type` names, if it has a readable one.
+pub fn content_format(response: &reqwest::Response) -> Option<crate::prom::Format> {
+    let value = response.headers().get(reqwest::header::CONTENT_TYPE)?;
+    value
+        .to_str()
+        .ok()
+        .map(crate::prom::Format::from_content_type)
+}
+
 /// A reqwest error with its causes (reqwest's own message alone hides why: "error
 /// sending request"), without the URL: callers name the peer themselves, and a URL may
 /// carry credentials.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use url::Url;
 
-use super::http::{describe, read_capped, BodyError};
+use super::http::{content_format, describe, read_capped, BodyError};
 use crate::prom::Format;
 
 /// What the scrape asks for: the classic text format first, as Prometheus does.
@@ -163,11 +163,7 @@ impl VllmClient {
             if !status.is_success() {
                 return Err(ScrapeError::Status(status.as_u16()));
             }
-            let openmetrics = response
-                .headers()
-                .get(reqwest::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|ct| Format::from_content_type(ct) == Format::OpenMetrics);
+            let openmetrics = content_format(&response) == Some(Format::OpenMetrics);
             let body = read_capped(&mut response, self.metrics_max_bytes)
                 .await
                 .map_err(|e| match e {
