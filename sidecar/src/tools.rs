@@ -72,12 +72,13 @@ pub const MAX_PAGE_BYTES: usize = 64 << 20;
 /// Runs `vllm-sidecar parse`; answers the process exit code (1 when strict parsing
 /// failed, 2 when the input cannot be read).
 pub fn run_parse(args: ParseArgs) -> i32 {
+    let fail = |code, error: &dyn std::fmt::Display| {
+        eprintln!("vllm-sidecar parse: {error}");
+        code
+    };
     let bytes = match read_local(&args.input, MAX_PAGE_BYTES) {
         Ok(b) => b,
-        Err(e) => {
-            eprintln!("vllm-sidecar parse: {e}");
-            return 2;
-        }
+        Err(e) => return fail(2, &e),
     };
     let mode = if args.strict {
         Mode::Strict
@@ -86,17 +87,11 @@ pub fn run_parse(args: ParseArgs) -> i32 {
     };
     let text = match to_text(&bytes, mode) {
         Ok(t) => t,
-        Err(e) => {
-            eprintln!("vllm-sidecar parse: {e}");
-            return 1;
-        }
+        Err(e) => return fail(1, &e),
     };
     let page = match prom::parse(&text, args.format.into(), mode) {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("vllm-sidecar parse: {e}");
-            return 1;
-        }
+        Err(e) => return fail(1, &e),
     };
     report_skipped("vllm-sidecar parse", &page);
     let stdout = std::io::stdout();
