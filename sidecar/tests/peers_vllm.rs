@@ -576,3 +576,16 @@ fn every_call_can_run_as_its_own_task() {
         let _ = client.served_model().await;
     });
 }
+
+#[test]
+fn debug_output_hides_url_credentials() {
+    let client = vllm_at(
+        "http://user:hunter2@vllm.local:8000",
+        "http://user:hunter2@vllm.local:8000/metrics",
+        Duration::from_secs(1),
+        1024,
+    );
+    let shown = format!("{client:?}");
+    assert!(shown.contains("vllm.local:8000/metrics"), "{shown}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use url::Url;
 
-use super::http::{content_format, describe, read_capped, BodyError};
+use super::http::{content_format, describe, display_url, read_capped, BodyError};
 use crate::prom::Format;
 
 /// What the scrape asks for: the classic text format first, as Prometheus does.
@@ -81,7 +81,7 @@ impl std::fmt::Display for ScrapeError {
 impl std::error::Error for ScrapeError {}
 
 /// The client of one vLLM server.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct VllmClient {
     http: reqwest::Client,
     health_url: Result<Url, String>,
@@ -90,6 +90,19 @@ pub struct VllmClient {
     health_timeout: Duration,
     scrape_timeout: Duration,
     metrics_max_bytes: usize,
+}
+
+/// Shows the URLs without user name and password.
+impl std::fmt::Debug for VllmClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VllmClient")
+            .field("health_url", &self.health_url.as_ref().map(display_url))
+            .field("metrics_url", &display_url(&self.metrics_url))
+            .field("health_timeout", &self.health_timeout)
+            .field("scrape_timeout", &self.scrape_timeout)
+            .field("metrics_max_bytes", &self.metrics_max_bytes)
+            .finish()
+    }
 }
 
 impl VllmClient {
