@@ -561,7 +561,6 @@ fn page_digests() {
             while now < Duration::from_secs(s) {
                 now += load.next_gap(&mut rng);
                 vllm.submit(now, load.request());
-                vllm.on_timer(now);
             }
             if s == 300 {
                 vllm.add_fault(Fault::MetricsNonfinite, Some(1));

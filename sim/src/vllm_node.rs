@@ -5,12 +5,17 @@
 //! The node only translates: `/health` and `/metrics` answers become [`Reply`] values
 //! (a crashed server refuses, a hang never answers, a `metrics_truncate` with abort is
 //! a reset after the body, `metrics_slow` an answer that takes the page's size / rate
-//! longer); completions submitted by a load generator run in the core, woken at its
-//! [`VllmCore::next_event_time`].
+//! longer); completions submitted by a load generator run in the core.
+//!
+//! The node asks the world for no timer: the core is advanced when it is next observed
+//! (every entry point of [`VllmCore`] first runs the steps due at its `now`, in their
+//! order, at their own times), so a step nobody can see yet costs no event. The state
+//! any observer reads at `now` is the same as with a wake-up at every step: steps due
+//! at `now` ran before the observation either way.
 
 use std::time::Duration;
 
-use mock_vllm::core::{Answer, Delivery, Outcome, Submitted, VllmCore};
+use mock_vllm::core::{Answer, Delivery, Submitted, VllmCore};
 use mock_vllm::validate::{Api, Req};
 use mock_vllm::{Config, Dialect, Fault, Health};
 use rand::rngs::StdRng;
@@ -77,6 +82,7 @@ impl VllmNode {
 
     /// Offer one completion at `now` (a load generator's request).
     pub fn submit(&mut self, now: Duration, req: Req) -> Submitted {
+        self.advance(now);
         let s = self.core.submit(now, req);
         if matches!(s, Submitted::Failed(_) | Submitted::Refused) {
             self.failed += 1;
@@ -99,9 +105,16 @@ impl VllmNode {
         self.scrapes
     }
 
-    /// Completions finished and failed so far.
-    pub fn completions(&self) -> (u64, u64) {
+    /// Completions finished and failed up to `now`.
+    pub fn completions(&mut self, now: Duration) -> (u64, u64) {
+        self.advance(now);
         (self.finished, self.failed)
+    }
+
+    /// Run the core's steps due up to `now` and count the requests that ended.
+    pub fn advance(&mut self, now: Duration) {
+        let outcomes = self.core.advance(now);
+        self.finished += outcomes.len() as u64;
     }
 
     /// A scrape, rendered into this thread's page buffer (lent to the core for it).
@@ -138,9 +151,6 @@ impl VllmNode {
         })
     }
 
-    fn count(&mut self, outcomes: &[Outcome]) {
-        self.finished += outcomes.len() as u64;
-    }
 }
 
 impl Server for VllmNode {
@@ -151,6 +161,7 @@ impl Server for VllmNode {
         request: &Request,
         _: &mut StdRng,
     ) -> Option<Reply> {
+        self.advance(now);
         match request {
             Request::Health => match self.core.health(now) {
                 Answer::Refused => Some(Reply::Refused),
@@ -161,15 +172,6 @@ impl Server for VllmNode {
             // Not a vLLM endpoint: what axum answers for an unknown route.
             _ => Some(Reply::Status(404)),
         }
-    }
-
-    fn next_wakeup(&self) -> Option<Duration> {
-        self.core.next_event_time()
-    }
-
-    fn on_timer(&mut self, now: Duration) {
-        let outcomes = self.core.advance(now);
-        self.count(&outcomes);
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

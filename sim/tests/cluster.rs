@@ -230,7 +230,7 @@ fn steady_load_runs_in_mock_vllms_core_and_shows_on_its_page() {
     world.add_load(Duration::ZERO, load);
     world.run_until(Duration::from_secs(12));
     let v = world.server_as_mut::<VllmNode>(NodeId::Vllm(0)).unwrap();
-    let (finished, failed) = v.completions();
+    let (finished, failed) = v.completions(Duration::from_secs(12));
     assert_eq!(failed, 0);
     // A Poisson process at 50/s for 10 s: 500 expected; far outside is a broken load.
     assert!((400..=600).contains(&finished), "{finished}");
