@@ -150,7 +150,6 @@ impl VllmNode {
             },
         })
     }
-
 }
 
 impl Server for VllmNode {

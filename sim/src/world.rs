@@ -351,13 +351,7 @@ impl World {
 
     /// Run every event due up to `until`; time then stands at `until`.
     pub fn run_until(&mut self, until: Duration) {
-        while let Some(at) = self.queue.peek_time() {
-            if at > until {
-                break;
-            }
-            let Some((at, _, event)) = self.queue.pop() else {
-                break;
-            };
+        while let Some((at, _, event)) = self.queue.pop_due(until) {
             self.now = at;
             self.events += 1;
             self.step(event);
@@ -563,16 +557,10 @@ impl World {
             request: &request,
         });
         self.queue
-            .push(self.now + timeout, Event::Timeout { exchange: id });
+            .push_after(self.now, timeout, Event::Timeout { exchange: id });
         let mut stuck = false;
         if !self.servers.contains(server) {
-            self.queue.push(
-                self.now,
-                Event::Fail {
-                    exchange: id,
-                    failure: Failure::Refused,
-                },
-            );
+            self.fail_now(id, Failure::Refused);
         } else {
             let leg = self.links.leg(
                 client,
@@ -584,8 +572,9 @@ impl World {
             match leg {
                 Leg::Deliver(d) => {
                     let generation = self.generation(client, server);
-                    self.queue.push(
-                        self.now + d,
+                    self.queue.push_after(
+                        self.now,
+                        d,
                         Event::Arrive {
                             exchange: id,
                             client,
@@ -596,20 +585,8 @@ impl World {
                     );
                 }
                 Leg::Lost { stuck: s } => stuck = s,
-                Leg::Reset => self.queue.push(
-                    self.now,
-                    Event::Fail {
-                        exchange: id,
-                        failure: Failure::Reset,
-                    },
-                ),
-                Leg::Refused => self.queue.push(
-                    self.now,
-                    Event::Fail {
-                        exchange: id,
-                        failure: Failure::Refused,
-                    },
-                ),
+                Leg::Reset => self.fail_now(id, Failure::Reset),
+                Leg::Refused => self.fail_now(id, Failure::Refused),
             }
         }
         self.exchanges.insert(
@@ -666,8 +643,9 @@ impl World {
             reply.size(),
             &mut self.rng,
         ) {
-            Leg::Deliver(d) => self.queue.push(
-                now + extra + d,
+            Leg::Deliver(d) => self.queue.push_after(
+                now,
+                extra + d,
                 Event::Return {
                     exchange: id,
                     generation,
@@ -679,18 +657,13 @@ impl World {
                     x.stuck |= stuck;
                 }
             }
-            Leg::Reset | Leg::Refused => self.queue.push(
-                now,
-                Event::Fail {
-                    exchange: id,
-                    failure: Failure::Reset,
-                },
-            ),
+            Leg::Reset | Leg::Refused => self.fail_now(id, Failure::Reset),
         }
     }
 
     fn fail_now(&mut self, exchange: u64, failure: Failure) {
-        self.queue.push(self.now, Event::Fail { exchange, failure });
+        self.queue
+            .push_after(self.now, Duration::ZERO, Event::Fail { exchange, failure });
     }
 
     /// The exchange ends (if its caller still waits): the caller gets the outcome.
@@ -739,13 +712,7 @@ impl World {
                 self.end_streams(client, server, "connection reset");
                 *self.generations.entry((client, server)).or_default() += 1;
                 for (id, _) in on_link {
-                    self.queue.push(
-                        self.now,
-                        Event::Fail {
-                            exchange: id,
-                            failure: Failure::Reset,
-                        },
-                    );
+                    self.fail_now(id, Failure::Reset);
                 }
             }
             OnChange::CloseStuck => {
@@ -754,13 +721,7 @@ impl World {
                     *self.generations.entry((client, server)).or_default() += 1;
                 }
                 for (id, _) in on_link.into_iter().filter(|(_, stuck)| *stuck) {
-                    self.queue.push(
-                        self.now,
-                        Event::Fail {
-                            exchange: id,
-                            failure: Failure::Closed,
-                        },
-                    );
+                    self.fail_now(id, Failure::Closed);
                 }
             }
         }
@@ -774,8 +735,9 @@ impl World {
             node.on_link_reset(now, client);
         }
         if self.servers.contains(client) {
-            self.queue.push(
+            self.queue.push_after(
                 now,
+                Duration::ZERO,
                 Event::StreamEnd {
                     from: server,
                     to: client,
@@ -826,10 +788,10 @@ impl World {
             None => Vec::new(),
         };
         for to in ended {
-            let at = self.now + self.links.base();
             let reason = "stream ended";
-            self.queue.push(
-                at,
+            self.queue.push_after(
+                self.now,
+                self.links.base(),
                 Event::StreamEnd {
                     from: id,
                     to,
@@ -852,8 +814,9 @@ impl World {
         }
         if let Leg::Deliver(d) = leg {
             let generation = self.generation(to, from);
-            self.queue.push(
-                self.now + d,
+            self.queue.push_after(
+                self.now,
+                d,
                 Event::Push {
                     from,
                     to,
