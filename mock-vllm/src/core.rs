@@ -70,6 +70,9 @@ pub struct MetricsReply<'a> {
     pub status: u16,
     pub content_type: &'static str,
     pub body: &'a [u8],
+    /// The body as text when the core wrote it (no fault rewrote its bytes): a caller
+    /// that needs a string need not check it is UTF-8.
+    pub text: Option<&'a str>,
     pub delivery: Delivery,
 }
 

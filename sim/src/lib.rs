@@ -100,5 +100,5 @@ pub mod world;
 
 pub use link::{Direction, LinkFault};
 pub use log::EventLog;
-pub use node::{NodeId, Reply, Request, Server};
+pub use node::{Body, NodeId, Reply, Request, Server};
 pub use world::World;

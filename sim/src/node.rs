@@ -6,6 +6,7 @@
 //! `/metrics` page is the text the fake writes), so a field the two sides name
 //! differently fails here too.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
@@ -83,11 +84,11 @@ pub enum EtcdRequest {
 pub enum Reply {
     /// An HTTP status with no body the caller needs (`/health`, heartbeat).
     Status(u16),
-    /// A `/metrics` answer: status, `Content-Type` and the body's bytes.
+    /// A `/metrics` answer: status, `Content-Type` and the body.
     Page {
         status: u16,
-        content_type: String,
-        body: Vec<u8>,
+        content_type: Cow<'static, str>,
+        body: Body,
     },
     /// The etcd gateway's answer: status and JSON body, as it sends them.
     Gateway { status: u16, body: Vec<u8> },
@@ -97,6 +98,53 @@ pub enum Reply {
     Refused,
     /// The answer takes `after` longer to deliver (a body that trickles out).
     Slow { after: Duration, reply: Box<Reply> },
+}
+
+/// A `/metrics` body: the text the fake wrote, or bytes a fault rewrote (which may not
+/// be UTF-8). Why two: the sidecar's client checks that a body is UTF-8, and a page of
+/// thousands of lines that is a string already need not be checked again.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Body {
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl Body {
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Body::Text(t) => t.as_bytes(),
+            Body::Bytes(b) => b,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.as_bytes().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The body as a string, or its bytes when they are not UTF-8.
+    pub fn into_text(self) -> Result<String, Vec<u8>> {
+        match self {
+            Body::Text(t) => Ok(t),
+            Body::Bytes(b) => String::from_utf8(b).map_err(|e| e.into_bytes()),
+        }
+    }
+}
+
+impl From<Vec<u8>> for Body {
+    fn from(bytes: Vec<u8>) -> Body {
+        Body::Bytes(bytes)
+    }
+}
+
+/// As the bytes (what a `Vec<u8>` body wrote in the log before).
+impl Serialize for Body {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.as_bytes())
+    }
 }
 
 impl EtcdRequest {
@@ -148,7 +196,8 @@ impl Reply {
     /// Roughly the bytes on the wire (for bandwidth faults).
     pub fn size(&self) -> usize {
         match self {
-            Reply::Page { body, .. } | Reply::Gateway { body, .. } => 64 + body.len(),
+            Reply::Page { body, .. } => 64 + body.len(),
+            Reply::Gateway { body, .. } => 64 + body.len(),
             Reply::Slow { reply, .. } => reply.size(),
             _ => 64,
         }

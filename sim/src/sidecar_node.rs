@@ -371,7 +371,7 @@ fn scrape_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
             } else if body.len() > cx.metrics_max_bytes {
                 failed(ScrapeError::TooLarge(cx.metrics_max_bytes))
             } else {
-                match String::from_utf8(body) {
+                match body.into_text() {
                     Ok(text) => Answer::ScrapePage { text, openmetrics },
                     Err(_) => failed(ScrapeError::NotUtf8),
                 }
@@ -449,7 +449,7 @@ mod tests {
             Outcome::Reply(Reply::Page {
                 status,
                 content_type: "text/plain; version=0.0.4; charset=utf-8".into(),
-                body: text.as_bytes().to_vec(),
+                body: text.as_bytes().to_vec().into(),
             })
         };
         let Answer::ScrapeFailed { reason, .. } =

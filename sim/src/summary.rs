@@ -62,13 +62,13 @@ struct ReplySummary<'a>(&'a Reply);
 
 impl Serialize for ReplySummary<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let sized = |body: &Vec<u8>, status: &u16| BytesStatus {
-            bytes: body.len(),
+        let sized = |bytes: usize, status: &u16| BytesStatus {
+            bytes,
             status: *status,
         };
         match self.0 {
-            Reply::Gateway { status, body } => one(s, "gateway", &sized(body, status)),
-            Reply::Page { status, body, .. } => one(s, "page", &sized(body, status)),
+            Reply::Gateway { status, body } => one(s, "gateway", &sized(body.len(), status)),
+            Reply::Page { status, body, .. } => one(s, "page", &sized(body.len(), status)),
             slow @ Reply::Slow { .. } => json!(slow).serialize(s),
             other => other.serialize(s),
         }
@@ -197,7 +197,7 @@ mod tests {
         let page = Reply::Page {
             status: 200,
             content_type: "text/plain".into(),
-            body: b"a 1\n".to_vec(),
+            body: b"a 1\n".to_vec().into(),
         };
         vec![
             Reply::Status(409),

@@ -20,7 +20,7 @@ use mock_vllm::validate::{Api, Req};
 use mock_vllm::{Config, Dialect, Fault, Health};
 use rand::rngs::StdRng;
 
-use crate::node::{NodeId, Reply, Request, Server};
+use crate::node::{Body, NodeId, Reply, Request, Server};
 
 /// Epoch seconds at virtual time zero: what `_created` stamps print.
 pub const EPOCH_AT_START: f64 = 1_700_000_000.0;
@@ -134,10 +134,14 @@ impl VllmNode {
             Answer::Reply(r) => r,
         };
         self.scrapes += 1;
+        let body = match reply.text {
+            Some(text) => Body::Text(text.to_owned()),
+            None => Body::Bytes(reply.body.to_vec()),
+        };
         let page = Reply::Page {
             status: reply.status,
-            content_type: reply.content_type.to_string(),
-            body: reply.body.to_vec(),
+            content_type: reply.content_type.into(),
+            body,
         };
         Some(match reply.delivery {
             Delivery::Whole => page,
@@ -238,7 +242,8 @@ mod tests {
         else {
             panic!("a page")
         };
-        assert!(String::from_utf8(body)
+        assert!(body
+            .into_text()
             .unwrap()
             .contains("vllm:num_requests_waiting{"));
         assert!(content_type.starts_with("text/plain"));

@@ -244,7 +244,7 @@ fn steady_load_runs_in_mock_vllms_core_and_shows_on_its_page() {
     let Some(sim::Reply::Page { body, .. }) = page else {
         panic!("a page")
     };
-    let page = String::from_utf8(body).unwrap();
+    let page = body.into_text().unwrap();
     let count = page
         .lines()
         .find(|l| l.starts_with("vllm:time_to_first_token_seconds_count"))

@@ -29,6 +29,7 @@ impl VllmCore {
                     status,
                     content_type: "text/plain; charset=utf-8",
                     body: self.page.as_bytes(),
+                    text: Some(&self.page),
                     delivery: Delivery::Whole,
                 });
             }
@@ -38,7 +39,7 @@ impl VllmCore {
         let content_type = self.content_type();
         let rewrites =
             faults.garbage.is_some() || faults.huge.is_some() || faults.truncate.is_some();
-        let body: &[u8] = if faults.stale || rewrites {
+        let (body, text): (&[u8], _) = if faults.stale || rewrites {
             let page = if faults.stale {
                 match &self.stale {
                     Some(frozen) => frozen.clone(),
@@ -53,10 +54,11 @@ impl VllmCore {
                 Bytes::from(self.render(now, faults.nonfinite).to_owned())
             };
             self.faulted = faults.apply(page, &mut self.fault_rng);
-            &self.faulted
+            (&self.faulted, None)
         } else {
             self.stale = None;
-            self.render(now, faults.nonfinite)
+            let page = self.render(now, faults.nonfinite);
+            (page.as_bytes(), Some(page))
         };
         let delivery = match (faults.truncate, faults.slow) {
             (Some((_, true)), _) => Delivery::ResetAfterBody,
@@ -69,13 +71,14 @@ impl VllmCore {
             status: 200,
             content_type,
             body,
+            text,
             delivery,
         })
     }
 
     /// The page at `now` into the core's buffer: gauges and overrides brought up to
     /// date in the kept snapshot, nothing copied.
-    fn render(&mut self, now: Duration, nonfinite: bool) -> &[u8] {
+    fn render(&mut self, now: Duration, nonfinite: bool) -> &str {
         for (view, lane) in self.snap.engines.iter_mut().zip(&self.lanes) {
             let s = &lane.sched;
             view.running = s.running() as f64;
@@ -93,7 +96,7 @@ impl VllmCore {
         }
         self.snap.nonfinite = nonfinite;
         crate::metrics::page_into(&self.snap, &mut self.page);
-        self.page.as_bytes()
+        &self.page
     }
 }
 
