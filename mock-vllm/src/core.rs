@@ -18,7 +18,7 @@
 //! families show fixed readings).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -37,8 +37,11 @@ use crate::stats::{Buckets, EngineStats, FinishReason, HttpStats};
 use crate::validate::Req;
 use crate::waveform::Waveform;
 
+mod flights;
 mod load;
 mod scrape;
+
+use flights::{Flights, Handle};
 #[cfg(test)]
 mod tests;
 
@@ -117,13 +120,14 @@ pub struct Outcome {
 /// One engine's scheduler, latency model and prefix memory (its stats live in the
 /// page snapshot, see [`VllmCore`]).
 struct Lane {
-    sched: Scheduler<RequestId>,
+    sched: Scheduler<Handle>,
     latency: Latency,
     prefix: PrefixMemory,
 }
 
 /// An accepted request.
 struct Flight {
+    id: RequestId,
     engine: usize,
     req: Req,
     rng: StdRng,
@@ -159,10 +163,9 @@ pub struct VllmCore {
     stale: Option<Bytes>,
     fault_rng: StdRng,
     seq: u64,
-    /// By id: ordered, and a handful at a time (cheaper than hashing them).
-    flights: BTreeMap<RequestId, Flight>,
+    flights: Flights,
     /// (due, order of scheduling, request, step): a min-heap.
-    timers: BinaryHeap<Reverse<(Duration, u64, RequestId, Step)>>,
+    timers: BinaryHeap<Reverse<(Duration, u64, Handle, Step)>>,
     timer_seq: u64,
     overrides: Vec<(String, Waveform, Duration)>,
     done: Vec<Outcome>,
@@ -188,7 +191,7 @@ impl VllmCore {
             faults: FaultRegistry::new(),
             stale: None,
             seq: 0,
-            flights: BTreeMap::new(),
+            flights: Flights::default(),
             timers: BinaryHeap::new(),
             timer_seq: 0,
             overrides: Vec::new(),
@@ -289,9 +292,7 @@ impl VllmCore {
     pub fn crash(&mut self, now: Duration) {
         self.run_until(now);
         self.listening = false;
-        let mut ids: Vec<RequestId> = self.flights.keys().copied().collect();
-        ids.sort();
-        for id in ids {
+        for id in self.flights.ids() {
             self.done.push(Outcome {
                 id,
                 at: now,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{End, Flight, Outcome, RequestId, Step, Submitted, VllmCore};
+use super::{End, Flight, Handle, Outcome, RequestId, Step, Submitted, VllmCore};
 use crate::answer::output_length;
 use crate::error::ApiError;
 use crate::faults::Fault;
@@ -73,8 +73,9 @@ impl VllmCore {
         let (out_tokens, reason) = output_length(&req, self.cfg.natural_output_tokens, &mut rng);
         let need = req.prompt_tokens as u64 + out_tokens as u64;
         let id = RequestId(self.seq);
+        let handle = self.flights.next_handle(id);
         let decision = match self.lanes.get_mut(engine) {
-            Some(lane) => lane.sched.admit(need, || id),
+            Some(lane) => lane.sched.admit(need, || handle),
             None => return Submitted::Failed(503),
         };
         if decision == Decision::Rejected {
@@ -89,6 +90,7 @@ impl VllmCore {
         let _: u128 = rng.gen();
         let _: u16 = rng.gen();
         let flight = Flight {
+            id,
             engine,
             req,
             rng,
@@ -98,13 +100,13 @@ impl VllmCore {
             arrival: now,
             scheduled: now,
             first: now,
-            itls: Vec::new(),
+            itls: self.flights.gap_buffer(),
             drop_after,
             hang,
         };
-        self.flights.insert(id, flight);
+        self.flights.insert(handle, flight);
         if decision == Decision::Run {
-            self.schedule(id, now);
+            self.schedule(handle, now);
         }
         Submitted::Accepted(id)
     }
@@ -162,8 +164,8 @@ impl VllmCore {
 
     /// `id` got its slot at `at`: the prefill starts (a hung request holds the slot
     /// and never gets further).
-    fn schedule(&mut self, id: RequestId, at: Duration) {
-        let Some(f) = self.flights.get_mut(&id) else {
+    fn schedule(&mut self, id: Handle, at: Duration) {
+        let Some(f) = self.flights.get_mut(id) else {
             return;
         };
         f.scheduled = at;
@@ -180,8 +182,8 @@ impl VllmCore {
     }
 
     /// The first token: TTFT and the prefill are recorded, the decode is planned.
-    fn first_token(&mut self, id: RequestId, at: Duration) {
-        let Some(f) = self.flights.get_mut(&id) else {
+    fn first_token(&mut self, id: Handle, at: Duration) {
+        let Some(f) = self.flights.get_mut(id) else {
             return;
         };
         let (Some(lane), Some(view)) = (
@@ -213,8 +215,9 @@ impl VllmCore {
     }
 
     /// The last token (or the drop): record, free the slot, start who it goes to.
-    fn done_at(&mut self, id: RequestId, at: Duration) {
-        let Some(f) = self.flights.remove(&id) else {
+    fn done_at(&mut self, handle: Handle, at: Duration) {
+        let id = handle.id;
+        let Some(f) = self.flights.remove(handle) else {
             return;
         };
         let Some(view) = self.snap.engines.get_mut(f.engine) else {
@@ -237,12 +240,13 @@ impl VllmCore {
         if let Some(lane) = self.lanes.get_mut(f.engine) {
             lane.sched.release(f.need, |_| false, |w| granted.push(w));
         }
+        self.flights.give_back(f.itls);
         for g in granted {
             self.schedule(g, at);
         }
     }
 
-    fn timer(&mut self, at: Duration, id: RequestId, step: Step) {
+    fn timer(&mut self, at: Duration, id: Handle, step: Step) {
         self.timer_seq += 1;
         self.timers.push(Reverse((at, self.timer_seq, id, step)));
     }
