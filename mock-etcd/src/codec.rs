@@ -74,11 +74,12 @@ pub fn is_false(v: &bool) -> bool {
     !*v
 }
 
+// The digits as `Display` writes them, through a stack buffer (every answer has several).
 pub fn ser_i64<S: Serializer>(v: &i64, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(v)
+    s.serialize_str(itoa::Buffer::new().format(*v))
 }
 pub fn ser_u64<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(v)
+    s.serialize_str(itoa::Buffer::new().format(*v))
 }
 pub fn ser_b64<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&b64(v))
