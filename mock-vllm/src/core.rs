@@ -215,7 +215,7 @@ impl VllmCore {
     /// again, no frozen page (what a restarted vLLM process starts from).
     fn fresh_start(&mut self, now: Duration) {
         let created = self.epoch(now);
-        let buckets = Buckets::for_dialect(self.cfg.dialect, self.cfg.max_model_len);
+        let buckets = Buckets::shared(self.cfg.dialect, self.cfg.max_model_len);
         self.lanes = (0..self.cfg.data_parallel)
             .map(|_| Lane {
                 sched: Scheduler::new(
@@ -319,7 +319,7 @@ impl VllmCore {
     pub fn counter_reset(&mut self, now: Duration) {
         self.run_until(now);
         let created = self.epoch(now);
-        let buckets = Buckets::for_dialect(self.cfg.dialect, self.cfg.max_model_len);
+        let buckets = Buckets::shared(self.cfg.dialect, self.cfg.max_model_len);
         for e in &mut self.snap.engines {
             e.stats = EngineStats::new(&buckets, created);
         }

@@ -3,7 +3,7 @@
 //! prefix cache. Pure values (no clock, no lock) shared by the serving engine
 //! ([`crate::engine`]) and the virtual-time core ([`crate::core`]).
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rand::Rng;
@@ -71,10 +71,10 @@ pub fn secs(s: f64) -> Duration {
 }
 
 /// A pretend prefix cache: remembers prompt hashes, bounded, forgets everything when
-/// full.
+/// full. Ordered, not hashed: a lookup per request, usually among a few hashes.
 #[derive(Debug, Default)]
 pub struct PrefixMemory {
-    seen: HashSet<u64>,
+    seen: BTreeSet<u64>,
 }
 
 /// Prompt hashes remembered before the memory is cleared.

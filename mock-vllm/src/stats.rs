@@ -91,7 +91,27 @@ pub fn buckets_1_2_5(max_value: u32) -> Vec<f64> {
     }
 }
 
+thread_local! {
+    /// The boundaries already made on this thread, by (dialect, max_model_len).
+    static SHARED: std::cell::RefCell<Vec<((Dialect, u32), Buckets)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl Buckets {
+    /// [`Buckets::for_dialect`], the same slices for every caller on this thread: a
+    /// simulator's thousands of cores then read one copy, which stays in the cache.
+    pub fn shared(dialect: Dialect, max_model_len: u32) -> Self {
+        SHARED.with(|m| {
+            let mut m = m.borrow_mut();
+            if let Some((_, b)) = m.iter().find(|(k, _)| *k == (dialect, max_model_len)) {
+                return b.clone();
+            }
+            let b = Buckets::for_dialect(dialect, max_model_len);
+            m.push(((dialect, max_model_len), b.clone()));
+            b
+        })
+    }
+
     pub fn for_dialect(dialect: Dialect, max_model_len: u32) -> Self {
         let v0 = dialect == Dialect::V0;
         let ttft: &[f64] = if v0 {
