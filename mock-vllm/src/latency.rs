@@ -75,6 +75,9 @@ pub fn secs(s: f64) -> Duration {
 #[derive(Debug, Default)]
 pub struct PrefixMemory {
     seen: BTreeSet<u64>,
+    /// The hash of the last lookup: in `seen` (it was found or put there, and a clear
+    /// always puts the new hash back), so a repeated prompt is answered without a walk.
+    last: Option<u64>,
 }
 
 /// Prompt hashes remembered before the memory is cleared.
@@ -83,6 +86,10 @@ const PREFIX_MEMORY: usize = 4096;
 impl PrefixMemory {
     /// Whether a prompt with this hash was seen before (and remember it).
     pub fn lookup(&mut self, prompt_hash: u64) -> bool {
+        if self.last == Some(prompt_hash) {
+            return true;
+        }
+        self.last = Some(prompt_hash);
         if self.seen.contains(&prompt_hash) {
             return true;
         }
@@ -119,5 +126,30 @@ mod tests {
         let mut p = PrefixMemory::default();
         assert!(!p.lookup(7));
         assert!(p.lookup(7));
+    }
+
+    /// The shortcut for a repeated hash answers what the set alone answers, across
+    /// the clear at capacity.
+    #[test]
+    fn prefix_memory_answers_as_a_bounded_set() {
+        use rand::Rng;
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut p = PrefixMemory::default();
+        let mut reference = std::collections::HashSet::new();
+        for _ in 0..30_000 {
+            let h = if rng.gen_bool(0.5) {
+                7
+            } else {
+                rng.gen_range(0..6_000u64)
+            };
+            let expected = reference.contains(&h) || {
+                if reference.len() >= PREFIX_MEMORY {
+                    reference.clear();
+                }
+                reference.insert(h);
+                false
+            };
+            assert_eq!(p.lookup(h), expected);
+        }
     }
 }

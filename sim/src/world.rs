@@ -472,7 +472,7 @@ impl World {
             other => other,
         };
         if let Some(v) = self.server_as_mut::<VllmNode>(to) {
-            v.submit(now, req);
+            v.offer(now, req);
         }
         self.after_server_step(to);
         self.queue.push(self.now + gap, Event::Arrival(n));
