@@ -329,6 +329,8 @@ fn restart_master(w: &mut World) {
 struct Seen {
     /// The instance's name (its address).
     name: String,
+    /// Its etcd key.
+    key: String,
     /// The etcd key's mod revision and incarnation at the last check.
     etcd: Option<(i64, String)>,
     /// Incarnations in etcd, in the order first seen, with when.
@@ -357,6 +359,7 @@ impl Checker {
             seen: (0..n)
                 .map(|i| Seen {
                     name: addr(i),
+                    key: format!("XLLM:DEFAULT:{}", addr(i)),
                     etcd: None,
                     incarnations: Vec::new(),
                     split: None,
@@ -416,8 +419,7 @@ impl Checker {
         let Some(seen) = self.seen.get_mut(i as usize) else {
             return;
         };
-        let name = &seen.name;
-        let key = format!("XLLM:DEFAULT:{name}");
+        let (name, key) = (&seen.name, &seen.key);
         let kv = world
             .server_as_mut::<EtcdNode>(NodeId::Etcd)
             .and_then(|e| e.list_prefix(key.as_bytes(), now).ok())

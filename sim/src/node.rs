@@ -154,7 +154,15 @@ impl EtcdRequest {
     pub fn wire(&self) -> (&'static str, String) {
         use base64::engine::general_purpose::STANDARD as B64;
         use base64::Engine;
-        let id = |name: &str, v: i64| format!("{{\"{name}\":\"{v}\"}}");
+        let id = |name: &str, v: i64| {
+            let mut body = String::with_capacity(32);
+            body.push_str("{\"");
+            body.push_str(name);
+            body.push_str("\":\"");
+            body.push_str(itoa::Buffer::new().format(v));
+            body.push_str("\"}");
+            body
+        };
         match self {
             EtcdRequest::Grant { ttl } => ("/v3/lease/grant", id("TTL", *ttl)),
             EtcdRequest::Keepalive { lease } => ("/v3/lease/keepalive", id("ID", *lease)),
@@ -165,7 +173,7 @@ impl EtcdRequest {
                 B64.encode_string(key, &mut body);
                 if *lease != 0 {
                     body.push_str("\",\"lease\":\"");
-                    body.push_str(&lease.to_string());
+                    body.push_str(itoa::Buffer::new().format(*lease));
                 }
                 body.push_str("\",\"value\":\"");
                 B64.encode_string(value, &mut body);

@@ -175,6 +175,12 @@ impl SidecarNode {
     /// The commands the core issued, as the driver would run them, in order.
     pub fn poll(&mut self) -> Vec<Outgoing> {
         let mut out = Vec::new();
+        self.poll_into(&mut out);
+        out
+    }
+
+    /// [`SidecarNode::poll`] appended to `out` (a caller's reused buffer).
+    pub fn poll_into(&mut self, out: &mut Vec<Outgoing>) {
         loop {
             // Answers a planted bug gives at once instead of sending the command.
             let mut swallowed = Vec::new();
@@ -191,7 +197,7 @@ impl SidecarNode {
                     Some(Outgoing::Exit(code)) => {
                         self.exit = Some(code);
                         out.push(Outgoing::Exit(code));
-                        return out;
+                        return;
                     }
                     Some(o) => out.push(o),
                     None => {}
@@ -208,7 +214,6 @@ impl SidecarNode {
             }
         }
         out.extend(self.zombie_beat());
-        out
     }
 
     /// A planted stale heartbeat loop's post, when one is due.

@@ -164,8 +164,7 @@ impl VllmNode {
     }
 
     fn advance_core(&mut self, now: Duration) {
-        let outcomes = self.core.advance(now);
-        self.finished += outcomes.len() as u64;
+        self.finished += self.core.advance_drain(now).len() as u64;
     }
 
     /// A scrape, rendered into this thread's page buffer (lent to the core for it).

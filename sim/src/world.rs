@@ -142,6 +142,8 @@ pub struct World {
     /// Streams (reader, server) that lost a line to a blackhole: the proxy closes
     /// their connection when the link heals.
     stuck_streams: std::collections::BTreeSet<(NodeId, NodeId)>,
+    /// A sidecar step's commands, a buffer kept between steps.
+    outgoing: Vec<Outgoing>,
 }
 
 impl World {
@@ -162,6 +164,7 @@ impl World {
             loads: Vec::new(),
             planted: None,
             stuck_streams: std::collections::BTreeSet::new(),
+            outgoing: Vec::new(),
         }
     }
 
@@ -497,9 +500,10 @@ impl World {
         let Some(node) = self.sidecars.get_mut(i as usize) else {
             return;
         };
-        let out = node.poll();
+        let mut out = std::mem::take(&mut self.outgoing);
+        node.poll_into(&mut out);
         let name = NodeId::Sidecar(i);
-        for o in out {
+        for o in out.drain(..) {
             match o {
                 Outgoing::Send {
                     to,
@@ -516,6 +520,7 @@ impl World {
                 Outgoing::Exit(code) => self.record(name, "exit", || json!({ "code": code })),
             }
         }
+        self.outgoing = out;
         let Some(node) = self.sidecars.get_mut(i as usize) else {
             return;
         };

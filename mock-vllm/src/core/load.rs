@@ -138,6 +138,13 @@ impl VllmCore {
         std::mem::take(&mut self.done)
     }
 
+    /// [`VllmCore::advance`] without giving up the outcome buffer: the requests that
+    /// ended, drained (a caller that only counts them allocates nothing).
+    pub fn advance_drain(&mut self, now: Duration) -> std::vec::Drain<'_, Outcome> {
+        self.run_until(now);
+        self.done.drain(..)
+    }
+
     /// When the next step is due (`None`: nothing in flight needs waking).
     pub fn next_event_time(&self) -> Option<Duration> {
         self.timers.peek().map(|Reverse((at, ..))| *at)
