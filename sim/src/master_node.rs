@@ -28,6 +28,24 @@ use serde_json::json;
 use crate::master_watch::{Effects, Follower};
 use crate::node::{Call, NodeId, Outcome, Reply, Request, Server};
 
+/// A note for the log, kept as what it says until a log that writes asks for it (one
+/// per heartbeat: a counting log never builds it).
+enum Note {
+    Value(serde_json::Value),
+    Heartbeat { status: u16, name: Option<String> },
+}
+
+impl Note {
+    fn into_value(self) -> serde_json::Value {
+        match self {
+            Note::Value(v) => v,
+            Note::Heartbeat { status, name } => {
+                json!({ "heartbeat": { "status": status, "name": name } })
+            }
+        }
+    }
+}
+
 /// A simulated mock-master.
 pub struct MasterNode {
     core: MasterCore,
@@ -36,7 +54,7 @@ pub struct MasterNode {
     /// Probe attempts the core asked for, due at their time: (at, id, timeout, name).
     probes: Vec<(Duration, u64, Duration, String)>,
     calls: Vec<Call>,
-    notes: Vec<serde_json::Value>,
+    notes: Vec<Note>,
     /// Heartbeat answers by status, over the node's life (as mock-master counts them).
     heartbeats: BTreeMap<u16, u64>,
     /// Where each routed completion went, in order.
@@ -46,6 +64,10 @@ pub struct MasterNode {
 }
 
 impl MasterNode {
+    fn note(&mut self, note: serde_json::Value) {
+        self.notes.push(Note::Value(note));
+    }
+
     /// A master with `cfg` started at `now`.
     pub fn new(cfg: Config, now: Duration) -> MasterNode {
         let core = MasterCore::new(&cfg, now);
@@ -99,7 +121,7 @@ impl MasterNode {
 
     fn take_effects(&mut self, fx: Effects) {
         self.calls.extend(fx.calls);
-        self.notes.extend(fx.notes);
+        self.notes.extend(fx.notes.into_iter().map(Note::Value));
     }
 
     /// Say that instance `name` (`host:port`) is served by the vLLM node `node`.
@@ -134,10 +156,10 @@ impl MasterNode {
             Ok(resp) => {
                 let verdict = self.core.on_watch_response(now, resp);
                 if !matches!(verdict, mock_master::follow::Verdict::Events(_)) {
-                    self.notes.push(json!({ "watch": format!("{verdict:?}") }));
+                    self.note(json!({ "watch": format!("{verdict:?}") }));
                 }
             }
-            Err(e) => self.notes.push(json!({ "watch_error": e })),
+            Err(e) => self.note(json!({ "watch_error": e })),
         }
         self.collect(now);
     }
@@ -162,7 +184,7 @@ impl MasterNode {
         }
         for note in self.core.take_notes() {
             let (kind, detail) = note.event();
-            self.notes.push(json!({ kind: detail }));
+            self.note(json!({ kind: detail }));
         }
         self.send_due_probes(now);
     }
@@ -206,8 +228,10 @@ impl Server for MasterNode {
         };
         let reply = self.core.on_heartbeat(now, &tokens, body.as_bytes());
         *self.heartbeats.entry(reply.status).or_default() += 1;
-        self.notes
-            .push(json!({ "heartbeat": { "status": reply.status, "name": reply.name } }));
+        self.notes.push(Note::Heartbeat {
+            status: reply.status,
+            name: reply.name,
+        });
         self.collect(now);
         let status = Reply::Status(reply.status);
         Some(match reply.delay {
@@ -239,7 +263,13 @@ impl Server for MasterNode {
     }
 
     fn take_notes(&mut self) -> Vec<serde_json::Value> {
-        std::mem::take(&mut self.notes)
+        self.notes.drain(..).map(Note::into_value).collect()
+    }
+
+    fn drop_notes(&mut self) -> usize {
+        let n = self.notes.len();
+        self.notes.clear();
+        n
     }
 
     fn on_push(&mut self, now: Duration, _from: NodeId, line: &str) {
