@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use rand::distributions::{Distribution, Uniform};
 use rand::Rng;
 
 use crate::config::Config;
@@ -18,6 +19,9 @@ pub struct Latency {
     prefill_per_token: f64,
     inter_token_latency: f64,
     jitter: f64,
+    /// `1 - jitter ..= 1 + jitter`, set up once: what `gen_range` sets up at every draw
+    /// (the same scale and offset, so the same values from the same generator).
+    factor: Option<Uniform<f64>>,
     batch_slowdown: f64,
 }
 
@@ -29,6 +33,7 @@ impl Latency {
             prefill_per_token: cfg.prefill_per_token.as_secs_f64(),
             inter_token_latency: cfg.inter_token_latency.as_secs_f64(),
             jitter: cfg.jitter,
+            factor: jitter_factor(cfg.jitter),
             batch_slowdown: cfg.batch_slowdown,
         }
     }
@@ -39,7 +44,9 @@ impl Latency {
     }
 
     fn jittered(&self, base: f64, rng: &mut impl Rng) -> f64 {
-        if self.jitter > 0.0 {
+        if let Some(factor) = &self.factor {
+            base * factor.sample(rng)
+        } else if self.jitter > 0.0 {
             base * rng.gen_range(1.0 - self.jitter..=1.0 + self.jitter)
         } else {
             base
@@ -63,6 +70,14 @@ impl Latency {
         let base = self.inter_token_latency * self.slowdown(running);
         self.jittered(base, rng).max(0.0)
     }
+}
+
+/// The jitter factor's distribution, when `gen_range` could draw from it (else the
+/// draw is left to `gen_range`, with its own checks).
+fn jitter_factor(jitter: f64) -> Option<Uniform<f64>> {
+    let (lo, hi) = (1.0 - jitter, 1.0 + jitter);
+    (jitter > 0.0 && lo.is_finite() && hi.is_finite() && lo <= hi)
+        .then(|| Uniform::new_inclusive(lo, hi))
 }
 
 /// Seconds as a `Duration` (negative as zero, too large as `Duration::MAX`).
@@ -150,6 +165,21 @@ mod tests {
                 false
             };
             assert_eq!(p.lookup(h), expected);
+        }
+    }
+
+    /// The factor set up once draws what `gen_range` draws, value for value.
+    #[test]
+    fn jitter_draws_are_gen_ranges_draws() {
+        use rand::Rng;
+        for jitter in [0.1, 0.25, 0.5, 1.0, 1e-9] {
+            let factor = jitter_factor(jitter).unwrap();
+            let (mut a, mut b) = (StdRng::seed_from_u64(11), StdRng::seed_from_u64(11));
+            for _ in 0..10_000 {
+                let x: f64 = factor.sample(&mut a);
+                let y: f64 = b.gen_range(1.0 - jitter..=1.0 + jitter);
+                assert_eq!(x.to_bits(), y.to_bits());
+            }
         }
     }
 }
