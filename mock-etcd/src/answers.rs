@@ -34,10 +34,48 @@ pub struct KeepAliveLine {
 }
 
 impl KeepAliveLine {
-    /// The line as streamed, newline included.
+    /// The line as streamed, newline included: what `serde_json` writes of it (tested),
+    /// written directly (every keepalive of every instance is one).
     pub fn line(&self) -> String {
-        let mut s = serde_json::to_string(self).unwrap_or_default();
-        s.push('\n');
+        let r = &self.result;
+        let mut s = String::with_capacity(160);
+        s.push_str("{\"result\":{\"header\":{");
+        let h = &r.header;
+        let mut sep = "";
+        let mut field = |s: &mut String, name: &str, digits: &str| {
+            s.push_str(sep);
+            s.push('"');
+            s.push_str(name);
+            s.push_str("\":\"");
+            s.push_str(digits);
+            s.push('"');
+            sep = ",";
+        };
+        let mut b = itoa::Buffer::new();
+        if h.cluster_id != 0 {
+            field(&mut s, "cluster_id", b.format(h.cluster_id));
+        }
+        if h.member_id != 0 {
+            field(&mut s, "member_id", b.format(h.member_id));
+        }
+        if h.revision != 0 {
+            field(&mut s, "revision", b.format(h.revision));
+        }
+        if h.raft_term != 0 {
+            field(&mut s, "raft_term", b.format(h.raft_term));
+        }
+        s.push('}');
+        if r.id != 0 {
+            s.push_str(",\"ID\":\"");
+            s.push_str(b.format(r.id));
+            s.push('"');
+        }
+        if r.ttl != 0 {
+            s.push_str(",\"TTL\":\"");
+            s.push_str(b.format(r.ttl));
+            s.push('"');
+        }
+        s.push_str("}}\n");
         s
     }
 }
@@ -94,4 +132,39 @@ pub struct HeaderOnly {
 pub struct AuthenticateResponse {
     pub header: Header,
     pub token: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The line written directly is what `serde_json` writes of the struct.
+    #[test]
+    fn keepalive_lines_are_serde_jsons() {
+        let signed = [0, 1, -1, 42, i64::MIN, i64::MAX];
+        let unsigned = [0, 1, 7_587_000_000_123, u64::MAX];
+        for (i, &id) in signed.iter().enumerate() {
+            for &ttl in &signed {
+                for &c in &unsigned {
+                    for &m in &unsigned {
+                        let k = KeepAliveLine {
+                            result: GrantResponse {
+                                header: Header {
+                                    cluster_id: c,
+                                    member_id: m,
+                                    revision: signed[(i + 2) % signed.len()],
+                                    raft_term: unsigned[i % unsigned.len()],
+                                },
+                                id,
+                                ttl,
+                            },
+                        };
+                        let mut expected = serde_json::to_string(&k).unwrap();
+                        expected.push('\n');
+                        assert_eq!(k.line(), expected);
+                    }
+                }
+            }
+        }
+    }
 }
