@@ -420,19 +420,18 @@ impl Checker {
             return;
         };
         let (name, key) = (&seen.name, &seen.key);
-        let kv = world
-            .server_as_mut::<EtcdNode>(NodeId::Etcd)
-            .and_then(|e| e.list_prefix(key.as_bytes(), now).ok())
-            .and_then(|(_, kvs)| kvs.into_iter().find(|kv| kv.key == key.as_bytes()));
-        seen.etcd = match kv {
-            Some(kv) if seen.etcd.as_ref().map(|e| e.0) == Some(kv.mod_revision) => {
-                seen.etcd.take()
+        // The key read straight from etcd's store (a range of one key, without
+        // building the request and copying the answer); parsed when it changed.
+        let prev = seen.etcd.take();
+        seen.etcd = world.server_as_mut::<EtcdNode>(NodeId::Etcd).and_then(|e| {
+            let kv = e.core().data().get(key.as_bytes())?;
+            match prev {
+                Some(p) if p.0 == kv.mod_revision => Some(p),
+                _ => mock_master::instances::InstanceMeta::parse(&kv.value)
+                    .ok()
+                    .map(|m| (kv.mod_revision, m.incarnation_id)),
             }
-            Some(kv) => mock_master::instances::InstanceMeta::parse(&kv.value)
-                .ok()
-                .map(|m| (kv.mod_revision, m.incarnation_id)),
-            None => None,
-        };
+        });
         if let Some((_, inc)) = &seen.etcd {
             if !seen.incarnations.iter().any(|(x, _)| x == inc) {
                 seen.incarnations.push((inc.clone(), now));
