@@ -439,7 +439,7 @@ impl Checker {
         }
         let view = world
             .server_as::<MasterNode>(NodeId::Master)
-            .and_then(|m| m.instances().view(name, now));
+            .and_then(|m| m.instances().get(name));
         let accepted = view
             .as_ref()
             .and_then(|v| v.heartbeats.get(&200).copied())
@@ -452,9 +452,9 @@ impl Checker {
         let tracked = view
             .as_ref()
             .filter(|v| v.state != InstanceState::Suspect)
-            .map(|v| v.incarnation.clone());
+            .map(|v| v.incarnation);
         let split = match (&seen.etcd, tracked) {
-            (Some((_, e)), Some(m)) if *e != m && !excused => Some((e.clone(), m)),
+            (Some((_, e)), Some(m)) if e != m && !excused => Some((e.clone(), m.to_string())),
             _ => None,
         };
         // A split seen at two checks at least the grace apart (the same split).
@@ -474,7 +474,7 @@ impl Checker {
                 ));
             }
         }
-        if let Some(m) = view.as_ref().map(|v| &v.incarnation) {
+        if let Some(m) = view.as_ref().map(|v| v.incarnation) {
             let pos = seen.incarnations.iter().position(|(x, _)| x == m);
             let newer = pos.and_then(|p| seen.incarnations.get(p + 1));
             if let Some((newer, t)) = newer {
