@@ -278,25 +278,7 @@ pub fn push_go_float(out: &mut String, d: f64) {
 /// `v` as decimal digits and `.0` (what `{v}.0` writes), without the formatting
 /// machinery: most numbers of a page go through here.
 fn push_whole(out: &mut String, v: i64) {
-    if v < 0 {
-        out.push('-');
-    }
-    let mut n = v.unsigned_abs();
-    let mut digits = [0u8; 20];
-    let mut len = 0;
-    loop {
-        if let Some(d) = digits.get_mut(len) {
-            *d = b'0' + (n % 10) as u8;
-        }
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for d in digits.iter().take(len).rev() {
-        out.push(char::from(*d));
-    }
+    out.push_str(itoa::Buffer::new().format(v));
     out.push_str(".0");
 }
 
