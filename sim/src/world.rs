@@ -474,10 +474,12 @@ impl World {
             }
             other => other,
         };
-        if let Some(v) = self.server_as_mut::<VllmNode>(to) {
-            v.offer(now, req);
+        match self.server_as_mut::<VllmNode>(to) {
+            // An offer changes nothing the world sees (no note, call or timer) until
+            // the node is next used: nothing to collect from it now.
+            Some(v) => v.offer(now, req),
+            None => self.after_server_step(to),
         }
-        self.after_server_step(to);
         self.queue.push(self.now + gap, Event::Arrival(n));
     }
 
