@@ -36,7 +36,8 @@ pub struct Episode {
     pub end_ms: Option<u64>,
     /// A missing key is excused during (and for a grace after) this episode.
     pub excuses_registration: bool,
-    /// vLLM unhealthy: the instance is not expected to be routable.
+    /// vLLM unhealthy, or cut off from its sidecar: the instance is not expected to be
+    /// routable.
     pub vllm_down: bool,
     /// 401s are expected (token mismatch).
     pub token_mismatch: bool,

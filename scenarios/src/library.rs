@@ -104,6 +104,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../library/startup-gate-backoff-after-vllm-restart.toml"),
     ),
     (
+        "startup-gate-vllm-link-cut.toml",
+        include_str!("../library/startup-gate-vllm-link-cut.toml"),
+    ),
+    (
         "token-mismatch.toml",
         include_str!("../library/token-mismatch.toml"),
     ),

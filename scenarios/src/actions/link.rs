@@ -200,6 +200,9 @@ impl LinkAction {
         let excuses = matches!(link, LinkKind::SidecarEtcd | LinkKind::SidecarVllm)
             && !failover
             && !matches!(fault, LinkFault::Latency { ms, jitter_ms } if ms + jitter_ms < 200);
+        // A cut path from the sidecar to its vLLM is, to that sidecar, vLLM down: its
+        // probes fail and a sidecar still in its start-up gate backs off as it would.
+        let vllm_cut = *link == LinkKind::SidecarVllm && excuses;
         let master = *link == LinkKind::MasterEtcd;
         let recovery = match link {
             LinkKind::SidecarEtcd => book.etcd_recovery_ms(),
@@ -213,6 +216,7 @@ impl LinkAction {
             let key = format!("link:{link:?}:{s:?}:{endpoint:?}");
             book.open(key, s, duration.map(|d| d.as_ms()), |e| {
                 e.excuses_registration = excuses;
+                e.vllm_down = vllm_cut;
                 e.excuses_master = master;
                 e.extra_grace_ms = recovery;
             });
