@@ -88,12 +88,6 @@ pub fn unsupported(topo: &Topology) -> Option<String> {
     if topo.etcd_user.is_some() {
         return Some("etcd auth is not simulated yet".into());
     }
-    if topo.etcd_endpoints > 1 {
-        return Some(
-            "several etcd endpoints are not simulated yet (the client's endpoint failover runs in its async shell)"
-                .into(),
-        );
-    }
     None
 }
 
@@ -189,7 +183,15 @@ impl SimCluster {
     pub(crate) fn sidecar_config(&self, i: usize) -> Result<Config, String> {
         let inst = self.instances.get(i).ok_or("no such instance")?;
         let peers = Peers {
-            etcd: "http://etcd.sim:2379".into(),
+            // One URL per endpoint (`etcd.sim`, `etcd-1.sim`, ...): each is its own link
+            // to the one simulated etcd (`NodeId::etcd_endpoint`).
+            etcd: (0..self.topology.etcd_endpoints.max(1))
+                .map(|k| match k {
+                    0 => "http://etcd.sim:2379".to_string(),
+                    k => format!("http://etcd-{k}.sim:2379"),
+                })
+                .collect::<Vec<_>>()
+                .join(","),
             vllm: format!("http://vllm-{}.sim:8000", inst.name),
             master: "http://master.sim:9000".into(),
             namespace: &self.namespace,

@@ -576,7 +576,6 @@ fn every_call_can_run_as_its_own_task() {
         let _ = each.lease_revoke(1).await;
         let _ = each.put("k", "v", 1).await;
         let _ = each.get("k").await;
-        let _ = each.authenticate().await;
     });
     assert_eq!(c.preferred_endpoint(), 0);
 }

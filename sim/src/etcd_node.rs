@@ -1,6 +1,6 @@
 //! The fake etcd: mock-etcd's own core ([`EtcdCore`]) as a node. Each sidecar call
-//! arrives as the gateway path and JSON body the sidecar's client sends
-//! ([`crate::node::EtcdRequest::wire`]) and goes through [`EtcdCore::handle_json`] — the
+//! arrives as the gateway path, JSON body and token the sidecar's client sends
+//! ([`crate::node::Request::Etcd`]) and goes through [`EtcdCore::handle_json`] — the
 //! same decoding, checks, store and answers as the HTTP shell — and its status and body
 //! go back as they are. Leases expire when the core says they fall due
 //! ([`EtcdCore::next_expiry`], [`EtcdCore::expire_due`]), at virtual times.
@@ -132,10 +132,10 @@ impl Server for EtcdNode {
         request: &Request,
         _: &mut StdRng,
     ) -> Option<Reply> {
-        let (path, body) = match request {
-            Request::Etcd(call) => call.wire(),
-            Request::Gateway { path, body } => (*path, body.clone()),
-            Request::WatchOpen { body } => ("/v3/watch", body.clone()),
+        let (path, body, token) = match request {
+            Request::Etcd { path, body, token } => (*path, body.as_str(), token.as_deref()),
+            Request::Gateway { path, body } => (*path, body.as_str(), None),
+            Request::WatchOpen { body } => ("/v3/watch", body.as_str(), None),
             Request::WatchClose => {
                 self.close_watches(from);
                 return Some(Reply::Status(200));
@@ -171,7 +171,7 @@ impl Server for EtcdNode {
                 },
             }
         } else {
-            let answer = self.core.handle_json(path, None, body.as_bytes(), now);
+            let answer = self.core.handle_json(path, token, body.as_bytes(), now);
             Reply::Gateway {
                 status: answer.status,
                 body: answer.body,

@@ -19,8 +19,30 @@ use serde::Serialize;
 pub enum NodeId {
     Sidecar(u32),
     Vllm(u32),
+    /// The fake etcd; a sidecar's first etcd endpoint reaches it here.
     Etcd,
     Master,
+    /// The same fake etcd reached through a sidecar's etcd endpoint `k` ≥ 1: a link of
+    /// its own (its own faults), the same server.
+    EtcdEndpoint(u32),
+}
+
+impl NodeId {
+    /// The server behind this id (an etcd endpoint is the etcd).
+    pub fn server(self) -> NodeId {
+        match self {
+            NodeId::EtcdEndpoint(_) => NodeId::Etcd,
+            other => other,
+        }
+    }
+
+    /// A sidecar's etcd endpoint `k`.
+    pub fn etcd_endpoint(k: usize) -> NodeId {
+        match u32::try_from(k) {
+            Ok(0) | Err(_) => NodeId::Etcd,
+            Ok(k) => NodeId::EtcdEndpoint(k),
+        }
+    }
 }
 
 impl fmt::Display for NodeId {
@@ -30,6 +52,7 @@ impl fmt::Display for NodeId {
             NodeId::Vllm(i) => write!(f, "vllm/{i}"),
             NodeId::Etcd => f.write_str("etcd"),
             NodeId::Master => f.write_str("master"),
+            NodeId::EtcdEndpoint(k) => write!(f, "etcd@{k}"),
         }
     }
 }
@@ -42,8 +65,14 @@ pub enum Request {
     Health,
     /// `GET /metrics`.
     Metrics,
-    /// One etcd gateway call.
-    Etcd(EtcdRequest),
+    /// One etcd gateway exchange of a sidecar: the path and JSON body its etcd client
+    /// sends (`sidecar::peers::etcd`'s own encoding), with its auth token if it has one.
+    Etcd {
+        path: &'static str,
+        body: String,
+        #[serde(skip)]
+        token: Option<String>,
+    },
     /// `POST /v1/internal/heartbeat` with this JSON body.
     Heartbeat { body: String, token: String },
     /// Another client's gateway call (the master's range): path and JSON body as that
@@ -54,27 +83,6 @@ pub enum Request {
     WatchOpen { body: String },
     /// The caller drops its watch streams (closes the connection).
     WatchClose,
-}
-
-/// The etcd calls the sidecar makes, with the fields it sends (key and value as the
-/// strings that the gateway would carry base64-encoded).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EtcdRequest {
-    Grant {
-        ttl: i64,
-    },
-    Put {
-        key: String,
-        value: String,
-        lease: i64,
-    },
-    Keepalive {
-        lease: i64,
-    },
-    Revoke {
-        lease: i64,
-    },
 }
 
 /// An answer to a [`Request`].
@@ -146,52 +154,14 @@ impl Serialize for Body {
     }
 }
 
-impl EtcdRequest {
-    /// The gateway path and the JSON body the sidecar's etcd client sends
-    /// (`peers::etcd`: int64 fields as strings, key and value base64, a zero lease
-    /// left out), keys in order as a `serde_json::Value` writes them. Written directly:
-    /// digits and base64 need no escaping, and this runs for every etcd call.
-    pub fn wire(&self) -> (&'static str, String) {
-        use base64::engine::general_purpose::STANDARD as B64;
-        use base64::Engine;
-        let id = |name: &str, v: i64| {
-            let mut body = String::with_capacity(32);
-            body.push_str("{\"");
-            body.push_str(name);
-            body.push_str("\":\"");
-            body.push_str(itoa::Buffer::new().format(v));
-            body.push_str("\"}");
-            body
-        };
-        match self {
-            EtcdRequest::Grant { ttl } => ("/v3/lease/grant", id("TTL", *ttl)),
-            EtcdRequest::Keepalive { lease } => ("/v3/lease/keepalive", id("ID", *lease)),
-            EtcdRequest::Revoke { lease } => ("/v3/lease/revoke", id("ID", *lease)),
-            EtcdRequest::Put { key, value, lease } => {
-                let mut body = String::with_capacity(48 + 2 * (key.len() + value.len()));
-                body.push_str("{\"key\":\"");
-                B64.encode_string(key, &mut body);
-                if *lease != 0 {
-                    body.push_str("\",\"lease\":\"");
-                    body.push_str(itoa::Buffer::new().format(*lease));
-                }
-                body.push_str("\",\"value\":\"");
-                B64.encode_string(value, &mut body);
-                body.push_str("\"}");
-                ("/v3/kv/put", body)
-            }
-        }
-    }
-}
-
 impl Request {
     /// Roughly the bytes on the wire (for bandwidth faults).
     pub fn size(&self) -> usize {
         match self {
             Request::Health | Request::Metrics => 64,
-            Request::Etcd(EtcdRequest::Put { key, value, .. }) => 64 + key.len() + value.len(),
-            Request::Etcd(_) | Request::WatchClose => 64,
-            Request::Heartbeat { body, .. }
+            Request::WatchClose => 64,
+            Request::Etcd { body, .. }
+            | Request::Heartbeat { body, .. }
             | Request::Gateway { body, .. }
             | Request::WatchOpen { body } => 64 + body.len(),
         }
@@ -317,51 +287,4 @@ pub trait Server {
 
     /// As [`Server::as_any`], to change a node between events (health modes, faults).
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    /// What the bodies were built as before (a `Value`, keys sorted): the same bytes.
-    fn as_value(r: &EtcdRequest) -> String {
-        use base64::engine::general_purpose::STANDARD as B64;
-        use base64::Engine;
-        match r {
-            EtcdRequest::Grant { ttl } => json!({ "TTL": ttl.to_string() }).to_string(),
-            EtcdRequest::Keepalive { lease } | EtcdRequest::Revoke { lease } => {
-                json!({ "ID": lease.to_string() }).to_string()
-            }
-            EtcdRequest::Put { key, value, lease } => {
-                let mut body = json!({ "key": B64.encode(key), "value": B64.encode(value) });
-                if *lease != 0 {
-                    body["lease"] = json!(lease.to_string());
-                }
-                body.to_string()
-            }
-        }
-    }
-
-    #[test]
-    fn wire_bodies_are_what_a_json_value_writes() {
-        let put = |key: &str, value: &str, lease| EtcdRequest::Put {
-            key: key.into(),
-            value: value.into(),
-            lease,
-        };
-        for r in [
-            EtcdRequest::Grant { ttl: 6 },
-            EtcdRequest::Grant { ttl: -1 },
-            EtcdRequest::Keepalive { lease: i64::MIN },
-            EtcdRequest::Revoke {
-                lease: 7_587_000_000_123,
-            },
-            put("XLLM:DEFAULT:10.0.0.1:8000", "{\"a\":\"\\n\u{e9}\"}", 42),
-            put("k", "", 0),
-            put("", "v", -3),
-        ] {
-            assert_eq!(r.wire().1, as_value(&r), "{r:?}");
-        }
-    }
 }

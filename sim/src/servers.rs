@@ -28,20 +28,22 @@ pub(crate) struct Servers {
 
 impl Servers {
     pub fn get(&self, id: NodeId) -> Option<&Slot> {
-        match id {
+        match id.server() {
             NodeId::Sidecar(i) => self.sidecar.get(i as usize)?.as_ref(),
             NodeId::Vllm(i) => self.vllm.get(i as usize)?.as_ref(),
             NodeId::Etcd => self.etcd.as_ref(),
             NodeId::Master => self.master.as_ref(),
+            NodeId::EtcdEndpoint(_) => None,
         }
     }
 
     pub fn get_mut(&mut self, id: NodeId) -> Option<&mut Slot> {
-        match id {
+        match id.server() {
             NodeId::Sidecar(i) => self.sidecar.get_mut(i as usize)?.as_mut(),
             NodeId::Vllm(i) => self.vllm.get_mut(i as usize)?.as_mut(),
             NodeId::Etcd => self.etcd.as_mut(),
             NodeId::Master => self.master.as_mut(),
+            NodeId::EtcdEndpoint(_) => None,
         }
     }
 
@@ -66,6 +68,7 @@ impl Servers {
             NodeId::Vllm(i) => grown(&mut self.vllm, i),
             NodeId::Etcd => Some(&mut self.etcd),
             NodeId::Master => Some(&mut self.master),
+            NodeId::EtcdEndpoint(_) => None,
         };
         if let Some(s) = slot {
             place(s);

@@ -23,11 +23,12 @@ use std::time::Duration;
 
 use sidecar::config::Config;
 use sidecar::core::{Answer, Command, CommandId, Core, CoreConfig, Input, Note, Registration};
+use sidecar::peers::etcd::EtcdRequest;
 use sidecar::peers::vllm::ScrapeError;
 use sidecar::prom::Format;
 
-use crate::etcd_client::EtcdCall;
-use crate::node::{EtcdRequest, Failure, NodeId, Outcome, Reply, Request};
+use crate::etcd_client::{EtcdCall, EtcdClient, Progress};
+use crate::node::{Failure, NodeId, Outcome, Reply, Request};
 use crate::planted::{Distortion, PlantedBug, STRAY};
 
 /// Which command an exchange answers, and what the answer needs from it.
@@ -51,6 +52,8 @@ pub enum Outgoing {
     },
     /// Log this (the driver's log line and counters).
     Note(Note),
+    /// An info line of a peer client (the etcd client's re-authentication).
+    Log(String),
     /// The driver's `/v1/models` lookup for a log line.
     LogServedModel,
     /// The core exited with this code.
@@ -74,8 +77,13 @@ pub struct SidecarNode {
     timeouts: Timeouts,
     token: String,
     metrics_max_bytes: usize,
-    /// The first etcd endpoint as the driver's messages show it.
-    etcd_shown: String,
+    /// The sidecar's etcd client: its session and its calls under way.
+    etcd: EtcdClient,
+    /// Exchanges a finished one led to (an etcd call's next endpoint), not yet polled.
+    pending: Vec<Outgoing>,
+    /// Answers the shell gives at once (a planted bug's, an etcd call that ended
+    /// without an exchange), not yet handed to the core.
+    immediate: Vec<(CommandId, Answer)>,
     /// The wake-up the world has scheduled for this node.
     pub(crate) wake_at: Option<Duration>,
     /// When the world last handed the core a `Timer`.
@@ -95,10 +103,6 @@ impl SidecarNode {
     /// Sidecar `index` with `config`, its core seeded with `seed`, started at `now`.
     pub fn new(index: u32, config: &Config, seed: u64, now: Duration) -> SidecarNode {
         let core_config = CoreConfig::from_config(config, 1_700_000_000_000);
-        let etcd_shown = config
-            .etcd_endpoints
-            .first()
-            .map_or_else(String::new, |u| u.as_str().to_string());
         SidecarNode {
             index,
             core: Core::new(core_config, seed, now),
@@ -110,7 +114,9 @@ impl SidecarNode {
             },
             token: config.internal_token.expose().to_string(),
             metrics_max_bytes: config.metrics_max_bytes,
-            etcd_shown,
+            etcd: EtcdClient::new(config),
+            pending: Vec::new(),
+            immediate: Vec::new(),
             wake_at: None,
             last_timer: None,
             exit: None,
@@ -154,6 +160,9 @@ impl SidecarNode {
             self.exit = Some(137);
         }
         self.wake_at = None;
+        self.etcd.clear();
+        self.pending.clear();
+        self.immediate.clear();
     }
 
     /// When the core wants its next `Timer`.
@@ -181,14 +190,15 @@ impl SidecarNode {
 
     /// [`SidecarNode::poll`] appended to `out` (a caller's reused buffer).
     pub fn poll_into(&mut self, out: &mut Vec<Outgoing>) {
+        out.append(&mut self.pending);
         loop {
-            // Answers a planted bug gives at once instead of sending the command.
-            let mut swallowed = Vec::new();
             while let Some(command) = self.core.poll_command() {
                 let mut command = command;
                 if let Some(d) = self.distortion.as_mut() {
                     if let Some(answer) = d.intercept(&command, self.core.registration()) {
-                        swallowed.push((command_id(&command), answer));
+                        if let Some(id) = command_id(&command) {
+                            self.immediate.push((id, answer));
+                        }
                         continue;
                     }
                     command = d.rewrite(command);
@@ -202,15 +212,14 @@ impl SidecarNode {
                     Some(o) => out.push(o),
                     None => {}
                 }
+                out.append(&mut self.pending);
             }
-            if swallowed.is_empty() {
+            if self.immediate.is_empty() {
                 break;
             }
             let now = self.now;
-            for (id, answer) in swallowed.into_iter() {
-                if let Some(id) = id {
-                    self.handle(now, Input::Answer(id, answer));
-                }
+            for (id, answer) in std::mem::take(&mut self.immediate) {
+                self.handle(now, Input::Answer(id, answer));
             }
         }
         out.extend(self.zombie_beat());
@@ -244,22 +253,66 @@ impl SidecarNode {
         if tag.id == STRAY {
             return; // a planted stale heartbeat's answer: nobody waits for it
         }
-        let mut answer = answer_of(tag.kind, outcome, &self.context());
-        if let Some(d) = self.distortion.as_mut() {
-            answer = d.distort(tag.kind, answer);
-        }
+        let answer = match EtcdCall::of(tag.kind) {
+            Some(_) => match self.etcd.on_outcome(tag.id, outcome) {
+                Some(Progress::Done(answer)) => answer,
+                Some(progress) => {
+                    let next = self.etcd_outgoing(progress, tag.clone());
+                    self.pending.extend(next);
+                    return;
+                }
+                None => return, // no such call (the process was restarted meanwhile)
+            },
+            None => match answer_of(tag.kind, outcome, &self.context()) {
+                Some(answer) => answer,
+                None => return,
+            },
+        };
+        let answer = match self.distortion.as_mut() {
+            Some(d) => d.distort(tag.kind, answer),
+            None => answer,
+        };
         self.handle(now, Input::Answer(tag.id, answer));
     }
 
-    fn context(&self) -> Context<'_> {
+    fn context(&self) -> Context {
         Context {
             timeouts: self.timeouts,
-            etcd_shown: &self.etcd_shown,
             metrics_max_bytes: self.metrics_max_bytes,
         }
     }
 
-    fn outgoing(&self, command: Command) -> Option<Outgoing> {
+    /// An etcd call's progress as what the driver does: the exchange (after the
+    /// client's log line, if any), or the answer at once.
+    fn etcd_outgoing(&mut self, progress: Progress, tag: Tag) -> Vec<Outgoing> {
+        match progress {
+            Progress::Send { to, request, log } => {
+                let send = Outgoing::Send {
+                    to,
+                    request,
+                    timeout: self.timeouts.etcd,
+                    tag,
+                };
+                log.map(Outgoing::Log).into_iter().chain([send]).collect()
+            }
+            Progress::Done(answer) => {
+                self.immediate.push((tag.id, answer));
+                Vec::new()
+            }
+        }
+    }
+
+    /// The exchange of an etcd command, or nothing (its answer is then immediate).
+    fn etcd_start(&mut self, id: CommandId, kind: Kind, request: EtcdRequest) -> Option<Outgoing> {
+        let call = EtcdCall::of(kind)?;
+        let progress = self.etcd.start(id, call, &request);
+        let mut out = self.etcd_outgoing(progress, Tag { id, kind }).into_iter();
+        let first = out.next();
+        self.pending.extend(out);
+        first
+    }
+
+    fn outgoing(&mut self, command: Command) -> Option<Outgoing> {
         let vllm = NodeId::Vllm(self.index);
         let t = self.timeouts;
         let send = |to, request, timeout, id, kind| Outgoing::Send {
@@ -268,22 +321,23 @@ impl SidecarNode {
             timeout,
             tag: Tag { id, kind },
         };
-        let etcd = |call, id, kind| send(NodeId::Etcd, Request::Etcd(call), t.etcd, id, kind);
         Some(match command {
             Command::ProbeHealth { id } => send(vllm, Request::Health, t.health, id, Kind::Health),
             Command::GrantLease { id, ttl } => {
-                etcd(EtcdRequest::Grant { ttl }, id, Kind::Grant { ttl })
+                return self.etcd_start(id, Kind::Grant { ttl }, EtcdRequest::Grant { ttl })
             }
             Command::PutKey {
                 id,
                 key,
                 value,
                 lease,
-            } => etcd(EtcdRequest::Put { key, value, lease }, id, Kind::Put),
+            } => return self.etcd_start(id, Kind::Put, EtcdRequest::Put { key, value, lease }),
             Command::Keepalive { id, lease } => {
-                etcd(EtcdRequest::Keepalive { lease }, id, Kind::Keepalive)
+                return self.etcd_start(id, Kind::Keepalive, EtcdRequest::Keepalive { lease })
             }
-            Command::Revoke { id, lease } => etcd(EtcdRequest::Revoke { lease }, id, Kind::Revoke),
+            Command::Revoke { id, lease } => {
+                return self.etcd_start(id, Kind::Revoke, EtcdRequest::Revoke { lease })
+            }
             Command::Scrape { id } => send(vllm, Request::Metrics, t.scrape, id, Kind::Scrape),
             Command::PostHeartbeat { id, body } => send(
                 NodeId::Master,
@@ -318,31 +372,25 @@ fn command_id(command: &Command) -> Option<CommandId> {
 
 /// What [`answer_of`] needs to write the peer clients' messages.
 #[derive(Clone, Copy, Debug)]
-pub struct Context<'a> {
+pub struct Context {
     pub timeouts: Timeouts,
-    pub etcd_shown: &'a str,
     pub metrics_max_bytes: usize,
 }
 
-/// The core's answer for an exchange of `kind` that ended with `outcome`: what the
-/// driver's `exec.rs` makes of the peer client's result.
-pub fn answer_of(kind: Kind, outcome: Outcome, cx: &Context<'_>) -> Answer {
-    match kind {
+/// The core's answer for a vLLM or master exchange of `kind` that ended with
+/// `outcome`: what the driver's `exec.rs` makes of the peer client's result. `None` for
+/// an etcd exchange: its call's answer comes from [`crate::etcd_client`], after every
+/// step of the call.
+pub fn answer_of(kind: Kind, outcome: Outcome, cx: &Context) -> Option<Answer> {
+    Some(match kind {
         Kind::Health => health_answer(outcome, cx),
         Kind::Scrape => scrape_answer(outcome, cx),
         Kind::Heartbeat => heartbeat_answer(outcome, cx),
-        Kind::Grant { ttl } => etcd(EtcdCall::Grant { ttl }, outcome, cx),
-        Kind::Put => etcd(EtcdCall::Put, outcome, cx),
-        Kind::Keepalive => etcd(EtcdCall::Keepalive, outcome, cx),
-        Kind::Revoke => etcd(EtcdCall::Revoke, outcome, cx),
-    }
+        Kind::Grant { .. } | Kind::Put | Kind::Keepalive | Kind::Revoke => return None,
+    })
 }
 
-fn etcd(call: EtcdCall, outcome: Outcome, cx: &Context<'_>) -> Answer {
-    crate::etcd_client::answer(call, outcome, cx.etcd_shown, cx.timeouts.etcd)
-}
-
-fn health_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
+fn health_answer(outcome: Outcome, cx: &Context) -> Answer {
     match outcome {
         Outcome::Reply(Reply::Status(s)) if (200..300).contains(&s) => Answer::HealthOk,
         Outcome::Reply(Reply::Status(s)) => {
@@ -359,7 +407,7 @@ fn health_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
     }
 }
 
-fn scrape_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
+fn scrape_answer(outcome: Outcome, cx: &Context) -> Answer {
     let failed = |e: ScrapeError| Answer::ScrapeFailed {
         reason: e.reason().to_string(),
         detail: e.to_string(),
@@ -391,7 +439,7 @@ fn scrape_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
     }
 }
 
-fn heartbeat_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
+fn heartbeat_answer(outcome: Outcome, cx: &Context) -> Answer {
     match outcome {
         Outcome::Reply(Reply::Status(s)) => Answer::HeartbeatStatus(s),
         Outcome::Reply(other) => {
@@ -411,7 +459,7 @@ fn heartbeat_answer(outcome: Outcome, cx: &Context<'_>) -> Answer {
 mod tests {
     use super::*;
 
-    fn cx() -> Context<'static> {
+    fn cx() -> Context {
         Context {
             timeouts: Timeouts {
                 health: Duration::from_secs(3),
@@ -419,7 +467,6 @@ mod tests {
                 etcd: Duration::from_secs(3),
                 heartbeat: Duration::from_secs(3),
             },
-            etcd_shown: "http://127.0.0.1:2379/",
             metrics_max_bytes: 10,
         }
     }
@@ -429,23 +476,22 @@ mod tests {
         let t = Outcome::Failed(Failure::Timeout);
         assert_eq!(
             answer_of(Kind::Health, t.clone(), &cx()),
-            Answer::HealthFailed("/health: no answer within 3s".into())
+            Some(Answer::HealthFailed("/health: no answer within 3s".into()))
         );
         assert_eq!(
             answer_of(Kind::Scrape, t.clone(), &cx()),
-            Answer::ScrapeFailed {
+            Some(Answer::ScrapeFailed {
                 reason: "timeout".into(),
                 detail: "/metrics not read within the scrape timeout".into()
-            }
+            })
         );
         assert_eq!(
             answer_of(Kind::Heartbeat, t.clone(), &cx()),
-            Answer::HeartbeatFailed("heartbeat: no answer within 3s".into())
+            Some(Answer::HeartbeatFailed(
+                "heartbeat: no answer within 3s".into()
+            ))
         );
-        let Answer::KeepaliveFailed(m) = answer_of(Kind::Keepalive, t, &cx()) else {
-            panic!("a keepalive timeout leaves the lease possibly alive");
-        };
-        assert!(m.starts_with("etcd unavailable: all endpoints failed for /v3/lease/keepalive"));
+        assert_eq!(answer_of(Kind::Keepalive, t, &cx()), None);
     }
 
     #[test]
@@ -457,20 +503,21 @@ mod tests {
                 body: text.as_bytes().to_vec().into(),
             })
         };
-        let Answer::ScrapeFailed { reason, .. } =
+        let Some(Answer::ScrapeFailed { reason, .. }) =
             answer_of(Kind::Scrape, page(200, "x".repeat(11).as_str()), &cx())
         else {
             panic!()
         };
         assert_eq!(reason, "too_large");
-        let Answer::ScrapeFailed { reason, .. } = answer_of(Kind::Scrape, page(503, ""), &cx())
+        let Some(Answer::ScrapeFailed { reason, .. }) =
+            answer_of(Kind::Scrape, page(503, ""), &cx())
         else {
             panic!()
         };
         assert_eq!(reason, "status");
         assert!(matches!(
             answer_of(Kind::Scrape, page(200, "a 1\n"), &cx()),
-            Answer::ScrapePage { .. }
+            Some(Answer::ScrapePage { .. })
         ));
     }
 }

@@ -518,6 +518,9 @@ impl World {
                     "note",
                     || json!({ "message": note.message(), "note": format!("{note:?}") }),
                 ),
+                Outgoing::Log(line) => {
+                    self.record(name, "note", || json!({ "message": line, "level": "info" }))
+                }
                 Outgoing::LogServedModel => self.record(name, "log_served_model", || json!({})),
                 Outgoing::Exit(code) => self.record(name, "exit", || json!({ "code": code })),
             }
@@ -619,16 +622,18 @@ impl World {
             return; // the connection was reset while the request was on its way
         }
         let now = self.now;
-        let Some(node) = self.servers.node_mut(server) else {
+        // The link is `server`'s (an etcd endpoint's own); the node is the one behind it.
+        let node_id = server.server();
+        let Some(node) = self.servers.node_mut(node_id) else {
             return;
         };
         let reply = node.serve(now, client, &request, &mut self.rng);
-        self.record_typed(server, "serve", || summary::Serve {
+        self.record_typed(node_id, "serve", || summary::Serve {
             x: id,
             from: client,
             reply: reply.as_ref(),
         });
-        self.after_server_step(server);
+        self.after_server_step(node_id);
         let (extra, reply) = match reply {
             None => return, // a hang: the caller meets its timeout
             Some(Reply::Reset) => {

@@ -71,7 +71,7 @@ fn a_missing_peer_refuses_and_a_hang_times_out_at_the_callers_timeout() {
     let sends = lines_of(&log, "sidecar/0", "send");
     let grant = sends
         .iter()
-        .find(|l| l.contains("\"grant\""))
+        .find(|l| l.contains("/v3/lease/grant"))
         .expect("a grant was sent");
     let t_send: u64 = field(grant, "t_us");
     let x: u64 = field(grant, "x");

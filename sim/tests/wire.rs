@@ -82,7 +82,7 @@ fn run_with(
                     }
                     r
                 }
-                Request::Etcd(_) => {
+                Request::Etcd { .. } => {
                     let r = etcd.serve(now, NodeId::Sidecar(0), &request, &mut rng);
                     // The master's watch: etcd's lines, read by mock-master's parser.
                     for (_, line) in etcd.take_pushes() {

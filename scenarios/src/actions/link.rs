@@ -143,26 +143,34 @@ impl LinkAction {
         let LinkAction::Fault {
             link,
             instance,
+            endpoint,
             fault,
             duration,
-            ..
         } = self;
         let fault: sim::LinkFault = serde_json::to_value(fault)
             .and_then(serde_json::from_value)
             .map_err(|e| format!("link fault: {e}"))?;
+        // A sidecar's etcd link is one per endpoint: the one named, or all of them.
+        let endpoints: Vec<usize> = match endpoint {
+            Some(e) => vec![*e],
+            None => (0..c.topology.etcd_endpoints.max(1)).collect(),
+        };
         let pairs: Vec<(NodeId, NodeId)> = match link {
             LinkKind::MasterEtcd => vec![(NodeId::Master, NodeId::Etcd)],
             _ => c
                 .targets(instance)
                 .into_iter()
-                .map(|i| {
+                .flat_map(|i| {
                     let me = NodeId::Sidecar(node_index(i));
-                    let server = match link {
-                        LinkKind::SidecarMaster => NodeId::Master,
-                        LinkKind::SidecarVllm => NodeId::Vllm(node_index(i)),
-                        _ => NodeId::Etcd,
+                    let servers = match link {
+                        LinkKind::SidecarMaster => vec![NodeId::Master],
+                        LinkKind::SidecarVllm => vec![NodeId::Vllm(node_index(i))],
+                        _ => endpoints
+                            .iter()
+                            .map(|&k| NodeId::etcd_endpoint(k))
+                            .collect(),
                     };
-                    (me, server)
+                    servers.into_iter().map(move |server| (me, server))
                 })
                 .collect(),
         };

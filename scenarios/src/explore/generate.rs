@@ -7,7 +7,7 @@
 //! the vocabulary is the scenario language's own actions. Only what the simulation
 //! cannot run is left out (`sim_actions::unsupported` says why; a test checks that no
 //! schedule needs it): `etcd_kill` / `etcd_restart` need a real 3-member cluster,
-//! etcd auth and several etcd endpoints are not simulated. Every draw comes from one
+//! etcd auth is not simulated, and schedules keep to one etcd endpoint. Every draw comes from one
 //! `StdRng` seeded by the seed alone, so a seed is a schedule, on every machine.
 
 use rand::rngs::StdRng;
