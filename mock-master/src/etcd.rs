@@ -236,7 +236,7 @@ impl EtcdClient {
         let Some(c) = &self.credentials else {
             return Err(err("no etcd credentials configured"));
         };
-        let body = json!({ "name": c.username, "password": c.password });
+        let body = authenticate_request(&c.username, &c.password);
         let v = self
             .call_one(ep, "/v3/auth/authenticate", &body, None)
             .await
@@ -247,12 +247,8 @@ impl EtcdClient {
                     e.into_inner()
                 ))
             })?;
-        let token = v
-            .get("token")
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| err(format!("{ep}: authenticate answered no token")))?
-            .to_string();
+        let token =
+            parse_token(&v).ok_or_else(|| err(format!("{ep}: authenticate answered no token")))?;
         if let Ok(mut g) = self.token.lock() {
             *g = Some(token.clone());
         }
@@ -398,6 +394,17 @@ impl EtcdClient {
         }
         Err(last)
     }
+}
+
+/// `/v3/auth/authenticate`'s request.
+pub fn authenticate_request(username: &str, password: &str) -> Value {
+    json!({ "name": username, "password": password })
+}
+
+/// The simple token of an authenticate answer, if it has a non-empty one.
+pub fn parse_token(v: &Value) -> Option<String> {
+    let token = v.get("token").and_then(Value::as_str)?;
+    (!token.is_empty()).then(|| token.to_string())
 }
 
 /// The body of a range over every key starting with `prefix` (`/v3/kv/range`).

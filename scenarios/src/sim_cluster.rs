@@ -85,9 +85,6 @@ pub fn unsupported(topo: &Topology) -> Option<String> {
     if matches!(topo.etcd, EtcdNeed::Real | EtcdNeed::Cluster3) {
         return Some("needs a real etcd (processes), which the simulation does not run".into());
     }
-    if topo.etcd_user.is_some() {
-        return Some("etcd auth is not simulated yet".into());
-    }
     None
 }
 
@@ -112,10 +109,17 @@ impl SimCluster {
         if let Some(d) = topo.link_delay {
             world.set_link_delay(d.0);
         }
-        let etcd_cfg = mock_etcd::Config {
+        // As real mode's fake etcd (cluster.rs), auth included.
+        let mut etcd_cfg = mock_etcd::Config {
             min_lease_ttl: 1,
             ..mock_etcd::Config::default()
         };
+        if let (Some(u), Some(p)) = (&topo.etcd_user, &topo.etcd_password) {
+            etcd_cfg.users = vec![(u.clone(), p.clone())];
+        }
+        if let Some(ttl) = topo.etcd_token_ttl {
+            etcd_cfg.token_ttl = ttl.0;
+        }
         world.add_server(NodeId::Etcd, Box::new(EtcdNode::new(etcd_cfg, seed)));
         let m = &topo.master;
         let master_cfg = mock_master::Config {
@@ -127,6 +131,8 @@ impl SimCluster {
             publish_interval: m.publish_interval.0,
             // As real mode's master (cluster.rs).
             etcd_timeout: Duration::from_secs(2),
+            etcd_username: topo.etcd_user.clone().unwrap_or_default(),
+            etcd_password: topo.etcd_password.clone().unwrap_or_default(),
             ..Default::default()
         };
         let mut master = MasterNode::new(master_cfg, Duration::ZERO);

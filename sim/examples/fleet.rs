@@ -393,8 +393,8 @@ impl Checker {
     /// whole listing, once a simulated minute).
     fn one_key_each(&mut self, world: &mut World, now: Duration) {
         let Some(Ok((_, kvs))) = world
-            .server_as_mut::<EtcdNode>(NodeId::Etcd)
-            .map(|e| e.list_prefix(b"XLLM:", now))
+            .server_as::<EtcdNode>(NodeId::Etcd)
+            .map(|e| e.list_prefix(b"XLLM:"))
         else {
             return;
         };

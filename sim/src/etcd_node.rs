@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mock_etcd::faults::FaultDecision;
-use mock_etcd::requests::RangeRequest;
+use mock_etcd::store::KeyRange;
 use mock_etcd::{Config, EtcdCore, Fault, LineSink, WatchStream};
 use mock_kit::FaultRegistry;
 use rand::rngs::StdRng;
@@ -77,26 +77,20 @@ impl EtcdNode {
     }
 
     /// Every key under `prefix` and the store's revision: what a listing range reads,
-    /// read at one instant.
+    /// read at one instant from the store itself (the harness inspects; it is no client,
+    /// so etcd auth does not apply).
     pub fn list_prefix(
-        &mut self,
+        &self,
         prefix: &[u8],
-        now: Duration,
     ) -> Result<(i64, Vec<mock_etcd::store::KeyValue>), String> {
         let mut range_end = prefix.to_vec();
         if let Some(last) = range_end.last_mut() {
             *last = last.saturating_add(1);
         }
-        let req = RangeRequest {
-            key: prefix.to_vec(),
-            range_end,
-            ..RangeRequest::default()
-        };
-        let resp = self
-            .core
-            .range(None, &req, now)
-            .map_err(|e| e.rpc_error())?;
-        Ok((resp.header.revision, resp.kvs))
+        let data = self.core.data();
+        let range = KeyRange::new(prefix.to_vec(), range_end);
+        let kvs = data.range_at(&range, 0).map_err(|e| e.rpc_error())?;
+        Ok((data.rev, kvs))
     }
 
     /// The value stored under `key` now, read in place (what a one-key range returns).
@@ -104,11 +98,17 @@ impl EtcdNode {
         self.core.data().get(key).map(|kv| kv.value.as_slice())
     }
 
-    /// Open a watch stream for `reader` and send it `create` (a `WatchRequest` as JSON,
+    /// Open a watch stream for `reader` (with its auth token) and send it `create` (a `WatchRequest` as JSON,
     /// as the reader's client writes it); its answers go to `reader` as pushes.
-    pub fn watch(&mut self, reader: NodeId, create: &[u8], now: Duration) -> Result<(), String> {
+    pub fn watch(
+        &mut self,
+        reader: NodeId,
+        create: &[u8],
+        token: Option<&str>,
+        now: Duration,
+    ) -> Result<(), String> {
         let sink = Arc::new(LineSink::default());
-        let mut stream = self.core.watch_open(None, sink.clone(), now);
+        let mut stream = self.core.watch_open(token, sink.clone(), now);
         self.core.watch_json(&mut stream, create)?;
         self.watches.push((reader, stream, sink));
         Ok(())
@@ -134,8 +134,7 @@ impl Server for EtcdNode {
     ) -> Option<Reply> {
         let (path, body, token) = match request {
             Request::Etcd { path, body, token } => (*path, body.as_str(), token.as_deref()),
-            Request::Gateway { path, body } => (*path, body.as_str(), None),
-            Request::WatchOpen { body } => ("/v3/watch", body.as_str(), None),
+            Request::WatchOpen { body, token } => ("/v3/watch", body.as_str(), token.as_deref()),
             Request::WatchClose => {
                 self.close_watches(from);
                 return Some(Reply::Status(200));
@@ -161,7 +160,7 @@ impl Server for EtcdNode {
             None => None,
         };
         let reply = if let Request::WatchOpen { .. } = request {
-            match self.watch(from, body.as_bytes(), now) {
+            match self.watch(from, body.as_bytes(), token, now) {
                 Ok(()) => Reply::Status(200),
                 Err(e) => Reply::Gateway {
                     status: 400,

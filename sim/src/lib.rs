@@ -30,7 +30,12 @@
 //! - sidecars: the production core, every command mapped as the driver maps it; killed
 //!   and restarted at will;
 //! - etcd: mock-etcd's core (`mock_etcd::EtcdCore`): the sidecar's calls as gateway JSON
-//!   through `handle_json`, lease expiry at virtual times, watch streams;
+//!   through `handle_json`, lease expiry at virtual times, watch streams, auth with
+//!   simple tokens that idle out in virtual time;
+//! - each sidecar's etcd client: the production call plan (`sidecar::peers::etcd::plan`:
+//!   the request bodies, endpoint order and failover, authentication and one
+//!   re-authentication), each endpoint a link of its own to the one etcd
+//!   ([`node::NodeId::EtcdEndpoint`]);
 //! - the master: mock-master's core (`mock_master::core::MasterCore`: gate, heartbeat
 //!   rules, instance table, watch cursor, probe attempts, ticker); it follows etcd
 //!   through a watch (mock-master's request and parser) and probes a deleted instance's
@@ -45,7 +50,10 @@
 //! - the master follows etcd by mock-master's own watch plan over its link
 //!   ([`master_watch`]): a dead stream is re-opened, lost data re-listed.
 //!
-//! Not yet: LOADMETRICS written to etcd, etcd auth and several etcd endpoints.
+//! - with etcd auth on, the master authenticates as mock-master's client does (before
+//!   its first call, once more on a refused token, again after a watch refused for it).
+//!
+//! Not yet: LOADMETRICS written to etcd, real etcd members.
 //!
 //! # Layout
 //!
@@ -64,8 +72,8 @@
 //!   [`sidecar_node::answer_of`] (outcomes → the core's answers).
 //! - [`etcd_node`]: the fake etcd: mock-etcd's `EtcdCore`, watch lines pushed to their
 //!   reader ([`etcd_node::EtcdNode::watch`]).
-//! - [`etcd_client`]: what the sidecar's etcd client makes of a gateway answer
-//!   ([`etcd_client::answer`]).
+//! - [`etcd_client`]: the sidecar's etcd client, its call plan's steps carried out as
+//!   exchanges ([`etcd_client::EtcdClient`]).
 //! - [`vllm_node`]: a fake vLLM: mock-vllm's `VllmCore`, its answers as replies
 //!   ([`vllm_node::VllmNode`]).
 //! - [`master_watch`]: how the master follows etcd (mock-master's `WatchPlan` as calls,

@@ -71,7 +71,9 @@ impl MasterNode {
     /// A master with `cfg` started at `now`.
     pub fn new(cfg: Config, now: Duration) -> MasterNode {
         let core = MasterCore::new(&cfg, now);
-        let follower = Follower::new(core.namespace(), cfg.etcd_timeout, now);
+        let credentials = (!cfg.etcd_username.is_empty())
+            .then(|| (cfg.etcd_username.clone(), cfg.etcd_password.clone()));
+        let follower = Follower::new(core.namespace(), cfg.etcd_timeout, credentials, now);
         MasterNode {
             follower,
             core,

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use mock_master::core::MasterCore;
 use mock_master::etcd::{
-    parse_range, parse_watch_message, range_prefix_request, watch_create_request,
+    authenticate_request, parse_range, parse_token, parse_watch_message, range_prefix_request,
+    watch_create_request,
 };
 use mock_master::watch_plan::{Position, WatchPlan, RESTART, WATCH_IDLE};
 use serde_json::{json, Value};
@@ -27,6 +28,10 @@ enum Stage {
     /// Nothing under way; the next step at `at`.
     Idle {
         at: Duration,
+    },
+    /// Authenticating before the plan's next step (etcd auth on, no token).
+    Authenticating {
+        token: u64,
     },
     Listing {
         token: u64,
@@ -49,6 +54,11 @@ pub struct Follower {
     next_token: u64,
     prefix: Vec<u8>,
     timeout: Duration,
+    /// The master's etcd user and password, if etcd auth is on.
+    credentials: Option<(String, String)>,
+    /// The simple token it holds, and whether the current listing already renewed it.
+    etcd_token: Option<String>,
+    renewed: bool,
 }
 
 /// What the follower wants done: calls to make and notes for the log.
@@ -60,14 +70,23 @@ pub struct Effects {
 
 impl Follower {
     /// A watcher for `<namespace>XLLM:`, its etcd calls bounded by `timeout`, starting
-    /// (with a listing) at `now`.
-    pub fn new(namespace: &str, timeout: Duration, now: Duration) -> Follower {
+    /// (with a listing) at `now`; with `credentials`, it authenticates as mock-master's
+    /// client does (before its first call, again when etcd refuses the token).
+    pub fn new(
+        namespace: &str,
+        timeout: Duration,
+        credentials: Option<(String, String)>,
+        now: Duration,
+    ) -> Follower {
         Follower {
             plan: WatchPlan::new(),
             stage: Stage::Idle { at: now },
             next_token: TOKEN_BASE,
             prefix: format!("{namespace}XLLM:").into_bytes(),
             timeout,
+            credentials,
+            etcd_token: None,
+            renewed: false,
         }
     }
 
@@ -100,7 +119,10 @@ impl Follower {
     /// Time passed: take the next step if it is due, or give up on a silent stream.
     pub fn on_timer(&mut self, now: Duration, core: &MasterCore, fx: &mut Effects) {
         match self.stage {
-            Stage::Idle { at } if at <= now => self.step(core, fx),
+            Stage::Idle { at } if at <= now => {
+                self.renewed = false;
+                self.step(core, fx)
+            }
             Stage::Watching { last } if now >= last + WATCH_IDLE => {
                 self.close(fx);
                 self.ended(now, "no message within the idle timeout".into());
@@ -109,14 +131,23 @@ impl Follower {
         }
     }
 
-    /// List or open a watch, as the plan says.
+    /// List or open a watch, as the plan says (authenticating first if it must).
     fn step(&mut self, core: &MasterCore, fx: &mut Effects) {
+        if let (Some((user, password)), None) = (&self.credentials, &self.etcd_token) {
+            let body = authenticate_request(user, password).to_string();
+            let path = "/v3/auth/authenticate";
+            let token = None;
+            let call = self.call(fx, Request::Etcd { path, body, token });
+            self.stage = Stage::Authenticating { token: call };
+            return;
+        }
+        let token = self.etcd_token.clone();
         match self.plan.position() {
             Position::List { apply } => {
                 let body = range_prefix_request(&self.prefix).to_string();
                 let path = "/v3/kv/range";
-                let token = self.call(fx, Request::Gateway { path, body });
-                self.stage = Stage::Listing { token, apply };
+                let call = self.call(fx, Request::Etcd { path, body, token });
+                self.stage = Stage::Listing { token: call, apply };
             }
             Position::Watch => {
                 let from = core.watch_from();
@@ -126,8 +157,8 @@ impl Follower {
                     );
                 }
                 let body = watch_create_request(&self.prefix, from).to_string();
-                let token = self.call(fx, Request::WatchOpen { body });
-                self.stage = Stage::Opening { token };
+                let call = self.call(fx, Request::WatchOpen { body, token });
+                self.stage = Stage::Opening { token: call };
             }
         }
     }
@@ -142,6 +173,36 @@ impl Follower {
         fx: &mut Effects,
     ) {
         match self.stage {
+            Stage::Authenticating { token: t } if t == token => match authenticated(&outcome) {
+                Ok(etcd_token) => {
+                    self.etcd_token = Some(etcd_token);
+                    self.step(core, fx);
+                }
+                Err(e) => {
+                    let note = json!({ "op": "authenticate", "error": e.clone() });
+                    fx.notes.push(json!({ "etcd_error": note }));
+                    let wait = match self.plan.position() {
+                        Position::List { .. } => self.plan.listed(false),
+                        Position::Watch => Some(self.plan.open_failed(e)),
+                    };
+                    self.stage = Stage::Idle {
+                        at: now + wait.unwrap_or(Duration::ZERO),
+                    };
+                }
+            },
+            // A refused token is renewed once and the listing repeated.
+            Stage::Listing { token: t, .. }
+                if t == token
+                    && self.credentials.is_some()
+                    && !self.renewed
+                    && matches!(outcome, Outcome::Reply(Reply::Gateway { status: 401, .. })) =>
+            {
+                fx.notes
+                    .push(json!({ "etcd_auth_refused": { "op": "range" } }));
+                self.renewed = true;
+                self.etcd_token = None;
+                self.step(core, fx);
+            }
             Stage::Listing { token: t, apply } if t == token => {
                 let listed = listing(&outcome).map(|r| {
                     if apply {
@@ -194,6 +255,9 @@ impl Follower {
         if !matches!(verdict, mock_master::follow::Verdict::Events(_)) {
             fx.notes.push(json!({ "watch": format!("{verdict:?}") }));
         }
+        if let mock_master::follow::Verdict::AuthRefused { .. } = verdict {
+            self.etcd_token = None; // the next open authenticates again
+        }
         if let Some(reason) = self.plan.on_message(&verdict) {
             self.close(fx);
             self.ended(now, reason);
@@ -224,6 +288,20 @@ impl Follower {
     fn ended(&mut self, now: Duration, reason: String) {
         let wait = self.plan.stream_ended(reason).unwrap_or(Duration::ZERO);
         self.stage = Stage::Idle { at: now + wait };
+    }
+}
+
+/// An authenticate call's outcome as its token, or why there is none.
+fn authenticated(outcome: &Outcome) -> Result<String, String> {
+    match outcome {
+        Outcome::Reply(Reply::Gateway { status: 200, body }) => {
+            let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+            parse_token(&v).ok_or_else(|| "authenticate answered no token".to_string())
+        }
+        Outcome::Reply(Reply::Gateway { status, body }) => {
+            Err(format!("HTTP {status}: {}", String::from_utf8_lossy(body)))
+        }
+        other => Err(format!("{other:?}")),
     }
 }
 

@@ -65,8 +65,9 @@ pub enum Request {
     Health,
     /// `GET /metrics`.
     Metrics,
-    /// One etcd gateway exchange of a sidecar: the path and JSON body its etcd client
-    /// sends (`sidecar::peers::etcd`'s own encoding), with its auth token if it has one.
+    /// One etcd gateway call: the path and JSON body the caller's client writes (a
+    /// sidecar's: `sidecar::peers::etcd`'s own encoding; the master's: mock-master's),
+    /// with the caller's auth token if it has one.
     Etcd {
         path: &'static str,
         body: String,
@@ -75,12 +76,13 @@ pub enum Request {
     },
     /// `POST /v1/internal/heartbeat` with this JSON body.
     Heartbeat { body: String, token: String },
-    /// Another client's gateway call (the master's range): path and JSON body as that
-    /// client writes them.
-    Gateway { path: &'static str, body: String },
     /// `POST /v3/watch` with this create request: the answer is the stream, its lines
     /// pushed to the caller until it ends.
-    WatchOpen { body: String },
+    WatchOpen {
+        body: String,
+        #[serde(skip)]
+        token: Option<String>,
+    },
     /// The caller drops its watch streams (closes the connection).
     WatchClose,
 }
@@ -162,8 +164,7 @@ impl Request {
             Request::WatchClose => 64,
             Request::Etcd { body, .. }
             | Request::Heartbeat { body, .. }
-            | Request::Gateway { body, .. }
-            | Request::WatchOpen { body } => 64 + body.len(),
+            | Request::WatchOpen { body, .. } => 64 + body.len(),
         }
     }
 }

@@ -56,6 +56,7 @@ fn run_with(
     etcd.watch(
         NodeId::Master,
         master.watch_request().as_bytes(),
+        None,
         Duration::ZERO,
     )
     .unwrap();

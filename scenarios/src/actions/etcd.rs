@@ -201,7 +201,7 @@ impl EtcdAction {
             EtcdAction::ClearFaults(_) => c.etcd()?.faults().clear(),
             // A hung request here is one never answered (its caller timed out).
             EtcdAction::ReleaseHung(_) => {}
-            EtcdAction::ExpireLease(t) => return expire_sim(c, t, now),
+            EtcdAction::ExpireLease(t) => return expire_sim(c, t),
             EtcdAction::LoseData { reset_revision } => c.etcd()?.lose_data(*reset_revision, now),
             EtcdAction::Kill(_) | EtcdAction::Restart(_) => {
                 return Err(self.sim_unsupported().unwrap_or_default())
@@ -301,13 +301,13 @@ fn expire_real(c: &mut Cluster, t: &str) -> Result<Option<String>, String> {
 }
 
 /// [`expire_real`] in virtual time: the lease is found by listing the etcd core.
-fn expire_sim(c: &mut SimCluster, t: &str, now: Duration) -> Result<Option<String>, String> {
+fn expire_sim(c: &mut SimCluster, t: &str) -> Result<Option<String>, String> {
     if t == "all" {
         c.etcd()?.core().expire_all();
         return Ok(None);
     }
     let prefix = format!("{}XLLM:", normalize_namespace(&c.namespace));
-    let (_, kvs) = c.etcd()?.list_prefix(prefix.as_bytes(), now)?;
+    let (_, kvs) = c.etcd()?.list_prefix(prefix.as_bytes())?;
     let mut expired = Vec::new();
     for i in c.targets(t) {
         let inst = c.instances.get(i).ok_or("no such instance")?;
