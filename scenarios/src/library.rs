@@ -38,6 +38,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../library/etcd-failover.toml"),
     ),
     (
+        "etcd-failover-dead-first-member.toml",
+        include_str!("../library/etcd-failover-dead-first-member.toml"),
+    ),
+    (
         "etcd-lease-lost.toml",
         include_str!("../library/etcd-lease-lost.toml"),
     ),

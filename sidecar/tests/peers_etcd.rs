@@ -321,6 +321,36 @@ async fn failures_move_on_through_the_endpoints_in_order() {
 }
 
 #[tokio::test]
+async fn a_silent_member_costs_at_most_the_failover_bound_while_others_remain() {
+    let keepalive = r#"{"result":{"TTL":"5"}}"#;
+    let (slow, good) = (MockServer::start().await, MockServer::start().await);
+    Mock::given(method("POST"))
+        .and(path("/v3/lease/keepalive"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_string(r#"{"result":{"TTL":"4"}}"#)
+                .set_delay(Duration::from_secs(2)),
+        )
+        .mount(&slow)
+        .await;
+    answer(&good, "/v3/lease/keepalive", 200, keepalive).await;
+    let endpoints = vec![url(&slow), url(&good)];
+    // Within the 3 s etcd timeout the slow member would answer (TTL 4): without a
+    // bound it is the answer; with a 300 ms bound the second member's is.
+    let unbounded = client_with(endpoints.clone(), "", "", Duration::from_secs(3));
+    assert_eq!(unbounded.lease_keepalive(1).await, Ok(4));
+    assert_eq!(unbounded.preferred_endpoint(), 0);
+    let bounded = client_with(endpoints, "", "", Duration::from_secs(3))
+        .with_failover_after(Duration::from_millis(300));
+    assert_eq!(bounded.lease_keepalive(1).await, Ok(5));
+    assert_eq!(bounded.preferred_endpoint(), 1);
+    // The last endpoint left waits the whole timeout: alone, the slow member answers.
+    let alone = client_with(vec![url(&slow)], "", "", Duration::from_secs(3))
+        .with_failover_after(Duration::from_millis(300));
+    assert_eq!(alone.lease_keepalive(1).await, Ok(4));
+}
+
+#[tokio::test]
 async fn the_remembered_endpoint_failing_moves_on_to_the_others_in_order() {
     let (a, b) = (MockServer::start().await, MockServer::start().await);
     answer(&a, "/v3/lease/keepalive", 503, NO_LEADER).await;

@@ -46,10 +46,12 @@ impl EtcdCall {
 /// What a call needs next.
 #[derive(Debug)]
 pub enum Progress {
-    /// An exchange with `to` (one etcd endpoint); `log`: the client's info line, if any.
+    /// An exchange with `to` (one etcd endpoint), failing after `timeout`; `log`: the
+    /// client's info line, if any.
     Send {
         to: NodeId,
         request: Request,
+        timeout: Duration,
         log: Option<String>,
     },
     /// The call is over: the core's answer.
@@ -61,13 +63,13 @@ struct InFlight {
     kind: EtcdCall,
     call: Call,
     endpoint: usize,
+    timeout: Duration,
 }
 
 /// One sidecar's etcd client: its session (preferred endpoint, token) and its calls
 /// under way.
 pub struct EtcdClient {
     session: Session,
-    timeout: Duration,
     calls: Vec<InFlight>,
 }
 
@@ -84,13 +86,16 @@ impl EtcdClient {
     /// The client the sidecar with `config` builds.
     pub fn new(config: &Config) -> EtcdClient {
         let shown = config.etcd_endpoints.iter().map(display_url).collect();
+        let mut session = Session::new(
+            shown,
+            config.etcd_username.clone(),
+            config.etcd_password.clone(),
+            config.etcd_timeout,
+        );
+        // As the driver builds its client (`driver/exec.rs`).
+        session.set_failover_after(config.keepalive_period());
         EtcdClient {
-            session: Session::new(
-                shown,
-                config.etcd_username.clone(),
-                config.etcd_password.clone(),
-            ),
-            timeout: config.etcd_timeout,
+            session,
             calls: Vec::new(),
         }
     }
@@ -111,6 +116,7 @@ impl EtcdClient {
                 kind,
                 call,
                 endpoint: 0,
+                timeout: Duration::ZERO,
             },
             step,
         )
@@ -120,7 +126,7 @@ impl EtcdClient {
     pub fn on_outcome(&mut self, id: CommandId, outcome: Outcome) -> Option<Progress> {
         let at = self.calls.iter().position(|c| c.id == id)?;
         let mut flight = self.calls.swap_remove(at);
-        let timeout = self.timeout;
+        let timeout = flight.timeout;
         let exchange: Exchange<'_> = match &outcome {
             Outcome::Reply(Reply::Gateway { status, body }) => Ok((*status, body.as_slice())),
             Outcome::Reply(other) => Err(format!("unexpected answer {other:?}")),
@@ -146,10 +152,12 @@ impl EtcdClient {
                     format!("etcd rejected the auth token, authenticating again: {reason}")
                 });
                 flight.endpoint = send.endpoint;
+                flight.timeout = send.timeout;
                 self.calls.push(flight);
                 Progress::Send {
                     to: NodeId::etcd_endpoint(send.endpoint),
                     request,
+                    timeout: send.timeout,
                     log,
                 }
             }
@@ -187,19 +195,30 @@ mod tests {
             EtcdCall::Keepalive,
             &EtcdRequest::Keepalive { lease: 9 },
         );
-        let Progress::Send { to, request, log } = first else {
+        let Progress::Send {
+            to,
+            request,
+            timeout,
+            log,
+        } = first
+        else {
             panic!("{first:?}");
         };
         assert_eq!((to, log), (NodeId::Etcd, None));
+        // Another endpoint remains: at most the keepalive period (2 s), not the 3 s.
+        assert_eq!(timeout, Duration::from_secs(2));
         let body = "{\"ID\":\"9\"}".to_string();
         let path = "/v3/lease/keepalive";
         let token = None;
         assert_eq!(request, Request::Etcd { path, body, token });
         let second = client.on_outcome(id, Outcome::Failed(Failure::Timeout));
-        let Some(Progress::Send { to, .. }) = second else {
+        let Some(Progress::Send { to, timeout, .. }) = second else {
             panic!("{second:?}");
         };
-        assert_eq!(to, NodeId::EtcdEndpoint(1));
+        assert_eq!(
+            (to, timeout),
+            (NodeId::EtcdEndpoint(1), Duration::from_secs(3))
+        );
         let done = client.on_outcome(id, Outcome::Failed(Failure::Refused));
         let Some(Progress::Done(Answer::KeepaliveFailed(m))) = done else {
             panic!("{done:?}");

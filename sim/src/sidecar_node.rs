@@ -286,11 +286,16 @@ impl SidecarNode {
     /// client's log line, if any), or the answer at once.
     fn etcd_outgoing(&mut self, progress: Progress, tag: Tag) -> Vec<Outgoing> {
         match progress {
-            Progress::Send { to, request, log } => {
+            Progress::Send {
+                to,
+                request,
+                timeout,
+                log,
+            } => {
                 let send = Outgoing::Send {
                     to,
                     request,
-                    timeout: self.timeouts.etcd,
+                    timeout,
                     tag,
                 };
                 log.map(Outgoing::Log).into_iter().chain([send]).collect()

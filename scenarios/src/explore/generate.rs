@@ -6,9 +6,9 @@
 //! faults from the first second, while sidecars still wait for vLLM, to the end) and
 //! the vocabulary is the scenario language's own actions. Only what the simulation
 //! cannot run is left out (`sim_actions::unsupported` says why; a test checks that no
-//! schedule needs it): `etcd_kill` / `etcd_restart` need a real 3-member cluster,
-//! etcd auth is not simulated, and schedules keep to one etcd endpoint. Every draw comes from one
-//! `StdRng` seeded by the seed alone, so a seed is a schedule, on every machine.
+//! schedule needs it): `etcd_kill` / `etcd_restart` need a real 3-member cluster. Every
+//! draw comes from `StdRng`s seeded by the seed alone, so a seed is a schedule, on every
+//! machine.
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -112,11 +112,41 @@ pub fn generate(seed: u64, p: &Params) -> Schedule {
         }
     }
     faults.sort_by_key(|f| f.at_ms);
-    Schedule {
+    let mut schedule = Schedule {
         seed,
         topo,
         faults,
         duration_ms: p.duration_ms,
+    };
+    etcd_access(seed, &mut schedule);
+    schedule
+}
+
+/// How sidecars reach etcd: one to three endpoints (a link fault on the sidecar → etcd
+/// link then hits one endpoint or all of them) and etcd auth on or off. Drawn from a
+/// stream of its own, after everything else, so that adding these draws left every
+/// other draw of a seed as it was.
+fn etcd_access(seed: u64, s: &mut Schedule) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x6574_6364_2d61_6363);
+    s.topo.etcd_endpoints = match rng.gen_range(0..20) {
+        0..=11 => 1,
+        12..=16 => 2,
+        _ => 3,
+    };
+    // Idle token TTLs from a blip to a minute, log-uniform: a short one expires between
+    // a sidecar's calls, so it re-authenticates often.
+    s.topo.etcd_token_ttl_ms = rng
+        .gen_bool(0.25)
+        .then(|| round(rng.gen_range(500f64.ln()..60_000f64.ln()).exp() as u64, 100));
+    let endpoints = s.topo.etcd_endpoints;
+    for f in &mut s.faults {
+        let Some(link) = f.action.get_mut("link").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        let to_etcd = link.get("link").and_then(Value::as_str) == Some("sidecar_etcd");
+        if to_etcd && endpoints > 1 && rng.gen_bool(0.8) {
+            link.insert("endpoint".into(), json!(rng.gen_range(0..endpoints)));
+        }
     }
 }
 
@@ -148,6 +178,9 @@ fn topology(rng: &mut StdRng, p: &Params) -> Topo {
             .gen_bool(0.7)
             .then(|| rng.gen_range(0.0f64..20f64.ln()).exp() as u64)
             .map(|ms| ms.max(1)),
+        // Drawn by `etcd_access`, from its own stream.
+        etcd_endpoints: 1,
+        etcd_token_ttl_ms: None,
     }
 }
 
@@ -357,8 +390,17 @@ mod tests {
             ..Params::default()
         };
         let mut kinds = std::collections::BTreeSet::new();
+        let (mut several, mut auth, mut one_endpoint) = (0, 0, 0);
         for seed in 0..300 {
             let s = generate(seed, &p);
+            several += usize::from(s.topo.etcd_endpoints > 1);
+            auth += usize::from(s.topo.etcd_token_ttl_ms.is_some());
+            for f in &s.faults {
+                if let Some(e) = f.action.pointer("/link/endpoint").and_then(Value::as_u64) {
+                    assert!((e as usize) < s.topo.etcd_endpoints, "{f:?}");
+                    one_endpoint += 1;
+                }
+            }
             assert!((3..=6).contains(&s.topo.instances));
             assert!(s.topo.keepalive_ms < s.topo.lease_ttl * 1000);
             assert!(!s.faults.is_empty());
@@ -373,6 +415,39 @@ mod tests {
             assert_eq!(crate::simrun::unsupported(&sc), None, "{text}");
         }
         assert_eq!(kinds.len(), FAULT_KINDS.len(), "{kinds:?}");
+        assert!(
+            several > 60 && auth > 40 && one_endpoint > 0,
+            "{several} {auth} {one_endpoint}"
+        );
+    }
+
+    #[test]
+    fn etcd_access_reaches_the_scenario_and_shrinks_to_one_endpoint() {
+        let p = Params::default();
+        let seed = (0..500)
+            .find(|&seed| {
+                let s = generate(seed, &p);
+                s.topo.etcd_token_ttl_ms.is_some()
+                    && s.faults
+                        .iter()
+                        .any(|f| f.action.pointer("/link/endpoint").is_some())
+            })
+            .expect("a schedule with auth and a one-endpoint link fault");
+        let s = generate(seed, &p);
+        let sc = Scenario::parse("x.toml", &s.to_toml("d", &[])).unwrap();
+        assert_eq!(sc.topology.etcd_endpoints, s.topo.etcd_endpoints);
+        assert_eq!(
+            sc.topology.etcd_user.as_deref(),
+            Some(super::super::schedule::ETCD_USER)
+        );
+        let one = s.single_etcd_endpoint();
+        assert_eq!(one.topo.etcd_endpoints, 1);
+        assert!(one
+            .faults
+            .iter()
+            .all(|f| f.action.pointer("/link/endpoint").is_none()));
+        assert_eq!(one.faults.len(), s.faults.len());
+        Scenario::parse("x.toml", &one.to_toml("d", &[])).unwrap();
     }
 
     #[test]

@@ -33,7 +33,15 @@ pub struct Topo {
     /// One-way delay of every healthy simulated link, in ms (`None`: the simulator's
     /// 0.2 ms): exchanges that take time are what lets a fault land mid-registration.
     pub link_delay_ms: Option<u64>,
+    /// etcd endpoints each sidecar is given (each its own link to the one etcd).
+    pub etcd_endpoints: usize,
+    /// etcd auth on, with this simple-token idle TTL in ms (`None`: auth off).
+    pub etcd_token_ttl_ms: Option<u64>,
 }
+
+/// The etcd user and password of a schedule with etcd auth on.
+pub const ETCD_USER: &str = "xllm";
+pub const ETCD_PASSWORD: &str = "pw";
 
 impl Topo {
     /// The library's defaults (`spec::Topology::default()`), the shrinker's target.
@@ -51,6 +59,8 @@ impl Topo {
             dialect: "v0_10".into(),
             kv_capacity_tokens: d.kv_capacity_tokens,
             link_delay_ms: None,
+            etcd_endpoints: d.etcd_endpoints,
+            etcd_token_ttl_ms: None,
         }
     }
 }
@@ -227,6 +237,35 @@ impl Schedule {
         }
     }
 
+    /// The same schedule with one etcd endpoint: link faults aimed at one endpoint then
+    /// hit the only one.
+    pub fn single_etcd_endpoint(&self) -> Schedule {
+        let strip = |a: &Value| {
+            let mut a = a.clone();
+            if let Some(link) = a.get_mut("link").and_then(Value::as_object_mut) {
+                link.remove("endpoint");
+            }
+            a
+        };
+        let faults = self
+            .faults
+            .iter()
+            .map(|f| Fault {
+                at_ms: f.at_ms,
+                action: strip(&f.action),
+                end: f.end.as_ref().map(|(t, a)| (*t, strip(a))),
+            })
+            .collect();
+        Schedule {
+            topo: Topo {
+                etcd_endpoints: 1,
+                ..self.topo.clone()
+            },
+            faults,
+            ..self.clone()
+        }
+    }
+
     /// Every action with its time, in the order the runner plays them.
     fn timeline(&self) -> Vec<(u64, &Value)> {
         let mut steps: Vec<(u64, &Value)> = Vec::new();
@@ -305,6 +344,12 @@ impl Schedule {
             false,
         );
         field("etcd_timeout", t.etcd_timeout_ms, d.etcd_timeout_ms, true);
+        field(
+            "etcd_endpoints",
+            t.etcd_endpoints as u64,
+            d.etcd_endpoints as u64,
+            false,
+        );
         if let Some(tok) = &t.token {
             let _ = writeln!(s, "token = {}", quote(tok));
         }
@@ -313,6 +358,15 @@ impl Schedule {
         }
         if let Some(ms) = t.link_delay_ms {
             let _ = writeln!(s, "link_delay = \"{}\"", dur(ms));
+        }
+        if let Some(ms) = t.etcd_token_ttl_ms {
+            let _ = writeln!(
+                s,
+                "etcd_user = {}\netcd_password = {}\netcd_token_ttl = \"{}\"",
+                quote(ETCD_USER),
+                quote(ETCD_PASSWORD),
+                dur(ms)
+            );
         }
         s
     }

@@ -184,7 +184,8 @@ impl Shrinker<'_> {
 
     fn simplify_timers(&mut self) -> bool {
         let d = Topo::library_default(self.best.topo.instances);
-        let setters: [&dyn Fn(&mut Topo); 8] = [
+        let setters: [&dyn Fn(&mut Topo); 9] = [
+            &|t| t.etcd_token_ttl_ms = d.etcd_token_ttl_ms,
             &|t| t.kv_capacity_tokens = d.kv_capacity_tokens,
             &|t| t.link_delay_ms = d.link_delay_ms,
             &|t| t.keepalive_ms = d.keepalive_ms,
@@ -195,6 +196,9 @@ impl Shrinker<'_> {
             &|t| t.lease_ttl = d.lease_ttl,
         ];
         let mut progress = false;
+        if self.best.topo.etcd_endpoints != d.etcd_endpoints {
+            progress |= self.try_keep(self.best.single_etcd_endpoint());
+        }
         for set in setters {
             let mut c = self.best.clone();
             set(&mut c.topo);

@@ -43,7 +43,8 @@ impl Peers {
                 config.etcd_password.clone(),
                 config.etcd_timeout,
                 never.clone(),
-            ),
+            )
+            .with_failover_after(config.keepalive_period()),
             vllm: VllmClient::new(
                 follow,
                 &config.vllm_url,

@@ -124,7 +124,7 @@ impl EtcdClient {
                 http,
                 urls,
                 timeout,
-                session: Mutex::new(Session::new(shown, username, password)),
+                session: Mutex::new(Session::new(shown, username, password, timeout)),
             }),
         }
     }
@@ -135,6 +135,13 @@ impl EtcdClient {
             .session
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// While other endpoints remain, an attempt waits at most `bound` (the driver gives
+    /// the keepalive period: a dead member then costs less than the lease has left).
+    pub fn with_failover_after(self, bound: Duration) -> EtcdClient {
+        self.session().set_failover_after(bound);
+        self
     }
 
     /// The index of the endpoint the next call tries first.
@@ -215,7 +222,7 @@ impl EtcdClient {
         }
     }
 
-    /// One exchange with one endpoint, bounded by the etcd timeout as a whole.
+    /// One exchange with one endpoint, bounded as a whole by the attempt's timeout.
     async fn exchange(&self, send: &plan::Send, body: &str) -> Result<(u16, Vec<u8>), String> {
         let url = PATHS
             .iter()
@@ -247,8 +254,8 @@ impl EtcdClient {
                     })?;
             Ok::<_, String>((status, bytes))
         };
-        match tokio::time::timeout(self.inner.timeout, exchange).await {
-            Err(_) => Err(format!("no answer within {:?}", self.inner.timeout)),
+        match tokio::time::timeout(send.timeout, exchange).await {
+            Err(_) => Err(format!("no answer within {:?}", send.timeout)),
             Ok(result) => result,
         }
     }

@@ -8,7 +8,10 @@
 //!
 //! The rules: each call starts at the endpoint that answered last ([`Session`]) and then
 //! tries the others in order. A connection error, a timeout, a non-200 that is not one
-//! of etcd's own final errors, or a 200 whose body is not a JSON object moves on. With
+//! of etcd's own final errors, or a 200 whose body is not a JSON object moves on. Each
+//! attempt waits at most the etcd timeout; while other endpoints remain to be tried, at
+//! most the failover bound too (the keepalive period), so that a dead member costs a
+//! keepalive less than the lease has left. With
 //! credentials, a call first authenticates when it has no token, and when etcd rejects
 //! the token it authenticates again once and repeats the call (etcd restarted, or the
 //! simple token expired after its idle TTL).
@@ -18,20 +21,27 @@
 //! use sidecar::peers::etcd::plan::{Call, Session, Step};
 //! use sidecar::peers::etcd::EtcdRequest;
 //!
-//! let mut session = Session::new(vec!["http://a:2379".into(), "http://b:2379".into()],
-//!     String::new(), Secret::default());
+//! use std::time::Duration;
+//!
+//! let endpoints = vec!["http://a:2379".into(), "http://b:2379".into()];
+//! let mut session = Session::new(endpoints, String::new(), Secret::default(),
+//!     Duration::from_secs(3));
+//! session.set_failover_after(Duration::from_secs(1));
 //! let mut call = Call::new(&EtcdRequest::Keepalive { lease: 7 });
 //! let Step::Send(first) = call.start(&mut session) else { panic!() };
 //! assert_eq!((first.endpoint, first.path), (0, "/v3/lease/keepalive"));
+//! assert_eq!(first.timeout, Duration::from_secs(1)); // another endpoint remains
 //! // The first endpoint refuses: the second one is next.
 //! let Step::Send(second) = call.feed(&mut session, first.endpoint, Err("refused".into()))
 //!     else { panic!() };
-//! assert_eq!(second.endpoint, 1);
+//! assert_eq!((second.endpoint, second.timeout), (1, Duration::from_secs(3)));
 //! let answer = br#"{"result":{"ID":"7","TTL":"6"}}"#;
 //! let Step::Done(Ok(body)) = call.feed(&mut session, 1, Ok((200, answer))) else { panic!() };
 //! assert_eq!(body, answer);
 //! assert_eq!(session.preferred(), 1); // the next call starts there
 //! ```
+
+use std::time::Duration;
 
 use serde::de::IgnoredAny;
 
@@ -55,19 +65,34 @@ pub struct Session {
     preferred: usize,
     credentials: Option<(String, Secret)>,
     token: Option<Secret>,
+    timeout: Duration,
+    failover_after: Option<Duration>,
 }
 
 impl Session {
     /// `shown`: each endpoint as messages name it (no user info); `username` empty means
-    /// no auth.
-    pub fn new(shown: Vec<String>, username: String, password: Secret) -> Session {
+    /// no auth; `timeout`: the most one attempt waits (`--etcd-timeout`).
+    pub fn new(
+        shown: Vec<String>,
+        username: String,
+        password: Secret,
+        timeout: Duration,
+    ) -> Session {
         let credentials = (!username.is_empty()).then_some((username, password));
         Session {
             shown,
             preferred: 0,
             credentials,
             token: None,
+            timeout,
+            failover_after: None,
         }
+    }
+
+    /// While other endpoints remain to be tried, an attempt waits at most `bound` (the
+    /// keepalive period); the last one waits the whole timeout.
+    pub fn set_failover_after(&mut self, bound: Duration) {
+        self.failover_after = Some(bound);
     }
 
     /// The index of the endpoint the next call tries first.
@@ -126,6 +151,8 @@ pub enum CallError {
 pub struct Send {
     pub endpoint: usize,
     pub path: &'static str,
+    /// How long to wait for its answer before it counts as failed.
+    pub timeout: Duration,
     /// The `Authorization` header's value, if any.
     pub token: Option<Secret>,
     /// Set when this exchange authenticates again because etcd rejected the token: why.
@@ -263,6 +290,10 @@ impl Call {
         };
         let after_failure = (self.tried > 0).then(|| self.last_failure.clone());
         self.tried += 1;
+        let timeout = match session.failover_after {
+            Some(bound) if self.tried < count => session.timeout.min(bound),
+            _ => session.timeout,
+        };
         let token = match self.stage {
             Stage::Authenticating => None,
             Stage::Calling => session.token.clone(),
@@ -270,6 +301,7 @@ impl Call {
         Step::Send(Send {
             endpoint,
             path: self.current_path(),
+            timeout,
             token,
             reauthenticating,
             after_failure,
