@@ -145,7 +145,7 @@ impl EtcdClient {
             Step::Send(send) => {
                 let request = Request::Etcd {
                     path: send.path,
-                    body: flight.call.body().to_string(),
+                    body: flight.call.body().clone(),
                     token: send.token.map(|t| t.expose().to_string()),
                 };
                 let log = send.reauthenticating.map(|reason| {
@@ -207,7 +207,7 @@ mod tests {
         assert_eq!((to, log), (NodeId::Etcd, None));
         // Another endpoint remains: at most the keepalive period (2 s), not the 3 s.
         assert_eq!(timeout, Duration::from_secs(2));
-        let body = "{\"ID\":\"9\"}".to_string();
+        let body = "{\"ID\":\"9\"}".into();
         let path = "/v3/lease/keepalive";
         let token = None;
         assert_eq!(request, Request::Etcd { path, body, token });

@@ -133,7 +133,7 @@ impl Server for EtcdNode {
         _: &mut StdRng,
     ) -> Option<Reply> {
         let (path, body, token) = match request {
-            Request::Etcd { path, body, token } => (*path, body.as_str(), token.as_deref()),
+            Request::Etcd { path, body, token } => (*path, &**body, token.as_deref()),
             Request::WatchOpen { body, token } => ("/v3/watch", body.as_str(), token.as_deref()),
             Request::WatchClose => {
                 self.close_watches(from);

@@ -134,7 +134,7 @@ impl Follower {
     /// List or open a watch, as the plan says (authenticating first if it must).
     fn step(&mut self, core: &MasterCore, fx: &mut Effects) {
         if let (Some((user, password)), None) = (&self.credentials, &self.etcd_token) {
-            let body = authenticate_request(user, password).to_string();
+            let body = authenticate_request(user, password).to_string().into();
             let path = "/v3/auth/authenticate";
             let token = None;
             let call = self.call(fx, Request::Etcd { path, body, token });
@@ -144,7 +144,7 @@ impl Follower {
         let token = self.etcd_token.clone();
         match self.plan.position() {
             Position::List { apply } => {
-                let body = range_prefix_request(&self.prefix).to_string();
+                let body = range_prefix_request(&self.prefix).to_string().into();
                 let path = "/v3/kv/range";
                 let call = self.call(fx, Request::Etcd { path, body, token });
                 self.stage = Stage::Listing { token: call, apply };

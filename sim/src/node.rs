@@ -70,7 +70,7 @@ pub enum Request {
     /// with the caller's auth token if it has one.
     Etcd {
         path: &'static str,
-        body: String,
+        body: std::sync::Arc<str>,
         #[serde(skip)]
         token: Option<String>,
     },
@@ -162,9 +162,8 @@ impl Request {
         match self {
             Request::Health | Request::Metrics => 64,
             Request::WatchClose => 64,
-            Request::Etcd { body, .. }
-            | Request::Heartbeat { body, .. }
-            | Request::WatchOpen { body, .. } => 64 + body.len(),
+            Request::Etcd { body, .. } => 64 + body.len(),
+            Request::Heartbeat { body, .. } | Request::WatchOpen { body, .. } => 64 + body.len(),
         }
     }
 }

@@ -257,8 +257,7 @@ impl SidecarNode {
             Some(_) => match self.etcd.on_outcome(tag.id, outcome) {
                 Some(Progress::Done(answer)) => answer,
                 Some(progress) => {
-                    let next = self.etcd_outgoing(progress, tag.clone());
-                    self.pending.extend(next);
+                    self.etcd_progress(progress, tag.clone());
                     return;
                 }
                 None => return, // no such call (the process was restarted meanwhile)
@@ -283,8 +282,8 @@ impl SidecarNode {
     }
 
     /// An etcd call's progress as what the driver does: the exchange (after the
-    /// client's log line, if any), or the answer at once.
-    fn etcd_outgoing(&mut self, progress: Progress, tag: Tag) -> Vec<Outgoing> {
+    /// client's log line, if any) goes out with the next poll, an answer to the core.
+    fn etcd_progress(&mut self, progress: Progress, tag: Tag) {
         match progress {
             Progress::Send {
                 to,
@@ -292,29 +291,25 @@ impl SidecarNode {
                 timeout,
                 log,
             } => {
-                let send = Outgoing::Send {
+                self.pending.extend(log.map(Outgoing::Log));
+                self.pending.push(Outgoing::Send {
                     to,
                     request,
                     timeout,
                     tag,
-                };
-                log.map(Outgoing::Log).into_iter().chain([send]).collect()
+                });
             }
-            Progress::Done(answer) => {
-                self.immediate.push((tag.id, answer));
-                Vec::new()
-            }
+            Progress::Done(answer) => self.immediate.push((tag.id, answer)),
         }
     }
 
-    /// The exchange of an etcd command, or nothing (its answer is then immediate).
+    /// Start an etcd command's call (its steps go out through `pending`).
     fn etcd_start(&mut self, id: CommandId, kind: Kind, request: EtcdRequest) -> Option<Outgoing> {
-        let call = EtcdCall::of(kind)?;
-        let progress = self.etcd.start(id, call, &request);
-        let mut out = self.etcd_outgoing(progress, Tag { id, kind }).into_iter();
-        let first = out.next();
-        self.pending.extend(out);
-        first
+        if let Some(call) = EtcdCall::of(kind) {
+            let progress = self.etcd.start(id, call, &request);
+            self.etcd_progress(progress, Tag { id, kind });
+        }
+        None
     }
 
     fn outgoing(&mut self, command: Command) -> Option<Outgoing> {

@@ -8,7 +8,8 @@
 //!
 //! The rules: each call starts at the endpoint that answered last ([`Session`]) and then
 //! tries the others in order. A connection error, a timeout, a non-200 that is not one
-//! of etcd's own final errors, or a 200 whose body is not a JSON object moves on. Each
+//! of etcd's own final errors, or a 200 whose body is not a JSON object (by its braces)
+//! moves on. Each
 //! attempt waits at most the etcd timeout; while other endpoints remain to be tried, at
 //! most the failover bound too (the keepalive period), so that a dead member costs a
 //! keepalive less than the lease has left. With
@@ -41,9 +42,8 @@
 //! assert_eq!(session.preferred(), 1); // the next call starts there
 //! ```
 
+use std::sync::Arc;
 use std::time::Duration;
-
-use serde::de::IgnoredAny;
 
 use super::wire::{
     AuthenticateAnswer, AuthenticateRequest, ErrorBody, EtcdRequest, AUTHENTICATE,
@@ -179,13 +179,15 @@ enum Stage {
 /// One call in progress.
 pub struct Call {
     path: &'static str,
-    body: String,
-    auth_body: String,
+    /// Shared, so a transport that keeps the request (the simulator's) need not copy it.
+    body: Arc<str>,
+    auth_body: Arc<str>,
     stage: Stage,
     /// The endpoint this stage started at, and how many it has tried.
     first: usize,
     tried: usize,
-    last_failure: String,
+    /// Why the last endpoint tried failed (`None`: none has yet).
+    last_failure: Option<String>,
     reauthenticated: bool,
 }
 
@@ -195,21 +197,21 @@ impl Call {
     }
 
     /// A call of `path` with this JSON body.
-    pub fn raw(path: &'static str, body: String) -> Call {
+    pub fn raw(path: &'static str, body: impl Into<Arc<str>>) -> Call {
         Call {
             path,
-            body,
-            auth_body: String::new(),
+            body: body.into(),
+            auth_body: Arc::from(""),
             stage: Stage::Calling,
             first: 0,
             tried: 0,
-            last_failure: String::from("no endpoint configured"),
+            last_failure: None,
             reauthenticated: false,
         }
     }
 
     /// The body of the exchange the last [`Step::Send`] asked for.
-    pub fn body(&self) -> &str {
+    pub fn body(&self) -> &Arc<str> {
         match self.stage {
             Stage::Authenticating => &self.auth_body,
             Stage::Calling => &self.body,
@@ -239,7 +241,7 @@ impl Call {
                 self.settled(session, settled)
             }
             Err(why) => {
-                self.last_failure = why;
+                self.last_failure = Some(why);
                 self.next(session, None)
             }
         }
@@ -264,7 +266,7 @@ impl Call {
                     name,
                     password: password.expose(),
                 };
-                self.auth_body = serde_json::to_string(&request).unwrap_or_default();
+                self.auth_body = serde_json::to_string(&request).unwrap_or_default().into();
             }
         }
         self.next(session, reauth)
@@ -278,6 +280,8 @@ impl Call {
                 "all endpoints failed for {}, last: {}",
                 self.current_path(),
                 self.last_failure
+                    .as_deref()
+                    .unwrap_or("no endpoint configured")
             );
             return Step::Done(Err(CallError::Unavailable(why)));
         }
@@ -288,7 +292,7 @@ impl Call {
                 .nth(k - 1)
                 .unwrap_or(0),
         };
-        let after_failure = (self.tried > 0).then(|| self.last_failure.clone());
+        let after_failure = self.last_failure.take();
         self.tried += 1;
         let timeout = match session.failover_after {
             Some(bound) if self.tried < count => session.timeout.min(bound),
@@ -350,10 +354,11 @@ fn judge(
     bytes: &[u8],
 ) -> Result<Result<Vec<u8>, CallError>, String> {
     if status == 200 {
-        // Only an object: serde would also read a struct from a JSON array.
-        let object = bytes.trim_ascii_start().starts_with(b"{")
-            && serde_json::from_slice::<IgnoredAny>(bytes).is_ok();
-        if object {
+        // Only an object (serde would also read a struct from a JSON array), told by its
+        // braces: decoding it is the caller's (`decode::typed`), and an object that does
+        // not decode is a bad answer there, not a reason to ask another member.
+        let trimmed = bytes.trim_ascii();
+        if trimmed.starts_with(b"{") && trimmed.ends_with(b"}") {
             return Ok(Ok(bytes.to_vec()));
         }
         return Err(format!(
