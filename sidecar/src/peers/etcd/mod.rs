@@ -195,7 +195,7 @@ impl EtcdClient {
         Ok(Some(String::from_utf8_lossy(&raw).into_owned()))
     }
 
-    /// Carry out one call's steps: each exchange bounded by the etcd timeout.
+    /// Carry out one call's steps, each exchange bounded by its step's timeout.
     async fn call(&self, request: &EtcdRequest) -> Result<Vec<u8>, CallError> {
         let mut call = Call::new(request);
         let mut step = call.start(&mut self.session());
