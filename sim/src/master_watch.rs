@@ -224,6 +224,11 @@ impl Follower {
             Stage::Opening { token: t } if t == token => match outcome {
                 Outcome::Reply(Reply::Status(200)) => self.stage = Stage::Watching { last: now },
                 other => {
+                    // As mock-master's client: a 401 drops the token, the next open
+                    // authenticates again.
+                    if let Outcome::Reply(Reply::Gateway { status: 401, .. }) = other {
+                        self.etcd_token = None;
+                    }
                     let wait = self.plan.open_failed(format!("{other:?}"));
                     self.stage = Stage::Idle { at: now + wait };
                 }
@@ -316,5 +321,75 @@ fn listing(outcome: &Outcome) -> Result<mock_master::etcd::RangeResult, String> 
             Err(format!("HTTP {status}: {}", String::from_utf8_lossy(body)))
         }
         other => Err(format!("{other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gateway(status: u16, body: &str) -> Outcome {
+        Outcome::Reply(Reply::Gateway {
+            status,
+            body: body.as_bytes().to_vec(),
+        })
+    }
+
+    /// The one call the follower made: its path, the token it sent, its call token.
+    fn sent(fx: &mut Effects) -> (String, Option<String>, u64) {
+        let call = fx.calls.pop().expect("a call");
+        assert!(fx.calls.is_empty(), "{:?}", fx.calls);
+        match call.request {
+            Request::Etcd { path, token, .. } => (path.to_string(), token, call.token),
+            Request::WatchOpen { token, .. } => ("/v3/watch".into(), token, call.token),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn with_credentials_it_authenticates_first_and_renews_a_refused_token_once() {
+        let cfg = mock_master::Config::default();
+        let mut core = MasterCore::new(&cfg, Duration::ZERO);
+        let credentials = Some(("root".to_string(), "pw".to_string()));
+        let mut f = Follower::new("/", Duration::from_secs(2), credentials, Duration::ZERO);
+        let mut fx = Effects::default();
+        let now = Duration::ZERO;
+        f.on_timer(now, &core, &mut fx);
+        let (path, token, call) = sent(&mut fx);
+        assert_eq!((path.as_str(), token), ("/v3/auth/authenticate", None));
+        f.on_outcome(
+            now,
+            call,
+            gateway(200, r#"{"token":"t1"}"#),
+            &mut core,
+            &mut fx,
+        );
+        let (path, token, call) = sent(&mut fx);
+        assert_eq!(
+            (path.as_str(), token.as_deref()),
+            ("/v3/kv/range", Some("t1"))
+        );
+        // The token expired: 401, a new token, the listing again.
+        let refused = r#"{"error":"etcdserver: invalid auth token","code":16}"#;
+        f.on_outcome(now, call, gateway(401, refused), &mut core, &mut fx);
+        let (path, _, call) = sent(&mut fx);
+        assert_eq!(path, "/v3/auth/authenticate");
+        fx.notes.clear();
+        f.on_outcome(
+            now,
+            call,
+            gateway(200, r#"{"token":"t2"}"#),
+            &mut core,
+            &mut fx,
+        );
+        let (path, token, call) = sent(&mut fx);
+        assert_eq!(
+            (path.as_str(), token.as_deref()),
+            ("/v3/kv/range", Some("t2"))
+        );
+        // Refused again within the same listing: not renewed twice; it backs off.
+        f.on_outcome(now, call, gateway(401, refused), &mut core, &mut fx);
+        assert!(fx.calls.is_empty(), "{:?}", fx.calls);
+        assert!(f.next_wakeup().is_some_and(|at| at > now));
     }
 }
