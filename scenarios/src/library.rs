@@ -70,6 +70,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../library/master-etcd-refused.toml"),
     ),
     (
+        "master-etcd-lost-watch-lines.toml",
+        include_str!("../library/master-etcd-lost-watch-lines.toml"),
+    ),
+    (
         "master-restart.toml",
         include_str!("../library/master-restart.toml"),
     ),

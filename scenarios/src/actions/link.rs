@@ -16,7 +16,7 @@ use super::words;
 use crate::cluster::Cluster;
 use crate::dur::Dur;
 use crate::episode::{EpisodeBook, Scope};
-use crate::proxy::{LinkFault, LinkHandle, Proxy};
+use crate::proxy::{Direction, LinkFault, LinkHandle, Proxy};
 use crate::sim_cluster::{node_index, SimCluster};
 use crate::topology::{Target, Topology};
 
@@ -229,7 +229,33 @@ impl LinkAction {
                 e.extra_grace_ms = recovery;
             });
         }
+        if master
+            && *fault
+                == (LinkFault::Partition {
+                    direction: Direction::FromTarget,
+                })
+        {
+            master_lost_lines(book);
+        }
     }
+}
+
+/// Watch lines etcd sent while its answers to the master were dropped are lost on a
+/// connection that stays open (the proxy drops them; TCP itself would not), and the
+/// master cannot tell. Only the sidecar repairs its view: its next heartbeat is answered
+/// 409 and it registers again, a put the master sees. After 409s in a row that
+/// heartbeat waits out the sidecar's conflict backoff (at most 30 s, or the heartbeat
+/// interval if longer; `sidecar::core`), so the master is excused that long, plus a
+/// heartbeat, past the fault (found by `scenarios explore`, seed 21011).
+fn master_lost_lines(book: &mut EpisodeBook<'_>) {
+    let beat = book.topology().heartbeat_interval.as_ms();
+    let tail = beat.max(30_000) + beat;
+    let key = format!("master_lost_lines:{}", book.t());
+    book.open(key, Scope::All, Some(0), |e| {
+        e.excuses_master = true;
+        e.is_fault = false;
+        e.outlasts_faults_ms = tail;
+    });
 }
 
 /// The proxies of a link: the master's (one per etcd endpoint) or each target's.
