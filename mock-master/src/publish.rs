@@ -19,26 +19,39 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde_json::json;
-
 use crate::pbjson::LoadMetrics;
 
 /// The key for `name`'s published load.
 pub fn key(namespace: &str, name: &str) -> String {
-    format!("{namespace}XLLM:LOADMETRICS:{name}")
+    const INFIX: &str = "XLLM:LOADMETRICS:";
+    let mut k = String::with_capacity(namespace.len() + INFIX.len() + name.len());
+    k.push_str(namespace);
+    k.push_str(INFIX);
+    k.push_str(name);
+    k
+}
+
+/// A published value's fields in the order a `serde_json::Value` object writes them
+/// (by name): the same bytes as the `json!` object, without building the map.
+#[derive(serde::Serialize)]
+struct Published {
+    gpu_cache_usage_perc: f64,
+    waiting_requests_num: u64,
 }
 
 /// The value published for `m` (a float field widened to double, as C++ does);
 /// `None` when the usage is not finite (see the module docs): never a `null`.
 pub fn value(m: &LoadMetrics) -> Option<String> {
     let usage = f64::from(m.gpu_cache_usage_perc);
-    usage.is_finite().then(|| {
-        json!({
-            "waiting_requests_num": m.waiting_requests_num,
-            "gpu_cache_usage_perc": usage,
-        })
-        .to_string()
-    })
+    if !usage.is_finite() {
+        return None;
+    }
+    let v = Published {
+        gpu_cache_usage_perc: usage,
+        waiting_requests_num: m.waiting_requests_num,
+    };
+    // Two numbers: writing them cannot fail.
+    serde_json::to_string(&v).ok()
 }
 
 /// One round's writes, each list sorted by name.
@@ -93,6 +106,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn values_are_numbers_and_non_finite_is_not_published() {
@@ -110,6 +124,29 @@ mod tests {
         for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
             assert_eq!(value(&m(bad)), None);
         }
+    }
+
+    #[test]
+    fn values_are_the_bytes_of_the_json_object() {
+        let mut x: f32 = 1.0e-9;
+        let mut n = 0u64;
+        while x < 1e30 {
+            for u in [x, -x, x.round(), 0.0, -0.0, 0.1, 1.0] {
+                let m = LoadMetrics {
+                    waiting_requests_num: n,
+                    gpu_cache_usage_perc: u,
+                };
+                let want = json!({
+                    "waiting_requests_num": m.waiting_requests_num,
+                    "gpu_cache_usage_perc": f64::from(u),
+                })
+                .to_string();
+                assert_eq!(value(&m), Some(want));
+            }
+            x *= 1.7;
+            n = n.wrapping_mul(31).wrapping_add(7) ^ (n >> 3);
+        }
+        assert_eq!(key("/ns/", "i0"), format!("/ns/XLLM:LOADMETRICS:i0"));
     }
 
     #[test]

@@ -143,7 +143,7 @@ pub fn go_float(d: f64) -> String {
     s
 }
 
-fn escape_label(v: &str, out: &mut String) {
+pub(crate) fn escape_label(v: &str, out: &mut String) {
     if !v.bytes().any(|b| matches!(b, b'\\' | b'\n' | b'"')) {
         out.push_str(v);
         return;

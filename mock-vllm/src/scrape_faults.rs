@@ -140,8 +140,12 @@ fn padded(page: &Bytes, bytes: usize) -> Bytes {
         "# HELP mock_padding Filler series (metrics_huge fault).\n# TYPE mock_padding gauge\n",
     );
     let mut i = 0u64;
+    let mut digits = itoa::Buffer::new();
     while out.len() + eof.len() < bytes {
-        out.push_str(&format!("mock_padding{{i=\"{i}\"}} 1.0\n"));
+        // `mock_padding{i="<i>"} 1.0`, without a `format!` per line.
+        out.push_str("mock_padding{i=\"");
+        out.push_str(digits.format(i));
+        out.push_str("\"} 1.0\n");
         i += 1;
     }
     out.push_str(eof);
@@ -187,6 +191,25 @@ mod tests {
         };
         assert_eq!((plan, left), (ScrapePlan::Page(expected), vec![slow]));
         assert_eq!(decide(vec![]).0, ScrapePlan::Page(PageFaults::default()));
+    }
+
+    #[test]
+    fn padding_lines_are_numbered_in_order() {
+        for (page, eof) in [
+            ("a 1.0\n", ""),
+            ("# TYPE a gauge\na 1.0\n# EOF\n", "# EOF\n"),
+        ] {
+            let out = padded(&Bytes::from(page), 5000);
+            let mut want = page.strip_suffix(eof).unwrap_or(page).to_string();
+            want.push_str("# HELP mock_padding Filler series (metrics_huge fault).\n# TYPE mock_padding gauge\n");
+            let mut i = 0;
+            while want.len() + eof.len() < 5000 {
+                want.push_str(&format!("mock_padding{{i=\"{i}\"}} 1.0\n"));
+                i += 1;
+            }
+            want.push_str(eof);
+            assert_eq!(std::str::from_utf8(&out).unwrap(), want);
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! OpenMetrics dialect is what a vLLM 0.11 answers a scraper that asks for OpenMetrics
 //! (its prometheus_client negotiates by `Accept`): the same registry in the other format.
 
+mod compact;
 mod http;
 mod runtime;
 mod vllm_v0;
@@ -307,6 +308,9 @@ pub fn page(s: &Snapshot) -> (String, &'static str) {
 /// reuses one allocation. Answers the content type.
 pub fn page_into(s: &Snapshot, out: &mut String) -> &'static str {
     out.clear();
+    if compact::applies(s) && compact::page_into(s, out) {
+        return TEXT_CONTENT_TYPE;
+    }
     // The OpenMetrics page is the same registry as v0.11's, negotiated by `Accept`.
     let mut fams = Vec::with_capacity(64);
     if let Some(rt) = &s.runtime {

@@ -1,0 +1,386 @@
+//! The compact page written straight from a [`Snapshot`], without the intermediate
+//! [`crate::exposition::Family`] values: the same bytes as the generic path
+//! (`vllm_v1::compact_families` then `render_text`), tested against it on random
+//! snapshots.
+//!
+//! Everything on the page but the numbers is a function of the model name, the
+//! engines' indices and the two histograms' bounds: written once into a [`Template`]
+//! (kept per thread, shared by every core of the same model) as the text between two
+//! numbers. A page is then the template's pieces with the numbers of this instant
+//! between them, each number written by [`push_go_float`] as the generic path writes
+//! it. A simulator renders this page at every scrape of thousands of instances; the
+//! generic path built about twenty label strings and vectors per page and wrote every
+//! label set again.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use super::{EngineView, Snapshot};
+use crate::config::Dialect;
+use crate::exposition::{escape_label, go_float, push_go_float};
+
+const WAITING: &str = "vllm:num_requests_waiting";
+const WAITING_HELP: &str = "Number of requests waiting to be processed.";
+const KV: &str = "vllm:kv_cache_usage_perc";
+const KV_HELP: &str = "KV-cache usage. 1 means 100 percent usage.";
+const TTFT: &str = "vllm:time_to_first_token_seconds";
+const TTFT_HELP: &str = "Histogram of time to first token in seconds.";
+const ITL: &str = "vllm:inter_token_latency_seconds";
+const ITL_HELP: &str = "Histogram of inter-token latency in seconds.";
+
+/// Whether [`page_into`] writes the page of `s` (the compact dialect without the
+/// process or HTTP families, which it never has when a core renders it).
+pub(super) fn applies(s: &Snapshot) -> bool {
+    s.dialect == Dialect::Compact && s.runtime.is_none() && s.http.is_none()
+}
+
+/// The compact page of `s` into `out` (cleared by the caller), for snapshots [`applies`]
+/// accepts. Answers `false`, writing nothing, for a snapshot whose engines do not share
+/// one pair of histogram bounds (no core makes one): the generic path writes those.
+pub(super) fn page_into(s: &Snapshot, out: &mut String) -> bool {
+    with_template(s, |t| t.write(s, out)).is_some()
+}
+
+/// The text of a page between its numbers, for one model, engine list and pair of
+/// histogram bounds.
+struct Template {
+    model: String,
+    engines: Vec<usize>,
+    ttft_bounds: Arc<[f64]>,
+    itl_bounds: Arc<[f64]>,
+    /// The pieces, one after the other.
+    text: String,
+    /// `text[ends[k-1]..ends[k]]` is what precedes number `k`; the last piece follows
+    /// the last number.
+    ends: Vec<u32>,
+}
+
+/// Templates kept per thread (a simulator's cores mostly share one).
+const TEMPLATES_KEPT: usize = 16;
+
+thread_local! {
+    static TEMPLATES: RefCell<Vec<Rc<Template>>> = const { RefCell::new(Vec::new()) };
+    /// The numbers of the page being written (kept for their capacity).
+    static VALUES: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `f` of the template that fits `s` (made and kept if new); `None` if none can.
+fn with_template<R>(s: &Snapshot, f: impl FnOnce(&Template) -> R) -> Option<R> {
+    let (ttft, itl) = bounds(s);
+    let known = TEMPLATES.with(|c| c.borrow().iter().find(|t| t.fits(s, ttft, itl)).cloned());
+    let t = match known {
+        Some(t) => t,
+        None => {
+            let t = Template::new(s, ttft, itl);
+            if !t.fits(s, ttft, itl) {
+                return None;
+            }
+            let t = Rc::new(t);
+            TEMPLATES.with(|c| {
+                let mut c = c.borrow_mut();
+                if c.len() >= TEMPLATES_KEPT {
+                    c.clear();
+                }
+                c.push(t.clone());
+            });
+            t
+        }
+    };
+    Some(f(&t))
+}
+
+/// The histograms' bounds of the first engine (every engine of a core has the same;
+/// [`Template::fits`] checks them all).
+fn bounds(s: &Snapshot) -> (Option<&Arc<[f64]>>, Option<&Arc<[f64]>>) {
+    let e = s.engines.first();
+    (
+        e.map(|e| &e.stats.h_ttft.bounds),
+        e.map(|e| &e.stats.h_itl.bounds),
+    )
+}
+
+fn same(a: &Arc<[f64]>, b: &Arc<[f64]>) -> bool {
+    Arc::ptr_eq(a, b) || a[..] == b[..]
+}
+
+impl Template {
+    fn fits(&self, s: &Snapshot, ttft: Option<&Arc<[f64]>>, itl: Option<&Arc<[f64]>>) -> bool {
+        self.model == s.model
+            && self.engines.len() == s.engines.len()
+            && self
+                .engines
+                .iter()
+                .zip(&s.engines)
+                .all(|(i, e)| *i == e.index)
+            && s.engines.iter().all(|e| {
+                same(&e.stats.h_ttft.bounds, &self.ttft_bounds)
+                    && same(&e.stats.h_itl.bounds, &self.itl_bounds)
+                    && e.stats.h_ttft.counts.len() == self.ttft_bounds.len() + 1
+                    && e.stats.h_itl.counts.len() == self.itl_bounds.len() + 1
+            })
+            && ttft.is_none_or(|b| same(b, &self.ttft_bounds))
+            && itl.is_none_or(|b| same(b, &self.itl_bounds))
+    }
+
+    fn new(s: &Snapshot, ttft: Option<&Arc<[f64]>>, itl: Option<&Arc<[f64]>>) -> Template {
+        let mut b = Builder::default();
+        // `{engine="0",model_name="m"}`: prometheus_client sorts labels by name.
+        let mut model = String::new();
+        escape_label(&s.model, &mut model);
+        let labels: Vec<String> = s
+            .engines
+            .iter()
+            .map(|e| format!("{{engine=\"{}\",model_name=\"{model}\"}}", e.index))
+            .collect();
+        for (name, help) in [(WAITING, WAITING_HELP), (KV, KV_HELP)] {
+            b.header(name, help, "gauge");
+            for l in &labels {
+                b.text.push_str(name);
+                b.text.push_str(l);
+                b.text.push(' ');
+                b.number();
+                b.text.push('\n');
+            }
+        }
+        let empty: Arc<[f64]> = Arc::from(Vec::new());
+        let ttft = ttft.cloned().unwrap_or_else(|| empty.clone());
+        let itl = itl.cloned().unwrap_or(empty);
+        for (name, help, bounds) in [(TTFT, TTFT_HELP, &ttft), (ITL, ITL_HELP, &itl)] {
+            b.header(name, help, "histogram");
+            let les: Vec<String> = bounds.iter().map(|v| go_float(*v)).collect();
+            for (e, l) in s.engines.iter().zip(&labels) {
+                for i in 0..=bounds.len() {
+                    b.text.push_str(name);
+                    b.text.push_str("_bucket{engine=\"");
+                    b.text.push_str(&e.index.to_string());
+                    b.text.push_str("\",le=\"");
+                    b.text.push_str(les.get(i).map_or("+Inf", String::as_str));
+                    b.text.push_str("\",model_name=\"");
+                    b.text.push_str(&model);
+                    b.text.push_str("\"} ");
+                    b.number();
+                    b.text.push('\n');
+                }
+                for suffix in ["_count", "_sum"] {
+                    b.text.push_str(name);
+                    b.text.push_str(suffix);
+                    b.text.push_str(l);
+                    b.text.push(' ');
+                    b.number();
+                    b.text.push('\n');
+                }
+            }
+            // Every child has a `_created` stamp (a V1 engine), so the family has one
+            // as soon as it has a child.
+            if !labels.is_empty() {
+                let created = format!("{name}_created");
+                b.header(&created, help, "gauge");
+                for l in &labels {
+                    b.text.push_str(&created);
+                    b.text.push_str(l);
+                    b.text.push(' ');
+                    b.number();
+                    b.text.push('\n');
+                }
+            }
+        }
+        b.ends.push(b.text.len() as u32);
+        Template {
+            model: s.model.clone(),
+            engines: s.engines.iter().map(|e| e.index).collect(),
+            ttft_bounds: ttft,
+            itl_bounds: itl,
+            text: b.text,
+            ends: b.ends,
+        }
+    }
+
+    /// The page of `s` (which this template [`fits`](Template::fits)) into `out`.
+    fn write(&self, s: &Snapshot, out: &mut String) {
+        VALUES.with(|v| match v.try_borrow_mut() {
+            Ok(mut v) => self.write_with(s, out, &mut v),
+            Err(_) => self.write_with(s, out, &mut Vec::new()),
+        });
+    }
+
+    fn write_with(&self, s: &Snapshot, out: &mut String, values: &mut Vec<f64>) {
+        values.clear();
+        self.values(s, values);
+        out.reserve(self.text.len() + 12 * values.len());
+        let mut start = 0usize;
+        for (end, v) in self.ends.iter().zip(values.iter()) {
+            let end = *end as usize;
+            out.push_str(self.text.get(start..end).unwrap_or_default());
+            push_go_float(out, *v);
+            start = end;
+        }
+        out.push_str(self.text.get(start..).unwrap_or_default());
+    }
+
+    /// The page's numbers in page order, as the generic path computes them.
+    fn values(&self, s: &Snapshot, v: &mut Vec<f64>) {
+        let gauge = |v: &mut Vec<f64>, name: &str, value: fn(&EngineView) -> f64, bad: f64| {
+            let forced = s.overrides.iter().find(|(n, _)| n == name).map(|(_, x)| *x);
+            for e in &s.engines {
+                v.push(if s.nonfinite {
+                    bad
+                } else {
+                    forced.unwrap_or_else(|| value(e))
+                });
+            }
+        };
+        gauge(v, WAITING, |e| e.waiting, f64::NAN);
+        gauge(v, KV, |e| e.kv, f64::INFINITY);
+        for ttft in [true, false] {
+            for e in &s.engines {
+                let h = if ttft {
+                    &e.stats.h_ttft
+                } else {
+                    &e.stats.h_itl
+                };
+                let mut acc = 0u64;
+                for c in &h.counts {
+                    acc += c;
+                    v.push(acc as f64);
+                }
+                v.push(h.count as f64);
+                // Both families are `_seconds`: the non-finite fault makes their sums NaN.
+                v.push(if s.nonfinite { f64::NAN } else { h.sum });
+            }
+            for e in &s.engines {
+                v.push(e.stats.created);
+            }
+        }
+    }
+}
+
+/// A template being written: the text, and where each number goes.
+#[derive(Default)]
+struct Builder {
+    text: String,
+    ends: Vec<u32>,
+}
+
+impl Builder {
+    /// A number goes here.
+    fn number(&mut self) {
+        self.ends.push(self.text.len() as u32);
+    }
+
+    fn header(&mut self, name: &str, help: &str, ty: &str) {
+        for (what, text) in [("# HELP ", help), ("# TYPE ", ty)] {
+            self.text.push_str(what);
+            self.text.push_str(name);
+            self.text.push(' ');
+            self.text.push_str(text);
+            self.text.push('\n');
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::render_text;
+    use crate::stats::{Buckets, EngineStats};
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    /// The generic path's page of `s`.
+    fn generic(s: &Snapshot) -> String {
+        let mut fams = Vec::new();
+        super::super::vllm_v1::compact_families(s, &mut fams);
+        let mut out = String::new();
+        render_text(&fams, &mut out);
+        out
+    }
+
+    fn snapshot(rng: &mut StdRng) -> Snapshot {
+        let buckets = Buckets::shared(Dialect::Compact, 8192);
+        let fresh = Buckets::for_dialect(Dialect::Compact, 8192);
+        let n = rng.gen_range(0..4usize);
+        let engines = (0..n)
+            .map(|i| {
+                let b = if rng.gen_bool(0.5) { &buckets } else { &fresh };
+                let created = match rng.gen_range(0..4) {
+                    0 => 1_700_000_000.0,
+                    1 => 1_700_000_000.0 + rng.gen_range(0.0..1e5),
+                    2 => rng.gen_range(0.0..10.0),
+                    _ => 1e16 * rng.gen_range(1.0..9.0),
+                };
+                let mut stats = EngineStats::new(b, created);
+                for _ in 0..rng.gen_range(0..50) {
+                    let t = rng.gen_range(0.0..3000.0f64).powf(rng.gen_range(0.1..1.0));
+                    stats.h_ttft.observe_n(t, rng.gen_range(1..3));
+                    stats.h_itl.observe(t / 7.0);
+                }
+                if rng.gen_bool(0.1) {
+                    stats.h_ttft.observe_n(0.5, 3_000_000);
+                    stats.h_itl.sum = -0.0;
+                }
+                EngineView {
+                    index: if rng.gen_bool(0.8) {
+                        i
+                    } else {
+                        rng.gen_range(0..20)
+                    },
+                    running: rng.gen_range(0..5) as f64,
+                    waiting: match rng.gen_range(0..4) {
+                        0 => 0.0,
+                        1 => rng.gen_range(0..100) as f64,
+                        2 => rng.gen_range(0.0..1e7),
+                        _ => 5e6,
+                    },
+                    kv: rng.gen_range(0.0..1.0),
+                    kv_capacity: 1600,
+                    stats,
+                }
+            })
+            .collect();
+        let model = ["mock-model", "m", "a\"b\\c\nd", "", "é-model"][rng.gen_range(0..5)];
+        let mut overrides = Vec::new();
+        for name in [KV, WAITING, "vllm:other"] {
+            if rng.gen_bool(0.2) {
+                overrides.push((name.to_string(), rng.gen_range(-2.0..2.0)));
+            }
+        }
+        Snapshot {
+            dialect: Dialect::Compact,
+            model: model.into(),
+            engines,
+            nonfinite: rng.gen_bool(0.15),
+            overrides,
+            runtime: None,
+            http: None,
+        }
+    }
+
+    #[test]
+    fn the_compact_page_is_the_generic_page() {
+        let mut rng = StdRng::seed_from_u64(1);
+        for round in 0..3000 {
+            let s = snapshot(&mut rng);
+            assert!(applies(&s));
+            let mut out = String::from("left over");
+            out.clear();
+            page_into(&s, &mut out);
+            assert_eq!(out, generic(&s), "round {round}: {s:?}");
+            // Twice: the second page comes from the kept template.
+            let mut again = String::new();
+            page_into(&s, &mut again);
+            assert_eq!(again, out);
+        }
+    }
+
+    #[test]
+    fn page_into_takes_this_path_only_for_compact_snapshots() {
+        let mut rng = StdRng::seed_from_u64(2);
+        let mut s = snapshot(&mut rng);
+        s.http = Some(crate::stats::HttpStats::new(1.0));
+        assert!(!applies(&s));
+        s.http = None;
+        s.dialect = Dialect::V0_11;
+        assert!(!applies(&s));
+    }
+}
