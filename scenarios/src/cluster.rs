@@ -554,7 +554,7 @@ impl Cluster {
         attribute_unnamed_401(&mut out, &global);
         Sample {
             t_ms,
-            instances: out,
+            instances: out.into_iter().map(Arc::new).collect(),
             routed: self.routed.len(),
         }
     }

@@ -370,11 +370,11 @@ mod tests {
                 let t = k * 100;
                 Sample {
                     t_ms: t,
-                    instances: vec![InstanceObs {
+                    instances: vec![Arc::new(InstanceObs {
                         etcd: registered(t).then(|| "i0-a".into()),
                         sidecar_running: true,
                         ..Default::default()
-                    }],
+                    })],
                     routed: 0,
                 }
             })
@@ -438,9 +438,10 @@ mod tests {
     fn recovery_time_runs_from_the_end_of_the_fault() {
         let mut s = samples(|t| !(1000..2000).contains(&t));
         for o in s.iter_mut() {
-            let active = o.instances[0].etcd.is_some();
-            o.instances[0].state = active.then_some(ObservedState::Active);
-            o.instances[0].master_incarnation = o.instances[0].etcd.clone();
+            let o = Arc::make_mut(&mut o.instances[0]);
+            let active = o.etcd.is_some();
+            o.state = active.then_some(ObservedState::Active);
+            o.master_incarnation = o.etcd.clone();
         }
         let crash = record(1000, Action::Vllm(VllmAction::Crash("i0".into())));
         let restart = record(1500, Action::Vllm(VllmAction::Restart("i0".into())));
@@ -474,7 +475,7 @@ mod tests {
         assert!(revoked_on_stop(&sc, &expired, &episodes(&sc, &[kill], 8000)).passed);
         let mut restarted = samples(|_| true);
         for s in restarted.iter_mut().filter(|s| s.t_ms >= 3200) {
-            s.instances[0].etcd = Some("i0-b".into());
+            Arc::make_mut(&mut s.instances[0]).etcd = Some("i0-b".into());
         }
         assert!(revoked_on_stop(&sc, &restarted, &episodes(&sc, &[stop(3000)], 8000)).passed);
     }
@@ -483,8 +484,9 @@ mod tests {
     fn conflicts(incarnation: impl Fn(u64) -> String) -> Vec<Sample> {
         let mut s = samples(|_| true);
         for x in s.iter_mut() {
-            x.instances[0].etcd = Some(incarnation(x.t_ms).into());
-            Arc::make_mut(&mut x.instances[0].heartbeats).insert(409, x.t_ms / 500);
+            let o = Arc::make_mut(&mut x.instances[0]);
+            o.etcd = Some(incarnation(x.t_ms).into());
+            Arc::make_mut(&mut o.heartbeats).insert(409, x.t_ms / 500);
         }
         s
     }

@@ -24,9 +24,7 @@ use sim::vllm_node::VllmNode;
 use sim::{EventLog, NodeId, World};
 
 use crate::cluster::{incarnation_of, normalize_namespace, vllm_config};
-use crate::observe::{
-    attribute_unnamed_401, Cumulative, Incarnation, Incarnations, InstanceObs, Sample,
-};
+use crate::observe::{Cumulative, Incarnation, Incarnations, InstanceObs, Sample, Unnamed401};
 use crate::sidecar_flags::{sidecar_flags, Peers};
 use crate::timeline::Timeline;
 use crate::topology::{self, EtcdNeed, Topology};
@@ -45,13 +43,29 @@ pub(crate) struct SimInstance {
     /// The sidecar's flags were refused (the process would have exited 2 at once).
     pub flag_error: bool,
     pub counts: Cumulative,
+    /// Its counts with the master's unnamed 401s, as last sampled.
+    unnamed_401: Unnamed401,
     incarnations: Incarnations,
     /// The last etcd value observed and the incarnation read from it (a value changes
     /// once per registration; it is sampled every few tens of milliseconds).
     last_value: Option<(Vec<u8>, Incarnation)>,
+    /// What the last sample held of it.
+    last_obs: Option<Arc<InstanceObs>>,
 }
 
 impl SimInstance {
+    /// `obs` as a sample holds it: the last sample's if that one is equal.
+    fn shared(&mut self, obs: InstanceObs) -> Arc<InstanceObs> {
+        if let Some(last) = &self.last_obs {
+            if **last == obs {
+                return last.clone();
+            }
+        }
+        let obs = Arc::new(obs);
+        self.last_obs = Some(obs.clone());
+        obs
+    }
+
     /// The incarnation in etcd value `v` (parsed once per distinct value).
     fn incarnation_in(&mut self, v: &[u8]) -> Incarnation {
         match &self.last_value {
@@ -154,8 +168,10 @@ impl SimCluster {
                 ever_registered: false,
                 flag_error: false,
                 counts: Cumulative::default(),
+                unnamed_401: Unnamed401::default(),
                 incarnations: Incarnations::default(),
                 last_value: None,
+                last_obs: None,
             });
         }
         world.add_server(NodeId::Master, Box::new(master));
@@ -336,6 +352,11 @@ impl SimCluster {
         let etcd = self.world.server_as::<EtcdNode>(NodeId::Etcd);
         let master = self.world.server_as::<MasterNode>(NodeId::Master);
         let mut out = Vec::with_capacity(self.instances.len());
+        let global = master.map_or(&none, |m| m.heartbeat_counts());
+        let global = self.global_counts.update(Some("master"), global);
+        // What `attribute_unnamed_401` does, each instance's result kept from sample to
+        // sample (it copied every instance's counts on every sample once a 401 was seen).
+        let unnamed_401 = global.get(&401).copied();
         for (i, inst) in self.instances.iter_mut().enumerate() {
             // Read in place: copying every key and view on every sample was a fifth of
             // a fault search's time.
@@ -354,17 +375,14 @@ impl SimCluster {
             }
             .filter(|_| inst.started);
             let view = view.map(|v| (v, inst.incarnations.intern(v.incarnation)));
-            out.push(InstanceObs::from_views(
-                etcd,
-                view,
-                heartbeats,
-                inst.started && exit.is_none(),
-                exit,
-            ));
+            let running = inst.started && exit.is_none();
+            let heartbeats = match unnamed_401 {
+                Some(n) if running || exit.is_some() => inst.unnamed_401.apply(heartbeats, n),
+                _ => heartbeats,
+            };
+            let obs = InstanceObs::from_views(etcd, view, heartbeats, running, exit);
+            out.push(inst.shared(obs));
         }
-        let global = master.map_or(&none, |m| m.heartbeat_counts());
-        let global = self.global_counts.update(Some("master"), global);
-        attribute_unnamed_401(&mut out, &global);
         Sample {
             t_ms: self.now_ms(),
             instances: out,

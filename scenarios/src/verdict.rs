@@ -192,13 +192,17 @@ impl Ctx<'_> {
     }
 
     fn latest(&self, i: usize) -> Option<&InstanceObs> {
-        self.samples.last().and_then(|s| s.instances.get(i))
+        self.samples
+            .last()
+            .and_then(|s| s.instances.get(i))
+            .map(|o| &**o)
     }
 
     fn baseline(&self, i: usize) -> Option<&InstanceObs> {
         self.samples
             .get(self.from.saturating_sub(1))
             .and_then(|s| s.instances.get(i))
+            .map(|o| &**o)
     }
 }
 
@@ -214,7 +218,7 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
         Condition::AllActive(_) => ctx
             .samples
             .last()
-            .is_some_and(|s| s.instances.iter().all(InstanceObs::fully_active)),
+            .is_some_and(|s| s.instances.iter().all(|o| o.fully_active())),
         Condition::State { is, .. } => ctx
             .latest(i)
             .is_some_and(|o| ObservedState::matches(o.state, *is)),
