@@ -68,7 +68,7 @@ pub enum Delivery {
 }
 
 /// One `/metrics` answer; `body` borrows the core's page buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetricsReply<'a> {
     pub status: u16,
     pub content_type: &'static str,
@@ -76,6 +76,9 @@ pub struct MetricsReply<'a> {
     /// The body as text when the core wrote it (no fault rewrote its bytes): a caller
     /// that needs a string need not check it is UTF-8.
     pub text: Option<&'a str>,
+    /// The body when faults rewrote it, shared (the same bytes as `body`): a caller
+    /// that keeps the body need not copy it.
+    pub rewritten: Option<Bytes>,
     pub delivery: Delivery,
 }
 

@@ -112,17 +112,29 @@ pub enum Reply {
 /// A `/metrics` body: the text the fake wrote, or bytes a fault rewrote (which may not
 /// be UTF-8). Why two: the sidecar's client checks that a body is UTF-8, and a page of
 /// thousands of lines that is a string already need not be checked again.
-#[derive(Clone, Debug, PartialEq)]
+/// The bytes are shared with the fake that rewrote them (a `metrics_huge` page is up to
+/// 64 MiB: not copied again on its way).
+#[derive(Clone, PartialEq)]
 pub enum Body {
     Text(String),
-    Bytes(Vec<u8>),
+    Bytes(bytes::Bytes),
+}
+
+/// As when the bytes were a `Vec<u8>`.
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Body::Text(t) => f.debug_tuple("Text").field(t).finish(),
+            Body::Bytes(b) => f.debug_tuple("Bytes").field(&b.as_ref()).finish(),
+        }
+    }
 }
 
 impl Body {
     pub fn as_bytes(&self) -> &[u8] {
         match self {
             Body::Text(t) => t.as_bytes(),
-            Body::Bytes(b) => b,
+            Body::Bytes(b) => b.as_ref(),
         }
     }
 
@@ -138,14 +150,14 @@ impl Body {
     pub fn into_text(self) -> Result<String, Vec<u8>> {
         match self {
             Body::Text(t) => Ok(t),
-            Body::Bytes(b) => String::from_utf8(b).map_err(|e| e.into_bytes()),
+            Body::Bytes(b) => String::from_utf8(Vec::from(b)).map_err(|e| e.into_bytes()),
         }
     }
 }
 
 impl From<Vec<u8>> for Body {
     fn from(bytes: Vec<u8>) -> Body {
-        Body::Bytes(bytes)
+        Body::Bytes(bytes.into())
     }
 }
 

@@ -184,9 +184,10 @@ impl VllmNode {
             Answer::Reply(r) => r,
         };
         self.scrapes += 1;
-        let body = match reply.text {
-            Some(text) => Body::Text(text.to_owned()),
-            None => Body::Bytes(reply.body.to_vec()),
+        let body = match (reply.text, reply.rewritten) {
+            (Some(text), _) => Body::Text(text.to_owned()),
+            (None, Some(bytes)) => Body::Bytes(bytes),
+            (None, None) => Body::Bytes(bytes::Bytes::copy_from_slice(reply.body)),
         };
         let page = Reply::Page {
             status: reply.status,

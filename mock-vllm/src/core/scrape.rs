@@ -30,6 +30,7 @@ impl VllmCore {
                     content_type: "text/plain; charset=utf-8",
                     body: self.page.as_bytes(),
                     text: Some(&self.page),
+                    rewritten: None,
                     delivery: Delivery::Whole,
                 });
             }
@@ -39,7 +40,7 @@ impl VllmCore {
         let content_type = self.content_type();
         let rewrites =
             faults.garbage.is_some() || faults.huge.is_some() || faults.truncate.is_some();
-        let (body, text): (&[u8], _) = if faults.stale || rewrites {
+        let (body, text, rewritten): (&[u8], _, _) = if faults.stale || rewrites {
             let page = if faults.stale {
                 match &self.stale {
                     Some(frozen) => frozen.clone(),
@@ -54,11 +55,11 @@ impl VllmCore {
                 Bytes::from(self.render(now, faults.nonfinite).to_owned())
             };
             self.faulted = faults.apply(page, &mut self.fault_rng);
-            (&self.faulted, None)
+            (&self.faulted, None, Some(self.faulted.clone()))
         } else {
             self.stale = None;
             let page = self.render(now, faults.nonfinite);
-            (page.as_bytes(), Some(page))
+            (page.as_bytes(), Some(page), None)
         };
         let delivery = match (faults.truncate, faults.slow) {
             (Some((_, true)), _) => Delivery::ResetAfterBody,
@@ -72,6 +73,7 @@ impl VllmCore {
             content_type,
             body,
             text,
+            rewritten,
             delivery,
         })
     }
