@@ -38,7 +38,8 @@ impl KeepAliveLine {
     /// written directly (every keepalive of every instance is one).
     pub fn line(&self) -> String {
         let r = &self.result;
-        let mut s = String::with_capacity(160);
+        // Six fields of up to 19 digits fit without growing.
+        let mut s = String::with_capacity(256);
         s.push_str("{\"result\":{\"header\":{");
         let h = &r.header;
         let mut sep = "";
