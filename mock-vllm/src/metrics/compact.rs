@@ -274,8 +274,9 @@ fn push_number(out: &mut String, v: f64) {
                     break;
                 }
             }
-            if let Some(Ok(text)) = buf.get(at..).map(std::str::from_utf8) {
-                out.push_str(text);
+            if let Some(digits) = buf.get(at..) {
+                // ASCII: one byte per char, no UTF-8 check of the buffer.
+                out.extend(digits.iter().map(|b| char::from(*b)));
                 return;
             }
         }
