@@ -49,10 +49,11 @@ struct Template {
     engines: Vec<usize>,
     ttft_bounds: Arc<[f64]>,
     itl_bounds: Arc<[f64]>,
-    /// The pieces, one after the other.
+    /// The pieces, one after the other, each but the first preceded by `.0` (the end of
+    /// a whole number, written with the piece after it).
     text: String,
-    /// `text[ends[k-1]..ends[k]]` is what precedes number `k`; the last piece follows
-    /// the last number.
+    /// `text[ends[k-1] + 2..ends[k]]` is what precedes number `k` (`text[ends[k-1]..]`
+    /// with that `.0`); the last piece follows the last number.
     ends: Vec<u32>,
 }
 
@@ -185,7 +186,6 @@ impl Template {
                 }
             }
         }
-        b.ends.push(b.text.len() as u32);
         Template {
             model: s.model.clone(),
             engines: s.engines.iter().map(|e| e.index).collect(),
@@ -208,12 +208,12 @@ impl Template {
         values.clear();
         self.values(s, values);
         out.reserve(self.text.len() + 12 * values.len());
+        // Where the next piece starts: with the `.0` before it after a whole number.
         let mut start = 0usize;
         for (end, v) in self.ends.iter().zip(values.iter()) {
             let end = *end as usize;
             out.push_str(self.text.get(start..end).unwrap_or_default());
-            push_number(out, *v);
-            start = end;
+            start = if push_number(out, *v) { end } else { end + 2 };
         }
         out.push_str(self.text.get(start..).unwrap_or_default());
     }
@@ -255,33 +255,21 @@ impl Template {
     }
 }
 
-/// [`push_go_float`], with the page's most common numbers (whole, from 0 to 999,999:
-/// the counts) written in one append.
-fn push_number(out: &mut String, v: f64) {
+/// [`push_go_float`], but a whole number from 0 to 999,999 (the counts: most of the
+/// page) is written as its digits only, and answers `true`: its `.0` is still to be
+/// written.
+fn push_number(out: &mut String, v: f64) -> bool {
     // For doubles with the sign bit clear, the bits order as the values do: this is
     // `0.0 <= v < 1e6` without -0.0 and NaN.
     if v.to_bits() < 1e6f64.to_bits() {
         let n = v as u32;
         if f64::from(n) == v {
-            let mut buf = *b"000000.0";
-            let mut at = 6;
-            let mut rest = n;
-            loop {
-                at -= 1;
-                buf[at] = b'0' + (rest % 10) as u8;
-                rest /= 10;
-                if rest == 0 {
-                    break;
-                }
-            }
-            if let Some(digits) = buf.get(at..) {
-                // ASCII: one byte per char, no UTF-8 check of the buffer.
-                out.extend(digits.iter().map(|b| char::from(*b)));
-                return;
-            }
+            out.push_str(itoa::Buffer::new().format(n));
+            return true;
         }
     }
     push_go_float(out, v);
+    false
 }
 
 /// A template being written: the text, and where each number goes.
@@ -292,9 +280,10 @@ struct Builder {
 }
 
 impl Builder {
-    /// A number goes here.
+    /// A number goes here (the `.0` after it is a whole number's).
     fn number(&mut self) {
         self.ends.push(self.text.len() as u32);
+        self.text.push_str(".0");
     }
 
     fn header(&mut self, name: &str, help: &str, ty: &str) {
@@ -422,7 +411,9 @@ mod tests {
         for v in values {
             a.clear();
             b.clear();
-            push_number(&mut a, v);
+            if push_number(&mut a, v) {
+                a.push_str(".0");
+            }
             push_go_float(&mut b, v);
             assert_eq!(a, b, "{v}");
         }
