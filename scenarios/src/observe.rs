@@ -108,8 +108,12 @@ pub fn attribute_unnamed_401(out: &mut [InstanceObs], global: &BTreeMap<u16, u64
 /// and the master's 401 count stay the same, as they do between most samples.
 #[derive(Debug, Default, Clone)]
 pub struct Unnamed401 {
-    last: Option<(Arc<BTreeMap<u16, u64>>, u64, Arc<BTreeMap<u16, u64>>)>,
+    /// (counts given, 401 count, counts answered).
+    last: Option<(Counts, u64, Counts)>,
 }
+
+/// Heartbeat answers by status, shared.
+type Counts = Arc<BTreeMap<u16, u64>>;
 
 impl Unnamed401 {
     /// `counts` with 401 counted `n` times.

@@ -91,9 +91,12 @@ fn with_template<R>(s: &Snapshot, f: impl FnOnce(&Template) -> R) -> Option<R> {
     Some(f(&t))
 }
 
+/// A histogram's bucket bounds, if there is an engine to read them from.
+type Bounds<'a> = Option<&'a Arc<[f64]>>;
+
 /// The histograms' bounds of the first engine (every engine of a core has the same;
 /// [`Template::fits`] checks them all).
-fn bounds(s: &Snapshot) -> (Option<&Arc<[f64]>>, Option<&Arc<[f64]>>) {
+fn bounds(s: &Snapshot) -> (Bounds<'_>, Bounds<'_>) {
     let e = s.engines.first();
     (
         e.map(|e| &e.stats.h_ttft.bounds),
@@ -106,7 +109,7 @@ fn same(a: &Arc<[f64]>, b: &Arc<[f64]>) -> bool {
 }
 
 impl Template {
-    fn fits(&self, s: &Snapshot, ttft: Option<&Arc<[f64]>>, itl: Option<&Arc<[f64]>>) -> bool {
+    fn fits(&self, s: &Snapshot, ttft: Bounds<'_>, itl: Bounds<'_>) -> bool {
         self.model == s.model
             && self.engines.len() == s.engines.len()
             && self
@@ -124,7 +127,7 @@ impl Template {
             && itl.is_none_or(|b| same(b, &self.itl_bounds))
     }
 
-    fn new(s: &Snapshot, ttft: Option<&Arc<[f64]>>, itl: Option<&Arc<[f64]>>) -> Template {
+    fn new(s: &Snapshot, ttft: Bounds<'_>, itl: Bounds<'_>) -> Template {
         let mut b = Builder::default();
         // `{engine="0",model_name="m"}`: prometheus_client sorts labels by name.
         let mut model = String::new();
