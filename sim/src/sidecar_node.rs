@@ -8,9 +8,11 @@
 //!   its own task → [`SidecarNode::poll`] answers the same commands as [`Outgoing`]
 //!   values; the world turns each into an exchange over a link;
 //! - each task is one peer call bounded by the driver's timeout for it (`/health`: the
-//!   health timeout; `/metrics`: the scrape timeout; etcd: the etcd timeout; heartbeat:
-//!   the master client's timeout, which the driver sets to the health timeout) →
-//!   [`Outgoing::Send`] carries that timeout and the world enforces it;
+//!   health timeout; `/metrics`: the scrape timeout; heartbeat: the master client's
+//!   timeout, which the driver sets to the health timeout); an etcd call is its client's
+//!   plan, one exchange per endpoint tried, each with the plan's timeout
+//!   ([`crate::etcd_client`]) → [`Outgoing::Send`] carries that timeout and the world
+//!   enforces it;
 //! - the outcome becomes the core's [`Answer`] with the error text the peer clients
 //!   write → [`SidecarNode::complete`], via [`answer_of`];
 //! - it sleeps until `next_wakeup` and hands in `Input::Timer` → the world schedules a
@@ -60,12 +62,12 @@ pub enum Outgoing {
     Exit(i32),
 }
 
-/// The driver's per-call timeouts, from the sidecar's config.
+/// The driver's per-call timeouts to vLLM and the master, from the sidecar's config
+/// (an etcd attempt's timeout is its call plan's: [`crate::etcd_client`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Timeouts {
     pub health: Duration,
     pub scrape: Duration,
-    pub etcd: Duration,
     pub heartbeat: Duration,
 }
 
@@ -109,7 +111,6 @@ impl SidecarNode {
             timeouts: Timeouts {
                 health: config.health_timeout,
                 scrape: config.scrape_timeout,
-                etcd: config.etcd_timeout,
                 heartbeat: config.health_timeout,
             },
             token: config.internal_token.expose().to_string(),
@@ -464,7 +465,6 @@ mod tests {
             timeouts: Timeouts {
                 health: Duration::from_secs(3),
                 scrape: Duration::from_secs(3),
-                etcd: Duration::from_secs(3),
                 heartbeat: Duration::from_secs(3),
             },
             metrics_max_bytes: 10,
