@@ -256,6 +256,38 @@ fn a_lease_is_given_up_only_once_its_ttl_has_certainly_run_out() {
 }
 
 #[test]
+fn a_page_answered_once_the_lease_has_certainly_run_out_is_not_posted() {
+    let mut run = Run::registered(&["--heartbeat-interval", "3"]);
+    // Every keepalive fails; the scrape of about 3 s is answered only at 6.002 s, the
+    // lease's certain expiry (granted at 2 ms, TTL 6 s), before any timer at that instant.
+    let mut scrape = None;
+    let mut t = ms(100);
+    while t <= ms(6_000) {
+        let out = run.idle_until(t);
+        for id in keepalives(&out) {
+            run.answer(t, id, Answer::KeepaliveFailed("timeout".into()));
+        }
+        scrape = scrape.or(out.iter().find_map(|c| match c {
+            Command::Scrape { id } => Some(*id),
+            _ => None,
+        }));
+        t += ms(100);
+    }
+    let page = Answer::ScrapePage {
+        text: PAGE.into(),
+        openmetrics: false,
+    };
+    let out = run.answer(ms(6_002), scrape.expect("a scrape"), page);
+    assert!(!out
+        .iter()
+        .any(|c| matches!(c, Command::PostHeartbeat { .. })));
+    assert!(notes(&out).contains(&Note::LeaseLost {
+        lease: 7,
+        why: LeaseLoss::Expired
+    }));
+}
+
+#[test]
 fn a_page_with_no_vllm_sample_is_a_scrape_error_and_no_heartbeat() {
     let mut run = Run::registered(&["--heartbeat-interval", "3"]);
     let out = run.idle_until(ms(3_000));

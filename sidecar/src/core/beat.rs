@@ -76,8 +76,13 @@ impl Core {
             }
         };
         // Only for the registration the scrape was for, if it still stands and vLLM is
-        // still healthy.
-        let current = self.reg.registered().map(|l| l.incarnation.as_str());
+        // still healthy. An answer handled at or after its lease's certain expiry comes
+        // before the lease check that ends it, so that expiry is tested here too.
+        let current = self
+            .reg
+            .registered()
+            .filter(|l| now < l.certain_expiry())
+            .map(|l| l.incarnation.as_str());
         if current != Some(incarnation.as_str()) || !self.health.healthy {
             return self.end_cycle(now, Outcome::Skipped);
         }
