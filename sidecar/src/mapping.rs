@@ -154,11 +154,12 @@ fn may_match(line: &[u8], buckets: bool) -> bool {
     let Some(rest) = line.strip_prefix(b"vllm:") else {
         return false;
     };
+    // Whole suffixes: a vLLM page also has a `_created` gauge per histogram.
     let hist = |base: &str| match line.strip_prefix(base.as_bytes()) {
         Some(after) => {
-            after.starts_with(b"_s")
-                || after.starts_with(b"_c")
-                || (buckets && after.starts_with(b"_b"))
+            after.starts_with(b"_sum")
+                || after.starts_with(b"_count")
+                || (buckets && after.starts_with(b"_bucket"))
         }
         None => false,
     };
@@ -191,6 +192,8 @@ impl Snapshot {
 
 #[derive(Debug, Default)]
 struct Series {
+    /// Its labels without `le`.
+    key: String,
     prev: Option<Snapshot>,
     cur: Snapshot,
     seen: bool,
@@ -199,8 +202,85 @@ struct Series {
 /// Interval state of one histogram family: series keyed by their labels without `le`.
 #[derive(Debug, Default)]
 struct HistState {
-    series: HashMap<String, Series>,
+    /// In the order first seen, so an interval adds its series up in the same order on
+    /// every run (a `HashMap`'s order, and with it the rounding, changed per process).
+    series: Vec<Series>,
+    /// Key → position in `series`.
+    index: HashMap<String, usize>,
     any_seen: bool,
+}
+
+/// Where one histogram line goes: everything the mapping derives from its label text.
+#[derive(Clone, Copy, Debug)]
+struct LineTarget {
+    /// Position in its [`HistState::series`]; unused when `!model_ok`.
+    series: usize,
+    /// The bucket's bound (`le`), when it has a usable one.
+    le: Option<f64>,
+    /// The line passes the `--model` filter.
+    model_ok: bool,
+}
+
+/// The previous scrape's histogram lines in page order, with where each went.
+///
+/// An exporter writes the same label sets in the same order on every scrape, so a line
+/// with the same family, part and label text as the one at the cursor goes where it
+/// went last time: no label walk, key or hash lookup per line (that was most of the
+/// mapping's cost at `p99`). The first line that differs ends the replay for the rest
+/// of the scrape, which then records itself; every answer is the same either way.
+#[derive(Debug, Default)]
+struct Replay {
+    lines: Vec<ReplayLine>,
+    /// Lines of this scrape matched so far; `None` once one differed.
+    cursor: Option<usize>,
+}
+
+#[derive(Debug)]
+struct ReplayLine {
+    hist: Hist,
+    part: Part,
+    labels: Box<str>,
+    target: LineTarget,
+}
+
+impl Replay {
+    fn begin(&mut self) {
+        self.cursor = Some(0);
+    }
+
+    /// Where this line went last scrape, if the scrape so far is the same.
+    #[inline]
+    fn next(&mut self, hist: Hist, part: Part, labels: &str) -> Option<LineTarget> {
+        let at = self.cursor?;
+        match self.lines.get(at) {
+            Some(l) if l.hist == hist && l.part == part && *l.labels == *labels => {
+                self.cursor = Some(at + 1);
+                Some(l.target)
+            }
+            _ => {
+                self.lines.truncate(at);
+                self.cursor = None;
+                None
+            }
+        }
+    }
+
+    /// A line resolved the long way (after [`Replay::next`] answered `None`).
+    fn record(&mut self, hist: Hist, part: Part, labels: &str, target: LineTarget) {
+        self.lines.push(ReplayLine {
+            hist,
+            part,
+            labels: labels.into(),
+            target,
+        });
+    }
+
+    /// Close the scrape: a page shorter than the last loses the tail.
+    fn end(&mut self) {
+        if let Some(at) = self.cursor.take() {
+            self.lines.truncate(at);
+        }
+    }
 }
 
 /// What one interval of one histogram family adds up to.
@@ -217,6 +297,7 @@ struct Interval {
 pub struct Mapper {
     config: MapperConfig,
     hists: [HistState; 3],
+    replay: Replay,
     /// Reused between scrapes for series keys.
     key: String,
 }
@@ -275,9 +356,10 @@ impl Mapper {
     }
 
     fn begin(&mut self) {
+        self.replay.begin();
         for h in &mut self.hists {
             h.any_seen = false;
-            for s in h.series.values_mut() {
+            for s in &mut h.series {
                 s.seen = false;
                 s.cur.clear();
             }
@@ -289,10 +371,11 @@ impl Mapper {
         if !value.is_finite() {
             return;
         }
-        if let Some(model) = &self.config.model {
-            if labels.get("model_name").as_deref() != Some(model.as_str()) {
-                return;
-            }
+        if let Target::Hist(hist, part) = target {
+            return self.feed_hist(hist, part, labels, value);
+        }
+        if !self.model_matches(labels) {
+            return;
         }
         match target {
             Target::Waiting => {
@@ -308,39 +391,89 @@ impl Mapper {
                 g.gpu_kv.0 += value;
                 g.gpu_kv.1 += 1;
             }
-            Target::Hist(h, part) => {
-                let mut le = None;
-                self.key.clear();
-                for (n, v) in labels.iter() {
-                    if n == "le" {
-                        le = Some(v);
-                        continue;
-                    }
-                    self.key.push_str(&n);
-                    self.key.push('\u{0}');
-                    self.key.push_str(&v);
-                    self.key.push('\u{0}');
-                }
-                let state = &mut self.hists[h as usize];
-                let series = match state.series.get_mut(self.key.as_str()) {
-                    Some(s) => s,
-                    None => state.series.entry(self.key.clone()).or_default(),
-                };
-                series.seen = true;
-                state.any_seen = true;
-                match part {
-                    Part::Sum => series.cur.sum = Some(value),
-                    Part::Count => series.cur.count = Some(value),
-                    Part::Bucket => {
-                        // A bucket without a usable bound cannot be placed: ignore it.
-                        if let Some(le) =
-                            le.and_then(|l| prom::parse_f64(&l)).filter(|l| !l.is_nan())
-                        {
-                            series.cur.buckets.push((le, value));
-                        }
-                    }
+            Target::Hist(..) => {}
+        }
+    }
+
+    fn model_matches(&self, labels: &Labels<'_>) -> bool {
+        match &self.config.model {
+            Some(model) => labels.get("model_name").as_deref() == Some(model.as_str()),
+            None => true,
+        }
+    }
+
+    fn feed_hist(&mut self, hist: Hist, part: Part, labels: &Labels<'_>, value: f64) {
+        let target = match self.replay.next(hist, part, labels.raw()) {
+            Some(target) => target,
+            None => {
+                let target = self.resolve(hist, part, labels);
+                self.replay.record(hist, part, labels.raw(), target);
+                target
+            }
+        };
+        if !target.model_ok {
+            return;
+        }
+        let state = &mut self.hists[hist as usize];
+        let Some(series) = state.series.get_mut(target.series) else {
+            return;
+        };
+        series.seen = true;
+        state.any_seen = true;
+        match part {
+            Part::Sum => series.cur.sum = Some(value),
+            Part::Count => series.cur.count = Some(value),
+            // A bucket without a usable bound cannot be placed: ignore it.
+            Part::Bucket => {
+                if let Some(le) = target.le {
+                    series.cur.buckets.push((le, value));
                 }
             }
+        }
+    }
+
+    /// Where a histogram line goes, from its labels: the `--model` filter, the series
+    /// (created when new) and the bound.
+    fn resolve(&mut self, hist: Hist, part: Part, labels: &Labels<'_>) -> LineTarget {
+        if !self.model_matches(labels) {
+            return LineTarget {
+                series: 0,
+                le: None,
+                model_ok: false,
+            };
+        }
+        let mut le = None;
+        self.key.clear();
+        for (n, v) in labels.iter() {
+            if n == "le" {
+                le = Some(v);
+                continue;
+            }
+            self.key.push_str(&n);
+            self.key.push('\u{0}');
+            self.key.push_str(&v);
+            self.key.push('\u{0}');
+        }
+        let state = &mut self.hists[hist as usize];
+        let series = match state.index.get(self.key.as_str()) {
+            Some(&at) => at,
+            None => {
+                state.index.insert(self.key.clone(), state.series.len());
+                state.series.push(Series {
+                    key: self.key.clone(),
+                    ..Series::default()
+                });
+                state.series.len() - 1
+            }
+        };
+        let le = match part {
+            Part::Bucket => le.and_then(|l| prom::parse_f64(&l)).filter(|l| !l.is_nan()),
+            _ => None,
+        };
+        LineTarget {
+            series,
+            le,
+            model_ok: true,
         }
     }
 
@@ -353,6 +486,15 @@ impl Mapper {
         } else {
             0.0
         };
+        self.replay.end();
+        let mut forgot = false;
+        for h in &mut self.hists {
+            forgot |= h.forget_unseen();
+        }
+        if forgot {
+            // The replay's positions point into the old lists.
+            self.replay.lines.clear();
+        }
         let mut ttft = self.hists[Hist::Ttft as usize].interval();
         let itl = self.hists[Hist::Itl as usize].interval();
         let tpot = self.hists[Hist::Tpot as usize].interval();
@@ -389,12 +531,24 @@ fn to_ms(seconds: f64) -> i64 {
 }
 
 impl HistState {
-    /// Close the scrape: add up the interval of every series that has a baseline, then
-    /// make this scrape the baseline. Series not on this page are forgotten.
+    /// Forget the series not on this page; whether there were any.
+    fn forget_unseen(&mut self) -> bool {
+        if self.series.iter().all(|s| s.seen) {
+            return false;
+        }
+        self.series.retain(|s| s.seen);
+        self.index.clear();
+        for (at, s) in self.series.iter().enumerate() {
+            self.index.insert(s.key.clone(), at);
+        }
+        true
+    }
+
+    /// Close the scrape (after [`HistState::forget_unseen`]): add up the interval of
+    /// every series that has a baseline, then make this scrape the baseline.
     fn interval(&mut self) -> Interval {
         let mut out = Interval::default();
-        self.series.retain(|_, s| s.seen);
-        for s in self.series.values_mut() {
+        for s in &mut self.series {
             let cur = &mut s.cur;
             if !cur.buckets.windows(2).all(|w| w[0].0 <= w[1].0) {
                 cur.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));

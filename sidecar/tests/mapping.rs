@@ -511,3 +511,105 @@ proptest! {
         }
     }
 }
+
+/// Histogram and gauge lines of a few series; each scrape of a sequence writes some of
+/// them, from a rotating start, with fresh values and, per line, one of two spellings
+/// of the same labels. Values grow from scrape to scrape, as counters do; whole
+/// numbers keep every sum exact, so the order series are added up in does not matter.
+fn scrape_sequence() -> impl Strategy<Value = Vec<String>> {
+    let name = prop_oneof![
+        Just("vllm:num_requests_waiting"),
+        Just("vllm:kv_cache_usage_perc"),
+        Just("vllm:time_to_first_token_seconds_sum"),
+        Just("vllm:time_to_first_token_seconds_count"),
+        Just("vllm:time_to_first_token_seconds_bucket"),
+        Just("vllm:inter_token_latency_seconds_sum"),
+        Just("vllm:inter_token_latency_seconds_count"),
+        Just("vllm:inter_token_latency_seconds_bucket"),
+    ];
+    let shape = (name, 0u8..4, prop_oneof![Just("a"), Just("b")], 0usize..3);
+    let shapes = prop::collection::vec(shape, 1..30);
+    // Mostly the same lines as last time, so that much is replayed.
+    let line = (
+        prop::bool::weighted(0.9),
+        0u32..500,
+        prop::bool::weighted(0.1),
+    );
+    let start = prop_oneof![4 => Just(0usize), 1 => 0usize..30];
+    let scrape = (start, prop::collection::vec(line, 30));
+    (shapes, prop::collection::vec(scrape, 2..7)).prop_map(|(shapes, scrapes)| {
+        scrapes
+            .into_iter()
+            .enumerate()
+            .map(|(k, (start, lines))| {
+                let mut page = String::new();
+                let at = start % shapes.len();
+                let order = shapes[at..].iter().chain(&shapes[..at]);
+                for ((n, e, model, le), (keep, v, spaced)) in order.zip(lines) {
+                    if !keep {
+                        continue;
+                    }
+                    let sep = if spaced { ", " } else { "," };
+                    let le = ["0.1", "1", "+Inf"][*le];
+                    let v = v as usize + 1000 * k;
+                    page += &format!(
+                        "{n}{{engine=\"{e}\"{sep}model_name=\"{model}\"{sep}le=\"{le}\"}} {v}\n"
+                    );
+                }
+                page
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// A scrape's answer depends on that scrape and the one before it only: a mapper that
+    /// has seen the whole sequence (and replays the previous scrape's lines where they
+    /// are spelled the same) answers what a new mapper answers given the two, the first
+    /// spelled with a trailing comma in every label set so that nothing is replayed.
+    #[test]
+    fn answer_depends_on_the_last_two_scrapes_only(
+        pages in scrape_sequence(),
+        stat in prop_oneof![Just(LatencyStat::Avg), Just(LatencyStat::P90), Just(LatencyStat::Max)],
+        filter in prop_oneof![Just(None), Just(Some("a"))],
+    ) {
+        let mut long = pair(stat, filter);
+        let mut before: Option<&String> = None;
+        for page in &pages {
+            let mut fresh = pair(stat, filter);
+            if let Some(prev) = before {
+                observe(&mut fresh, &prev.replace("\"} ", "\",} "));
+            }
+            prop_assert_eq!(observe(&mut long, page), observe(&mut fresh, page), "page:\n{}", page);
+            before = Some(page);
+        }
+    }
+}
+
+/// An engine that leaves the page takes its series with it; the engines after it on the
+/// page are still counted on the scrapes that follow.
+#[test]
+fn series_after_a_vanished_one_still_count() {
+    let page = |k: f64, engines: &[u8]| {
+        let mut s = String::new();
+        for e in engines {
+            s += &format!(
+                "vllm:time_to_first_token_seconds_sum{{engine=\"{e}\"}} {}\n",
+                k * 0.1
+            );
+            s += &format!("vllm:time_to_first_token_seconds_count{{engine=\"{e}\"}} {k}\n");
+        }
+        s
+    };
+    let mut m = pair(LatencyStat::Avg, None);
+    observe(&mut m, &page(1.0, &[0, 1, 2]));
+    observe(&mut m, &page(2.0, &[0, 2]));
+    // Engine 2 alone grows: 10 requests, 1 s.
+    let next = page(2.0, &[0]) + &page(12.0, &[2]);
+    assert_eq!(observe(&mut m, &next).latency_metrics.recent_max_ttft, 100);
+    // And again.
+    let next = page(2.0, &[0]) + &page(22.0, &[2]);
+    assert_eq!(observe(&mut m, &next).latency_metrics.recent_max_ttft, 100);
+}

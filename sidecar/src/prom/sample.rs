@@ -43,6 +43,11 @@ impl<'a> Labels<'a> {
         }
     }
 
+    /// The label set's source text between the braces, as validated (escapes kept).
+    pub fn raw(&self) -> &'a str {
+        self.raw
+    }
+
     pub fn is_empty(&self) -> bool {
         self.iter().next().is_none()
     }
