@@ -210,10 +210,10 @@ struct HistState {
     any_seen: bool,
 }
 
-/// Where one histogram line goes: everything the mapping derives from its label text.
+/// Where one line goes: everything the mapping derives from its label text.
 #[derive(Clone, Copy, Debug)]
-struct LineTarget {
-    /// Position in its [`HistState::series`]; unused when `!model_ok`.
+struct Placement {
+    /// A histogram line's position in its [`HistState::series`].
     series: usize,
     /// The bucket's bound (`le`), when it has a usable one.
     le: Option<f64>,
@@ -221,12 +221,12 @@ struct LineTarget {
     model_ok: bool,
 }
 
-/// The previous scrape's histogram lines in page order, with where each went.
+/// The previous scrape's lines the mapping read, in page order, with where each went.
 ///
 /// An exporter writes the same label sets in the same order on every scrape, so a line
-/// with the same family, part and label text as the one at the cursor goes where it
-/// went last time: no label walk, key or hash lookup per line (that was most of the
-/// mapping's cost at `p99`). The first line that differs ends the replay for the rest
+/// with the same name and label text as the one at the cursor goes where it went last
+/// time: no label walk, key or hash lookup per line (that was most of the mapping's
+/// cost at `p99`, and `--model` looked its label up on every line). The first line that differs ends the replay for the rest
 /// of the scrape, which then records itself; every answer is the same either way.
 #[derive(Debug, Default)]
 struct Replay {
@@ -237,10 +237,9 @@ struct Replay {
 
 #[derive(Debug)]
 struct ReplayLine {
-    hist: Hist,
-    part: Part,
+    target: Target,
     labels: Box<str>,
-    target: LineTarget,
+    place: Placement,
 }
 
 impl Replay {
@@ -250,12 +249,12 @@ impl Replay {
 
     /// Where this line went last scrape, if the scrape so far is the same.
     #[inline]
-    fn next(&mut self, hist: Hist, part: Part, labels: &str) -> Option<LineTarget> {
+    fn next(&mut self, target: Target, labels: &str) -> Option<Placement> {
         let at = self.cursor?;
         match self.lines.get(at) {
-            Some(l) if l.hist == hist && l.part == part && *l.labels == *labels => {
+            Some(l) if l.target == target && *l.labels == *labels => {
                 self.cursor = Some(at + 1);
-                Some(l.target)
+                Some(l.place)
             }
             _ => {
                 self.lines.truncate(at);
@@ -265,13 +264,12 @@ impl Replay {
         }
     }
 
-    /// A line resolved the long way (after [`Replay::next`] answered `None`).
-    fn record(&mut self, hist: Hist, part: Part, labels: &str, target: LineTarget) {
+    /// A line placed the long way (after [`Replay::next`] answered `None`).
+    fn record(&mut self, target: Target, labels: &str, place: Placement) {
         self.lines.push(ReplayLine {
-            hist,
-            part,
-            labels: labels.into(),
             target,
+            labels: labels.into(),
+            place,
         });
     }
 
@@ -371,10 +369,15 @@ impl Mapper {
         if !value.is_finite() {
             return;
         }
-        if let Target::Hist(hist, part) = target {
-            return self.feed_hist(hist, part, labels, value);
-        }
-        if !self.model_matches(labels) {
+        let place = match self.replay.next(target, labels.raw()) {
+            Some(place) => place,
+            None => {
+                let place = self.place(target, labels);
+                self.replay.record(target, labels.raw(), place);
+                place
+            }
+        };
+        if !place.model_ok {
             return;
         }
         match target {
@@ -391,57 +394,44 @@ impl Mapper {
                 g.gpu_kv.0 += value;
                 g.gpu_kv.1 += 1;
             }
-            Target::Hist(..) => {}
-        }
-    }
-
-    fn model_matches(&self, labels: &Labels<'_>) -> bool {
-        match &self.config.model {
-            Some(model) => labels.get("model_name").as_deref() == Some(model.as_str()),
-            None => true,
-        }
-    }
-
-    fn feed_hist(&mut self, hist: Hist, part: Part, labels: &Labels<'_>, value: f64) {
-        let target = match self.replay.next(hist, part, labels.raw()) {
-            Some(target) => target,
-            None => {
-                let target = self.resolve(hist, part, labels);
-                self.replay.record(hist, part, labels.raw(), target);
-                target
-            }
-        };
-        if !target.model_ok {
-            return;
-        }
-        let state = &mut self.hists[hist as usize];
-        let Some(series) = state.series.get_mut(target.series) else {
-            return;
-        };
-        series.seen = true;
-        state.any_seen = true;
-        match part {
-            Part::Sum => series.cur.sum = Some(value),
-            Part::Count => series.cur.count = Some(value),
-            // A bucket without a usable bound cannot be placed: ignore it.
-            Part::Bucket => {
-                if let Some(le) = target.le {
-                    series.cur.buckets.push((le, value));
+            Target::Hist(hist, part) => {
+                let state = &mut self.hists[hist as usize];
+                let Some(series) = state.series.get_mut(place.series) else {
+                    return;
+                };
+                series.seen = true;
+                state.any_seen = true;
+                match part {
+                    Part::Sum => series.cur.sum = Some(value),
+                    Part::Count => series.cur.count = Some(value),
+                    // A bucket without a usable bound cannot be placed: ignore it.
+                    Part::Bucket => {
+                        if let Some(le) = place.le {
+                            series.cur.buckets.push((le, value));
+                        }
+                    }
                 }
             }
         }
     }
 
-    /// Where a histogram line goes, from its labels: the `--model` filter, the series
-    /// (created when new) and the bound.
-    fn resolve(&mut self, hist: Hist, part: Part, labels: &Labels<'_>) -> LineTarget {
-        if !self.model_matches(labels) {
-            return LineTarget {
-                series: 0,
-                le: None,
-                model_ok: false,
-            };
-        }
+    /// Where a line goes, from its labels: the `--model` filter and, for a histogram
+    /// line, the series (created when new) and the bound.
+    fn place(&mut self, target: Target, labels: &Labels<'_>) -> Placement {
+        let model_ok = match &self.config.model {
+            Some(model) => labels.get("model_name").as_deref() == Some(model.as_str()),
+            None => true,
+        };
+        let (hist, part) = match target {
+            Target::Hist(hist, part) if model_ok => (hist, part),
+            _ => {
+                return Placement {
+                    series: 0,
+                    le: None,
+                    model_ok,
+                }
+            }
+        };
         let mut le = None;
         self.key.clear();
         for (n, v) in labels.iter() {
@@ -470,7 +460,7 @@ impl Mapper {
             Part::Bucket => le.and_then(|l| prom::parse_f64(&l)).filter(|l| !l.is_nan()),
             _ => None,
         };
-        LineTarget {
+        Placement {
             series,
             le,
             model_ok: true,
