@@ -4,6 +4,9 @@
 //! server) is a scrape error, not a page of zeros: a heartbeat of `waiting=0, cache=0`
 //! would make the master route *more* traffic to an instance it knows nothing about.
 
+use std::sync::OnceLock;
+
+use memchr::memmem;
 use serde::Serialize;
 
 use crate::mapping::{HeartbeatMetrics, LatencyMetrics, LoadMetrics};
@@ -38,7 +41,11 @@ impl<'a> HeartbeatBody<'a> {
 /// with the name (comment lines start with `#`). One substring search, so the page is
 /// not lexed twice (the mapping lexes it next).
 pub fn has_vllm_sample(text: &str) -> bool {
-    text.starts_with("vllm:") || memchr::memmem::find(text.as_bytes(), b"\nvllm:").is_some()
+    // Built once: building a searcher cost more than the search, which stops at the
+    // page's first sample line.
+    static LINE_START: OnceLock<memmem::Finder<'static>> = OnceLock::new();
+    let finder = LINE_START.get_or_init(|| memmem::Finder::new(b"\nvllm:"));
+    text.starts_with("vllm:") || finder.find(text.as_bytes()).is_some()
 }
 
 #[cfg(test)]
