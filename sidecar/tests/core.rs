@@ -253,6 +253,8 @@ fn a_lease_is_given_up_only_once_its_ttl_has_certainly_run_out() {
         lease: 7,
         why: LeaseLoss::Expired
     }));
+    // A keepalive whose answer never came may still have kept it alive: revoked too.
+    assert!(revokes(&run.seen).iter().any(|&(_, lease)| lease == 7));
 }
 
 #[test]

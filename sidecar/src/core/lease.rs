@@ -161,6 +161,10 @@ impl Core {
         };
         if now >= lease.certain_expiry() {
             let id = lease.id;
+            // Certain only from what came back: a keepalive whose answer was lost or late
+            // may have reached etcd and kept the lease (and the key) alive. Revoke it
+            // anyway, so that the key goes now instead of at an unknown later time.
+            self.side_revoke(id);
             return self.lease_lost(now, id, LeaseLoss::Expired);
         }
         if now < lease.next_keepalive {
