@@ -63,9 +63,14 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
     let mut last_down: Vec<Option<u64>> = vec![Some(0); names.len()];
     // Whether it has not registered since it was last seen starting (in its gate).
     let mut in_gate: Vec<bool> = vec![true; names.len()];
+    // The key's incarnation when the sidecar was last seen not running: a sidecar killed
+    // without revoking leaves its key until the lease runs out, which is no registration
+    // of the one started after it.
+    let mut left_behind: Vec<Option<&Incarnation>> = vec![None; names.len()];
     for s in samples {
         for (i, o) in s.instances.iter().enumerate() {
             let gate = in_gate.get_mut(i);
+            let left = left_behind.get_mut(i);
             if !o.sidecar_running {
                 if let Some(d) = last_down.get_mut(i) {
                     *d = Some(s.t_ms);
@@ -73,14 +78,17 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
                 if let Some(g) = gate {
                     *g = true;
                 }
+                if let Some(l) = left {
+                    *l = o.etcd.as_ref();
+                }
                 continue;
             }
-            let gated = match gate {
-                Some(g) => {
-                    *g &= o.etcd.is_none();
+            let gated = match (gate, left) {
+                (Some(g), Some(l)) => {
+                    *g &= o.etcd.is_none() || o.etcd.as_ref() == *l;
                     *g
                 }
-                None => false,
+                _ => false,
             };
             let from = s.t_ms.saturating_sub(grace);
             if last_down

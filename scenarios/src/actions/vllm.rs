@@ -183,9 +183,16 @@ impl VllmAction {
                             book.close_prefix("vllm_health:");
                         }
                     } else {
+                        // A probe sent into a hang is answered by its timeout only, so
+                        // the sidecar may see vLLM back up to `--health-timeout` late.
+                        let late = match health {
+                            Health::Hang => book.topology().health_timeout.as_ms(),
+                            _ => 0,
+                        };
                         book.open(key, s, None, |e| {
                             e.excuses_registration = true;
                             e.vllm_down = true;
+                            e.extra_grace_ms = late;
                         });
                     }
                 }
