@@ -122,6 +122,39 @@ impl EtcdNode {
     fn refresh_next(&mut self) {
         self.next = self.core.next_expiry();
     }
+
+    /// The request acted on (past its faults).
+    fn act(&mut self, now: Duration, from: NodeId, request: &Request) -> Option<Reply> {
+        let reply = match request {
+            Request::Etcd { path, body, token } => {
+                let answer = self
+                    .core
+                    .handle_json(path, token.as_deref(), body.as_bytes(), now);
+                Reply::Gateway {
+                    status: answer.status,
+                    body: answer.body,
+                }
+            }
+            Request::WatchOpen { body, token } => {
+                match self.watch(from, body.as_bytes(), token.as_deref(), now) {
+                    Ok(()) => Reply::Status(200),
+                    Err(e) => Reply::Gateway {
+                        status: 400,
+                        body: json!({ "error": e, "code": 3, "message": e })
+                            .to_string()
+                            .into_bytes(),
+                    },
+                }
+            }
+            Request::WatchClose => {
+                self.close_watches(from);
+                return Some(Reply::Status(200));
+            }
+            _ => return Some(Reply::Status(404)),
+        };
+        self.refresh_next();
+        Some(reply)
+    }
 }
 
 impl Server for EtcdNode {
@@ -132,14 +165,10 @@ impl Server for EtcdNode {
         request: &Request,
         _: &mut StdRng,
     ) -> Option<Reply> {
-        let (path, body, token) = match request {
-            Request::Etcd { path, body, token } => (*path, &**body, token.as_deref()),
-            Request::WatchOpen { body, token } => ("/v3/watch", body.as_str(), token.as_deref()),
-            Request::WatchClose => {
-                self.close_watches(from);
-                return Some(Reply::Status(200));
-            }
-            _ => return Some(Reply::Status(404)),
+        let path = match request {
+            Request::Etcd { path, .. } => *path,
+            Request::WatchOpen { .. } => "/v3/watch",
+            _ => return self.act(now, from, request),
         };
         let fault = self
             .faults
@@ -147,43 +176,28 @@ impl Server for EtcdNode {
         if let Some(f) = &fault {
             self.notes.push(json!({ "fault": f, "path": path }));
         }
-        let delay = match fault.as_ref().map(Fault::decision) {
-            Some(FaultDecision::Fail(e)) => {
-                return Some(Reply::Gateway {
-                    status: e.status.as_u16(),
-                    body: e.body().into_bytes(),
-                })
-            }
+        match fault.as_ref().map(Fault::decision) {
+            Some(FaultDecision::Fail(e)) => Some(Reply::Gateway {
+                status: e.status.as_u16(),
+                body: e.body().into_bytes(),
+            }),
             // Held until the caller gives up (a release is not simulated).
-            Some(FaultDecision::Hang) => return None,
-            Some(FaultDecision::Delay(d)) => Some(d),
-            None => None,
-        };
-        let reply = if let Request::WatchOpen { .. } = request {
-            match self.watch(from, body.as_bytes(), token, now) {
-                Ok(()) => Reply::Status(200),
-                Err(e) => Reply::Gateway {
-                    status: 400,
-                    body: json!({ "error": e, "code": 3, "message": e })
-                        .to_string()
-                        .into_bytes(),
-                },
-            }
-        } else {
-            let answer = self.core.handle_json(path, token, body.as_bytes(), now);
-            Reply::Gateway {
-                status: answer.status,
-                body: answer.body,
-            }
-        };
-        self.refresh_next();
-        Some(match delay {
-            Some(after) => Reply::Slow {
-                after,
-                reply: Box::new(reply),
-            },
-            None => reply,
-        })
+            Some(FaultDecision::Hang) => None,
+            // As the fake's fault layer: the request is acted on after the delay, if its
+            // caller still waits then.
+            Some(FaultDecision::Delay(after)) => Some(Reply::Deferred { after }),
+            None => self.act(now, from, request),
+        }
+    }
+
+    fn serve_deferred(
+        &mut self,
+        now: Duration,
+        from: NodeId,
+        request: &Request,
+        _: &mut StdRng,
+    ) -> Option<Reply> {
+        self.act(now, from, request)
     }
 
     fn take_stream_ends(&mut self) -> Vec<NodeId> {

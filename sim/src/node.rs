@@ -107,6 +107,11 @@ pub enum Reply {
     Refused,
     /// The answer takes `after` longer to deliver (a body that trickles out).
     Slow { after: Duration, reply: Box<Reply> },
+    /// The server acts on the request only `after` from now ([`Server::serve_deferred`]),
+    /// and not at all if its caller gave up or the connection was reset by then: a
+    /// latency fault, which the fakes' fault layers apply by sleeping before the handler
+    /// runs (a handler is dropped with its connection).
+    Deferred { after: Duration },
 }
 
 /// A `/metrics` body: the text the fake wrote, or bytes a fault rewrote (which may not
@@ -244,6 +249,18 @@ pub trait Server {
         request: &Request,
         rng: &mut StdRng,
     ) -> Option<Reply>;
+
+    /// Serve a request whose [`Reply::Deferred`] delay has passed: as
+    /// [`Server::serve`], without its fault this time.
+    fn serve_deferred(
+        &mut self,
+        now: Duration,
+        from: NodeId,
+        request: &Request,
+        rng: &mut StdRng,
+    ) -> Option<Reply> {
+        self.serve(now, from, request, rng)
+    }
 
     /// When the node next needs [`Server::on_timer`]; `None`: never by itself.
     fn next_wakeup(&self) -> Option<Duration> {

@@ -49,6 +49,8 @@ enum Event {
         server: NodeId,
         generation: u64,
         request: Request,
+        /// Arriving again after the server's [`Reply::Deferred`].
+        deferred: bool,
     },
     /// An answer reaches its caller.
     Return {
@@ -372,7 +374,8 @@ impl World {
                 server,
                 generation,
                 request,
-            } => self.arrive(exchange, client, server, generation, request),
+                deferred,
+            } => self.arrive(exchange, client, server, generation, request, deferred),
             Event::Return {
                 exchange,
                 generation,
@@ -591,6 +594,7 @@ impl World {
                             server,
                             generation,
                             request,
+                            deferred: false,
                         },
                     );
                 }
@@ -617,9 +621,13 @@ impl World {
         server: NodeId,
         generation: u64,
         request: Request,
+        deferred: bool,
     ) {
         if self.generation(client, server) != generation {
             return; // the connection was reset while the request was on its way
+        }
+        if deferred && self.exchanges.get_mut(id).is_none() {
+            return; // its caller gave up while the server held it: never served
         }
         let now = self.now;
         // The link is `server`'s (an etcd endpoint's own); the node is the one behind it.
@@ -627,7 +635,10 @@ impl World {
         let Some(node) = self.servers.node_mut(node_id) else {
             return;
         };
-        let reply = node.serve(now, client, &request, &mut self.rng);
+        let reply = match deferred {
+            false => node.serve(now, client, &request, &mut self.rng),
+            true => node.serve_deferred(now, client, &request, &mut self.rng),
+        };
         self.record_typed(node_id, "serve", || summary::Serve {
             x: id,
             from: client,
@@ -646,6 +657,18 @@ impl World {
                 return;
             }
             Some(Reply::Slow { after, reply }) => (after, *reply),
+            Some(Reply::Deferred { after }) => {
+                let again = Event::Arrive {
+                    exchange: id,
+                    client,
+                    server,
+                    generation,
+                    request,
+                    deferred: true,
+                };
+                self.queue.push_after(now, after, again);
+                return;
+            }
             Some(reply) => (Duration::ZERO, reply),
         };
         match self.links.leg(

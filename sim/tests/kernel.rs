@@ -187,3 +187,77 @@ fn healing_a_blackhole_closes_the_stuck_exchange_and_reset_kills_one_in_flight()
         "the request died with its connection"
     );
 }
+
+/// Holds every request `after` before acting on it (as a latency fault does) and
+/// remembers when it acted.
+struct Held {
+    after: Duration,
+    acted: Vec<Duration>,
+}
+
+impl Server for Held {
+    fn serve(&mut self, _: Duration, _: NodeId, _: &Request, _: &mut StdRng) -> Option<Reply> {
+        Some(Reply::Deferred { after: self.after })
+    }
+
+    fn serve_deferred(
+        &mut self,
+        now: Duration,
+        _: NodeId,
+        _: &Request,
+        _: &mut StdRng,
+    ) -> Option<Reply> {
+        self.acted.push(now);
+        Some(Reply::Status(503))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+/// When etcd acted on the sidecar's requests, holding each `after_ms`, in 20 s.
+fn acted_with_delay(after_ms: u64) -> (Vec<Duration>, String) {
+    let mut world = World::new(1, EventLog::keeping());
+    world.add_server(NodeId::Vllm(0), Box::new(Fixed(Some(Reply::Status(200)))));
+    let held = Held {
+        after: Duration::from_millis(after_ms),
+        acted: Vec::new(),
+    };
+    world.add_server(NodeId::Etcd, Box::new(held));
+    world.add_sidecar(&Config::from_flags(["--etcd-timeout", "2.5"]).unwrap());
+    world.run_until(Duration::from_secs(20));
+    let node = world.server_as::<Held>(NodeId::Etcd).expect("etcd");
+    (node.acted.clone(), world.log().text())
+}
+
+#[test]
+fn a_deferred_request_is_acted_on_after_its_delay_unless_its_caller_gave_up() {
+    // Held 1 s, under the 2.5 s etcd timeout: each grant is acted on 1 s after it was
+    // sent, and its answer comes back.
+    let (acted, log) = acted_with_delay(1000);
+    let sends: Vec<u64> = lines_of(&log, "sidecar/0", "send")
+        .iter()
+        .filter(|l| l.contains("/v3/lease/grant"))
+        .map(|l| field(l, "t_us"))
+        .collect();
+    assert!(!sends.is_empty(), "no grant sent: {log}");
+    let acted_us: Vec<u64> = acted.iter().map(|t| t.as_micros() as u64).collect();
+    assert!(
+        acted_us.len() + 1 >= sends.len(),
+        "{acted_us:?} of {sends:?}"
+    );
+    for (sent, acted) in sends.iter().zip(&acted_us) {
+        // The hold, plus the link's delivery time (well under a millisecond here).
+        let held = acted - sent;
+        assert!((1_000_000..1_001_000).contains(&held), "{sent} → {acted}");
+    }
+    // Held 3 s: every caller gave up (2.5 s) first, so nothing was ever acted on.
+    let (acted, log) = acted_with_delay(3000);
+    assert!(log.contains("/v3/lease/grant"), "no grant sent: {log}");
+    assert_eq!(acted, Vec::<Duration>::new());
+}
