@@ -173,6 +173,8 @@ pub struct VllmCore {
     overrides: Vec<(String, Waveform, Duration)>,
     done: Vec<Outcome>,
     page: String,
+    /// The last compact page and its numbers, when kept ([`VllmCore::keep_last_page`]).
+    page_memo: Option<Box<crate::metrics::PageMemo>>,
     /// The faulted page of the last scrape, when faults rewrote it.
     faulted: Bytes,
 }
@@ -200,6 +202,7 @@ impl VllmCore {
             overrides: Vec::new(),
             done: Vec::new(),
             page: String::new(),
+            page_memo: None,
             faulted: Bytes::new(),
         };
         core.fresh_start(now);

@@ -186,7 +186,9 @@ impl SimCluster {
             routed: Vec::new(),
         };
         for i in 0..cluster.instances.len() {
-            let vllm = VllmNode::new(vllm_config(&cluster.topology, i, seed), Duration::ZERO)?;
+            let mut vllm = VllmNode::new(vllm_config(&cluster.topology, i, seed), Duration::ZERO)?;
+            // Scenario clusters run little load: most scrapes find the page unchanged.
+            vllm.keep_last_page();
             cluster
                 .world
                 .add_server(NodeId::Vllm(node_index(i)), Box::new(vllm));

@@ -66,6 +66,12 @@ impl VllmNode {
         })
     }
 
+    /// Keep the core's last compact page ([`VllmCore::keep_last_page`]): scrapes that
+    /// find its numbers unchanged copy it. For runs with little load (a fault search).
+    pub fn keep_last_page(&mut self) {
+        self.core.keep_last_page();
+    }
+
     /// mock-vllm's test defaults with `dialect` and `seed`.
     pub fn with_dialect(dialect: Dialect, seed: u64, now: Duration) -> VllmNode {
         let cfg = Config {

@@ -97,7 +97,7 @@ impl VllmCore {
             rt.process.cpu_secs = cpu;
         }
         self.snap.nonfinite = nonfinite;
-        crate::metrics::page_into(&self.snap, &mut self.page);
+        crate::metrics::page_into_kept(&self.snap, &mut self.page, self.page_memo.as_deref_mut());
         &self.page
     }
 }
@@ -108,6 +108,14 @@ impl VllmCore {
     /// in the cache, instead of every core keeping a page-sized buffer of its own.
     pub fn lend_page_buffer(&mut self, buf: String) -> String {
         std::mem::replace(&mut self.page, buf)
+    }
+
+    /// Keep the last compact page and its numbers: a scrape whose numbers did not change
+    /// since (no request moved the histograms or gauges) copies it instead of writing
+    /// it again; the same bytes. Costs a page of memory per core: for a simulator whose
+    /// cores are scraped more often than their load changes.
+    pub fn keep_last_page(&mut self) {
+        self.page_memo.get_or_insert_with(Box::default);
     }
 
     fn content_type(&self) -> &'static str {

@@ -39,12 +39,36 @@ pub(super) fn applies(s: &Snapshot) -> bool {
 /// accepts. Answers `false`, writing nothing, for a snapshot whose engines do not share
 /// one pair of histogram bounds (no core makes one): the generic path writes those.
 pub(super) fn page_into(s: &Snapshot, out: &mut String) -> bool {
-    with_template(s, |t| t.write(s, out)).is_some()
+    with_template(s, |t| t.write(s, out, None)).is_some()
 }
+
+/// [`page_into`] that first compares this page's numbers with those of the page `memo`
+/// holds (the last one this core wrote): the same template and the same numbers, bit
+/// for bit, are the same page, copied instead of written again. A page is the template
+/// with its numbers between the pieces, nothing else.
+pub(super) fn page_into_kept(s: &Snapshot, out: &mut String, memo: &mut PageMemo) -> bool {
+    with_template(s, |t| t.write(s, out, Some(memo))).is_some()
+}
+
+/// The last compact page a core wrote, with what it was written from.
+#[derive(Debug, Default)]
+pub struct PageMemo {
+    /// [`Template::id`] of its template (0: none yet).
+    template: u64,
+    /// Its numbers, as bits (NaN and -0.0 compared exactly).
+    values: Vec<u64>,
+    page: String,
+}
+
+/// Template ids, unique in the process (a memo never mistakes a new template for an
+/// old one freed at the same address).
+static NEXT_TEMPLATE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// The text of a page between its numbers, for one model, engine list and pair of
 /// histogram bounds.
 struct Template {
+    /// Unique in the process, never 0.
+    id: u64,
     model: String,
     engines: Vec<usize>,
     ttft_bounds: Arc<[f64]>,
@@ -190,6 +214,7 @@ impl Template {
             }
         }
         Template {
+            id: NEXT_TEMPLATE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             model: s.model.clone(),
             engines: s.engines.iter().map(|e| e.index).collect(),
             ttft_bounds: ttft,
@@ -200,16 +225,54 @@ impl Template {
     }
 
     /// The page of `s` (which this template [`fits`](Template::fits)) into `out`.
-    fn write(&self, s: &Snapshot, out: &mut String) {
+    fn write(&self, s: &Snapshot, out: &mut String, memo: Option<&mut PageMemo>) {
         VALUES.with(|v| match v.try_borrow_mut() {
-            Ok(mut v) => self.write_with(s, out, &mut v),
-            Err(_) => self.write_with(s, out, &mut Vec::new()),
+            Ok(mut v) => self.write_kept(s, out, &mut v, memo),
+            Err(_) => self.write_kept(s, out, &mut Vec::new(), memo),
         });
+    }
+
+    /// [`Template::write_with`], or the memo's page when its numbers are this page's.
+    fn write_kept(
+        &self,
+        s: &Snapshot,
+        out: &mut String,
+        values: &mut Vec<f64>,
+        memo: Option<&mut PageMemo>,
+    ) {
+        let Some(memo) = memo else {
+            return self.write_with(s, out, values);
+        };
+        values.clear();
+        self.values(s, values);
+        let same = memo.template == self.id
+            && memo.values.len() == values.len()
+            && memo
+                .values
+                .iter()
+                .zip(values.iter())
+                .all(|(m, v)| *m == v.to_bits());
+        if same {
+            out.push_str(&memo.page);
+            return;
+        }
+        let start = out.len();
+        self.write_values(values, out);
+        memo.template = self.id;
+        memo.values.clear();
+        memo.values.extend(values.iter().map(|v| v.to_bits()));
+        memo.page.clear();
+        memo.page.push_str(out.get(start..).unwrap_or_default());
     }
 
     fn write_with(&self, s: &Snapshot, out: &mut String, values: &mut Vec<f64>) {
         values.clear();
         self.values(s, values);
+        self.write_values(values, out);
+    }
+
+    /// The pieces with `values` between them.
+    fn write_values(&self, values: &[f64], out: &mut String) {
         out.reserve(self.text.len() + 12 * values.len());
         // Where the next piece starts: with the `.0` before it after a whole number.
         let mut start = 0usize;
@@ -392,6 +455,46 @@ mod tests {
             page_into(&s, &mut again);
             assert_eq!(again, out);
         }
+    }
+
+    #[test]
+    fn a_kept_page_is_the_page_written_again() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut memo = PageMemo::default();
+        let mut s = snapshot(&mut rng);
+        let mut copied = 0;
+        for round in 0..3000 {
+            // Mostly the same core scraped again, sometimes with one number moved
+            // (sign and NaN flips included), sometimes another snapshot altogether.
+            match rng.gen_range(0..6) {
+                0 => s = snapshot(&mut rng),
+                1 => s.nonfinite = !s.nonfinite,
+                2 => {
+                    if let Some(e) = s.engines.first_mut() {
+                        e.waiting = [0.0, -0.0, f64::NAN, 1.0][rng.gen_range(0..4)];
+                    }
+                }
+                3 => {
+                    if let Some(e) = s.engines.last_mut() {
+                        e.stats.h_itl.observe(rng.gen_range(0.0..1.0));
+                    }
+                }
+                _ => {}
+            }
+            let same = memo.template != 0 && {
+                let mut v = Vec::new();
+                with_template(&s, |t| t.values(&s, &mut v));
+                memo.values
+                    .iter()
+                    .copied()
+                    .eq(v.iter().map(|x| x.to_bits()))
+            };
+            copied += usize::from(same);
+            let mut kept = String::new();
+            assert!(page_into_kept(&s, &mut kept, &mut memo));
+            assert_eq!(kept, generic(&s), "round {round}: {s:?}");
+        }
+        assert!(copied > 1000, "{copied}");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! (its prometheus_client negotiates by `Accept`): the same registry in the other format.
 
 mod compact;
+pub(crate) use compact::PageMemo;
 mod http;
 mod runtime;
 mod vllm_v0;
@@ -307,9 +308,25 @@ pub fn page(s: &Snapshot) -> (String, &'static str) {
 /// [`page`] into a caller's buffer (cleared first), so a caller that renders often
 /// reuses one allocation. Answers the content type.
 pub fn page_into(s: &Snapshot, out: &mut String) -> &'static str {
+    page_into_kept(s, out, None)
+}
+
+/// [`page_into`]; a compact page equal to the last one `memo` kept (the same numbers) is
+/// copied from it instead of written again.
+pub(crate) fn page_into_kept(
+    s: &Snapshot,
+    out: &mut String,
+    memo: Option<&mut PageMemo>,
+) -> &'static str {
     out.clear();
-    if compact::applies(s) && compact::page_into(s, out) {
-        return TEXT_CONTENT_TYPE;
+    if compact::applies(s) {
+        let written = match memo {
+            Some(memo) => compact::page_into_kept(s, out, memo),
+            None => compact::page_into(s, out),
+        };
+        if written {
+            return TEXT_CONTENT_TYPE;
+        }
     }
     // The OpenMetrics page is the same registry as v0.11's, negotiated by `Accept`.
     let mut fams = Vec::with_capacity(64);
