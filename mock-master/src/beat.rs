@@ -64,7 +64,19 @@ pub fn body_for(status: u16) -> &'static str {
 /// The body checks, in the master's order: a `HeartbeatRequest` under protobuf's JSON
 /// rules (else 400 invalid json), with a name (else 400 missing name).
 pub fn read_request(body: &[u8]) -> Result<HeartbeatRequest, Answer> {
-    let req = HeartbeatRequest::from_json(body).map_err(|_| Answer::InvalidJson)?;
+    checked(HeartbeatRequest::from_json(body))
+}
+
+/// [`read_request`] of a body that is text already: the same answers (serde_json reads
+/// a `&str` as it reads its bytes, without checking every string for UTF-8 again).
+pub fn read_request_str(body: &str) -> Result<HeartbeatRequest, Answer> {
+    checked(HeartbeatRequest::from_json_str(body))
+}
+
+fn checked(
+    decoded: Result<HeartbeatRequest, serde_json::Error>,
+) -> Result<HeartbeatRequest, Answer> {
+    let req = decoded.map_err(|_| Answer::InvalidJson)?;
     if req.name.is_empty() {
         return Err(Answer::MissingName);
     }
@@ -87,6 +99,24 @@ mod tests {
             read_request(br#"{"name":"a"}"#).map(|r| r.name),
             Ok("a".to_string())
         );
+    }
+
+    #[test]
+    fn text_bodies_read_as_their_bytes() {
+        let bodies = [
+            "[]",
+            r#"{"name":5}"#,
+            r#"{"incarnation_id":"i"}"#,
+            r#"{"name":"a"}"#,
+            r#"{"name":"a\u00e9\n","incarnationId":"x","unknown":"é\"q"}"#,
+            r#"{"name":"é","load_metrics":{"waiting_requests_num":3,"gpu_cache_usage_perc":0.5}}"#,
+            r#"{"name":"a","name":"b"}"#,
+            r#"{"name":"a""#,
+            "",
+        ];
+        for b in bodies {
+            assert_eq!(read_request_str(b), read_request(b.as_bytes()), "{b}");
+        }
     }
 
     #[test]

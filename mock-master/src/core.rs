@@ -371,16 +371,38 @@ impl MasterCore {
     /// order (none: the header is absent) and `body` as sent: the table of contract §3,
     /// after the armed faults, with this mock's 413 past `max_body_bytes`.
     pub fn on_heartbeat(&mut self, now: Duration, tokens: &[&[u8]], body: &[u8]) -> HeartbeatReply {
+        self.on_heartbeat_read(now, tokens, body.len(), || beat::read_request(body))
+    }
+
+    /// [`MasterCore::on_heartbeat`] of a body that is text already (a simulator's): the
+    /// same checks and answers ([`beat::read_request_str`]).
+    pub fn on_heartbeat_text(
+        &mut self,
+        now: Duration,
+        tokens: &[&[u8]],
+        body: &str,
+    ) -> HeartbeatReply {
+        self.on_heartbeat_read(now, tokens, body.len(), || beat::read_request_str(body))
+    }
+
+    /// The gate and the size cap, then the body `read` decodes.
+    fn on_heartbeat_read(
+        &mut self,
+        now: Duration,
+        tokens: &[&[u8]],
+        len: usize,
+        read: impl FnOnce() -> Result<HeartbeatRequest, Answer>,
+    ) -> HeartbeatReply {
         let presented = auth::join(tokens.iter().copied());
         let (delay, refusal) = self.gate.check(now, presented.as_deref());
         if let Some(r) = refusal {
             return HeartbeatReply::of(r.status, r.body, delay);
         }
-        if body.len() > self.settings.max_body_bytes {
+        if len > self.settings.max_body_bytes {
             let a = Answer::TooLarge;
             return HeartbeatReply::of(a.status(), a.body(), delay);
         }
-        let mut reply = self.on_heartbeat_body(now, body);
+        let mut reply = self.on_heartbeat_read_body(now, read());
         reply.delay = delay;
         reply
     }
@@ -388,7 +410,15 @@ impl MasterCore {
     /// The part of [`MasterCore::on_heartbeat`] after the gate and the size cap: the
     /// body checks (400s) and the table's verdict (409 or 200, metrics stored).
     pub fn on_heartbeat_body(&mut self, now: Duration, body: &[u8]) -> HeartbeatReply {
-        match beat::read_request(body) {
+        self.on_heartbeat_read_body(now, beat::read_request(body))
+    }
+
+    fn on_heartbeat_read_body(
+        &mut self,
+        now: Duration,
+        read: Result<HeartbeatRequest, Answer>,
+    ) -> HeartbeatReply {
+        match read {
             Ok(req) => {
                 let mut reply = self.on_heartbeat_request(now, &req);
                 reply.name = Some(req.name);

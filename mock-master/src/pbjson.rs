@@ -75,6 +75,11 @@ impl HeartbeatRequest {
     pub fn from_json(body: &[u8]) -> Result<Self, serde_json::Error> {
         serde_json::from_slice(body)
     }
+
+    /// [`HeartbeatRequest::from_json`] of text: the same result for the same bytes.
+    pub fn from_json_str(body: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(body)
+    }
 }
 
 /// Marks each field seen once; a second sighting (either spelling) is an error.

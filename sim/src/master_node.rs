@@ -228,7 +228,7 @@ impl Server for MasterNode {
         } else {
             vec![token.as_bytes()]
         };
-        let reply = self.core.on_heartbeat(now, &tokens, body.as_bytes());
+        let reply = self.core.on_heartbeat_text(now, &tokens, body);
         *self.heartbeats.entry(reply.status).or_default() += 1;
         self.notes.push(Note::Heartbeat {
             status: reply.status,
