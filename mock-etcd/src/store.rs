@@ -125,6 +125,8 @@ pub struct Store {
     /// History holds every event at revisions >= this (0: everything).
     pub compact_rev: i64,
     kvs: BTreeMap<Vec<u8>, KeyValue>,
+    /// Writes to `kvs` so far (puts, deletes, losses; never reset): see [`Store::kv_writes`].
+    kv_writes: u64,
     history: VecDeque<Arc<Event>>,
     history_cap: usize,
     pub leases: BTreeMap<i64, Lease>,
@@ -155,6 +157,7 @@ impl Store {
             rev: 1,
             compact_rev: 0,
             kvs: BTreeMap::new(),
+            kv_writes: 0,
             history: VecDeque::new(),
             history_cap: history_cap.max(1),
             leases: BTreeMap::new(),
@@ -167,6 +170,13 @@ impl Store {
 
     pub fn get(&self, key: &[u8]) -> Option<&KeyValue> {
         self.kvs.get(key)
+    }
+
+    /// How many times the keys and values were written (puts, deletes, data losses):
+    /// the same count twice means every key and value is as it was (unlike the
+    /// revision, which a data loss may set back).
+    pub fn kv_writes(&self) -> u64 {
+        self.kv_writes
     }
 
     /// Bytes of keys and values stored now (what the database size grows with).
@@ -248,6 +258,7 @@ impl Store {
                 l.keys.insert(key.to_vec());
             }
         }
+        self.kv_writes += 1;
         self.kvs.insert(key.to_vec(), kv.clone());
         batch.events.push(Event {
             kind: EventKind::Put,
@@ -271,6 +282,7 @@ impl Store {
         let mut gone = Vec::with_capacity(keys.len());
         for k in keys {
             if let Some(prev) = self.kvs.remove(&k) {
+                self.kv_writes += 1;
                 if let Some(l) = self.leases.get_mut(&prev.lease) {
                     l.keys.remove(&k);
                 }
@@ -442,6 +454,7 @@ impl Store {
 
     /// Forget everything, as an etcd restarted without its data dir.
     pub fn lose_data(&mut self, reset_revision: bool, epoch_ms: u64) {
+        self.kv_writes += 1;
         self.kvs.clear();
         self.history.clear();
         self.leases.clear();
@@ -507,6 +520,28 @@ mod tests {
         for id in old {
             assert_eq!(s.keepalive(id, now), None);
         }
+    }
+
+    #[test]
+    fn every_write_is_counted_and_nothing_else() {
+        let mut s = Store::new(100, 2, MEMBER, EPOCH_MS);
+        let now = Duration::from_secs(1_000);
+        let (lease, _) = s.grant(0, 5, now).unwrap();
+        assert_eq!(s.kv_writes(), 0, "a lease is no key");
+        let mut b = Batch::default();
+        s.put(&mut b, b"k", b"1".to_vec(), lease);
+        let _ = s.close_revision(b);
+        assert_eq!(s.kv_writes(), 1);
+        let _ = s.keepalive(lease, now);
+        let _ = s.get(b"k");
+        let mut b = Batch::default();
+        assert!(s.delete(&mut b, &r("x", "")).is_empty());
+        assert_eq!(s.kv_writes(), 1, "reads, keepalives, deletes of nothing");
+        s.delete(&mut b, &r("k", ""));
+        let _ = s.close_revision(b);
+        assert_eq!(s.kv_writes(), 2);
+        s.lose_data(true, EPOCH_MS);
+        assert_eq!(s.kv_writes(), 3, "a loss, even of nothing, and never back");
     }
 
     #[test]

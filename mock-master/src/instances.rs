@@ -198,6 +198,8 @@ struct Instance {
     latency: Option<LatencyMetrics>,
     heartbeats: BTreeMap<u16, u64>,
     generation: u64,
+    /// Set from [`Instances::changes`] whenever the entry is changed.
+    rev: u64,
 }
 
 /// The instance table and what LOADMETRICS still has to publish.
@@ -210,6 +212,9 @@ pub struct Instances {
     /// Instances deregistered since the last publish (their LOADMETRICS get deleted).
     removed: HashSet<String>,
     next_generation: u64,
+    /// Changes made to entries so far: each change stamps its entry with the new count,
+    /// so an observer tells an unchanged entry by its stamp ([`Instances::get_with_rev`]).
+    changes: u64,
 }
 
 impl Default for Instances {
@@ -219,6 +224,7 @@ impl Default for Instances {
             updated: HashMap::new(),
             removed: HashSet::new(),
             next_generation: 1,
+            changes: 0,
         }
     }
 }
@@ -249,6 +255,12 @@ impl Instances {
         Self::default()
     }
 
+    /// A new stamp for an entry being changed.
+    fn bump(changes: &mut u64) -> u64 {
+        *changes += 1;
+        *changes
+    }
+
     fn generation(&mut self) -> u64 {
         let g = self.next_generation;
         self.next_generation += 1;
@@ -258,6 +270,7 @@ impl Instances {
     fn register(&mut self, name: &str, meta: InstanceMeta, now: Duration, out: &mut Vec<Notice>) {
         let incarnation = meta.incarnation_id.clone();
         let generation = self.generation();
+        let rev = Self::bump(&mut self.changes);
         self.instances.insert(
             name.to_string(),
             Instance {
@@ -270,6 +283,7 @@ impl Instances {
                 latency: None,
                 heartbeats: BTreeMap::new(),
                 generation,
+                rev,
             },
         );
         out.push(Notice::Transition {
@@ -307,6 +321,7 @@ impl Instances {
         match self.instances.get_mut(name) {
             None => self.register(name, meta, now, out),
             Some(inst) if inst.meta.incarnation_id == meta.incarnation_id => {
+                inst.rev = Self::bump(&mut self.changes);
                 inst.meta = meta;
                 inst.generation = generation;
                 inst.last_seen = now;
@@ -360,6 +375,7 @@ impl Instances {
         if inst.meta.incarnation_id != ticket.incarnation || inst.generation != ticket.generation {
             return;
         }
+        inst.rev = Self::bump(&mut self.changes);
         if healthy {
             inst.last_seen = now;
             set_state(
@@ -395,6 +411,7 @@ impl Instances {
         let Some(inst) = self.instances.get_mut(name) else {
             return Beat::Rejected;
         };
+        inst.rev = Self::bump(&mut self.changes);
         if inst.meta.incarnation_id != incarnation {
             *inst.heartbeats.entry(409).or_default() += 1;
             return Beat::Rejected;
@@ -431,6 +448,7 @@ impl Instances {
                 InstanceState::LeaseLost
                     if now.saturating_sub(inst.last_seen) >= lease_lost_timeout =>
                 {
+                    inst.rev = Self::bump(&mut self.changes);
                     set_state(name, inst, InstanceState::Suspect, "no heartbeat", now, out);
                 }
                 InstanceState::Suspect
@@ -553,6 +571,21 @@ impl Instances {
             latency: i.latency,
             heartbeats: &i.heartbeats,
         })
+    }
+
+    /// [`Instances::get`] with the entry's stamp: equal stamps of one name, read from
+    /// this table, mean nothing [`InstanceRef`] shows changed in between (every change
+    /// to an entry takes a new stamp; a new entry too).
+    pub fn get_with_rev(&self, name: &str) -> Option<(InstanceRef<'_>, u64)> {
+        let i = self.instances.get(name)?;
+        let r = InstanceRef {
+            incarnation: &i.meta.incarnation_id,
+            state: i.state,
+            load: i.load,
+            latency: i.latency,
+            heartbeats: &i.heartbeats,
+        };
+        Some((r, i.rev))
     }
 }
 
@@ -736,5 +769,54 @@ mod tests {
         let v = r.view("a", s(3)).unwrap();
         assert_eq!(v.heartbeats, BTreeMap::from([(200, 1), (409, 1)]));
         assert_eq!(v.ms_since_heartbeat, Some(2000));
+    }
+
+    #[test]
+    fn every_change_to_an_entry_takes_a_new_stamp() {
+        let (mut r, mut out) = (Instances::new(), Vec::new());
+        let (lease_lost, suspect) = (s(3), s(15));
+        let rev = |r: &Instances| r.get_with_rev("a").map(|(_, rev)| rev);
+        let mut seen = vec![rev(&r)];
+        let mut changed = |r: &Instances, what: &str| {
+            let now = rev(r);
+            assert!(!seen.contains(&now), "{what}: {now:?} seen before");
+            seen.push(now);
+        };
+        r.apply_put("a", meta("i1"), s(0), &mut out);
+        changed(&r, "registered");
+        let same = rev(&r);
+        r.tick(s(1), lease_lost, suspect, &mut out);
+        assert_eq!(rev(&r), same, "a tick that changes nothing");
+        r.heartbeat(
+            "a",
+            "i0",
+            LoadMetrics::default(),
+            LatencyMetrics::default(),
+            s(1),
+            &mut out,
+        );
+        changed(&r, "a 409 counted");
+        r.heartbeat(
+            "a",
+            "i1",
+            LoadMetrics::default(),
+            LatencyMetrics::default(),
+            s(1),
+            &mut out,
+        );
+        changed(&r, "a 200 counted");
+        r.apply_put("a", meta("i1"), s(2), &mut out);
+        changed(&r, "the same incarnation put again");
+        let t = r.apply_delete("a", None, &mut out).unwrap();
+        r.apply_probe(&t, true, s(3), &mut out);
+        changed(&r, "lease lost");
+        r.tick(s(6), lease_lost, suspect, &mut out);
+        changed(&r, "suspect");
+        r.apply_put("a", meta("i2"), s(7), &mut out);
+        changed(&r, "replaced");
+        r.forget_all(&mut out);
+        assert_eq!(rev(&r), None, "forgotten");
+        r.apply_put("a", meta("i2"), s(8), &mut out);
+        changed(&r, "registered again");
     }
 }

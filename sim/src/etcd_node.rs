@@ -98,6 +98,12 @@ impl EtcdNode {
         self.core.data().get(key).map(|kv| kv.value.as_slice())
     }
 
+    /// The store's count of key-value writes (`Store::kv_writes`): unchanged, every
+    /// [`EtcdNode::value`] reads as before.
+    pub fn kv_writes(&self) -> u64 {
+        self.core.data().kv_writes()
+    }
+
     /// Open a watch stream for `reader` (with its auth token) and send it `create` (a `WatchRequest` as JSON,
     /// as the reader's client writes it); its answers go to `reader` as pushes.
     pub fn watch(
