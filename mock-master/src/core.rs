@@ -476,6 +476,19 @@ impl MasterCore {
         Some(self.publish_now())
     }
 
+    /// [`MasterCore::publish_round`] for a caller that never writes LOADMETRICS (a
+    /// simulator): the same change to the core (the round's schedule; what was pending
+    /// handed over, so no longer pending) without building the plan, which is a
+    /// function of what was pending alone. Answers whether a round was due.
+    pub fn publish_round_unwritten(&mut self, now: Duration) -> bool {
+        if now < self.next_publish {
+            return false;
+        }
+        self.next_publish = now + self.settings.publish_interval;
+        self.table.drop_publish();
+        true
+    }
+
     /// A LOADMETRICS round now, off schedule ([`crate::MockMaster::publish_now`]).
     pub fn publish_now(&mut self) -> publish::Plan {
         let (updated, removed) = self.table.take_publish();

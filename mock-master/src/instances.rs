@@ -507,6 +507,13 @@ impl Instances {
         )
     }
 
+    /// [`Instances::take_publish`] for a round nobody writes: the same state after it
+    /// (nothing pending), the maps kept for their capacity.
+    pub fn drop_publish(&mut self) {
+        self.updated.clear();
+        self.removed.clear();
+    }
+
     /// Put back what a failed publish could not write (newer entries win).
     pub fn restore_publish(
         &mut self,

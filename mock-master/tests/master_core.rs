@@ -405,6 +405,30 @@ fn loadmetrics_every_three_seconds() {
     );
 }
 
+/// A round nobody writes changes the core as a written one does: due at the same
+/// times, and what was pending is no longer pending afterwards.
+#[test]
+fn an_unwritten_round_leaves_the_core_as_a_planned_one() {
+    let mut planned = MasterCore::new(&config(None), ms(0));
+    let mut unwritten = MasterCore::new(&config(None), ms(0));
+    for core in [&mut planned, &mut unwritten] {
+        core.on_watch_event(ms(0), &put("a:1", "ia"));
+        core.on_watch_event(ms(0), &put("b:1", "ib"));
+        core.on_heartbeat(ms(500), &[], &hb("a:1", "ia", 4));
+    }
+    for t in [2999, 3000, 3001, 5999, 6000] {
+        if t == 3001 {
+            for core in [&mut planned, &mut unwritten] {
+                core.on_heartbeat(ms(t), &[], &hb("b:1", "ib", 2));
+            }
+        }
+        let due = planned.publish_round(ms(t)).is_some();
+        assert_eq!(unwritten.publish_round_unwritten(ms(t)), due, "{t}");
+        assert_eq!(planned.next_wakeup(), unwritten.next_wakeup(), "{t}");
+        assert_eq!(planned.publish_now(), unwritten.publish_now(), "{t}");
+    }
+}
+
 /// A listing re-learns instances after a restart; a tracked one missing from it takes
 /// the delete path; the watch goes on from the listing's revision + 1.
 #[test]

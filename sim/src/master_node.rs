@@ -255,8 +255,9 @@ impl Server for MasterNode {
     fn on_timer(&mut self, now: Duration) {
         if now >= self.core.next_wakeup() {
             self.core.tick(now);
-            // LOADMETRICS: planned by the core, not written to etcd yet.
-            let _ = self.core.publish_round(now);
+            // LOADMETRICS: not written to etcd yet, so the round's plan is not built
+            // (the core's state changes as if it were).
+            let _ = self.core.publish_round_unwritten(now);
         }
         let mut fx = Effects::default();
         self.follower.on_timer(now, &self.core, &mut fx);
