@@ -97,8 +97,7 @@ impl VllmCore {
             rt.process.cpu_secs = cpu;
         }
         self.snap.nonfinite = nonfinite;
-        crate::metrics::page_into_kept(&self.snap, &mut self.page, self.page_memo.as_deref_mut());
-        &self.page
+        crate::metrics::page_kept(&self.snap, &mut self.page, self.page_memo.as_deref_mut())
     }
 }
 

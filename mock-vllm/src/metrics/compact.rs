@@ -39,15 +39,15 @@ pub(super) fn applies(s: &Snapshot) -> bool {
 /// accepts. Answers `false`, writing nothing, for a snapshot whose engines do not share
 /// one pair of histogram bounds (no core makes one): the generic path writes those.
 pub(super) fn page_into(s: &Snapshot, out: &mut String) -> bool {
-    with_template(s, |t| t.write(s, out, None)).is_some()
+    with_template(s, |t| t.write(s, out)).is_some()
 }
 
-/// [`page_into`] that first compares this page's numbers with those of the page `memo`
-/// holds (the last one this core wrote): the same template and the same numbers, bit
-/// for bit, are the same page, copied instead of written again. A page is the template
-/// with its numbers between the pieces, nothing else.
-pub(super) fn page_into_kept(s: &Snapshot, out: &mut String, memo: &mut PageMemo) -> bool {
-    with_template(s, |t| t.write(s, out, Some(memo))).is_some()
+/// The compact page of `s` in `memo` (which holds the last one this core wrote): kept
+/// as it is when this page's numbers are its numbers (the same template and the same
+/// numbers, bit for bit, are the same page: a page is the template with its numbers
+/// between the pieces, nothing else), else written there. `false` as [`page_into`].
+pub(super) fn page_into_memo(s: &Snapshot, memo: &mut PageMemo) -> bool {
+    with_template(s, |t| t.write_memo(s, memo)).is_some()
 }
 
 /// The last compact page a core wrote, with what it was written from.
@@ -58,6 +58,13 @@ pub struct PageMemo {
     /// Its numbers, as bits (NaN and -0.0 compared exactly).
     values: Vec<u64>,
     page: String,
+}
+
+impl PageMemo {
+    /// The page kept.
+    pub fn page(&self) -> &str {
+        &self.page
+    }
 }
 
 /// Template ids, unique in the process (a memo never mistakes a new template for an
@@ -225,24 +232,22 @@ impl Template {
     }
 
     /// The page of `s` (which this template [`fits`](Template::fits)) into `out`.
-    fn write(&self, s: &Snapshot, out: &mut String, memo: Option<&mut PageMemo>) {
+    fn write(&self, s: &Snapshot, out: &mut String) {
         VALUES.with(|v| match v.try_borrow_mut() {
-            Ok(mut v) => self.write_kept(s, out, &mut v, memo),
-            Err(_) => self.write_kept(s, out, &mut Vec::new(), memo),
+            Ok(mut v) => self.write_with(s, out, &mut v),
+            Err(_) => self.write_with(s, out, &mut Vec::new()),
         });
     }
 
-    /// [`Template::write_with`], or the memo's page when its numbers are this page's.
-    fn write_kept(
-        &self,
-        s: &Snapshot,
-        out: &mut String,
-        values: &mut Vec<f64>,
-        memo: Option<&mut PageMemo>,
-    ) {
-        let Some(memo) = memo else {
-            return self.write_with(s, out, values);
-        };
+    /// The page of `s` in `memo`: kept when its numbers are this page's, else written.
+    fn write_memo(&self, s: &Snapshot, memo: &mut PageMemo) {
+        VALUES.with(|v| match v.try_borrow_mut() {
+            Ok(mut v) => self.write_memo_with(s, memo, &mut v),
+            Err(_) => self.write_memo_with(s, memo, &mut Vec::new()),
+        });
+    }
+
+    fn write_memo_with(&self, s: &Snapshot, memo: &mut PageMemo, values: &mut Vec<f64>) {
         values.clear();
         self.values(s, values);
         let same = memo.template == self.id
@@ -253,16 +258,13 @@ impl Template {
                 .zip(values.iter())
                 .all(|(m, v)| *m == v.to_bits());
         if same {
-            out.push_str(&memo.page);
             return;
         }
-        let start = out.len();
-        self.write_values(values, out);
+        memo.page.clear();
+        self.write_values(values, &mut memo.page);
         memo.template = self.id;
         memo.values.clear();
         memo.values.extend(values.iter().map(|v| v.to_bits()));
-        memo.page.clear();
-        memo.page.push_str(out.get(start..).unwrap_or_default());
     }
 
     fn write_with(&self, s: &Snapshot, out: &mut String, values: &mut Vec<f64>) {
@@ -490,9 +492,8 @@ mod tests {
                     .eq(v.iter().map(|x| x.to_bits()))
             };
             copied += usize::from(same);
-            let mut kept = String::new();
-            assert!(page_into_kept(&s, &mut kept, &mut memo));
-            assert_eq!(kept, generic(&s), "round {round}: {s:?}");
+            assert!(page_into_memo(&s, &mut memo));
+            assert_eq!(memo.page(), generic(&s), "round {round}: {s:?}");
         }
         assert!(copied > 1000, "{copied}");
     }

@@ -308,25 +308,9 @@ pub fn page(s: &Snapshot) -> (String, &'static str) {
 /// [`page`] into a caller's buffer (cleared first), so a caller that renders often
 /// reuses one allocation. Answers the content type.
 pub fn page_into(s: &Snapshot, out: &mut String) -> &'static str {
-    page_into_kept(s, out, None)
-}
-
-/// [`page_into`]; a compact page equal to the last one `memo` kept (the same numbers) is
-/// copied from it instead of written again.
-pub(crate) fn page_into_kept(
-    s: &Snapshot,
-    out: &mut String,
-    memo: Option<&mut PageMemo>,
-) -> &'static str {
     out.clear();
-    if compact::applies(s) {
-        let written = match memo {
-            Some(memo) => compact::page_into_kept(s, out, memo),
-            None => compact::page_into(s, out),
-        };
-        if written {
-            return TEXT_CONTENT_TYPE;
-        }
+    if compact::applies(s) && compact::page_into(s, out) {
+        return TEXT_CONTENT_TYPE;
     }
     // The OpenMetrics page is the same registry as v0.11's, negotiated by `Accept`.
     let mut fams = Vec::with_capacity(64);
@@ -348,6 +332,23 @@ pub(crate) fn page_into_kept(
         render_text(&fams, out);
         TEXT_CONTENT_TYPE
     }
+}
+
+/// The page of `s` for a core that keeps its last compact page in `memo`: a compact
+/// page is answered from the memo (kept when its numbers did not change, else written
+/// there); any other page is written into `out` by [`page_into`].
+pub(crate) fn page_kept<'a>(
+    s: &Snapshot,
+    out: &'a mut String,
+    memo: Option<&'a mut PageMemo>,
+) -> &'a str {
+    if let Some(memo) = memo {
+        if compact::applies(s) && compact::page_into_memo(s, memo) {
+            return memo.page();
+        }
+    }
+    page_into(s, out);
+    out
 }
 
 #[cfg(test)]
