@@ -150,28 +150,33 @@ impl<E> Queue<E> {
 
     /// The earliest event, with its time and sequence number.
     pub fn pop(&mut self) -> Option<(Duration, u64, E)> {
-        loop {
-            if let Source::Lane(i) = self.earliest()?.0 {
-                let (_, seq, at, event) = self.lanes.get_mut(i)?.items.pop_front()?;
-                return Some((at, seq, event));
-            }
-            let Reverse((_, seq, slot)) = self.heap.pop()?;
-            let Some((at, event)) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
-                continue; // unreachable: every key has its event
-            };
-            self.free.push(slot);
+        let (source, _) = self.earliest()?;
+        self.pop_from(source)
+    }
+
+    /// The earliest event, which waits in `source`.
+    fn pop_from(&mut self, source: Source) -> Option<(Duration, u64, E)> {
+        if let Source::Lane(i) = source {
+            let (_, seq, at, event) = self.lanes.get_mut(i)?.items.pop_front()?;
             return Some((at, seq, event));
         }
+        let Reverse((_, seq, slot)) = self.heap.pop()?;
+        let Some((at, event)) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
+            return self.pop(); // unreachable: every key has its event
+        };
+        self.free.push(slot);
+        Some((at, seq, event))
     }
 
     /// The earliest event if it is due at or before `until`.
     pub fn pop_due(&mut self, until: Duration) -> Option<(Duration, u64, E)> {
-        let (_, (t, _)) = self.earliest()?;
+        let (source, (t, _)) = self.earliest()?;
         // Nanoseconds saturate: compare exact times when they might.
         if t > nanos(until) || (t == u64::MAX && self.peek_time()? > until) {
             return None;
         }
-        self.pop()
+        // The earliest was just found: pop it without looking again.
+        self.pop_from(source)
     }
 
     /// When the earliest event is due.
