@@ -207,6 +207,9 @@ impl SimCluster {
             etcd_writes: None,
             routed: Vec::new(),
         };
+        // The stopped slots' configuration, the same for every instance: parsed once.
+        let placeholder =
+            Config::from_flags(["--register-addr", "10.0.0.0:8000"]).map_err(|e| e.to_string())?;
         for i in 0..cluster.instances.len() {
             let mut vllm = VllmNode::new(vllm_config(&cluster.topology, i, seed), Duration::ZERO)?;
             // Scenario clusters run little load: most scrapes find the page unchanged.
@@ -214,8 +217,6 @@ impl SimCluster {
             cluster
                 .world
                 .add_server(NodeId::Vllm(node_index(i)), Box::new(vllm));
-            let placeholder = Config::from_flags(["--register-addr", "10.0.0.0:8000"])
-                .map_err(|e| e.to_string())?;
             cluster.world.add_stopped_sidecar(&placeholder);
             if o_start(&cluster.topology, i) {
                 cluster.spawn_sidecar(i);
