@@ -5,8 +5,6 @@
 //! property for a while (a partitioned sidecar cannot stay registered); what must never
 //! happen is the property staying broken with no fault to explain it.
 
-use std::collections::HashMap;
-
 use crate::episode::Episode;
 use crate::observe::{Incarnation, ObservedState, Sample};
 use crate::spec::Scenario;
@@ -138,12 +136,19 @@ fn master_excused(eps: &[Episode], t: u64, grace: u64) -> bool {
 fn single_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
     let grace = sc.invariants.incarnation_grace.as_ms();
     let names = sc.instance_names();
-    let mut since: HashMap<usize, u64> = HashMap::new();
+    // Per instance: since when etcd and the master disagree (a vector: this is read for
+    // every instance of every sample).
+    let mut since: Vec<Option<u64>> = vec![None; names.len()];
     for s in samples {
         for (i, o) in s.instances.iter().enumerate() {
             let split = matches!((&o.etcd, &o.master_incarnation, o.state), (Some(e), Some(m), Some(st)) if e != m && st != ObservedState::Suspect);
+            if since.len() <= i {
+                since.resize(i + 1, None);
+            }
             if split && !master_excused(eps, s.t_ms, grace) {
-                let start = *since.entry(i).or_insert(s.t_ms);
+                let start = since
+                    .get_mut(i)
+                    .map_or(s.t_ms, |x| *x.get_or_insert(s.t_ms));
                 if s.t_ms - start > grace {
                     return verdict(
                         "single_incarnation",
@@ -157,8 +162,8 @@ fn single_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
                         String::new(),
                     );
                 }
-            } else {
-                since.remove(&i);
+            } else if let Some(x) = since.get_mut(i) {
+                *x = None;
             }
         }
     }
