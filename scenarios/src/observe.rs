@@ -226,8 +226,14 @@ impl Cumulative {
                 *self.base.entry(s).or_default() += n;
             }
             self.last_incarnation = incarnation.map(str::to_string);
+            self.last = counts.clone();
+        } else {
+            // No reset: `last` has no key `counts` lacks, so this makes it `counts`
+            // without building a new map (most updates: one count grew by one).
+            for (s, n) in counts {
+                self.last.insert(*s, *n);
+            }
         }
-        self.last = counts.clone();
         let mut total = self.base.clone();
         for (s, n) in &self.last {
             *total.entry(*s).or_default() += n;
@@ -272,6 +278,23 @@ mod tests {
         let first = kept.apply(a.clone(), 7);
         assert!(Arc::ptr_eq(&first, &kept.apply(a.clone(), 7)));
         assert_eq!(a[&200], 3);
+    }
+
+    #[test]
+    fn cumulative_keeps_the_last_counts_it_was_given() {
+        let mut c = Cumulative::default();
+        let m = |x: &[(u16, u64)]| x.iter().copied().collect::<BTreeMap<u16, u64>>();
+        for (inc, counts) in [
+            (Some("a"), m(&[(200, 1)])),
+            (Some("a"), m(&[(200, 2), (409, 1)])),
+            (Some("a"), m(&[(200, 3), (409, 1)])),
+            (Some("a"), m(&[(200, 3)])),
+            (Some("b"), m(&[(503, 1)])),
+            (None, m(&[])),
+        ] {
+            c.update(inc, &counts);
+            assert_eq!(c.last, counts);
+        }
     }
 
     #[test]
