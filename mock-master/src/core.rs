@@ -374,17 +374,6 @@ impl MasterCore {
         self.on_heartbeat_read(now, tokens, body.len(), || beat::read_request(body))
     }
 
-    /// [`MasterCore::on_heartbeat`] of a body that is text already (a simulator's): the
-    /// same checks and answers ([`beat::read_request_str`]).
-    pub fn on_heartbeat_text(
-        &mut self,
-        now: Duration,
-        tokens: &[&[u8]],
-        body: &str,
-    ) -> HeartbeatReply {
-        self.on_heartbeat_read(now, tokens, body.len(), || beat::read_request_str(body))
-    }
-
     /// The gate and the size cap, then the body `read` decodes.
     fn on_heartbeat_read(
         &mut self,
@@ -393,18 +382,48 @@ impl MasterCore {
         len: usize,
         read: impl FnOnce() -> Result<HeartbeatRequest, Answer>,
     ) -> HeartbeatReply {
-        let presented = auth::join(tokens.iter().copied());
-        let (delay, refusal) = self.gate.check(now, presented.as_deref());
-        if let Some(r) = refusal {
-            return HeartbeatReply::of(r.status, r.body, delay);
-        }
-        if len > self.settings.max_body_bytes {
-            let a = Answer::TooLarge;
-            return HeartbeatReply::of(a.status(), a.body(), delay);
-        }
-        let mut reply = self.on_heartbeat_read_body(now, read());
+        let (delay, refused) = self.heartbeat_gate(now, tokens);
+        let mut reply = match refused {
+            Some(reply) => reply,
+            None => self.on_heartbeat_admitted(now, len, read),
+        };
         reply.delay = delay;
         reply
+    }
+
+    /// The gate alone, as the HTTP shell runs it when a heartbeat arrives (it then holds
+    /// the request for the armed latency before going on): that latency, and the answer
+    /// when a fault or the token refuses the heartbeat.
+    pub fn heartbeat_gate(
+        &self,
+        now: Duration,
+        tokens: &[&[u8]],
+    ) -> (Option<Duration>, Option<HeartbeatReply>) {
+        let presented = auth::join(tokens.iter().copied());
+        let (delay, refusal) = self.gate.check(now, presented.as_deref());
+        (
+            delay,
+            refusal.map(|r| HeartbeatReply::of(r.status, r.body, None)),
+        )
+    }
+
+    /// A heartbeat past [`MasterCore::heartbeat_gate`] whose body is text already (a
+    /// simulator's): the size cap, the body checks and the table's verdict.
+    pub fn on_heartbeat_admitted_text(&mut self, now: Duration, body: &str) -> HeartbeatReply {
+        self.on_heartbeat_admitted(now, body.len(), || beat::read_request_str(body))
+    }
+
+    fn on_heartbeat_admitted(
+        &mut self,
+        now: Duration,
+        len: usize,
+        read: impl FnOnce() -> Result<HeartbeatRequest, Answer>,
+    ) -> HeartbeatReply {
+        if len > self.settings.max_body_bytes {
+            let a = Answer::TooLarge;
+            return HeartbeatReply::of(a.status(), a.body(), None);
+        }
+        self.on_heartbeat_read_body(now, read())
     }
 
     /// The part of [`MasterCore::on_heartbeat`] after the gate and the size cap: the

@@ -520,3 +520,33 @@ fn overlapping_probes_of_one_name() {
         Some(InstanceState::LeaseLost)
     );
 }
+
+/// The gate alone (what arrives) and the rest (what the held heartbeat does when its
+/// latency is over), as the HTTP shell and a simulator run them apart.
+#[test]
+fn the_gate_then_the_admitted_body_answer_as_one_call_does() {
+    let mut core = MasterCore::new(&config(Some("tok")), ms(0));
+    core.on_watch_event(ms(0), &put("a:1", "i1"));
+    core.gate()
+        .faults
+        .add_at(ms(0), Fault::Latency { ms: 300 }, Some(2), None);
+    // Held 300 ms, admitted: nothing stored until the body is read.
+    let (delay, refused) = core.heartbeat_gate(ms(10), &[b"tok"]);
+    assert_eq!((delay, refused.is_none()), (Some(ms(300)), true));
+    assert_eq!(core.view("a:1", ms(10)).unwrap().heartbeats.get(&200), None);
+    let body = String::from_utf8(hb("a:1", "i1", 3)).unwrap();
+    let r = core.on_heartbeat_admitted_text(ms(310), &body);
+    assert_eq!(
+        (r.status, r.delay, r.name.as_deref()),
+        (200, None, Some("a:1"))
+    );
+    let view = core.view("a:1", ms(310)).unwrap();
+    assert_eq!(view.load.map(|l| l.waiting_requests_num), Some(3));
+    // Held and refused by the token: the refusal is decided on arrival.
+    let (delay, refused) = core.heartbeat_gate(ms(400), &[b"wrong"]);
+    assert_eq!(delay, Some(ms(300)));
+    assert_eq!(refused.map(|r| r.status), Some(401));
+    // The latency ran out (two fires): one call answers at once, as before.
+    let r = core.on_heartbeat(ms(500), &[b"tok"], &hb("a:1", "i1", 0));
+    assert_eq!((r.status, r.delay), (200, None));
+}

@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use mock_master::core::{Command, MasterCore};
+use mock_master::core::{Command, HeartbeatReply, MasterCore};
 use mock_master::etcd::parse_watch_message;
 use mock_master::instances::Instances;
 use mock_master::Config;
@@ -61,6 +61,9 @@ pub struct MasterNode {
     routed: Vec<NodeId>,
     /// Following etcd: listing, watching, recovering a dead stream.
     follower: Follower,
+    /// Heartbeats an armed latency holds (due, from whom, the gate's refusal if any),
+    /// acted on when due: the HTTP shell sleeps after the gate and before the body.
+    held: Vec<(Duration, NodeId, Option<HeartbeatReply>)>,
 }
 
 impl MasterNode {
@@ -83,7 +86,19 @@ impl MasterNode {
             notes: Vec::new(),
             heartbeats: BTreeMap::new(),
             routed: Vec::new(),
+            held: Vec::new(),
         }
+    }
+
+    /// A heartbeat answered: counted and noted as mock-master's shell does.
+    fn answer(&mut self, now: Duration, reply: HeartbeatReply) -> Reply {
+        *self.heartbeats.entry(reply.status).or_default() += 1;
+        self.notes.push(Note::Heartbeat {
+            status: reply.status,
+            name: reply.name,
+        });
+        self.collect(now);
+        Reply::Status(reply.status)
     }
 
     /// Route one completion as mock-master does (its core's pick over the routable
@@ -216,7 +231,7 @@ impl Server for MasterNode {
     fn serve(
         &mut self,
         now: Duration,
-        _: NodeId,
+        from: NodeId,
         request: &Request,
         _: &mut StdRng,
     ) -> Option<Reply> {
@@ -228,21 +243,37 @@ impl Server for MasterNode {
         } else {
             vec![token.as_bytes()]
         };
-        let reply = self.core.on_heartbeat_text(now, &tokens, body);
-        *self.heartbeats.entry(reply.status).or_default() += 1;
-        self.notes.push(Note::Heartbeat {
-            status: reply.status,
-            name: reply.name,
-        });
-        self.collect(now);
-        let status = Reply::Status(reply.status);
-        Some(match reply.delay {
-            Some(after) => Reply::Slow {
-                after,
-                reply: Box::new(status),
-            },
-            None => status,
-        })
+        let (delay, refused) = self.core.heartbeat_gate(now, &tokens);
+        if let Some(after) = delay {
+            // Those past due were dropped with their callers (the world never served them).
+            self.held.retain(|h| h.0 >= now);
+            self.held.push((now + after, from, refused));
+            return Some(Reply::Deferred { after });
+        }
+        let reply = match refused {
+            Some(reply) => reply,
+            None => self.core.on_heartbeat_admitted_text(now, body),
+        };
+        Some(self.answer(now, reply))
+    }
+
+    fn serve_deferred(
+        &mut self,
+        now: Duration,
+        from: NodeId,
+        request: &Request,
+        _: &mut StdRng,
+    ) -> Option<Reply> {
+        let Request::Heartbeat { body, .. } = request else {
+            return Some(Reply::Status(404));
+        };
+        let held = self.held.iter().position(|h| h.0 == now && h.1 == from);
+        let refused = held.and_then(|at| self.held.swap_remove(at).2);
+        let reply = match refused {
+            Some(reply) => reply,
+            None => self.core.on_heartbeat_admitted_text(now, body),
+        };
+        Some(self.answer(now, reply))
     }
 
     fn next_wakeup(&self) -> Option<Duration> {
