@@ -112,6 +112,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../library/startup-gate-backoff-after-vllm-restart.toml"),
     ),
     (
+        "lease-given-up-is-revoked.toml",
+        include_str!("../library/lease-given-up-is-revoked.toml"),
+    ),
+    (
         "startup-gate-vllm-link-cut.toml",
         include_str!("../library/startup-gate-vllm-link-cut.toml"),
     ),
@@ -191,4 +195,24 @@ pub fn load(args: &[String]) -> Result<Vec<Loaded>, SpecError> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file added to `library/` and not to [`BUILTIN`] would run in neither mode.
+    #[test]
+    fn every_library_file_is_built_in() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("library");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".toml"))
+            .collect();
+        on_disk.sort();
+        let mut built_in: Vec<String> = BUILTIN.iter().map(|(f, _)| f.to_string()).collect();
+        built_in.sort();
+        assert_eq!(on_disk, built_in);
+    }
 }
