@@ -381,7 +381,12 @@ mod tests {
     #[test]
     fn a_data_loss_excuses_the_master_until_a_heartbeat_past_the_faults_over_it() {
         let lose = record(5000, "{ etcd_lose_data = { reset_revision = true } }");
-        assert_eq!(lag_excused_until(std::slice::from_ref(&lose)), Some(5500));
+        // The new incarnation's first heartbeat: a keepalive (500 ms) to notice the
+        // loss, then up to one and a half heartbeat intervals (750 ms).
+        assert_eq!(lag_excused_until(std::slice::from_ref(&lose)), Some(6250));
+        // A cut link from before then keeps that heartbeat away: a heartbeat past it.
+        let cut = record(5900, "{ link = { link = \"sidecar_master\", instance = \"i0\", fault = \"refuse\", duration = \"2s\" } }");
+        assert_eq!(lag_excused_until(&[lose.clone(), cut]), Some(8400));
         let token = record(5000, "{ master_token = \"tok-b\" }");
         let back = record(14_000, "{ master_token = \"\" }");
         assert_eq!(
@@ -390,6 +395,6 @@ mod tests {
         );
         // A fault starting after the stretch it would have overlapped changes nothing.
         let late = record(9000, "{ master_fault = { fault = { heartbeat_status = { status = 503 } }, duration = \"1s\" } }");
-        assert_eq!(lag_excused_until(&[lose, late]), Some(5500));
+        assert_eq!(lag_excused_until(&[lose, late]), Some(6250));
     }
 }

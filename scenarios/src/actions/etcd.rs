@@ -244,17 +244,31 @@ impl EtcdAction {
                 });
                 // A re-registration can land on a revision the lost data reused, which
                 // the master's resumed watch skips; the sidecar's next heartbeat then
-                // draws a 409 and a new registration: the master may lag for one
-                // heartbeat interval (found by `scenarios explore`). Any fault that
-                // keeps that heartbeat from drawing its 409 (a token change, a master
-                // fault, a stopped sidecar) keeps the master behind until a heartbeat
-                // after it: with reused revisions, only the sidecar can tell the master.
-                let beat = book.topology().heartbeat_interval.as_ms();
+                // draws a 409 and a new registration (found by `scenarios explore`).
+                // Any fault that keeps that heartbeat from drawing its 409 (a token
+                // change, a master fault, a stopped sidecar, a cut link) keeps the
+                // master behind until a heartbeat after it: with reused revisions, only
+                // the sidecar can tell the master.
+                let topo = book.topology();
+                let beat = topo.heartbeat_interval.as_ms();
                 let reused = *reset_revision;
+                // That heartbeat is the new incarnation's first: the sidecar notices the
+                // loss at its next keepalive, registers, and waits at least half an
+                // interval, then for its slot on the heartbeat grid (explore seed 101555:
+                // a fault that began after one interval still kept it from the master).
+                let keepalive = topo
+                    .keepalive_interval
+                    .as_ms()
+                    .min(topo.lease_ttl.saturating_mul(1000) / 3);
+                let lag = if reused {
+                    keepalive + beat * 3 / 2
+                } else {
+                    beat
+                };
                 book.open(
                     format!("lose_data_master:{t}"),
                     Scope::All,
-                    Some(beat),
+                    Some(lag),
                     |e| {
                         e.excuses_master = true;
                         e.is_fault = false;
