@@ -408,6 +408,21 @@ fn health_answer(outcome: Outcome, cx: &Context) -> Answer {
     }
 }
 
+/// What the sidecar's `Format::from_content_type` says of `content_type`: kept for the
+/// two types a simulated vLLM answers every scrape with (it lowercases a copy of the
+/// type and searches it, on every scrape), asked again for any other.
+fn is_openmetrics(content_type: &str) -> bool {
+    use mock_vllm::metrics::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
+    let asked = |c: &str| Format::from_content_type(c) == Format::OpenMetrics;
+    static KNOWN: std::sync::OnceLock<[(&str, bool); 2]> = std::sync::OnceLock::new();
+    let known =
+        KNOWN.get_or_init(|| [TEXT_CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE].map(|c| (c, asked(c))));
+    match known.iter().find(|(c, _)| *c == content_type) {
+        Some((_, openmetrics)) => *openmetrics,
+        None => asked(content_type),
+    }
+}
+
 fn scrape_answer(outcome: Outcome, cx: &Context) -> Answer {
     let failed = |e: ScrapeError| Answer::ScrapeFailed {
         reason: e.reason().to_string(),
@@ -419,7 +434,7 @@ fn scrape_answer(outcome: Outcome, cx: &Context) -> Answer {
             content_type,
             body,
         }) => {
-            let openmetrics = Format::from_content_type(&content_type) == Format::OpenMetrics;
+            let openmetrics = is_openmetrics(&content_type);
             if !(200..300).contains(&status) {
                 failed(ScrapeError::Status(status))
             } else if body.len() > cx.metrics_max_bytes {
@@ -469,6 +484,24 @@ mod tests {
             },
             metrics_max_bytes: 10,
         }
+    }
+
+    /// The kept answers are the sidecar's, for the kept types and any other.
+    #[test]
+    fn openmetrics_is_what_the_sidecar_says_of_the_content_type() {
+        use mock_vllm::metrics::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
+        for c in [
+            TEXT_CONTENT_TYPE,
+            OPENMETRICS_CONTENT_TYPE,
+            "APPLICATION/OPENMETRICS-TEXT; version=1.0.0",
+            "text/plain; charset=utf-8",
+            "",
+        ] {
+            let asked = Format::from_content_type(c) == Format::OpenMetrics;
+            assert_eq!(is_openmetrics(c), asked, "{c}");
+        }
+        assert!(is_openmetrics(OPENMETRICS_CONTENT_TYPE));
+        assert!(!is_openmetrics(TEXT_CONTENT_TYPE));
     }
 
     #[test]
