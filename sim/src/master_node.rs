@@ -90,8 +90,13 @@ impl MasterNode {
         }
     }
 
-    /// A heartbeat answered: counted and noted as mock-master's shell does.
-    fn answer(&mut self, now: Duration, reply: HeartbeatReply) -> Reply {
+    /// A heartbeat past its gate answered (the gate's refusal, else the body's verdict),
+    /// counted and noted as mock-master's shell does.
+    fn answer(&mut self, now: Duration, refused: Option<HeartbeatReply>, body: &str) -> Reply {
+        let reply = match refused {
+            Some(reply) => reply,
+            None => self.core.on_heartbeat_admitted_text(now, body),
+        };
         *self.heartbeats.entry(reply.status).or_default() += 1;
         self.notes.push(Note::Heartbeat {
             status: reply.status,
@@ -250,11 +255,7 @@ impl Server for MasterNode {
             self.held.push((now + after, from, refused));
             return Some(Reply::Deferred { after });
         }
-        let reply = match refused {
-            Some(reply) => reply,
-            None => self.core.on_heartbeat_admitted_text(now, body),
-        };
-        Some(self.answer(now, reply))
+        Some(self.answer(now, refused, body))
     }
 
     fn serve_deferred(
@@ -269,11 +270,7 @@ impl Server for MasterNode {
         };
         let held = self.held.iter().position(|h| h.0 == now && h.1 == from);
         let refused = held.and_then(|at| self.held.swap_remove(at).2);
-        let reply = match refused {
-            Some(reply) => reply,
-            None => self.core.on_heartbeat_admitted_text(now, body),
-        };
-        Some(self.answer(now, reply))
+        Some(self.answer(now, refused, body))
     }
 
     fn next_wakeup(&self) -> Option<Duration> {
