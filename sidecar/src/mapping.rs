@@ -226,8 +226,9 @@ struct Placement {
 /// An exporter writes the same label sets in the same order on every scrape, so a line
 /// with the same name and label text as the one at the cursor goes where it went last
 /// time: no label walk, key or hash lookup per line (that was most of the mapping's
-/// cost at `p99`, and `--model` looked its label up on every line). The first line that differs ends the replay for the rest
-/// of the scrape, which then records itself; every answer is the same either way.
+/// cost at `p99`, and `--model` looked its label up on every line). The first line that
+/// differs ends the replay for the rest of the scrape, which then records itself; every
+/// answer is the same either way. It holds at most the lines of one page.
 #[derive(Debug, Default)]
 struct Replay {
     lines: Vec<ReplayLine>,
