@@ -626,7 +626,7 @@ impl World {
         if self.generation(client, server) != generation {
             return; // the connection was reset while the request was on its way
         }
-        if deferred && self.exchanges.get_mut(id).is_none() {
+        if deferred && self.exchanges.get(id).is_none() {
             return; // its caller gave up while the server held it: never served
         }
         let now = self.now;
