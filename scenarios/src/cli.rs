@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::cluster::{Cluster, ClusterOptions, EtcdChoice, EtcdKind};
 use crate::library;
+use crate::real_cluster::{ClusterOptions, EtcdChoice, EtcdKind, RealCluster};
+use crate::report::Status;
 use crate::run::{run_many, RunOptions};
 
 #[derive(clap::Args, Debug)]
@@ -117,9 +118,9 @@ pub async fn run(args: RunArgs) -> u8 {
     println!();
     println!("STATUS   SCENARIO                           WALL INSTANCES  NOTE");
     for o in &outcomes {
-        let note = match o.status.as_str() {
-            "skipped" => o.skip_reason.clone().unwrap_or_default(),
-            "failed" => o
+        let note = match o.status {
+            Status::Skipped => o.skip_reason.clone().unwrap_or_default(),
+            Status::Failed => o
                 .failures()
                 .next()
                 .map(|v| format!("{}: {}", v.name, v.detail))
@@ -128,26 +129,29 @@ pub async fn run(args: RunArgs) -> u8 {
         };
         println!(
             "{:8} {:30} {:>7.1}s {:>9}  {}",
-            o.status.to_uppercase(),
+            o.status.as_str().to_uppercase(),
             o.name,
             o.wall_ms as f64 / 1000.0,
             o.instances,
             note
         );
     }
-    let failed: Vec<_> = outcomes.iter().filter(|o| o.status == "failed").collect();
+    let failed: Vec<_> = outcomes
+        .iter()
+        .filter(|o| o.status == Status::Failed)
+        .collect();
     let largest = outcomes
         .iter()
-        .filter(|o| o.status == "passed")
+        .filter(|o| o.status == Status::Passed)
         .map(|o| o.instances)
         .max()
         .unwrap_or(0);
     println!(
         "\n{} scenarios: {} passed, {} failed, {} skipped in {:.1}s wall; largest passing scenario held {largest} instances",
         outcomes.len(),
-        outcomes.iter().filter(|o| o.status == "passed").count(),
+        outcomes.iter().filter(|o| o.status == Status::Passed).count(),
         failed.len(),
-        outcomes.iter().filter(|o| o.status == "skipped").count(),
+        outcomes.iter().filter(|o| o.status == Status::Skipped).count(),
         wall.as_secs_f64()
     );
     println!("report: {}", report.display());
@@ -245,14 +249,14 @@ pub async fn up(args: UpArgs) -> u8 {
         sidecar_bin: args.sidecar_bin.clone(),
         sidecar_overrides: Vec::new(),
     };
-    let cluster = match Cluster::start(&sc.name, &sc.topology, sc.seed, kind, opts, timeline).await
-    {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("scenarios: {e}");
-            return 1;
-        }
-    };
+    let cluster =
+        match RealCluster::start(&sc.name, &sc.topology, sc.seed, kind, opts, timeline).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("scenarios: {e}");
+                return 1;
+            }
+        };
     for (k, v) in cluster.endpoints() {
         println!("{k:28} {v}");
     }

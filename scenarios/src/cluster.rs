@@ -1,671 +1,135 @@
-//! The mock cluster: etcd (fake, real, a real 3-member cluster, or an existing one), the
-//! fake master, and N pairs of fake vLLM + real `vllm-sidecar` process — every link
-//! between them through its own [`Proxy`], so any link can fail alone.
+//! The cluster a scenario acts on and observes, whichever mode it runs in: the verbs
+//! every action family and the one play loop ([`crate::engine`]) are written against.
 //!
-//! ```text
-//!   sidecar iN ──proxy──▶ etcd (one proxy per endpoint)     master ──proxy──▶ etcd
-//!   sidecar iN ──proxy──▶ master                            master ──direct─▶ vLLM (probes)
-//!   sidecar iN ──proxy──▶ vLLM iN
-//! ```
+//! Two clusters implement it: [`crate::real_cluster::RealCluster`] (processes, TCP fault
+//! proxies, the wall clock) and [`crate::sim_cluster::SimCluster`] (the `sim` crate's
+//! world in virtual time). What differs between the modes lives behind these verbs;
+//! everything above them (parsing, checking, episodes, verdicts, reports) exists once.
 //!
-//! The observer reads etcd and the master directly (never through a proxy) so link faults
-//! never blind it.
+//! Instances are named by index (topology order). Faults are the fakes' own values
+//! (`mock_vllm::Fault`, `mock_etcd::Fault`, `mock_master::Fault`), which both modes hand
+//! to the same fake core.
 
-use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use mock_kit::Shutdown;
-
-use crate::etcd_view::Gateway;
-use crate::load::{LoadGen, Routed};
-use crate::observe::{attribute_unnamed_401, Cumulative, Incarnations, InstanceObs, Sample};
-use crate::proxy::Proxy;
-use crate::real_etcd::RealEtcd;
-use crate::sidecar::SidecarProc;
+use crate::actions::link::LinkKind;
+use crate::observe::Sample;
+use crate::proxy::LinkFault;
 use crate::timeline::Timeline;
-use crate::topology::{self, EtcdNeed, Topology};
+use crate::topology::Topology;
 
-/// Which etcd the runner was asked for (`--etcd`, `--etcd-cluster`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EtcdChoice {
-    Fake,
-    Real,
-    /// A real 3-member cluster for every scenario that takes any etcd.
-    Real3,
-    /// An existing etcd (its client URLs).
-    Url(Vec<String>),
-}
-
-impl std::str::FromStr for EtcdChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "fake" => Ok(EtcdChoice::Fake),
-            "real" => Ok(EtcdChoice::Real),
-            u if u.starts_with("http://") || u.starts_with("https://") => Ok(EtcdChoice::Url(
-                u.split(',')
-                    .map(|x| x.trim().trim_end_matches('/').to_string())
-                    .collect(),
-            )),
-            other => Err(format!(
-                "--etcd `{other}`: use fake, real or an http:// URL"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for EtcdChoice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            EtcdChoice::Fake => f.write_str("fake"),
-            EtcdChoice::Real => f.write_str("real"),
-            EtcdChoice::Real3 => f.write_str("real --etcd-cluster 3"),
-            EtcdChoice::Url(u) => f.write_str(&u.join(",")),
-        }
-    }
-}
-
-/// What the etcd of one scenario run actually is.
+/// A signal to a sidecar process (in virtual time: the input the driver makes of it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EtcdKind {
-    Fake,
-    Real,
-    Cluster3,
-    External,
+pub enum Signal {
+    /// SIGTERM: revoke the lease and exit.
+    Term,
+    /// SIGKILL.
+    Kill,
+    /// SIGUSR1: revoke the lease and stay deregistered.
+    Drain,
+    /// SIGUSR2: register again after a drain.
+    Undrain,
 }
 
-impl EtcdKind {
-    /// Resolve the scenario's need against the runner's choice; `Err` is a skip reason.
-    pub fn resolve(need: EtcdNeed, choice: &EtcdChoice) -> Result<EtcdKind, String> {
-        let real_missing = crate::real_etcd::unavailable();
-        let real = |k: EtcdKind| match &real_missing {
-            Some(why) => Err(why.clone()),
-            None => Ok(k),
-        };
-        match (need, choice) {
-            (EtcdNeed::Fake, _) => Ok(EtcdKind::Fake),
-            (EtcdNeed::Cluster3, _) => real(EtcdKind::Cluster3),
-            (EtcdNeed::Real, EtcdChoice::Url(_)) | (EtcdNeed::Any, EtcdChoice::Url(_)) => {
-                Ok(EtcdKind::External)
-            }
-            (EtcdNeed::Real, EtcdChoice::Real3) | (EtcdNeed::Any, EtcdChoice::Real3) => {
-                real(EtcdKind::Cluster3)
-            }
-            (EtcdNeed::Real, _) | (EtcdNeed::Any, EtcdChoice::Real) => real(EtcdKind::Real),
-            (EtcdNeed::Any, EtcdChoice::Fake) => Ok(EtcdKind::Fake),
-        }
+/// How long a fault stays armed: by use count, by time, or both (`None`: until cleared).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Arming {
+    pub count: Option<u64>,
+    pub lasting: Option<Duration>,
+}
+
+/// Which links a link fault applies to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkSel {
+    pub link: LinkKind,
+    /// The instances whose link it is (ignored for the master's etcd link).
+    pub instances: Vec<usize>,
+    /// Only this etcd endpoint (etcd links); `None`: every endpoint.
+    pub endpoint: Option<usize>,
+}
+
+/// Load offered for a time: to one instance's vLLM, or routed by the master.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoadSpec {
+    /// `None`: through the master's routing.
+    pub instance: Option<usize>,
+    pub rps: f64,
+    pub duration: Duration,
+    pub max_tokens: u32,
+}
+
+/// A scenario's cluster. Every verb answers an error a person can read when it cannot
+/// be done (the step's `action` verdict fails with it); none panics.
+///
+/// The async verbs are awaited by the one play loop on the concrete cluster, so a real
+/// cluster's futures stay `Send` where its runner spawns them; nothing holds the trait
+/// as an object, which is why plain `async fn` is used.
+#[allow(async_fn_in_trait)]
+pub trait Cluster {
+    fn topology(&self) -> &Topology;
+    fn timeline(&self) -> &Arc<Timeline>;
+    /// Milliseconds since the run's start (wall or virtual).
+    fn now_ms(&self) -> u64;
+    /// Let the cluster run until `ms` (real mode: wait; virtual time: run the world).
+    async fn advance_to(&mut self, ms: u64);
+    /// One observation of the whole cluster, read from etcd, the master and the
+    /// processes directly (never through a faulted link).
+    async fn observe(&mut self) -> Sample;
+    /// The instance index of each request the master routed, oldest first.
+    fn routed(&self) -> Cow<'_, [usize]>;
+    /// Each instance's registered address (the name the master knows it by).
+    fn addrs(&self) -> Vec<String>;
+    /// The sidecar phase of each of `instances` (`registered`, `re_registering`, …),
+    /// where the mode can tell (virtual time); empty otherwise.
+    fn sidecar_phases(&self, _instances: &[usize]) -> BTreeMap<String, String> {
+        BTreeMap::new()
     }
+    /// Called once after each action: virtual time takes up what the change caused at
+    /// the same instant (watch events, new timers).
+    fn settle(&mut self) {}
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EtcdKind::Fake => "fake",
-            EtcdKind::Real => "real",
-            EtcdKind::Cluster3 => "real 3-member cluster",
-            EtcdKind::External => "external",
-        }
-    }
-}
+    /// Start instance `i`'s sidecar (with another token, if given).
+    fn sidecar_start(&mut self, i: usize, token: Option<String>) -> Result<(), String>;
+    fn sidecar_signal(&mut self, i: usize, signal: Signal) -> Result<(), String>;
 
-pub(crate) enum Etcd {
-    Fake(mock_etcd::MockEtcd),
-    Real(tokio::sync::Mutex<RealEtcd>),
-    External,
-}
+    fn vllm_health(&mut self, i: usize, health: mock_vllm::Health) -> Result<(), String>;
+    fn vllm_fault(&mut self, i: usize, f: mock_vllm::Fault, arm: Arming) -> Result<(), String>;
+    fn vllm_clear_faults(&mut self, i: usize) -> Result<(), String>;
+    async fn vllm_crash(&mut self, i: usize) -> Result<(), String>;
+    async fn vllm_restart(&mut self, i: usize) -> Result<(), String>;
+    fn vllm_counter_reset(&mut self, i: usize) -> Result<(), String>;
 
-/// Settings of the cluster beyond the scenario file.
-#[derive(Clone, Debug)]
-pub struct ClusterOptions {
-    pub etcd: EtcdChoice,
-    pub sidecar_bin: Option<PathBuf>,
-    /// Flags that replace (or add to) every sidecar's flags: a deliberately wrong
-    /// configuration for mutation tests.
-    pub sidecar_overrides: Vec<(String, String)>,
-}
+    fn etcd_fault(&mut self, f: mock_etcd::Fault, arm: Arming) -> Result<(), String>;
+    /// Clear every etcd fault; a request a hang holds is let go.
+    fn etcd_clear_faults(&mut self) -> Result<(), String>;
+    fn etcd_release_hung(&mut self) -> Result<(), String>;
+    /// Expire the lease behind instance `i`'s key; answers the lease's id.
+    fn etcd_expire_lease(&mut self, i: usize) -> Result<i64, String>;
+    fn etcd_expire_all_leases(&mut self) -> Result<(), String>;
+    fn etcd_lose_data(&mut self, reset_revision: bool) -> Result<(), String>;
+    /// Kill (`up` false) or start again (`up` true) a member of a real etcd cluster:
+    /// `leader` or an index. Answers the member's index.
+    async fn etcd_member(&mut self, which: &str, up: bool) -> Result<usize, String>;
 
-pub(crate) struct Instance {
-    pub(crate) name: String,
-    pub(crate) register_addr: String,
-    pub(crate) key: String,
-    pub(crate) vllm: mock_vllm::MockVllm,
-    pub(crate) etcd_links: Vec<Proxy>,
-    pub(crate) master_link: Proxy,
-    pub(crate) vllm_link: Proxy,
-    pub(crate) sidecar: Option<SidecarProc>,
-    token: Option<String>,
-    counts: Cumulative,
-    incarnations: Incarnations,
-}
+    async fn master_restart(&mut self, relist: bool) -> Result<(), String>;
+    /// The master's internal token (`None`: no check).
+    fn master_token(&mut self, token: Option<String>) -> Result<(), String>;
+    fn master_fault(&mut self, f: mock_master::Fault, arm: Arming) -> Result<(), String>;
+    fn master_clear_faults(&mut self) -> Result<(), String>;
 
-/// A running cluster for one scenario.
-pub struct Cluster {
-    pub timeline: Arc<Timeline>,
-    pub kind: EtcdKind,
-    pub(crate) seed: u64,
-    topology: Topology,
-    opts: ClusterOptions,
-    namespace: String,
-    pub(crate) etcd: Etcd,
-    etcd_urls: Vec<String>,
-    pub(crate) master: mock_master::MockMaster,
-    pub(crate) master_links: Vec<Proxy>,
-    pub(crate) instances: Vec<Instance>,
-    gateway: Gateway,
-    global_counts: Mutex<Cumulative>,
-    pub(crate) load: Mutex<Vec<LoadGen>>,
-    pub(crate) routed: Arc<Routed>,
-    pub(crate) stop: Shutdown,
-    /// The observer's last successful read of a real etcd.
-    last_etcd: HashMap<String, String>,
-}
-
-fn io<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
-    move |e| format!("{what}: {e}")
-}
-
-fn addr_of(url: &str) -> Result<SocketAddr, String> {
-    let hostport = url
-        .trim_start_matches("http://")
-        .trim_start_matches("https://")
-        .split('/')
-        .next()
-        .unwrap_or("");
-    use std::net::ToSocketAddrs;
-    hostport
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| format!("cannot resolve etcd endpoint `{url}`"))
-}
-
-/// Contract §1 namespace normalization.
-pub fn normalize_namespace(ns: &str) -> String {
-    let t = ns.trim_matches('/');
-    if t.is_empty() {
-        String::new()
-    } else {
-        format!("/{t}/")
-    }
-}
-
-impl Cluster {
-    /// Start everything the scenario's topology asks for. Sidecars start if the topology
-    /// says so.
-    pub async fn start(
-        name: &str,
-        topo: &Topology,
-        seed: u64,
-        kind: EtcdKind,
-        opts: ClusterOptions,
-        timeline: Arc<Timeline>,
-    ) -> Result<Cluster, String> {
-        // A unique namespace per run: runs sharing an external etcd never see each other.
-        let namespace = format!(
-            "{}-{}-{:x}",
-            topo.namespace.trim_matches('/'),
-            name,
-            seed ^ (timeline.t0_ms << 8) ^ u64::from(std::process::id())
-        );
-        let (etcd, targets): (Etcd, Vec<SocketAddr>) = match kind {
-            EtcdKind::Fake => {
-                let mut cfg = mock_etcd::Config::default();
-                if let (Some(u), Some(p)) = (&topo.etcd_user, &topo.etcd_password) {
-                    cfg.users = vec![(u.clone(), p.clone())];
-                }
-                if let Some(ttl) = topo.etcd_token_ttl {
-                    cfg.token_ttl = ttl.0;
-                }
-                cfg.min_lease_ttl = 1;
-                let e = mock_etcd::start(cfg, timeline.source("etcd"))
-                    .await
-                    .map_err(io("starting fake etcd"))?;
-                let a = e.addr();
-                (Etcd::Fake(e), vec![a])
-            }
-            EtcdKind::Real | EtcdKind::Cluster3 => {
-                let n = if kind == EtcdKind::Cluster3 { 3 } else { 1 };
-                let r = RealEtcd::start(n, timeline.source("etcd"))
-                    .await
-                    .map_err(io("starting real etcd"))?;
-                let a = r.client_addrs();
-                (Etcd::Real(tokio::sync::Mutex::new(r)), a)
-            }
-            EtcdKind::External => {
-                let EtcdChoice::Url(urls) = &opts.etcd else {
-                    return Err("external etcd without a URL".into());
-                };
-                let a = urls
-                    .iter()
-                    .map(|u| addr_of(u))
-                    .collect::<Result<Vec<_>, _>>()?;
-                (Etcd::External, a)
-            }
-        };
-        let etcd_urls: Vec<String> = targets.iter().map(|a| format!("http://{a}")).collect();
-        let mut proxy_seed = seed.wrapping_mul(6364136223846793005);
-        let mut next_seed = || {
-            proxy_seed = proxy_seed.wrapping_add(1442695040888963407);
-            proxy_seed
-        };
-        // Sidecars get `etcd_endpoints` endpoints; with several members, one per member.
-        let endpoint_targets: Vec<SocketAddr> = if targets.len() > 1 {
-            targets.clone()
-        } else {
-            targets
-                .iter()
-                .copied()
-                .cycle()
-                .take(topo.etcd_endpoints)
-                .collect()
-        };
-
-        let mut master_links = Vec::new();
-        for (k, t) in targets.iter().enumerate() {
-            master_links.push(
-                Proxy::start(
-                    &format!("master->etcd#{k}"),
-                    *t,
-                    next_seed(),
-                    timeline.source("link"),
-                )
-                .await
-                .map_err(io("proxy"))?,
-            );
-        }
-        let m = &topo.master;
-        let master_cfg = mock_master::Config {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            etcd_endpoints: master_links.iter().map(|p| p.url()).collect(),
-            etcd_namespace: namespace.clone(),
-            token: topo.token.clone().filter(|t| !t.is_empty()),
-            probe_timeout: m.probe_timeout.0,
-            lease_lost_timeout: m.lease_lost_timeout.0,
-            suspect_window: m.suspect_window.0,
-            publish_interval: m.publish_interval.0,
-            etcd_timeout: Duration::from_secs(2),
-            upstream_timeout: Duration::from_secs(30),
-            etcd_username: topo.etcd_user.clone().unwrap_or_default(),
-            etcd_password: topo.etcd_password.clone().unwrap_or_default(),
-            ..Default::default()
-        };
-        let master = mock_master::start(master_cfg, timeline.source("master"))
-            .await
-            .map_err(io("starting fake master"))?;
-
-        let norm = normalize_namespace(&namespace);
-        let mut instances = Vec::new();
-        for (i, name) in topo.instance_names().into_iter().enumerate() {
-            let o = topo.overrides.iter().find(|o| o.name == name);
-            let vcfg = vllm_config(topo, i, seed);
-            let vllm = mock_vllm::start(vcfg, timeline.source(format!("vllm:{name}")))
-                .await
-                .map_err(io("starting fake vLLM"))?;
-            let mut etcd_links = Vec::new();
-            for (k, t) in endpoint_targets.iter().enumerate() {
-                etcd_links.push(
-                    Proxy::start(
-                        &format!("{name}->etcd#{k}"),
-                        *t,
-                        next_seed(),
-                        timeline.source("link"),
-                    )
-                    .await
-                    .map_err(io("proxy"))?,
-                );
-            }
-            let master_link = Proxy::start(
-                &format!("{name}->master"),
-                master.addr(),
-                next_seed(),
-                timeline.source("link"),
-            )
-            .await
-            .map_err(io("proxy"))?;
-            let vllm_link = Proxy::start(
-                &format!("{name}->vllm"),
-                vllm.addr(),
-                next_seed(),
-                timeline.source("link"),
-            )
-            .await
-            .map_err(io("proxy"))?;
-            let register_addr = vllm.addr().to_string();
-            let key = format!("{norm}XLLM:{}:{register_addr}", topo.instance_type);
-            let token = o
-                .and_then(|o| o.token.clone())
-                .or_else(|| topo.token.clone());
-            instances.push(Instance {
-                name,
-                register_addr,
-                key,
-                vllm,
-                etcd_links,
-                master_link,
-                vllm_link,
-                sidecar: None,
-                token,
-                counts: Cumulative::default(),
-                incarnations: Incarnations::default(),
-            });
-        }
-        let mut cluster = Cluster {
-            timeline,
-            kind,
-            seed,
-            topology: topo.clone(),
-            opts,
-            namespace,
-            etcd,
-            gateway: Gateway::new(etcd_urls.clone()),
-            etcd_urls,
-            master,
-            master_links,
-            instances,
-            global_counts: Mutex::new(Cumulative::default()),
-            load: Mutex::new(Vec::new()),
-            routed: Arc::new(Routed::default()),
-            stop: Shutdown::new(),
-            last_etcd: HashMap::new(),
-        };
-        let starts: Vec<usize> = (0..cluster.instances.len())
-            .filter(|i| {
-                let n = topology::instance_name(*i);
-                topo.overrides
-                    .iter()
-                    .find(|o| o.name == n)
-                    .and_then(|o| o.start_sidecar)
-                    .unwrap_or(topo.start_sidecars)
-            })
-            .collect();
-        if !starts.is_empty() {
-            let bin = cluster.sidecar_bin()?;
-            for i in starts {
-                cluster.start_sidecar(i, &bin, None)?;
-            }
-        }
-        Ok(cluster)
-    }
-
-    pub(crate) fn sidecar_bin(&self) -> Result<PathBuf, String> {
-        match &self.opts.sidecar_bin {
-            Some(p) => Ok(p.clone()),
-            None => crate::sidecar::locate_binary(),
-        }
-    }
-
-    /// The sidecar's flags for instance `i`, overrides applied.
-    fn sidecar_args(&self, i: usize) -> Vec<String> {
-        let Some(inst) = self.instances.get(i) else {
-            return Vec::new();
-        };
-        let etcd: Vec<String> = inst.etcd_links.iter().map(|p| p.url()).collect();
-        let peers = crate::sidecar_flags::Peers {
-            etcd: etcd.join(","),
-            vllm: inst.vllm_link.url(),
-            master: inst.master_link.url(),
-            namespace: &self.namespace,
-            register_addr: &inst.register_addr,
-            instance_name: &inst.name,
-            token: inst.token.as_deref(),
-        };
-        crate::sidecar_flags::sidecar_flags(&self.topology, &peers, &self.opts.sidecar_overrides)
-    }
-
-    pub(crate) fn start_sidecar(
+    /// Set `fault` on the selected links; after `heal_after` the links heal, unless
+    /// something else replaced the fault meanwhile.
+    async fn link_fault(
         &mut self,
-        i: usize,
-        bin: &std::path::Path,
-        token: Option<String>,
-    ) -> Result<(), String> {
-        if let Some(t) = token {
-            if let Some(inst) = self.instances.get_mut(i) {
-                inst.token = Some(t);
-            }
-        }
-        let args = self.sidecar_args(i);
-        let inst = self.instances.get_mut(i).ok_or("no such instance")?;
-        if inst.sidecar.as_ref().is_some_and(SidecarProc::running) {
-            return Err(format!("sidecar {} is already running", inst.name));
-        }
-        let events = self.timeline.source(format!("sidecar:{}", inst.name));
-        inst.sidecar = Some(
-            SidecarProc::spawn(bin, &args, events)
-                .map_err(|e| format!("spawning {}: {e}", bin.display()))?,
-        );
-        Ok(())
-    }
+        sel: &LinkSel,
+        fault: &LinkFault,
+        heal_after: Option<Duration>,
+    ) -> Result<(), String>;
 
-    /// Each instance's registered address, topology order.
-    pub fn addrs(&self) -> Vec<String> {
-        self.instances
-            .iter()
-            .map(|x| x.register_addr.clone())
-            .collect()
-    }
-
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
-    pub fn routed(&self) -> Vec<usize> {
-        self.routed.snapshot()
-    }
-
-    /// Every endpoint, for `scenarios up` and reports.
-    pub fn endpoints(&self) -> Vec<(String, String)> {
-        let mut v = vec![
-            ("etcd".to_string(), self.etcd_urls.join(",")),
-            (
-                "etcd namespace".to_string(),
-                normalize_namespace(&self.namespace),
-            ),
-            ("master".to_string(), self.master.url()),
-        ];
-        for inst in &self.instances {
-            v.push((format!("{} vLLM", inst.name), inst.vllm.url()));
-            v.push((
-                format!("{} vLLM (via proxy)", inst.name),
-                inst.vllm_link.url(),
-            ));
-            v.push((
-                format!("{} master (via proxy)", inst.name),
-                inst.master_link.url(),
-            ));
-            v.push((
-                format!("{} etcd (via proxy)", inst.name),
-                inst.etcd_links
-                    .iter()
-                    .map(|p| p.url())
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ));
-            v.push((format!("{} key", inst.name), inst.key.clone()));
-        }
-        v
-    }
-
-    /// One observation of the whole cluster.
-    pub async fn observe(&mut self) -> Sample {
-        let t_ms = self.timeline.now();
-        let etcd_vals: HashMap<String, String> = match &self.etcd {
-            Etcd::Fake(e) => self
-                .instances
-                .iter()
-                .filter_map(|inst| e.get(&inst.key).map(|(v, _)| (inst.key.clone(), v)))
-                .collect(),
-            _ => {
-                let prefix = format!("{}XLLM:", normalize_namespace(&self.namespace));
-                match self.gateway.range_prefix(&prefix).await {
-                    Ok(kvs) => {
-                        let m: HashMap<String, String> =
-                            kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
-                        self.last_etcd = m.clone();
-                        m
-                    }
-                    // An unreadable etcd (killed member, overload) is not an empty one:
-                    // keep the last view rather than report every key gone.
-                    Err(e) => {
-                        self.timeline
-                            .source("observer")
-                            .emit("etcd_read_failed", serde_json::json!({"error": e}));
-                        self.last_etcd.clone()
-                    }
-                }
-            }
-        };
-        let views: HashMap<String, mock_master::InstanceView> = self
-            .master
-            .instances()
-            .into_iter()
-            .map(|v| (v.name.clone(), v))
-            .collect();
-        let mut out = Vec::with_capacity(self.instances.len());
-        for inst in &mut self.instances {
-            let etcd = etcd_vals
-                .get(&inst.key)
-                .map(|v| inst.incarnations.intern(&incarnation_of(v)));
-            let view = views.get(&inst.register_addr);
-            let view = view.map(mock_master::InstanceView::borrowed);
-            let heartbeats = inst.counts.update(
-                view.map(|v| v.incarnation),
-                view.map_or(&BTreeMap::new(), |v| v.heartbeats),
-            );
-            let (sidecar_running, sidecar_exit) = match &inst.sidecar {
-                Some(p) => (p.running(), p.exit_code()),
-                None => (false, None),
-            };
-            let view = view.map(|v| (v, inst.incarnations.intern(v.incarnation)));
-            out.push(InstanceObs::from_views(
-                etcd,
-                view,
-                heartbeats,
-                sidecar_running,
-                sidecar_exit,
-            ));
-        }
-        // Answers the master could not attribute to an instance (401 has no name).
-        let global = self.master.heartbeat_counts();
-        let global = match self.global_counts.lock() {
-            Ok(mut g) => g.update(Some("master"), &global),
-            Err(p) => p.into_inner().update(Some("master"), &global),
-        };
-        attribute_unnamed_401(&mut out, &global);
-        Sample {
-            t_ms,
-            instances: out.into_iter().map(Arc::new).collect(),
-            routed: self.routed.len(),
-        }
-    }
-
-    /// Indices of the instances a target names: one, or every one for `all`.
-    pub(crate) fn targets(&self, t: &str) -> Vec<usize> {
-        crate::topology::target_indices(self.instances.len(), t)
-    }
-
-    /// Stop every load generator.
-    pub(crate) fn stop_loads(&self) {
-        let gens = match self.load.lock() {
-            Ok(mut g) => std::mem::take(&mut *g),
-            Err(p) => std::mem::take(&mut *p.into_inner()),
-        };
-        for g in gens {
-            g.stop();
-        }
-    }
-
-    /// The fake etcd, for the actions that need its fault API.
-    pub(crate) fn fake_etcd(&self) -> Result<&mock_etcd::MockEtcd, String> {
-        match &self.etcd {
-            Etcd::Fake(e) => Ok(e),
-            _ => Err("this action needs the fake etcd".into()),
-        }
-    }
-
-    /// Stop everything: sidecars killed (their graceful path is tested by actions), fakes
-    /// stopped, proxies closed, real etcd killed.
-    pub async fn shutdown(mut self) {
-        self.stop.trigger();
-        self.stop_loads();
-        for inst in &self.instances {
-            if let Some(p) = inst.sidecar.as_ref() {
-                p.kill_now();
-            }
-        }
-        for inst in &mut self.instances {
-            if let Some(p) = inst.sidecar.as_mut() {
-                p.wait(Duration::from_secs(5)).await;
-            }
-        }
-        let mut stops = Vec::new();
-        for inst in &self.instances {
-            inst.etcd_links.iter().for_each(Proxy::stop);
-            inst.master_link.stop();
-            inst.vllm_link.stop();
-            let v = inst.vllm.clone();
-            stops.push(tokio::spawn(async move { v.stop().await }));
-        }
-        for s in stops {
-            let _ = s.await;
-        }
-        self.master_links.iter().for_each(Proxy::stop);
-        self.master.stop().await;
-        if let Etcd::Fake(e) = &self.etcd {
-            e.stop().await;
-        }
-    }
-}
-
-pub fn incarnation_of(value: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(value)
-        .ok()
-        .and_then(|v| {
-            v.get("incarnation_id")
-                .and_then(|x| x.as_str())
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| {
-            format!(
-                "<no incarnation: {}>",
-                value.chars().take(60).collect::<String>()
-            )
-        })
-}
-
-/// Instance `i`'s fake vLLM settings: the topology's, its per-instance overrides, and a
-/// seed of its own (both modes).
-pub fn vllm_config(topo: &Topology, i: usize, seed: u64) -> mock_vllm::Config {
-    let name = crate::topology::instance_name(i);
-    let o = topo.overrides.iter().find(|o| o.name == name);
-    let mut cfg = mock_vllm::Config {
-        seed: seed.wrapping_add(i as u64),
-        dialect: vllm_dialect(o.and_then(|o| o.dialect).unwrap_or(topo.dialect)),
-        data_parallel: o
-            .and_then(|o| o.data_parallel)
-            .unwrap_or(topo.data_parallel)
-            .max(1) as usize,
-        startup_delay: o
-            .and_then(|o| o.vllm_startup_delay)
-            .unwrap_or(topo.vllm_startup_delay)
-            .0,
-        ..Default::default()
-    };
-    if let Some(n) = topo.max_num_seqs {
-        cfg.max_num_seqs = n.max(1) as usize;
-    }
-    if let Some(k) = topo.kv_capacity_tokens {
-        cfg.kv_capacity_tokens = k.max(1);
-    }
-    cfg
-}
-
-pub fn vllm_dialect(d: topology::Dialect) -> mock_vllm::Dialect {
-    match d {
-        topology::Dialect::V0 => mock_vllm::Dialect::V0,
-        topology::Dialect::V0_10 => mock_vllm::Dialect::V0_10,
-        topology::Dialect::V0_11 => mock_vllm::Dialect::V0_11,
-        topology::Dialect::OpenMetrics => mock_vllm::Dialect::OpenMetrics,
-        topology::Dialect::Compact => mock_vllm::Dialect::Compact,
-    }
+    fn load_start(&mut self, load: LoadSpec) -> Result<(), String>;
+    /// End every load now (requests already sent run their course).
+    fn load_off(&mut self);
 }

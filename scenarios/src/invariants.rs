@@ -8,7 +8,7 @@
 use crate::episode::Episode;
 use crate::observe::{Incarnation, ObservedState, Sample};
 use crate::spec::Scenario;
-use crate::verdict::{overlaps, Verdict};
+use crate::verdict::{overlaps, Verdict, VerdictKind};
 use std::sync::Arc;
 
 /// Whether instance `i`'s observation `o` is the very one the previous sample held (a
@@ -49,7 +49,7 @@ pub fn check(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Vec<Verdict>
 
 fn verdict(name: &str, violation: Option<(u64, String)>, ok: String) -> Verdict {
     Verdict {
-        kind: "invariant".into(),
+        kind: VerdictKind::Invariant,
         name: name.into(),
         passed: violation.is_none(),
         t_ms: violation.as_ref().map(|v| v.0),

@@ -10,15 +10,18 @@
 //!   `Scenario::parse(file, text)`; below it [`topology`] (the cluster a scenario runs
 //!   on, instance names) and [`dur`] (durations as written).
 //! - [`actions`]: what a step does, one module per family (sidecar, vllm, etcd, master,
-//!   link, load): how each is written, checked, described, done in real mode
-//!   (`action.apply_real(&mut cluster)`) and in virtual time (`action.apply_sim(&mut
-//!   sim_cluster)`), and which fault episodes it opens.
+//!   link, load): how each is written, checked, described, done on any [`cluster::Cluster`]
+//!   (`action.apply(&mut cluster)`), and which fault episodes it opens.
+//! - [`cluster`]: the verbs a scenario acts through, whichever mode runs it;
+//!   [`engine`]: the one play loop over them and the one path to an outcome.
 //! - [`library`]: the built-in scenarios (`library/*.toml`, embedded) and file loading:
 //!   `library::load(args)`.
-//! - [`cluster`]: fake or real etcd, the fake master, N × (fake vLLM + `vllm-sidecar`
-//!   process), every link through a proxy: `Cluster::start`, `observe()`, `shutdown()`.
-//! - [`sim_cluster`]: the same topology in the `sim` crate's virtual-time world;
-//!   [`simrun`] runs a scenario on it (`scenarios run --sim`).
+//! - [`real_cluster`]: fake or real etcd, the fake master, N × (fake vLLM +
+//!   `vllm-sidecar` process), every link through a proxy: `RealCluster::start`,
+//!   `observe()`, `shutdown()`; its verbs in [`real_verbs`].
+//! - [`sim_cluster`]: the same topology in the `sim` crate's virtual-time world, its
+//!   verbs in [`sim_verbs`]; [`fakes_config`]: how a topology configures the fakes in
+//!   both.
 //! - [`proxy`]: the TCP fault proxy on every link: `Proxy::start(name, target, seed, events)`.
 //! - [`sidecar`]: the real sidecar binary as a child process: `SidecarProc::spawn`.
 //! - [`real_etcd`]: the Debian `etcd` on loopback, 1 or 3 members: `RealEtcd::start(n, events)`.
@@ -30,7 +33,8 @@
 //!   invariant would otherwise flag; each action family writes its own.
 //! - [`verdict`]: awaits and time to recover; [`invariants`]: the properties of a
 //!   whole run.
-//! - [`run`]: one scenario end to end, and many in parallel: `run::run_scenario`, `run::run_many`.
+//! - [`run`]: one scenario end to end in real mode, and many in parallel:
+//!   `run::run_scenario`, `run::run_many`; [`simrun`]: the same in virtual time.
 //! - [`report`]: the report directory (verdicts, events.jsonl, timeline.html) and JUnit.
 //! - [`explore`]: random fault schedules in virtual time, shrunk violations, coverage,
 //!   sharded sweeps: `explore::sweep::sweep`.
@@ -40,20 +44,25 @@ pub mod actions;
 pub mod cli;
 pub mod cluster;
 pub mod dur;
+pub mod engine;
 pub mod episode;
 pub mod etcd_view;
 pub mod explore;
+pub mod fakes_config;
 pub mod invariants;
 pub mod library;
 pub mod load;
 pub mod observe;
 pub mod proxy;
+pub mod real_cluster;
 pub mod real_etcd;
+pub mod real_verbs;
 pub mod report;
 pub mod run;
 pub mod sidecar;
 pub mod sidecar_flags;
 pub mod sim_cluster;
+pub mod sim_verbs;
 pub mod simrun;
 pub mod spec;
 pub mod timeline;

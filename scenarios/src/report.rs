@@ -11,7 +11,33 @@ use serde::Serialize;
 use crate::observe::{ObservedState, Sample};
 use crate::spec::Scenario;
 use crate::timeline::Timeline;
-use crate::verdict::{ActionRecord, Episode, Recovery, Verdict};
+use crate::verdict::{ActionRecord, Episode, Recovery, Verdict, VerdictKind};
+
+/// How a scenario run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Passed,
+    Failed,
+    /// Not run (its reason in [`Outcome::skip_reason`]).
+    Skipped,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Passed => "passed",
+            Status::Failed => "failed",
+            Status::Skipped => "skipped",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// The result of one scenario run.
 #[derive(Debug, Serialize)]
@@ -19,8 +45,7 @@ pub struct Outcome {
     pub name: String,
     pub file: String,
     pub seed: u64,
-    /// `passed`, `failed` or `skipped`.
-    pub status: String,
+    pub status: Status,
     pub skip_reason: Option<String>,
     pub wall_ms: u64,
     pub instances: usize,
@@ -38,7 +63,7 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn passed(&self) -> bool {
-        self.status != "failed"
+        self.status != Status::Failed
     }
 
     pub fn failures(&self) -> impl Iterator<Item = &Verdict> {
@@ -172,7 +197,7 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
         }
     }
     // Awaits: a mark on the axis.
-    for v in o.verdicts.iter().filter(|v| v.kind == "await") {
+    for v in o.verdicts.iter().filter(|v| v.kind == VerdictKind::Await) {
         if let Some(t) = v.t_ms {
             let color = if v.passed { "#2a2" } else { "#d00" };
             let _ = write!(
@@ -193,7 +218,7 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
             "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             if v.passed { "ok" } else { "bad" },
             if v.passed { "PASS" } else { "FAIL" },
-            esc(&v.kind),
+            v.kind,
             esc(&v.name),
             v.t_ms
                 .map(|t| format!("{:.2}s", t as f64 / 1000.0))
@@ -229,7 +254,7 @@ tr.bad{{background:#fdd}} tr.ok td:first-child{{color:#080}} .legend span{{displ
 <h2>Faults and time to recover</h2><table><tr><th>fault</th><th>start</th><th>end</th><th>time to recover</th></tr>{rec}</table>
 </body></html>"#,
         name = esc(&o.name),
-        status = esc(&o.status),
+        status = o.status,
         desc = esc(&sc.description),
         seed = o.seed,
         etcd = esc(&o.etcd),
@@ -280,8 +305,14 @@ fn nice_step(end_ms: u64) -> u64 {
 
 /// JUnit XML for a set of outcomes.
 pub fn junit(outcomes: &[Outcome]) -> String {
-    let failures = outcomes.iter().filter(|o| o.status == "failed").count();
-    let skipped = outcomes.iter().filter(|o| o.status == "skipped").count();
+    let failures = outcomes
+        .iter()
+        .filter(|o| o.status == Status::Failed)
+        .count();
+    let skipped = outcomes
+        .iter()
+        .filter(|o| o.status == Status::Skipped)
+        .count();
     let total: f64 = outcomes.iter().map(|o| o.wall_ms as f64 / 1000.0).sum();
     let mut s = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"scenarios\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\" time=\"{total:.3}\">\n",
@@ -294,15 +325,15 @@ pub fn junit(outcomes: &[Outcome]) -> String {
             esc(&o.name),
             o.wall_ms as f64 / 1000.0
         );
-        match o.status.as_str() {
-            "skipped" => {
+        match o.status {
+            Status::Skipped => {
                 let _ = write!(
                     s,
                     "<skipped message=\"{}\"/>",
                     esc(o.skip_reason.as_deref().unwrap_or(""))
                 );
             }
-            "failed" => {
+            Status::Failed => {
                 let msg: Vec<String> = o
                     .failures()
                     .map(|v| format!("{} {}: {}", v.kind, v.name, v.detail))

@@ -23,11 +23,11 @@ use sim::master_node::MasterNode;
 use sim::vllm_node::VllmNode;
 use sim::{EventLog, NodeId, World};
 
-use crate::cluster::{incarnation_of, normalize_namespace, vllm_config};
+use crate::fakes_config::{etcd_config, incarnation_of, master_config, vllm_config};
 use crate::observe::{Cumulative, Incarnation, Incarnations, InstanceObs, Sample, Unnamed401};
 use crate::sidecar_flags::{sidecar_flags, Peers};
 use crate::timeline::Timeline;
-use crate::topology::{self, EtcdNeed, Topology};
+use crate::topology::{EtcdNeed, Topology};
 
 /// One instance: its names, its sidecar's settings and what the observer keeps.
 pub(crate) struct SimInstance {
@@ -143,47 +143,20 @@ impl SimCluster {
         if let Some(d) = topo.link_delay {
             world.set_link_delay(d.0);
         }
-        // As real mode's fake etcd (cluster.rs), auth included.
-        let mut etcd_cfg = mock_etcd::Config {
-            min_lease_ttl: 1,
-            ..mock_etcd::Config::default()
-        };
-        if let (Some(u), Some(p)) = (&topo.etcd_user, &topo.etcd_password) {
-            etcd_cfg.users = vec![(u.clone(), p.clone())];
-        }
-        if let Some(ttl) = topo.etcd_token_ttl {
-            etcd_cfg.token_ttl = ttl.0;
-        }
+        let etcd_cfg = etcd_config(topo);
         world.add_server(NodeId::Etcd, Box::new(EtcdNode::new(etcd_cfg, seed)));
-        let m = &topo.master;
-        let master_cfg = mock_master::Config {
-            etcd_namespace: namespace.clone(),
-            token: topo.token.clone().filter(|t| !t.is_empty()),
-            probe_timeout: m.probe_timeout.0,
-            lease_lost_timeout: m.lease_lost_timeout.0,
-            suspect_window: m.suspect_window.0,
-            publish_interval: m.publish_interval.0,
-            // As real mode's master (cluster.rs).
-            etcd_timeout: Duration::from_secs(2),
-            etcd_username: topo.etcd_user.clone().unwrap_or_default(),
-            etcd_password: topo.etcd_password.clone().unwrap_or_default(),
-            ..Default::default()
-        };
+        let master_cfg = master_config(topo, &namespace);
         let mut master = MasterNode::new(master_cfg, Duration::ZERO);
-        let norm = normalize_namespace(&namespace);
         let mut instances = Vec::new();
-        for (i, name) in topo.instance_names().into_iter().enumerate() {
+        for i in 0..topo.instances {
+            let spec = topo.instance(i);
             let register_addr = sim_addr(i);
             master.route(&register_addr, NodeId::Vllm(node_index(i)));
-            let o = topo.overrides.iter().find(|o| o.name == name);
-            let token = o
-                .and_then(|o| o.token.clone())
-                .or_else(|| topo.token.clone());
             instances.push(SimInstance {
-                key: format!("{norm}XLLM:{}:{register_addr}", topo.instance_type),
-                name,
+                key: topo.instance_key(&namespace, &register_addr),
+                name: spec.name,
                 register_addr,
-                token,
+                token: spec.token,
                 started: false,
                 ever_registered: false,
                 flag_error: false,
@@ -218,7 +191,7 @@ impl SimCluster {
                 .world
                 .add_server(NodeId::Vllm(node_index(i)), Box::new(vllm));
             cluster.world.add_stopped_sidecar(&placeholder);
-            if o_start(&cluster.topology, i) {
+            if cluster.topology.instance(i).start_sidecar {
                 cluster.spawn_sidecar(i);
             }
         }
@@ -248,11 +221,6 @@ impl SimCluster {
         };
         let flags = sidecar_flags(&self.topology, &peers, &self.overrides);
         Config::from_flags(flags).map_err(|e| format!("sidecar flags of {}: {e}", inst.name))
-    }
-
-    /// Indices of the instances a target names: one, or every one for `all`.
-    pub(crate) fn targets(&self, t: &str) -> Vec<usize> {
-        crate::topology::target_indices(self.instances.len(), t)
     }
 
     /// Instance `i`'s vLLM node.
@@ -503,14 +471,4 @@ fn sim_addr(i: usize) -> String {
 /// The world's node index of instance `i`.
 pub(crate) fn node_index(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
-}
-
-/// Whether instance `i`'s sidecar starts at t = 0.
-fn o_start(topo: &Topology, i: usize) -> bool {
-    let n = topology::instance_name(i);
-    topo.overrides
-        .iter()
-        .find(|o| o.name == n)
-        .and_then(|o| o.start_sidecar)
-        .unwrap_or(topo.start_sidecars)
 }

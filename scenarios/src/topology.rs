@@ -170,8 +170,51 @@ pub fn instance_name(i: usize) -> String {
     format!("i{i}")
 }
 
+/// One instance's settings: its `[[topology.instance]]` override where it has one, the
+/// topology's default otherwise (the one place that lookup is made).
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstanceSpec {
+    pub name: String,
+    /// The internal token its sidecar sends at start.
+    pub token: Option<String>,
+    /// Its sidecar starts with the cluster.
+    pub start_sidecar: bool,
+    pub vllm_startup_delay: Dur,
+    pub dialect: Dialect,
+    pub data_parallel: u32,
+}
+
 impl Topology {
     /// `i0`, `i1`, … one per instance.
+    /// Instance `i`'s settings, overrides applied.
+    pub fn instance(&self, i: usize) -> InstanceSpec {
+        let name = instance_name(i);
+        let o = self.overrides.iter().find(|o| o.name == name);
+        InstanceSpec {
+            token: o
+                .and_then(|o| o.token.clone())
+                .or_else(|| self.token.clone()),
+            start_sidecar: o
+                .and_then(|o| o.start_sidecar)
+                .unwrap_or(self.start_sidecars),
+            vllm_startup_delay: o
+                .and_then(|o| o.vllm_startup_delay)
+                .unwrap_or(self.vllm_startup_delay),
+            dialect: o.and_then(|o| o.dialect).unwrap_or(self.dialect),
+            data_parallel: o
+                .and_then(|o| o.data_parallel)
+                .unwrap_or(self.data_parallel),
+            name,
+        }
+    }
+
+    /// The etcd key an instance registered at `register_addr` is expected under, as the
+    /// master reads keys (its namespace rule, not the sidecar's code).
+    pub fn instance_key(&self, namespace: &str, register_addr: &str) -> String {
+        let ns = mock_master::normalize_namespace(namespace);
+        format!("{ns}XLLM:{}:{register_addr}", self.instance_type)
+    }
+
     pub fn instance_names(&self) -> Vec<String> {
         (0..self.instances).map(instance_name).collect()
     }

@@ -58,7 +58,7 @@ impl ActionRecord {
 /// `now`, within `within`); with a `hold` asked and met, `broke` says when it stopped
 /// holding (`None`: it kept holding).
 pub fn step_verdict(
-    kind: &str,
+    kind: VerdictKind,
     name: String,
     cond: &Condition,
     within: Duration,
@@ -67,7 +67,7 @@ pub fn step_verdict(
     hold: Option<(Dur, Option<u64>)>,
 ) -> Verdict {
     let mut v = Verdict {
-        kind: kind.into(),
+        kind,
         name,
         passed: met.is_some(),
         t_ms: Some(met.unwrap_or(now)),
@@ -113,7 +113,7 @@ impl ActionRecord {
             Err(e) => (Some(e), None),
         };
         let failed = error.as_ref().map(|e| Verdict {
-            kind: "action".into(),
+            kind: VerdictKind::Action,
             name: format!("step {step}: {label}"),
             passed: false,
             t_ms: Some(t_ms),
@@ -133,11 +133,44 @@ impl ActionRecord {
     }
 }
 
+/// What a verdict judges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    /// A step's `await`: the condition must hold within the step's time.
+    Await,
+    /// A step's `when`: the action runs only if it held.
+    When,
+    /// An action that could not be done.
+    Action,
+    /// A property of the whole run.
+    Invariant,
+    /// The cluster could not be started.
+    Setup,
+}
+
+impl VerdictKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerdictKind::Await => "await",
+            VerdictKind::When => "when",
+            VerdictKind::Action => "action",
+            VerdictKind::Invariant => "invariant",
+            VerdictKind::Setup => "setup",
+        }
+    }
+}
+
+impl std::fmt::Display for VerdictKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One judged item of the report.
 #[derive(Clone, Debug, Serialize)]
 pub struct Verdict {
-    /// `await`, `when`, `action` or `invariant`.
-    pub kind: String,
+    pub kind: VerdictKind,
     pub name: String,
     pub passed: bool,
     /// Await: when it was satisfied; invariant: when it was first violated.

@@ -10,8 +10,9 @@
 //! the broken behaviour. (Both tests are in one file so they run concurrently.)
 
 use scenarios::library;
-use scenarios::report::Outcome;
+use scenarios::report::{Outcome, Status};
 use scenarios::run::{run_many, run_scenario, RunOptions};
+use scenarios::verdict::VerdictKind;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_builtin_scenario_passes() {
@@ -55,7 +56,7 @@ async fn every_builtin_scenario_passes() {
     }
     let largest = outcomes
         .iter()
-        .filter(|o| o.status == "passed")
+        .filter(|o| o.status == Status::Passed)
         .map(|o| o.instances)
         .max()
         .unwrap_or(0);
@@ -109,7 +110,8 @@ async fn mutated_sidecars_fail_their_scenarios() {
         run_mutated("happy-path", &[("--keepalive-interval", "5")]),
     );
     assert_eq!(
-        threshold.status, "failed",
+        threshold.status,
+        Status::Failed,
         "vllm-dies passed with --health-fail-threshold 1000"
     );
     assert!(
@@ -118,11 +120,16 @@ async fn mutated_sidecars_fail_their_scenarios() {
         show(&threshold)
     );
 
-    assert_eq!(ttl.status, "failed", "sigkill passed with --lease-ttl 30");
+    assert_eq!(
+        ttl.status,
+        Status::Failed,
+        "sigkill passed with --lease-ttl 30"
+    );
     assert!(failed_on(&ttl, "key gone within TTL"), "{}", show(&ttl));
 
     assert_eq!(
-        token.status, "failed",
+        token.status,
+        Status::Failed,
         "token-rotation passed with a wrong token"
     );
     assert!(
@@ -132,13 +139,14 @@ async fn mutated_sidecars_fail_their_scenarios() {
     );
 
     assert_eq!(
-        keepalive.status, "failed",
+        keepalive.status,
+        Status::Failed,
         "happy-path passed with keepalive > TTL"
     );
     assert!(
         keepalive
             .failures()
-            .any(|v| v.kind == "await" && v.detail.contains("ACTIVE")),
+            .any(|v| v.kind == VerdictKind::Await && v.detail.contains("ACTIVE")),
         "{}",
         show(&keepalive)
     );

@@ -5,9 +5,10 @@
 //! virtual time).
 
 use scenarios::library;
-use scenarios::report::Outcome;
+use scenarios::report::{Outcome, Status};
 use scenarios::run::RunOptions;
 use scenarios::simrun::{run_many_sim, run_scenario_sim};
+use scenarios::verdict::VerdictKind;
 
 #[test]
 fn every_expressible_scenario_passes_in_sim() {
@@ -16,24 +17,27 @@ fn every_expressible_scenario_passes_in_sim() {
     assert_eq!(outcomes.len(), list.len());
     let mut failed = Vec::new();
     for o in &outcomes {
-        match o.status.as_str() {
-            "skipped" => assert!(
+        match o.status {
+            Status::Skipped => assert!(
                 o.skip_reason.as_deref().is_some_and(|r| !r.is_empty()),
                 "{} skipped without a reason",
                 o.name
             ),
-            "passed" => {}
+            Status::Passed => {}
             _ => failed.push(format!("{}:\n{}\n    re-run: {}", o.name, show(o), o.rerun)),
         }
     }
     assert!(failed.is_empty(), "failed in sim:\n{}", failed.join("\n"));
-    let ran = outcomes.iter().filter(|o| o.status == "passed").count();
+    let ran = outcomes
+        .iter()
+        .filter(|o| o.status == Status::Passed)
+        .count();
     assert!(ran >= 34, "only {ran} scenarios ran in sim");
     let big = outcomes
         .iter()
         .find(|o| o.name == "many-instances")
         .expect("many-instances");
-    assert_eq!(big.status, "passed");
+    assert_eq!(big.status, Status::Passed);
 }
 
 fn events_of(name: &str, seed: u64) -> Vec<u8> {
@@ -51,7 +55,7 @@ fn events_of(name: &str, seed: u64) -> Vec<u8> {
         ..RunOptions::default()
     };
     let o = run_scenario_sim(&l.scenario, &l.file, &opts);
-    assert_eq!(o.status, "passed", "{}", show(&o));
+    assert_eq!(o.status, Status::Passed, "{}", show(&o));
     let bytes = std::fs::read(dir.join(name).join("events.jsonl")).expect("events.jsonl");
     let _ = std::fs::remove_dir_all(&dir);
     bytes
@@ -108,7 +112,7 @@ fn show(o: &Outcome) -> String {
 #[test]
 fn mutated_sidecars_fail_their_scenarios_in_sim() {
     let threshold = run_mutated("vllm-dies", &[("--health-fail-threshold", "1000")]);
-    assert_eq!(threshold.status, "failed");
+    assert_eq!(threshold.status, Status::Failed);
     assert!(
         failed_on(&threshold, "key revoked after 3 failed probes"),
         "{}",
@@ -116,11 +120,11 @@ fn mutated_sidecars_fail_their_scenarios_in_sim() {
     );
 
     let ttl = run_mutated("sigkill", &[("--lease-ttl", "30")]);
-    assert_eq!(ttl.status, "failed");
+    assert_eq!(ttl.status, Status::Failed);
     assert!(failed_on(&ttl, "key gone within TTL"), "{}", show(&ttl));
 
     let token = run_mutated("token-rotation", &[("--internal-token", "not-the-token")]);
-    assert_eq!(token.status, "failed");
+    assert_eq!(token.status, Status::Failed);
     assert!(
         failed_on(&token, "heartbeat(s) accepted"),
         "{}",
@@ -129,11 +133,11 @@ fn mutated_sidecars_fail_their_scenarios_in_sim() {
 
     // Refused flags: the sidecar "exits 2" at once, so nothing becomes ACTIVE.
     let keepalive = run_mutated("happy-path", &[("--keepalive-interval", "5")]);
-    assert_eq!(keepalive.status, "failed");
+    assert_eq!(keepalive.status, Status::Failed);
     assert!(
         keepalive
             .failures()
-            .any(|v| v.kind == "await" && v.detail.contains("ACTIVE")),
+            .any(|v| v.kind == VerdictKind::Await && v.detail.contains("ACTIVE")),
         "{}",
         show(&keepalive)
     );
@@ -154,7 +158,7 @@ within = "20s"
 "#;
     let sc = scenarios::spec::Scenario::parse("six-hundred.toml", text).expect("parses");
     let o = run_scenario_sim(&sc, "six-hundred.toml", &RunOptions::default());
-    assert_eq!(o.status, "passed", "{}", show(&o));
+    assert_eq!(o.status, Status::Passed, "{}", show(&o));
     let real = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -165,7 +169,7 @@ within = "20s"
             &RunOptions::default(),
             None,
         ));
-    assert_eq!(real.status, "skipped");
+    assert_eq!(real.status, Status::Skipped);
     assert!(real.skip_reason.is_some_and(|r| r.contains("--sim")));
 }
 
@@ -179,7 +183,7 @@ fn a_link_delay_slows_every_exchange() {
         );
         let sc = scenarios::spec::Scenario::parse("slow-links.toml", &text).expect("parses");
         let o = run_scenario_sim(&sc, "slow-links.toml", &RunOptions::default());
-        assert_eq!(o.status, "passed", "{}", show(&o));
+        assert_eq!(o.status, Status::Passed, "{}", show(&o));
         o.samples
             .iter()
             .find(|s| s.instances[0].etcd.is_some())

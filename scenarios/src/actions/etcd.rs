@@ -7,16 +7,13 @@
 //! excuses the one re-registration that follows; a killed member is a fault until it
 //! restarts, with its election a short excused gap.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
 use super::words;
-use crate::cluster::{normalize_namespace, Cluster, Etcd};
+use crate::cluster::{Arming, Cluster};
 use crate::dur::Dur;
 use crate::episode::{EpisodeBook, Scope};
-use crate::sim_cluster::SimCluster;
-use crate::topology::{EtcdNeed, Target, Topology};
+use crate::topology::{target_indices, EtcdNeed, Target, Topology};
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -136,40 +133,33 @@ impl EtcdAction {
     }
 
     /// Answers the member actually killed or restarted, or the leases expired.
-    pub async fn apply_real(&self, c: &mut Cluster) -> Result<Option<String>, String> {
+    pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         match self {
             EtcdAction::Fault {
                 fault,
                 count,
                 duration,
             } => {
-                c.fake_etcd()?
-                    .faults()
-                    .add(etcd_fault(fault), *count, duration.map(|d| d.0));
+                let arm = Arming {
+                    count: *count,
+                    lasting: duration.map(|d| d.0),
+                };
+                c.etcd_fault(etcd_fault(fault), arm)?
             }
-            EtcdAction::ClearFaults(_) => {
-                let e = c.fake_etcd()?;
-                e.faults().clear();
-                e.release_hung();
+            EtcdAction::ClearFaults(_) => c.etcd_clear_faults()?,
+            EtcdAction::ReleaseHung(_) => c.etcd_release_hung()?,
+            EtcdAction::ExpireLease(t) if t == "all" => c.etcd_expire_all_leases()?,
+            EtcdAction::ExpireLease(t) => {
+                let mut expired = Vec::new();
+                for i in target_indices(c.topology().instances, t) {
+                    expired.push(c.etcd_expire_lease(i)?);
+                }
+                return Ok(Some(format!("expired {expired:?}")));
             }
-            EtcdAction::ReleaseHung(_) => c.fake_etcd()?.release_hung(),
-            EtcdAction::ExpireLease(t) => return expire_real(c, t),
-            EtcdAction::LoseData { reset_revision } => c.fake_etcd()?.lose_data(*reset_revision),
+            EtcdAction::LoseData { reset_revision } => c.etcd_lose_data(*reset_revision)?,
             EtcdAction::Kill(which) | EtcdAction::Restart(which) => {
-                let kill = matches!(self, EtcdAction::Kill(_));
-                let (name, doing) = match kill {
-                    true => ("etcd_kill", "killing"),
-                    false => ("etcd_restart", "restarting"),
-                };
-                let Etcd::Real(r) = &c.etcd else {
-                    return Err(format!("{name} needs real etcd"));
-                };
-                let mut members = r.lock().await;
-                let done = match kill {
-                    true => members.kill(which).await,
-                    false => members.restart(which).await,
-                };
-                let i = done.map_err(|e| format!("{doing} etcd member: {e}"))?;
+                let up = matches!(self, EtcdAction::Restart(_));
+                let i = c.etcd_member(which, up).await?;
                 return Ok(Some(i.to_string()));
             }
         }
@@ -184,30 +174,6 @@ impl EtcdAction {
             _ => return None,
         };
         Some(why.to_string())
-    }
-
-    pub fn apply_sim(&self, c: &mut SimCluster, now: Duration) -> Result<Option<String>, String> {
-        match self {
-            EtcdAction::Fault {
-                fault,
-                count,
-                duration,
-            } => {
-                let f = etcd_fault(fault);
-                c.etcd()?
-                    .faults()
-                    .add_at(now, f, *count, duration.map(|d| d.0));
-            }
-            EtcdAction::ClearFaults(_) => c.etcd()?.faults().clear(),
-            // A hung request here is one never answered (its caller timed out).
-            EtcdAction::ReleaseHung(_) => {}
-            EtcdAction::ExpireLease(t) => return expire_sim(c, t),
-            EtcdAction::LoseData { reset_revision } => c.etcd()?.lose_data(*reset_revision, now),
-            EtcdAction::Kill(_) | EtcdAction::Restart(_) => {
-                return Err(self.sim_unsupported().unwrap_or_default())
-            }
-        }
-        Ok(None)
     }
 
     pub fn episodes(&self, book: &mut EpisodeBook<'_>) {
@@ -293,49 +259,6 @@ impl EtcdAction {
             }
         }
     }
-}
-
-/// Expire the lease behind each target's key in the fake etcd (`all`: every lease).
-fn expire_real(c: &mut Cluster, t: &str) -> Result<Option<String>, String> {
-    let e = c.fake_etcd()?;
-    if t == "all" {
-        e.expire_all_leases();
-        return Ok(None);
-    }
-    let mut expired = Vec::new();
-    for i in c.targets(t) {
-        if let Some(x) = c.instances.get(i) {
-            match e.get(&x.key) {
-                Some((_, lease)) if lease != 0 => expired.push(e.expire_lease(lease)),
-                _ => return Err(format!("{} has no key with a lease to expire", x.name)),
-            }
-        }
-    }
-    Ok(Some(format!("expired {expired:?}")))
-}
-
-/// [`expire_real`] in virtual time: the lease is found by listing the etcd core.
-fn expire_sim(c: &mut SimCluster, t: &str) -> Result<Option<String>, String> {
-    if t == "all" {
-        c.etcd()?.core().expire_all();
-        return Ok(None);
-    }
-    let prefix = format!("{}XLLM:", normalize_namespace(&c.namespace));
-    let (_, kvs) = c.etcd()?.list_prefix(prefix.as_bytes())?;
-    let mut expired = Vec::new();
-    for i in c.targets(t) {
-        let inst = c.instances.get(i).ok_or("no such instance")?;
-        let lease = kvs
-            .iter()
-            .find(|kv| kv.key == inst.key.as_bytes())
-            .map(|kv| kv.lease)
-            .filter(|l| *l != 0);
-        let Some(lease) = lease else {
-            return Err(format!("{} has no key with a lease to expire", inst.name));
-        };
-        expired.push(c.etcd()?.core().expire_lease(lease).map(|l| l.id));
-    }
-    Ok(Some(format!("expired {expired:?}")))
 }
 
 /// A scenario's etcd fault as the fake's own fault value (both modes).

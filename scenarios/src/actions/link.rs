@@ -7,18 +7,14 @@
 //! (unless it is mild latency, or one etcd endpoint of several: that one must be
 //! survived); a master–etcd fault excuses the master's view lagging etcd.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
-use sim::{NodeId, World};
 
 use super::words;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, LinkSel};
 use crate::dur::Dur;
 use crate::episode::{EpisodeBook, Scope};
-use crate::proxy::{Direction, LinkFault, LinkHandle, Proxy};
-use crate::sim_cluster::{node_index, SimCluster};
-use crate::topology::{Target, Topology};
+use crate::proxy::{Direction, LinkFault};
+use crate::topology::{target_indices, Target, Topology};
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -101,7 +97,7 @@ impl LinkAction {
         )
     }
 
-    pub async fn apply_real(&self, c: &mut Cluster) -> Result<Option<String>, String> {
+    pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         let LinkAction::Fault {
             link,
             instance,
@@ -109,83 +105,13 @@ impl LinkAction {
             fault,
             duration,
         } = self;
-        let links = proxies(c, *link, instance, *endpoint);
-        for p in &links {
-            p.set(fault.clone())
-                .await
-                .map_err(|e| format!("link: {e}"))?;
-        }
-        if let (Some(d), false) = (duration, *fault == LinkFault::Heal) {
-            // Heal after the duration, unless something else replaced the fault.
-            let owned: Vec<(LinkHandle, LinkFault)> =
-                links.iter().map(|p| (p.handle(), fault.clone())).collect();
-            let d = d.0;
-            let stop = c.stop.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = stop.wait() => {}
-                    _ = tokio::time::sleep(d) => {
-                        for (h, f) in owned {
-                            h.heal_if(&f).await;
-                        }
-                    }
-                }
-            });
-        }
-        Ok(None)
-    }
-
-    pub fn sim_unsupported(&self) -> Option<String> {
-        None
-    }
-
-    pub fn apply_sim(&self, c: &mut SimCluster, now: Duration) -> Result<Option<String>, String> {
-        let LinkAction::Fault {
-            link,
-            instance,
-            endpoint,
-            fault,
-            duration,
-        } = self;
-        let fault: sim::LinkFault = serde_json::to_value(fault)
-            .and_then(serde_json::from_value)
-            .map_err(|e| format!("link fault: {e}"))?;
-        // A sidecar's etcd link is one per endpoint: the one named, or all of them.
-        let endpoints: Vec<usize> = match endpoint {
-            Some(e) => vec![*e],
-            None => (0..c.topology.etcd_endpoints.max(1)).collect(),
+        let sel = LinkSel {
+            link: *link,
+            instances: target_indices(c.topology().instances, instance),
+            endpoint: *endpoint,
         };
-        let pairs: Vec<(NodeId, NodeId)> = match link {
-            LinkKind::MasterEtcd => vec![(NodeId::Master, NodeId::Etcd)],
-            _ => c
-                .targets(instance)
-                .into_iter()
-                .flat_map(|i| {
-                    let me = NodeId::Sidecar(node_index(i));
-                    let servers = match link {
-                        LinkKind::SidecarMaster => vec![NodeId::Master],
-                        LinkKind::SidecarVllm => vec![NodeId::Vllm(node_index(i))],
-                        _ => endpoints
-                            .iter()
-                            .map(|&k| NodeId::etcd_endpoint(k))
-                            .collect(),
-                    };
-                    servers.into_iter().map(move |server| (me, server))
-                })
-                .collect(),
-        };
-        for (me, server) in pairs {
-            c.world.set_link(me, server, fault.clone());
-            if let (Some(d), false) = (duration, fault == sim::LinkFault::Heal) {
-                // Heal after the duration, unless something else replaced the fault.
-                let set = fault.clone();
-                c.world.at(now + d.0, move |w: &mut World| {
-                    if w.link_fault(me, server) == set {
-                        w.set_link(me, server, sim::LinkFault::Heal);
-                    }
-                });
-            }
-        }
+        let heal_after = duration.map(|d| d.0).filter(|_| *fault != LinkFault::Heal);
+        c.link_fault(&sel, fault, heal_after).await?;
         Ok(None)
     }
 
@@ -256,43 +182,4 @@ fn master_lost_lines(book: &mut EpisodeBook<'_>) {
         e.is_fault = false;
         e.outlasts_faults_ms = tail;
     });
-}
-
-/// The proxies of a link: the master's (one per etcd endpoint) or each target's.
-fn proxies<'a>(
-    c: &'a Cluster,
-    link: LinkKind,
-    instance: &str,
-    endpoint: Option<usize>,
-) -> Vec<&'a Proxy> {
-    let picked = |k: &usize| endpoint.is_none_or(|e| e == *k);
-    if link == LinkKind::MasterEtcd {
-        return c
-            .master_links
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| picked(k))
-            .map(|(_, p)| p)
-            .collect();
-    }
-    let mut links = Vec::new();
-    for x in c
-        .targets(instance)
-        .into_iter()
-        .filter_map(|i| c.instances.get(i))
-    {
-        match link {
-            LinkKind::SidecarEtcd => links.extend(
-                x.etcd_links
-                    .iter()
-                    .enumerate()
-                    .filter(|(k, _)| picked(k))
-                    .map(|(_, p)| p),
-            ),
-            LinkKind::SidecarMaster => links.push(&x.master_link),
-            LinkKind::SidecarVllm => links.push(&x.vllm_link),
-            LinkKind::MasterEtcd => {}
-        }
-    }
-    links
 }

@@ -4,19 +4,13 @@
 //! Load opens no episode: it disturbs nothing the invariants excuse, it is what some
 //! awaits (routed share, waiting requests) observe.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
-use sim::load::Load;
-use sim::NodeId;
 
 use super::words;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, LoadSpec};
 use crate::dur::Dur;
 use crate::episode::EpisodeBook;
-use crate::load::LoadGen;
-use crate::sim_cluster::{node_index, SimCluster};
-use crate::topology::{Target, Topology};
+use crate::topology::{target_indices, Target, Topology};
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -79,7 +73,7 @@ impl LoadAction {
         }
     }
 
-    pub async fn apply_real(&self, c: &mut Cluster) -> Result<Option<String>, String> {
+    pub fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         match self {
             LoadAction::Load {
                 instance,
@@ -87,65 +81,23 @@ impl LoadAction {
                 duration,
                 max_tokens,
             } => {
-                let (url, route) = match instance {
-                    Some(t) => {
-                        let i = c.targets(t).into_iter().next().ok_or("no such instance")?;
-                        let url = c.instances.get(i).map(|x| x.vllm.url());
-                        (url.unwrap_or_default(), false)
-                    }
-                    None => (c.master.url(), true),
+                let instance = match instance {
+                    Some(t) => Some(
+                        target_indices(c.topology().instances, t)
+                            .into_iter()
+                            .next()
+                            .ok_or("no such instance")?,
+                    ),
+                    None => None,
                 };
-                let names: Vec<String> = c
-                    .instances
-                    .iter()
-                    .map(|x| x.register_addr.clone())
-                    .collect();
-                let gen = LoadGen::start(
-                    url,
-                    route.then(|| (names, c.routed.clone())),
-                    *rps,
-                    duration.0,
-                    *max_tokens,
-                    c.seed ^ c.timeline.now(),
-                    c.timeline.source("load"),
-                );
-                match c.load.lock() {
-                    Ok(mut g) => g.push(gen),
-                    Err(p) => p.into_inner().push(gen),
-                }
+                c.load_start(LoadSpec {
+                    instance,
+                    rps: *rps,
+                    duration: duration.0,
+                    max_tokens: *max_tokens,
+                })?
             }
-            LoadAction::LoadOff(_) => c.stop_loads(),
-        }
-        Ok(None)
-    }
-
-    pub fn sim_unsupported(&self) -> Option<String> {
-        None
-    }
-
-    pub fn apply_sim(&self, c: &mut SimCluster, now: Duration) -> Result<Option<String>, String> {
-        match self {
-            LoadAction::Load {
-                instance,
-                rps,
-                duration,
-                max_tokens,
-            } => {
-                // Routed by the master when no instance is named; the request body is
-                // checked by instance i0's vLLM rules (every fake has the same).
-                let t = instance.as_deref().unwrap_or("i0");
-                let i = c.targets(t).into_iter().next().ok_or("no such instance")?;
-                let to = match instance {
-                    Some(_) => NodeId::Vllm(node_index(i)),
-                    None => NodeId::Master,
-                };
-                let load = {
-                    let v = c.vllm(i)?;
-                    Load::new(to, v, *rps, now + duration.0, "hello", *max_tokens)?
-                };
-                c.world.add_load(now, load);
-            }
-            LoadAction::LoadOff(_) => c.world.end_loads(),
+            LoadAction::LoadOff(_) => c.load_off(),
         }
         Ok(None)
     }

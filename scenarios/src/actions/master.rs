@@ -4,15 +4,12 @@
 //! A restart excuses the master's view lagging etcd for a moment; a token change may
 //! start (or end) a token mismatch, which the episode book re-checks for every sidecar.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
 use super::words;
-use crate::cluster::Cluster;
+use crate::cluster::{Arming, Cluster};
 use crate::dur::Dur;
 use crate::episode::{EpisodeBook, Scope};
-use crate::sim_cluster::SimCluster;
 use crate::topology::Topology;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -75,41 +72,22 @@ impl MasterAction {
         }
     }
 
-    pub async fn apply_real(&self, c: &mut Cluster) -> Result<Option<String>, String> {
+    pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         match self {
-            MasterAction::Restart { relist } => c.master.restart_with(*relist).await,
-            MasterAction::Token(tok) => c.master.set_token(token_of(tok)),
+            MasterAction::Restart { relist } => c.master_restart(*relist).await?,
+            MasterAction::Token(tok) => c.master_token(token_of(tok))?,
             MasterAction::Fault {
                 fault,
                 count,
                 duration,
             } => {
-                let f = master_fault(fault);
-                c.master.faults().add(f, *count, duration.map(|d| d.0));
+                let arm = Arming {
+                    count: *count,
+                    lasting: duration.map(|d| d.0),
+                };
+                c.master_fault(master_fault(fault), arm)?
             }
-            MasterAction::ClearFaults(_) => c.master.faults().clear(),
-        }
-        Ok(None)
-    }
-
-    pub fn sim_unsupported(&self) -> Option<String> {
-        None
-    }
-
-    pub fn apply_sim(&self, c: &mut SimCluster, now: Duration) -> Result<Option<String>, String> {
-        match self {
-            MasterAction::Restart { relist } => restart_sim(c, *relist, now)?,
-            MasterAction::Token(tok) => c.master()?.core().gate().token.set(token_of(tok)),
-            MasterAction::Fault {
-                fault,
-                count,
-                duration,
-            } => {
-                let f = master_fault(fault);
-                let faults = &c.master()?.core().gate().faults;
-                faults.add_at(now, f, *count, duration.map(|d| d.0));
-            }
-            MasterAction::ClearFaults(_) => c.master()?.core().gate().faults.clear(),
+            MasterAction::ClearFaults(_) => c.master_clear_faults()?,
         }
         Ok(None)
     }
@@ -147,12 +125,4 @@ fn master_fault(f: &MasterFault) -> mock_master::Fault {
         }
         MasterFault::Latency { ms } => mock_master::Fault::Latency { ms: *ms },
     }
-}
-
-/// The master process restarts in virtual time: it drops its watch, forgets every
-/// instance, then lists etcd (applying the listing only if `relist`) and watches again,
-/// over its link, as mock-master does.
-fn restart_sim(c: &mut SimCluster, relist: bool, now: Duration) -> Result<(), String> {
-    c.master()?.restart(now, relist);
-    Ok(())
 }

@@ -1,14 +1,14 @@
 //! Actions: what a scenario's step does to the cluster, one module per family.
 //!
 //! Adding an action is one place: its family's module says how it is written (its serde
-//! enum), checked against the topology, described in reports, done in real mode
-//! (processes and sockets, [`Cluster`]), done in virtual time ([`SimCluster`]) or why it
-//! cannot be, and which fault episodes it opens or closes. This module holds the
-//! [`Action`] a step carries and dispatches each of those to the family, once.
+//! enum), checked against the topology, described in reports, done on a [`Cluster`]
+//! (one `apply` for both modes, through the cluster's verbs), and which fault episodes
+//! it opens or closes. This module holds the [`Action`] a step carries and dispatches
+//! each of those to the family, once.
 //!
-//! The layering keeps imports one-way: families use the clusters, the topology and the
-//! episode book; none of those knows the families. The scenario file ([`crate::spec`])
-//! and the runners sit above.
+//! The layering keeps imports one-way: families use the cluster trait, the topology and
+//! the episode book; none of those knows the families. The scenario file
+//! ([`crate::spec`]) and the engine sit above.
 
 pub mod etcd;
 pub mod link;
@@ -27,7 +27,6 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::cluster::Cluster;
 use crate::episode::EpisodeBook;
-use crate::sim_cluster::SimCluster;
 use crate::topology::Topology;
 use etcd::EtcdAction;
 use link::LinkAction;
@@ -105,49 +104,26 @@ impl Action {
         }
     }
 
-    /// Do it in real mode. Answers a detail worth recording (e.g. which etcd member died).
-    pub async fn apply_real(&self, c: &mut Cluster) -> Result<Option<String>, String> {
-        match self {
-            Action::Sidecar(a) => a.apply_real(c).await,
-            Action::Vllm(a) => a.apply_real(c).await,
-            Action::Etcd(a) => a.apply_real(c).await,
-            Action::Master(a) => a.apply_real(c).await,
-            Action::Link(a) => a.apply_real(c).await,
-            Action::Load(a) => a.apply_real(c).await,
-        }
-    }
-
     /// Why the simulation cannot do this action, if it cannot (the scenario is skipped
     /// with that reason).
     pub fn sim_unsupported(&self) -> Option<String> {
         match self {
-            Action::Sidecar(a) => a.sim_unsupported(),
-            Action::Vllm(a) => a.sim_unsupported(),
             Action::Etcd(a) => a.sim_unsupported(),
-            Action::Master(a) => a.sim_unsupported(),
-            Action::Link(a) => a.sim_unsupported(),
-            Action::Load(a) => a.sim_unsupported(),
+            _ => None,
         }
     }
 
-    /// Do it in virtual time, now. It runs inside the world as a scripted event, so the
-    /// world then takes up what the change caused (watch events, new timers).
-    pub fn apply_sim(&self, c: &mut SimCluster) -> Result<Option<String>, String> {
-        if let Some(why) = self.sim_unsupported() {
-            return Err(why);
-        }
-        let now = c.world.now();
+    /// Do it, now. Answers a detail worth recording (e.g. which etcd member died).
+    pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         let detail = match self {
-            Action::Sidecar(a) => a.apply_sim(c, now),
-            Action::Vllm(a) => a.apply_sim(c, now),
-            Action::Etcd(a) => a.apply_sim(c, now),
-            Action::Master(a) => a.apply_sim(c, now),
-            Action::Link(a) => a.apply_sim(c, now),
-            Action::Load(a) => a.apply_sim(c, now),
+            Action::Sidecar(a) => a.apply(c),
+            Action::Vllm(a) => a.apply(c).await,
+            Action::Etcd(a) => a.apply(c).await,
+            Action::Master(a) => a.apply(c).await,
+            Action::Link(a) => a.apply(c).await,
+            Action::Load(a) => a.apply(c),
         }?;
-        c.world.at(now, |_| {});
-        c.world.run_until(now);
-        c.drain_records();
+        c.settle();
         Ok(detail)
     }
 

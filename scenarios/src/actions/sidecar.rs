@@ -7,16 +7,12 @@
 //! first registration, not a fault. A drain is an operator's choice with the same
 //! excuse until the undrain, and, like a stop, must revoke the lease at once.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
-use sidecar::core::Input;
 
 use super::words;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Signal};
 use crate::episode::EpisodeBook;
-use crate::sim_cluster::{node_index, SimCluster};
-use crate::topology::{Target, Topology};
+use crate::topology::{target_indices, Target, Topology};
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -62,74 +58,21 @@ impl SidecarAction {
     }
 
     /// Signals only: the timeline (awaits on exit and on the key) observes the rest.
-    pub async fn apply_real(&self, c: &mut Cluster) -> Result<Option<String>, String> {
-        match self {
+    pub fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
+        let (target, signal) = match self {
             SidecarAction::Start { instance, token } => {
-                let bin = c.sidecar_bin()?;
-                for i in c.targets(instance) {
-                    c.start_sidecar(i, &bin, token.clone())?;
+                for i in target_indices(c.topology().instances, instance) {
+                    c.sidecar_start(i, token.clone())?;
                 }
+                return Ok(None);
             }
-            SidecarAction::Stop(t) => {
-                for i in c.targets(t) {
-                    if let Some(p) = c.instances.get(i).and_then(|x| x.sidecar.as_ref()) {
-                        p.terminate();
-                    }
-                }
-            }
-            SidecarAction::Kill(t) => {
-                for i in c.targets(t) {
-                    if let Some(p) = c.instances.get(i).and_then(|x| x.sidecar.as_ref()) {
-                        p.kill_now();
-                    }
-                }
-            }
-            SidecarAction::Drain(t) | SidecarAction::Undrain(t) => {
-                let drain = matches!(self, SidecarAction::Drain(_));
-                for i in c.targets(t) {
-                    if let Some(p) = c.instances.get(i).and_then(|x| x.sidecar.as_ref()) {
-                        if drain {
-                            p.drain();
-                        } else {
-                            p.undrain();
-                        }
-                    }
-                }
-            }
-        }
-        Ok(None)
-    }
-
-    pub fn sim_unsupported(&self) -> Option<String> {
-        None
-    }
-
-    pub fn apply_sim(&self, c: &mut SimCluster, now: Duration) -> Result<Option<String>, String> {
-        match self {
-            SidecarAction::Start { instance, token } => {
-                for i in c.targets(instance) {
-                    start_sim(c, i, token.clone())?;
-                }
-            }
-            SidecarAction::Stop(t) => {
-                for i in c.targets(t) {
-                    c.world.input_at(now, node_index(i), Input::Shutdown);
-                }
-            }
-            SidecarAction::Kill(t) => {
-                for i in c.targets(t) {
-                    c.world.kill_sidecar(node_index(i));
-                }
-            }
-            SidecarAction::Drain(t) | SidecarAction::Undrain(t) => {
-                let input = match self {
-                    SidecarAction::Drain(_) => Input::Drain,
-                    _ => Input::Undrain,
-                };
-                for i in c.targets(t) {
-                    c.world.input_at(now, node_index(i), input.clone());
-                }
-            }
+            SidecarAction::Stop(t) => (t, Signal::Term),
+            SidecarAction::Kill(t) => (t, Signal::Kill),
+            SidecarAction::Drain(t) => (t, Signal::Drain),
+            SidecarAction::Undrain(t) => (t, Signal::Undrain),
+        };
+        for i in target_indices(c.topology().instances, target) {
+            c.sidecar_signal(i, signal)?;
         }
         Ok(None)
     }
@@ -174,25 +117,4 @@ impl SidecarAction {
             }
         }
     }
-}
-
-/// Start instance `i`'s sidecar in the world again, configured as the real one would be.
-fn start_sim(c: &mut SimCluster, i: usize, token: Option<String>) -> Result<(), String> {
-    let running = c
-        .world
-        .sidecars()
-        .get(i)
-        .is_some_and(|s| s.exited().is_none())
-        && c.instances
-            .get(i)
-            .is_some_and(|x| x.started && !x.flag_error);
-    let inst = c.instances.get_mut(i).ok_or("no such instance")?;
-    if running {
-        return Err(format!("sidecar {} is already running", inst.name));
-    }
-    if let Some(t) = token {
-        inst.token = Some(t);
-    }
-    c.spawn_sidecar(i);
-    Ok(())
 }

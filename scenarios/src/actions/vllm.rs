@@ -7,18 +7,13 @@
 //! excuses the missing key until it is up again; a metrics fault is a fault in the
 //! reports, a completion fault is not (it disturbs load, not registration).
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
-use sim::vllm_node::VllmNode;
-use sim::{NodeId, World};
 
 use super::words;
-use crate::cluster::Cluster;
+use crate::cluster::{Arming, Cluster};
 use crate::dur::Dur;
 use crate::episode::{EpisodeBook, Scope};
-use crate::sim_cluster::{node_index, SimCluster};
-use crate::topology::{Target, Topology};
+use crate::topology::{target_indices, Target, Topology};
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -104,67 +99,27 @@ impl VllmAction {
         }
     }
 
-    pub async fn apply_real(&self, c: &mut Cluster) -> Result<Option<String>, String> {
+    pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         let instance = self.instance().unwrap_or_default();
-        for i in c.targets(instance) {
-            let Some(x) = c.instances.get(i) else {
-                continue;
-            };
+        for i in target_indices(c.topology().instances, instance) {
             match self {
-                VllmAction::Health { health, .. } => x.vllm.set_health(health_mode(*health)),
+                VllmAction::Health { health, .. } => c.vllm_health(i, health_mode(*health))?,
                 VllmAction::Fault {
                     fault,
                     count,
                     duration,
                     ..
                 } => {
-                    let f = vllm_fault(fault);
-                    x.vllm.faults().add(f, *count, duration.map(|d| d.0));
+                    let arm = Arming {
+                        count: *count,
+                        lasting: duration.map(|d| d.0),
+                    };
+                    c.vllm_fault(i, vllm_fault(fault), arm)?
                 }
-                VllmAction::ClearFaults(_) => x.vllm.faults().clear(),
-                VllmAction::Crash(_) => x.vllm.crash().await,
-                VllmAction::Restart(_) => x
-                    .vllm
-                    .restart()
-                    .await
-                    .map_err(|e| format!("restarting vLLM: {e}"))?,
-                VllmAction::CounterReset(_) => x.vllm.counter_reset(),
-            }
-        }
-        Ok(None)
-    }
-
-    pub fn sim_unsupported(&self) -> Option<String> {
-        None
-    }
-
-    pub fn apply_sim(&self, c: &mut SimCluster, now: Duration) -> Result<Option<String>, String> {
-        let instance = self.instance().unwrap_or_default();
-        for i in c.targets(instance) {
-            let vllm = c.vllm(i)?;
-            match self {
-                VllmAction::Health { health, .. } => vllm.set_health(health_mode(*health)),
-                VllmAction::Fault {
-                    fault,
-                    count,
-                    duration,
-                    ..
-                } => {
-                    let id = vllm.add_fault(vllm_fault(fault), *count);
-                    // mock-vllm's core fires faults by count; a duration ends it here.
-                    if let Some(d) = duration {
-                        let node = NodeId::Vllm(node_index(i));
-                        c.world.at(now + d.0, move |w: &mut World| {
-                            if let Some(v) = w.server_as_mut::<VllmNode>(node) {
-                                v.core().faults().remove(id);
-                            }
-                        });
-                    }
-                }
-                VllmAction::ClearFaults(_) => vllm.core().faults().clear(),
-                VllmAction::Crash(_) => vllm.core().crash(now),
-                VllmAction::Restart(_) => vllm.core().restart(now),
-                VllmAction::CounterReset(_) => vllm.core().counter_reset(now),
+                VllmAction::ClearFaults(_) => c.vllm_clear_faults(i)?,
+                VllmAction::Crash(_) => c.vllm_crash(i).await?,
+                VllmAction::Restart(_) => c.vllm_restart(i).await?,
+                VllmAction::CounterReset(_) => c.vllm_counter_reset(i)?,
             }
         }
         Ok(None)

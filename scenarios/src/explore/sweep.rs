@@ -18,9 +18,10 @@ use super::generate::{generate, Params};
 use super::schedule::{dur, Schedule};
 use super::shrink::{shrink, Shrunk, Violation};
 use super::summary::{ranges, Finding, RunError, Shard, Summary, SweepParams, Timing};
-use crate::report::Outcome;
+use crate::report::{Outcome, Status};
 use crate::run::RunOptions;
 use crate::spec::Scenario;
+use crate::verdict::VerdictKind;
 
 /// Runs one scenario in virtual time (`simrun::run_scenario_sim`, or a test double).
 pub type Runner = dyn Fn(&Scenario, &str, &RunOptions) -> Outcome + Sync;
@@ -100,7 +101,7 @@ fn description(s: &Schedule) -> String {
 pub fn violations(o: &Outcome) -> Vec<Violation> {
     o.verdicts
         .iter()
-        .filter(|v| v.kind == "invariant" && !v.passed)
+        .filter(|v| v.kind == VerdictKind::Invariant && !v.passed)
         .map(|v| Violation {
             invariant: v.name.clone(),
             detail: v.detail.clone(),
@@ -113,7 +114,7 @@ pub fn violations(o: &Outcome) -> Vec<Violation> {
 /// An action that could not be done (e.g. expiring the lease of an instance that has
 /// none at that moment) is not one: the run goes on and is judged.
 fn run_error(o: &Outcome) -> Option<String> {
-    if o.status == "skipped" {
+    if o.status == Status::Skipped {
         return Some(format!(
             "skipped: {}",
             o.skip_reason.clone().unwrap_or_default()
@@ -121,7 +122,7 @@ fn run_error(o: &Outcome) -> Option<String> {
     }
     o.verdicts
         .iter()
-        .find(|v| !["invariant", "action"].contains(&v.kind.as_str()) && !v.passed)
+        .find(|v| ![VerdictKind::Invariant, VerdictKind::Action].contains(&v.kind) && !v.passed)
         .map(|v| format!("{} {}: {}", v.kind, v.name, v.detail))
 }
 

@@ -1,0 +1,280 @@
+//! The one play loop: a scenario's steps (wait, hold, judge, act), the samples taken on
+//! the way, and the end phase, the same for both modes over any [`Cluster`]; and the
+//! one path from a run to its [`Outcome`] (invariants, recoveries, status, report).
+//!
+//! Time moves only through [`Cluster::advance_to`]: real mode waits on the wall clock,
+//! virtual time runs the world. The cluster is observed at every sample period on the
+//! way, so a condition is judged on the samples, at exact instants in virtual time and
+//! within a period in real time.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::cluster::Cluster;
+use crate::observe::Sample;
+use crate::report::{Outcome, Status};
+use crate::spec::{Condition, Scenario, Step};
+use crate::timeline::Timeline;
+use crate::topology::target_indices;
+use crate::verdict::{self, ActionRecord, Ctx, Verdict, VerdictKind};
+
+/// What playing a scenario produced, before it is judged as a whole.
+pub struct Played {
+    pub verdicts: Vec<Verdict>,
+    pub records: Vec<ActionRecord>,
+    pub samples: Vec<Sample>,
+    pub end_ms: u64,
+}
+
+/// A cluster with the samples taken of it so far and the time of the next one.
+struct Run<'c, C> {
+    cluster: &'c mut C,
+    samples: Vec<Sample>,
+    period_ms: u64,
+    next_sample_ms: u64,
+    addrs: Vec<String>,
+}
+
+impl<C: Cluster> Run<'_, C> {
+    /// Let the cluster run to `to_ms`, observing it at every sample time on the way.
+    async fn advance_to(&mut self, to_ms: u64) {
+        while self.next_sample_ms <= to_ms {
+            self.cluster.advance_to(self.next_sample_ms).await;
+            self.samples.push(self.cluster.observe().await);
+            // An observation in real time takes time: a late one delays the next.
+            let now = self.cluster.now_ms();
+            self.next_sample_ms += self.period_ms;
+            if self.next_sample_ms <= now {
+                self.next_sample_ms = now + self.period_ms;
+            }
+        }
+        self.cluster.advance_to(to_ms).await;
+    }
+
+    /// Run to the next sample (a condition can only change on a sample).
+    async fn next_sample(&mut self) {
+        let at = self.next_sample_ms;
+        self.advance_to(at).await;
+    }
+
+    fn now(&self) -> u64 {
+        self.cluster.now_ms()
+    }
+
+    /// Whether `cond` holds on the samples since `from` (answers the sample's time).
+    fn check(&self, cond: &Condition, sc: &Scenario, from: usize, cursor: usize) -> Option<u64> {
+        let routed = match cond {
+            Condition::RoutedShare { .. } => self.cluster.routed(),
+            _ => std::borrow::Cow::Borrowed(&[][..]),
+        };
+        let ctx = Ctx {
+            sc,
+            samples: &self.samples,
+            from,
+            timeline: self.cluster.timeline(),
+            cursor,
+            routed: &routed,
+            addrs: &self.addrs,
+        };
+        if self.samples.len() > from && verdict::holds(cond, &ctx) {
+            self.samples.last().map(|s| s.t_ms)
+        } else {
+            None
+        }
+    }
+
+    /// Wait (sample by sample) until `cond` holds or `within` passes; then, if the step
+    /// asks, check it keeps holding for its `hold`. Answers the step's verdict.
+    async fn judge(
+        &mut self,
+        sc: &Scenario,
+        step: &Step,
+        cond: &Condition,
+        name: String,
+    ) -> Verdict {
+        let kind = match step.expect {
+            Some(_) => VerdictKind::Await,
+            None => VerdictKind::When,
+        };
+        let cursor = self.cluster.timeline().len();
+        let from = self.samples.len();
+        let within = step.within.map(|d| d.0).unwrap_or(Duration::from_secs(10));
+        let deadline = self.now() + within.as_millis() as u64;
+        let met = loop {
+            if let Some(t) = self.check(cond, sc, from, cursor) {
+                break Some(t);
+            }
+            if self.now() >= deadline {
+                break None;
+            }
+            self.next_sample().await;
+        };
+        let broke = match (step.hold, met) {
+            (Some(hold), Some(_)) => {
+                let end = self.now() + hold.as_ms();
+                let mut broke = None;
+                while self.now() < end {
+                    self.next_sample().await;
+                    if self.check(cond, sc, from, cursor).is_none() {
+                        broke = Some(self.now());
+                        break;
+                    }
+                }
+                Some((hold, broke))
+            }
+            _ => None,
+        };
+        verdict::step_verdict(kind, name, cond, within, met, self.now(), broke)
+    }
+
+    /// Do a step's action now: its record, and its failed verdict if it could not be done.
+    async fn act(
+        &mut self,
+        i: usize,
+        label: String,
+        action: &crate::actions::Action,
+    ) -> (ActionRecord, Option<Verdict>) {
+        let t_ms = self.now();
+        ActionRecord::announce(self.cluster.timeline(), i, &label, action);
+        let n = self.cluster.topology().instances;
+        let targets = match action.instance() {
+            None | Some("all") => (0..n).collect(),
+            Some(t) => target_indices(n, t),
+        };
+        let phases = self.cluster.sidecar_phases(&targets);
+        let result = action.apply(&mut *self.cluster).await;
+        ActionRecord::done(i, t_ms, label, action, result, phases)
+    }
+}
+
+/// Play every step of `sc` on `cluster`, observing it every `period_ms`; `progress` is
+/// told which step runs.
+pub async fn play<C: Cluster>(
+    sc: &Scenario,
+    cluster: &mut C,
+    period_ms: u64,
+    progress: &(dyn Fn(String) + Sync),
+) -> Played {
+    let addrs = cluster.addrs();
+    let mut run = Run {
+        cluster,
+        samples: Vec::new(),
+        period_ms: period_ms.max(1),
+        next_sample_ms: 0,
+        addrs,
+    };
+    let mut verdicts = Vec::new();
+    let mut records = Vec::new();
+    let n_steps = sc.steps.len();
+    for (i, step) in sc.steps.iter().enumerate() {
+        let label = step.name.clone().unwrap_or_else(|| step_label(step));
+        progress(format!("step {}/{n_steps}: {label}", i + 1));
+        if let Some(at) = step.at {
+            let to = at.as_ms().max(run.now());
+            run.advance_to(to).await;
+        }
+        if let Some(cond) = step.when.as_ref().or(step.expect.as_ref()) {
+            let v = run
+                .judge(sc, step, cond, format!("step {}: {label}", i + 1))
+                .await;
+            let skip_action = v.kind == VerdictKind::When && !v.passed;
+            verdicts.push(v);
+            if skip_action {
+                continue;
+            }
+        }
+        if let Some(action) = &step.action {
+            let (record, failed) = run.act(i + 1, label, action).await;
+            verdicts.extend(failed);
+            records.push(record);
+        }
+    }
+    // Two more sample periods, so the last step's effects are observed.
+    let end = run.now() + 2 * run.period_ms;
+    run.advance_to(end).await;
+    Played {
+        verdicts,
+        records,
+        end_ms: run.now(),
+        samples: run.samples,
+    }
+}
+
+/// A step's label when it has no name: its await or its action.
+pub fn step_label(step: &Step) -> String {
+    if let Some(c) = &step.expect {
+        return format!("await {}", verdict::describe(c));
+    }
+    match &step.action {
+        Some(a) => a.describe(),
+        None => "step".into(),
+    }
+}
+
+/// An outcome before the run: passed until a verdict fails.
+pub fn outcome(sc: &Scenario, file: &str, seed: u64, etcd: &str, rerun: String) -> Outcome {
+    Outcome {
+        name: sc.name.clone(),
+        file: file.to_string(),
+        seed,
+        status: Status::Passed,
+        skip_reason: None,
+        wall_ms: 0,
+        instances: sc.topology.instances,
+        etcd: etcd.to_string(),
+        verdicts: Vec::new(),
+        recoveries: Vec::new(),
+        actions: Vec::new(),
+        rerun,
+        samples: Vec::new(),
+        episodes: Vec::new(),
+    }
+}
+
+impl Outcome {
+    /// Not run, for `why`.
+    pub fn skip(mut self, why: String) -> Outcome {
+        self.status = Status::Skipped;
+        self.skip_reason = Some(why);
+        self
+    }
+
+    /// The cluster could not be set up (`what` failed with `error`).
+    pub fn setup_failed(mut self, what: &str, error: String) -> Outcome {
+        self.status = Status::Failed;
+        self.verdicts.push(Verdict {
+            kind: VerdictKind::Setup,
+            name: what.to_string(),
+            passed: false,
+            t_ms: None,
+            first_violation_ms: None,
+            detail: error,
+        });
+        self
+    }
+
+    /// Judge what was played: the step verdicts, then the invariants over every sample
+    /// and episode, and each fault's time to recover.
+    pub fn judge(&mut self, sc: &Scenario, played: Played) {
+        let eps = verdict::episodes(sc, &played.records, played.end_ms);
+        self.verdicts = played.verdicts;
+        self.verdicts
+            .extend(crate::invariants::check(sc, &played.samples, &eps));
+        self.recoveries = verdict::recoveries(&played.samples, &eps);
+        self.actions = played.records;
+        self.samples = played.samples;
+        self.episodes = eps;
+        if self.verdicts.iter().any(|v| !v.passed) {
+            self.status = Status::Failed;
+        }
+    }
+
+    /// Write the report directory under `dir`, if one was asked for.
+    pub fn write_report(&self, dir: Option<&Path>, sc: &Scenario, timeline: &Timeline) {
+        let Some(dir) = dir else { return };
+        let d = dir.join(&sc.name);
+        if let Err(e) = crate::report::write_dir(&d, sc, self, Some(timeline)) {
+            tracing::warn!(dir = %d.display(), error = %e, "cannot write the report");
+        }
+    }
+}

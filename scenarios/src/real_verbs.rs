@@ -1,0 +1,265 @@
+//! The cluster verbs in real mode: each fake's control API, signals to the sidecar
+//! processes, the links' TCP proxies, and the wall clock.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::actions::link::LinkKind;
+use crate::cluster::{Arming, Cluster, LinkSel, LoadSpec, Signal};
+use crate::load::LoadGen;
+use crate::observe::Sample;
+use crate::proxy::{LinkFault, LinkHandle, Proxy};
+use crate::real_cluster::{Etcd, Instance, RealCluster};
+use crate::timeline::Timeline;
+use crate::topology::Topology;
+
+impl RealCluster {
+    fn instance(&self, i: usize) -> Result<&Instance, String> {
+        self.instances
+            .get(i)
+            .ok_or_else(|| format!("no instance {i}"))
+    }
+
+    /// The proxies a link selection names.
+    fn proxies(&self, sel: &LinkSel) -> Vec<&Proxy> {
+        fn picked(ps: &[Proxy], endpoint: Option<usize>) -> Vec<&Proxy> {
+            let on = |k: &usize| endpoint.is_none_or(|e| e == *k);
+            ps.iter()
+                .enumerate()
+                .filter(|(k, _)| on(k))
+                .map(|(_, p)| p)
+                .collect()
+        }
+        if sel.link == LinkKind::MasterEtcd {
+            return picked(&self.master_links, sel.endpoint);
+        }
+        let mut links = Vec::new();
+        for x in sel.instances.iter().filter_map(|i| self.instances.get(*i)) {
+            match sel.link {
+                LinkKind::SidecarEtcd => links.extend(picked(&x.etcd_links, sel.endpoint)),
+                LinkKind::SidecarMaster => links.push(&x.master_link),
+                LinkKind::SidecarVllm => links.push(&x.vllm_link),
+                LinkKind::MasterEtcd => {}
+            }
+        }
+        links
+    }
+}
+
+impl Cluster for RealCluster {
+    fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    fn timeline(&self) -> &Arc<Timeline> {
+        &self.timeline
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.timeline.now()
+    }
+
+    async fn advance_to(&mut self, ms: u64) {
+        let now = self.timeline.now();
+        if ms > now {
+            tokio::time::sleep(Duration::from_millis(ms - now)).await;
+        }
+    }
+
+    async fn observe(&mut self) -> Sample {
+        RealCluster::observe(self).await
+    }
+
+    fn routed(&self) -> Cow<'_, [usize]> {
+        Cow::Owned(self.routed.snapshot())
+    }
+
+    fn addrs(&self) -> Vec<String> {
+        RealCluster::addrs(self)
+    }
+
+    fn sidecar_start(&mut self, i: usize, token: Option<String>) -> Result<(), String> {
+        let bin = self.sidecar_bin()?;
+        self.start_sidecar(i, &bin, token)
+    }
+
+    fn sidecar_signal(&mut self, i: usize, signal: Signal) -> Result<(), String> {
+        let Some(p) = self.instance(i)?.sidecar.as_ref() else {
+            return Ok(());
+        };
+        match signal {
+            Signal::Term => p.terminate(),
+            Signal::Kill => p.kill_now(),
+            Signal::Drain => p.drain(),
+            Signal::Undrain => p.undrain(),
+        }
+        Ok(())
+    }
+
+    fn vllm_health(&mut self, i: usize, health: mock_vllm::Health) -> Result<(), String> {
+        self.instance(i)?.vllm.set_health(health);
+        Ok(())
+    }
+
+    fn vllm_fault(&mut self, i: usize, f: mock_vllm::Fault, arm: Arming) -> Result<(), String> {
+        self.instance(i)?
+            .vllm
+            .faults()
+            .add(f, arm.count, arm.lasting);
+        Ok(())
+    }
+
+    fn vllm_clear_faults(&mut self, i: usize) -> Result<(), String> {
+        self.instance(i)?.vllm.faults().clear();
+        Ok(())
+    }
+
+    async fn vllm_crash(&mut self, i: usize) -> Result<(), String> {
+        self.instance(i)?.vllm.crash().await;
+        Ok(())
+    }
+
+    async fn vllm_restart(&mut self, i: usize) -> Result<(), String> {
+        let vllm = &self.instance(i)?.vllm;
+        vllm.restart()
+            .await
+            .map_err(|e| format!("restarting vLLM: {e}"))
+    }
+
+    fn vllm_counter_reset(&mut self, i: usize) -> Result<(), String> {
+        self.instance(i)?.vllm.counter_reset();
+        Ok(())
+    }
+
+    fn etcd_fault(&mut self, f: mock_etcd::Fault, arm: Arming) -> Result<(), String> {
+        self.fake_etcd()?.faults().add(f, arm.count, arm.lasting);
+        Ok(())
+    }
+
+    fn etcd_clear_faults(&mut self) -> Result<(), String> {
+        let e = self.fake_etcd()?;
+        e.faults().clear();
+        e.release_hung();
+        Ok(())
+    }
+
+    fn etcd_release_hung(&mut self) -> Result<(), String> {
+        self.fake_etcd()?.release_hung();
+        Ok(())
+    }
+
+    fn etcd_expire_lease(&mut self, i: usize) -> Result<i64, String> {
+        let x = self.instance(i)?;
+        let e = self.fake_etcd()?;
+        match e.get(&x.key) {
+            Some((_, lease)) if lease != 0 => {
+                e.expire_lease(lease);
+                Ok(lease)
+            }
+            _ => Err(format!("{} has no key with a lease to expire", x.name)),
+        }
+    }
+
+    fn etcd_expire_all_leases(&mut self) -> Result<(), String> {
+        self.fake_etcd()?.expire_all_leases();
+        Ok(())
+    }
+
+    fn etcd_lose_data(&mut self, reset_revision: bool) -> Result<(), String> {
+        self.fake_etcd()?.lose_data(reset_revision);
+        Ok(())
+    }
+
+    async fn etcd_member(&mut self, which: &str, up: bool) -> Result<usize, String> {
+        let Etcd::Real(r) = &self.etcd else {
+            return Err("etcd_kill / etcd_restart need real etcd".into());
+        };
+        let mut members = r.lock().await;
+        match up {
+            false => members.kill(which).await,
+            true => members.restart(which).await,
+        }
+        .map_err(|e| {
+            let doing = if up { "restarting" } else { "killing" };
+            format!("{doing} etcd member: {e}")
+        })
+    }
+
+    async fn master_restart(&mut self, relist: bool) -> Result<(), String> {
+        self.master.restart_with(relist).await;
+        Ok(())
+    }
+
+    fn master_token(&mut self, token: Option<String>) -> Result<(), String> {
+        self.master.set_token(token);
+        Ok(())
+    }
+
+    fn master_fault(&mut self, f: mock_master::Fault, arm: Arming) -> Result<(), String> {
+        self.master.faults().add(f, arm.count, arm.lasting);
+        Ok(())
+    }
+
+    fn master_clear_faults(&mut self) -> Result<(), String> {
+        self.master.faults().clear();
+        Ok(())
+    }
+
+    async fn link_fault(
+        &mut self,
+        sel: &LinkSel,
+        fault: &LinkFault,
+        heal_after: Option<Duration>,
+    ) -> Result<(), String> {
+        let links = self.proxies(sel);
+        for p in &links {
+            p.set(fault.clone())
+                .await
+                .map_err(|e| format!("link: {e}"))?;
+        }
+        let Some(d) = heal_after else {
+            return Ok(());
+        };
+        let owned: Vec<(LinkHandle, LinkFault)> =
+            links.iter().map(|p| (p.handle(), fault.clone())).collect();
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = stop.wait() => {}
+                _ = tokio::time::sleep(d) => {
+                    for (h, f) in owned {
+                        h.heal_if(&f).await;
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+
+    fn load_start(&mut self, load: LoadSpec) -> Result<(), String> {
+        let (url, route) = match load.instance {
+            Some(i) => (self.instance(i)?.vllm.url(), false),
+            None => (self.master.url(), true),
+        };
+        let names = RealCluster::addrs(self);
+        let gen = LoadGen::start(
+            url,
+            route.then(|| (names, self.routed.clone())),
+            load.rps,
+            load.duration,
+            load.max_tokens,
+            self.seed ^ self.timeline.now(),
+            self.timeline.source("load"),
+        );
+        match self.load.lock() {
+            Ok(mut g) => g.push(gen),
+            Err(p) => p.into_inner().push(gen),
+        }
+        Ok(())
+    }
+
+    fn load_off(&mut self) {
+        self.stop_loads();
+    }
+}

@@ -1,0 +1,286 @@
+//! The cluster verbs in virtual time: each fake's core in its simulated node, the
+//! sidecar cores' inputs, the world's simulated links, and the world's clock.
+//!
+//! A fault with a duration is armed by count in the fakes' cores and removed by a
+//! scripted event at its end, as the real fakes' registries expire it.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sidecar::core::Input;
+use sim::load::Load;
+use sim::vllm_node::VllmNode;
+use sim::{NodeId, World};
+
+use crate::actions::link::LinkKind;
+use crate::cluster::{Arming, Cluster, LinkSel, LoadSpec, Signal};
+use crate::observe::Sample;
+use crate::proxy::LinkFault;
+use crate::sim_cluster::{node_index, SimCluster};
+use crate::timeline::Timeline;
+use crate::topology::Topology;
+
+impl SimCluster {
+    /// The (client, server) node pairs a link selection names.
+    fn link_pairs(&self, sel: &LinkSel) -> Vec<(NodeId, NodeId)> {
+        if sel.link == LinkKind::MasterEtcd {
+            return vec![(NodeId::Master, NodeId::Etcd)];
+        }
+        // A sidecar's etcd link is one per endpoint: the one named, or all of them.
+        let endpoints: Vec<usize> = match sel.endpoint {
+            Some(e) => vec![e],
+            None => (0..self.topology.etcd_endpoints.max(1)).collect(),
+        };
+        let mut pairs = Vec::new();
+        for &i in &sel.instances {
+            let me = NodeId::Sidecar(node_index(i));
+            match sel.link {
+                LinkKind::SidecarMaster => pairs.push((me, NodeId::Master)),
+                LinkKind::SidecarVllm => pairs.push((me, NodeId::Vllm(node_index(i)))),
+                _ => pairs.extend(endpoints.iter().map(|&k| (me, NodeId::etcd_endpoint(k)))),
+            }
+        }
+        pairs
+    }
+
+    fn sidecar_running(&self, i: usize) -> bool {
+        let alive = self
+            .world
+            .sidecars()
+            .get(i)
+            .is_some_and(|s| s.exited().is_none());
+        alive
+            && self
+                .instances
+                .get(i)
+                .is_some_and(|x| x.started && !x.flag_error)
+    }
+}
+
+impl Cluster for SimCluster {
+    fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    fn timeline(&self) -> &Arc<Timeline> {
+        &self.timeline
+    }
+
+    fn now_ms(&self) -> u64 {
+        SimCluster::now_ms(self)
+    }
+
+    async fn advance_to(&mut self, ms: u64) {
+        SimCluster::advance_to(self, ms)
+    }
+
+    async fn observe(&mut self) -> Sample {
+        SimCluster::observe(self)
+    }
+
+    fn routed(&self) -> Cow<'_, [usize]> {
+        Cow::Borrowed(SimCluster::routed(self))
+    }
+
+    fn addrs(&self) -> Vec<String> {
+        SimCluster::addrs(self)
+    }
+
+    fn sidecar_phases(&self, instances: &[usize]) -> BTreeMap<String, String> {
+        instances
+            .iter()
+            .filter_map(|&i| Some((self.instances.get(i)?.name.clone(), self.phase(i).into())))
+            .collect()
+    }
+
+    fn settle(&mut self) {
+        let now = self.world.now();
+        self.world.at(now, |_| {});
+        self.world.run_until(now);
+        self.drain_records();
+    }
+
+    fn sidecar_start(&mut self, i: usize, token: Option<String>) -> Result<(), String> {
+        let running = self.sidecar_running(i);
+        let inst = self.instances.get_mut(i).ok_or("no such instance")?;
+        if running {
+            return Err(format!("sidecar {} is already running", inst.name));
+        }
+        if let Some(t) = token {
+            inst.token = Some(t);
+        }
+        self.spawn_sidecar(i);
+        Ok(())
+    }
+
+    fn sidecar_signal(&mut self, i: usize, signal: Signal) -> Result<(), String> {
+        let now = self.world.now();
+        let index = node_index(i);
+        match signal {
+            Signal::Kill => self.world.kill_sidecar(index),
+            Signal::Term => self.world.input_at(now, index, Input::Shutdown),
+            Signal::Drain => self.world.input_at(now, index, Input::Drain),
+            Signal::Undrain => self.world.input_at(now, index, Input::Undrain),
+        }
+        Ok(())
+    }
+
+    fn vllm_health(&mut self, i: usize, health: mock_vllm::Health) -> Result<(), String> {
+        self.vllm(i)?.set_health(health);
+        Ok(())
+    }
+
+    fn vllm_fault(&mut self, i: usize, f: mock_vllm::Fault, arm: Arming) -> Result<(), String> {
+        let now = self.world.now();
+        let id = self.vllm(i)?.add_fault(f, arm.count);
+        if let Some(d) = arm.lasting {
+            let node = NodeId::Vllm(node_index(i));
+            self.world.at(now + d, move |w: &mut World| {
+                if let Some(v) = w.server_as_mut::<VllmNode>(node) {
+                    v.core().faults().remove(id);
+                }
+            });
+        }
+        Ok(())
+    }
+
+    fn vllm_clear_faults(&mut self, i: usize) -> Result<(), String> {
+        self.vllm(i)?.core().faults().clear();
+        Ok(())
+    }
+
+    async fn vllm_crash(&mut self, i: usize) -> Result<(), String> {
+        let now = self.world.now();
+        self.vllm(i)?.core().crash(now);
+        Ok(())
+    }
+
+    async fn vllm_restart(&mut self, i: usize) -> Result<(), String> {
+        let now = self.world.now();
+        self.vllm(i)?.core().restart(now);
+        Ok(())
+    }
+
+    fn vllm_counter_reset(&mut self, i: usize) -> Result<(), String> {
+        let now = self.world.now();
+        self.vllm(i)?.core().counter_reset(now);
+        Ok(())
+    }
+
+    fn etcd_fault(&mut self, f: mock_etcd::Fault, arm: Arming) -> Result<(), String> {
+        let now = self.world.now();
+        self.etcd()?.faults().add_at(now, f, arm.count, arm.lasting);
+        Ok(())
+    }
+
+    fn etcd_clear_faults(&mut self) -> Result<(), String> {
+        self.etcd()?.faults().clear();
+        Ok(())
+    }
+
+    /// A hung request here is one never answered: its caller timed out already.
+    fn etcd_release_hung(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn etcd_expire_lease(&mut self, i: usize) -> Result<i64, String> {
+        let prefix = format!("{}XLLM:", mock_master::normalize_namespace(&self.namespace));
+        let (_, kvs) = self.etcd()?.list_prefix(prefix.as_bytes())?;
+        let inst = self.instances.get(i).ok_or("no such instance")?;
+        let lease = kvs
+            .iter()
+            .find(|kv| kv.key == inst.key.as_bytes())
+            .map(|kv| kv.lease)
+            .filter(|l| *l != 0)
+            .ok_or_else(|| format!("{} has no key with a lease to expire", inst.name))?;
+        self.etcd()?.core().expire_lease(lease);
+        Ok(lease)
+    }
+
+    fn etcd_expire_all_leases(&mut self) -> Result<(), String> {
+        self.etcd()?.core().expire_all();
+        Ok(())
+    }
+
+    fn etcd_lose_data(&mut self, reset_revision: bool) -> Result<(), String> {
+        let now = self.world.now();
+        self.etcd()?.lose_data(reset_revision, now);
+        Ok(())
+    }
+
+    async fn etcd_member(&mut self, _which: &str, _up: bool) -> Result<usize, String> {
+        Err("etcd_kill / etcd_restart need real etcd members (processes)".into())
+    }
+
+    /// The master process restarts: it drops its watch, forgets every instance, then
+    /// lists etcd (applying the listing only if `relist`) and watches again, over its
+    /// link, as mock-master does.
+    async fn master_restart(&mut self, relist: bool) -> Result<(), String> {
+        let now = self.world.now();
+        self.master()?.restart(now, relist);
+        Ok(())
+    }
+
+    fn master_token(&mut self, token: Option<String>) -> Result<(), String> {
+        self.master()?.core().gate().token.set(token);
+        Ok(())
+    }
+
+    fn master_fault(&mut self, f: mock_master::Fault, arm: Arming) -> Result<(), String> {
+        let now = self.world.now();
+        let faults = &self.master()?.core().gate().faults;
+        faults.add_at(now, f, arm.count, arm.lasting);
+        Ok(())
+    }
+
+    fn master_clear_faults(&mut self) -> Result<(), String> {
+        self.master()?.core().gate().faults.clear();
+        Ok(())
+    }
+
+    async fn link_fault(
+        &mut self,
+        sel: &LinkSel,
+        fault: &LinkFault,
+        heal_after: Option<Duration>,
+    ) -> Result<(), String> {
+        let fault: sim::LinkFault = serde_json::to_value(fault)
+            .and_then(serde_json::from_value)
+            .map_err(|e| format!("link fault: {e}"))?;
+        let now = self.world.now();
+        for (me, server) in self.link_pairs(sel) {
+            self.world.set_link(me, server, fault.clone());
+            if let Some(d) = heal_after {
+                let set = fault.clone();
+                self.world.at(now + d, move |w: &mut World| {
+                    if w.link_fault(me, server) == set {
+                        w.set_link(me, server, sim::LinkFault::Heal);
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Routed load's request bodies are checked by instance i0's vLLM rules (every fake
+    /// has the same).
+    fn load_start(&mut self, load: LoadSpec) -> Result<(), String> {
+        let now = self.world.now();
+        let i = load.instance.unwrap_or(0);
+        let to = match load.instance {
+            Some(_) => NodeId::Vllm(node_index(i)),
+            None => NodeId::Master,
+        };
+        let v = self.vllm(i)?;
+        let until = now + load.duration;
+        let l = Load::new(to, v, load.rps, until, "hello", load.max_tokens)?;
+        self.world.add_load(now, l);
+        Ok(())
+    }
+
+    fn load_off(&mut self) {
+        self.world.end_loads();
+    }
+}
