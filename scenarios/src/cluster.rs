@@ -15,10 +15,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::actions::link::LinkKind;
 use crate::observe::Sample;
 use crate::proxy::LinkFault;
 use crate::timeline::Timeline;
+use crate::topology::LinkKind;
 use crate::topology::Topology;
 
 /// A signal to a sidecar process (in virtual time: the input the driver makes of it).

@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use crate::topology::Topology;
+use crate::topology::{LinkKind, Topology};
 
 /// Whom an episode disturbs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -25,6 +25,36 @@ impl Scope {
             Scope::Instance(j) => i == j,
         }
     }
+}
+
+/// What opened an episode and on whom: an open episode is closed by its key (or by a
+/// kind of key), and one opened under the key of an open one ends it. `u64`s are the
+/// opening action's time (ms), which keeps episodes of repeated actions apart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum EpisodeKey {
+    StartUp(usize),
+    TokenMismatch(usize),
+    SidecarStart(Scope, u64),
+    SidecarDown(Scope),
+    Drained(Scope),
+    VllmHealth(Scope),
+    VllmCrash(Scope),
+    VllmFault(Scope, u64),
+    CounterReset(u64),
+    EtcdFault(u64),
+    Expire(u64),
+    LoseData(u64),
+    /// The master's lag after a data loss.
+    LoseDataMaster(u64),
+    /// A real etcd member down (its index).
+    EtcdKill(String),
+    EtcdElection(u64),
+    MasterRestart(u64),
+    MasterFault(u64),
+    /// Watch lines the master lost while its etcd link dropped etcd's answers.
+    MasterLostLines(u64),
+    /// A link fault: the link, whose, which etcd endpoint.
+    Link(LinkKind, Scope, Option<usize>),
 }
 
 /// A disturbance interval derived from actions.
@@ -54,7 +84,7 @@ pub struct Episode {
     /// When not 0: the episode lasts this long past the end of every fault that
     /// overlaps it (what it excuses can only be repaired once nothing blocks it).
     pub outlasts_faults_ms: u64,
-    key: String,
+    key: EpisodeKey,
 }
 
 /// The episodes of one run, written action by action.
@@ -71,8 +101,8 @@ pub struct EpisodeBook<'a> {
 }
 
 impl Episode {
-    /// What opened it and on whom (`master_fault:<t>`, `sidecar_down:<scope>`, ...).
-    pub fn key(&self) -> &str {
+    /// What opened it and on whom.
+    pub fn key(&self) -> &EpisodeKey {
         &self.key
     }
 }
@@ -120,7 +150,7 @@ impl<'a> EpisodeBook<'a> {
             let label = format!("start-up {n}");
             self.open_as(
                 label,
-                format!("startup:{i}"),
+                EpisodeKey::StartUp(i),
                 Scope::Instance(i),
                 Some(delay),
                 |e| {
@@ -181,7 +211,7 @@ impl<'a> EpisodeBook<'a> {
     /// same key ends now. `dur_ms`: it ends by itself that long after (`None`: open).
     pub fn open(
         &mut self,
-        key: String,
+        key: EpisodeKey,
         scope: Scope,
         dur_ms: Option<u64>,
         set: impl Fn(&mut Episode),
@@ -201,7 +231,7 @@ impl<'a> EpisodeBook<'a> {
     pub fn open_as(
         &mut self,
         label: String,
-        key: String,
+        key: EpisodeKey,
         scope: Scope,
         dur_ms: Option<u64>,
         set: impl Fn(&mut Episode),
@@ -228,24 +258,17 @@ impl<'a> EpisodeBook<'a> {
     }
 
     /// End the open episode under `key` now.
-    pub fn close(&mut self, key: &str) {
-        let t = self.t;
-        for e in self
-            .eps
-            .iter_mut()
-            .filter(|e| e.key == key && e.end_ms.is_none_or(|end| end > t))
-        {
-            e.end_ms = Some(t.max(e.start_ms));
-        }
+    pub fn close(&mut self, key: &EpisodeKey) {
+        self.close_where(|k| k == key);
     }
 
-    /// End every open episode whose key starts with `prefix` now.
-    pub fn close_prefix(&mut self, prefix: &str) {
+    /// End every open episode whose key `which` picks now.
+    pub fn close_where(&mut self, which: impl Fn(&EpisodeKey) -> bool) {
         let t = self.t;
         for e in self
             .eps
             .iter_mut()
-            .filter(|e| e.key.starts_with(prefix) && e.end_ms.is_none_or(|end| end > t))
+            .filter(|e| which(&e.key) && e.end_ms.is_none_or(|end| end > t))
         {
             e.end_ms = Some(t.max(e.start_ms));
         }
@@ -269,7 +292,7 @@ impl<'a> EpisodeBook<'a> {
     /// that instance, a match ends it.
     pub fn recheck_tokens(&mut self) {
         for i in 0..self.sidecar_tokens.len() {
-            let key = format!("token:{i}");
+            let key = EpisodeKey::TokenMismatch(i);
             let tok = self.sidecar_tokens.get(i).cloned().flatten();
             if tokens_match(self.master_token.as_deref(), tok.as_deref()) {
                 self.close(&key);
@@ -283,7 +306,7 @@ impl<'a> EpisodeBook<'a> {
         let name = self.names.get(i).cloned().unwrap_or_default();
         self.open_as(
             format!("token mismatch {name}"),
-            format!("token:{i}"),
+            EpisodeKey::TokenMismatch(i),
             Scope::Instance(i),
             None,
             |e| {
@@ -352,6 +375,7 @@ fn tokens_match(master: Option<&str>, sidecar: Option<&str>) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::EpisodeKey;
     use crate::spec::Scenario;
     use crate::verdict::{episodes, ActionRecord};
 
@@ -374,7 +398,7 @@ mod tests {
         let sc = Scenario::parse("t.toml", "name = \"t\"\ndescription = \"d\"\n[topology]\netcd = \"fake\"\nheartbeat_interval = \"500ms\"\n").unwrap();
         let eps = episodes(&sc, records, 60_000);
         eps.iter()
-            .find(|e| e.key().starts_with("lose_data_master"))
+            .find(|e| matches!(e.key(), EpisodeKey::LoseDataMaster(_)))
             .and_then(|e| e.end_ms)
     }
 

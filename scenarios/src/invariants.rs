@@ -5,7 +5,7 @@
 //! property for a while (a partitioned sidecar cannot stay registered); what must never
 //! happen is the property staying broken with no fault to explain it.
 
-use crate::episode::Episode;
+use crate::episode::{Episode, EpisodeKey};
 use crate::observe::{Incarnation, ObservedState, Sample};
 use crate::spec::Scenario;
 use crate::verdict::{overlaps, Verdict, VerdictKind};
@@ -379,7 +379,7 @@ fn conflict_ends_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode])
             };
             let master_disturbed = || {
                 eps.iter().any(|e| {
-                    (e.excuses_master || e.key().starts_with("master_fault:"))
+                    (e.excuses_master || matches!(e.key(), EpisodeKey::MasterFault(_)))
                         && overlaps(e, from, s.t_ms)
                 })
             };

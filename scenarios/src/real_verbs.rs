@@ -5,13 +5,13 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::actions::link::LinkKind;
 use crate::cluster::{Arming, Cluster, LinkSel, LoadSpec, Signal};
 use crate::load::LoadGen;
 use crate::observe::Sample;
 use crate::proxy::{LinkFault, LinkHandle, Proxy};
 use crate::real_cluster::{Etcd, Instance, RealCluster};
 use crate::timeline::Timeline;
+use crate::topology::LinkKind;
 use crate::topology::Topology;
 
 impl RealCluster {

@@ -14,12 +14,12 @@ use sim::load::Load;
 use sim::vllm_node::VllmNode;
 use sim::{NodeId, World};
 
-use crate::actions::link::LinkKind;
 use crate::cluster::{Arming, Cluster, LinkSel, LoadSpec, Signal};
 use crate::observe::Sample;
 use crate::proxy::LinkFault;
 use crate::sim_cluster::{node_index, SimCluster};
 use crate::timeline::Timeline;
+use crate::topology::LinkKind;
 use crate::topology::Topology;
 
 impl SimCluster {

@@ -39,6 +39,16 @@ pub enum Dialect {
 }
 
 /// The cluster a scenario runs on. Intervals default short so the library runs fast.
+/// A link of the cluster, as scenarios name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkKind {
+    SidecarEtcd,
+    SidecarMaster,
+    SidecarVllm,
+    MasterEtcd,
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Topology {

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::words;
 use crate::cluster::{Arming, Cluster};
 use crate::dur::Dur;
-use crate::episode::{EpisodeBook, Scope};
+use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::topology::{target_indices, EtcdNeed, Target, Topology};
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -188,24 +188,24 @@ impl EtcdAction {
                 let on_master = ["/v3/watch", "/v3/kv/range"]
                     .iter()
                     .any(|p| mock_etcd::faults::path_matches(fault.path(), p));
-                book.open(format!("etcd_fault:{t}"), Scope::All, dur, |e| {
+                book.open(EpisodeKey::EtcdFault(t), Scope::All, dur, |e| {
                     e.excuses_registration = true;
                     e.extra_grace_ms = recovery;
                     e.excuses_master = on_master;
                 });
             }
             EtcdAction::ClearFaults(_) | EtcdAction::ReleaseHung(_) => {
-                book.close_prefix("etcd_fault:")
+                book.close_where(|k| matches!(k, EpisodeKey::EtcdFault(_)))
             }
             EtcdAction::ExpireLease(target) => {
                 for s in book.scopes(target) {
-                    book.open(format!("expire:{t}"), s, Some(0), |e| {
+                    book.open(EpisodeKey::Expire(t), s, Some(0), |e| {
                         e.excuses_registration = true
                     });
                 }
             }
             EtcdAction::LoseData { reset_revision } => {
-                book.open(format!("lose_data:{t}"), Scope::All, Some(0), |e| {
+                book.open(EpisodeKey::LoseData(t), Scope::All, Some(0), |e| {
                     e.excuses_registration = true
                 });
                 // A re-registration can land on a revision the lost data reused, which
@@ -231,23 +231,18 @@ impl EtcdAction {
                 } else {
                     beat
                 };
-                book.open(
-                    format!("lose_data_master:{t}"),
-                    Scope::All,
-                    Some(lag),
-                    |e| {
-                        e.excuses_master = true;
-                        e.is_fault = false;
-                        e.outlasts_faults_ms = if reused { beat } else { 0 };
-                    },
-                );
+                book.open(EpisodeKey::LoseDataMaster(t), Scope::All, Some(lag), |e| {
+                    e.excuses_master = true;
+                    e.is_fault = false;
+                    e.outlasts_faults_ms = if reused { beat } else { 0 };
+                });
             }
             EtcdAction::Kill(_) => {
                 let member = book.detail().unwrap_or_default().to_string();
-                book.open(format!("etcd_kill:{member}"), Scope::All, None, |_| {});
+                book.open(EpisodeKey::EtcdKill(member), Scope::All, None, |_| {});
                 // The election itself is a short excused gap.
                 let label = format!("{} (election)", book.label());
-                let key = format!("etcd_election:{t}");
+                let key = EpisodeKey::EtcdElection(t);
                 book.open_as(label, key, Scope::All, Some(0), |e| {
                     e.excuses_registration = true;
                     e.is_fault = false;
@@ -255,7 +250,7 @@ impl EtcdAction {
             }
             EtcdAction::Restart(_) => {
                 let member = book.detail().unwrap_or_default().to_string();
-                book.close(&format!("etcd_kill:{member}"));
+                book.close(&EpisodeKey::EtcdKill(member));
             }
         }
     }

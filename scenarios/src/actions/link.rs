@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::words;
 use crate::cluster::{Cluster, LinkSel};
 use crate::dur::Dur;
-use crate::episode::{EpisodeBook, Scope};
+use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::proxy::{Direction, LinkFault};
 use crate::topology::{target_indices, Target, Topology};
 
@@ -38,14 +38,7 @@ fn all_target() -> String {
     "all".into()
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LinkKind {
-    SidecarEtcd,
-    SidecarMaster,
-    SidecarVllm,
-    MasterEtcd,
-}
+pub use crate::topology::LinkKind;
 
 impl LinkAction {
     pub fn instance(&self) -> Option<&str> {
@@ -144,10 +137,10 @@ impl LinkAction {
         };
         for s in scopes {
             if *fault == LinkFault::Heal {
-                book.close_prefix(&format!("link:{link:?}:"));
+                book.close_where(|k| matches!(k, EpisodeKey::Link(l, ..) if l == link));
                 continue;
             }
-            let key = format!("link:{link:?}:{s:?}:{endpoint:?}");
+            let key = EpisodeKey::Link(*link, s, *endpoint);
             book.open(key, s, duration.map(|d| d.as_ms()), |e| {
                 e.excuses_registration = excuses;
                 e.vllm_down = vllm_cut;
@@ -176,7 +169,7 @@ impl LinkAction {
 fn master_lost_lines(book: &mut EpisodeBook<'_>) {
     let beat = book.topology().heartbeat_interval.as_ms();
     let tail = beat.max(30_000) + beat;
-    let key = format!("master_lost_lines:{}", book.t());
+    let key = EpisodeKey::MasterLostLines(book.t());
     book.open(key, Scope::All, Some(0), |e| {
         e.excuses_master = true;
         e.is_fault = false;

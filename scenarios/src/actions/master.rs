@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::words;
 use crate::cluster::{Arming, Cluster};
 use crate::dur::Dur;
-use crate::episode::{EpisodeBook, Scope};
+use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::topology::Topology;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -96,7 +96,7 @@ impl MasterAction {
         let t = book.t();
         match self {
             MasterAction::Restart { .. } => {
-                book.open(format!("master_restart:{t}"), Scope::All, Some(0), |e| {
+                book.open(EpisodeKey::MasterRestart(t), Scope::All, Some(0), |e| {
                     e.excuses_master = true
                 });
             }
@@ -106,9 +106,11 @@ impl MasterAction {
             }
             MasterAction::Fault { duration, .. } => {
                 let dur = duration.map(|d| d.as_ms());
-                book.open(format!("master_fault:{t}"), Scope::All, dur, |_| {});
+                book.open(EpisodeKey::MasterFault(t), Scope::All, dur, |_| {});
             }
-            MasterAction::ClearFaults(_) => book.close_prefix("master_fault:"),
+            MasterAction::ClearFaults(_) => {
+                book.close_where(|k| matches!(k, EpisodeKey::MasterFault(_)))
+            }
         }
     }
 }

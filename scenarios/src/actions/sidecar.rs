@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::words;
 use crate::cluster::{Cluster, Signal};
-use crate::episode::EpisodeBook;
+use crate::episode::{EpisodeBook, EpisodeKey};
 use crate::topology::{target_indices, Target, Topology};
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -82,7 +82,7 @@ impl SidecarAction {
         match self {
             SidecarAction::Start { instance, token } => {
                 for s in book.scopes(instance) {
-                    book.open(format!("sidecar_start:{s:?}:{t}"), s, Some(0), |e| {
+                    book.open(EpisodeKey::SidecarStart(s, t), s, Some(0), |e| {
                         e.excuses_registration = true;
                         e.is_fault = false;
                     });
@@ -96,7 +96,7 @@ impl SidecarAction {
                 // The sidecar is not running: no registration is expected (observed directly).
                 let graceful = matches!(self, SidecarAction::Stop(_));
                 for s in book.scopes(target) {
-                    book.open(format!("sidecar_down:{s:?}"), s, Some(0), |e| {
+                    book.open(EpisodeKey::SidecarDown(s), s, Some(0), |e| {
                         e.excuses_registration = true;
                         e.expects_revoke = graceful;
                     });
@@ -104,7 +104,7 @@ impl SidecarAction {
             }
             SidecarAction::Drain(target) => {
                 for s in book.scopes(target) {
-                    book.open(format!("drained:{s:?}"), s, None, |e| {
+                    book.open(EpisodeKey::Drained(s), s, None, |e| {
                         e.excuses_registration = true;
                         e.expects_revoke = true;
                     });
@@ -112,7 +112,7 @@ impl SidecarAction {
             }
             SidecarAction::Undrain(target) => {
                 for s in book.scopes(target) {
-                    book.close(&format!("drained:{s:?}"));
+                    book.close(&EpisodeKey::Drained(s));
                 }
             }
         }

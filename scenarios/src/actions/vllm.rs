@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::words;
 use crate::cluster::{Arming, Cluster};
 use crate::dur::Dur;
-use crate::episode::{EpisodeBook, Scope};
+use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::topology::{target_indices, Target, Topology};
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -131,11 +131,11 @@ impl VllmAction {
         for s in book.scopes(instance) {
             match self {
                 VllmAction::Health { health, .. } => {
-                    let key = format!("vllm_health:{s:?}");
+                    let key = EpisodeKey::VllmHealth(s);
                     if *health == Health::Up {
                         book.close(&key);
                         if s == Scope::All {
-                            book.close_prefix("vllm_health:");
+                            book.close_where(|k| matches!(k, EpisodeKey::VllmHealth(_)));
                         }
                     } else {
                         // A probe sent into a hang is answered by its timeout only, so
@@ -152,15 +152,15 @@ impl VllmAction {
                     }
                 }
                 VllmAction::Crash(_) => {
-                    book.open(format!("vllm_crash:{s:?}"), s, None, |e| {
+                    book.open(EpisodeKey::VllmCrash(s), s, None, |e| {
                         e.excuses_registration = true;
                         e.vllm_down = true;
                     });
                 }
                 VllmAction::Restart(_) => {
-                    book.close(&format!("vllm_crash:{s:?}"));
+                    book.close(&EpisodeKey::VllmCrash(s));
                     if s == Scope::All {
-                        book.close_prefix("vllm_crash:");
+                        book.close_where(|k| matches!(k, EpisodeKey::VllmCrash(_)));
                     }
                 }
                 VllmAction::Fault {
@@ -173,18 +173,18 @@ impl VllmAction {
                             | VllmFault::CompletionDrop { .. }
                     );
                     let dur = duration.map(|d| d.as_ms());
-                    book.open(format!("vllm_fault:{s:?}:{t}"), s, dur, |e| {
+                    book.open(EpisodeKey::VllmFault(s, t), s, dur, |e| {
                         e.is_fault = metrics;
                     });
                 }
                 VllmAction::ClearFaults(_) => {
-                    book.close_prefix(&format!("vllm_fault:{s:?}:"));
-                    if s == Scope::All {
-                        book.close_prefix("vllm_fault:");
-                    }
+                    let all = s == Scope::All;
+                    book.close_where(
+                        |k| matches!(k, EpisodeKey::VllmFault(of, _) if all || *of == s),
+                    );
                 }
                 VllmAction::CounterReset(_) => {
-                    book.open(format!("counter_reset:{t}"), s, Some(0), |_| {});
+                    book.open(EpisodeKey::CounterReset(t), s, Some(0), |_| {});
                 }
             }
         }
