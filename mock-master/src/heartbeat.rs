@@ -16,6 +16,7 @@ use crate::auth;
 use crate::beat::{self, Answer};
 use crate::body::{self, BodyError};
 use crate::gate;
+use crate::heartbeat_event::HeartbeatEvent;
 use crate::state::AppState;
 
 pub async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
@@ -31,8 +32,12 @@ pub async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Body) -
     }
     if let Some(r) = refusal.filter(|r| r.fault) {
         s.count_heartbeat(r.status);
-        s.events
-            .emit("heartbeat", json!({"status": r.status, "fault": true}));
+        let ev = HeartbeatEvent {
+            status: r.status,
+            name: None,
+            fault: true,
+        };
+        s.events.emit(HeartbeatEvent::KIND, ev.detail());
         return answer(r.status, r.body);
     }
     let (status, body, name, detail) = match refusal {
@@ -41,11 +46,16 @@ pub async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Body) -
     };
     s.count_heartbeat(status);
     if s.events.enabled() {
-        let mut d = json!({"status": status, "name": name});
+        let ev = HeartbeatEvent {
+            status,
+            name: name.as_deref(),
+            fault: false,
+        };
+        let mut d = ev.detail();
         if let (Some(obj), Some(extra)) = (d.as_object_mut(), detail) {
             obj.extend(extra);
         }
-        s.events.emit("heartbeat", d);
+        s.events.emit(HeartbeatEvent::KIND, d);
     }
     answer(status, body)
 }

@@ -78,6 +78,7 @@ pub mod fault;
 pub mod follow;
 pub mod gate;
 pub mod heartbeat;
+pub mod heartbeat_event;
 pub mod instances;
 pub mod loadmetrics;
 pub mod metrics;
@@ -104,6 +105,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
 pub use fault::Fault;
+pub use heartbeat_event::HeartbeatEvent;
 pub use pbjson::{HeartbeatRequest, LatencyMetrics, LoadMetrics};
 pub use registry::{InstanceRef, InstanceState, InstanceView};
 

@@ -26,7 +26,7 @@ use crate::observe::{attribute_unnamed_401, Cumulative, Incarnations, InstanceOb
 use crate::proxy::Proxy;
 use crate::real_etcd::RealEtcd;
 use crate::sidecar::SidecarProc;
-use crate::timeline::Timeline;
+use crate::timeline::{Source, Timeline};
 use crate::topology::{EtcdNeed, Topology};
 
 /// Which etcd the runner was asked for (`--etcd`, `--etcd-cluster`).
@@ -202,7 +202,7 @@ impl RealCluster {
         let (etcd, targets): (Etcd, Vec<SocketAddr>) = match kind {
             EtcdKind::Fake => {
                 let cfg = etcd_config(topo);
-                let e = mock_etcd::start(cfg, timeline.source("etcd"))
+                let e = mock_etcd::start(cfg, timeline.source(Source::Etcd))
                     .await
                     .map_err(io("starting fake etcd"))?;
                 let a = e.addr();
@@ -210,7 +210,7 @@ impl RealCluster {
             }
             EtcdKind::Real | EtcdKind::Cluster3 => {
                 let n = if kind == EtcdKind::Cluster3 { 3 } else { 1 };
-                let r = RealEtcd::start(n, timeline.source("etcd"))
+                let r = RealEtcd::start(n, timeline.source(Source::Etcd))
                     .await
                     .map_err(io("starting real etcd"))?;
                 let a = r.client_addrs();
@@ -252,7 +252,7 @@ impl RealCluster {
                     &format!("master->etcd#{k}"),
                     *t,
                     next_seed(),
-                    timeline.source("link"),
+                    timeline.source(Source::Link),
                 )
                 .await
                 .map_err(io("proxy"))?,
@@ -263,7 +263,7 @@ impl RealCluster {
             etcd_endpoints: master_links.iter().map(|p| p.url()).collect(),
             ..master_config(topo, &namespace)
         };
-        let master = mock_master::start(master_cfg, timeline.source("master"))
+        let master = mock_master::start(master_cfg, timeline.source(Source::Master))
             .await
             .map_err(io("starting fake master"))?;
 
@@ -271,7 +271,7 @@ impl RealCluster {
         for (i, spec) in (0..topo.instances).map(|i| (i, topo.instance(i))) {
             let name = spec.name;
             let vcfg = vllm_config(topo, i, seed);
-            let vllm = mock_vllm::start(vcfg, timeline.source(format!("vllm:{name}")))
+            let vllm = mock_vllm::start(vcfg, timeline.source(Source::Vllm(&name)))
                 .await
                 .map_err(io("starting fake vLLM"))?;
             let mut etcd_links = Vec::new();
@@ -281,7 +281,7 @@ impl RealCluster {
                         &format!("{name}->etcd#{k}"),
                         *t,
                         next_seed(),
-                        timeline.source("link"),
+                        timeline.source(Source::Link),
                     )
                     .await
                     .map_err(io("proxy"))?,
@@ -291,7 +291,7 @@ impl RealCluster {
                 &format!("{name}->master"),
                 master.addr(),
                 next_seed(),
-                timeline.source("link"),
+                timeline.source(Source::Link),
             )
             .await
             .map_err(io("proxy"))?;
@@ -299,7 +299,7 @@ impl RealCluster {
                 &format!("{name}->vllm"),
                 vllm.addr(),
                 next_seed(),
-                timeline.source("link"),
+                timeline.source(Source::Link),
             )
             .await
             .map_err(io("proxy"))?;
@@ -390,7 +390,7 @@ impl RealCluster {
         if inst.sidecar.as_ref().is_some_and(SidecarProc::running) {
             return Err(format!("sidecar {} is already running", inst.name));
         }
-        let events = self.timeline.source(format!("sidecar:{}", inst.name));
+        let events = self.timeline.source(Source::Sidecar(&inst.name));
         inst.sidecar = Some(
             SidecarProc::spawn(bin, &args, events)
                 .map_err(|e| format!("spawning {}: {e}", bin.display()))?,
@@ -469,7 +469,7 @@ impl RealCluster {
                     // keep the last view rather than report every key gone.
                     Err(e) => {
                         self.timeline
-                            .source("observer")
+                            .source(Source::Observer)
                             .emit("etcd_read_failed", serde_json::json!({"error": e}));
                         self.last_etcd.clone()
                     }

@@ -10,7 +10,7 @@ use crate::load::LoadGen;
 use crate::observe::Sample;
 use crate::proxy::{LinkFault, LinkHandle, Proxy};
 use crate::real_cluster::{Etcd, Instance, RealCluster};
-use crate::timeline::Timeline;
+use crate::timeline::{Source, Timeline};
 use crate::topology::LinkKind;
 use crate::topology::Topology;
 
@@ -250,7 +250,7 @@ impl Cluster for RealCluster {
             load.duration,
             load.max_tokens,
             self.seed ^ self.timeline.now(),
-            self.timeline.source("load"),
+            self.timeline.source(Source::Load),
         );
         match self.load.lock() {
             Ok(mut g) => g.push(gen),

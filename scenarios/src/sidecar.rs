@@ -14,6 +14,10 @@ use tokio::sync::watch;
 
 use mock_kit::Events;
 
+/// The kind of event each line the sidecar writes becomes (in virtual time: each of
+/// its core's notes).
+pub const LOG_EVENT: &str = "log";
+
 /// Where the sidecar binary is: `$VLLM_SIDECAR_BIN`; else the one next to the runner when
 /// run outside cargo, or under cargo when it is newer than every sidecar source; else
 /// built by `cargo build -p sidecar` in the runner's own profile and target dir (never a
@@ -304,6 +308,6 @@ async fn pipe_lines(r: impl tokio::io::AsyncRead + Unpin, events: Events, stream
             Ok(v @ serde_json::Value::Object(_)) => v,
             _ => serde_json::json!({"line": line, "stream": stream}),
         };
-        events.emit("log", detail);
+        events.emit(LOG_EVENT, detail);
     }
 }

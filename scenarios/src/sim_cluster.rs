@@ -25,8 +25,9 @@ use sim::{EventLog, NodeId, World};
 
 use crate::fakes_config::{etcd_config, incarnation_of, master_config, vllm_config};
 use crate::observe::{Cumulative, Incarnation, Incarnations, InstanceObs, Sample, Unnamed401};
+use crate::sidecar::LOG_EVENT;
 use crate::sidecar_flags::{sidecar_flags, Peers};
-use crate::timeline::Timeline;
+use crate::timeline::{Source, Timeline};
 use crate::topology::{EtcdNeed, Topology};
 
 /// One instance: its names, its sidecar's settings and what the observer keeps.
@@ -311,9 +312,9 @@ impl SimCluster {
                 .map_or_else(|| i.to_string(), |x| x.name.clone())
         };
         let source = match r.node.split_once('/') {
-            Some(("sidecar", i)) => format!("sidecar:{}", name_of(i)),
-            Some(("vllm", i)) => format!("vllm:{}", name_of(i)),
-            _ if r.node == "links" => "link".to_string(),
+            Some(("sidecar", i)) => Source::Sidecar(&name_of(i)).to_string(),
+            Some(("vllm", i)) => Source::Vllm(&name_of(i)).to_string(),
+            _ if r.node == "links" => Source::Link.to_string(),
             _ => r.node.clone(),
         };
         let (kind, detail) = match (r.kind.as_str(), r.detail) {
@@ -321,7 +322,7 @@ impl SimCluster {
                 Some((k, v)) => (k, v),
                 None => ("note".to_string(), Value::Null),
             },
-            ("note", d) if source.starts_with("sidecar:") => ("log".to_string(), d),
+            ("note", d) if r.node.starts_with("sidecar/") => (LOG_EVENT.to_string(), d),
             (k, d) => (k.to_string(), d),
         };
         (source, kind, detail)

@@ -13,6 +13,49 @@ use mock_kit::{Event, EventSink, Events};
 /// Upper bound on stored events, so a runaway log cannot exhaust memory.
 const MAX_EVENTS: usize = 400_000;
 
+/// Who reported an event: each fake, each instance's vLLM and sidecar, the links, the
+/// load generator, the observer and the runner. Its text is the `source` of a timeline
+/// event (`sidecar:i0`), in both modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source<'a> {
+    Etcd,
+    Master,
+    /// An instance's fake vLLM, by instance name.
+    Vllm(&'a str),
+    /// An instance's sidecar, by instance name.
+    Sidecar(&'a str),
+    Link,
+    Load,
+    Observer,
+    Runner,
+}
+
+impl std::fmt::Display for Source<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Etcd => f.write_str("etcd"),
+            Source::Master => f.write_str("master"),
+            Source::Vllm(name) => write!(f, "vllm:{name}"),
+            Source::Sidecar(name) => write!(f, "sidecar:{name}"),
+            Source::Link => f.write_str("link"),
+            Source::Load => f.write_str("load"),
+            Source::Observer => f.write_str("observer"),
+            Source::Runner => f.write_str("runner"),
+        }
+    }
+}
+
+impl Source<'_> {
+    /// Whether an event's `source` text names this source.
+    pub fn is(&self, source: &str) -> bool {
+        match self {
+            Source::Vllm(name) => source.strip_prefix("vllm:") == Some(name),
+            Source::Sidecar(name) => source.strip_prefix("sidecar:") == Some(name),
+            other => source == other.to_string(),
+        }
+    }
+}
+
 /// The shared sink of a run.
 #[derive(Debug)]
 pub struct Timeline {
@@ -52,9 +95,9 @@ impl Timeline {
         }
     }
 
-    /// An emitter for one source (`"etcd"`, `"vllm:i0"`, …).
-    pub fn source(self: &Arc<Self>, name: impl Into<String>) -> Events {
-        let events = Events::new(name, Some(self.clone() as Arc<dyn EventSink>));
+    /// An emitter for one source.
+    pub fn source(self: &Arc<Self>, source: Source<'_>) -> Events {
+        let events = Events::new(source.to_string(), Some(self.clone() as Arc<dyn EventSink>));
         if self.virtual_now.is_none() {
             return events;
         }
@@ -82,15 +125,6 @@ impl Timeline {
     /// Whether any event from `from` onwards satisfies `f`.
     pub fn any_since(&self, from: usize, mut f: impl FnMut(&Event) -> bool) -> bool {
         lock(&self.events).iter().skip(from).any(&mut f)
-    }
-
-    /// Count events from `from` onwards satisfying `f`.
-    pub fn count_since(&self, from: usize, mut f: impl FnMut(&Event) -> bool) -> usize {
-        lock(&self.events)
-            .iter()
-            .skip(from)
-            .filter(|e| f(e))
-            .count()
     }
 
     pub fn snapshot(&self) -> Vec<Event> {

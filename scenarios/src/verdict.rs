@@ -18,8 +18,10 @@ use crate::dur::Dur;
 use crate::episode::EpisodeBook;
 pub use crate::episode::{Episode, Scope};
 use crate::observe::{InstanceObs, ObservedState, Sample};
+use crate::sidecar::LOG_EVENT;
 use crate::spec::{Condition, Scenario};
-use crate::timeline::Timeline;
+use crate::timeline::{Source, Timeline};
+use mock_master::HeartbeatEvent;
 
 /// An action as executed.
 #[derive(Clone, Debug, Serialize)]
@@ -47,7 +49,7 @@ impl ActionRecord {
         label: &str,
         action: &Action,
     ) {
-        timeline.source("runner").emit(
+        timeline.source(Source::Runner).emit(
             "action",
             serde_json::json!({"step": step, "label": label, "action": action}),
         );
@@ -297,24 +299,19 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
             // answer given before that (401, an injected fault) names none and counts for all.
             let addr = ctx.addrs.get(i).map(String::as_str).unwrap_or("");
             ctx.timeline.any_since(ctx.cursor, |e| {
-                e.source == "master"
-                    && e.kind == "heartbeat"
-                    && e.detail.get("status").and_then(|s| s.as_u64()) == Some(u64::from(*status))
-                    && match e.detail.get("name").and_then(|n| n.as_str()) {
-                        Some(n) => n == addr,
-                        None => true,
-                    }
+                Source::Master.is(&e.source)
+                    && HeartbeatEvent::read(&e.kind, &e.detail)
+                        .is_some_and(|h| h.status == *status && h.name.is_none_or(|n| n == addr))
             })
         }
         Condition::Exited { code, .. } => ctx.latest(i).is_some_and(|o| {
             o.sidecar_exit.is_some() && (code.is_none() || o.sidecar_exit == *code)
         }),
         Condition::Log { instance, contains } => {
-            let source = format!("sidecar:{instance}");
             let needle = contains.to_lowercase();
             ctx.timeline.any_since(ctx.cursor, |e| {
-                e.source == source
-                    && e.kind == "log"
+                Source::Sidecar(instance).is(&e.source)
+                    && e.kind == LOG_EVENT
                     && e.detail.to_string().to_lowercase().contains(&needle)
             })
         }

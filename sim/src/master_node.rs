@@ -22,6 +22,7 @@ use mock_master::core::{Command, HeartbeatReply, MasterCore};
 use mock_master::etcd::parse_watch_message;
 use mock_master::instances::Instances;
 use mock_master::Config;
+use mock_master::HeartbeatEvent;
 use rand::rngs::StdRng;
 use serde_json::json;
 
@@ -40,7 +41,12 @@ impl Note {
         match self {
             Note::Value(v) => v,
             Note::Heartbeat { status, name } => {
-                json!({ "heartbeat": { "status": status, "name": name } })
+                let ev = HeartbeatEvent {
+                    status,
+                    name: name.as_deref(),
+                    fault: false,
+                };
+                json!({ HeartbeatEvent::KIND: ev.detail() })
             }
         }
     }
