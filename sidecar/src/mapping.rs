@@ -1,7 +1,7 @@
 //! From a scraped page to the heartbeat's `load_metrics` and `latency_metrics`.
 //!
-//! The contract (§5) fixes the reference mapping; this module implements it with the
-//! corrections the issue asks for:
+//! `docs/contract.md` §5 fixes the reference mapping; this module implements it, with
+//! two corrections where the reference is wrong (KV usage, broken counters):
 //!
 //! - `waiting_requests_num`: sum of `vllm:num_requests_waiting` over label sets.
 //! - `gpu_cache_usage_perc`: `vllm:kv_cache_usage_perc` (newer engines), else the

@@ -1,4 +1,4 @@
-//! The heartbeat body (contract §3) and the test that a page is a vLLM page at all.
+//! The heartbeat body (docs/contract.md §3) and the test that a page is a vLLM page at all.
 //!
 //! A page with no `vllm:` sample (a proxy's HTML error page, an empty 200, the wrong
 //! server) is a scrape error, not a page of zeros: a heartbeat of `waiting=0, cache=0`
