@@ -119,7 +119,7 @@ pub struct RunArgs {
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 3.0, allow_negative_numbers = true)]
     pub heartbeat_interval: f64,
-    /// vLLM Prometheus endpoint (default: <vllm-url>/metrics).
+    /// vLLM Prometheus endpoint (default: --vllm-url followed by /metrics).
     #[arg(long)]
     pub metrics_url: Option<String>,
     /// DEBUG, INFO, WARNING, ERROR (RUST_LOG, when set, wins).
