@@ -1,4 +1,4 @@
-//! The heartbeat table of contract §3, decided without I/O: each answer as a value
+//! The heartbeat table of docs/contract.md §3, decided without I/O: each answer as a value
 //! with its status and the real master's body, the body checks (400s), and the 409
 //! decision from the instance table's verdict. [`crate::heartbeat`] is the HTTP shell
 //! around it (token header, capped body read, faults, events).

@@ -1,5 +1,5 @@
-//! The master's configuration, with the real master's defaults, and the namespace
-//! rule of contract §1. Kept apart so that every module can read the configuration
+//! The master's configuration, with the real master's defaults, and the namespace rule of
+//! docs/contract.md §1. Kept apart so that every module can read the configuration
 //! without depending on the crate root.
 
 use std::net::SocketAddr;
@@ -11,7 +11,7 @@ use std::time::Duration;
 pub struct Config {
     pub listen: SocketAddr,
     pub etcd_endpoints: Vec<String>,
-    /// Normalized by [`crate::start`] (contract §1): `foo` -> `/foo/`, `///` -> ``.
+    /// Normalized by [`crate::start`] (docs/contract.md §1): `foo` -> `/foo/`, `///` -> ``.
     pub etcd_namespace: String,
     /// `X-Internal-Token` heartbeats must carry; `None` (or empty) checks nothing.
     pub token: Option<String>,

@@ -1,10 +1,10 @@
-//! The whole master as one value: every rule of contract §2 and §3 with the time as an
-//! argument, no socket, no clock, no task. A simulator drives it directly; the real-time
-//! shell drives it through [`crate::registry`]. Inputs are what the
-//! real master receives (etcd watch events and listings as the gateway decodes them,
-//! heartbeats as their header values and body bytes, health-probe outcomes, the passing
-//! of time); outputs are answers and what the master wants done ([`Command`]s: probe
-//! this instance; and [`publish::Plan`]s: write these LOADMETRICS keys), never done here.
+//! The whole master as one value: every rule of docs/contract.md §2 and §3 with the time
+//! as an argument, no socket, no clock, no task. A simulator drives it directly; the
+//! real-time shell drives it through [`crate::registry`]. Inputs are what the real master
+//! receives (etcd watch events and listings as the gateway decodes them, heartbeats as
+//! their header values and body bytes, health-probe outcomes, the passing of time);
+//! outputs are answers and what the master wants done ([`Command`]s: probe this instance;
+//! and [`publish::Plan`]s: write these LOADMETRICS keys), never done here.
 //!
 //! It composes the cores the real-time shell runs: [`Gate`] (faults, token),
 //! [`beat::read_request`] (the body under protobuf's JSON rules), [`Instances`] (the
@@ -368,8 +368,9 @@ impl MasterCore {
     }
 
     /// `POST /v1/internal/heartbeat` with `tokens` the `X-Internal-Token` values in
-    /// order (none: the header is absent) and `body` as sent: the table of contract §3,
-    /// after the armed faults, with this mock's 413 past `max_body_bytes`.
+    /// order (none: the header is absent) and `body` as sent: the table of
+    /// docs/contract.md §3, after the armed faults, with this mock's 413 past
+    /// `max_body_bytes`.
     pub fn on_heartbeat(&mut self, now: Duration, tokens: &[&[u8]], body: &[u8]) -> HeartbeatReply {
         self.on_heartbeat_read(now, tokens, body.len(), || beat::read_request(body))
     }

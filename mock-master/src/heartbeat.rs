@@ -1,4 +1,4 @@
-//! `POST /v1/internal/heartbeat` (contract §3): the checks in the master's order.
+//! `POST /v1/internal/heartbeat` (docs/contract.md §3): the checks in the master's order.
 //!
 //! token (401; a repeated header is joined with `,` as brpc joins it, so two copies
 //! never pass) →

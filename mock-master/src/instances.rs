@@ -1,4 +1,4 @@
-//! The master's view of every instance, contract §2's state machine, clock-free.
+//! The master's view of every instance, docs/contract.md §2's state machine, clock-free.
 //!
 //! Inputs are etcd events, health-probe results, heartbeats and the passing of time;
 //! the time is always an argument (`now`: time since an origin the caller picks), never

@@ -1,8 +1,8 @@
 //! mock-master: a fake of xllm-service's master as vLLM instances and their sidecars see
-//! it (contract §2 and §3). It learns instances from etcd (range, then watch), keeps
-//! each one's state, takes heartbeats, publishes LOADMETRICS and routes OpenAI requests
-//! by load. It talks to etcd only through the v3 JSON gateway, so it runs against a real
-//! etcd and against `mock-etcd` alike.
+//! it (docs/contract.md §2 and §3). It learns instances from etcd (range, then watch),
+//! keeps each one's state, takes heartbeats, publishes LOADMETRICS and routes OpenAI
+//! requests by load. It talks to etcd only through the v3 JSON gateway, so it runs
+//! against a real etcd and against `mock-etcd` alike.
 //!
 //! # Layout
 //!

@@ -1,6 +1,6 @@
 //! The master's rules without sockets or clocks: watch messages, heartbeats, probe
 //! results and the passing of time fed as values to the cores (`follow`, `instances`,
-//! `beat`, `pick`, `publish`), in virtual time, through contract §2 end to end.
+//! `beat`, `pick`, `publish`), in virtual time, through docs/contract.md §2 end to end.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
-//! Every row of the heartbeat table (contract §3), driven over HTTP against a master
-//! that learned its instance from a real etcd.
+//! Every row of the heartbeat table (docs/contract.md §3), driven over HTTP against a
+//! master that learned its instance from a real etcd.
 
 mod common;
 

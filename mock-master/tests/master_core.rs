@@ -1,5 +1,5 @@
-//! `MasterCore` alone, in virtual time: contract §2 and §3 driven through its inputs
-//! (watch events as the gateway decodes them, heartbeats as header values and body
+//! `MasterCore` alone, in virtual time: docs/contract.md §2 and §3 driven through its
+//! inputs (watch events as the gateway decodes them, heartbeats as header values and body
 //! bytes, probe outcomes, ticks) with no socket, no clock and no task.
 
 use std::time::Duration;
@@ -83,7 +83,7 @@ fn transitions(notes: &[Note]) -> Vec<String> {
 /// Token header values, body, expected status and body.
 type Case<'a> = (&'a [&'a [u8]], Vec<u8>, u16, &'a str);
 
-/// The heartbeat table of contract §3, in its order of checks.
+/// The heartbeat table of docs/contract.md §3, in its order of checks.
 #[test]
 fn heartbeat_answers_in_the_contract_order() {
     let mut core = MasterCore::new(&config(Some("tok")), ms(0));

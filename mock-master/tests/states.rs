@@ -1,5 +1,5 @@
-//! The instance state machine of contract §2, driven through etcd (a real etcd; the
-//! same scenarios against `mock-etcd` at the bottom), plus watch resumption,
+//! The instance state machine of docs/contract.md §2, driven through etcd (a real etcd;
+//! the same scenarios against `mock-etcd` at the bottom), plus watch resumption,
 //! re-listing after compaction, LOADMETRICS publishing and restart.
 
 mod common;

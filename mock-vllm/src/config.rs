@@ -20,8 +20,8 @@ pub enum Dialect {
     /// registry (runtime, `vllm:*`, `http_*`, `_created`) in prometheus_client's
     /// OpenMetrics writer, its content type and `# EOF`.
     OpenMetrics,
-    /// Only what the sidecar reads (contract §4/§5) of a 0.11 page: requests waiting,
-    /// KV-cache usage (newer name), TTFT and inter-token latency histograms, in
+    /// Only what the sidecar reads (docs/contract.md §4 and §5) of a 0.11 page: requests
+    /// waiting, KV-cache usage (newer name), TTFT and inter-token latency histograms, in
     /// prometheus_client's text format. For simulations that scrape fleets: a few
     /// hundred bytes per engine instead of tens of KB.
     Compact,

@@ -1,9 +1,10 @@
 //! Command-line flags and the validated configuration the sidecar runs with.
 //!
 //! The flags, environment variables and defaults are the reference Python sidecar's
-//! (contract §6), so this binary replaces it without touching a deployment. Extra flags
-//! only add; none changes a reference default. Validation happens once, here: the rest
-//! of the crate works with a [`Config`] that cannot hold a bad URL or an impossible timer.
+//! (docs/contract.md §6), so this binary replaces it without touching a deployment. Extra
+//! flags only add; none changes a reference default. Validation happens once, here: the
+//! rest of the crate works with a [`Config`] that cannot hold a bad URL or an impossible
+//! timer.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -118,7 +119,7 @@ pub struct RunArgs {
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 3.0, allow_negative_numbers = true)]
     pub heartbeat_interval: f64,
-    /// vLLM Prometheus endpoint (default: <vllm-url>/metrics).
+    /// vLLM Prometheus endpoint (default: --vllm-url followed by /metrics).
     #[arg(long)]
     pub metrics_url: Option<String>,
     /// DEBUG, INFO, WARNING, ERROR (RUST_LOG, when set, wins).

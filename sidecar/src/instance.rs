@@ -1,5 +1,5 @@
 //! What the master reads from etcd: the instance key and its `InstanceMetaInfo` value
-//! (contract §1).
+//! (docs/contract.md §1).
 //!
 //! The master watches `<namespace>XLLM:`; a key it cannot parse is an instance it never
 //! routes to, so the layout here is byte-for-byte the master's.

@@ -1,7 +1,7 @@
 //! From a scraped page to the heartbeat's `load_metrics` and `latency_metrics`.
 //!
-//! The contract (§5) fixes the reference mapping; this module implements it with the
-//! corrections the issue asks for:
+//! `docs/contract.md` §5 fixes the reference mapping; this module implements it, with
+//! two corrections where the reference is wrong (KV usage, broken counters):
 //!
 //! - `waiting_requests_num`: sum of `vllm:num_requests_waiting` over label sets.
 //! - `gpu_cache_usage_perc`: `vllm:kv_cache_usage_perc` (newer engines), else the
@@ -21,14 +21,14 @@
 //!
 //! Implausible intervals count as resets too. No request waits longer than
 //! [`MAX_LATENCY_SECONDS`] (one hour) for a token, so a series whose `_sum` grew by more
-//! than that per request of its `_count` growth (or by more than that with no request,
-//! or by an amount that is not a finite number) holds a broken counter, not latency: a
-//! `_sum` jumping to 1e300 once made `recent_max_ttft` 9223372036854775807. Such a series
-//! adds nothing to the interval and its values become the new baseline, as on a
-//! restart; the other series still count. Any statistic still above the bound (only a
-//! bucket bound above an hour can produce one) is reported as 0, the reference's answer
-//! for an interval it cannot measure. So the master, which stores these as int64, only
-//! ever gets 0..=3_600_000 ms; values below the bound are unchanged.
+//! than that per request of its `_count` growth (or by more than that with no request, or
+//! by an amount that is not a finite number) holds a broken counter, not latency: a
+//! `_sum` jumping to 1e300 would otherwise read as `i64::MAX` ms. Such a series adds
+//! nothing to the interval and its values become the new baseline, as on a restart; the
+//! other series still count. Any statistic still above the bound (only a bucket bound
+//! above an hour can produce one) is reported as 0, the reference's answer for an
+//! interval it cannot measure. So the master, which stores these as int64, only ever gets
+//! 0..=3_600_000 ms; values below the bound are unchanged.
 //!
 //! Two entry points give the same answer: [`Mapper::observe`] on a parsed page and
 //! [`Mapper::observe_text`], which lexes only the lines it needs (the scrape path's
@@ -225,10 +225,11 @@ struct Placement {
 ///
 /// An exporter writes the same label sets in the same order on every scrape, so a line
 /// with the same name and label text as the one at the cursor goes where it went last
-/// time: no label walk, key or hash lookup per line (that was most of the mapping's
-/// cost at `p99`, and `--model` looked its label up on every line). The first line that
-/// differs ends the replay for the rest of the scrape, which then records itself; every
-/// answer is the same either way. It holds at most the lines of one page.
+/// time: no label walk, key or hash lookup per line (those dominate the mapping's cost at
+/// `p99`, which reads every bucket line, and under `--model`, which would look the label
+/// up on every line). The first line that differs ends the replay for the rest of the
+/// scrape, which then records itself; every answer is the same either way. It holds at
+/// most the lines of one page.
 #[derive(Debug, Default)]
 struct Replay {
     lines: Vec<ReplayLine>,

@@ -1,7 +1,7 @@
 //! The real binary with a stderr nobody reads any more (a log collector gone, a closed
 //! pipe): every log line fails with EPIPE, and the sidecar must go on registering,
-//! refreshing and heartbeating, and on SIGTERM revoke its lease and exit 0 (it used to
-//! panic in the log writer and exit 101 with the lease left to expire).
+//! refreshing and heartbeating, and on SIGTERM revoke its lease and exit 0 (a panic in the
+//! log writer would exit 101 and leave the lease to expire).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -507,8 +507,8 @@ fn same_seed_same_inputs_same_commands() {
 
 #[test]
 fn a_failed_probe_during_the_shutdown_revoke_still_exits() {
-    // Found by the property test: the unhealthy path used to turn "revoke, then exit"
-    // into "revoke, then register again".
+    // A probe failing while the shutdown revoke is out must not turn "revoke, then exit"
+    // into "revoke, then register again" (a case the property test shrank to).
     let mut run = Run::registered(&["--health-fail-threshold", "1"]);
     let out = run.idle_until(ms(2_000));
     let probe = probe_id(&out);

@@ -145,7 +145,7 @@ fn an_implausible_interval_is_a_reset() {
     };
     let mut m = pair(LatencyStat::Avg, None);
     assert_eq!(ttft_ms(&mut m, 10.0, "5"), 0);
-    // The case: the sum jumps to 1e300 (this reported 9223372036854775807).
+    // The sum jumps to 1e300: read naively, `i64::MAX` ms; an implausible interval.
     assert_eq!(ttft_ms(&mut m, 12.0, "1e300"), 0);
     // That was the new baseline: 1e300 + 1 is 1e300, so no time passed.
     assert_eq!(ttft_ms(&mut m, 14.0, "1e300"), 0);

@@ -1,4 +1,4 @@
-//! The parser through its public API: every edge case of the issue, and the fixtures.
+//! The parser through its public API: the format's edge cases, and the fixtures.
 
 #[path = "support/locate.rs"]
 mod locate;

@@ -145,8 +145,8 @@ fn unreadable_input_and_bad_flags_exit_2() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// The case through the binary: a `_sum` that jumps to 1e300 reported
-/// `recent_max_ttft` 9223372036854775807; it is now an implausible interval, so 0.
+/// Through the binary: a `_sum` that jumps to 1e300 is an implausible interval, so
+/// `recent_max_ttft` is 0 (read naively it would be `i64::MAX`).
 #[test]
 fn preview_treats_an_implausible_interval_as_a_reset() {
     let dir = std::env::temp_dir().join(format!("sidecar-tools-{}", std::process::id()));

@@ -156,7 +156,8 @@ impl Snapshot {
         f
     }
 
-    // The families the sidecar reads (contract §4), shared by every dialect that has them.
+    // The families the sidecar reads (docs/contract.md §4), shared by every dialect that
+    // has them.
     pub(super) fn waiting(&self) -> Family {
         self.gauge(
             "vllm:num_requests_waiting",

@@ -14,7 +14,9 @@ pub struct CoreConfig {
     pub key: String,
     /// `host:port` the master dials (the value's `name` and `rpc_address`).
     pub register_addr: String,
+    /// The key's prefix and the value's `type`.
     pub instance_type: InstanceType,
+    /// The value's `backend_type`.
     pub backend_type: String,
     /// Prefix of incarnation ids.
     pub instance_name: String,
@@ -24,9 +26,13 @@ pub struct CoreConfig {
     pub probe_interval: Duration,
     /// Time between keepalives: the probe interval, never more than TTL/3.
     pub keepalive_period: Duration,
+    /// Time between heartbeat cycles (scrape, then post).
     pub heartbeat_interval: Duration,
+    /// Failed probes in a row that revoke the lease.
     pub health_fail_threshold: u32,
+    /// Longest wait for the final revoke before exiting anyway.
     pub shutdown_timeout: Duration,
+    /// How a page becomes the heartbeat's metrics (`--latency-stat`, `--model`).
     pub mapper: MapperConfig,
     /// Wall-clock milliseconds since the Unix epoch at core time zero; the only wall
     /// time the core knows, used for `register_ts_ms` (`unix_ms_at_start + now`).

@@ -1,4 +1,5 @@
-//! The heartbeat body (contract §3) and the test that a page is a vLLM page at all.
+//! The heartbeat body (docs/contract.md §3) and the test that a page is a vLLM page at
+//! all.
 //!
 //! A page with no `vllm:` sample (a proxy's HTML error page, an empty 200, the wrong
 //! server) is a scrape error, not a page of zeros: a heartbeat of `waiting=0, cache=0`
@@ -14,13 +15,18 @@ use crate::mapping::{HeartbeatMetrics, LatencyMetrics, LoadMetrics};
 /// The body, as the master's protobuf JSON parser reads it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HeartbeatBody<'a> {
+    /// The instance name: the register address, as in the key.
     pub name: &'a str,
+    /// The incarnation the key in etcd carries.
     pub incarnation_id: &'a str,
+    /// Waiting requests and KV-cache usage.
     pub load_metrics: LoadMetrics,
+    /// The interval's time to first token and between tokens, in ms.
     pub latency_metrics: LatencyMetrics,
 }
 
 impl<'a> HeartbeatBody<'a> {
+    /// The body for `name`'s incarnation with one scrape's metrics.
     pub fn new(name: &'a str, incarnation_id: &'a str, metrics: HeartbeatMetrics) -> Self {
         HeartbeatBody {
             name,

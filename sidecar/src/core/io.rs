@@ -35,12 +35,18 @@ pub enum Answer {
     HealthOk,
     /// `/health` failed (status, transport, timeout), with why.
     HealthFailed(String),
+    /// etcd granted a lease.
     LeaseGranted {
+        /// The lease's id.
         lease: i64,
+        /// Seconds etcd granted (it may raise a TTL below its minimum).
         ttl: i64,
     },
+    /// The grant got no lease, with why.
     GrantFailed(String),
+    /// The key is in etcd under the lease it was put with.
     PutDone,
+    /// The put failed, with why.
     PutFailed(String),
     /// etcd refreshed the lease and says how many seconds it has left (0: it is gone).
     KeepaliveTtl(i64),
@@ -50,19 +56,25 @@ pub enum Answer {
     KeepaliveFailed(String),
     /// The `/metrics` page; `openmetrics` when it was served as OpenMetrics text.
     ScrapePage {
+        /// The whole page, decoded.
         text: String,
+        /// The `Content-Type` named OpenMetrics.
         openmetrics: bool,
     },
     /// No page: `reason` is a short stable label, `detail` the message.
     ScrapeFailed {
+        /// A short stable label (a counter's label value).
         reason: String,
+        /// The message, for the log.
         detail: String,
     },
     /// The master answered the heartbeat with this HTTP status.
     HeartbeatStatus(u16),
     /// The heartbeat got no answer (transport error, timeout).
     HeartbeatFailed(String),
+    /// etcd revoked the lease: the key is gone.
     RevokeDone,
+    /// The revoke failed, with why; the key goes when the lease runs out.
     RevokeFailed(String),
 }
 
@@ -70,34 +82,56 @@ pub enum Answer {
 /// have an id; it decides nothing itself.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
+    /// `GET /health` on vLLM; answered [`Answer::HealthOk`] or [`Answer::HealthFailed`].
     ProbeHealth {
+        /// Names the answer.
         id: CommandId,
     },
+    /// Ask etcd for a lease; answered [`Answer::LeaseGranted`] or [`Answer::GrantFailed`].
     GrantLease {
+        /// Names the answer.
         id: CommandId,
+        /// Seconds asked for (`--lease-ttl`).
         ttl: i64,
     },
     /// Put `key` = `value` (the `InstanceMetaInfo` JSON) with `lease`.
     PutKey {
+        /// Names the answer.
         id: CommandId,
+        /// The instance key (docs/contract.md §1).
         key: String,
+        /// The registration value, JSON.
         value: String,
+        /// The lease the key lives under.
         lease: i64,
     },
+    /// Refresh `lease` once; answered [`Answer::KeepaliveTtl`], [`Answer::LeaseNotFound`]
+    /// or [`Answer::KeepaliveFailed`].
     Keepalive {
+        /// Names the answer.
         id: CommandId,
+        /// The lease to refresh.
         lease: i64,
     },
+    /// Read vLLM's `/metrics`; answered [`Answer::ScrapePage`] or
+    /// [`Answer::ScrapeFailed`].
     Scrape {
+        /// Names the answer.
         id: CommandId,
     },
     /// POST this exact JSON body to the master's heartbeat endpoint.
     PostHeartbeat {
+        /// Names the answer.
         id: CommandId,
+        /// The heartbeat's JSON (docs/contract.md §3).
         body: String,
     },
+    /// Revoke `lease`, which deletes its key; answered [`Answer::RevokeDone`] or
+    /// [`Answer::RevokeFailed`].
     Revoke {
+        /// Names the answer.
         id: CommandId,
+        /// The lease to revoke.
         lease: i64,
     },
     /// Look up the served model and log it (once, before the first registration); no
@@ -107,6 +141,7 @@ pub enum Command {
     Note(Note),
     /// Stop: the driver returns this exit code. Nothing follows it.
     Exit {
+        /// The process exit code (0 after a signal).
         code: i32,
     },
 }
@@ -123,8 +158,11 @@ pub enum LeaseLoss {
 /// Why the core revokes its lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RevokeReason {
+    /// `--health-fail-threshold` probes failed in a row.
     Unhealthy,
+    /// A drain was asked for.
     Drain,
+    /// The process is stopping.
     Shutdown,
     /// A lease replaced after a 409 (or one granted for a registration given up).
     Replaced,
@@ -135,74 +173,118 @@ pub enum RevokeReason {
 pub enum Note {
     /// Start-up: `/health` not 2xx yet; the next probe in `retry_in`.
     WaitingForHealth {
+        /// Until the next probe.
         retry_in: Duration,
+        /// Why this probe failed.
         error: String,
     },
     /// A probe failed after start-up (`fails` in a row out of `threshold`).
     HealthFailed {
+        /// Failures in a row, this one included.
         fails: u32,
+        /// `--health-fail-threshold`.
         threshold: u32,
+        /// Why this probe failed.
         error: String,
     },
+    /// A probe passed after failed ones.
     HealthRecovered {
+        /// How many had failed in a row.
         failed_probes: u32,
     },
+    /// The key is in etcd: a new incarnation is live.
     Registered {
+        /// The instance key.
         key: String,
+        /// The new incarnation id.
         incarnation: String,
+        /// The lease the key lives under.
         lease: i64,
+        /// Its TTL in seconds, as granted.
         ttl: i64,
     },
+    /// A grant or put failed; the registration starts over after `retry_in`.
     RegistrationFailed {
+        /// Why.
         error: String,
+        /// The backoff until the next attempt.
         retry_in: Duration,
     },
+    /// etcd refreshed the lease.
     KeepaliveOk {
+        /// The lease.
         lease: i64,
+        /// Seconds it has left, as etcd says.
         ttl: i64,
     },
+    /// A keepalive got no usable answer; it is retried while the lease may still live.
     KeepaliveFailed {
+        /// The lease.
         lease: i64,
+        /// Why.
         error: String,
+        /// Until the retry.
         retry_in: Duration,
     },
+    /// The lease is given up for lost; a new registration follows.
     LeaseLost {
+        /// The lease.
         lease: i64,
+        /// What says it is lost.
         why: LeaseLoss,
     },
     /// The lease is being revoked (the key disappears once etcd answers).
     Revoking {
+        /// The lease.
         lease: i64,
+        /// Why it is revoked.
         why: RevokeReason,
     },
+    /// etcd revoked the lease: the key is gone.
     Deregistered {
+        /// The lease.
         lease: i64,
+        /// Why it was revoked.
         why: RevokeReason,
     },
+    /// A revoke failed; the key stays until the lease runs out.
     RevokeFailed {
+        /// The lease.
         lease: i64,
+        /// Why it was to be revoked.
         why: RevokeReason,
+        /// Why the revoke failed.
         error: String,
     },
     /// A scrape gave no usable page; no heartbeat this round.
     ScrapeFailed {
+        /// A short stable label (a counter's label value).
         reason: String,
+        /// The message, for the log.
         detail: String,
     },
     /// The lenient parser skipped lines of an audited page.
     LinesSkipped {
+        /// How many.
         lines: usize,
     },
     /// The master's answer to a heartbeat: `"ok"`, `"conflict"`, `"unauthorized"`,
     /// `"other"` (with the status) or `"error"` (no answer, with why).
     Heartbeat {
+        /// One of the labels above.
         answer: &'static str,
+        /// The HTTP status, when there was an answer.
         status: Option<u16>,
+        /// Why there was no answer.
         error: Option<String>,
     },
+    /// A drain began: the lease is revoked and the instance stays deregistered.
     Draining,
+    /// A drain ended: the instance registers again once healthy.
     Undraining,
+    /// Shutdown began: the final revoke, bounded by `timeout`.
     ShuttingDown {
+        /// `--shutdown-timeout`.
         timeout: Duration,
     },
     /// The final revoke did not finish within `--shutdown-timeout`.

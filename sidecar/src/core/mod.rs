@@ -88,8 +88,11 @@ pub struct Status {
 /// The registration in etcd.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Current {
+    /// The instance key.
     pub key: String,
+    /// The lease that holds it.
     pub lease: i64,
+    /// The incarnation its value carries.
     pub incarnation: String,
 }
 
@@ -233,6 +236,7 @@ impl Core {
         &self.reg
     }
 
+    /// The settings the core was built with.
     pub fn config(&self) -> &CoreConfig {
         &self.cfg
     }

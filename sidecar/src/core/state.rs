@@ -10,30 +10,46 @@ use super::io::{CommandId, RevokeReason};
 pub enum Registration {
     /// Nothing of ours holds the key; register once vLLM is healthy and `retry_at` has
     /// passed (a failed attempt backs off).
-    Unregistered { retry_at: Duration },
+    Unregistered {
+        /// Not before this time.
+        retry_at: Duration,
+    },
     /// A lease grant is out. `replacing`: a lease that still holds the key (after a 409)
     /// and is revoked once the new one does.
     Granting {
+        /// The grant's command.
         grant: CommandId,
+        /// The incarnation this registration will carry.
         incarnation: String,
+        /// The lease to revoke once the new one holds the key.
         replacing: Option<i64>,
     },
     /// The key is being put with `lease`, granted at `granted_at` with `ttl` seconds.
     Putting {
+        /// The put's command.
         put: CommandId,
+        /// The new lease.
         lease: i64,
+        /// Its TTL in seconds, as granted.
         ttl: i64,
+        /// When the grant was answered: the lease lives at least `ttl` from then.
         granted_at: Duration,
+        /// The incarnation the value carries.
         incarnation: String,
+        /// The lease to revoke once the new one holds the key.
         replacing: Option<i64>,
     },
     /// The key is in etcd under `lease`.
     Registered(Lease),
     /// `lease` is being revoked; then the core goes on as `then` says.
     Revoking {
+        /// The revoke's command.
         revoke: CommandId,
+        /// The lease being revoked.
         lease: i64,
+        /// Why.
         why: RevokeReason,
+        /// What the core does once etcd answers.
         then: AfterRevoke,
     },
     /// Deregistered on request (drain): stays so until undrained.
@@ -50,7 +66,10 @@ pub enum AfterRevoke {
     /// Stay deregistered (drain).
     Drain,
     /// Exit, at the latest at `deadline`.
-    Exit { deadline: Duration },
+    Exit {
+        /// Exit by then even if etcd has not answered.
+        deadline: Duration,
+    },
 }
 
 impl AfterRevoke {
