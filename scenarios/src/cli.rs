@@ -21,7 +21,7 @@ pub struct RunArgs {
     /// With `--etcd real`: members of the real cluster (1 or 3).
     #[arg(long, default_value = "1", value_parser = ["1", "3"])]
     pub etcd_cluster: String,
-    /// Report directory (default: target/scenario-reports/<time>).
+    /// Report directory (default: `target/scenario-reports/<time>`).
     #[arg(long)]
     pub report: Option<PathBuf>,
     /// Also write JUnit XML here.
@@ -309,7 +309,7 @@ pub struct ExploreArgs {
     /// Fault kinds to draw from, comma-separated (default: all).
     #[arg(long)]
     pub faults: Option<FaultList>,
-    /// Output directory (default: target/explore/<time>).
+    /// Output directory (default: `target/explore/<time>`).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Worker threads (results do not depend on it).

@@ -1,9 +1,8 @@
-//! The scenario's cluster in virtual time: the same topology as [`crate::cluster`], built
-//! in the `sim` crate's [`World`] instead of processes and sockets.
-//!
-//! Why its own type rather than a mode of `Cluster`: nothing here is async or shared;
-//! the runner owns it and moves time forward itself ([`SimCluster::advance_to`]). What
-//! the two have in common is what the verdicts read: the [`Sample`]s and the timeline.
+//! The scenario's cluster in virtual time: the same topology as
+//! [`crate::real_cluster`], built in the `sim` crate's [`World`] instead of processes and
+//! sockets; its [`crate::cluster::Cluster`] verbs are in [`crate::sim_verbs`]. Nothing
+//! here is async or shared: the play loop owns it and only the loop moves its time
+//! ([`SimCluster::advance_to`]).
 //!
 //! Every sidecar is configured by the flags real mode gives the process
 //! ([`crate::sidecar_flags`]) and parsed by the sidecar's own flag parser. Its peers are
@@ -356,8 +355,8 @@ impl SimCluster {
         let etcd_same = writes.is_some() && writes == self.etcd_writes;
         self.etcd_writes = writes;
         for (i, inst) in self.instances.iter_mut().enumerate() {
-            // Read in place: copying every key and view on every sample was a fifth of
-            // a fault search's time.
+            // Read in place: the observer runs at every sample of every run, so it
+            // copies no key or view it can read where it is.
             let etcd = match (etcd_same, &inst.last_key) {
                 (true, Some(k)) => k.etcd.clone(),
                 _ => etcd

@@ -113,7 +113,7 @@ impl Timeline {
         }
     }
 
-    /// Number of events so far (a cursor for [`Timeline::scan`]).
+    /// Number of events so far (a cursor for [`Timeline::any_since`]).
     pub fn len(&self) -> usize {
         lock(&self.events).len()
     }

@@ -210,7 +210,7 @@ impl EtcdAction {
                 });
                 // A re-registration can land on a revision the lost data reused, which
                 // the master's resumed watch skips; the sidecar's next heartbeat then
-                // draws a 409 and a new registration (found by `scenarios explore`).
+                // draws a 409 and a new registration.
                 // Any fault that keeps that heartbeat from drawing its 409 (a token
                 // change, a master fault, a stopped sidecar, a cut link) keeps the
                 // master behind until a heartbeat after it: with reused revisions, only
@@ -220,8 +220,8 @@ impl EtcdAction {
                 let reused = *reset_revision;
                 // That heartbeat is the new incarnation's first: the sidecar notices the
                 // loss at its next keepalive, registers, and waits at least half an
-                // interval, then for its slot on the heartbeat grid (explore seed 101555:
-                // a fault that began after one interval still kept it from the master).
+                // interval, then for its slot on the heartbeat grid (so a fault that
+                // begins after one interval can still keep it from the master).
                 let keepalive = topo
                     .keepalive_interval
                     .as_ms()

@@ -165,7 +165,7 @@ impl LinkAction {
 /// 409 and it registers again, a put the master sees. After 409s in a row that
 /// heartbeat waits out the sidecar's conflict backoff (at most 30 s, or the heartbeat
 /// interval if longer; `sidecar::core`), so the master is excused that long, plus a
-/// heartbeat, past the fault (found by `scenarios explore`, seed 21011).
+/// heartbeat, past the fault.
 fn master_lost_lines(book: &mut EpisodeBook<'_>) {
     let beat = book.topology().heartbeat_interval.as_ms();
     let tail = beat.max(30_000) + beat;

@@ -1,5 +1,5 @@
 //! `scenarios explore`: random fault schedules in virtual time, every invariant on, and
-//! a minimal replayable scenario for each violation (issue 14).
+//! a minimal replayable scenario for each violation.
 //!
 //! Hand-written scenarios find the failures someone thought of; this searches for the
 //! others, as deterministic-simulation testing does: a seed gives a random cluster and
