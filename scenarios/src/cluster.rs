@@ -87,6 +87,10 @@ pub trait Cluster {
     fn sidecar_phases(&self, _instances: &[usize]) -> BTreeMap<String, String> {
         BTreeMap::new()
     }
+    /// Instance `i`'s sidecar's last output lines (what it said before it exited).
+    fn sidecar_output(&self, _i: usize) -> Vec<String> {
+        Vec::new()
+    }
     /// Called once after each action: virtual time takes up what the change caused at
     /// the same instant (watch events, new timers).
     fn settle(&mut self) {}

@@ -24,6 +24,8 @@ pub struct Played {
     pub records: Vec<ActionRecord>,
     pub samples: Vec<Sample>,
     pub end_ms: u64,
+    /// The last output lines of each sidecar seen exited during the run.
+    pub last_words: Vec<(usize, Vec<String>)>,
 }
 
 /// A cluster with the samples taken of it so far and the time of the next one.
@@ -192,11 +194,22 @@ pub async fn play<C: Cluster>(
     // Two more sample periods, so the last step's effects are observed.
     let end = run.now() + 2 * run.period_ms;
     run.advance_to(end).await;
+    let last_words = (0..run.cluster.topology().instances)
+        .filter(|i| {
+            run.samples.iter().any(|s| {
+                s.instances
+                    .get(*i)
+                    .is_some_and(|o| o.sidecar_exit.is_some())
+            })
+        })
+        .map(|i| (i, run.cluster.sidecar_output(i)))
+        .collect();
     Played {
         verdicts,
         records,
         end_ms: run.now(),
         samples: run.samples,
+        last_words,
     }
 }
 
@@ -220,6 +233,8 @@ pub fn outcome(sc: &Scenario, file: &str, seed: u64, etcd: &str, rerun: String) 
         status: Status::Passed,
         skip_reason: None,
         wall_ms: 0,
+        setup_ms: 0,
+        startups: Vec::new(),
         instances: sc.topology.instances,
         etcd: etcd.to_string(),
         verdicts: Vec::new(),
@@ -257,10 +272,12 @@ impl Outcome {
     /// and episode, and each fault's time to recover.
     pub fn judge(&mut self, sc: &Scenario, played: Played) {
         let eps = verdict::episodes(sc, &played.records, played.end_ms);
-        self.verdicts = played.verdicts;
+        self.verdicts = crate::exits::unexpected(sc, &played.samples, &eps, &played.last_words);
+        self.verdicts.extend(played.verdicts);
         self.verdicts
             .extend(crate::invariants::check(sc, &played.samples, &eps));
         self.recoveries = verdict::recoveries(&played.samples, &eps);
+        self.startups = crate::report::Startup::from_samples(&sc.instance_names(), &played.samples);
         self.actions = played.records;
         self.samples = played.samples;
         self.episodes = eps;

@@ -32,7 +32,7 @@
 //! - [`episode`]: fault episodes, the intervals in which a fault excuses what an
 //!   invariant would otherwise flag; each action family writes its own.
 //! - [`verdict`]: awaits and time to recover; [`invariants`]: the properties of a
-//!   whole run.
+//!   whole run; [`exits`]: sidecars that exited unasked.
 //! - [`run`]: one scenario end to end in real mode, and many in parallel:
 //!   `run::run_scenario`, `run::run_many`; [`simrun`]: the same in virtual time.
 //! - [`report`]: the report directory (verdicts, events.jsonl, timeline.html) and JUnit.
@@ -47,6 +47,7 @@ pub mod dur;
 pub mod engine;
 pub mod episode;
 pub mod etcd_view;
+pub mod exits;
 pub mod explore;
 pub mod fakes_config;
 pub mod invariants;

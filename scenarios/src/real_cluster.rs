@@ -197,7 +197,7 @@ impl RealCluster {
             "{}-{}-{:x}",
             topo.namespace.trim_matches('/'),
             name,
-            seed ^ (timeline.t0_ms << 8) ^ u64::from(std::process::id())
+            seed ^ (timeline.t0_ms() << 8) ^ u64::from(std::process::id())
         );
         let (etcd, targets): (Etcd, Vec<SocketAddr>) = match kind {
             EtcdKind::Fake => {

@@ -79,6 +79,11 @@ impl Cluster for RealCluster {
         RealCluster::addrs(self)
     }
 
+    fn sidecar_output(&self, i: usize) -> Vec<String> {
+        let proc = self.instances.get(i).and_then(|x| x.sidecar.as_ref());
+        proc.map(|p| p.last_lines()).unwrap_or_default()
+    }
+
     fn sidecar_start(&mut self, i: usize, token: Option<String>) -> Result<(), String> {
         let bin = self.sidecar_bin()?;
         self.start_sidecar(i, &bin, token)

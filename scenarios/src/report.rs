@@ -39,6 +39,31 @@ impl std::fmt::Display for Status {
     }
 }
 
+/// One instance's start-up: when its key was first seen in etcd, from t = 0 (the
+/// cluster ready, its sidecar spawned); `None`: never during the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Startup {
+    pub instance: String,
+    pub registered_ms: Option<u64>,
+}
+
+impl Startup {
+    /// Each instance's start-up, read from the samples.
+    pub fn from_samples(names: &[String], samples: &[Sample]) -> Vec<Startup> {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Startup {
+                instance: n.clone(),
+                registered_ms: samples
+                    .iter()
+                    .find(|s| s.instances.get(i).is_some_and(|o| o.etcd.is_some()))
+                    .map(|s| s.t_ms),
+            })
+            .collect()
+    }
+}
+
 /// The result of one scenario run.
 #[derive(Debug, Serialize)]
 pub struct Outcome {
@@ -48,6 +73,10 @@ pub struct Outcome {
     pub status: Status,
     pub skip_reason: Option<String>,
     pub wall_ms: u64,
+    /// How long the cluster took to start before t = 0 (real mode; 0 in virtual time).
+    pub setup_ms: u64,
+    /// When each instance was first registered in etcd (its sidecar's start-up time).
+    pub startups: Vec<Startup>,
     pub instances: usize,
     pub etcd: String,
     pub verdicts: Vec<Verdict>,
@@ -247,6 +276,7 @@ body{{font-family:sans-serif;margin:20px}} table{{border-collapse:collapse}} td,
 tr.bad{{background:#fdd}} tr.ok td:first-child{{color:#080}} .legend span{{display:inline-block;width:14px;height:10px;margin:0 4px 0 12px}}
 </style></head><body>
 <h1>{name}: {status}</h1><p>{desc}</p><p>seed {seed} · etcd {etcd} · {n} instance(s) · wall {wall:.1}s · re-run: <code>{rerun}</code></p>
+<p>cluster set-up {setup:.2}s before t = 0 · {startup}</p>
 <p class="legend">master state:<span style="background:#3b3"></span>ACTIVE<span style="background:#f90"></span>LEASE_LOST<span style="background:#d22"></span>SUSPECT<span style="background:#ccc"></span>absent
  · lower stripe: etcd key<span style="background:#36c"></span>present · ticks: accepted heartbeats · pink: faults</p>
 {svg}
@@ -260,6 +290,8 @@ tr.bad{{background:#fdd}} tr.ok td:first-child{{color:#080}} .legend span{{displ
         etcd = esc(&o.etcd),
         n = o.instances,
         wall = o.wall_ms as f64 / 1000.0,
+        setup = o.setup_ms as f64 / 1000.0,
+        startup = startup_line(&o.startups),
         rerun = esc(&o.rerun),
     )
 }
@@ -294,6 +326,27 @@ fn bar(
             lane * 0.25
         );
     }
+}
+
+/// The instances' start-up times in one line: median and slowest, and how many never
+/// registered.
+fn startup_line(startups: &[Startup]) -> String {
+    let mut t: Vec<u64> = startups.iter().filter_map(|s| s.registered_ms).collect();
+    t.sort_unstable();
+    let never = startups.len() - t.len();
+    let secs = |ms: u64| ms as f64 / 1000.0;
+    let mut line = match (t.get(t.len() / 2), t.last()) {
+        (Some(m), Some(x)) => format!(
+            "first registered after {:.2}s (median), {:.2}s (slowest)",
+            secs(*m),
+            secs(*x)
+        ),
+        _ => "no instance registered".to_string(),
+    };
+    if never > 0 && !t.is_empty() {
+        line.push_str(&format!(", {never} never"));
+    }
+    line
 }
 
 fn nice_step(end_ms: u64) -> u64 {

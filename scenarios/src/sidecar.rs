@@ -157,11 +157,18 @@ fn die_with_parent(cmd: &mut Command) {
     }
 }
 
+/// How many of a process's last output lines are kept, to say why it exited.
+const KEPT_LINES: usize = 12;
+
+/// A process's last output lines, each with its stream (`stderr: ...`).
+type LastLines = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>;
+
 /// A running (or exited) sidecar process.
 #[derive(Debug)]
 pub struct SidecarProc {
     pid: Option<u32>,
     exit: watch::Receiver<Option<i32>>,
+    last_lines: LastLines,
 }
 
 /// Exit code as the runner reports it: the code, or 128 + signal.
@@ -209,11 +216,22 @@ impl SidecarProc {
         let mut child = cmd.spawn()?;
         let pid = child.id();
         events.emit("spawn", serde_json::json!({"pid": pid, "args": args}));
+        let last_lines = LastLines::default();
         if let Some(out) = child.stdout.take() {
-            tokio::spawn(pipe_lines(out, events.clone(), "stdout"));
+            tokio::spawn(pipe_lines(
+                out,
+                events.clone(),
+                "stdout",
+                last_lines.clone(),
+            ));
         }
         if let Some(err) = child.stderr.take() {
-            tokio::spawn(pipe_lines(err, events.clone(), "stderr"));
+            tokio::spawn(pipe_lines(
+                err,
+                events.clone(),
+                "stderr",
+                last_lines.clone(),
+            ));
         }
         let (tx, exit) = watch::channel(None);
         // The waiter owns the child and reaps it (SIGCHLD-driven, no polling).
@@ -225,7 +243,20 @@ impl SidecarProc {
             events.emit("exit", serde_json::json!({"code": code}));
             let _ = tx.send(Some(code));
         });
-        Ok(SidecarProc { pid, exit })
+        Ok(SidecarProc {
+            pid,
+            exit,
+            last_lines,
+        })
+    }
+
+    /// Its last output lines (at most a dozen), oldest first, each prefixed with its
+    /// stream: what it said before it exited.
+    pub fn last_lines(&self) -> Vec<String> {
+        match self.last_lines.lock() {
+            Ok(g) => g.iter().cloned().collect(),
+            Err(p) => p.into_inner().iter().cloned().collect(),
+        }
     }
 
     /// Exit code once exited.
@@ -300,10 +331,25 @@ impl Drop for SidecarProc {
     }
 }
 
-async fn pipe_lines(r: impl tokio::io::AsyncRead + Unpin, events: Events, stream: &'static str) {
+async fn pipe_lines(
+    r: impl tokio::io::AsyncRead + Unpin,
+    events: Events,
+    stream: &'static str,
+    last: LastLines,
+) {
     let mut lines = BufReader::new(r).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let line: String = line.chars().take(4096).collect();
+        {
+            let mut g = match last.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            if g.len() == KEPT_LINES {
+                g.pop_front();
+            }
+            g.push_back(format!("{stream}: {line}"));
+        }
         let detail = match serde_json::from_str::<serde_json::Value>(&line) {
             Ok(v @ serde_json::Value::Object(_)) => v,
             _ => serde_json::json!({"line": line, "stream": stream}),

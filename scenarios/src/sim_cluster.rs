@@ -42,6 +42,8 @@ pub(crate) struct SimInstance {
     pub ever_registered: bool,
     /// The sidecar's flags were refused (the process would have exited 2 at once).
     pub flag_error: bool,
+    /// What the refusal said (the process's last words).
+    pub flag_message: Option<String>,
     pub counts: Cumulative,
     /// Its counts with the master's unnamed 401s, as last sampled.
     unnamed_401: Unnamed401,
@@ -160,6 +162,7 @@ impl SimCluster {
                 started: false,
                 ever_registered: false,
                 flag_error: false,
+                flag_message: None,
                 counts: Cumulative::default(),
                 unnamed_401: Unnamed401::default(),
                 incarnations: Incarnations::default(),
@@ -257,6 +260,7 @@ impl SimCluster {
             }
             Err(e) => {
                 inst.flag_error = true;
+                inst.flag_message = Some(e.clone());
                 let detail = serde_json::json!({ "message": e, "exit": 2 });
                 self.world.note(&format!("sidecar/{i}"), "note", detail);
             }

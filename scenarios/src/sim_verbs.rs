@@ -95,6 +95,13 @@ impl Cluster for SimCluster {
             .collect()
     }
 
+    fn sidecar_output(&self, i: usize) -> Vec<String> {
+        let inst = self.instances.get(i).filter(|x| x.flag_error);
+        let said = inst.and_then(|x| x.flag_message.as_ref());
+        said.map(|m| vec![format!("stderr: {m}")])
+            .unwrap_or_default()
+    }
+
     fn settle(&mut self) {
         let now = self.world.now();
         self.world.at(now, |_| {});

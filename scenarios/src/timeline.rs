@@ -59,8 +59,11 @@ impl Source<'_> {
 /// The shared sink of a run.
 #[derive(Debug)]
 pub struct Timeline {
-    /// Epoch ms at which the scenario started (t = 0 in reports).
-    pub t0_ms: u64,
+    /// Epoch ms at which the scenario's time starts (t = 0 in reports): when its
+    /// cluster was ready ([`Timeline::start_clock`]); events before are negative.
+    t0_ms: AtomicU64,
+    /// Epoch ms at which the timeline was made (the cluster's start began).
+    made_ms: u64,
     /// Virtual time in ms (simulation): `None` means the wall clock.
     virtual_now: Option<AtomicU64>,
     events: Mutex<Vec<Event>>,
@@ -69,8 +72,10 @@ pub struct Timeline {
 
 impl Timeline {
     pub fn new() -> Arc<Timeline> {
+        let now = mock_kit::events::now_ms();
         Arc::new(Timeline {
-            t0_ms: mock_kit::events::now_ms(),
+            t0_ms: AtomicU64::new(now),
+            made_ms: now,
             virtual_now: None,
             events: Mutex::new(Vec::new()),
             dropped: Mutex::new(0),
@@ -81,11 +86,29 @@ impl Timeline {
     /// milliseconds, and [`Timeline::now`] is what [`Timeline::set_now`] last said.
     pub fn virtual_time() -> Arc<Timeline> {
         Arc::new(Timeline {
-            t0_ms: 0,
+            t0_ms: AtomicU64::new(0),
+            made_ms: 0,
             virtual_now: Some(AtomicU64::new(0)),
             events: Mutex::new(Vec::new()),
             dropped: Mutex::new(0),
         })
+    }
+
+    /// Epoch ms of t = 0 (0 in virtual time).
+    pub fn t0_ms(&self) -> u64 {
+        self.t0_ms.load(Ordering::Relaxed)
+    }
+
+    /// Make now t = 0: the cluster is ready, and every time a scenario names (a step's
+    /// `at`, a grace, an episode) counts from here, not from the start of its set-up.
+    /// Answers how long the set-up took (ms). No effect in virtual time.
+    pub fn start_clock(&self) -> u64 {
+        if self.virtual_now.is_some() {
+            return 0;
+        }
+        let now = mock_kit::events::now_ms();
+        self.t0_ms.store(now, Ordering::Relaxed);
+        now.saturating_sub(self.made_ms)
     }
 
     /// Advance a virtual timeline's clock (no effect on a wall-clock one).
@@ -109,7 +132,7 @@ impl Timeline {
     pub fn now(&self) -> u64 {
         match &self.virtual_now {
             Some(v) => v.load(Ordering::Relaxed),
-            None => mock_kit::events::now_ms().saturating_sub(self.t0_ms),
+            None => mock_kit::events::now_ms().saturating_sub(self.t0_ms()),
         }
     }
 
@@ -141,7 +164,7 @@ impl Timeline {
     pub fn write_jsonl(&self, w: &mut impl Write) -> std::io::Result<()> {
         for e in self.snapshot() {
             let line = serde_json::json!({
-                "t_ms": e.at_ms as i64 - self.t0_ms as i64,
+                "t_ms": e.at_ms as i64 - self.t0_ms() as i64,
                 "at_ms": e.at_ms,
                 "source": e.source,
                 "kind": e.kind,

@@ -149,6 +149,8 @@ pub enum VerdictKind {
     Invariant,
     /// The cluster could not be started.
     Setup,
+    /// A sidecar exited when no stop or kill was asked for.
+    Exit,
 }
 
 impl VerdictKind {
@@ -159,6 +161,7 @@ impl VerdictKind {
             VerdictKind::Action => "action",
             VerdictKind::Invariant => "invariant",
             VerdictKind::Setup => "setup",
+            VerdictKind::Exit => "exit",
         }
     }
 }

@@ -143,6 +143,18 @@ async fn mutated_sidecars_fail_their_scenarios() {
         Status::Failed,
         "happy-path passed with keepalive > TTL"
     );
+    // The sidecar refused its flags: the first failing verdict says it exited, with
+    // its code and its own message, before the await that then timed out.
+    let first = keepalive.failures().next().expect("a failure");
+    assert_eq!(first.kind, VerdictKind::Exit, "{}", show(&keepalive));
+    assert!(
+        first.detail.contains("exited with code 2")
+            && first
+                .detail
+                .contains("must be greater than --keepalive-interval"),
+        "{}",
+        show(&keepalive)
+    );
     assert!(
         keepalive
             .failures()

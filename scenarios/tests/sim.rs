@@ -131,9 +131,20 @@ fn mutated_sidecars_fail_their_scenarios_in_sim() {
         show(&token)
     );
 
-    // Refused flags: the sidecar "exits 2" at once, so nothing becomes ACTIVE.
+    // Refused flags: the sidecar "exits 2" at once, so nothing becomes ACTIVE; the
+    // first failing verdict says so, with the parser's message.
     let keepalive = run_mutated("happy-path", &[("--keepalive-interval", "5")]);
     assert_eq!(keepalive.status, Status::Failed);
+    let first = keepalive.failures().next().expect("a failure");
+    assert_eq!(first.kind, VerdictKind::Exit, "{}", show(&keepalive));
+    assert!(
+        first.detail.contains("exited with code 2")
+            && first
+                .detail
+                .contains("must be greater than --keepalive-interval"),
+        "{}",
+        show(&keepalive)
+    );
     assert!(
         keepalive
             .failures()

@@ -112,7 +112,8 @@ pub fn violations(o: &Outcome) -> Vec<Violation> {
 
 /// Why a run says nothing about the invariants (skipped, or its cluster did not start).
 /// An action that could not be done (e.g. expiring the lease of an instance that has
-/// none at that moment) is not one: the run goes on and is judged.
+/// none at that moment) is not one, nor a sidecar that exited: the run goes on and is
+/// judged.
 fn run_error(o: &Outcome) -> Option<String> {
     if o.status == Status::Skipped {
         return Some(format!(
@@ -122,7 +123,15 @@ fn run_error(o: &Outcome) -> Option<String> {
     }
     o.verdicts
         .iter()
-        .find(|v| ![VerdictKind::Invariant, VerdictKind::Action].contains(&v.kind) && !v.passed)
+        .find(|v| {
+            ![
+                VerdictKind::Invariant,
+                VerdictKind::Action,
+                VerdictKind::Exit,
+            ]
+            .contains(&v.kind)
+                && !v.passed
+        })
         .map(|v| format!("{} {}: {}", v.kind, v.name, v.detail))
 }
 
