@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::library;
+use crate::profile::Profile;
 use crate::real_cluster::{ClusterOptions, EtcdChoice, EtcdKind, RealCluster};
 use crate::report::Status;
 use crate::run::{run_many, RunOptions};
@@ -61,14 +62,14 @@ pub struct UpArgs {
 }
 
 /// `--etcd real --etcd-cluster 3` means a real 3-member cluster.
-fn etcd_choice(etcd: &EtcdChoice, members: &str) -> EtcdChoice {
+pub(crate) fn etcd_choice(etcd: &EtcdChoice, members: &str) -> EtcdChoice {
     match (etcd, members) {
         (EtcdChoice::Real, "3") => EtcdChoice::Real3,
         (e, _) => e.clone(),
     }
 }
 
-fn default_report_dir() -> PathBuf {
+pub(crate) fn default_report_dir() -> PathBuf {
     let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let root = manifest
         .parent()
@@ -92,6 +93,7 @@ pub async fn run(args: RunArgs) -> u8 {
         etcd: etcd_choice(&args.etcd, &args.etcd_cluster),
         report_dir: Some(report.clone()),
         sidecar_bin: args.sidecar_bin.clone(),
+        profile: None,
         sidecar_overrides: Vec::new(),
         command: "cargo run -p scenarios --".into(),
         planted_bug: args.planted_bug,
@@ -183,7 +185,10 @@ pub async fn run(args: RunArgs) -> u8 {
 }
 
 /// Locate (or build) the sidecar binary once, before any scenario starts.
-fn prepare(mut opts: RunOptions, list: &[library::Loaded]) -> Result<RunOptions, String> {
+pub(crate) fn prepare(
+    mut opts: RunOptions,
+    list: &[library::Loaded],
+) -> Result<RunOptions, String> {
     let needs_sidecar = list
         .iter()
         .any(|l| !l.scenario.steps.is_empty() || l.scenario.topology.start_sidecars);
@@ -246,7 +251,7 @@ pub async fn up(args: UpArgs) -> u8 {
     let timeline = crate::timeline::Timeline::new();
     let opts = ClusterOptions {
         etcd: choice.clone(),
-        sidecar_bin: args.sidecar_bin.clone(),
+        profile: std::sync::Arc::new(Profile::ours(args.sidecar_bin.clone())),
         sidecar_overrides: Vec::new(),
     };
     let cluster =

@@ -10,10 +10,11 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::capability::{self, Capabilities};
 use crate::cluster::Cluster;
 use crate::observe::Sample;
 use crate::report::{Outcome, Status};
-use crate::spec::{Condition, Scenario, Step};
+use crate::spec::{Condition, Invariants, Scenario, Step};
 use crate::timeline::Timeline;
 use crate::topology::target_indices;
 use crate::verdict::{self, ActionRecord, Ctx, Verdict, VerdictKind};
@@ -154,6 +155,7 @@ impl<C: Cluster> Run<'_, C> {
 pub async fn play<C: Cluster>(
     sc: &Scenario,
     cluster: &mut C,
+    caps: &Capabilities,
     period_ms: u64,
     progress: &(dyn Fn(String) + Sync),
 ) -> Played {
@@ -174,6 +176,19 @@ pub async fn play<C: Cluster>(
         if let Some(at) = step.at {
             let to = at.as_ms().max(run.now());
             run.advance_to(to).await;
+        }
+        if let Some(why) = capability::missing(&step.needs(), caps) {
+            let kind = match (&step.expect, &step.when) {
+                (Some(_), _) => VerdictKind::Await,
+                (None, Some(_)) => VerdictKind::When,
+                (None, None) => VerdictKind::Action,
+            };
+            verdicts.push(Verdict::skipped(
+                kind,
+                format!("step {}: {label}", i + 1),
+                why,
+            ));
+            continue;
         }
         if let Some(cond) = step.when.as_ref().or(step.expect.as_ref()) {
             let v = run
@@ -235,6 +250,7 @@ pub fn outcome(sc: &Scenario, file: &str, seed: u64, etcd: &str, rerun: String) 
         wall_ms: 0,
         setup_ms: 0,
         startups: Vec::new(),
+        lacking: Capabilities::new(),
         instances: sc.topology.instances,
         etcd: etcd.to_string(),
         verdicts: Vec::new(),
@@ -247,6 +263,12 @@ pub fn outcome(sc: &Scenario, file: &str, seed: u64, etcd: &str, rerun: String) 
 }
 
 impl Outcome {
+    /// Not run: the scenario needs capabilities `caps` lacks (`why` names them).
+    pub fn skip_lacking(mut self, sc: &Scenario, caps: &Capabilities, why: String) -> Outcome {
+        self.lacking = sc.needs().difference(caps).copied().collect();
+        self.skip(why)
+    }
+
     /// Not run, for `why`.
     pub fn skip(mut self, why: String) -> Outcome {
         self.status = Status::Skipped;
@@ -264,18 +286,28 @@ impl Outcome {
             t_ms: None,
             first_violation_ms: None,
             detail: error,
+            skipped: None,
         });
         self
     }
 
     /// Judge what was played: the step verdicts, then the invariants over every sample
-    /// and episode, and each fault's time to recover.
-    pub fn judge(&mut self, sc: &Scenario, played: Played) {
+    /// and episode, and each fault's time to recover; what needs a capability `caps`
+    /// lacks was skipped, and `lacking` says which.
+    pub fn judge(&mut self, sc: &Scenario, played: Played, caps: &Capabilities) {
         let eps = verdict::episodes(sc, &played.records, played.end_ms);
         self.verdicts = crate::exits::unexpected(sc, &played.samples, &eps, &played.last_words);
         self.verdicts.extend(played.verdicts);
         self.verdicts
-            .extend(crate::invariants::check(sc, &played.samples, &eps));
+            .extend(crate::invariants::check(sc, &played.samples, &eps, caps));
+        let step_needs = sc.steps.iter().flat_map(|s| s.needs());
+        let inv_needs = Invariants::NAMES
+            .iter()
+            .flat_map(|n| sc.invariants.needs(n));
+        self.lacking = step_needs
+            .chain(inv_needs)
+            .filter(|c| !caps.contains(c))
+            .collect();
         self.recoveries = verdict::recoveries(&played.samples, &eps);
         self.startups = crate::report::Startup::from_samples(&sc.instance_names(), &played.samples);
         self.actions = played.records;

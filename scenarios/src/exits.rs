@@ -31,6 +31,7 @@ pub fn unexpected(
                 t_ms: Some(t_ms),
                 first_violation_ms: Some(t_ms),
                 detail: describe(name, t_ms, code, words),
+                skipped: None,
             });
         }
     }

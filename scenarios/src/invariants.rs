@@ -5,9 +5,10 @@
 //! property for a while (a partitioned sidecar cannot stay registered); what must never
 //! happen is the property staying broken with no fault to explain it.
 
+use crate::capability::{self, Capabilities};
 use crate::episode::{Episode, EpisodeKey};
 use crate::observe::{Incarnation, ObservedState, Sample};
-use crate::spec::Scenario;
+use crate::spec::{Invariants, Scenario};
 use crate::verdict::{overlaps, Verdict, VerdictKind};
 use std::sync::Arc;
 
@@ -19,30 +20,46 @@ fn same_as_before(prev: Option<&Sample>, i: usize, o: &Arc<crate::observe::Insta
         .is_some_and(|p| Arc::ptr_eq(p, o))
 }
 
-/// Judge every invariant over the whole run.
-pub fn check(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Vec<Verdict> {
+/// Judge every invariant the scenario switches on over the whole run; one that needs
+/// a capability `caps` lacks is skipped with that reason.
+pub fn check(
+    sc: &Scenario,
+    samples: &[Sample],
+    eps: &[Episode],
+    caps: &Capabilities,
+) -> Vec<Verdict> {
     let inv = &sc.invariants;
+    let on = [
+        inv.registered_when_healthy,
+        inv.single_incarnation,
+        inv.no_stale_heartbeat_accepted,
+        inv.no_401_when_tokens_match,
+        inv.heartbeats_sane,
+        inv.revoked_on_stop,
+        inv.conflict_ends_incarnation,
+    ];
     let mut out = Vec::new();
-    if inv.registered_when_healthy {
-        out.push(registered_when_healthy(sc, samples, eps));
-    }
-    if inv.single_incarnation {
-        out.push(single_incarnation(sc, samples, eps));
-    }
-    if inv.no_stale_heartbeat_accepted {
-        out.push(no_stale_heartbeat(sc, samples, eps));
-    }
-    if inv.no_401_when_tokens_match {
-        out.push(no_401(sc, samples, eps));
-    }
-    if inv.heartbeats_sane {
-        out.push(heartbeats_sane(sc, samples));
-    }
-    if inv.revoked_on_stop {
-        out.push(revoked_on_stop(sc, samples, eps));
-    }
-    if inv.conflict_ends_incarnation {
-        out.push(conflict_ends_incarnation(sc, samples, eps));
+    for (name, on) in Invariants::NAMES.into_iter().zip(on) {
+        if !on {
+            continue;
+        }
+        if let Some(why) = capability::missing(&inv.needs(name), caps) {
+            out.push(Verdict::skipped(
+                VerdictKind::Invariant,
+                name.to_string(),
+                why,
+            ));
+            continue;
+        }
+        out.push(match name {
+            "registered_when_healthy" => registered_when_healthy(sc, samples, eps),
+            "single_incarnation" => single_incarnation(sc, samples, eps),
+            "no_stale_heartbeat_accepted" => no_stale_heartbeat(sc, samples, eps),
+            "no_401_when_tokens_match" => no_401(sc, samples, eps),
+            "heartbeats_sane" => heartbeats_sane(sc, samples),
+            "revoked_on_stop" => revoked_on_stop(sc, samples, eps),
+            _ => conflict_ends_incarnation(sc, samples, eps),
+        });
     }
     out
 }
@@ -55,6 +72,7 @@ fn verdict(name: &str, violation: Option<(u64, String)>, ok: String) -> Verdict 
         t_ms: violation.as_ref().map(|v| v.0),
         first_violation_ms: violation.as_ref().map(|v| v.0),
         detail: violation.map(|v| v.1).unwrap_or(ok),
+        skipped: None,
     }
 }
 
@@ -625,11 +643,11 @@ mod tests {
                     routed: 0,
                 })
                 .collect();
-            let judged = check(&sc, &shared, &eps);
+            let judged = check(&sc, &shared, &eps, &crate::capability::all());
             failed += judged.iter().filter(|v| !v.passed).count();
             assert_eq!(
                 format!("{judged:?}"),
-                format!("{:?}", check(&sc, &fresh, &eps))
+                format!("{:?}", check(&sc, &fresh, &eps, &crate::capability::all()))
             );
         }
         // The samples break some invariants: what is compared includes violations.

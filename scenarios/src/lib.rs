@@ -38,11 +38,15 @@
 //! - [`report`]: the report directory (verdicts, events.jsonl, timeline.html) and JUnit.
 //! - [`explore`]: random fault schedules in virtual time, shrunk violations, coverage,
 //!   sharded sweeps: `explore::sweep::sweep`.
-//! - [`cli`]: the `run`, `list`, `up` and `explore` commands behind the thin `main.rs`.
+//! - [`cli`]: the `run`, `list`, `up` and `explore` commands behind the thin `main.rs`;
+//!   [`conform`]: the library against any sidecar ([`profile`], [`capability`],
+//!   [`settings`]) and its conformance report.
 
 pub mod actions;
+pub mod capability;
 pub mod cli;
 pub mod cluster;
+pub mod conform;
 pub mod dur;
 pub mod engine;
 pub mod episode;
@@ -54,14 +58,15 @@ pub mod invariants;
 pub mod library;
 pub mod load;
 pub mod observe;
+pub mod profile;
 pub mod proxy;
 pub mod real_cluster;
 pub mod real_etcd;
 pub mod real_verbs;
 pub mod report;
 pub mod run;
+pub mod settings;
 pub mod sidecar;
-pub mod sidecar_flags;
 pub mod sim_cluster;
 pub mod sim_verbs;
 pub mod simrun;

@@ -22,6 +22,9 @@ enum Command {
     List,
     /// Start a cluster, print every endpoint, wait for Ctrl-C.
     Up(scenarios::cli::UpArgs),
+    /// Run the library (real mode) against any sidecar (a profile or a command line)
+    /// and write a conformance report.
+    Conform(scenarios::conform::ConformArgs),
     /// Random fault schedules in virtual time; shrink and write each violation
     /// (`explore merge DIR...` merges the summaries of a sharded sweep).
     Explore(scenarios::cli::ExploreArgs),
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Command::Run(args) => rt.block_on(scenarios::cli::run(args)),
         Command::List => scenarios::cli::list(),
         Command::Up(args) => rt.block_on(scenarios::cli::up(args)),
+        Command::Conform(args) => rt.block_on(scenarios::conform::conform(args)),
         Command::Explore(args) => {
             scenarios::cli::explore(args, &scenarios::simrun::run_scenario_sim)
         }

@@ -13,7 +13,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,8 +22,10 @@ use crate::etcd_view::Gateway;
 use crate::fakes_config::{etcd_config, incarnation_of, master_config, vllm_config};
 use crate::load::{LoadGen, Routed};
 use crate::observe::{attribute_unnamed_401, Cumulative, Incarnations, InstanceObs, Sample};
+use crate::profile::Profile;
 use crate::proxy::Proxy;
 use crate::real_etcd::RealEtcd;
+use crate::settings::{Peers, SidecarSettings};
 use crate::sidecar::SidecarProc;
 use crate::timeline::{Source, Timeline};
 use crate::topology::{EtcdNeed, Topology};
@@ -120,7 +121,8 @@ pub(crate) enum Etcd {
 #[derive(Clone, Debug)]
 pub struct ClusterOptions {
     pub etcd: EtcdChoice,
-    pub sidecar_bin: Option<PathBuf>,
+    /// Which sidecar runs, and how it takes its settings.
+    pub profile: Arc<Profile>,
     /// Flags that replace (or add to) every sidecar's flags: a deliberately wrong
     /// configuration for mutation tests.
     pub sidecar_overrides: Vec<(String, String)>,
@@ -341,28 +343,18 @@ impl RealCluster {
             .filter(|i| topo.instance(*i).start_sidecar)
             .collect();
         if !starts.is_empty() {
-            let bin = cluster.sidecar_bin()?;
             for i in starts {
-                cluster.start_sidecar(i, &bin, None)?;
+                cluster.start_sidecar(i, None)?;
             }
         }
         Ok(cluster)
     }
 
-    pub(crate) fn sidecar_bin(&self) -> Result<PathBuf, String> {
-        match &self.opts.sidecar_bin {
-            Some(p) => Ok(p.clone()),
-            None => crate::sidecar::locate_binary(),
-        }
-    }
-
-    /// The sidecar's flags for instance `i`, overrides applied.
-    fn sidecar_args(&self, i: usize) -> Vec<String> {
-        let Some(inst) = self.instances.get(i) else {
-            return Vec::new();
-        };
+    /// Instance `i`'s sidecar settings, overrides applied.
+    fn sidecar_settings(&self, i: usize) -> Result<SidecarSettings, String> {
+        let inst = self.instances.get(i).ok_or("no such instance")?;
         let etcd: Vec<String> = inst.etcd_links.iter().map(|p| p.url()).collect();
-        let peers = crate::sidecar_flags::Peers {
+        let peers = Peers {
             etcd: etcd.join(","),
             vllm: inst.vllm_link.url(),
             master: inst.master_link.url(),
@@ -371,30 +363,26 @@ impl RealCluster {
             instance_name: &inst.name,
             token: inst.token.as_deref(),
         };
-        crate::sidecar_flags::sidecar_flags(&self.topology, &peers, &self.opts.sidecar_overrides)
+        let overrides = &self.opts.sidecar_overrides;
+        Ok(SidecarSettings::new(&self.topology, &peers, overrides))
     }
 
-    pub(crate) fn start_sidecar(
-        &mut self,
-        i: usize,
-        bin: &std::path::Path,
-        token: Option<String>,
-    ) -> Result<(), String> {
+    /// Start instance `i`'s sidecar as the profile says (with another token, if given).
+    pub(crate) fn start_sidecar(&mut self, i: usize, token: Option<String>) -> Result<(), String> {
         if let Some(t) = token {
             if let Some(inst) = self.instances.get_mut(i) {
                 inst.token = Some(t);
             }
         }
-        let args = self.sidecar_args(i);
+        let launch = self.opts.profile.launch(&self.sidecar_settings(i)?)?;
         let inst = self.instances.get_mut(i).ok_or("no such instance")?;
         if inst.sidecar.as_ref().is_some_and(SidecarProc::running) {
             return Err(format!("sidecar {} is already running", inst.name));
         }
         let events = self.timeline.source(Source::Sidecar(&inst.name));
-        inst.sidecar = Some(
-            SidecarProc::spawn(bin, &args, events)
-                .map_err(|e| format!("spawning {}: {e}", bin.display()))?,
-        );
+        let proc = SidecarProc::spawn(&launch, events)
+            .map_err(|e| format!("spawning {}: {e}", launch.program.display()))?;
+        inst.sidecar = Some(proc);
         Ok(())
     }
 

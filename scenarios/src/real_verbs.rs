@@ -85,8 +85,7 @@ impl Cluster for RealCluster {
     }
 
     fn sidecar_start(&mut self, i: usize, token: Option<String>) -> Result<(), String> {
-        let bin = self.sidecar_bin()?;
-        self.start_sidecar(i, &bin, token)
+        self.start_sidecar(i, token)
     }
 
     fn sidecar_signal(&mut self, i: usize, signal: Signal) -> Result<(), String> {

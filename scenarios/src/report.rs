@@ -77,6 +77,9 @@ pub struct Outcome {
     pub setup_ms: u64,
     /// When each instance was first registered in etcd (its sidecar's start-up time).
     pub startups: Vec<Startup>,
+    /// Capabilities the run needed and the sidecar's profile lacks: what they guard was
+    /// skipped (the whole scenario, or steps and invariants of it).
+    pub lacking: crate::capability::Capabilities,
     pub instances: usize,
     pub etcd: String,
     pub verdicts: Vec<Verdict>,

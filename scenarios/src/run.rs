@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 
+use crate::capability;
 use crate::engine;
+use crate::profile::Profile;
 use crate::real_cluster::{ClusterOptions, EtcdChoice, EtcdKind, RealCluster};
 use crate::report::{Outcome, Status};
 use crate::spec::Scenario;
@@ -25,6 +27,9 @@ pub struct RunOptions {
     pub etcd: EtcdChoice,
     pub report_dir: Option<PathBuf>,
     pub sidecar_bin: Option<PathBuf>,
+    /// Which sidecar runs (real mode), and the capabilities it declares; `None`: our
+    /// `vllm-sidecar` (at `sidecar_bin`), every capability.
+    pub profile: Option<Arc<Profile>>,
     /// Test-only: a deliberately wrong sidecar configuration.
     pub sidecar_overrides: Vec<(String, String)>,
     /// How the runner was invoked, to print the exact re-run command.
@@ -44,6 +49,7 @@ impl Default for RunOptions {
             etcd: EtcdChoice::Fake,
             report_dir: None,
             sidecar_bin: None,
+            profile: None,
             sidecar_overrides: Vec::new(),
             command: "cargo run -p scenarios --".into(),
             planted_bug: None,
@@ -73,6 +79,13 @@ pub async fn run_scenario(
             crate::spec::MAX_REAL_INSTANCES
         ));
     }
+    let profile = match &opts.profile {
+        Some(p) => p.clone(),
+        None => Arc::new(Profile::ours(opts.sidecar_bin.clone())),
+    };
+    if let Some(why) = capability::missing(&sc.needs(), &profile.capabilities) {
+        return outcome.skip_lacking(sc, &profile.capabilities, why);
+    }
     let kind = match EtcdKind::resolve(sc.topology.etcd, &opts.etcd) {
         Ok(k) => k,
         Err(why) => return outcome.skip(why),
@@ -90,7 +103,7 @@ pub async fn run_scenario(
     let timeline = Timeline::new();
     let copts = ClusterOptions {
         etcd: opts.etcd.clone(),
-        sidecar_bin: opts.sidecar_bin.clone(),
+        profile: profile.clone(),
         sidecar_overrides: opts.sidecar_overrides.clone(),
     };
     let start = RealCluster::start(&sc.name, &sc.topology, seed, kind, copts, timeline.clone());
@@ -106,8 +119,9 @@ pub async fn run_scenario(
     // no step's offset and no grace.
     outcome.setup_ms = timeline.start_clock();
     let period = if sc.topology.instances > 50 { 200 } else { 50 };
-    let played = engine::play(sc, &mut cluster, period, &say).await;
-    outcome.judge(sc, played);
+    let caps = &profile.capabilities;
+    let played = engine::play(sc, &mut cluster, caps, period, &say).await;
+    outcome.judge(sc, played, caps);
     say("stopping".into());
     cluster.shutdown().await;
     outcome.wall_ms = started.elapsed().as_millis() as u64;

@@ -14,6 +14,8 @@ use tokio::sync::watch;
 
 use mock_kit::Events;
 
+use crate::profile::Launch;
+
 /// The kind of event each line the sidecar writes becomes (in virtual time: each of
 /// its core's notes).
 pub const LOG_EVENT: &str = "log";
@@ -182,7 +184,7 @@ fn code_of(status: std::process::ExitStatus) -> i32 {
 
 /// Environment variables a sidecar under test never inherits (any case: both spellings
 /// of each proxy variable are read).
-const SCRUBBED_ENV: [&str; 11] = [
+const SCRUBBED_ENV: [&str; 16] = [
     "HTTP_PROXY",
     "http_proxy",
     "HTTPS_PROXY",
@@ -194,20 +196,36 @@ const SCRUBBED_ENV: [&str; 11] = [
     "REQUESTS_CA_BUNDLE",
     "CURL_CA_BUNDLE",
     "SSL_CERT_FILE",
+    // Settings sidecars also read from the environment: the harness gives each one
+    // itself, or means it unset.
+    "XLLM_INTERNAL_TOKEN",
+    "ETCD_ENDPOINTS",
+    "ETCD_NAMESPACE",
+    "ETCD_USERNAME",
+    "ETCD_PASSWORD",
 ];
 
 impl SidecarProc {
-    /// Start the binary with `args`; its output lines go to `events` as `log` events.
-    pub fn spawn(bin: &Path, args: &[String], events: Events) -> std::io::Result<SidecarProc> {
-        let mut cmd = Command::new(bin);
+    /// Start the process `launch` says; its output lines go to `events` as `log` events.
+    pub fn spawn(launch: &Launch, events: Events) -> std::io::Result<SidecarProc> {
+        let args = &launch.args;
+        let mut cmd = Command::new(&launch.program);
         // Hermetic: every link of the mock cluster is plain HTTP on loopback, so a proxy
         // or CA bundle from the runner's environment must not reach the sidecars (a
         // proxy would take their traffic; a system bundle costs each one a 220 KB
         // parse at start-up, 200 at once in `many-instances`).
-        for var in SCRUBBED_ENV {
+        for var in SCRUBBED_ENV
+            .iter()
+            .copied()
+            .chain(launch.unset.iter().map(String::as_str))
+        {
             cmd.env_remove(var);
         }
         cmd.args(args)
+            .envs(launch.env.iter().map(|(k, v)| (k, v)))
+            // Its own process group, which every signal goes to: a wrapper that runs
+            // the sidecar as its child passes none of them on by itself.
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -270,10 +288,10 @@ impl SidecarProc {
 
     fn signal(&self, sig: i32) {
         if let (Some(pid), true) = (self.pid, self.running()) {
-            // SAFETY: kill(2) on a pid we spawned. The waiter reaps it only after it exited,
+            // SAFETY: kill(2) on the process group of a pid we spawned (its leader). The waiter reaps it only after it exited,
             // and `running()` turns false right then, so the pid is not yet reused.
             unsafe {
-                libc::kill(pid as i32, sig);
+                libc::kill(-(pid as i32), sig);
             }
         }
     }

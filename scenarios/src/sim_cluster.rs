@@ -5,7 +5,7 @@
 //! ([`SimCluster::advance_to`]).
 //!
 //! Every sidecar is configured by the flags real mode gives the process
-//! ([`crate::sidecar_flags`]) and parsed by the sidecar's own flag parser. Its peers are
+//! ([`crate::settings`]) and parsed by the sidecar's own flag parser. Its peers are
 //! named by URL only for that parser: in the world, a sidecar's vLLM is node `Vllm(i)`,
 //! etcd is `Etcd` and the master `Master`.
 
@@ -24,8 +24,8 @@ use sim::{EventLog, NodeId, World};
 
 use crate::fakes_config::{etcd_config, incarnation_of, master_config, vllm_config};
 use crate::observe::{Cumulative, Incarnation, Incarnations, InstanceObs, Sample, Unnamed401};
+use crate::settings::{Peers, SidecarSettings};
 use crate::sidecar::LOG_EVENT;
-use crate::sidecar_flags::{sidecar_flags, Peers};
 use crate::timeline::{Source, Timeline};
 use crate::topology::{EtcdNeed, Topology};
 
@@ -222,7 +222,7 @@ impl SimCluster {
             instance_name: &inst.name,
             token: inst.token.as_deref(),
         };
-        let flags = sidecar_flags(&self.topology, &peers, &self.overrides);
+        let flags = SidecarSettings::new(&self.topology, &peers, &self.overrides).our_flags();
         Config::from_flags(flags).map_err(|e| format!("sidecar flags of {}: {e}", inst.name))
     }
 

@@ -5,6 +5,7 @@
 
 use std::time::Instant;
 
+use crate::capability;
 use crate::engine;
 use crate::report::Outcome;
 use crate::run::RunOptions;
@@ -54,9 +55,11 @@ pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome
         None if sc.topology.instances > 50 => 200,
         None => 50,
     };
-    let played = block_on(engine::play(sc, &mut cluster, period_ms, &|_| {}));
+    // The simulation runs our sidecar's core, which has every capability.
+    let caps = capability::all();
+    let played = block_on(engine::play(sc, &mut cluster, &caps, period_ms, &|_| {}));
     let mut outcome = outcome;
-    outcome.judge(sc, played);
+    outcome.judge(sc, played, &caps);
     outcome.wall_ms = started.elapsed().as_millis() as u64;
     outcome.write_report(opts.report_dir.as_deref(), sc, &timeline);
     outcome

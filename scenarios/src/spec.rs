@@ -10,7 +10,11 @@
 use std::fmt;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
+
+use crate::capability::{Capabilities, Capability};
 
 pub use crate::actions::Action;
 pub use crate::dur::{parse_duration, Dur};
@@ -41,6 +45,10 @@ pub struct Scenario {
     pub steps: Vec<Step>,
     #[serde(default)]
     pub invariants: Invariants,
+    /// Capabilities the whole scenario needs beyond the contract (a sidecar whose
+    /// profile lacks one skips it); drain actions and an OpenMetrics dialect add theirs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<Capability>,
 }
 
 fn default_seed() -> u64 {
@@ -71,6 +79,25 @@ pub struct Step {
     /// Deadline for `when` / `await`, counted from when the step begins.
     #[serde(default)]
     pub within: Option<Dur>,
+    /// Capabilities this step needs (a sidecar whose profile lacks one skips the step,
+    /// the rest of the scenario runs); a `log` condition adds `log_wording`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<Capability>,
+}
+
+impl Step {
+    /// Every capability the step needs, declared or implied by its condition.
+    pub fn needs(&self) -> Capabilities {
+        let mut c: Capabilities = self.requires.iter().copied().collect();
+        let reads_log = [&self.when, &self.expect]
+            .into_iter()
+            .flatten()
+            .any(|c| matches!(c, Condition::Log { .. }));
+        if reads_log {
+            c.insert(Capability::LogWording);
+        }
+        c
+    }
 }
 
 /// Something the cluster's observed state can satisfy.
@@ -156,6 +183,31 @@ pub struct Invariants {
     /// An incarnation the master answered 409 is not posted again and again: the
     /// sidecar registers a new one (at most 3 conflicts per incarnation in etcd).
     pub conflict_ends_incarnation: bool,
+    /// Capabilities an invariant needs (`{ revoked_on_stop = ["drain"] }`): without
+    /// them it is skipped, not judged.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub requires: BTreeMap<String, Vec<Capability>>,
+}
+
+impl Invariants {
+    /// Every invariant's name, as `[invariants]` switches it.
+    pub const NAMES: [&'static str; 7] = [
+        "registered_when_healthy",
+        "single_incarnation",
+        "no_stale_heartbeat_accepted",
+        "no_401_when_tokens_match",
+        "heartbeats_sane",
+        "revoked_on_stop",
+        "conflict_ends_incarnation",
+    ];
+
+    /// The capabilities invariant `name` needs.
+    pub fn needs(&self, name: &str) -> Capabilities {
+        self.requires
+            .get(name)
+            .map(|c| c.iter().copied().collect())
+            .unwrap_or_default()
+    }
 }
 
 impl Default for Invariants {
@@ -170,6 +222,7 @@ impl Default for Invariants {
             heartbeats_sane: true,
             revoked_on_stop: true,
             conflict_ends_incarnation: true,
+            requires: BTreeMap::new(),
         }
     }
 }
@@ -194,6 +247,32 @@ impl fmt::Display for SpecError {
 impl std::error::Error for SpecError {}
 
 impl Scenario {
+    /// Every capability the scenario as a whole needs: declared, or implied by a drain
+    /// action or an OpenMetrics dialect.
+    pub fn needs(&self) -> Capabilities {
+        use crate::actions::{sidecar::SidecarAction, Action};
+        use crate::topology::Dialect;
+        let mut c: Capabilities = self.requires.iter().copied().collect();
+        let drains = self.steps.iter().any(|s| {
+            matches!(
+                s.action,
+                Some(Action::Sidecar(
+                    SidecarAction::Drain(_) | SidecarAction::Undrain(_)
+                ))
+            )
+        });
+        if drains {
+            c.insert(Capability::Drain);
+        }
+        let t = &self.topology;
+        let dialects =
+            std::iter::once(t.dialect).chain(t.overrides.iter().filter_map(|o| o.dialect));
+        if dialects.into_iter().any(|d| d == Dialect::OpenMetrics) {
+            c.insert(Capability::Openmetrics);
+        }
+        c
+    }
+
     /// Whether a step waits on the event timeline (a log line, a heartbeat status)
     /// rather than on the sampled cluster state alone.
     pub fn reads_events(&self) -> bool {
@@ -243,6 +322,20 @@ impl Scenario {
         let t = &self.topology;
         if self.name.trim().is_empty() {
             return Err((None, "`name` is empty".into()));
+        }
+        if let Some(k) = self
+            .invariants
+            .requires
+            .keys()
+            .find(|k| !Invariants::NAMES.contains(&k.as_str()))
+        {
+            return Err((
+                None,
+                format!(
+                    "[invariants] requires: `{k}` is no invariant (known: {})",
+                    Invariants::NAMES.join(", ")
+                ),
+            ));
         }
         if !(1..=MAX_SIM_INSTANCES).contains(&t.instances) {
             return Err((

@@ -78,6 +78,7 @@ pub fn step_verdict(
             Some(t) => format!("held at t={:.2}s", t as f64 / 1000.0),
             None => format!("not within {:?}: {}", within, describe(cond)),
         },
+        skipped: None,
     };
     match hold {
         Some((hold, Some(broke))) if met.is_some() => {
@@ -121,6 +122,7 @@ impl ActionRecord {
             t_ms: Some(t_ms),
             first_violation_ms: Some(t_ms),
             detail: e.clone(),
+            skipped: None,
         });
         let record = ActionRecord {
             step,
@@ -182,6 +184,25 @@ pub struct Verdict {
     pub t_ms: Option<u64>,
     pub first_violation_ms: Option<u64>,
     pub detail: String,
+    /// Not judged, for this reason (a capability the sidecar's profile lacks); such a
+    /// verdict counts as passed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+impl Verdict {
+    /// A check not made, for `why`.
+    pub fn skipped(kind: VerdictKind, name: String, why: String) -> Verdict {
+        Verdict {
+            kind,
+            name,
+            passed: true,
+            t_ms: None,
+            first_violation_ms: None,
+            detail: format!("skipped: {why}"),
+            skipped: Some(why),
+        }
+    }
 }
 
 /// A fault and how long the cluster took to become fully routable again after it ended.

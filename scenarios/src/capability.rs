@@ -1,0 +1,73 @@
+//! Capabilities: what a sidecar may do beyond the contract. A scenario, a step or an
+//! invariant that needs one its sidecar's profile does not declare is skipped with that
+//! reason, never failed: the report keeps "violates the contract" apart from "lacks an
+//! improvement". The contract itself (what keeps an instance registered and routable
+//! under the library's faults) is no capability: no profile can declare it away.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+/// One improvement or extension a sidecar may lack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Capability {
+    /// SIGUSR1 drains (revoke, stay deregistered), SIGUSR2 undrains.
+    Drain,
+    /// A keepalive that times out in a blackout shorter than the TTL is not a lost
+    /// lease: the same incarnation survives it.
+    OneIncarnationThroughShortBlackout,
+    /// A lease the sidecar gives up is revoked, so its key goes at once.
+    RevokesGivenUpLease,
+    /// Reads OpenMetrics 1.0 `/metrics` pages.
+    Openmetrics,
+    /// Logs in our sidecar's words (checks that read log lines).
+    LogWording,
+}
+
+impl Capability {
+    pub const ALL: [Capability; 5] = [
+        Capability::Drain,
+        Capability::OneIncarnationThroughShortBlackout,
+        Capability::RevokesGivenUpLease,
+        Capability::Openmetrics,
+        Capability::LogWording,
+    ];
+
+    /// Its name as profiles and scenario files write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capability::Drain => "drain",
+            Capability::OneIncarnationThroughShortBlackout => {
+                "one_incarnation_through_short_blackout"
+            }
+            Capability::RevokesGivenUpLease => "revokes_given_up_lease",
+            Capability::Openmetrics => "openmetrics",
+            Capability::LogWording => "log_wording",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Capability> {
+        Capability::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Capability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A set of capabilities.
+pub type Capabilities = BTreeSet<Capability>;
+
+/// Every capability (our sidecar's, and the simulated core's).
+pub fn all() -> Capabilities {
+    Capability::ALL.into_iter().collect()
+}
+
+/// What of `needed` is not in `have`, as a skip reason (`None`: nothing is missing).
+pub fn missing(needed: &Capabilities, have: &Capabilities) -> Option<String> {
+    let lacking: Vec<&str> = needed.difference(have).map(|c| c.as_str()).collect();
+    (!lacking.is_empty()).then(|| format!("needs {}", lacking.join(", ")))
+}

@@ -1,0 +1,278 @@
+//! `scenarios conform`: the scenario library run in real mode against any sidecar that
+//! implements the protocol (a profile, or a command line), and a conformance report
+//! that says where it stands: per scenario passed, failed (it violates the contract) or
+//! skipped (it lacks a capability, or the machine lacks something), per capability what
+//! was skipped for it, and for each failure one sentence and the command that re-runs
+//! it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::capability::Capability;
+use crate::cli::{default_report_dir, etcd_choice, prepare};
+use crate::library;
+use crate::profile::{Profile, Program};
+use crate::real_cluster::EtcdChoice;
+use crate::report::{Outcome, Status};
+use crate::run::{run_many, RunOptions};
+
+#[derive(clap::Args, Debug)]
+pub struct ConformArgs {
+    /// Scenario files, or names of built-in scenarios (default: the whole library).
+    pub files: Vec<String>,
+    /// The sidecar's profile: a TOML file, or a built-in (`vllm-sidecar`,
+    /// `reference-python`). Default: `vllm-sidecar`.
+    #[arg(long, conflicts_with = "sidecar_cmd")]
+    pub profile: Option<String>,
+    /// The sidecar as a command line, given our flags and declaring no capability.
+    #[arg(long)]
+    pub sidecar_cmd: Option<String>,
+    /// fake, real (the Debian etcd binary on loopback) or the URL of an existing etcd.
+    #[arg(long, default_value = "fake")]
+    pub etcd: EtcdChoice,
+    /// With `--etcd real`: members of the real cluster (1 or 3).
+    #[arg(long, default_value = "1", value_parser = ["1", "3"])]
+    pub etcd_cluster: String,
+    /// Report directory (default: `target/scenario-reports/<time>`); the conformance
+    /// report is `conformance.md` and `conformance.html` in it.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Scenarios run at once.
+    #[arg(long, default_value_t = 8)]
+    pub jobs: usize,
+}
+
+/// `scenarios conform`: exit 0 only when every scenario that applies passed; 1 when one
+/// failed; 2 on bad input (a profile that does not check, an unknown scenario).
+pub async fn conform(args: ConformArgs) -> u8 {
+    let profile = match (&args.profile, &args.sidecar_cmd) {
+        (_, Some(line)) => Profile::from_command_line(line),
+        (Some(p), None) => Profile::load(p),
+        (None, None) => Ok(Profile::ours(None)),
+    };
+    let list = library::load(&args.files).map_err(|e| e.to_string());
+    let (profile, list) = match (profile, list) {
+        (Ok(p), Ok(l)) => (p, l),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("scenarios: {e}");
+            return 2;
+        }
+    };
+    let report = args.report.clone().unwrap_or_else(default_report_dir);
+    let opts = RunOptions {
+        etcd: etcd_choice(&args.etcd, &args.etcd_cluster),
+        report_dir: Some(report.clone()),
+        ..RunOptions::default()
+    };
+    let opts = match &profile.program {
+        Program::OurBinary(_) => match prepare(opts, &list) {
+            Ok(o) => RunOptions {
+                profile: Some(Arc::new(Profile::ours(o.sidecar_bin.clone()))),
+                ..o
+            },
+            Err(e) => {
+                eprintln!("scenarios: {e}");
+                return 1;
+            }
+        },
+        Program::Command(_) => RunOptions {
+            profile: Some(Arc::new(profile.clone())),
+            ..opts
+        },
+    };
+    let outcomes = run_many(&list, &opts, args.jobs, true).await;
+    let rerun = rerun_prefix(&args);
+    let md = markdown(&profile, &outcomes, &rerun);
+    let written = std::fs::create_dir_all(&report)
+        .and_then(|_| std::fs::write(report.join("conformance.md"), &md))
+        .and_then(|_| {
+            let page = html(&profile, &outcomes, &rerun);
+            std::fs::write(report.join("conformance.html"), page)
+        });
+    if let Err(e) = written {
+        eprintln!("scenarios: cannot write the conformance report: {e}");
+    }
+    println!("\n{md}");
+    println!("report: {}", report.join("conformance.md").display());
+    match outcomes.iter().any(|o| o.status == Status::Failed) {
+        true => 1,
+        false => 0,
+    }
+}
+
+/// The command that re-runs one scenario against the same sidecar.
+fn rerun_prefix(args: &ConformArgs) -> String {
+    let who = match (&args.profile, &args.sidecar_cmd) {
+        (_, Some(line)) => format!(" --sidecar-cmd '{}'", line.replace('\'', "'\\''")),
+        (Some(p), None) => format!(" --profile {p}"),
+        (None, None) => String::new(),
+    };
+    format!("cargo run -p scenarios -- conform{who}")
+}
+
+/// One scenario's result as the report's first column says it.
+fn result(o: &Outcome) -> String {
+    match o.status {
+        Status::Passed if o.lacking.is_empty() => "pass".into(),
+        Status::Passed => format!("pass (checks skipped: needs {})", names(&o.lacking)),
+        Status::Failed => "**FAIL**".into(),
+        Status::Skipped => format!("skipped: {}", o.skip_reason.clone().unwrap_or_default()),
+    }
+}
+
+fn names<'a>(caps: impl IntoIterator<Item = &'a Capability>) -> String {
+    caps.into_iter()
+        .map(|c| c.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The first failing verdict, in one sentence (its detail's first line).
+fn why_failed(o: &Outcome) -> String {
+    match o.failures().next() {
+        Some(v) => {
+            let first = v.detail.lines().next().unwrap_or_default();
+            format!("{}: {first}", v.name)
+        }
+        None => String::new(),
+    }
+}
+
+/// The conformance report as Markdown.
+pub fn markdown(profile: &Profile, outcomes: &[Outcome], rerun: &str) -> String {
+    let mut s = String::new();
+    let count = |st: Status| outcomes.iter().filter(|o| o.status == st).count();
+    let program = match &profile.program {
+        Program::OurBinary(_) => "our vllm-sidecar".to_string(),
+        Program::Command(w) => format!("`{}`", w.join(" ")),
+    };
+    let _ = writeln!(s, "# Conformance: {}\n", profile.name);
+    let _ = writeln!(
+        s,
+        "Sidecar: {program}. Declared capabilities: {}.\n",
+        match profile.capabilities.is_empty() {
+            true => "none".to_string(),
+            false => names(&profile.capabilities),
+        }
+    );
+    let _ = writeln!(
+        s,
+        "{} scenarios: {} passed, {} failed (contract violated), {} skipped.\n",
+        outcomes.len(),
+        count(Status::Passed),
+        count(Status::Failed),
+        count(Status::Skipped)
+    );
+    let _ = writeln!(s, "| scenario | result | note |\n|---|---|---|");
+    for o in outcomes {
+        let note = match o.status {
+            Status::Failed => why_failed(o).replace('|', "\\|"),
+            _ => String::new(),
+        };
+        let _ = writeln!(s, "| {} | {} | {note} |", o.name, result(o));
+    }
+    let _ = writeln!(
+        s,
+        "\n## Capabilities\n\n| capability | declared | scenarios that needed it |\n|---|---|---|"
+    );
+    let mut needed: BTreeMap<Capability, Vec<&str>> = BTreeMap::new();
+    for o in outcomes {
+        for c in &o.lacking {
+            needed.entry(*c).or_default().push(&o.name);
+        }
+    }
+    for c in Capability::ALL {
+        let declared = if profile.capabilities.contains(&c) {
+            "yes"
+        } else {
+            "no"
+        };
+        let who = needed.get(&c).map(|v| v.join(", ")).unwrap_or_default();
+        let _ = writeln!(s, "| {c} | {declared} | {who} |");
+    }
+    let failed: Vec<&Outcome> = outcomes
+        .iter()
+        .filter(|o| o.status == Status::Failed)
+        .collect();
+    if !failed.is_empty() {
+        let _ = writeln!(s, "\n## Failures\n");
+        for o in failed {
+            let _ = writeln!(s, "- **{}**: {}", o.name, why_failed(o));
+            let _ = writeln!(s, "  re-run: `{rerun} {} --jobs 1`", o.file);
+        }
+    }
+    s
+}
+
+/// The report as an HTML page: the same tables, one row per scenario and capability.
+pub fn html(profile: &Profile, outcomes: &[Outcome], rerun: &str) -> String {
+    let esc = |t: &str| {
+        t.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let mut rows = String::new();
+    for o in outcomes {
+        let (class, note) = match o.status {
+            Status::Failed => (
+                "bad",
+                format!(
+                    "{}<br><code>{} {} --jobs 1</code>",
+                    esc(&why_failed(o)),
+                    esc(rerun),
+                    esc(&o.file)
+                ),
+            ),
+            Status::Skipped => ("skip", String::new()),
+            Status::Passed => ("ok", String::new()),
+        };
+        let _ = write!(
+            rows,
+            "<tr class=\"{class}\"><td>{}</td><td>{}</td><td>{note}</td></tr>",
+            esc(&o.name),
+            esc(&result(o).replace("**", ""))
+        );
+    }
+    let mut caps = String::new();
+    for c in Capability::ALL {
+        let declared = if profile.capabilities.contains(&c) {
+            "yes"
+        } else {
+            "no"
+        };
+        let who: Vec<&str> = outcomes
+            .iter()
+            .filter(|o| o.lacking.contains(&c))
+            .map(|o| o.name.as_str())
+            .collect();
+        let _ = write!(
+            caps,
+            "<tr><td>{c}</td><td>{declared}</td><td>{}</td></tr>",
+            esc(&who.join(", "))
+        );
+    }
+    let count = |st: Status| outcomes.iter().filter(|o| o.status == st).count();
+    format!(
+        r#"<!doctype html><html><head><meta charset="utf-8"><title>conformance: {name}</title><style>
+body{{font-family:sans-serif;margin:20px}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px;vertical-align:top}}
+tr.bad{{background:#fdd}} tr.skip{{color:#777}} tr.ok td:nth-child(2){{color:#080}}
+</style></head><body><h1>Conformance: {name}</h1>
+<p>{n} scenarios: {p} passed, {f} failed (contract violated), {k} skipped.</p>
+<table><tr><th>scenario</th><th>result</th><th>why it failed, and its re-run</th></tr>{rows}</table>
+<h2>Capabilities</h2><table><tr><th>capability</th><th>declared</th><th>scenarios that needed it</th></tr>{caps}</table>
+</body></html>
+"#,
+        name = esc(&profile.name),
+        n = outcomes.len(),
+        p = count(Status::Passed),
+        f = count(Status::Failed),
+        k = count(Status::Skipped),
+    )
+}
+
+/// Where `conform` writes its report, for tests: `dir/conformance.md`.
+pub fn report_path(dir: &Path) -> PathBuf {
+    dir.join("conformance.md")
+}

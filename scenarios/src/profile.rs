@@ -1,0 +1,446 @@
+//! Sidecar profiles: which implementation of the protocol the real cluster runs, how
+//! each harness setting reaches it (a flag, an environment variable, or not at all), and
+//! which capabilities beyond the contract it declares.
+//!
+//! ```toml
+//! name = "my-sidecar"
+//! command = ["/usr/local/bin/my-sidecar", "--quiet"]
+//! capabilities = ["drain"]
+//! args = ["--backend-type", "vllm"]         # fixed extra arguments
+//! env = { PYTHONUNBUFFERED = "1" }          # fixed extra environment
+//!
+//! [settings]                                # unlisted settings keep our flag names
+//! master_url = "--service-url"              # renamed flag
+//! internal_token = { env = "XLLM_INTERNAL_TOKEN" }
+//! log_format = false                        # not given at all
+//! ```
+//!
+//! A profile is checked before anything starts, as a scenario file is: an unknown key,
+//! setting or capability, two settings on one flag or variable, or a command that
+//! cannot be found is an error naming the file and line.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::capability::{self, Capabilities, Capability};
+use crate::settings::{Setting, SidecarSettings};
+
+/// How one setting reaches the sidecar.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mapping {
+    Flag(String),
+    Env(String),
+    Dropped,
+}
+
+/// What runs as each instance's sidecar.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Program {
+    /// Our `vllm-sidecar` (`--sidecar-bin`, `$VLLM_SIDECAR_BIN`, next to the runner, or
+    /// built with cargo).
+    OurBinary(Option<PathBuf>),
+    /// A command line: the program and its first arguments.
+    Command(Vec<String>),
+}
+
+/// A sidecar implementation as the harness runs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Profile {
+    pub name: String,
+    pub program: Program,
+    pub settings: BTreeMap<Setting, Mapping>,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub capabilities: Capabilities,
+}
+
+/// How to start one sidecar process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Variables the profile maps settings to that this sidecar is not given: unset,
+    /// so the runner's own environment never stands in for them.
+    pub unset: Vec<String>,
+}
+
+impl Profile {
+    /// Our `vllm-sidecar`, every capability: the default.
+    pub fn ours(bin: Option<PathBuf>) -> Profile {
+        Profile {
+            name: "vllm-sidecar".into(),
+            program: Program::OurBinary(bin),
+            settings: BTreeMap::new(),
+            args: Vec::new(),
+            env: Vec::new(),
+            capabilities: capability::all(),
+        }
+    }
+
+    /// The upstream Python reference sidecar (`python3 -m vllm_sidecar.sidecar`): our
+    /// flags but `--log-format` and `--model`, which it does not take; no capability.
+    pub fn reference_python() -> Profile {
+        let settings = [Setting::LogFormat, Setting::Model]
+            .into_iter()
+            .map(|s| (s, Mapping::Dropped))
+            .collect();
+        Profile {
+            name: "reference-python".into(),
+            program: Program::Command(
+                ["python3", "-m", "vllm_sidecar.sidecar"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+            settings,
+            args: Vec::new(),
+            env: vec![("PYTHONUNBUFFERED".into(), "1".into())],
+            capabilities: Capabilities::new(),
+        }
+    }
+
+    /// A built-in profile by name.
+    pub fn builtin(name: &str) -> Option<Profile> {
+        match name {
+            "vllm-sidecar" => Some(Profile::ours(None)),
+            "reference-python" => Some(Profile::reference_python()),
+            _ => None,
+        }
+    }
+
+    /// `--sidecar-cmd "<command line>"`: our flags, given to that command, and no
+    /// capability declared (a profile file declares them).
+    pub fn from_command_line(line: &str) -> Result<Profile, String> {
+        let words = shlex::split(line)
+            .filter(|w| !w.is_empty())
+            .ok_or_else(|| format!("--sidecar-cmd `{line}`: not a command line"))?;
+        let p = Profile {
+            name: "sidecar-cmd".into(),
+            program: Program::Command(words),
+            settings: BTreeMap::new(),
+            args: Vec::new(),
+            env: Vec::new(),
+            capabilities: Capabilities::new(),
+        };
+        p.check_program()
+            .map_err(|e| format!("--sidecar-cmd: {e}"))?;
+        Ok(p)
+    }
+
+    /// Read a profile file (or a built-in profile's name).
+    pub fn load(arg: &str) -> Result<Profile, String> {
+        if let Some(p) = Profile::builtin(arg) {
+            return Ok(p);
+        }
+        let text = std::fs::read_to_string(arg).map_err(|e| format!("{arg}: {e}"))?;
+        Profile::parse(arg, &text)
+    }
+
+    /// Parse and check a profile file's text (`file` names it in errors).
+    pub fn parse(file: &str, text: &str) -> Result<Profile, String> {
+        let at = |key: &str, msg: String| match line_of(text, key) {
+            Some(l) => format!("{file}:{l}: {msg}"),
+            None => format!("{file}: {msg}"),
+        };
+        let raw: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            let line = e
+                .span()
+                .map(|s| 1 + text[..s.start.min(text.len())].matches('\n').count());
+            let msg = e.message().trim().replace('\n', "; ");
+            match line {
+                Some(l) => format!("{file}:{l}: {msg}"),
+                None => format!("{file}: {msg}"),
+            }
+        })?;
+        let mut p = Profile {
+            name: file.to_string(),
+            program: Program::Command(Vec::new()),
+            settings: BTreeMap::new(),
+            args: Vec::new(),
+            env: Vec::new(),
+            capabilities: Capabilities::new(),
+        };
+        for (key, value) in &raw {
+            match key.as_str() {
+                "name" => p.name = string(value).ok_or_else(|| at(key, "`name` is a string".into()))?,
+                "command" => p.program = Program::Command(strings(value).ok_or_else(|| {
+                    at(key, "`command` is a list of strings: the program, then its arguments".into())
+                })?),
+                "args" => p.args = strings(value).ok_or_else(|| at(key, "`args` is a list of strings".into()))?,
+                "env" => p.env = env_table(value).ok_or_else(|| at(key, "`env` is a table of strings".into()))?,
+                "capabilities" => {
+                    let names = strings(value).ok_or_else(|| at(key, "`capabilities` is a list of names".into()))?;
+                    for n in names {
+                        let c = Capability::parse(&n).ok_or_else(|| {
+                            let known: Vec<&str> = Capability::ALL.iter().map(|c| c.as_str()).collect();
+                            at(&n, format!("unknown capability `{n}` (known: {})", known.join(", ")))
+                        })?;
+                        p.capabilities.insert(c);
+                    }
+                }
+                "settings" => p.settings = settings_table(value, &at)?,
+                other => {
+                    return Err(at(other, format!(
+                        "unknown key `{other}` (expected name, command, args, env, capabilities, settings)"
+                    )))
+                }
+            }
+        }
+        if p.program == Program::Command(Vec::new()) {
+            return Err(format!("{file}: `command` is missing"));
+        }
+        p.check_twice(&at)?;
+        p.check_program().map_err(|e| at("command", e))?;
+        Ok(p)
+    }
+
+    /// Two settings on one flag or one variable (what the sidecar got would be one of
+    /// them, whichever came last).
+    fn check_twice(&self, at: &dyn Fn(&str, String) -> String) -> Result<(), String> {
+        let mut seen: BTreeMap<String, Setting> = BTreeMap::new();
+        for s in Setting::ALL {
+            let target = match self.mapping(s) {
+                Mapping::Flag(f) => format!("flag {f}"),
+                Mapping::Env(v) => format!("variable {v}"),
+                Mapping::Dropped => continue,
+            };
+            if let Some(first) = seen.insert(target.clone(), s) {
+                return Err(at(
+                    s.name(),
+                    format!(
+                        "settings `{}` and `{}` are both mapped to {target}",
+                        first.name(),
+                        s.name()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The program must be something that can be run.
+    fn check_program(&self) -> Result<(), String> {
+        match &self.program {
+            Program::OurBinary(_) => Ok(()),
+            Program::Command(words) => {
+                let prog = words.first().ok_or("the command is empty")?;
+                find_program(prog)
+                    .map(|_| ())
+                    .ok_or_else(|| format!("command `{prog}` not found"))
+            }
+        }
+    }
+
+    /// How `setting` reaches the sidecar.
+    pub fn mapping(&self, setting: Setting) -> Mapping {
+        match self.settings.get(&setting) {
+            Some(m) => m.clone(),
+            None => Mapping::Flag(setting.our_flag().to_string()),
+        }
+    }
+
+    /// The process to start for one sidecar with `settings`.
+    pub fn launch(&self, settings: &SidecarSettings) -> Result<Launch, String> {
+        let (program, mut args) = match &self.program {
+            Program::OurBinary(Some(p)) => (p.clone(), Vec::new()),
+            Program::OurBinary(None) => (crate::sidecar::locate_binary()?, Vec::new()),
+            Program::Command(words) => {
+                let (prog, rest) = words
+                    .split_first()
+                    .ok_or("the profile's command is empty")?;
+                let found =
+                    find_program(prog).ok_or_else(|| format!("command `{prog}` not found"))?;
+                (found, rest.to_vec())
+            }
+        };
+        args.extend(self.args.iter().cloned());
+        let mut env = self.env.clone();
+        for (s, v) in &settings.values {
+            match self.mapping(*s) {
+                Mapping::Flag(f) => args.extend([f, v.clone()]),
+                Mapping::Env(name) => env.push((name, v.clone())),
+                Mapping::Dropped => {}
+            }
+        }
+        for (f, v) in &settings.extra {
+            args.extend([f.clone(), v.clone()]);
+        }
+        let given = |s: &Setting| settings.values.iter().any(|(g, _)| g == s);
+        let unset = Setting::ALL
+            .iter()
+            .filter(|s| !given(s))
+            .filter_map(|s| match self.mapping(*s) {
+                Mapping::Env(name) => Some(name),
+                _ => None,
+            })
+            .collect();
+        Ok(Launch {
+            program,
+            args,
+            env,
+            unset,
+        })
+    }
+}
+
+fn string(v: &toml::Value) -> Option<String> {
+    v.as_str().map(str::to_string)
+}
+
+fn strings(v: &toml::Value) -> Option<Vec<String>> {
+    v.as_array()?.iter().map(string).collect()
+}
+
+fn env_table(v: &toml::Value) -> Option<Vec<(String, String)>> {
+    v.as_table()?
+        .iter()
+        .map(|(k, v)| Some((k.clone(), string(v)?)))
+        .collect()
+}
+
+fn settings_table(
+    v: &toml::Value,
+    at: &dyn Fn(&str, String) -> String,
+) -> Result<BTreeMap<Setting, Mapping>, String> {
+    let table = v.as_table().ok_or_else(|| {
+        at(
+            "settings",
+            "`settings` is a table: setting = \"--flag\"".into(),
+        )
+    })?;
+    let mut out = BTreeMap::new();
+    for (k, v) in table {
+        let s = Setting::parse(k).ok_or_else(|| {
+            let known: Vec<&str> = Setting::ALL.iter().map(|s| s.name()).collect();
+            at(
+                k,
+                format!("unknown setting `{k}` (known: {})", known.join(", ")),
+            )
+        })?;
+        let m = match v {
+            toml::Value::String(f) if f.starts_with('-') => Mapping::Flag(f.clone()),
+            toml::Value::Boolean(false) => Mapping::Dropped,
+            toml::Value::Table(t)
+                if t.len() == 1 && t.get("env").and_then(|e| e.as_str()).is_some() =>
+            {
+                Mapping::Env(
+                    t.get("env")
+                        .and_then(|e| e.as_str())
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            }
+            _ => {
+                return Err(at(
+                    k,
+                    format!(
+                    "setting `{k}`: a flag (\"--name\"), {{ env = \"NAME\" }}, or false to drop it"
+                ),
+                ))
+            }
+        };
+        out.insert(s, m);
+    }
+    Ok(out)
+}
+
+/// The line (1-based) where `key` is first written as a key or a quoted value.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    text.lines()
+        .position(|l| {
+            let t = l.trim_start();
+            t.starts_with(&format!("{key} "))
+                || t.starts_with(&format!("{key}="))
+                || l.contains(&format!("\"{key}\""))
+        })
+        .map(|i| i + 1)
+}
+
+/// `prog` as a path that exists, or found on `$PATH`.
+fn find_program(prog: &str) -> Option<PathBuf> {
+    if prog.contains('/') {
+        let p = Path::new(prog);
+        return p.is_file().then(|| p.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::SidecarSettings;
+
+    fn settings() -> SidecarSettings {
+        SidecarSettings {
+            values: vec![
+                (Setting::LeaseTtl, "3".into()),
+                (Setting::MasterUrl, "http://m".into()),
+                (Setting::LogFormat, "json".into()),
+            ],
+            extra: vec![("--x".into(), "1".into())],
+        }
+    }
+
+    #[test]
+    fn a_profile_renames_moves_and_drops_settings() {
+        let text = "name = \"other\"\ncommand = [\"sh\", \"-c\", \"true\"]\nargs = [\"--fixed\"]\nenv = { A = \"1\" }\ncapabilities = [\"drain\"]\n[settings]\nlease_ttl = \"--ttl\"\nmaster_url = { env = \"MASTER\" }\ninternal_token = { env = \"TOKEN\" }\nlog_format = false\n";
+        let p = Profile::parse("p.toml", text).unwrap();
+        assert_eq!(p.name, "other");
+        assert!(p.capabilities.contains(&Capability::Drain));
+        let l = p.launch(&settings()).unwrap();
+        assert!(l.program.ends_with("sh"), "{:?}", l.program);
+        assert_eq!(l.args, ["-c", "true", "--fixed", "--ttl", "3", "--x", "1"]);
+        assert_eq!(
+            l.env,
+            [
+                ("A".to_string(), "1".to_string()),
+                ("MASTER".into(), "http://m".into())
+            ]
+        );
+        // A mapped variable whose setting is not given is unset, not inherited.
+        assert_eq!(l.unset, ["TOKEN"]);
+    }
+
+    #[test]
+    fn a_profile_is_checked_before_anything_runs() {
+        let cases = [
+            ("command = [\"sh\"]\ncolour = \"red\"\n", "p.toml:2: unknown key `colour`"),
+            ("command = [\"sh\"]\ncapabilities = [\"flying\"]\n", "p.toml:2: unknown capability `flying`"),
+            ("command = [\"sh\"]\n[settings]\nlease_tll = \"--ttl\"\n", "p.toml:3: unknown setting `lease_tll`"),
+            (
+                "command = [\"sh\"]\n[settings]\nlease_ttl = \"--ttl\"\nhealth_timeout = \"--ttl\"\n",
+                "settings `lease_ttl` and `health_timeout` are both mapped to flag --ttl",
+            ),
+            ("command = [\"sh\"]\n[settings]\nlease_ttl = \"--lease-ttl\"\nhealth_timeout = \"--lease-ttl\"\n", "p.toml:4:"),
+            ("name = \"x\"\n", "p.toml: `command` is missing"),
+            ("command = [\"/no/such/sidecar\"]\n", "p.toml:1: command `/no/such/sidecar` not found"),
+            ("command = [\"sh\"\n", "invalid array; expected `]`"),
+        ];
+        for (text, want) in cases {
+            let e = Profile::parse("p.toml", text).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn built_in_profiles_and_command_lines() {
+        let r = Profile::builtin("reference-python").unwrap();
+        assert_eq!(r.mapping(Setting::Model), Mapping::Dropped);
+        assert_eq!(
+            r.mapping(Setting::LeaseTtl),
+            Mapping::Flag("--lease-ttl".into())
+        );
+        assert!(r.capabilities.is_empty());
+        assert_eq!(Profile::ours(None).capabilities, capability::all());
+        let p = Profile::from_command_line("sh -c 'exec true'").unwrap();
+        assert_eq!(
+            p.program,
+            Program::Command(vec!["sh".into(), "-c".into(), "exec true".into()])
+        );
+        assert!(Profile::from_command_line("no-such-sidecar-here --x").is_err());
+        assert!(Profile::from_command_line("sh 'unclosed").is_err());
+    }
+}

@@ -1,0 +1,217 @@
+//! The settings the harness gives every sidecar, by their harness names, and how our
+//! `vllm-sidecar` takes them (its flags). A profile ([`crate::profile`]) maps them to
+//! another implementation's flags or environment variables; the simulation always
+//! configures the sidecar's core by our flags, parsed by the sidecar's own parser.
+
+use crate::dur::Dur;
+use crate::topology::Topology;
+
+/// One setting, by its harness name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Setting {
+    EtcdEndpoints,
+    EtcdNamespace,
+    EtcdTimeout,
+    EtcdUsername,
+    EtcdPassword,
+    VllmUrl,
+    RegisterAddr,
+    InstanceType,
+    InstanceName,
+    LeaseTtl,
+    KeepaliveInterval,
+    HealthTimeout,
+    HealthFailThreshold,
+    MasterUrl,
+    HeartbeatInterval,
+    InternalToken,
+    LogFormat,
+    LogLevel,
+    Model,
+}
+
+impl Setting {
+    pub const ALL: [Setting; 19] = [
+        Setting::EtcdEndpoints,
+        Setting::EtcdNamespace,
+        Setting::EtcdTimeout,
+        Setting::EtcdUsername,
+        Setting::EtcdPassword,
+        Setting::VllmUrl,
+        Setting::RegisterAddr,
+        Setting::InstanceType,
+        Setting::InstanceName,
+        Setting::LeaseTtl,
+        Setting::KeepaliveInterval,
+        Setting::HealthTimeout,
+        Setting::HealthFailThreshold,
+        Setting::MasterUrl,
+        Setting::HeartbeatInterval,
+        Setting::InternalToken,
+        Setting::LogFormat,
+        Setting::LogLevel,
+        Setting::Model,
+    ];
+
+    /// The name profiles use (`lease_ttl`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Setting::EtcdEndpoints => "etcd_endpoints",
+            Setting::EtcdNamespace => "etcd_namespace",
+            Setting::EtcdTimeout => "etcd_timeout",
+            Setting::EtcdUsername => "etcd_username",
+            Setting::EtcdPassword => "etcd_password",
+            Setting::VllmUrl => "vllm_url",
+            Setting::RegisterAddr => "register_addr",
+            Setting::InstanceType => "instance_type",
+            Setting::InstanceName => "instance_name",
+            Setting::LeaseTtl => "lease_ttl",
+            Setting::KeepaliveInterval => "keepalive_interval",
+            Setting::HealthTimeout => "health_timeout",
+            Setting::HealthFailThreshold => "health_fail_threshold",
+            Setting::MasterUrl => "master_url",
+            Setting::HeartbeatInterval => "heartbeat_interval",
+            Setting::InternalToken => "internal_token",
+            Setting::LogFormat => "log_format",
+            Setting::LogLevel => "log_level",
+            Setting::Model => "model",
+        }
+    }
+
+    /// The flag our `vllm-sidecar` takes it by.
+    pub fn our_flag(self) -> &'static str {
+        match self {
+            Setting::EtcdEndpoints => "--etcd-endpoints",
+            Setting::EtcdNamespace => "--etcd-namespace",
+            Setting::EtcdTimeout => "--etcd-timeout",
+            Setting::EtcdUsername => "--etcd-username",
+            Setting::EtcdPassword => "--etcd-password",
+            Setting::VllmUrl => "--vllm-url",
+            Setting::RegisterAddr => "--register-addr",
+            Setting::InstanceType => "--instance-type",
+            Setting::InstanceName => "--instance-name",
+            Setting::LeaseTtl => "--lease-ttl",
+            Setting::KeepaliveInterval => "--keepalive-interval",
+            Setting::HealthTimeout => "--health-timeout",
+            Setting::HealthFailThreshold => "--health-fail-threshold",
+            Setting::MasterUrl => "--xllm-service-url",
+            Setting::HeartbeatInterval => "--heartbeat-interval",
+            Setting::InternalToken => "--internal-token",
+            Setting::LogFormat => "--log-format",
+            Setting::LogLevel => "--log-level",
+            Setting::Model => "--model",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Setting> {
+        Setting::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// The setting our flag `flag` gives, if it is one.
+    pub fn of_our_flag(flag: &str) -> Option<Setting> {
+        Setting::ALL.into_iter().find(|s| s.our_flag() == flag)
+    }
+}
+
+/// Where one sidecar's peers are (URLs the real mode's proxies listen on, or the
+/// simulator's node names) and who it is.
+pub struct Peers<'a> {
+    /// Comma-separated etcd endpoint URLs.
+    pub etcd: String,
+    pub vllm: String,
+    pub master: String,
+    pub namespace: &'a str,
+    pub register_addr: &'a str,
+    pub instance_name: &'a str,
+    /// The internal token it sends (`None` or `""`: none).
+    pub token: Option<&'a str>,
+}
+
+/// One sidecar's settings with their values, and the flags beyond them that the
+/// scenario (`sidecar_args`) or the runner (a deliberately wrong configuration) add.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SidecarSettings {
+    pub values: Vec<(Setting, String)>,
+    /// Flags no setting names, in our sidecar's words, as given.
+    pub extra: Vec<(String, String)>,
+}
+
+impl SidecarSettings {
+    /// The topology's settings for one sidecar, then its `sidecar_args`, then the
+    /// runner's overrides, each replacing an earlier value of the same setting (a flag
+    /// of ours names the setting; any other flag is kept as an extra).
+    pub fn new(topo: &Topology, peers: &Peers<'_>, overrides: &[(String, String)]) -> Self {
+        let secs = |d: Dur| d.secs_f64().to_string();
+        let mut values: Vec<(Setting, String)> = vec![
+            (Setting::EtcdEndpoints, peers.etcd.clone()),
+            (Setting::EtcdNamespace, peers.namespace.to_string()),
+            (Setting::EtcdTimeout, secs(topo.etcd_timeout)),
+            (Setting::VllmUrl, peers.vllm.clone()),
+            (Setting::RegisterAddr, peers.register_addr.to_string()),
+            (Setting::InstanceType, topo.instance_type.clone()),
+            (Setting::InstanceName, peers.instance_name.to_string()),
+            (Setting::LeaseTtl, topo.lease_ttl.to_string()),
+            (Setting::KeepaliveInterval, secs(topo.keepalive_interval)),
+            (Setting::HealthTimeout, secs(topo.health_timeout)),
+            (
+                Setting::HealthFailThreshold,
+                topo.health_fail_threshold.to_string(),
+            ),
+            (Setting::MasterUrl, peers.master.clone()),
+            (Setting::HeartbeatInterval, secs(topo.heartbeat_interval)),
+            (Setting::LogFormat, "json".into()),
+            (Setting::LogLevel, "INFO".into()),
+            (Setting::Model, "mock-model".into()),
+        ];
+        if let Some(t) = peers.token.filter(|t| !t.is_empty()) {
+            values.push((Setting::InternalToken, t.to_string()));
+        }
+        if let (Some(u), Some(p)) = (&topo.etcd_user, &topo.etcd_password) {
+            values.push((Setting::EtcdUsername, u.clone()));
+            values.push((Setting::EtcdPassword, p.clone()));
+        }
+        let mut s = SidecarSettings {
+            values,
+            extra: Vec::new(),
+        };
+        let mut args = topo.sidecar_args.iter();
+        while let Some(f) = args.next() {
+            match f.split_once('=') {
+                Some((k, v)) => s.set(k, v),
+                None => {
+                    let v = args.next().cloned().unwrap_or_default();
+                    s.set(f, &v)
+                }
+            }
+        }
+        for (k, v) in overrides {
+            s.set(k, v);
+        }
+        s
+    }
+
+    /// Set our flag `flag` to `v`: its setting if it names one, else an extra flag.
+    fn set(&mut self, flag: &str, v: &str) {
+        let v = v.to_string();
+        match Setting::of_our_flag(flag) {
+            Some(setting) => match self.values.iter_mut().find(|(s, _)| *s == setting) {
+                Some(slot) => slot.1 = v,
+                None => self.values.push((setting, v)),
+            },
+            None => match self.extra.iter_mut().find(|(f, _)| f == flag) {
+                Some(slot) => slot.1 = v,
+                None => self.extra.push((flag.to_string(), v)),
+            },
+        }
+    }
+
+    /// The command-line arguments our `vllm-sidecar` takes for these settings.
+    pub fn our_flags(&self) -> Vec<String> {
+        let named = self.values.iter().map(|(s, v)| (s.our_flag(), v.as_str()));
+        let extra = self.extra.iter().map(|(f, v)| (f.as_str(), v.as_str()));
+        named
+            .chain(extra)
+            .flat_map(|(k, v)| [k.to_string(), v.to_string()])
+            .collect()
+    }
+}
