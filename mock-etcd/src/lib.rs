@@ -64,8 +64,12 @@
 //! Entry point: [`start`] binds, spawns the server and the lease-expiry loop, and answers
 //! a [`MockEtcd`] handle.
 
+pub mod accounts;
+pub mod alarm;
 pub mod answers;
 mod auth;
+pub mod auth_admin;
+pub mod auth_messages;
 mod body;
 pub mod calls;
 mod cluster;
@@ -82,7 +86,10 @@ mod gateway;
 pub mod journal;
 pub mod kv_ops;
 mod lease;
+pub mod lock;
+mod lock_wait;
 mod locking;
+pub mod permits;
 pub mod requests;
 pub mod scan;
 mod size;

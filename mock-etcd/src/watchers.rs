@@ -80,7 +80,11 @@ impl Spec {
         WireEvent {
             kind: (ev.kind == EventKind::Delete).then_some("DELETE"),
             kv: &ev.kv,
-            prev_kv: if self.prev_kv { ev.prev.as_ref() } else { None },
+            prev_kv: if self.prev_kv {
+                ev.prev.as_deref()
+            } else {
+                None
+            },
         }
     }
 }
