@@ -89,6 +89,7 @@ mod lease;
 pub mod lock;
 mod lock_wait;
 mod locking;
+pub mod outbox;
 pub mod permits;
 pub mod requests;
 pub mod scan;
@@ -116,6 +117,19 @@ pub use journal::RequestLog;
 use crate::journal::Journal;
 use crate::locking::lock;
 use crate::state::Shared;
+
+/// Bytes of keys and values and of queued watch answers the fake holds now: what
+/// its memory grows with (the rest is bounded by constants and the request log).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Retained {
+    /// Current keys and values.
+    pub live: usize,
+    /// Superseded versions the history keeps (at most `Config::history_bytes_cap`).
+    pub history: usize,
+    /// Answers queued for watch streams (at most `Config::watch_backlog_bytes` plus
+    /// one answer, per open stream).
+    pub watch_backlog: usize,
+}
 
 /// A running fake etcd.
 #[derive(Clone)]
@@ -149,6 +163,7 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockEtcd> 
         release,
         client_url: std::sync::OnceLock::new(),
         started: std::time::Instant::now(),
+        watch_queued: Default::default(),
         config,
     });
     let mut router = gateway::router(shared.clone());
@@ -230,6 +245,19 @@ impl MockEtcd {
         core.data()
             .get(key.as_bytes())
             .map(|kv| (String::from_utf8_lossy(&kv.value).into_owned(), kv.lease))
+    }
+
+    /// What the fake's memory holds now (see [`Retained`]).
+    pub fn retained(&self) -> Retained {
+        let core = self.shared.core();
+        Retained {
+            live: core.data().data_bytes(),
+            history: core.data().history_bytes(),
+            watch_backlog: self
+                .shared
+                .watch_queued
+                .load(std::sync::atomic::Ordering::Acquire),
+        }
     }
 
     /// The most recent requests, oldest first.

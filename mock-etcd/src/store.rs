@@ -205,6 +205,12 @@ impl Store {
         self.live_bytes + self.history_bytes
     }
 
+    /// Bytes of the superseded versions the history keeps (at most the history
+    /// bytes cap once a revision is closed).
+    pub fn history_bytes(&self) -> usize {
+        self.history_bytes
+    }
+
     /// How many times the keys and values were written (puts, deletes, data losses):
     /// the same count twice means every key and value is as it was (unlike the
     /// revision, which a data loss may set back).

@@ -24,8 +24,9 @@ use crate::codec;
 use crate::core::WatchStream;
 use crate::decode::Piece;
 use crate::error::{code, EtcdError};
+use crate::outbox::Outbox;
 use crate::state::Shared;
-use crate::watchers::{line, Outbox, Overflow, WatchResponse};
+use crate::watchers::{line, WatchResponse};
 
 /// How long a stream may take to send its first message before we answer anyway.
 const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(5);
@@ -45,15 +46,16 @@ struct Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.shared.core().watch_close(&self.ws);
+        self.out.release();
     }
 }
 
 pub async fn watch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
-    let (tx, rx) = mpsc::channel(shared.config.watch_backlog.max(1));
-    let out = Outbox {
-        tx,
-        overflow: Arc::new(Overflow::default()),
-    };
+    let (out, rx) = Outbox::new(
+        shared.config.watch_backlog,
+        shared.config.watch_backlog_bytes,
+        shared.watch_queued.clone(),
+    );
     let now = shared.now();
     let ws = shared
         .core()
@@ -100,6 +102,7 @@ impl Session {
                 return None;
             }
             if let Ok(l) = self.rx.try_recv() {
+                self.out.took(l.len());
                 return Some(l);
             }
             if self.out.overflow.hit.load(Ordering::Acquire) && !self.done {
@@ -113,7 +116,12 @@ impl Session {
             let overflow = self.out.overflow.clone();
             let stop = self.stop.clone();
             let piece = tokio::select! {
-                l = self.rx.recv() => return l,
+                l = self.rx.recv() => {
+                    if let Some(l) = &l {
+                        self.out.took(l.len());
+                    }
+                    return l;
+                }
                 p = self.reader.next(), if reading => p,
                 _ = overflow.wake.notified() => continue,
                 _ = stop.wait() => return None,
