@@ -64,7 +64,9 @@ struct Member {
 
 pub async fn status(State(shared): State<Arc<Shared>>, body: Body) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let _: Empty = decode::parse(&body)?;
+    if let Err(e) = decode::parse::<Empty>(&body) {
+        return Ok(e.untrailed());
+    }
     let core = shared.core();
     let rev = core.revision();
     let (db_size, db_size_in_use) = (core.data().db_size(), core.data().db_size_in_use());
@@ -90,7 +92,9 @@ pub async fn member_list(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let _: Empty = decode::parse(&body)?;
+    if let Err(e) = decode::parse::<Empty>(&body) {
+        return Ok(e.untrailed());
+    }
     let client_url = shared.client_url.get().cloned().unwrap_or_default();
     let resp = MemberListResponse {
         header: shared.header(0),

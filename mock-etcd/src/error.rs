@@ -278,6 +278,22 @@ impl IntoResponse for EtcdError {
     }
 }
 
+impl EtcdError {
+    /// An error the gateway answers before any gRPC call is made (a body it cannot
+    /// decode; a streamed call refused before its stream starts): written with a
+    /// length and no trailer, as grpc-gateway does when it has no call metadata.
+    pub fn untrailed(self) -> Response {
+        let mut resp = (self.status, self.body()).into_response();
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        codec::cors(h);
+        resp
+    }
+}
+
 /// Plain-text answers of Go's HTTP muxes (not JSON): unknown paths and wrong methods.
 pub fn plain(status: StatusCode, text: &'static str) -> Response {
     let mut resp = (status, text).into_response();

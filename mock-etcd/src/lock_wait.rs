@@ -58,7 +58,7 @@ pub async fn lock(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
     };
     let req: LockRequest = match decode::parse(&body) {
         Ok(r) => r,
-        Err(e) => return e.into_response(),
+        Err(e) => return e.untrailed(),
     };
     let token = crate::auth::token(&headers);
     let now = shared.now();

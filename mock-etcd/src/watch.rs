@@ -16,7 +16,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use tokio::sync::mpsc;
 
 use crate::body::StreamReader;
@@ -72,12 +72,10 @@ pub async fn watch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: 
     };
     // The gateway answers a malformed first message with a plain error, not a stream.
     match tokio::time::timeout(FIRST_MESSAGE_WAIT, s.reader.next()).await {
-        Ok(Some(Piece::Malformed(msg))) => {
-            return EtcdError::grpc(code::UNKNOWN, msg).into_response()
-        }
+        Ok(Some(Piece::Malformed(msg))) => return EtcdError::grpc(code::UNKNOWN, msg).untrailed(),
         Ok(Some(Piece::Message(v))) => {
             if let Err(msg) = s.handle(v) {
-                return EtcdError::grpc(code::UNKNOWN, msg).into_response();
+                return EtcdError::grpc(code::UNKNOWN, msg).untrailed();
             }
         }
         Ok(None) | Err(_) => {}

@@ -25,12 +25,18 @@ struct Resp {
     content_type: String,
     location: String,
     allow: String,
+    /// The `Trailer` header, and whether the body was sent without a length
+    /// (chunked), as grpc-gateway sends its errors.
+    trailer: String,
+    chunked: bool,
     text: String,
 }
 
 struct Side {
     url: String,
     token: Option<String>,
+    /// More tokens by alias (`$pub0` in `auth`), for steps as other users.
+    tokens: HashMap<String, String>,
     ids: HashMap<String, String>,
 }
 
@@ -64,11 +70,13 @@ impl Diff {
             real: Side {
                 url: real.to_string(),
                 token: None,
+                tokens: HashMap::new(),
                 ids: HashMap::new(),
             },
             fake: Side {
                 url: fake.to_string(),
                 token: None,
+                tokens: HashMap::new(),
                 ids: HashMap::new(),
             },
             aliases: HashMap::new(),
@@ -100,6 +108,7 @@ impl Diff {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let token = match auth {
             Some("$TOKEN") => side.token.clone(),
+            Some(t) if t.starts_with('$') => side.tokens.get(&t[1..]).cloned(),
             Some(t) => Some(t.to_string()),
             None => None,
         };
@@ -132,12 +141,16 @@ impl Diff {
         };
         let (content_type, location, allow) =
             (header("content-type"), header("location"), header("allow"));
+        let trailer = header("trailer").to_ascii_lowercase();
+        let chunked = r.headers().get("content-length").is_none();
         let text = r.text().await.unwrap();
         Resp {
             status,
             content_type,
             location,
             allow,
+            trailer,
+            chunked,
             text,
         }
     }
@@ -180,8 +193,8 @@ impl Diff {
             "content-type differs; {ctx}"
         );
         assert_eq!(
-            (&r.location, &r.allow),
-            (&f.location, &f.allow),
+            (&r.location, &r.allow, &r.trailer, r.chunked),
+            (&f.location, &f.allow, &f.trailer, f.chunked),
             "headers differ; {ctx}"
         );
         let (rv, fv) = match (parse_body(&r.text), parse_body(&f.text)) {
