@@ -7,6 +7,9 @@
 #[path = "support/real_etcd.rs"]
 mod real_etcd;
 
+#[path = "support/diff_admin.rs"]
+mod admin;
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -373,13 +376,23 @@ fn fake_config(users: Vec<(String, String)>) -> Config {
 }
 
 async fn start_pair(auth: bool) -> Option<(RealEtcd, MockEtcd)> {
-    let real = RealEtcd::start(&["--auth-token-ttl", "2"]).await?;
+    start_pair_ttl(auth, 2).await
+}
+
+/// A real etcd and a fake, tokens idle-expiring after `ttl` seconds; with `auth`, a
+/// user `root` configured on the fake and set up on etcd.
+async fn start_pair_ttl(auth: bool, ttl: u64) -> Option<(RealEtcd, MockEtcd)> {
+    let real = RealEtcd::start(&["--auth-token-ttl", &ttl.to_string()]).await?;
     let users = if auth {
         vec![("root".to_string(), "rootpw".to_string())]
     } else {
         Vec::new()
     };
-    let fake = mock_etcd::start(fake_config(users), mock_kit::Events::none("etcd"))
+    let config = Config {
+        token_ttl: Duration::from_secs(ttl),
+        ..fake_config(users)
+    };
+    let fake = mock_etcd::start(config, mock_kit::Events::none("etcd"))
         .await
         .unwrap();
     Some((real, fake))
@@ -391,9 +404,10 @@ async fn real_etcd_and_fake_answer_alike() {
         println!("skipped: etcd not found (apt-get install etcd-server)");
         return;
     }
-    let ((real, fake), (real_auth, fake_auth)) = tokio::join!(
+    let ((real, fake), (real_auth, fake_auth), (real_adm, fake_adm)) = tokio::join!(
         async { start_pair(false).await.expect("etcd starts") },
-        async { start_pair(true).await.expect("etcd starts") }
+        async { start_pair(true).await.expect("etcd starts") },
+        async { start_pair_ttl(false, 300).await.expect("etcd starts") }
     );
     // The two pairs are independent: run them side by side.
     let plain = async {
@@ -415,12 +429,21 @@ async fn real_etcd_and_fake_answer_alike() {
         cluster_sequence(&mut a).await;
         a.steps
     };
-    let (p, a) = tokio::join!(plain, with_auth);
+    // Auth set up through the API, tokens that outlive the whole sequence.
+    let admin = async {
+        let mut m = Diff::new(&real_adm.url, &fake_adm.url());
+        admin::auth_setup_sequence(&mut m).await;
+        admin::roles_sequence(&mut m).await;
+        admin::permissions_sequence(&mut m).await;
+        m.steps
+    };
+    let (p, a, m) = tokio::join!(plain, with_auth, admin);
     // Every step asserted identical answers (normalized as above): the count is the
     // number of identical steps.
-    println!("differential: {} steps identical to real etcd", p + a);
+    println!("differential: {} steps identical to real etcd", p + a + m);
     fake.stop().await;
     fake_auth.stop().await;
+    fake_adm.stop().await;
 }
 
 async fn kv_sequence(d: &mut Diff) {
