@@ -420,6 +420,8 @@ async fn real_etcd_and_fake_answer_alike() {
         cluster_sequence(&mut d).await;
         watch_sequence(&mut d).await;
         no_auth_sequence(&mut d).await;
+        admin::lock_sequence(&mut d).await;
+        admin::alarm_sequence(&mut d).await;
         d.steps
     };
     let with_auth = async {

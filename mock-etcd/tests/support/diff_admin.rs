@@ -275,7 +275,7 @@ async fn admin_refusals_sequence(d: &mut Diff) {
 }
 
 async fn lock_with_auth_sequence(d: &mut Diff) {
-    let name = b64("lk");
+    let name = b64("mutex");
     d.check("/v3/lock/lock", &format!(r#"{{"name":"{name}"}}"#))
         .await;
     d.as_user("pub0", "/v3/lock/lock", &format!(r#"{{"name":"{name}"}}"#))
@@ -335,4 +335,212 @@ async fn teardown_sequence(d: &mut Diff) {
     d.check("/v3/auth/enable", "{}").await;
     d.check("/v3/auth/authenticate", r#"{"name":"root","password":""}"#)
         .await;
+}
+
+/// v3lock without auth: explicit leases (so both sides name the same keys), a
+/// second holder waiting until the first unlocks, errors through the lock server.
+pub async fn lock_sequence(d: &mut Diff) {
+    for id in [7001, 7002] {
+        d.check("/v3/lease/grant", &format!(r#"{{"TTL":60,"ID":{id}}}"#))
+            .await;
+    }
+    let name = b64("mutex");
+    let first = format!(r#"{{"name":"{name}","lease":7001}}"#);
+    d.check("/v3/lock/lock", &first).await;
+    d.check("/v3/lock/lock", &first).await;
+    d.steps += 1;
+    let second = format!(r#"{{"name":"{name}","lease":7002}}"#);
+    let (real_wait, fake_wait) = (
+        d.send(&d.real, "POST", "/v3/lock/lock", &second, None),
+        d.send(&d.fake, "POST", "/v3/lock/lock", &second, None),
+    );
+    let unlock = async {
+        // The waiter's key exists on both sides before the holder lets go.
+        let waiter = format!(r#"{{"key":"{}","count_only":true}}"#, b64("mutex/1b5a"));
+        for side in [&d.real, &d.fake] {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let r = d.send(side, "POST", "/v3/kv/range", &waiter, None).await;
+                if r.text.contains(r#""count":"1""#) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "waiter never queued: {r:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let body = format!(r#"{{"key":"{}"}}"#, b64("mutex/1b59"));
+        let (r, f) = tokio::join!(
+            d.send(&d.real, "POST", "/v3/lock/unlock", &body, None),
+            d.send(&d.fake, "POST", "/v3/lock/unlock", &body, None)
+        );
+        (r, f)
+    };
+    let (r, f, (ur, uf)) = tokio::join!(real_wait, fake_wait, unlock);
+    d.compare("POST", "/v3/lock/unlock", "first holder", ur, uf);
+    d.compare("POST", "/v3/lock/lock", &second, r, f);
+    let all = format!(
+        r#"{{"key":"{}","range_end":"{}"}}"#,
+        b64("mutex/"),
+        b64("mutex0")
+    );
+    d.check("/v3/kv/range", &all).await;
+    for body in [
+        format!(r#"{{"key":"{}"}}"#, b64("mutex/1b5a")),
+        format!(r#"{{"key":"{}"}}"#, b64("mutex/1b5a")),
+        "{}".to_string(),
+        "bad".to_string(),
+    ] {
+        d.check("/v3/lock/unlock", &body).await;
+    }
+    for body in [
+        r#"{"name":"bA==","lease":999}"#,
+        r#"{"name":5}"#,
+        "garbage",
+        r#"{"name":"bA==","lease":"7001"}"#,
+    ] {
+        d.check("/v3/lock/lock", body).await;
+    }
+    d.check_with("GET", "/v3/lock/lock", "", None).await;
+    d.check("/v3beta/lock/lock", r#"{"name":"bTI=","lease":7002}"#)
+        .await;
+    d.check("/v3/kv/range", &all).await;
+    lock_without_lease(d).await;
+}
+
+/// Without a lease the lock server grants one of 60 s: the key ends in its ID, which
+/// differs by side, so the key is compared as `name/` and checked to be that lease.
+async fn lock_without_lease(d: &mut Diff) {
+    d.steps += 1;
+    let body = format!(r#"{{"name":"{}"}}"#, b64("auto"));
+    let (r, f) = tokio::join!(
+        d.send(&d.real, "POST", "/v3/lock/lock", &body, None),
+        d.send(&d.fake, "POST", "/v3/lock/lock", &body, None)
+    );
+    let mut answers = Vec::new();
+    for (side, resp) in [(&d.real, r), (&d.fake, f)] {
+        assert_eq!(resp.status, 200, "{resp:?}");
+        let mut v: Value = serde_json::from_str(&resp.text).unwrap();
+        let key = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            v["key"].as_str().unwrap(),
+        )
+        .unwrap();
+        let key = String::from_utf8(key).unwrap();
+        let hex = key.strip_prefix("auto/").expect("name/lease");
+        let lease = i64::from_str_radix(hex, 16).expect("lease in hex");
+        let ttl = d
+            .send(
+                side,
+                "POST",
+                "/v3/lease/timetolive",
+                &format!(r#"{{"ID":{lease}}}"#),
+                None,
+            )
+            .await;
+        assert!(ttl.text.contains(r#""grantedTTL":"60""#), "{ttl:?}");
+        v["key"] = Value::String("auto/LEASE".into());
+        answers.push(d.normalize(v));
+    }
+    assert_eq!(answers[0], answers[1], "lock without a lease");
+}
+
+/// Alarms: none, NOSPACE raised (writes refused, reads and deletes go on, health
+/// false), CORRUPT raised and cleared, the answers' shapes.
+pub async fn alarm_sequence(d: &mut Diff) {
+    for body in [
+        "{}",
+        r#"{"action":"GET","alarm":"NOSPACE"}"#,
+        "bad",
+        r#"{"action":"NOPE"}"#,
+    ] {
+        d.check("/v3/maintenance/alarm", body).await;
+    }
+    d.check(
+        "/v3/maintenance/alarm",
+        r#"{"action":"ACTIVATE","alarm":"NOSPACE"}"#,
+    )
+    .await;
+    d.check(
+        "/v3/maintenance/alarm",
+        r#"{"action":"ACTIVATE","alarm":"NOSPACE"}"#,
+    )
+    .await;
+    let k = b64("al");
+    for (path, body) in [
+        ("/v3/kv/put", format!(r#"{{"key":"{k}","value":"eA=="}}"#)),
+        (
+            "/v3/kv/txn",
+            format!(r#"{{"success":[{{"request_put":{{"key":"{k}"}}}}]}}"#),
+        ),
+        (
+            "/v3/kv/txn",
+            format!(r#"{{"success":[{{"request_range":{{"key":"{k}"}}}}]}}"#),
+        ),
+        (
+            "/v3/kv/txn",
+            format!(
+                r#"{{"success":[{{"request_txn":{{"success":[{{"request_put":{{"key":"{k}"}}}}]}}}}]}}"#
+            ),
+        ),
+        ("/v3/kv/range", format!(r#"{{"key":"{k}"}}"#)),
+        ("/v3/kv/deleterange", format!(r#"{{"key":"{k}"}}"#)),
+        ("/v3/lease/grant", r#"{"TTL":5}"#.to_string()),
+        ("/v3/lock/lock", format!(r#"{{"name":"{k}"}}"#)),
+        ("/v3/maintenance/alarm", r#"{"action":"GET"}"#.to_string()),
+        (
+            "/v3/maintenance/alarm",
+            r#"{"action":"DEACTIVATE","alarm":"NOSPACE","memberID":"5"}"#.to_string(),
+        ),
+    ] {
+        d.check(path, &body).await;
+    }
+    d.check_with("GET", "/health", "", None).await;
+    status_errors(d).await;
+    d.check(
+        "/v3/maintenance/alarm",
+        r#"{"action":"DEACTIVATE","alarm":"NOSPACE"}"#,
+    )
+    .await;
+    d.check("/v3/kv/put", &format!(r#"{{"key":"{k}","value":"eA=="}}"#))
+        .await;
+    d.check_with("GET", "/health", "", None).await;
+    d.check(
+        "/v3/maintenance/alarm",
+        r#"{"action":"ACTIVATE","alarm":"CORRUPT","memberID":"3"}"#,
+    )
+    .await;
+    for (path, body) in [
+        ("/v3/kv/put", format!(r#"{{"key":"{k}","value":"eA=="}}"#)),
+        ("/v3/kv/range", format!(r#"{{"key":"{k}"}}"#)),
+        ("/v3/kv/deleterange", format!(r#"{{"key":"{k}"}}"#)),
+        ("/v3/lease/grant", r#"{"TTL":5}"#.to_string()),
+        (
+            "/v3/maintenance/alarm",
+            r#"{"action":"GET","alarm":"CORRUPT"}"#.to_string(),
+        ),
+        (
+            "/v3/maintenance/alarm",
+            r#"{"action":"DEACTIVATE","alarm":"CORRUPT","memberID":3}"#.to_string(),
+        ),
+        ("/v3/kv/deleterange", format!(r#"{{"key":"{k}"}}"#)),
+        ("/v3/maintenance/alarm", "{}".to_string()),
+    ] {
+        d.check(path, &body).await;
+    }
+    d.check_with("GET", "/health", "", None).await;
+}
+
+/// `status` lists the raised alarms in `errors`.
+async fn status_errors(d: &mut Diff) {
+    d.steps += 1;
+    let (r, f) = tokio::join!(
+        d.send(&d.real, "POST", "/v3/maintenance/status", "{}", None),
+        d.send(&d.fake, "POST", "/v3/maintenance/status", "{}", None)
+    );
+    let (r, f): (Value, Value) = (
+        serde_json::from_str(&r.text).unwrap(),
+        serde_json::from_str(&f.text).unwrap(),
+    );
+    assert_eq!(r["errors"], f["errors"], "status errors: {r} {f}");
+    assert_eq!(r["errors"], serde_json::json!(["alarm:NOSPACE "]), "{r}");
 }
