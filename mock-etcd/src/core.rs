@@ -144,7 +144,17 @@ impl EtcdCore {
             "keys": keys,
             "leases": leases,
             "watchers": store.watchers.len(),
-            "auth": { "enabled": self.auth.enabled(), "tokens": self.auth.tokens() },
+            "auth": {
+                "enabled": self.auth.enabled(),
+                "tokens": self.auth.tokens(),
+                "users": self.auth.accounts().user_names(),
+                "roles": self.auth.accounts().role_names(),
+            },
+            "alarms": self.alarms.errors(),
+            "retained": {
+                "live_bytes": store.data_bytes(),
+                "history_bytes": store.history_bytes(),
+            },
         })
     }
 
@@ -395,13 +405,15 @@ impl EtcdCore {
             .collect()
     }
 
-    /// Lose every key, lease, token and watcher, as an etcd restarted without its data
-    /// dir (`reset_revision`: back to revision 1). `epoch_ms`: the wall clock now, that
+    /// Lose every key, lease, token, watcher, alarm and the users and roles made
+    /// through the API (the configured users stay), as an etcd restarted without its
+    /// data dir and set up again (`reset_revision`: back to revision 1). `epoch_ms`: the wall clock now, that
     /// auto lease IDs start from again. The caller ends its watch streams.
     pub fn lose_data(&mut self, reset_revision: bool, epoch_ms: u64) {
         self.data.lose_data(reset_revision, epoch_ms);
         self.data.watchers.clear();
-        self.auth.clear_tokens();
+        self.auth.reset_accounts(&self.config.users);
+        self.alarms = Alarms::default();
     }
 
     // ---- watch ----

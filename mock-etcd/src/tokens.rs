@@ -54,6 +54,13 @@ impl Auth {
         self.tokens.retain(|_, (u, _)| u != user);
     }
 
+    /// Back to the configured users (auth on iff there are any), no roles, no tokens:
+    /// the auth store of an etcd that lost its data dir and was set up again.
+    pub fn reset_accounts(&mut self, users: &[(String, String)]) {
+        self.accounts = Accounts::configured(users);
+        self.tokens.clear();
+    }
+
     /// Auth disabled: every token is invalid from now on.
     pub fn disable(&mut self) {
         self.accounts.set_enabled(false);
@@ -62,10 +69,6 @@ impl Auth {
 
     pub fn tokens(&self) -> usize {
         self.tokens.len()
-    }
-
-    pub fn clear_tokens(&mut self) {
-        self.tokens.clear();
     }
 
     pub fn authenticate(

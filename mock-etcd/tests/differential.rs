@@ -422,6 +422,7 @@ async fn real_etcd_and_fake_answer_alike() {
         no_auth_sequence(&mut d).await;
         admin::lock_sequence(&mut d).await;
         admin::alarm_sequence(&mut d).await;
+        admin::trailer_sequence(&mut d).await;
         d.steps
     };
     let with_auth = async {

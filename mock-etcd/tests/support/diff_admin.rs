@@ -544,3 +544,38 @@ async fn status_errors(d: &mut Diff) {
     assert_eq!(r["errors"], f["errors"], "status errors: {r} {f}");
     assert_eq!(r["errors"], serde_json::json!(["alarm:NOSPACE "]), "{r}");
 }
+
+/// An error of a call, asked for by a client that accepts trailers: both send the
+/// body chunked and then the `Grpc-Trailer-Content-Type` trailer.
+pub async fn trailer_sequence(d: &mut Diff) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    d.steps += 1;
+    let body = r#"{"key":"eA==","revision":999999}"#;
+    let mut tails = Vec::new();
+    for side in [&d.real, &d.fake] {
+        let addr = side.url.trim_start_matches("http://").to_string();
+        let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let req = format!(
+            "POST /v3/kv/range HTTP/1.1\r\nHost: {addr}\r\nTE: trailers\r\n\
+             Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        sock.write_all(req.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        let read = sock.read_to_end(&mut raw);
+        tokio::time::timeout(Duration::from_secs(5), read)
+            .await
+            .expect("answer within 5 s")
+            .unwrap();
+        let text = String::from_utf8_lossy(&raw).to_ascii_lowercase();
+        assert!(text.contains("transfer-encoding: chunked"), "{text}");
+        // The last chunk (`0`), then the trailer field, then the blank line.
+        let tail = text.rsplit_once("\r\n0\r\n").map(|(_, t)| t.to_string());
+        tails.push(tail.unwrap_or_default());
+    }
+    assert_eq!(tails[0], tails[1], "trailers differ");
+    assert_eq!(
+        tails[0], "grpc-trailer-content-type: application/grpc\r\n\r\n",
+        "the gateway's trailer"
+    );
+}
