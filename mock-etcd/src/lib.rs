@@ -24,6 +24,16 @@
 //!   answers to a [`WatchSink`] ([`LineSink`] keeps them to drain).
 //! - [`tokens`]: simple tokens with etcd's sliding idle TTL; [`tokens::Auth::check`].
 //! - [`kv_ops`]: range, put, delete and txn as etcd applies them; [`kv_ops::apply_txn`].
+//! - [`accounts`]: users, roles, key permissions and the coverage rule
+//!   ([`accounts::Accounts::permit`], [`accounts::Accounts::admin`]); [`permits`]: the
+//!   permissions each KV request needs.
+//! - [`auth_admin`]: auth management with etcd's preconditions
+//!   ([`EtcdCore::auth_manage`]); its messages in [`auth_messages`].
+//! - [`lock`]: v3lock in steps ([`EtcdCore::lock_claim`], [`EtcdCore::lock_held`],
+//!   [`EtcdCore::lock_abandon`], [`EtcdCore::unlock`]).
+//! - [`alarm`]: alarms and the space quota ([`EtcdCore::alarm`],
+//!   [`EtcdCore::check_space`]).
+//! - [`outbox`]: a watch stream's backlog, bounded in answers and bytes.
 //! - [`config`]: [`Config`], etcd's defaults.
 //! - [`faults`]: [`Fault`] (fail, latency, hang), which paths it matches, and the
 //!   decision it makes ([`faults::FaultDecision`]; the caller applies it).
@@ -54,6 +64,7 @@
 //!   [`body::StreamReader`].
 //! - [`lease`]: the keepalive stream, and the expiry loop [`lease::run_expiry`].
 //! - [`watch`]: the `/v3/watch` streams ([`watch::watch`]).
+//! - [`lock_wait`]: `/v3/lock/lock`, waiting until the lock is held.
 //! - [`cluster`]: `/v3/maintenance/status` and `/v3/cluster/member/list` of a
 //!   single-member cluster.
 //! - [`auth`]: where a request's token is found ([`auth::token`]).
