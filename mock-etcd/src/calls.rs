@@ -271,8 +271,10 @@ impl EtcdCore {
     /// (JSON, or the gateway's plain-text 404 for a path it does not serve). The
     /// streams are not unary: a keepalive body's lines come back together (one per
     /// request object); `/v3/watch` is [`EtcdCore::watch_open`] and
-    /// [`EtcdCore::watch_json`]; the cluster calls (status, member list) stay with
-    /// the HTTP shell and answer 404 here.
+    /// [`EtcdCore::watch_json`]; `/v3/lock/lock` waits, so it is run in steps
+    /// ([`EtcdCore::lock_claim`], then [`EtcdCore::lock_held`] after each change)
+    /// and answers 404 here, as do the cluster calls (status, member list), which stay
+    /// with the HTTP shell.
     pub fn handle_json(
         &mut self,
         path: &str,
