@@ -10,9 +10,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::alarm::AlarmRequest;
+use crate::auth_messages::AuthRequest;
 use crate::core::EtcdCore;
 use crate::decode::{self, MessageSplitter, Piece};
 use crate::error::{code, EtcdError};
+use crate::lock::UnlockRequest;
 use crate::requests::*;
 use crate::size;
 
@@ -30,6 +33,82 @@ pub enum Call {
     TimeToLive,
     Leases,
     Authenticate,
+    Alarm,
+    /// `/v3/lock/unlock` (a lock waits, so `/v3/lock/lock` is not unary: see
+    /// [`crate::lock`]).
+    Unlock,
+    /// Auth management: which one is the [`AuthOp`].
+    Auth(AuthOp),
+}
+
+/// The auth management calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthOp {
+    UserAdd,
+    UserGet,
+    UserList,
+    UserDelete,
+    UserChangePassword,
+    UserGrant,
+    UserRevoke,
+    RoleAdd,
+    RoleGet,
+    RoleList,
+    RoleDelete,
+    RoleGrant,
+    RoleRevoke,
+    Enable,
+    Disable,
+}
+
+impl AuthOp {
+    fn from_path(rest: &str) -> Option<AuthOp> {
+        Some(match rest {
+            "/auth/user/add" => AuthOp::UserAdd,
+            "/auth/user/get" => AuthOp::UserGet,
+            "/auth/user/list" => AuthOp::UserList,
+            "/auth/user/delete" => AuthOp::UserDelete,
+            "/auth/user/changepw" => AuthOp::UserChangePassword,
+            "/auth/user/grant" => AuthOp::UserGrant,
+            "/auth/user/revoke" => AuthOp::UserRevoke,
+            "/auth/role/add" => AuthOp::RoleAdd,
+            "/auth/role/get" => AuthOp::RoleGet,
+            "/auth/role/list" => AuthOp::RoleList,
+            "/auth/role/delete" => AuthOp::RoleDelete,
+            "/auth/role/grant" => AuthOp::RoleGrant,
+            "/auth/role/revoke" => AuthOp::RoleRevoke,
+            "/auth/enable" => AuthOp::Enable,
+            "/auth/disable" => AuthOp::Disable,
+            _ => return None,
+        })
+    }
+
+    fn decode(self, body: &[u8]) -> Result<AuthRequest, EtcdError> {
+        use decode::parse;
+        Ok(match self {
+            AuthOp::UserAdd => AuthRequest::UserAdd(parse(body)?),
+            AuthOp::UserGet => AuthRequest::UserGet(parse(body)?),
+            AuthOp::UserDelete => AuthRequest::UserDelete(parse(body)?),
+            AuthOp::UserChangePassword => AuthRequest::UserChangePassword(parse(body)?),
+            AuthOp::UserGrant => AuthRequest::UserGrant(parse(body)?),
+            AuthOp::UserRevoke => AuthRequest::UserRevoke(parse(body)?),
+            AuthOp::RoleAdd => AuthRequest::RoleAdd(parse(body)?),
+            AuthOp::RoleGet => AuthRequest::RoleGet(parse(body)?),
+            AuthOp::RoleDelete => AuthRequest::RoleDelete(parse(body)?),
+            AuthOp::RoleGrant => AuthRequest::RoleGrant(parse(body)?),
+            AuthOp::RoleRevoke => AuthRequest::RoleRevoke(parse(body)?),
+            // The empty requests: the body must still be a JSON object.
+            op => {
+                let _: decode::wire::Empty = parse(body)?;
+                match op {
+                    AuthOp::UserList => AuthRequest::UserList,
+                    AuthOp::RoleList => AuthRequest::RoleList,
+                    AuthOp::Enable => AuthRequest::Enable,
+                    _ => AuthRequest::Disable,
+                }
+            }
+        })
+    }
 }
 
 impl Call {
@@ -50,7 +129,9 @@ impl Call {
             "/lease/timetolive" | "/kv/lease/timetolive" => Call::TimeToLive,
             "/lease/leases" | "/kv/lease/leases" => Call::Leases,
             "/auth/authenticate" => Call::Authenticate,
-            _ => return None,
+            "/maintenance/alarm" => Call::Alarm,
+            "/lock/unlock" => Call::Unlock,
+            other => Call::Auth(AuthOp::from_path(other)?),
         })
     }
 
@@ -71,6 +152,9 @@ impl Call {
                 Request::Leases
             }
             Call::Authenticate => Request::Authenticate(decode::parse(body)?),
+            Call::Auth(op) => Request::Auth(op.decode(body)?),
+            Call::Alarm => Request::Alarm(decode::parse(body)?),
+            Call::Unlock => Request::Unlock(decode::parse(body)?),
         })
     }
 }
@@ -109,6 +193,9 @@ pub enum Request {
     TimeToLive(IdRequest),
     Leases,
     Authenticate(AuthenticateRequest),
+    Auth(AuthRequest),
+    Alarm(AlarmRequest),
+    Unlock(UnlockRequest),
 }
 
 /// Something worth an event line, from the core's point of view.
@@ -172,6 +259,9 @@ impl EtcdCore {
                 });
                 json(&resp)
             }
+            Request::Auth(r) => json(&self.auth_manage(token, &r, now)?),
+            Request::Alarm(r) => json(&self.alarm(token, &r, now)?),
+            Request::Unlock(r) => json(&self.unlock(token, &r, now)?),
         };
         Ok(Reply { body, report })
     }
@@ -181,8 +271,10 @@ impl EtcdCore {
     /// (JSON, or the gateway's plain-text 404 for a path it does not serve). The
     /// streams are not unary: a keepalive body's lines come back together (one per
     /// request object); `/v3/watch` is [`EtcdCore::watch_open`] and
-    /// [`EtcdCore::watch_json`]; the cluster calls (status, member list) stay with
-    /// the HTTP shell and answer 404 here.
+    /// [`EtcdCore::watch_json`]; `/v3/lock/lock` waits, so it is run in steps
+    /// ([`EtcdCore::lock_claim`], then [`EtcdCore::lock_held`] after each change)
+    /// and answers 404 here, as do the cluster calls (status, member list), which stay
+    /// with the HTTP shell.
     pub fn handle_json(
         &mut self,
         path: &str,

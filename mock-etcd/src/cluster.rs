@@ -24,11 +24,6 @@ use crate::state::Shared;
 /// The version `/version` and `status` report.
 pub const SERVER_VERSION: &str = "3.4.23";
 
-/// A fresh etcd 3.4's bbolt file and the part of it in use.
-const FRESH_DB_SIZE: i64 = 20480;
-const FRESH_DB_IN_USE: i64 = 16384;
-const PAGE: i64 = 4096;
-
 #[derive(Serialize)]
 struct StatusResponse {
     header: Header,
@@ -43,6 +38,9 @@ struct StatusResponse {
     raft_term: u64,
     #[serde(rename = "raftAppliedIndex", serialize_with = "ser_u64")]
     raft_applied_index: u64,
+    /// The raised alarms (`alarm:NOSPACE `), omitted when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    errors: Vec<String>,
     #[serde(rename = "dbSizeInUse", serialize_with = "ser_i64")]
     db_size_in_use: i64,
 }
@@ -66,21 +64,25 @@ struct Member {
 
 pub async fn status(State(shared): State<Arc<Shared>>, body: Body) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let _: Empty = decode::parse(&body)?;
+    if let Err(e) = decode::parse::<Empty>(&body) {
+        return Ok(e.untrailed());
+    }
     let core = shared.core();
     let rev = core.revision();
-    let pages = core.data().data_bytes().div_ceil(PAGE as usize) as i64;
+    let (db_size, db_size_in_use) = (core.data().db_size(), core.data().db_size_in_use());
+    let errors = core.alarms().errors();
     drop(core);
     let raft_index = (rev + 3).max(0) as u64;
     let resp = StatusResponse {
         header: shared.header(rev),
         version: SERVER_VERSION,
-        db_size: FRESH_DB_SIZE + pages * PAGE,
+        db_size,
         leader: shared.config.member_id,
         raft_index,
         raft_term: shared.config.raft_term,
         raft_applied_index: raft_index,
-        db_size_in_use: FRESH_DB_IN_USE + pages * PAGE,
+        errors,
+        db_size_in_use,
     };
     Ok(codec::ok(serde_json::to_string(&resp).unwrap_or_default()))
 }
@@ -90,7 +92,9 @@ pub async fn member_list(
     body: Body,
 ) -> Result<Response, EtcdError> {
     let body = read_body(&shared, body).await?;
-    let _: Empty = decode::parse(&body)?;
+    if let Err(e) = decode::parse::<Empty>(&body) {
+        return Ok(e.untrailed());
+    }
     let client_url = shared.client_url.get().cloned().unwrap_or_default();
     let resp = MemberListResponse {
         header: shared.header(0),

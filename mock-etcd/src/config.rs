@@ -25,6 +25,16 @@ pub struct Config {
     pub history_cap: usize,
     /// Responses buffered per watch stream before a slow watcher is cancelled.
     pub watch_backlog: usize,
+    /// Bytes of responses buffered per watch stream before a slow watcher is
+    /// cancelled (a single response larger than this is still sent when the
+    /// backlog is empty, so a catch-up from history always gets through).
+    pub watch_backlog_bytes: usize,
+    /// Bytes of superseded key versions the history keeps; past it the oldest
+    /// revisions are compacted away, as by `history_cap`.
+    pub history_bytes_cap: usize,
+    /// etcd `--quota-backend-bytes` (2 GiB): a write that would bring the database
+    /// size there raises NOSPACE.
+    pub quota_backend_bytes: u64,
     /// etcd `--max-request-bytes` (1.5 MiB).
     pub max_request_bytes: usize,
     /// How often leases are checked for expiry.
@@ -49,6 +59,9 @@ impl Default for Config {
             raft_term: 2,
             history_cap: 100_000,
             watch_backlog: 1024,
+            watch_backlog_bytes: 8 << 20,
+            history_bytes_cap: 64 << 20,
+            quota_backend_bytes: 2 << 30,
             max_request_bytes: 1572864,
             expiry_tick: Duration::from_millis(100),
             journal_cap: 1000,

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::alarm::{self, Alarms};
 use crate::answers::*;
 use crate::codec::Header;
 use crate::config::Config;
@@ -20,6 +21,7 @@ use crate::data::Data;
 use crate::decode;
 use crate::error::EtcdError;
 use crate::kv_ops::{self, DeleteRangeResponse, PutResponse, RangeResponse, TxnResponse};
+use crate::permits::Permits;
 use crate::requests::*;
 use crate::size;
 use crate::store::Lease;
@@ -31,6 +33,7 @@ pub struct EtcdCore {
     config: Config,
     data: Data,
     auth: Auth,
+    alarms: Alarms,
 }
 
 /// One open watch stream: its watchers share a sink, automatic IDs and the outcome
@@ -38,7 +41,8 @@ pub struct EtcdCore {
 pub struct WatchStream {
     id: u64,
     next_id: i64,
-    access: Result<(), EtcdError>,
+    /// The stream's user, or why its token was refused.
+    access: Result<Option<String>, EtcdError>,
     sink: Arc<dyn WatchSink>,
 }
 
@@ -61,6 +65,7 @@ impl EtcdCore {
         EtcdCore {
             data: Data::new(&config, header, epoch_ms),
             auth: Auth::new(&config.users, config.token_ttl, seed),
+            alarms: Alarms::default(),
             config,
         }
     }
@@ -74,8 +79,29 @@ impl EtcdCore {
         &self.data
     }
 
+    pub fn data_mut(&mut self) -> &mut Data {
+        &mut self.data
+    }
+
     pub fn auth(&self) -> &Auth {
         &self.auth
+    }
+
+    pub fn auth_mut(&mut self) -> &mut Auth {
+        &mut self.auth
+    }
+
+    pub fn alarms(&self) -> &Alarms {
+        &self.alarms
+    }
+
+    pub fn alarms_mut(&mut self) -> &mut Alarms {
+        &mut self.alarms
+    }
+
+    /// The database size the quota is checked against (`status`'s `dbSize`).
+    pub fn db_size(&self) -> u64 {
+        self.data.db_size().max(0) as u64
     }
 
     pub fn revision(&self) -> i64 {
@@ -118,7 +144,17 @@ impl EtcdCore {
             "keys": keys,
             "leases": leases,
             "watchers": store.watchers.len(),
-            "auth": { "enabled": self.auth.enabled(), "tokens": self.auth.tokens() },
+            "auth": {
+                "enabled": self.auth.enabled(),
+                "tokens": self.auth.tokens(),
+                "users": self.auth.accounts().user_names(),
+                "roles": self.auth.accounts().role_names(),
+            },
+            "alarms": self.alarms.errors(),
+            "retained": {
+                "live_bytes": store.data_bytes(),
+                "history_bytes": store.history_bytes(),
+            },
         })
     }
 
@@ -138,17 +174,12 @@ impl EtcdCore {
         self.auth.check(token, now)
     }
 
-    /// With auth on, a call that touches keys needs a user.
-    fn need_user(&self, user: Option<String>) -> Result<(), EtcdError> {
-        if user.is_none() && self.auth.enabled() {
-            return Err(EtcdError::user_empty());
+    /// The key permissions of `user` (any while auth is off).
+    fn permits<'a>(&'a self, user: &'a Option<String>) -> Permits<'a> {
+        Permits {
+            accounts: self.auth.accounts(),
+            user: user.as_deref(),
         }
-        Ok(())
-    }
-
-    fn require_user(&mut self, token: Option<&str>, now: Duration) -> Result<(), EtcdError> {
-        let user = self.check_token(token, now)?;
-        self.need_user(user)
     }
 
     pub fn authenticate(
@@ -175,7 +206,8 @@ impl EtcdCore {
     ) -> Result<RangeResponse, EtcdError> {
         size::check_grpc(&self.config, size::range(req))?;
         kv_ops::check_range(req)?;
-        self.require_user(token, now)?;
+        let user = self.check_token(token, now)?;
+        self.permits(&user).range(req)?;
         let mut resp = kv_ops::range(&self.data, req)?;
         resp.header = self.header();
         Ok(resp)
@@ -190,8 +222,13 @@ impl EtcdCore {
         let len = size::put(req);
         size::check_grpc(&self.config, len)?;
         kv_ops::check_put(req)?;
-        self.require_user(token, now)?;
+        let user = self.check_token(token, now)?;
         size::check_raft(&self.config, len)?;
+        self.check_space(alarm::put_cost(req))?;
+        self.alarms.check_corrupt()?;
+        let on_lease = self.data.leases.get(&req.lease).map(|l| &l.keys);
+        let lease_keys = on_lease.into_iter().flatten().map(Vec::as_slice);
+        self.permits(&user).put(req, lease_keys)?;
         let mut resp = kv_ops::put(&mut self.data, req)?;
         resp.header = self.header();
         Ok(resp)
@@ -206,8 +243,10 @@ impl EtcdCore {
         let len = size::delete(req);
         size::check_grpc(&self.config, len)?;
         kv_ops::check_delete(req)?;
-        self.require_user(token, now)?;
+        let user = self.check_token(token, now)?;
         size::check_raft(&self.config, len)?;
+        self.alarms.check_corrupt()?;
+        self.permits(&user).delete(req)?;
         let mut resp = kv_ops::delete_range(&mut self.data, req);
         resp.header = self.header();
         Ok(resp)
@@ -223,10 +262,12 @@ impl EtcdCore {
         size::check_grpc(&self.config, len)?;
         kv_ops::check_txn(req)?;
         let user = self.check_token(token, now)?;
-        if !(req.compare.is_empty() && req.success.is_empty() && req.failure.is_empty()) {
-            self.need_user(user)?;
-        }
         size::check_raft(&self.config, len)?;
+        self.check_space(alarm::txn_cost(req))?;
+        if alarm::txn_writes(req) {
+            self.alarms.check_corrupt()?;
+        }
+        self.permits(&user).txn(req)?;
         let mut resp = kv_ops::apply_txn(&mut self.data, req)?;
         resp.header = self.header();
         Ok(resp)
@@ -239,6 +280,7 @@ impl EtcdCore {
         now: Duration,
     ) -> Result<HeaderOnly, EtcdError> {
         self.check_token(token, now)?;
+        self.alarms.check_corrupt()?;
         self.data.compact(req.revision)?;
         Ok(HeaderOnly {
             header: self.header(),
@@ -255,6 +297,8 @@ impl EtcdCore {
         now: Duration,
     ) -> Result<GrantResponse, EtcdError> {
         self.check_token(token, now)?;
+        self.check_space(alarm::LEASE_OVERHEAD)?;
+        self.alarms.check_corrupt()?;
         let (id, ttl) = self.data.grant(req.id, req.ttl, now)?;
         Ok(GrantResponse {
             header: self.header(),
@@ -271,13 +315,12 @@ impl EtcdCore {
         now: Duration,
     ) -> Result<HeaderOnly, EtcdError> {
         let user = self.check_token(token, now)?;
-        let has_keys = match self.data.leases.get(&req.id) {
-            None => return Err(EtcdError::lease_not_found()),
-            Some(l) => !l.keys.is_empty(),
+        self.alarms.check_corrupt()?;
+        let Some(lease) = self.data.leases.get(&req.id) else {
+            return Err(EtcdError::lease_not_found());
         };
-        if has_keys {
-            self.need_user(user)?;
-        }
+        let keys = lease.keys.iter().map(Vec::as_slice);
+        self.permits(&user).lease_keys(keys)?;
         if self.data.revoke(req.id).is_none() {
             return Err(EtcdError::lease_not_found());
         }
@@ -362,13 +405,15 @@ impl EtcdCore {
             .collect()
     }
 
-    /// Lose every key, lease, token and watcher, as an etcd restarted without its data
-    /// dir (`reset_revision`: back to revision 1). `epoch_ms`: the wall clock now, that
+    /// Lose every key, lease, token, watcher, alarm and the users and roles made
+    /// through the API (the configured users stay), as an etcd restarted without its
+    /// data dir and set up again (`reset_revision`: back to revision 1). `epoch_ms`: the wall clock now, that
     /// auto lease IDs start from again. The caller ends its watch streams.
     pub fn lose_data(&mut self, reset_revision: bool, epoch_ms: u64) {
         self.data.lose_data(reset_revision, epoch_ms);
         self.data.watchers.clear();
-        self.auth.clear_tokens();
+        self.auth.reset_accounts(&self.config.users);
+        self.alarms = Alarms::default();
     }
 
     // ---- watch ----
@@ -382,7 +427,7 @@ impl EtcdCore {
         now: Duration,
     ) -> WatchStream {
         WatchStream {
-            access: self.require_user(token, now),
+            access: self.check_token(token, now),
             id: self.data.watchers.new_stream(),
             next_id: 0,
             sink,
@@ -401,7 +446,11 @@ impl EtcdCore {
     pub fn watch_request(&mut self, stream: &mut WatchStream, req: WatchRequest) {
         let rev = self.data.rev;
         if let Some(c) = req.create_request {
-            if let Err(e) = &stream.access {
+            let permitted = match &stream.access {
+                Ok(user) => self.permits(user).range(&range_of(&c)),
+                Err(e) => Err(e.clone()),
+            };
+            if let Err(e) = &permitted {
                 let reason = e.rpc_error();
                 let resp = WatchResponse {
                     header: Some(self.header()),
@@ -438,5 +487,14 @@ impl EtcdCore {
     /// The IDs of a stream's live watchers.
     pub fn watch_ids(&self, stream: u64) -> Vec<i64> {
         self.data.watchers.ids_of(stream)
+    }
+}
+
+/// The keys a watch selects, as the range a read of them would name.
+fn range_of(c: &CreateRequest) -> RangeRequest {
+    RangeRequest {
+        key: c.key.clone(),
+        range_end: c.range_end.clone(),
+        ..Default::default()
     }
 }

@@ -35,13 +35,15 @@ impl std::ops::DerefMut for Data {
 impl Data {
     /// `epoch_ms`: the wall clock now (auto lease IDs start from it).
     pub fn new(config: &Config, header: Header, epoch_ms: u64) -> Self {
+        let mut store = Store::new(
+            config.history_cap,
+            config.min_lease_ttl,
+            config.member_id,
+            epoch_ms,
+        );
+        store.set_history_bytes_cap(config.history_bytes_cap);
         Data {
-            store: Store::new(
-                config.history_cap,
-                config.min_lease_ttl,
-                config.member_id,
-                epoch_ms,
-            ),
+            store,
             watchers: Registry::new(header),
         }
     }

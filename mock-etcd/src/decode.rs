@@ -243,6 +243,16 @@ pub mod wire {
         }
     }
 
+    /// A list built by the fake itself (e.g. the txn a lock runs): every entry kept.
+    impl<T> From<Vec<T>> for Capped<T> {
+        fn from(items: Vec<T>) -> Self {
+            Capped {
+                items,
+                dropped_bytes: 0,
+            }
+        }
+    }
+
     impl<T> std::ops::Deref for Capped<T> {
         type Target = [T];
         fn deref(&self) -> &[T] {
@@ -301,6 +311,26 @@ pub mod wire {
         Ok(<&'de RawValue>::deserialize(d)?.get().as_bytes())
     }
 
+    /// The text of an integer field as written: a string is unquoted without
+    /// unescaping; null is None. A value that is not a number is refused in Go's words.
+    fn int_text<'de, D: Deserializer<'de>>(d: D, go: &str) -> Result<Option<String>, D::Error> {
+        let text = raw(d)?;
+        let text = match text {
+            [b'"', inner @ .., b'"'] => {
+                scan::check_valid(inner).map_err(D::Error::custom)?;
+                inner.trim_ascii()
+            }
+            [b'n', ..] => return Ok(None),
+            t => t,
+        };
+        match kind_of(text) {
+            "number" => Ok(Some(String::from_utf8_lossy(text).into_owned())),
+            kind => Err(D::Error::custom(format!(
+                "json: cannot unmarshal {kind} into Go value of type {go}"
+            ))),
+        }
+    }
+
     /// int64: a number or a string holding one, as written; null is 0. A float or an
     /// exponent is refused with the number as written: Go unmarshals the text into an
     /// int64. A string is unquoted without unescaping and read the same way.
@@ -308,27 +338,28 @@ pub mod wire {
 
     impl<'de> Deserialize<'de> for I64 {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            let text = raw(d)?;
-            let text = match text {
-                [b'"', inner @ .., b'"'] => {
-                    scan::check_valid(inner).map_err(D::Error::custom)?;
-                    inner.trim_ascii()
-                }
-                [b'n', ..] => return Ok(I64(0)),
-                t => t,
+            let Some(s) = int_text(d, "int64")? else {
+                return Ok(I64(0));
             };
-            match kind_of(text) {
-                "number" => {}
-                kind => {
-                    return Err(D::Error::custom(format!(
-                        "json: cannot unmarshal {kind} into Go value of type int64"
-                    )))
-                }
-            }
-            let s = String::from_utf8_lossy(text);
             s.parse::<i64>().map(I64).map_err(|_| {
                 D::Error::custom(format!(
                     "json: cannot unmarshal number {s} into Go value of type int64"
+                ))
+            })
+        }
+    }
+
+    /// uint64 (member IDs), read as int64 is.
+    pub struct U64(pub u64);
+
+    impl<'de> Deserialize<'de> for U64 {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let Some(s) = int_text(d, "uint64")? else {
+                return Ok(U64(0));
+            };
+            s.parse::<u64>().map(U64).map_err(|_| {
+                D::Error::custom(format!(
+                    "json: cannot unmarshal number {s} into Go value of type uint64"
                 ))
             })
         }

@@ -4,8 +4,10 @@
 //! status derived from the gRPC code; a client reads either, so both must match real
 //! etcd (see README.md for the table observed against etcd 3.4.23).
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
 
 use crate::codec;
 
@@ -14,10 +16,12 @@ pub mod code {
     pub const UNKNOWN: u32 = 2;
     pub const INVALID_ARGUMENT: u32 = 3;
     pub const NOT_FOUND: u32 = 5;
+    pub const PERMISSION_DENIED: u32 = 7;
     pub const FAILED_PRECONDITION: u32 = 9;
     pub const RESOURCE_EXHAUSTED: u32 = 8;
     pub const OUT_OF_RANGE: u32 = 11;
     pub const UNAVAILABLE: u32 = 14;
+    pub const DATA_LOSS: u32 = 15;
     pub const UNAUTHENTICATED: u32 = 16;
 }
 
@@ -143,6 +147,78 @@ impl EtcdError {
         Self::grpc(code::UNAUTHENTICATED, "etcdserver: invalid auth token")
     }
 
+    pub fn user_not_found() -> Self {
+        Self::grpc(code::FAILED_PRECONDITION, "etcdserver: user name not found")
+    }
+    pub fn user_exists() -> Self {
+        Self::grpc(
+            code::FAILED_PRECONDITION,
+            "etcdserver: user name already exists",
+        )
+    }
+    pub fn role_empty() -> Self {
+        Self::grpc(code::INVALID_ARGUMENT, "etcdserver: role name is empty")
+    }
+    pub fn role_not_found() -> Self {
+        Self::grpc(code::FAILED_PRECONDITION, "etcdserver: role name not found")
+    }
+    pub fn role_exists() -> Self {
+        Self::grpc(
+            code::FAILED_PRECONDITION,
+            "etcdserver: role name already exists",
+        )
+    }
+    pub fn role_not_granted() -> Self {
+        Self::grpc(
+            code::FAILED_PRECONDITION,
+            "etcdserver: role is not granted to the user",
+        )
+    }
+    pub fn permission_not_granted() -> Self {
+        Self::grpc(
+            code::FAILED_PRECONDITION,
+            "etcdserver: permission is not granted to the role",
+        )
+    }
+    pub fn permission_not_given() -> Self {
+        Self::grpc(code::INVALID_ARGUMENT, "etcdserver: permission not given")
+    }
+    pub fn permission_denied() -> Self {
+        Self::grpc(code::PERMISSION_DENIED, "etcdserver: permission denied")
+    }
+    pub fn root_user_missing() -> Self {
+        Self::grpc(
+            code::FAILED_PRECONDITION,
+            "etcdserver: root user does not exist",
+        )
+    }
+    pub fn root_role_missing() -> Self {
+        Self::grpc(
+            code::FAILED_PRECONDITION,
+            "etcdserver: root user does not have root role",
+        )
+    }
+    pub fn invalid_auth_mgmt() -> Self {
+        Self::grpc(
+            code::INVALID_ARGUMENT,
+            "etcdserver: invalid auth management",
+        )
+    }
+    /// A user added with `no_password` authenticates never; etcd 3.4 answers its
+    /// store's own error, which the gateway reports as Unknown (500).
+    pub fn no_password_user() -> Self {
+        Self::grpc(
+            code::UNKNOWN,
+            "auth: authentication failed, password was given for no password user",
+        )
+    }
+    pub fn no_space() -> Self {
+        Self::grpc(
+            code::RESOURCE_EXHAUSTED,
+            "etcdserver: mvcc: database space exceeded",
+        )
+    }
+
     /// The error as a Go gRPC client prints it: `rpc error: code = X desc = M` (a watch
     /// create refused for auth reports this as its cancel reason).
     pub fn rpc_error(&self) -> String {
@@ -171,8 +247,42 @@ impl EtcdError {
     }
 }
 
+/// The trailer grpc-gateway declares on an error answer and sends after its body.
+const TRAILER: &str = "grpc-trailer-content-type";
+
+/// As grpc-gateway writes an error: chunked (no `Content-Length`), a `Trailer:
+/// Grpc-Trailer-Content-Type` header, the body, then that trailer. hyper sends the
+/// trailer only to a client that asked for trailers (`TE: trailers`); to others the
+/// answer is the same but for the trailer line.
 impl IntoResponse for EtcdError {
     fn into_response(self) -> Response {
+        let mut trailers = HeaderMap::new();
+        trailers.insert(TRAILER, HeaderValue::from_static("application/grpc"));
+        // A stream, so that its size is unknown and hyper sends it chunked.
+        let data = Ok::<_, std::convert::Infallible>(Bytes::from(self.body()));
+        let data = Body::from_stream(futures_util::stream::iter([data]));
+        let trailers = std::future::ready(Some(Ok::<_, axum::Error>(trailers)));
+        let body = Body::new(data.with_trailers(trailers));
+        let mut resp = (self.status, body).into_response();
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert(
+            header::TRAILER,
+            HeaderValue::from_static("Grpc-Trailer-Content-Type"),
+        );
+        codec::cors(h);
+        resp
+    }
+}
+
+impl EtcdError {
+    /// An error the gateway answers before any gRPC call is made (a body it cannot
+    /// decode; a streamed call refused before its stream starts): written with a
+    /// length and no trailer, as grpc-gateway does when it has no call metadata.
+    pub fn untrailed(self) -> Response {
         let mut resp = (self.status, self.body()).into_response();
         let h = resp.headers_mut();
         h.insert(

@@ -17,7 +17,7 @@ use axum::Router;
 use crate::calls::Call;
 use crate::error;
 use crate::state::Shared;
-use crate::{cluster, fault_layer, lease, unary, watch};
+use crate::{cluster, fault_layer, lease, lock_wait, unary, watch};
 
 /// The paths etcd 3.4's gateway serves that this fake implements, without the prefix.
 pub const PATHS: &[&str] = &[
@@ -36,6 +36,24 @@ pub const PATHS: &[&str] = &[
     "/kv/lease/leases",
     "/watch",
     "/auth/authenticate",
+    "/auth/user/add",
+    "/auth/user/get",
+    "/auth/user/list",
+    "/auth/user/delete",
+    "/auth/user/changepw",
+    "/auth/user/grant",
+    "/auth/user/revoke",
+    "/auth/role/add",
+    "/auth/role/get",
+    "/auth/role/list",
+    "/auth/role/delete",
+    "/auth/role/grant",
+    "/auth/role/revoke",
+    "/auth/enable",
+    "/auth/disable",
+    "/lock/lock",
+    "/lock/unlock",
+    "/maintenance/alarm",
     "/maintenance/status",
     "/cluster/member/list",
 ];
@@ -45,6 +63,7 @@ fn handler_for(path: &str) -> MethodRouter<Arc<Shared>> {
     let r: MethodRouter<Arc<Shared>> = match (path, unary_call) {
         ("/lease/keepalive", _) => any(lease::keepalive),
         ("/watch", _) => any(watch::watch),
+        ("/lock/lock", _) => any(lock_wait::lock),
         ("/maintenance/status", _) => any(cluster::status),
         ("/cluster/member/list", _) => any(cluster::member_list),
         (_, Some(call)) => any(
@@ -150,11 +169,18 @@ fn get_only() -> Response {
     r
 }
 
-async fn health(method: axum::http::Method) -> Response {
+/// `{"health":"true"}`; while an alarm is raised, 503 `{"health":"false"}` and a
+/// newline, as etcd 3.4.23 answers.
+async fn health(State(shared): State<Arc<Shared>>, method: axum::http::Method) -> Response {
     if method != axum::http::Method::GET {
         return get_only();
     }
-    let mut r = (StatusCode::OK, r#"{"health":"true"}"#).into_response();
+    let alarmed = !shared.core().alarms().errors().is_empty();
+    let mut r = if alarmed {
+        (StatusCode::SERVICE_UNAVAILABLE, "{\"health\":\"false\"}\n").into_response()
+    } else {
+        (StatusCode::OK, r#"{"health":"true"}"#).into_response()
+    };
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use crate::body::StreamReader;
 use crate::codec;
@@ -29,10 +29,10 @@ pub async fn keepalive(State(shared): State<Arc<Shared>>, body: Body) -> Respons
     };
     // A malformed first message is a plain 500 error, as the gateway answers it.
     let first = match ka.reader.next().await {
-        Some(Piece::Malformed(msg)) => return EtcdError::grpc(code::UNKNOWN, msg).into_response(),
+        Some(Piece::Malformed(msg)) => return EtcdError::grpc(code::UNKNOWN, msg).untrailed(),
         Some(Piece::Message(v)) => match ka.answer(v) {
             Ok(line) => Some(line),
-            Err(msg) => return EtcdError::grpc(code::UNKNOWN, msg).into_response(),
+            Err(msg) => return EtcdError::grpc(code::UNKNOWN, msg).untrailed(),
         },
         None => None,
     };

@@ -24,6 +24,16 @@
 //!   answers to a [`WatchSink`] ([`LineSink`] keeps them to drain).
 //! - [`tokens`]: simple tokens with etcd's sliding idle TTL; [`tokens::Auth::check`].
 //! - [`kv_ops`]: range, put, delete and txn as etcd applies them; [`kv_ops::apply_txn`].
+//! - [`accounts`]: users, roles, key permissions and the coverage rule
+//!   ([`accounts::Accounts::permit`], [`accounts::Accounts::admin`]); [`permits`]: the
+//!   permissions each KV request needs.
+//! - [`auth_admin`]: auth management with etcd's preconditions
+//!   ([`EtcdCore::auth_manage`]); its messages in [`auth_messages`].
+//! - [`lock`]: v3lock in steps ([`EtcdCore::lock_claim`], [`EtcdCore::lock_held`],
+//!   [`EtcdCore::lock_abandon`], [`EtcdCore::unlock`]).
+//! - [`alarm`]: alarms and the space quota ([`EtcdCore::alarm`],
+//!   [`EtcdCore::check_space`]).
+//! - [`outbox`]: a watch stream's backlog, bounded in answers and bytes.
 //! - [`config`]: [`Config`], etcd's defaults.
 //! - [`faults`]: [`Fault`] (fail, latency, hang), which paths it matches, and the
 //!   decision it makes ([`faults::FaultDecision`]; the caller applies it).
@@ -54,6 +64,7 @@
 //!   [`body::StreamReader`].
 //! - [`lease`]: the keepalive stream, and the expiry loop [`lease::run_expiry`].
 //! - [`watch`]: the `/v3/watch` streams ([`watch::watch`]).
+//! - [`lock_wait`]: `/v3/lock/lock`, waiting until the lock is held.
 //! - [`cluster`]: `/v3/maintenance/status` and `/v3/cluster/member/list` of a
 //!   single-member cluster.
 //! - [`auth`]: where a request's token is found ([`auth::token`]).
@@ -64,8 +75,12 @@
 //! Entry point: [`start`] binds, spawns the server and the lease-expiry loop, and answers
 //! a [`MockEtcd`] handle.
 
+pub mod accounts;
+pub mod alarm;
 pub mod answers;
 mod auth;
+pub mod auth_admin;
+pub mod auth_messages;
 mod body;
 pub mod calls;
 mod cluster;
@@ -82,7 +97,11 @@ mod gateway;
 pub mod journal;
 pub mod kv_ops;
 mod lease;
+pub mod lock;
+mod lock_wait;
 mod locking;
+pub mod outbox;
+pub mod permits;
 pub mod requests;
 pub mod scan;
 mod size;
@@ -109,6 +128,19 @@ pub use journal::RequestLog;
 use crate::journal::Journal;
 use crate::locking::lock;
 use crate::state::Shared;
+
+/// Bytes of keys and values and of queued watch answers the fake holds now: what
+/// its memory grows with (the rest is bounded by constants and the request log).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Retained {
+    /// Current keys and values.
+    pub live: usize,
+    /// Superseded versions the history keeps (at most `Config::history_bytes_cap`).
+    pub history: usize,
+    /// Answers queued for watch streams (at most `Config::watch_backlog_bytes` plus
+    /// one answer, per open stream).
+    pub watch_backlog: usize,
+}
 
 /// A running fake etcd.
 #[derive(Clone)]
@@ -142,6 +174,7 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockEtcd> 
         release,
         client_url: std::sync::OnceLock::new(),
         started: std::time::Instant::now(),
+        watch_queued: Default::default(),
         config,
     });
     let mut router = gateway::router(shared.clone());
@@ -223,6 +256,19 @@ impl MockEtcd {
         core.data()
             .get(key.as_bytes())
             .map(|kv| (String::from_utf8_lossy(&kv.value).into_owned(), kv.lease))
+    }
+
+    /// What the fake's memory holds now (see [`Retained`]).
+    pub fn retained(&self) -> Retained {
+        let core = self.shared.core();
+        Retained {
+            live: core.data().data_bytes(),
+            history: core.data().history_bytes(),
+            watch_backlog: self
+                .shared
+                .watch_queued
+                .load(std::sync::atomic::Ordering::Acquire),
+        }
     }
 
     /// The most recent requests, oldest first.

@@ -4,7 +4,8 @@
 //! Why a module of its own: this is the shell's side of the state; the rules are all in
 //! [`EtcdCore`], which never reads a clock: the shell gives it [`Shared::now`].
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mock_kit::{Events, FaultRegistry, Shutdown};
@@ -32,6 +33,8 @@ pub struct Shared {
     pub client_url: std::sync::OnceLock<String>,
     /// The shell's clock: the cores are given the time since this instant.
     pub started: Instant,
+    /// Bytes queued on every watch stream's backlog (see [`crate::outbox`]).
+    pub watch_queued: Arc<AtomicUsize>,
 }
 
 impl Shared {

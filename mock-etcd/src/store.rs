@@ -18,6 +18,11 @@ use serde::Serialize;
 use crate::codec::{is_zero, ser_b64, ser_i64};
 use crate::error::EtcdError;
 
+/// A fresh etcd 3.4's bbolt file, the part of it in use, and its page size.
+const FRESH_DB_SIZE: i64 = 20480;
+const FRESH_DB_IN_USE: i64 = 16384;
+const PAGE: i64 = 4096;
+
 /// etcd's largest lease TTL (`MaxLeaseTTL`).
 pub const MAX_LEASE_TTL: i64 = 9_000_000_000;
 
@@ -45,19 +50,26 @@ pub enum EventKind {
 }
 
 /// A change at one revision. `prev` is always kept (watchers may ask for it, and past
-/// revisions are rebuilt from it).
+/// revisions are rebuilt from it). Both are shared, not copied: a version of a key is
+/// held once, by the store while it is current and by the events that name it, so the
+/// history costs only the versions that are no longer current.
 #[derive(Clone, Debug)]
 pub struct Event {
     pub kind: EventKind,
     /// For a delete: only the key and the deleting revision, as etcd writes it.
-    pub kv: KeyValue,
-    pub prev: Option<KeyValue>,
+    pub kv: Arc<KeyValue>,
+    pub prev: Option<Arc<KeyValue>>,
 }
 
 impl Event {
     pub fn revision(&self) -> i64 {
         self.kv.mod_revision
     }
+}
+
+/// What a key and value cost in memory: their bytes (the metadata is a constant).
+fn kv_bytes(kv: &KeyValue) -> usize {
+    kv.key.len() + kv.value.len()
 }
 
 /// A lease: granted TTL, deadline (time since the core's start), attached keys.
@@ -124,7 +136,13 @@ pub struct Store {
     pub rev: i64,
     /// History holds every event at revisions >= this (0: everything).
     pub compact_rev: i64,
-    kvs: BTreeMap<Vec<u8>, KeyValue>,
+    kvs: BTreeMap<Vec<u8>, Arc<KeyValue>>,
+    /// Bytes of the current keys and values (kept as they change).
+    live_bytes: usize,
+    /// Bytes of the keys and values the history holds that are no longer current.
+    history_bytes: usize,
+    /// History is trimmed, oldest revision first, past this many such bytes.
+    history_bytes_cap: usize,
     /// Writes to `kvs` so far (puts, deletes, losses; never reset): see [`Store::kv_writes`].
     kv_writes: u64,
     history: VecDeque<Arc<Event>>,
@@ -157,6 +175,9 @@ impl Store {
             rev: 1,
             compact_rev: 0,
             kvs: BTreeMap::new(),
+            live_bytes: 0,
+            history_bytes: 0,
+            history_bytes_cap: usize::MAX,
             kv_writes: 0,
             history: VecDeque::new(),
             history_cap: history_cap.max(1),
@@ -169,7 +190,25 @@ impl Store {
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&KeyValue> {
-        self.kvs.get(key)
+        self.kvs.get(key).map(|kv| &**kv)
+    }
+
+    /// Bound the bytes of superseded versions the history keeps (see
+    /// [`Store::retained_bytes`]).
+    pub fn set_history_bytes_cap(&mut self, cap: usize) {
+        self.history_bytes_cap = cap;
+    }
+
+    /// Bytes of keys and values held: the current ones plus the superseded versions
+    /// the history keeps (each version counted once however many events name it).
+    pub fn retained_bytes(&self) -> usize {
+        self.live_bytes + self.history_bytes
+    }
+
+    /// Bytes of the superseded versions the history keeps (at most the history
+    /// bytes cap once a revision is closed).
+    pub fn history_bytes(&self) -> usize {
+        self.history_bytes
     }
 
     /// How many times the keys and values were written (puts, deletes, data losses):
@@ -181,14 +220,26 @@ impl Store {
 
     /// Bytes of keys and values stored now (what the database size grows with).
     pub fn data_bytes(&self) -> usize {
-        self.kvs
-            .values()
-            .map(|kv| kv.key.len() + kv.value.len())
-            .sum()
+        self.live_bytes
+    }
+
+    /// The database size `status` reports (and the quota reads): a fresh etcd 3.4's
+    /// bbolt file, grown by a 4 KiB page per 4 KiB of stored keys and values.
+    pub fn db_size(&self) -> i64 {
+        FRESH_DB_SIZE + self.db_pages() * PAGE
+    }
+
+    /// The part of the database `status` reports in use.
+    pub fn db_size_in_use(&self) -> i64 {
+        FRESH_DB_IN_USE + self.db_pages() * PAGE
+    }
+
+    fn db_pages(&self) -> i64 {
+        self.live_bytes.div_ceil(PAGE as usize) as i64
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &KeyValue> {
-        self.kvs.values()
+        self.kvs.values().map(|kv| &**kv)
     }
 
     /// Keys of `range` at revision `at` (0: now), in key order.
@@ -206,10 +257,10 @@ impl Store {
             return Ok(self
                 .kvs
                 .range::<[u8], _>(bounds)
-                .map(|(_, v)| v.clone())
+                .map(|(_, v)| KeyValue::clone(v))
                 .collect());
         }
-        let mut view: BTreeMap<Vec<u8>, KeyValue> = self
+        let mut view: BTreeMap<Vec<u8>, Arc<KeyValue>> = self
             .kvs
             .range::<[u8], _>(bounds)
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -226,7 +277,7 @@ impl Store {
                 None => view.remove(&ev.kv.key),
             };
         }
-        Ok(view.into_values().collect())
+        Ok(view.into_values().map(|kv| KeyValue::clone(&kv)).collect())
     }
 
     /// Put at the revision being built; answers the previous value.
@@ -239,14 +290,14 @@ impl Store {
     ) -> Option<KeyValue> {
         let rev = self.rev + 1;
         let prev = self.kvs.get(key).cloned();
-        let kv = KeyValue {
+        let kv = Arc::new(KeyValue {
             key: key.to_vec(),
             create_revision: prev.as_ref().map_or(rev, |p| p.create_revision),
             mod_revision: rev,
             version: prev.as_ref().map_or(1, |p| p.version + 1),
             value,
             lease,
-        };
+        });
         let old_lease = prev.as_ref().map_or(0, |p| p.lease);
         if old_lease != lease {
             if let Some(l) = self.leases.get_mut(&old_lease) {
@@ -259,13 +310,19 @@ impl Store {
             }
         }
         self.kv_writes += 1;
+        self.live_bytes += kv_bytes(&kv);
+        if let Some(p) = &prev {
+            self.live_bytes -= kv_bytes(p);
+            // Superseded, but the history holds it (this event's `prev`).
+            self.history_bytes += kv_bytes(p);
+        }
         self.kvs.insert(key.to_vec(), kv.clone());
         batch.events.push(Event {
             kind: EventKind::Put,
             kv,
             prev: prev.clone(),
         });
-        prev
+        prev.map(|p| KeyValue::clone(&p))
     }
 
     /// Delete every key of `range` at the revision being built; answers the deleted keys.
@@ -283,19 +340,21 @@ impl Store {
         for k in keys {
             if let Some(prev) = self.kvs.remove(&k) {
                 self.kv_writes += 1;
+                self.live_bytes -= kv_bytes(&prev);
+                self.history_bytes += kv_bytes(&prev);
                 if let Some(l) = self.leases.get_mut(&prev.lease) {
                     l.keys.remove(&k);
                 }
                 batch.events.push(Event {
                     kind: EventKind::Delete,
-                    kv: KeyValue {
+                    kv: Arc::new(KeyValue {
                         key: k,
                         mod_revision: rev,
                         ..KeyValue::default()
-                    },
+                    }),
                     prev: Some(prev.clone()),
                 });
-                gone.push(prev);
+                gone.push(KeyValue::clone(&prev));
             }
         }
         gone
@@ -317,15 +376,29 @@ impl Store {
         })
     }
 
+    /// Past either cap (events, superseded bytes), drop the oldest revisions, as an
+    /// auto-compaction would.
     fn trim_history(&mut self) {
-        while self.history.len() > self.history_cap {
+        while self.history.len() > self.history_cap || self.history_bytes > self.history_bytes_cap {
             let Some(oldest) = self.history.front().map(|e| e.revision()) else {
                 break;
             };
-            while self.history.front().is_some_and(|e| e.revision() == oldest) {
-                self.history.pop_front();
-            }
+            self.drop_history_before(oldest + 1);
             self.compact_rev = oldest + 1;
+        }
+        if self.history.capacity() > 2 * self.history.len() + 64 {
+            self.history.shrink_to_fit();
+        }
+    }
+
+    /// Drop the events before `rev`; the superseded versions they held go with them.
+    fn drop_history_before(&mut self, rev: i64) {
+        while self.history.front().is_some_and(|e| e.revision() < rev) {
+            if let Some(e) = self.history.pop_front() {
+                if let Some(p) = &e.prev {
+                    self.history_bytes = self.history_bytes.saturating_sub(kv_bytes(p));
+                }
+            }
         }
     }
 
@@ -343,9 +416,7 @@ impl Store {
         if rev <= self.compact_rev {
             return Err(EtcdError::compacted());
         }
-        while self.history.front().is_some_and(|e| e.revision() < rev) {
-            self.history.pop_front();
-        }
+        self.drop_history_before(rev);
         self.compact_rev = rev;
         Ok(())
     }
@@ -457,6 +528,8 @@ impl Store {
         self.kv_writes += 1;
         self.kvs.clear();
         self.history.clear();
+        self.live_bytes = 0;
+        self.history_bytes = 0;
         self.leases.clear();
         self.expiry.clear();
         // A restarted etcd seeds its ID generator from the clock again, so a lease granted

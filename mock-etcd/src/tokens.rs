@@ -1,10 +1,11 @@
-//! Simple tokens as etcd 3.4 issues them: users, tokens with a sliding idle TTL.
+//! Simple tokens as etcd 3.4 issues them, with a sliding idle TTL.
 //!
 //! Why a module of its own: this is the rule, given the time as an argument and free of
-//! HTTP (`auth` is the HTTP side). A token is `<16 letters>.<index>`; it expires after
-//! the TTL of *idle* time, each use extending it; with no users, authentication is not
-//! enabled and any token is invalid. Times are durations since an arbitrary start and
-//! the token letters come from a generator seeded by the caller, so a run is replayable.
+//! HTTP (`auth` is the HTTP side; users and roles are `accounts`). A token is
+//! `<16 letters>.<index>`; it expires after the TTL of *idle* time, each use extending
+//! it; while authentication is not enabled any token is invalid. Times are durations
+//! since an arbitrary start and the token letters come from a generator seeded by the
+//! caller, so a run is replayable.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,10 +13,11 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::accounts::Accounts;
 use crate::error::EtcdError;
 
 pub struct Auth {
-    users: BTreeMap<String, String>,
+    accounts: Accounts,
     /// Token -> (user, last use).
     tokens: BTreeMap<String, (String, Duration)>,
     ttl: Duration,
@@ -27,7 +29,7 @@ impl Auth {
     /// `seed`: the token letters' generator (same seed, same tokens).
     pub fn new(users: &[(String, String)], ttl: Duration, seed: u64) -> Self {
         Auth {
-            users: users.iter().cloned().collect(),
+            accounts: Accounts::configured(users),
             tokens: BTreeMap::new(),
             ttl,
             index: 20,
@@ -36,15 +38,37 @@ impl Auth {
     }
 
     pub fn enabled(&self) -> bool {
-        !self.users.is_empty()
+        self.accounts.enabled()
+    }
+
+    pub fn accounts(&self) -> &Accounts {
+        &self.accounts
+    }
+
+    pub fn accounts_mut(&mut self) -> &mut Accounts {
+        &mut self.accounts
+    }
+
+    /// A deleted user's tokens, or those of a user whose password changed, are invalid.
+    pub fn end_tokens_of(&mut self, user: &str) {
+        self.tokens.retain(|_, (u, _)| u != user);
+    }
+
+    /// Back to the configured users (auth on iff there are any), no roles, no tokens:
+    /// the auth store of an etcd that lost its data dir and was set up again.
+    pub fn reset_accounts(&mut self, users: &[(String, String)]) {
+        self.accounts = Accounts::configured(users);
+        self.tokens.clear();
+    }
+
+    /// Auth disabled: every token is invalid from now on.
+    pub fn disable(&mut self) {
+        self.accounts.set_enabled(false);
+        self.tokens.clear();
     }
 
     pub fn tokens(&self) -> usize {
         self.tokens.len()
-    }
-
-    pub fn clear_tokens(&mut self) {
-        self.tokens.clear();
     }
 
     pub fn authenticate(
@@ -56,8 +80,9 @@ impl Auth {
         if !self.enabled() {
             return Err(EtcdError::auth_not_enabled());
         }
-        match self.users.get(name) {
-            Some(p) if p == password && !name.is_empty() => {}
+        match self.accounts.user(name) {
+            Some(u) if u.no_password => return Err(EtcdError::no_password_user()),
+            Some(u) if u.password == password && !name.is_empty() => {}
             _ => return Err(EtcdError::auth_failed()),
         }
         self.index += 1;

@@ -24,7 +24,7 @@ pub async fn serve(call: Call, shared: Arc<Shared>, headers: HeaderMap, body: Bo
     };
     let req = match call.decode(&body) {
         Ok(r) => r,
-        Err(e) => return e.into_response(),
+        Err(e) => return e.untrailed(),
     };
     let token = crate::auth::token(&headers);
     let now = shared.now();

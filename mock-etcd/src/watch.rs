@@ -16,7 +16,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use tokio::sync::mpsc;
 
 use crate::body::StreamReader;
@@ -24,8 +24,9 @@ use crate::codec;
 use crate::core::WatchStream;
 use crate::decode::Piece;
 use crate::error::{code, EtcdError};
+use crate::outbox::Outbox;
 use crate::state::Shared;
-use crate::watchers::{line, Outbox, Overflow, WatchResponse};
+use crate::watchers::{line, WatchResponse};
 
 /// How long a stream may take to send its first message before we answer anyway.
 const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(5);
@@ -45,15 +46,16 @@ struct Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.shared.core().watch_close(&self.ws);
+        self.out.release();
     }
 }
 
 pub async fn watch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
-    let (tx, rx) = mpsc::channel(shared.config.watch_backlog.max(1));
-    let out = Outbox {
-        tx,
-        overflow: Arc::new(Overflow::default()),
-    };
+    let (out, rx) = Outbox::new(
+        shared.config.watch_backlog,
+        shared.config.watch_backlog_bytes,
+        shared.watch_queued.clone(),
+    );
     let now = shared.now();
     let ws = shared
         .core()
@@ -70,12 +72,10 @@ pub async fn watch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: 
     };
     // The gateway answers a malformed first message with a plain error, not a stream.
     match tokio::time::timeout(FIRST_MESSAGE_WAIT, s.reader.next()).await {
-        Ok(Some(Piece::Malformed(msg))) => {
-            return EtcdError::grpc(code::UNKNOWN, msg).into_response()
-        }
+        Ok(Some(Piece::Malformed(msg))) => return EtcdError::grpc(code::UNKNOWN, msg).untrailed(),
         Ok(Some(Piece::Message(v))) => {
             if let Err(msg) = s.handle(v) {
-                return EtcdError::grpc(code::UNKNOWN, msg).into_response();
+                return EtcdError::grpc(code::UNKNOWN, msg).untrailed();
             }
         }
         Ok(None) | Err(_) => {}
@@ -100,6 +100,7 @@ impl Session {
                 return None;
             }
             if let Ok(l) = self.rx.try_recv() {
+                self.out.took(l.len());
                 return Some(l);
             }
             if self.out.overflow.hit.load(Ordering::Acquire) && !self.done {
@@ -113,7 +114,12 @@ impl Session {
             let overflow = self.out.overflow.clone();
             let stop = self.stop.clone();
             let piece = tokio::select! {
-                l = self.rx.recv() => return l,
+                l = self.rx.recv() => {
+                    if let Some(l) = &l {
+                        self.out.took(l.len());
+                    }
+                    return l;
+                }
                 p = self.reader.next(), if reading => p,
                 _ = overflow.wake.notified() => continue,
                 _ = stop.wait() => return None,

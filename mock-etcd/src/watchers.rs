@@ -4,15 +4,13 @@
 //! the streams). Each watcher selects keys, filters and a start revision; the events of
 //! one revision go to a watcher in one response whose header carries that revision.
 //! Answers go to a [`WatchSink`] of the caller's choosing: the HTTP shell's bounded
-//! [`Outbox`] (a stream that does not read is marked overflowed with the first revision
+//! [`crate::outbox::Outbox`] (a stream that does not read is marked overflowed with the first revision
 //! it missed, and its watchers are dropped), or a [`LineSink`] that keeps the lines for
 //! a caller without sockets (a simulator) to drain.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
-use tokio::sync::{mpsc, Notify};
 
 use crate::codec::{is_false, is_zero, ser_i64, Header};
 use crate::requests::CreateRequest;
@@ -80,7 +78,11 @@ impl Spec {
         WireEvent {
             kind: (ev.kind == EventKind::Delete).then_some("DELETE"),
             kv: &ev.kv,
-            prev_kv: if self.prev_kv { ev.prev.as_ref() } else { None },
+            prev_kv: if self.prev_kv {
+                ev.prev.as_deref()
+            } else {
+                None
+            },
         }
     }
 }
@@ -111,45 +113,6 @@ impl WatchSink for LineSink {
     fn send(&self, line: String, _rev: i64) -> bool {
         crate::locking::lock(&self.lines).push(line);
         true
-    }
-}
-
-/// The sending side of one HTTP stream, shared by its watchers.
-#[derive(Clone)]
-pub struct Outbox {
-    pub tx: mpsc::Sender<String>,
-    /// Set when the backlog overflowed; holds the first revision not delivered.
-    pub overflow: Arc<Overflow>,
-}
-
-#[derive(Default)]
-pub struct Overflow {
-    pub hit: AtomicBool,
-    pub first_missed: AtomicI64,
-    /// Watchers the registry dropped when the backlog overflowed.
-    pub ids: std::sync::Mutex<Vec<i64>>,
-    pub wake: Notify,
-}
-
-impl WatchSink for Outbox {
-    fn dropped(&self, id: i64) {
-        crate::locking::lock(&self.overflow.ids).push(id);
-    }
-
-    /// Queue a line; false (and the stream marked overflowed) if the backlog is full.
-    fn send(&self, line: String, rev: i64) -> bool {
-        if self.overflow.hit.load(Ordering::Acquire) {
-            return false;
-        }
-        match self.tx.try_send(line) {
-            Ok(()) => true,
-            Err(_) => {
-                self.overflow.first_missed.store(rev, Ordering::Release);
-                self.overflow.hit.store(true, Ordering::Release);
-                self.overflow.wake.notify_one();
-                false
-            }
-        }
     }
 }
 
