@@ -10,10 +10,15 @@ use crate::topology::Topology;
 pub struct Peers<'a> {
     /// Comma-separated etcd endpoint URLs.
     pub etcd: String,
+    /// The vLLM URL (`--vllm-url`).
     pub vllm: String,
+    /// The master's URL (`--xllm-service-url`).
     pub master: String,
+    /// The etcd key namespace (`--etcd-namespace`).
     pub namespace: &'a str,
+    /// The address the sidecar registers for its instance (`--register-addr`).
     pub register_addr: &'a str,
+    /// The instance's name (`--instance-name`).
     pub instance_name: &'a str,
     /// The internal token it sends (`None` or `""`: none).
     pub token: Option<&'a str>,
