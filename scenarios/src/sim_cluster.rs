@@ -335,6 +335,7 @@ impl SimCluster {
             .collect()
     }
 
+    /// The instance index of each request the master routed, oldest first.
     pub fn routed(&self) -> &[usize] {
         &self.routed
     }

@@ -83,7 +83,8 @@ pub enum EtcdFault {
         /// The delay before serving, in ms.
         ms: u64,
     },
-    /// Hold the request until released (`etcd_release_hung`, `etcd_clear_faults`) or the fake stops.
+    /// Hold the request until released (`etcd_release_hung`, `etcd_clear_faults`) or the
+    /// fake stops.
     Hang {
         /// The gateway path pattern (`*` or a prefix ending in `*`).
         path: String,

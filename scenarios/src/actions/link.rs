@@ -16,7 +16,8 @@ use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::proxy::{Direction, LinkFault};
 use crate::topology::{target_indices, Target, Topology};
 
-/// A link action: `link = { link = "sidecar_etcd", instance = "i0", fault = "blackhole", duration = "4s" }`.
+/// A link action:
+/// `link = { link = "sidecar_etcd", instance = "i0", fault = "blackhole", duration = "4s" }`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub enum LinkAction {

@@ -77,7 +77,8 @@ impl MasterAction {
         }
     }
 
-    /// A short label for reports: `master: {latency:{ms:500}} for 2s`, or the action's compact TOML.
+    /// A short label for reports: `master: {latency:{ms:500}} for 2s`, or the action's
+    /// compact TOML.
     pub fn describe(&self) -> String {
         match self {
             MasterAction::Fault {

@@ -40,18 +40,21 @@ use vllm::VllmAction;
 #[derive(Clone, Debug, Serialize)]
 #[serde(untagged)]
 pub enum Action {
-    /// `sidecar_start`, `sidecar_stop`, `sidecar_kill`, `sidecar_drain`, `sidecar_undrain`.
+    /// The sidecar family: `sidecar_start`, `sidecar_stop`, `sidecar_kill`, `sidecar_drain`,
+    /// `sidecar_undrain`.
     Sidecar(SidecarAction),
-    /// `vllm_health`, `vllm_fault`, `vllm_clear_faults`, `vllm_crash`, `vllm_restart`, `vllm_counter_reset`.
+    /// The vLLM family: `vllm_health`, `vllm_fault`, `vllm_clear_faults`, `vllm_crash`,
+    /// `vllm_restart`, `vllm_counter_reset`.
     Vllm(VllmAction),
-    /// `etcd_fault`, `etcd_clear_faults`, `etcd_release_hung`, `etcd_expire_lease`, `etcd_lose_data`,
-    /// `etcd_kill`, `etcd_restart`.
+    /// The etcd family: `etcd_fault`, `etcd_clear_faults`, `etcd_release_hung`,
+    /// `etcd_expire_lease`, `etcd_lose_data`, `etcd_kill`, `etcd_restart`.
     Etcd(EtcdAction),
-    /// `master_restart`, `master_token`, `master_fault`, `master_clear_faults`.
+    /// The master family: `master_restart`, `master_token`, `master_fault`,
+    /// `master_clear_faults`.
     Master(MasterAction),
-    /// `link`.
+    /// A link fault: `link`.
     Link(LinkAction),
-    /// `load`, `load_off`.
+    /// The load family: `load`, `load_off`.
     Load(LoadAction),
 }
 
