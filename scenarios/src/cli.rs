@@ -9,6 +9,7 @@ use crate::real_cluster::{ClusterOptions, EtcdChoice, EtcdKind, RealCluster};
 use crate::report::Status;
 use crate::run::{run_many, RunOptions};
 
+/// The flags of `scenarios run`.
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     /// Scenario files, or names of built-in scenarios (default: the whole library).
@@ -44,6 +45,7 @@ pub struct RunArgs {
     pub planted_bug: Option<sim::planted::PlantedBug>,
 }
 
+/// The flags of `scenarios up`.
 #[derive(clap::Args, Debug)]
 pub struct UpArgs {
     /// Take the topology from this scenario (file or built-in name).
@@ -52,11 +54,13 @@ pub struct UpArgs {
     /// Number of instances (overrides the scenario's).
     #[arg(long)]
     pub instances: Option<usize>,
+    /// fake, real (the Debian etcd binary on loopback) or the URL of an existing etcd.
     #[arg(long, default_value = "fake")]
     pub etcd: EtcdChoice,
     /// With `--etcd real`: members of the real cluster (1 or 3).
     #[arg(long, default_value = "1", value_parser = ["1", "3"])]
     pub etcd_cluster: String,
+    /// The vllm-sidecar binary (default: $VLLM_SIDECAR_BIN, next to this binary, or built).
     #[arg(long)]
     pub sidecar_bin: Option<PathBuf>,
 }
@@ -288,9 +292,11 @@ impl std::str::FromStr for FaultList {
     }
 }
 
+/// The flags of `scenarios explore` (a sweep), or its `merge` subcommand.
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct ExploreArgs {
+    /// `merge`: combine the summaries of a sharded sweep instead of sweeping.
     #[command(subcommand)]
     pub command: Option<ExploreCommand>,
     /// At most this many instances per schedule (each draws between half of it and it).
@@ -339,11 +345,13 @@ pub struct ExploreArgs {
     pub planted_bug: Option<sim::planted::PlantedBug>,
 }
 
+/// The subcommands of `scenarios explore`.
 #[derive(clap::Subcommand, Debug)]
 pub enum ExploreCommand {
     /// Merge the summaries of a sharded sweep (each DIR a shard's --out, or a directory
     /// of them).
     Merge {
+        /// The shards' output directories, or directories of them.
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
         /// Write the merged summary.json and coverage.json here.

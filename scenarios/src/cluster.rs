@@ -37,13 +37,16 @@ pub enum Signal {
 /// How long a fault stays armed: by use count, by time, or both (`None`: until cleared).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Arming {
+    /// Fire at most this many times (`None`: no limit).
     pub count: Option<u64>,
+    /// Disarm after this long (`None`: no time limit).
     pub lasting: Option<Duration>,
 }
 
 /// Which links a link fault applies to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkSel {
+    /// Which link of each instance (or the master's etcd link).
     pub link: LinkKind,
     /// The instances whose link it is (ignored for the master's etcd link).
     pub instances: Vec<usize>,
@@ -56,8 +59,11 @@ pub struct LinkSel {
 pub struct LoadSpec {
     /// `None`: through the master's routing.
     pub instance: Option<usize>,
+    /// Requests per second offered.
     pub rps: f64,
+    /// How long the load runs.
     pub duration: Duration,
+    /// Each request's `max_tokens`.
     pub max_tokens: u32,
 }
 
@@ -69,7 +75,9 @@ pub struct LoadSpec {
 /// as an object, which is why plain `async fn` is used.
 #[allow(async_fn_in_trait)]
 pub trait Cluster {
+    /// The topology the cluster was started from.
     fn topology(&self) -> &Topology;
+    /// The run's merged event timeline, which every part of the cluster writes to.
     fn timeline(&self) -> &Arc<Timeline>;
     /// Milliseconds since the run's start (wall or virtual).
     fn now_ms(&self) -> u64;
@@ -97,31 +105,46 @@ pub trait Cluster {
 
     /// Start instance `i`'s sidecar (with another token, if given).
     fn sidecar_start(&mut self, i: usize, token: Option<String>) -> Result<(), String>;
+    /// Send `signal` to instance `i`'s sidecar.
     fn sidecar_signal(&mut self, i: usize, signal: Signal) -> Result<(), String>;
 
+    /// Set what instance `i`'s vLLM health endpoint answers (up, down, hang).
     fn vllm_health(&mut self, i: usize, health: mock_vllm::Health) -> Result<(), String>;
+    /// Arm a fault on instance `i`'s vLLM.
     fn vllm_fault(&mut self, i: usize, f: mock_vllm::Fault, arm: Arming) -> Result<(), String>;
+    /// Clear every fault of instance `i`'s vLLM.
     fn vllm_clear_faults(&mut self, i: usize) -> Result<(), String>;
+    /// Crash instance `i`'s vLLM: it stops listening and resets every open connection.
     async fn vllm_crash(&mut self, i: usize) -> Result<(), String>;
+    /// Start instance `i`'s vLLM again on its address, with fresh state.
     async fn vllm_restart(&mut self, i: usize) -> Result<(), String>;
+    /// Reset instance `i`'s vLLM counters and histograms to 0, as a vLLM restart seen by a scraper.
     fn vllm_counter_reset(&mut self, i: usize) -> Result<(), String>;
 
+    /// Arm a fault on the fake etcd's gateway.
     fn etcd_fault(&mut self, f: mock_etcd::Fault, arm: Arming) -> Result<(), String>;
     /// Clear every etcd fault; a request a hang holds is let go.
     fn etcd_clear_faults(&mut self) -> Result<(), String>;
+    /// Let every request a `hang` holds proceed; the faults stay armed.
     fn etcd_release_hung(&mut self) -> Result<(), String>;
     /// Expire the lease behind instance `i`'s key; answers the lease's id.
     fn etcd_expire_lease(&mut self, i: usize) -> Result<i64, String>;
+    /// Expire every lease at once.
     fn etcd_expire_all_leases(&mut self) -> Result<(), String>;
+    /// Lose every key, lease and token, as an etcd restarted without its data dir
+    /// (`reset_revision`: start again at revision 1).
     fn etcd_lose_data(&mut self, reset_revision: bool) -> Result<(), String>;
     /// Kill (`up` false) or start again (`up` true) a member of a real etcd cluster:
     /// `leader` or an index. Answers the member's index.
     async fn etcd_member(&mut self, which: &str, up: bool) -> Result<usize, String>;
 
+    /// Restart the master: forget every instance, and re-read etcd if `relist`.
     async fn master_restart(&mut self, relist: bool) -> Result<(), String>;
     /// The master's internal token (`None`: no check).
     fn master_token(&mut self, token: Option<String>) -> Result<(), String>;
+    /// Arm a heartbeat fault on the master.
     fn master_fault(&mut self, f: mock_master::Fault, arm: Arming) -> Result<(), String>;
+    /// Clear every master fault.
     fn master_clear_faults(&mut self) -> Result<(), String>;
 
     /// Set `fault` on the selected links; after `heal_after` the links heal, unless
@@ -133,6 +156,7 @@ pub trait Cluster {
         heal_after: Option<Duration>,
     ) -> Result<(), String>;
 
+    /// Start offering `load`; it ends after its duration or at `load_off`.
     fn load_start(&mut self, load: LoadSpec) -> Result<(), String>;
     /// End every load now (requests already sent run their course).
     fn load_off(&mut self);

@@ -12,12 +12,15 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub struct Dur(pub Duration);
 
 impl Dur {
+    /// A duration of `ms` milliseconds.
     pub const fn ms(ms: u64) -> Dur {
         Dur(Duration::from_millis(ms))
     }
+    /// The duration in whole milliseconds.
     pub fn as_ms(&self) -> u64 {
         self.0.as_millis() as u64
     }
+    /// The duration in seconds, with fractions.
     pub fn secs_f64(&self) -> f64 {
         self.0.as_secs_f64()
     }

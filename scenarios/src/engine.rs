@@ -21,9 +21,13 @@ use crate::verdict::{self, ActionRecord, Ctx, Verdict, VerdictKind};
 
 /// What playing a scenario produced, before it is judged as a whole.
 pub struct Played {
+    /// The verdict of every `when`, `expect` and failed action, in step order.
     pub verdicts: Vec<Verdict>,
+    /// Every action as executed, in step order.
     pub records: Vec<ActionRecord>,
+    /// Every sample of the cluster taken during the run, oldest first.
     pub samples: Vec<Sample>,
+    /// When the play ended (two sample periods after the last step), in ms since the start.
     pub end_ms: u64,
     /// The last output lines of each sidecar seen exited during the run.
     pub last_words: Vec<(usize, Vec<String>)>,

@@ -11,8 +11,11 @@ use base64::Engine;
 /// One key as the observer sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Kv {
+    /// The key, decoded from the gateway's base64.
     pub key: String,
+    /// The value, decoded from the gateway's base64 (lossy UTF-8).
     pub value: String,
+    /// The lease the key is attached to (0: none).
     pub lease: i64,
 }
 
@@ -27,6 +30,7 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// A client of these gateway URLs, each request timing out after 2 s.
     pub fn new(endpoints: Vec<String>) -> Gateway {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))

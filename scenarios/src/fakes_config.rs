@@ -60,6 +60,7 @@ pub fn vllm_config(topo: &Topology, i: usize, seed: u64) -> mock_vllm::Config {
     cfg
 }
 
+/// A topology's metrics dialect as the fake vLLM's own.
 pub fn vllm_dialect(d: topology::Dialect) -> mock_vllm::Dialect {
     match d {
         topology::Dialect::V0 => mock_vllm::Dialect::V0,

@@ -20,24 +20,28 @@ const MAX_IN_FLIGHT: usize = 512;
 pub struct Routed(Mutex<Vec<usize>>);
 
 impl Routed {
+    /// Record that the master routed a request to instance `i`.
     pub fn push(&self, i: usize) {
         match self.0.lock() {
             Ok(mut g) => g.push(i),
             Err(p) => p.into_inner().push(i),
         }
     }
+    /// Every instance index recorded so far, oldest first.
     pub fn snapshot(&self) -> Vec<usize> {
         match self.0.lock() {
             Ok(g) => g.clone(),
             Err(p) => p.into_inner().clone(),
         }
     }
+    /// How many routed requests are recorded.
     pub fn len(&self) -> usize {
         match self.0.lock() {
             Ok(g) => g.len(),
             Err(p) => p.into_inner().len(),
         }
     }
+    /// Whether no routed request is recorded yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -134,6 +138,7 @@ impl LoadGen {
         LoadGen { stop }
     }
 
+    /// Send no further request (those in flight run their course).
     pub fn stop(&self) {
         self.stop.trigger();
     }

@@ -13,8 +13,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MasterState {
+    /// Its key is in etcd: routable (`is = "active"` in a `state` await).
     Active,
+    /// Its key is gone but its vLLM answers: still routable until heartbeats stop
+    /// (`is = "lease_lost"`).
     LeaseLost,
+    /// Its key is gone and its probe failed (or heartbeats stopped): not routed to,
+    /// forgotten after a while (`is = "suspect"`).
     Suspect,
     /// Not known to the master at all.
     Absent,
@@ -29,24 +34,33 @@ pub struct InstanceObs {
     pub etcd: Option<Incarnation>,
     /// State at the master; `None`: unknown to the master.
     pub state: Option<ObservedState>,
+    /// Incarnation the master holds for it; `None`: unknown to the master.
     pub master_incarnation: Option<Incarnation>,
     /// Heartbeat answers by status, cumulative over the whole run (across incarnations
     /// and master restarts).
     pub heartbeats: Arc<BTreeMap<u16, u64>>,
     /// Last load metrics the master stored.
     pub waiting: Option<u64>,
+    /// GPU KV cache usage the last heartbeat reported (0.0 to 1.0).
     pub gpu_cache: Option<f64>,
+    /// Recent maximum time to first token the last heartbeat reported, in ms.
     pub ttft_ms: Option<i64>,
+    /// Recent maximum time between tokens the last heartbeat reported, in ms.
     pub tbt_ms: Option<i64>,
+    /// Whether the sidecar process (or simulated sidecar) is running.
     pub sidecar_running: bool,
+    /// The sidecar's exit code once it exited (128 + the signal if one ended it);
+    /// `None`: running or not started.
     pub sidecar_exit: Option<i32>,
 }
 
 impl InstanceObs {
+    /// Heartbeats the master accepted (answered 200) over the run.
     pub fn accepted(&self) -> u64 {
         self.heartbeats.get(&200).copied().unwrap_or(0)
     }
 
+    /// Heartbeats answered with `status` over the run.
     pub fn status_count(&self, status: u16) -> u64 {
         self.heartbeats.get(&status).copied().unwrap_or(0)
     }
@@ -134,12 +148,17 @@ impl Unnamed401 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ObservedState {
+    /// Its key is in etcd: routable (`ACTIVE` in reports).
     Active,
+    /// Its key is gone but its vLLM answers: still routable (`LEASE_LOST`).
     LeaseLost,
+    /// Its key is gone and its probe failed, or heartbeats stopped: not routed to
+    /// (`SUSPECT`).
     Suspect,
 }
 
 impl ObservedState {
+    /// Whether an observed state (`None`: unknown to the master) is what an await wants.
     pub fn matches(state: Option<ObservedState>, want: MasterState) -> bool {
         match (want, state) {
             (MasterState::Absent, s) => s.is_none(),
@@ -161,7 +180,7 @@ pub struct Sample {
     /// since the last sample is the same one (a run keeps thousands of samples; most
     /// instances change only every few of them).
     pub instances: Vec<Arc<InstanceObs>>,
-    /// The load generator's routing decisions so far (instance index per request).
+    /// How many requests the master has routed so far (the length of the routed list).
     #[serde(skip)]
     pub routed: usize,
 }
@@ -181,6 +200,7 @@ impl Incarnations {
     /// Enough for the etcd key's and the master's incarnations while one replaces another.
     const KEPT: usize = 4;
 
+    /// The shared id for `id`: the one already held if seen lately, else a new one.
     pub fn intern(&mut self, id: &str) -> Incarnation {
         if let Some(known) = self.recent.iter().find(|k| ***k == *id) {
             return known.clone();
@@ -206,6 +226,7 @@ pub struct Cumulative {
 }
 
 impl Cumulative {
+    /// The run-long counts, given this incarnation's current counts at the master.
     pub fn update(
         &mut self,
         incarnation: Option<&str>,

@@ -33,12 +33,17 @@ pub enum LinkFault {
     Heal,
     /// Delay every chunk by `ms` plus a uniform random `0..=jitter_ms`.
     Latency {
+        /// The fixed delay, in ms.
         ms: u64,
+        /// The most random delay added on top, in ms (default 0).
         #[serde(default)]
         jitter_ms: u64,
     },
     /// Forward at most this many bytes per second in each direction.
-    Bandwidth { bytes_per_sec: u64 },
+    Bandwidth {
+        /// The rate, in bytes per second.
+        bytes_per_sec: u64,
+    },
     /// Accept connections, swallow every byte, never answer.
     Blackhole,
     /// Reset open connections and every new one (RST, not FIN).
@@ -46,7 +51,10 @@ pub enum LinkFault {
     /// Close the listening port: connects are refused.
     Refuse,
     /// Drop bytes flowing one way; connections stay open.
-    Partition { direction: Direction },
+    Partition {
+        /// Which way bytes are dropped.
+        direction: Direction,
+    },
 }
 
 /// Direction of a one-way partition, from the client's point of view.
@@ -115,6 +123,7 @@ impl Proxy {
         Ok(proxy)
     }
 
+    /// The link's name, as events and reports show it.
     pub fn name(&self) -> &str {
         &self.inner.name
     }
@@ -124,6 +133,7 @@ impl Proxy {
         self.inner.addr
     }
 
+    /// The address clients dial, as an `http://` URL.
     pub fn url(&self) -> String {
         format!("http://{}", self.inner.addr)
     }
@@ -133,6 +143,7 @@ impl Proxy {
         *lock(&self.inner.target) = target;
     }
 
+    /// The fault the link has now (`Heal`: none).
     pub fn fault(&self) -> LinkFault {
         self.inner.state.borrow().fault.clone()
     }
@@ -169,6 +180,7 @@ impl Proxy {
         Ok(())
     }
 
+    /// Stop accepting and forwarding.
     pub fn stop(&self) {
         self.inner.shutdown.trigger();
     }
@@ -180,6 +192,7 @@ impl Proxy {
         }
     }
 
+    /// A clone of the proxy, for a task that heals it later.
     pub fn handle(&self) -> LinkHandle {
         self.clone()
     }

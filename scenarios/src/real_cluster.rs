@@ -33,7 +33,9 @@ use crate::topology::{EtcdNeed, Topology};
 /// Which etcd the runner was asked for (`--etcd`, `--etcd-cluster`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EtcdChoice {
+    /// The in-process fake etcd (`--etcd fake`, the default).
     Fake,
+    /// The Debian `etcd` binary on loopback, one member (`--etcd real`).
     Real,
     /// A real 3-member cluster for every scenario that takes any etcd.
     Real3,
@@ -73,9 +75,13 @@ impl std::fmt::Display for EtcdChoice {
 /// What the etcd of one scenario run actually is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EtcdKind {
+    /// The in-process fake etcd, with its fault API.
     Fake,
+    /// One real etcd member on loopback.
     Real,
+    /// A real three-member cluster on loopback, whose members can be killed.
     Cluster3,
+    /// An existing etcd the runner was pointed at (`--etcd <URL>`).
     External,
 }
 
@@ -101,6 +107,7 @@ impl EtcdKind {
         }
     }
 
+    /// The kind as reports name it: `fake`, `real`, `real 3-member cluster`, `external`.
     pub fn as_str(self) -> &'static str {
         match self {
             EtcdKind::Fake => "fake",
@@ -120,6 +127,7 @@ pub(crate) enum Etcd {
 /// Settings of the cluster beyond the scenario file.
 #[derive(Clone, Debug)]
 pub struct ClusterOptions {
+    /// Which etcd the runner was asked for.
     pub etcd: EtcdChoice,
     /// Which sidecar runs, and how it takes its settings.
     pub profile: Arc<Profile>,
@@ -144,7 +152,9 @@ pub(crate) struct Instance {
 
 /// A running cluster for one scenario.
 pub struct RealCluster {
+    /// The run's merged event timeline.
     pub timeline: Arc<Timeline>,
+    /// What the run's etcd actually is.
     pub kind: EtcdKind,
     pub(crate) seed: u64,
     pub(crate) topology: Topology,
@@ -394,10 +404,12 @@ impl RealCluster {
             .collect()
     }
 
+    /// The etcd key namespace of this run: the topology's, the scenario name and a per-run suffix.
     pub fn namespace(&self) -> &str {
         &self.namespace
     }
 
+    /// The instance index of each request the master routed, in completion order.
     pub fn routed(&self) -> Vec<usize> {
         self.routed.snapshot()
     }

@@ -17,13 +17,16 @@ use crate::verdict::{ActionRecord, Episode, Recovery, Verdict, VerdictKind};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
+    /// Every verdict passed.
     Passed,
+    /// At least one verdict failed (or the cluster could not be set up).
     Failed,
     /// Not run (its reason in [`Outcome::skip_reason`]).
     Skipped,
 }
 
 impl Status {
+    /// The status as reports write it: `passed`, `failed`, `skipped`.
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Passed => "passed",
@@ -67,11 +70,17 @@ impl Startup {
 /// The result of one scenario run.
 #[derive(Debug, Serialize)]
 pub struct Outcome {
+    /// The scenario's name.
     pub name: String,
+    /// Where the scenario came from: a path, or `library/<name>.toml`.
     pub file: String,
+    /// The seed the run used (the scenario's, or `--seed`).
     pub seed: u64,
+    /// How the run ended.
     pub status: Status,
+    /// Why it was not run, when skipped.
     pub skip_reason: Option<String>,
+    /// Wall time the run took, in ms.
     pub wall_ms: u64,
     /// How long the cluster took to start before t = 0 (real mode; 0 in virtual time).
     pub setup_ms: u64,
@@ -80,24 +89,33 @@ pub struct Outcome {
     /// Capabilities the run needed and the sidecar's profile lacks: what they guard was
     /// skipped (the whole scenario, or steps and invariants of it).
     pub lacking: crate::capability::Capabilities,
+    /// The topology's instance count.
     pub instances: usize,
+    /// What etcd ran: `simulated`, `fake`, `real`, `real 3-member cluster` or `external`.
     pub etcd: String,
+    /// Every verdict: steps' awaits, failed actions, then the invariants.
     pub verdicts: Vec<Verdict>,
+    /// Each fault's time to recover.
     pub recoveries: Vec<Recovery>,
+    /// Every action as executed.
     pub actions: Vec<ActionRecord>,
     /// The command that re-runs exactly this scenario with this seed.
     pub rerun: String,
+    /// Every sample taken, for the timeline (not in `verdicts.json`).
     #[serde(skip)]
     pub samples: Vec<Sample>,
+    /// The fault episodes the run had, for the timeline (not in `verdicts.json`).
     #[serde(skip)]
     pub episodes: Vec<Episode>,
 }
 
 impl Outcome {
+    /// Whether nothing failed (a skipped run counts as passed).
     pub fn passed(&self) -> bool {
         self.status != Status::Failed
     }
 
+    /// The verdicts that failed.
     pub fn failures(&self) -> impl Iterator<Item = &Verdict> {
         self.verdicts.iter().filter(|v| !v.passed)
     }

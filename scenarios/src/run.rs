@@ -23,9 +23,13 @@ use crate::timeline::Timeline;
 /// How to run scenarios.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
+    /// Run every scenario with this seed instead of its own (`--seed`).
     pub seed: Option<u64>,
+    /// Which etcd to run against (`--etcd`, `--etcd-cluster`).
     pub etcd: EtcdChoice,
+    /// Write each scenario's report directory under here (`None`: no report).
     pub report_dir: Option<PathBuf>,
+    /// The vllm-sidecar binary (`None`: $VLLM_SIDECAR_BIN, next to this binary, or built).
     pub sidecar_bin: Option<PathBuf>,
     /// Which sidecar runs (real mode), and the capabilities it declares; `None`: our
     /// `vllm-sidecar` (at `sidecar_bin`), every capability.

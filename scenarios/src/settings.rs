@@ -118,10 +118,15 @@ impl Setting {
 pub struct Peers<'a> {
     /// Comma-separated etcd endpoint URLs.
     pub etcd: String,
+    /// The vLLM URL.
     pub vllm: String,
+    /// The master's URL.
     pub master: String,
+    /// The etcd key namespace.
     pub namespace: &'a str,
+    /// The address the sidecar registers for its instance.
     pub register_addr: &'a str,
+    /// The instance's name.
     pub instance_name: &'a str,
     /// The internal token it sends (`None` or `""`: none).
     pub token: Option<&'a str>,

@@ -282,6 +282,7 @@ impl SidecarProc {
         *self.exit.borrow()
     }
 
+    /// Whether the process has not exited yet.
     pub fn running(&self) -> bool {
         self.exit_code().is_none()
     }
@@ -331,6 +332,7 @@ impl SidecarProc {
         self.wait(Duration::from_secs(5)).await
     }
 
+    /// Wait up to `timeout` for the exit; answers the exit code, `None` if still running.
     pub async fn wait(&mut self, timeout: Duration) -> Option<i32> {
         let mut rx = self.exit.clone();
         let r = tokio::time::timeout(timeout, rx.wait_for(|c| c.is_some())).await;

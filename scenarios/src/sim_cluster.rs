@@ -339,6 +339,7 @@ impl SimCluster {
             .collect()
     }
 
+    /// The instance index of each request the master routed, oldest first.
     pub fn routed(&self) -> &[usize] {
         &self.routed
     }

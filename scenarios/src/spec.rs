@@ -34,15 +34,20 @@ pub const MAX_SIM_INSTANCES: usize = 100_000;
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
+    /// The scenario's name, as reports and `scenarios list` show it.
     pub name: String,
+    /// What the scenario tests, in a sentence or two.
     pub description: String,
     /// Seeds every random choice (jitter, load arrivals, fake vLLM); `--seed` overrides.
     #[serde(default = "default_seed")]
     pub seed: u64,
+    /// The cluster it runs on (`[topology]`; defaults if absent).
     #[serde(default)]
     pub topology: Topology,
+    /// The timeline, in order (`[[step]]` tables).
     #[serde(default, rename = "step")]
     pub steps: Vec<Step>,
+    /// Which whole-run properties are checked (`[invariants]`; all on if absent).
     #[serde(default)]
     pub invariants: Invariants,
     /// Capabilities the whole scenario needs beyond the contract (a sidecar whose
@@ -68,6 +73,7 @@ pub struct Step {
     /// Act only once this holds (fails the step if it does not within `within`).
     #[serde(default)]
     pub when: Option<Condition>,
+    /// What to do to the cluster: `action = { sidecar_kill = "i0" }`.
     #[serde(default)]
     pub action: Option<Action>,
     /// Check that this holds within `within` (a verdict in the report).
@@ -105,7 +111,12 @@ impl Step {
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Condition {
     /// The master holds the instance in this state.
-    State { instance: Target, is: MasterState },
+    State {
+        /// The instance (a name, not `all`).
+        instance: Target,
+        /// The state wanted: `active`, `lease_lost`, `suspect`, `absent` or `routable`.
+        is: MasterState,
+    },
     /// The instance's key is in etcd.
     Registered(Target),
     /// The instance's key is not in etcd.
@@ -115,38 +126,60 @@ pub enum Condition {
     /// Distinct incarnations of the instance seen in etcd so far (re-registrations), at
     /// least and/or at most this many.
     Incarnations {
+        /// The instance (a name, not `all`).
         instance: Target,
+        /// At least this many incarnations.
         #[serde(default)]
         at_least: Option<usize>,
+        /// At most this many incarnations.
         #[serde(default)]
         at_most: Option<usize>,
     },
     /// The master accepted at least `at_least` (default 1) heartbeats from the instance since
     /// the step began, optionally with at least `min_waiting` waiting requests.
     Heartbeat {
+        /// The instance (a name, not `all`).
         instance: Target,
+        /// Heartbeats accepted since the step began, at least (default 1).
         #[serde(default)]
         at_least: Option<u64>,
+        /// A heartbeat since the step began reported at least this many waiting requests.
         #[serde(default)]
         min_waiting: Option<u64>,
+        /// A heartbeat since the step began reported at most this many waiting requests.
         #[serde(default)]
         max_waiting: Option<u64>,
     },
     /// The master answered this HTTP status to the instance's heartbeats at least once since
     /// the step began.
-    HeartbeatStatus { instance: Target, status: u16 },
+    HeartbeatStatus {
+        /// The instance (a name, not `all`).
+        instance: Target,
+        /// The HTTP status, e.g. 409.
+        status: u16,
+    },
     /// The sidecar process exited (with this code, if given).
     Exited {
+        /// The instance (a name, not `all`).
         instance: Target,
+        /// The exit code it must have exited with (`None`: any).
         #[serde(default)]
         code: Option<i32>,
     },
     /// A sidecar log line since the step began contains this text (case-insensitive).
-    Log { instance: Target, contains: String },
+    Log {
+        /// The instance (a name, not `all`).
+        instance: Target,
+        /// The text looked for, case-insensitive, in the line's JSON.
+        contains: String,
+    },
     /// Of the load generator's last routed requests, at most this share went to the instance.
     RoutedShare {
+        /// The instance (a name, not `all`).
         instance: Target,
+        /// The largest share allowed, from 0.0 to 1.0.
         at_most: f64,
+        /// How many of the latest routed requests are counted (default 20).
         #[serde(default = "default_routed_window")]
         last: usize,
     },
@@ -171,6 +204,8 @@ pub struct Invariants {
     /// Never two incarnations of one instance routable: the master's incarnation matches
     /// etcd's whenever both know the instance (after `incarnation_grace`).
     pub single_incarnation: bool,
+    /// How long etcd and the master may disagree on an instance's incarnation before it counts
+    /// (default 1.5 s).
     pub incarnation_grace: Dur,
     /// No heartbeat answered 401 while the sidecar's token matched the master's.
     pub no_401_when_tokens_match: bool,
@@ -230,8 +265,11 @@ impl Default for Invariants {
 /// A scenario file that failed to parse or validate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecError {
+    /// The file, as named to [`Scenario::parse`].
     pub file: String,
+    /// The 1-based line of the error (or of the offending step), if known.
     pub line: Option<usize>,
+    /// What is wrong.
     pub message: String,
 }
 
@@ -304,6 +342,7 @@ impl Scenario {
         Ok(sc)
     }
 
+    /// The instance names of its topology: `i0`, `i1`, … in order.
     pub fn instance_names(&self) -> Vec<String> {
         self.topology.instance_names()
     }

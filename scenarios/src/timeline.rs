@@ -18,15 +18,21 @@ const MAX_EVENTS: usize = 400_000;
 /// event (`sidecar:i0`), in both modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source<'a> {
+    /// The fake etcd (`etcd`).
     Etcd,
+    /// The fake master (`master`).
     Master,
     /// An instance's fake vLLM, by instance name.
     Vllm(&'a str),
     /// An instance's sidecar, by instance name.
     Sidecar(&'a str),
+    /// The fault proxies and simulated links (`link`).
     Link,
+    /// The load generator (`load`).
     Load,
+    /// The observer that samples the cluster, e.g. when it cannot read etcd (`observer`).
     Observer,
+    /// The runner: each action as it is applied (`runner`).
     Runner,
 }
 
@@ -71,6 +77,7 @@ pub struct Timeline {
 }
 
 impl Timeline {
+    /// A timeline on the wall clock, t0 now.
     pub fn new() -> Arc<Timeline> {
         let now = mock_kit::events::now_ms();
         Arc::new(Timeline {
@@ -141,6 +148,7 @@ impl Timeline {
         lock(&self.events).len()
     }
 
+    /// Whether no event was stored yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -150,12 +158,14 @@ impl Timeline {
         lock(&self.events).iter().skip(from).any(&mut f)
     }
 
+    /// Every event stored so far, sorted by time.
     pub fn snapshot(&self) -> Vec<Event> {
         let mut v = lock(&self.events).clone();
         v.sort_by_key(|e| e.at_ms);
         v
     }
 
+    /// Events not stored because the timeline was full.
     pub fn dropped(&self) -> u64 {
         *lock(&self.dropped)
     }

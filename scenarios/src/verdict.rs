@@ -26,9 +26,13 @@ use mock_master::HeartbeatEvent;
 /// An action as executed.
 #[derive(Clone, Debug, Serialize)]
 pub struct ActionRecord {
+    /// The step's number, from 1.
     pub step: usize,
+    /// When the action was applied, in ms since the start.
     pub t_ms: u64,
+    /// The step's label: its `name`, or a description of the step.
     pub label: String,
+    /// The action as written.
     pub action: Action,
     /// Why it could not be done, if it failed.
     pub error: Option<String>,
@@ -156,6 +160,7 @@ pub enum VerdictKind {
 }
 
 impl VerdictKind {
+    /// The kind as reports write it: `await`, `when`, `action`, `invariant`, `setup`.
     pub fn as_str(self) -> &'static str {
         match self {
             VerdictKind::Await => "await",
@@ -177,12 +182,17 @@ impl std::fmt::Display for VerdictKind {
 /// One judged item of the report.
 #[derive(Clone, Debug, Serialize)]
 pub struct Verdict {
+    /// What was judged.
     pub kind: VerdictKind,
+    /// Its name: `step 2: <label>`, the invariant's name, or the setup that failed.
     pub name: String,
+    /// Whether it passed.
     pub passed: bool,
     /// Await: when it was satisfied; invariant: when it was first violated.
     pub t_ms: Option<u64>,
+    /// When it first failed, in ms since the start (`None`: it passed, or setup failed).
     pub first_violation_ms: Option<u64>,
+    /// What was seen, for a person: when it held, or what broke and where.
     pub detail: String,
     /// Not judged, for this reason (a capability the sidecar's profile lacks); such a
     /// verdict counts as passed.
@@ -208,11 +218,16 @@ impl Verdict {
 /// A fault and how long the cluster took to become fully routable again after it ended.
 #[derive(Clone, Debug, Serialize)]
 pub struct Recovery {
+    /// The fault's label (its action's description).
     pub fault: String,
+    /// When the fault began, in ms since the start.
     pub start_ms: u64,
     /// When the fault ended (healed, restarted, expired); `None`: never during the run.
     pub end_ms: Option<u64>,
+    /// The first sample at or after the fault's end in which every running sidecar's
+    /// instance was fully active (or its vLLM down), in ms; `None`: not during the run.
     pub recovered_ms: Option<u64>,
+    /// From the fault's end to recovery, in ms.
     pub time_to_recover_ms: Option<u64>,
 }
 
@@ -232,10 +247,13 @@ pub(crate) fn overlaps(e: &Episode, from: u64, to: u64) -> bool {
 
 /// Everything an await's condition is judged on.
 pub struct Ctx<'a> {
+    /// The scenario being judged.
     pub sc: &'a Scenario,
+    /// Every sample of the run so far, oldest first.
     pub samples: &'a [Sample],
     /// Index of the first sample taken after the step began.
     pub from: usize,
+    /// The run's event timeline (log lines, heartbeat answers).
     pub timeline: &'a Timeline,
     /// Timeline cursor when the step began.
     pub cursor: usize,

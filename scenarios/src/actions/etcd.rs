@@ -15,26 +15,38 @@ use crate::dur::Dur;
 use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::topology::{target_indices, EtcdNeed, Target, Topology};
 
+/// An etcd action, written `{ etcd_<verb> = ... }` in a step's `action`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub enum EtcdAction {
+    /// Arm a fault on the fake etcd's gateway:
+    /// `etcd_fault = { fault = { hang = { path = "*" } }, duration = "4s" }`.
     #[serde(rename = "etcd_fault")]
     Fault {
+        /// What the gateway does to matching requests.
         fault: EtcdFault,
+        /// Fire at most this many times (`None`: no limit).
         #[serde(default)]
         count: Option<u64>,
+        /// Disarm after this long (`None`: until `etcd_clear_faults`).
         #[serde(default)]
         duration: Option<Dur>,
     },
+    /// Clear every fake etcd fault and let hung requests go: `etcd_clear_faults = true`.
     #[serde(rename = "etcd_clear_faults")]
     ClearFaults(bool),
+    /// Let every request a `hang` holds proceed, the faults staying armed:
+    /// `etcd_release_hung = true`.
     #[serde(rename = "etcd_release_hung")]
     ReleaseHung(bool),
     /// Expire the lease behind this instance's key (or every lease with `all`).
     #[serde(rename = "etcd_expire_lease")]
     ExpireLease(Target),
+    /// Lose every key, lease and token, as an etcd restarted without its data dir:
+    /// `etcd_lose_data = { reset_revision = true }`.
     #[serde(rename = "etcd_lose_data")]
     LoseData {
+        /// Start again at revision 1, so new writes reuse revisions the master has seen.
         #[serde(default)]
         reset_revision: bool,
     },
@@ -50,20 +62,31 @@ pub enum EtcdAction {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum EtcdFault {
+    /// Answer an etcd-shaped error instead of serving.
     Fail {
+        /// The gateway path pattern (`*` or a prefix ending in `*`).
         path: String,
+        /// The HTTP status answered (default 503).
         #[serde(default = "default_fail_status")]
         status: u16,
+        /// The gRPC code in the error body (default 14, unavailable).
         #[serde(default)]
         grpc_code: Option<u32>,
+        /// The error message (default `etcdserver: request timed out`).
         #[serde(default)]
         message: Option<String>,
     },
+    /// Serve, after a delay.
     Latency {
+        /// The gateway path pattern (`*` or a prefix ending in `*`).
         path: String,
+        /// The delay before serving, in ms.
         ms: u64,
     },
+    /// Hold the request until released (`etcd_release_hung`, `etcd_clear_faults`) or the
+    /// fake stops.
     Hang {
+        /// The gateway path pattern (`*` or a prefix ending in `*`).
         path: String,
     },
 }
@@ -84,6 +107,7 @@ fn default_fail_status() -> u16 {
 }
 
 impl EtcdAction {
+    /// The instance the action acts on (a name or `all`); `None`: etcd as a whole.
     pub fn instance(&self) -> Option<&str> {
         match self {
             EtcdAction::ExpireLease(t) => Some(t),
@@ -91,6 +115,8 @@ impl EtcdAction {
         }
     }
 
+    /// Checks what the syntax cannot: the fake etcd for its faults, three real members for kill
+    /// and restart, a known instance or member.
     pub fn check(&self, topo: &Topology) -> Result<(), String> {
         match self {
             EtcdAction::Fault { .. } => topo.needs_fake_etcd("etcd_fault"),
@@ -119,6 +145,7 @@ impl EtcdAction {
         }
     }
 
+    /// A short label for reports: `etcd: {hang:{path:*}} for 4s`, or the action's compact TOML.
     pub fn describe(&self) -> String {
         match self {
             EtcdAction::Fault {
@@ -166,6 +193,8 @@ impl EtcdAction {
         Ok(None)
     }
 
+    /// Why the simulation cannot do this action: killing or restarting a member needs real
+    /// etcd processes.
     pub fn sim_unsupported(&self) -> Option<String> {
         let why = match self {
             EtcdAction::Kill(_) | EtcdAction::Restart(_) => {
@@ -176,6 +205,7 @@ impl EtcdAction {
         Some(why.to_string())
     }
 
+    /// Opens or closes the fault episodes this action causes (see the module's summary).
     pub fn episodes(&self, book: &mut EpisodeBook<'_>) {
         let t = book.t();
         match self {

@@ -16,19 +16,25 @@ use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::proxy::{Direction, LinkFault};
 use crate::topology::{target_indices, Target, Topology};
 
+/// A link action:
+/// `link = { link = "sidecar_etcd", instance = "i0", fault = "blackhole", duration = "4s" }`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub enum LinkAction {
     /// A fault on one link of the cluster; `duration` heals it automatically.
     #[serde(rename = "link")]
     Fault {
+        /// Which link: `sidecar_etcd`, `sidecar_master`, `sidecar_vllm` or `master_etcd`.
         link: LinkKind,
+        /// Whose link: an instance name or `all` (the default; ignored for `master_etcd`).
         #[serde(default = "all_target")]
         instance: Target,
         /// Only this etcd endpoint of the sidecar (index), default all.
         #[serde(default)]
         endpoint: Option<usize>,
+        /// The fault to set (`heal` clears it).
         fault: LinkFault,
+        /// Heal after this long (`None`: until a `heal`).
         #[serde(default)]
         duration: Option<Dur>,
     },
@@ -41,11 +47,13 @@ fn all_target() -> String {
 pub use crate::topology::LinkKind;
 
 impl LinkAction {
+    /// The instance whose link it is (a name or `all`).
     pub fn instance(&self) -> Option<&str> {
         let LinkAction::Fault { instance, .. } = self;
         Some(instance)
     }
 
+    /// Checks the instance exists and `endpoint` names an etcd endpoint of an etcd link.
     pub fn check(&self, topo: &Topology) -> Result<(), String> {
         let LinkAction::Fault {
             instance,
@@ -90,6 +98,7 @@ impl LinkAction {
         )
     }
 
+    /// Sets the fault on the selected links, to heal after `duration` (never for `heal` itself).
     pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         let LinkAction::Fault {
             link,
@@ -108,6 +117,7 @@ impl LinkAction {
         Ok(None)
     }
 
+    /// Opens the link's episodes, or closes them for `heal` (see the module's summary).
     pub fn episodes(&self, book: &mut EpisodeBook<'_>) {
         let LinkAction::Fault {
             link,

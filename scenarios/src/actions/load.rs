@@ -12,19 +12,25 @@ use crate::dur::Dur;
 use crate::episode::EpisodeBook;
 use crate::topology::{target_indices, Target, Topology};
 
+/// A load action, written `load = { ... }` or `load_off = true` in a step's `action`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum LoadAction {
     /// Open-loop load: `rps` completions per second for `duration`, to one instance's
     /// vLLM directly, or routed by the master when `instance` is absent.
     Load {
+        /// The instance whose vLLM gets the load; `None`: routed by the master.
         #[serde(default)]
         instance: Option<Target>,
+        /// Requests per second offered (0 < rps <= 2000).
         rps: f64,
+        /// How long the load runs.
         duration: Dur,
+        /// Each request's `max_tokens` (default 64).
         #[serde(default = "default_max_tokens")]
         max_tokens: u32,
     },
+    /// End every load now: `load_off = true`.
     LoadOff(bool),
 }
 
@@ -33,6 +39,7 @@ fn default_max_tokens() -> u32 {
 }
 
 impl LoadAction {
+    /// The instance the load goes to; `None`: routed by the master, or `load_off`.
     pub fn instance(&self) -> Option<&str> {
         match self {
             LoadAction::Load { instance, .. } => instance.as_deref(),
@@ -40,6 +47,7 @@ impl LoadAction {
         }
     }
 
+    /// Checks the instance exists (one, not `all`) and the rate is in range.
     pub fn check(&self, topo: &Topology) -> Result<(), String> {
         match self {
             LoadAction::Load { instance, rps, .. } => {
@@ -55,6 +63,7 @@ impl LoadAction {
         }
     }
 
+    /// A short label for reports: `load 20 rps on i0 for 10s`.
     pub fn describe(&self) -> String {
         match self {
             LoadAction::Load {
@@ -73,6 +82,7 @@ impl LoadAction {
         }
     }
 
+    /// Starts the load, or ends every load.
     pub fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         match self {
             LoadAction::Load {
@@ -102,5 +112,6 @@ impl LoadAction {
         Ok(None)
     }
 
+    /// Load opens no episode (see the module's summary).
     pub fn episodes(&self, _book: &mut EpisodeBook<'_>) {}
 }

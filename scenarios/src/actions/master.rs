@@ -12,6 +12,7 @@ use crate::dur::Dur;
 use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::topology::Topology;
 
+/// A master action, written `{ master_<verb> = ... }` in a step's `action`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub enum MasterAction {
@@ -19,20 +20,27 @@ pub enum MasterAction {
     /// until the sidecars register again); with it, it re-reads etcd as the real one does.
     #[serde(rename = "master_restart")]
     Restart {
+        /// Re-read etcd on restart, as the real master does (default false: forget everything).
         #[serde(default)]
         relist: bool,
     },
     /// Change the master's token (`""` disables the check).
     #[serde(rename = "master_token")]
     Token(String),
+    /// Arm a heartbeat fault on the fake master:
+    /// `master_fault = { fault = { heartbeat_status = { status = 503 } }, duration = "2s" }`.
     #[serde(rename = "master_fault")]
     Fault {
+        /// What the master does to heartbeats.
         fault: MasterFault,
+        /// Fire at most this many times (`None`: no limit).
         #[serde(default)]
         count: Option<u64>,
+        /// Disarm after this long (`None`: until `master_clear_faults`).
         #[serde(default)]
         duration: Option<Dur>,
     },
+    /// Clear every master fault: `master_clear_faults = true`.
     #[serde(rename = "master_clear_faults")]
     ClearFaults(bool),
 }
@@ -41,15 +49,25 @@ pub enum MasterAction {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum MasterFault {
-    HeartbeatStatus { status: u16 },
-    Latency { ms: u64 },
+    /// Answer heartbeats with this status, without looking at them.
+    HeartbeatStatus {
+        /// The HTTP status answered.
+        status: u16,
+    },
+    /// Delay each heartbeat answer.
+    Latency {
+        /// The delay, in ms.
+        ms: u64,
+    },
 }
 
 impl MasterAction {
+    /// Always `None`: a master action acts on the cluster as a whole.
     pub fn instance(&self) -> Option<&str> {
         None
     }
 
+    /// Checks that `master_clear_faults` is written `= true`; the rest need no check.
     pub fn check(&self, _topo: &Topology) -> Result<(), String> {
         match self {
             MasterAction::ClearFaults(b) => words::flag(*b, "master_clear_faults"),
@@ -59,6 +77,8 @@ impl MasterAction {
         }
     }
 
+    /// A short label for reports: `master: {latency:{ms:500}} for 2s`, or the action's
+    /// compact TOML.
     pub fn describe(&self) -> String {
         match self {
             MasterAction::Fault {
@@ -72,6 +92,7 @@ impl MasterAction {
         }
     }
 
+    /// Restarts the master, sets its token, or arms or clears its faults.
     pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         match self {
             MasterAction::Restart { relist } => c.master_restart(*relist).await?,
@@ -92,6 +113,8 @@ impl MasterAction {
         Ok(None)
     }
 
+    /// Opens or closes the episodes this action causes; a token change re-checks every
+    /// sidecar's token against the master's.
     pub fn episodes(&self, book: &mut EpisodeBook<'_>) {
         let t = book.t();
         match self {

@@ -40,11 +40,21 @@ use vllm::VllmAction;
 #[derive(Clone, Debug, Serialize)]
 #[serde(untagged)]
 pub enum Action {
+    /// The sidecar family: `sidecar_start`, `sidecar_stop`, `sidecar_kill`, `sidecar_drain`,
+    /// `sidecar_undrain`.
     Sidecar(SidecarAction),
+    /// The vLLM family: `vllm_health`, `vllm_fault`, `vllm_clear_faults`, `vllm_crash`,
+    /// `vllm_restart`, `vllm_counter_reset`.
     Vllm(VllmAction),
+    /// The etcd family: `etcd_fault`, `etcd_clear_faults`, `etcd_release_hung`,
+    /// `etcd_expire_lease`, `etcd_lose_data`, `etcd_kill`, `etcd_restart`.
     Etcd(EtcdAction),
+    /// The master family: `master_restart`, `master_token`, `master_fault`,
+    /// `master_clear_faults`.
     Master(MasterAction),
+    /// A link fault: `link`.
     Link(LinkAction),
+    /// The load family: `load`, `load_off`.
     Load(LoadAction),
 }
 

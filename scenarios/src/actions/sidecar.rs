@@ -14,11 +14,14 @@ use crate::cluster::{Cluster, Signal};
 use crate::episode::{EpisodeBook, EpisodeKey};
 use crate::topology::{target_indices, Target, Topology};
 
+/// A sidecar action, written `{ sidecar_<verb> = "i0" }` (or `"all"`) in a step's `action`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub enum SidecarAction {
+    /// Start the instance's sidecar: `sidecar_start = { instance = "i0", token = "t2" }`.
     #[serde(rename = "sidecar_start")]
     Start {
+        /// The instance (a name or `all`).
         instance: Target,
         /// Start with this token instead (token rotation).
         #[serde(default)]
@@ -39,6 +42,7 @@ pub enum SidecarAction {
 }
 
 impl SidecarAction {
+    /// The instance the action acts on (a name or `all`).
     pub fn instance(&self) -> Option<&str> {
         match self {
             SidecarAction::Start { instance, .. }
@@ -49,10 +53,12 @@ impl SidecarAction {
         }
     }
 
+    /// Checks the instance exists (or is `all`).
     pub fn check(&self, topo: &Topology) -> Result<(), String> {
         topo.check_target(self.instance().unwrap_or_default(), true)
     }
 
+    /// The action's compact TOML, for reports: `sidecar_kill i0`.
     pub fn describe(&self) -> String {
         words::plain(self)
     }
@@ -77,6 +83,7 @@ impl SidecarAction {
         Ok(None)
     }
 
+    /// Opens or closes the episodes this action causes (see the module's summary).
     pub fn episodes(&self, book: &mut EpisodeBook<'_>) {
         let t = book.t();
         match self {

@@ -37,6 +37,7 @@ impl Coverage {
             .or_default() += 1;
     }
 
+    /// Add another coverage's counts to these (merging shards).
     pub fn merge(&mut self, other: &Coverage) {
         for (kind, row) in &other.0 {
             let mine = self.0.entry(kind.clone()).or_default();

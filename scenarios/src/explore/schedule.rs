@@ -16,12 +16,19 @@ use serde_json::Value;
 /// The cluster of a schedule: the sidecar's and the fakes' settings that vary.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Topo {
+    /// Instances, `i0` upward.
     pub instances: usize,
+    /// The sidecars' etcd lease TTL, in seconds.
     pub lease_ttl: u64,
+    /// The sidecars' lease keepalive interval, in ms.
     pub keepalive_ms: u64,
+    /// The sidecars' heartbeat interval to the master, in ms.
     pub heartbeat_ms: u64,
+    /// The sidecars' timeout for one health probe (also a scrape, a heartbeat), in ms.
     pub health_timeout_ms: u64,
+    /// Failed health probes in a row before a sidecar revokes its lease.
     pub health_fail_threshold: u32,
+    /// The sidecars' timeout for one etcd request, in ms.
     pub etcd_timeout_ms: u64,
     /// The master's token (also every sidecar's); `None`: no token.
     pub token: Option<String>,
@@ -41,6 +48,7 @@ pub struct Topo {
 
 /// The etcd user and password of a schedule with etcd auth on.
 pub const ETCD_USER: &str = "xllm";
+/// The etcd password of a schedule with etcd auth on (user [`ETCD_USER`]).
 pub const ETCD_PASSWORD: &str = "pw";
 
 impl Topo {
@@ -69,9 +77,11 @@ impl Topo {
 /// health back up, a crashed vLLM restarted, a stopped sidecar started).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fault {
+    /// When the fault's action runs, in ms since the start.
     pub at_ms: u64,
     /// The action as the scenario language writes it: `{"<kind>": …}`.
     pub action: Value,
+    /// The action that ends the fault and when, in ms since the start (`None`: it needs none).
     pub end: Option<(u64, Value)>,
 }
 
@@ -106,16 +116,22 @@ impl Fault {
 pub struct Schedule {
     /// The seed it was drawn from; also the scenario seed (the simulation's).
     pub seed: u64,
+    /// The cluster it runs on.
     pub topo: Topo,
+    /// The faults, by start time.
     pub faults: Vec<Fault>,
+    /// How long the run lasts, in ms (the last step, `load_off`, runs then).
     pub duration_ms: u64,
 }
 
 /// How big a schedule is, for reports and the shrinker's goal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Size {
+    /// Number of faults.
     pub faults: usize,
+    /// Number of instances.
     pub instances: usize,
+    /// Length of the run, in ms.
     pub duration_ms: u64,
 }
 
@@ -194,6 +210,7 @@ fn duration_ms(action: &Value) -> Option<u64> {
 }
 
 impl Schedule {
+    /// How big it is: faults, instances, length.
     pub fn size(&self) -> Size {
         Size {
             faults: self.faults.len(),

@@ -23,6 +23,7 @@ use super::schedule::{Schedule, Topo};
 pub struct Violation {
     /// The verdict's name (`registered_when_healthy`, …).
     pub invariant: String,
+    /// What was seen, as the verdict says it (`i3: …`).
     pub detail: String,
     /// When it was first violated (ms since the start).
     pub t_ms: Option<u64>,
@@ -44,8 +45,11 @@ pub type Judge<'a> = dyn Fn(&Schedule) -> Vec<Violation> + Sync + 'a;
 /// it took.
 #[derive(Clone, Debug)]
 pub struct Shrunk {
+    /// The smallest failing schedule found.
     pub schedule: Schedule,
+    /// The violation it shows: the same invariant as the original's.
     pub violation: Violation,
+    /// How many candidate runs the shrinking took.
     pub runs: usize,
 }
 

@@ -20,11 +20,14 @@ use super::schedule::Size;
 /// `--shard K/N`: this process runs seeds `start + K + N·j`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shard {
+    /// `K`: which shard, from 0.
     pub index: u64,
+    /// `N`: how many shards the sweep is split into.
     pub count: u64,
 }
 
 impl Shard {
+    /// The whole sweep as one shard (`0/1`).
     pub const WHOLE: Shard = Shard { index: 0, count: 1 };
 
     /// The `j`-th seed of this shard.
@@ -62,22 +65,34 @@ impl std::str::FromStr for Shard {
 /// What a sweep searched: shards of one sweep must agree on it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SweepParams {
+    /// At most this many instances per schedule (`--instances`).
     pub max_instances: usize,
+    /// Simulated length of each schedule, in ms (`--duration`).
     pub duration_ms: u64,
+    /// The fault kinds drawn from (`--faults`).
     pub faults: Vec<String>,
+    /// The one metrics dialect of every schedule (`--dialect`); `None`: drawn per seed.
     pub dialect: Option<String>,
+    /// The bug planted in every simulated sidecar (`--planted-bug`), if any.
     pub planted_bug: Option<String>,
+    /// The sweep's first seed (`--seed-start`).
     pub seed_start: u64,
 }
 
 /// One violation found, and its shrunk replay.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
+    /// The seed whose schedule broke the invariant.
     pub seed: u64,
+    /// The verdict's name of the invariant broken (`registered_when_healthy`, …).
     pub invariant: String,
+    /// What was seen, as the shrunk run's verdict says it.
     pub detail: String,
+    /// When the shrunk run first broke it, in ms since the start.
     pub t_ms: Option<u64>,
+    /// The size of the schedule as drawn.
     pub original: Size,
+    /// The size of the shrunk schedule.
     pub shrunk: Size,
     /// The shrunk scenario file, relative to the summary's directory.
     pub file: String,
@@ -92,15 +107,20 @@ pub struct Finding {
 /// A seed whose schedule could not be run (the runner skipped it or an action failed).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunError {
+    /// The seed.
     pub seed: u64,
+    /// Why it could not be run.
     pub error: String,
 }
 
 /// Wall-clock figures: the only part of a summary that differs between two runs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timing {
+    /// Wall time of the sweep, in ms (merged: the longest shard's).
     pub wall_ms: u64,
+    /// Worker threads (merged: summed over the shards).
     pub jobs: usize,
+    /// Schedules run per wall-clock minute (merged: summed over the shards).
     pub schedules_per_minute: f64,
     /// Wall time from the start until the first finding was shrunk and written (with a
     /// planted bug: the first that does not also fail without it).
@@ -111,18 +131,25 @@ pub struct Timing {
 /// `summary.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
+    /// What the sweep searched.
     pub params: SweepParams,
     /// The shards merged into this summary (one for a single run).
     pub shards: Vec<Shard>,
     /// The seeds run, as inclusive ranges, sorted.
     pub seeds: Vec<(u64, u64)>,
+    /// Schedules run.
     pub schedules: u64,
     /// Simulated time over all schedules, and instance-time.
     pub simulated_ms: u64,
+    /// Simulated time times instances, summed over all schedules, in ms.
     pub instance_ms: u64,
+    /// Every violation found, by seed.
     pub findings: Vec<Finding>,
+    /// Every seed that could not be run, by seed.
     pub errors: Vec<RunError>,
+    /// Which fault kinds hit sidecars in which phases.
     pub coverage: Coverage,
+    /// Wall-clock figures, the only part that differs between two runs of the same seeds.
     pub timing: Timing,
 }
 

@@ -38,16 +38,23 @@ pub enum Budget {
 /// Everything a sweep needs.
 #[derive(Clone, Debug)]
 pub struct SweepOptions {
+    /// What to draw: instances, length, fault kinds, dialect.
     pub params: Params,
+    /// When to stop: a number of seeds or a wall time.
     pub budget: Budget,
+    /// The sweep's first seed.
     pub seed_start: u64,
+    /// Which share of the seeds this process runs.
     pub shard: Shard,
+    /// The output directory: `summary.json`, `coverage.json` and `findings/`.
     pub out: PathBuf,
+    /// Worker threads (at least one; the results do not depend on it).
     pub jobs: usize,
     /// Test-only: a bug planted in every simulated sidecar.
     pub planted_bug: Option<sim::planted::PlantedBug>,
     /// Runs the shrinker may spend on one finding.
     pub shrink_budget: usize,
+    /// Draw a progress bar on stderr.
     pub progress: bool,
 }
 
