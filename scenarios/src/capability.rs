@@ -26,6 +26,7 @@ pub enum Capability {
 }
 
 impl Capability {
+    /// Every capability.
     pub const ALL: [Capability; 5] = [
         Capability::Drain,
         Capability::OneIncarnationThroughShortBlackout,
@@ -47,6 +48,7 @@ impl Capability {
         }
     }
 
+    /// The capability named `s`.
     pub fn parse(s: &str) -> Option<Capability> {
         Capability::ALL.into_iter().find(|c| c.as_str() == s)
     }

@@ -18,6 +18,7 @@ use crate::real_cluster::EtcdChoice;
 use crate::report::{Outcome, Status};
 use crate::run::{run_many, RunOptions};
 
+/// `scenarios conform`'s arguments.
 #[derive(clap::Args, Debug)]
 pub struct ConformArgs {
     /// Scenario files, or names of built-in scenarios (default: the whole library).

@@ -14,11 +14,14 @@ use crate::topology::{LinkKind, Topology};
 /// Whom an episode disturbs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Scope {
+    /// Every instance (or the cluster as a whole).
     All,
+    /// One instance, by index.
     Instance(usize),
 }
 
 impl Scope {
+    /// Whether it disturbs instance `i`.
     pub fn covers(self, i: usize) -> bool {
         match self {
             Scope::All => true,
@@ -32,24 +35,39 @@ impl Scope {
 /// opening action's time (ms), which keeps episodes of repeated actions apart.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum EpisodeKey {
+    /// An instance's first registration, while its vLLM starts.
     StartUp(usize),
+    /// An instance's sidecar sends another token than the master's.
     TokenMismatch(usize),
+    /// A sidecar started (a routine registration).
     SidecarStart(Scope, u64),
+    /// A sidecar stopped or killed.
     SidecarDown(Scope),
+    /// A sidecar drained, until its undrain.
     Drained(Scope),
+    /// vLLM's `/health` down or hanging, until up again.
     VllmHealth(Scope),
+    /// vLLM crashed, until restarted.
     VllmCrash(Scope),
+    /// A fault on vLLM's `/metrics` or completions.
     VllmFault(Scope, u64),
+    /// vLLM's counters reset.
     CounterReset(u64),
+    /// A fault on etcd's gateway.
     EtcdFault(u64),
+    /// A lease expired by the fake etcd.
     Expire(u64),
+    /// The fake etcd lost its data.
     LoseData(u64),
     /// The master's lag after a data loss.
     LoseDataMaster(u64),
     /// A real etcd member down (its index).
     EtcdKill(String),
+    /// A real etcd cluster electing a leader after a member died.
     EtcdElection(u64),
+    /// The master restarted.
     MasterRestart(u64),
+    /// A fault on the master's heartbeat endpoint.
     MasterFault(u64),
     /// Watch lines the master lost while its etcd link dropped etcd's answers.
     MasterLostLines(u64),
@@ -60,9 +78,13 @@ pub enum EpisodeKey {
 /// A disturbance interval derived from actions.
 #[derive(Clone, Debug, Serialize)]
 pub struct Episode {
+    /// What caused it, for reports (the action's label).
     pub label: String,
+    /// Whom it disturbs.
     pub scope: Scope,
+    /// When it began (ms).
     pub start_ms: u64,
+    /// When it ended (ms); `None`: not by the end of the run.
     pub end_ms: Option<u64>,
     /// A missing key is excused during (and for a grace after) this episode.
     pub excuses_registration: bool,

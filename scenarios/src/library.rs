@@ -143,6 +143,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
 pub struct Loaded {
     /// `library/<file>` for built-ins, else the path given.
     pub file: String,
+    /// The scenario, checked.
     pub scenario: Scenario,
 }
 

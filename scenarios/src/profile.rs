@@ -28,8 +28,11 @@ use crate::settings::{Setting, SidecarSettings};
 /// How one setting reaches the sidecar.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mapping {
+    /// As this flag and its value.
     Flag(String),
+    /// In this environment variable.
     Env(String),
+    /// Not at all.
     Dropped,
 }
 
@@ -46,19 +49,28 @@ pub enum Program {
 /// A sidecar implementation as the harness runs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Profile {
+    /// Its name in reports.
     pub name: String,
+    /// What runs.
     pub program: Program,
+    /// How each setting it names reaches the sidecar (the others: our flags).
     pub settings: BTreeMap<Setting, Mapping>,
+    /// Fixed arguments after the command's own.
     pub args: Vec<String>,
+    /// Fixed environment variables.
     pub env: Vec<(String, String)>,
+    /// What it declares beyond the contract.
     pub capabilities: Capabilities,
 }
 
 /// How to start one sidecar process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Launch {
+    /// The program, found.
     pub program: PathBuf,
+    /// Its arguments.
     pub args: Vec<String>,
+    /// Variables set for it.
     pub env: Vec<(String, String)>,
     /// Variables the profile maps settings to that this sidecar is not given: unset,
     /// so the runner's own environment never stands in for them.

@@ -46,7 +46,9 @@ impl std::fmt::Display for Status {
 /// cluster ready, its sidecar spawned); `None`: never during the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Startup {
+    /// The instance's name.
     pub instance: String,
+    /// When its key was first seen in etcd (ms since t = 0).
     pub registered_ms: Option<u64>,
 }
 

@@ -9,28 +9,48 @@ use crate::topology::Topology;
 /// One setting, by its harness name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Setting {
+    /// etcd's client URLs, comma-separated, one per endpoint.
     EtcdEndpoints,
+    /// The prefix of every key the sidecar writes.
     EtcdNamespace,
+    /// How long one etcd call may take (s).
     EtcdTimeout,
+    /// etcd's user, when the scenario turns auth on.
     EtcdUsername,
+    /// That user's password.
     EtcdPassword,
+    /// Where the instance's vLLM serves.
     VllmUrl,
+    /// The address registered for the instance (the master's name for it).
     RegisterAddr,
+    /// `DEFAULT`, `PREFILL`, `DECODE` or `MIX`.
     InstanceType,
+    /// The instance's name in its registration.
     InstanceName,
+    /// The lease's TTL (whole seconds).
     LeaseTtl,
+    /// How often the lease is kept alive (s).
     KeepaliveInterval,
+    /// How long one `/health` probe may take (s).
     HealthTimeout,
+    /// Failed probes in a row before the lease is revoked.
     HealthFailThreshold,
+    /// The master's base URL (our flag: `--xllm-service-url`).
     MasterUrl,
+    /// How often a heartbeat is posted (s).
     HeartbeatInterval,
+    /// The master's `X-Internal-Token`, when it has one.
     InternalToken,
+    /// `json` (our extension).
     LogFormat,
+    /// `INFO`.
     LogLevel,
+    /// The served model's name (our extension; the fake serves `mock-model`).
     Model,
 }
 
 impl Setting {
+    /// Every setting, in the order our flags are given.
     pub const ALL: [Setting; 19] = [
         Setting::EtcdEndpoints,
         Setting::EtcdNamespace,
@@ -103,6 +123,7 @@ impl Setting {
         }
     }
 
+    /// The setting a profile names `name`.
     pub fn parse(name: &str) -> Option<Setting> {
         Setting::ALL.into_iter().find(|s| s.name() == name)
     }
@@ -136,6 +157,7 @@ pub struct Peers<'a> {
 /// scenario (`sidecar_args`) or the runner (a deliberately wrong configuration) add.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SidecarSettings {
+    /// Each given setting with its value.
     pub values: Vec<(Setting, String)>,
     /// Flags no setting names, in our sidecar's words, as given.
     pub extra: Vec<(String, String)>,

@@ -46,6 +46,7 @@ pub const DIALECTS: [&str; 5] = ["v0", "v0_10", "v0_11", "open_metrics", "compac
 pub struct Params {
     /// At most this many instances (at least half of it).
     pub max_instances: usize,
+    /// Each schedule's simulated length (ms).
     pub duration_ms: u64,
     /// Fault kinds allowed (a subset of [`FAULT_KINDS`]).
     pub faults: Vec<String>,
