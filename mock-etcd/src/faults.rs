@@ -3,7 +3,7 @@
 //! `path` is an etcd path in either spelling (`/v3/kv/put` also matches
 //! `/v3beta/kv/put`), a prefix ending in `*` (`/v3/lease/*`), or `*` for every path.
 //! Faults are armed through [`mock_kit::FaultRegistry`] (count and duration limits,
-//! `POST /_mock/faults`); [`crate::fault_layer`] applies the first armed one that matches.
+//! `POST /_mock/faults`); `crate::fault_layer` applies the first armed one that matches.
 
 use serde::{Deserialize, Serialize};
 

@@ -34,7 +34,7 @@
 //! - [`alarm`]: alarms and the space quota ([`EtcdCore::alarm`],
 //!   [`EtcdCore::check_space`]).
 //! - [`outbox`]: a watch stream's backlog, bounded in answers and bytes.
-//! - [`config`]: [`Config`], etcd's defaults.
+//! - `config`: [`Config`], etcd's defaults.
 //! - [`faults`]: [`Fault`] (fail, latency, hang), which paths it matches, and the
 //!   decision it makes ([`faults::FaultDecision`]; the caller applies it).
 //! - [`journal`]: the bounded request log behind `GET /_mock/requests`.
@@ -50,27 +50,27 @@
 //! - [`codec`]: the JSON dialect on the way out (int64 as strings, base64 bytes,
 //!   omitted zeros) and the gateway's headers; [`codec::ok`].
 //! - [`error`]: [`EtcdError`], the one error type, rendered as `{"error","message","code"}`.
-//! - [`size`]: protobuf sizes of requests for etcd's two size limits.
+//! - `size`: protobuf sizes of requests for etcd's two size limits.
 //!
 //! The HTTP shell:
 //!
-//! - [`gateway`]: the router of etcd's paths (`/v3/` and `/v3beta/`), 404/405, 301;
+//! - `gateway`: the router of etcd's paths (`/v3/` and `/v3beta/`), 404/405, 301;
 //!   wiring only.
-//! - [`state`]: [`state::Shared`], what every handler shares: the core behind one
-//!   lock, the clock ([`state::Shared::now`]), faults, streams.
-//! - [`unary`]: every unary call: capped body, decode outside the lock, apply under it
-//!   ([`unary::serve`]).
-//! - [`body`]: the capped unary body reader [`body::read_body`] and the streamed
-//!   [`body::StreamReader`].
-//! - [`lease`]: the keepalive stream, and the expiry loop [`lease::run_expiry`].
-//! - [`watch`]: the `/v3/watch` streams ([`watch::watch`]).
-//! - [`lock_wait`]: `/v3/lock/lock`, waiting until the lock is held.
-//! - [`cluster`]: `/v3/maintenance/status` and `/v3/cluster/member/list` of a
+//! - `state`: `state::Shared`, what every handler shares: the core behind one
+//!   lock, the clock (`state::Shared::now`), faults, streams.
+//! - `unary`: every unary call: capped body, decode outside the lock, apply under it
+//!   (`unary::serve`).
+//! - `body`: the capped unary body reader `body::read_body` and the streamed
+//!   `body::StreamReader`.
+//! - `lease`: the keepalive stream, and the expiry loop `lease::run_expiry`.
+//! - `watch`: the `/v3/watch` streams (`watch::watch`).
+//! - `lock_wait`: `/v3/lock/lock`, waiting until the lock is held.
+//! - `cluster`: `/v3/maintenance/status` and `/v3/cluster/member/list` of a
 //!   single-member cluster.
-//! - [`auth`]: where a request's token is found ([`auth::token`]).
-//! - [`fault_layer`]: the middleware that applies faults and logs requests.
-//! - [`control`]: the `/_mock/` control API, mirroring the [`MockEtcd`] methods.
-//! - [`locking`]: a lock that survives a panicked holder.
+//! - `auth`: where a request's token is found (`auth::token`).
+//! - `fault_layer`: the middleware that applies faults and logs requests.
+//! - `control`: the `/_mock/` control API, mirroring the [`MockEtcd`] methods.
+//! - `locking`: a lock that survives a panicked holder.
 //!
 //! Entry point: [`start`] binds, spawns the server and the lease-expiry loop, and answers
 //! a [`MockEtcd`] handle.

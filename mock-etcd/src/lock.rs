@@ -3,7 +3,7 @@
 //!
 //! Why a module of its own: the lock is a protocol over keys (one concept), run by the
 //! core in steps so that a caller without sockets can drive it; the HTTP side that
-//! waits is [`crate::lock_wait`]. What holds, as observed on etcd 3.4.23:
+//! waits is `crate::lock_wait`. What holds, as observed on etcd 3.4.23:
 //!
 //! - lock `name` with lease L puts the key `name/<L in lowercase hex>` (empty value,
 //!   on lease L) in a txn that succeeds only if that key does not exist: one revision,
