@@ -35,6 +35,13 @@ pub struct RunArgs {
     /// The vllm-sidecar binary (default: $VLLM_SIDECAR_BIN, next to this binary, or built).
     #[arg(long)]
     pub sidecar_bin: Option<PathBuf>,
+    /// Another sidecar: a profile file or a built-in profile's name (real mode; see
+    /// `conform`).
+    #[arg(long, conflicts_with_all = ["sidecar_cmd", "sim"])]
+    pub profile: Option<String>,
+    /// Another sidecar as a command line, given our flags (real mode).
+    #[arg(long, conflicts_with = "sim")]
+    pub sidecar_cmd: Option<String>,
     /// Run in virtual time: the sidecar's decision core and the fakes' cores in the
     /// deterministic simulator (no processes, no sockets; same seed, same events).
     #[arg(long)]
@@ -91,13 +98,20 @@ pub async fn run(args: RunArgs) -> u8 {
             return 2;
         }
     };
+    let profile = match crate::conform::profile_of(&args.profile, &args.sidecar_cmd) {
+        Ok(p) => p.map(std::sync::Arc::new),
+        Err(e) => {
+            eprintln!("scenarios: {e}");
+            return 2;
+        }
+    };
     let report = args.report.clone().unwrap_or_else(default_report_dir);
     let opts = RunOptions {
         seed: args.seed,
         etcd: etcd_choice(&args.etcd, &args.etcd_cluster),
         report_dir: Some(report.clone()),
         sidecar_bin: args.sidecar_bin.clone(),
-        profile: None,
+        profile,
         sidecar_overrides: Vec::new(),
         command: "cargo run -p scenarios --".into(),
         planted_bug: args.planted_bug,

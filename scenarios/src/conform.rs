@@ -48,11 +48,8 @@ pub struct ConformArgs {
 /// `scenarios conform`: exit 0 only when every scenario that applies passed; 1 when one
 /// failed; 2 on bad input (a profile that does not check, an unknown scenario).
 pub async fn conform(args: ConformArgs) -> u8 {
-    let profile = match (&args.profile, &args.sidecar_cmd) {
-        (_, Some(line)) => Profile::from_command_line(line),
-        (Some(p), None) => Profile::load(p),
-        (None, None) => Ok(Profile::ours(None)),
-    };
+    let profile = profile_of(&args.profile, &args.sidecar_cmd)
+        .map(|p| p.unwrap_or_else(|| Profile::ours(None)));
     let list = library::load(&args.files).map_err(|e| e.to_string());
     let (profile, list) = match (profile, list) {
         (Ok(p), Ok(l)) => (p, l),
@@ -100,6 +97,18 @@ pub async fn conform(args: ConformArgs) -> u8 {
     match outcomes.iter().any(|o| o.status == Status::Failed) {
         true => 1,
         false => 0,
+    }
+}
+
+/// The profile `--profile` or `--sidecar-cmd` names (`None`: neither, our sidecar).
+pub(crate) fn profile_of(
+    profile: &Option<String>,
+    cmd: &Option<String>,
+) -> Result<Option<Profile>, String> {
+    match (profile, cmd) {
+        (_, Some(line)) => Profile::from_command_line(line).map(Some),
+        (Some(p), None) => Profile::load(p).map(Some),
+        (None, None) => Ok(None),
     }
 }
 
