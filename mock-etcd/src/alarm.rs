@@ -20,12 +20,10 @@
 //! for this member and is refused.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::codec::{is_zero_u64, ser_u64};
-use crate::core::EtcdCore;
 use crate::decode::wire::*;
 use crate::error::{code, EtcdError};
 use crate::requests::{PutRequest, TxnRequest};
@@ -193,38 +191,4 @@ pub fn txn_writes(r: &TxnRequest) -> bool {
             || op.request_delete_range.is_some()
             || op.request_txn.as_deref().is_some_and(txn_writes)
     })
-}
-
-impl EtcdCore {
-    /// `/v3/maintenance/alarm`. A bad token is refused with the auth store's own
-    /// error (code 2), as etcd's maintenance server passes it through.
-    pub fn alarm(
-        &mut self,
-        token: Option<&str>,
-        req: &AlarmRequest,
-        now: Duration,
-    ) -> Result<AlarmResponse, EtcdError> {
-        if let Err(e) = self.check_token(token, now) {
-            let raw = e.message.replacen("etcdserver: ", "auth: ", 1);
-            return Err(EtcdError::grpc(code::UNKNOWN, raw));
-        }
-        Ok(self.alarms_mut().apply(req))
-    }
-
-    /// The quota and NOSPACE checks of a write costing `cost` bytes (0: a txn
-    /// without puts, which both let through).
-    pub fn check_space(&mut self, cost: u64) -> Result<(), EtcdError> {
-        if cost == 0 {
-            return Ok(());
-        }
-        if self.alarms().nospace() {
-            return Err(EtcdError::no_space());
-        }
-        if self.db_size() + cost >= self.config().quota_backend_bytes {
-            let member = self.config().member_id;
-            self.alarms_mut().raise(NOSPACE, member);
-            return Err(EtcdError::no_space());
-        }
-        Ok(())
-    }
 }

@@ -31,8 +31,8 @@
 //!   ([`EtcdCore::auth_manage`]); its messages in [`auth_messages`].
 //! - [`lock`]: v3lock in steps ([`EtcdCore::lock_claim`], [`EtcdCore::lock_held`],
 //!   [`EtcdCore::lock_abandon`], [`EtcdCore::unlock`]).
-//! - [`alarm`]: alarms and the space quota ([`EtcdCore::alarm`],
-//!   [`EtcdCore::check_space`]).
+//! - [`alarm`]: alarms and the space quota's arithmetic; [`alarm_call`]: the calls on
+//!   the core ([`EtcdCore::alarm`], [`EtcdCore::check_space`]).
 //! - [`outbox`]: a watch stream's backlog, bounded in answers and bytes.
 //! - `config`: [`Config`], etcd's defaults.
 //! - [`faults`]: [`Fault`] (fail, latency, hang), which paths it matches, and the
@@ -77,6 +77,7 @@
 
 pub mod accounts;
 pub mod alarm;
+pub mod alarm_call;
 pub mod answers;
 mod auth;
 pub mod auth_admin;

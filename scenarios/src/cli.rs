@@ -6,8 +6,9 @@ use std::time::Instant;
 use crate::library;
 use crate::profile::Profile;
 use crate::real_cluster::{ClusterOptions, EtcdChoice, EtcdKind, RealCluster};
+use crate::report::default_report_dir;
 use crate::report::Status;
-use crate::run::{run_many, RunOptions};
+use crate::run::{etcd_choice, prepare, run_many, RunOptions};
 
 /// The flags of `scenarios run`.
 #[derive(clap::Args, Debug)]
@@ -72,23 +73,6 @@ pub struct UpArgs {
     pub sidecar_bin: Option<PathBuf>,
 }
 
-/// `--etcd real --etcd-cluster 3` means a real 3-member cluster.
-pub(crate) fn etcd_choice(etcd: &EtcdChoice, members: &str) -> EtcdChoice {
-    match (etcd, members) {
-        (EtcdChoice::Real, "3") => EtcdChoice::Real3,
-        (e, _) => e.clone(),
-    }
-}
-
-pub(crate) fn default_report_dir() -> PathBuf {
-    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let root = manifest
-        .parent()
-        .unwrap_or(manifest)
-        .join("target/scenario-reports");
-    root.join(format!("run-{}", mock_kit::events::now_ms()))
-}
-
 /// `scenarios run`: exit code 0 if nothing failed, 1 if something did, 2 on bad input.
 pub async fn run(args: RunArgs) -> u8 {
     let list = match library::load(&args.files) {
@@ -98,7 +82,7 @@ pub async fn run(args: RunArgs) -> u8 {
             return 2;
         }
     };
-    let profile = match crate::conform::profile_of(&args.profile, &args.sidecar_cmd) {
+    let profile = match Profile::from_args(&args.profile, &args.sidecar_cmd) {
         Ok(p) => p.map(std::sync::Arc::new),
         Err(e) => {
             eprintln!("scenarios: {e}");
@@ -200,20 +184,6 @@ pub async fn run(args: RunArgs) -> u8 {
         }
         1
     }
-}
-
-/// Locate (or build) the sidecar binary once, before any scenario starts.
-pub(crate) fn prepare(
-    mut opts: RunOptions,
-    list: &[library::Loaded],
-) -> Result<RunOptions, String> {
-    let needs_sidecar = list
-        .iter()
-        .any(|l| !l.scenario.steps.is_empty() || l.scenario.topology.start_sidecars);
-    if opts.sidecar_bin.is_none() && needs_sidecar {
-        opts.sidecar_bin = Some(crate::sidecar::locate_binary()?);
-    }
-    Ok(opts)
 }
 
 /// `scenarios list`.

@@ -11,12 +11,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::capability::Capability;
-use crate::cli::{default_report_dir, etcd_choice, prepare};
 use crate::library;
 use crate::profile::{Profile, Program};
 use crate::real_cluster::EtcdChoice;
+use crate::report::default_report_dir;
 use crate::report::{Outcome, Status};
-use crate::run::{run_many, RunOptions};
+use crate::run::{etcd_choice, prepare, run_many, RunOptions};
 
 /// `scenarios conform`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -48,7 +48,7 @@ pub struct ConformArgs {
 /// `scenarios conform`: exit 0 only when every scenario that applies passed; 1 when one
 /// failed; 2 on bad input (a profile that does not check, an unknown scenario).
 pub async fn conform(args: ConformArgs) -> u8 {
-    let profile = profile_of(&args.profile, &args.sidecar_cmd)
+    let profile = Profile::from_args(&args.profile, &args.sidecar_cmd)
         .map(|p| p.unwrap_or_else(|| Profile::ours(None)));
     let list = library::load(&args.files).map_err(|e| e.to_string());
     let (profile, list) = match (profile, list) {
@@ -97,18 +97,6 @@ pub async fn conform(args: ConformArgs) -> u8 {
     match outcomes.iter().any(|o| o.status == Status::Failed) {
         true => 1,
         false => 0,
-    }
-}
-
-/// The profile `--profile` or `--sidecar-cmd` names (`None`: neither, our sidecar).
-pub(crate) fn profile_of(
-    profile: &Option<String>,
-    cmd: &Option<String>,
-) -> Result<Option<Profile>, String> {
-    match (profile, cmd) {
-        (_, Some(line)) => Profile::from_command_line(line).map(Some),
-        (Some(p), None) => Profile::load(p).map(Some),
-        (None, None) => Ok(None),
     }
 }
 

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use crate::capability::{self, Capabilities, Capability};
 use crate::settings::{Setting, SidecarSettings};
+use crate::sidecar::{locate_binary, Launch};
 
 /// How one setting reaches the sidecar.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,21 +64,19 @@ pub struct Profile {
     pub capabilities: Capabilities,
 }
 
-/// How to start one sidecar process.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Launch {
-    /// The program, found.
-    pub program: PathBuf,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Variables set for it.
-    pub env: Vec<(String, String)>,
-    /// Variables the profile maps settings to that this sidecar is not given: unset,
-    /// so the runner's own environment never stands in for them.
-    pub unset: Vec<String>,
-}
-
 impl Profile {
+    /// The profile `--profile` or `--sidecar-cmd` names (`None`: neither, our sidecar).
+    pub fn from_args(
+        profile: &Option<String>,
+        cmd: &Option<String>,
+    ) -> Result<Option<Profile>, String> {
+        match (profile, cmd) {
+            (_, Some(line)) => Profile::from_command_line(line).map(Some),
+            (Some(p), None) => Profile::load(p).map(Some),
+            (None, None) => Ok(None),
+        }
+    }
+
     /// Our `vllm-sidecar`, every capability: the default.
     pub fn ours(bin: Option<PathBuf>) -> Profile {
         Profile {
@@ -255,7 +254,7 @@ impl Profile {
     pub fn launch(&self, settings: &SidecarSettings) -> Result<Launch, String> {
         let (program, mut args) = match &self.program {
             Program::OurBinary(Some(p)) => (p.clone(), Vec::new()),
-            Program::OurBinary(None) => (crate::sidecar::locate_binary()?, Vec::new()),
+            Program::OurBinary(None) => (locate_binary()?, Vec::new()),
             Program::Command(words) => {
                 let (prog, rest) = words
                     .split_first()

@@ -4,7 +4,7 @@
 //! readable at a glance. Plus JUnit XML for CI.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -121,6 +121,16 @@ impl Outcome {
     pub fn failures(&self) -> impl Iterator<Item = &Verdict> {
         self.verdicts.iter().filter(|v| !v.passed)
     }
+}
+
+/// Where a run's reports go unless told: `target/scenario-reports/run-<ms>`.
+pub fn default_report_dir() -> PathBuf {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest
+        .parent()
+        .unwrap_or(manifest)
+        .join("target/scenario-reports");
+    root.join(format!("run-{}", mock_kit::events::now_ms()))
 }
 
 /// Write one scenario's report directory.

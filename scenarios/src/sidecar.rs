@@ -14,8 +14,6 @@ use tokio::sync::watch;
 
 use mock_kit::Events;
 
-use crate::profile::Launch;
-
 /// The kind of event each line the sidecar writes becomes (in virtual time: each of
 /// its core's notes).
 pub const LOG_EVENT: &str = "log";
@@ -157,6 +155,20 @@ fn die_with_parent(cmd: &mut Command) {
             Ok(())
         });
     }
+}
+
+/// How to start one sidecar process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    /// The program, found.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Variables set for it.
+    pub env: Vec<(String, String)>,
+    /// Variables the profile maps settings to that this sidecar is not given: unset,
+    /// so the runner's own environment never stands in for them.
+    pub unset: Vec<String>,
 }
 
 /// How many of a process's last output lines are kept, to say why it exited.
