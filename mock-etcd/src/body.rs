@@ -4,7 +4,8 @@
 //! Why a module of its own: every handler reads its body the same way, and the caps are
 //! where hostile input stops. A unary body is read whole up to 4x `--max-request-bytes`
 //! (base64 and JSON make a message ~4/3 larger than its protobuf) and refused past it
-//! with gRPC's "received message larger than max", without buffering the rest.
+//! with gRPC's "received message larger than max", without buffering the rest (it is
+//! read and dropped, up to a bound, so the refusal reaches the client).
 
 use std::time::Duration;
 
@@ -18,27 +19,39 @@ use crate::state::Shared;
 /// How long a client may take to send a request body.
 const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How much of a body past its cap is read and thrown away before the refusal is sent:
+/// a server that answers with the request still unread closes a connection whose unread
+/// bytes make the kernel reset it, and the reset can take the answer with it.
+const DRAIN_MAX: usize = 64 * 1024 * 1024;
+
 /// Read a unary request body, capped and time-bounded.
 pub async fn read_body(shared: &Shared, body: Body) -> Result<Bytes, EtcdError> {
     let cap = size::body_cap(&shared.config);
-    match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, cap)).await {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) if over_limit(&e) => Err(size::body_too_large(&shared.config)),
+    match tokio::time::timeout(BODY_TIMEOUT, read_capped(body, cap)).await {
+        Ok(Ok(Some(bytes))) => Ok(bytes),
+        Ok(Ok(None)) => Err(size::body_too_large(&shared.config)),
         Ok(Err(e)) => Err(EtcdError::bad_json(format!("reading body: {e}"))),
         Err(_) => Err(EtcdError::bad_json("unexpected EOF")),
     }
 }
 
-/// Whether `to_bytes` stopped at its limit (rather than on a broken connection).
-fn over_limit(e: &axum::Error) -> bool {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if err.is::<http_body_util::LengthLimitError>() {
-            return true;
+/// The body if it is at most `cap` bytes; `None` if it is longer, once the rest (up to
+/// [`DRAIN_MAX`]) was read and dropped, never kept.
+async fn read_capped(body: Body, cap: usize) -> Result<Option<Bytes>, axum::Error> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut kept = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        seen = seen.saturating_add(chunk.len());
+        if seen <= cap {
+            kept.extend_from_slice(&chunk);
+        } else if seen > DRAIN_MAX {
+            return Ok(None);
         }
-        cur = err.source();
     }
-    false
+    Ok((seen <= cap).then(|| Bytes::from(kept)))
 }
 
 /// Reads the request objects of a streamed body (keepalive, watch) as they arrive.
