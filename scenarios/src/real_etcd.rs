@@ -1,8 +1,9 @@
 //! Real etcd (the Debian `etcd` binary) on loopback: one member, or a three-member
 //! cluster whose members (or leader) a scenario can kill and restart.
 //!
-//! Why: the fake etcd is written from the contract; a real etcd keeps it honest and adds
-//! what no fake reproduces faithfully (elections, a leader dying mid-keepalive).
+//! Why: the fake etcd is written from the contract (`docs/contract.md` §1); a real etcd
+//! keeps it honest and adds what no fake reproduces faithfully (elections, a leader
+//! dying mid-keepalive).
 //!
 //! The processes (ports, start-up retries, clean-up) are `local-etcd`'s; this adds what
 //! a scenario needs on top: events on its timeline, who the leader is, and kills and

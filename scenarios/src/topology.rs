@@ -122,7 +122,8 @@ impl Default for Topology {
     }
 }
 
-/// The fake master's timers (contract defaults are 3 s / 15 s / 3 s; scenarios shorten).
+/// The fake master's timers (`docs/contract.md` §2 gives the defaults, 3 s / 15 s / 3 s;
+/// scenarios shorten them).
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MasterTopology {
