@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use rustls::pki_types::CertificateDer;
 
+use super::exchange::{Body, ReadFailure};
+
 /// Hops a GET follows before giving up ([`Redirects::Follow`]).
 pub const MAX_REDIRECTS: usize = 5;
 
@@ -169,6 +171,19 @@ pub async fn read_capped(
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+/// [`read_capped`] as a transport-neutral [`Body`]: what the answer-classifying
+/// functions read.
+pub async fn read_body(response: &mut reqwest::Response, cap: usize) -> Body {
+    match read_capped(response, cap).await {
+        Ok(bytes) => Body::Bytes(bytes),
+        Err(BodyError::TooLarge(cap)) => Body::OverCap(cap),
+        Err(BodyError::Read(e)) => Body::Failed(ReadFailure {
+            message: describe(&e),
+            decode: e.is_decode(),
+        }),
+    }
 }
 
 /// The text format an answer's `Content-Type` names, if it has a readable one.
