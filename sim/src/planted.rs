@@ -1,23 +1,24 @@
 //! Planted bugs: test-only distortions of how the simulated driver runs the production
 //! core, so that `scenarios explore` can show it finds the classes of bug it is meant
-//! to find (issue 14, "planted bugs are found").
+//! to find.
 //!
 //! Why here and not in `sidecar/`: the production core must stay exactly what ships.
 //! Each bug is what a faulty *driver* (or a faulty rewrite of the core) would do, made
-//! by lying to the core or to its peers at the boundary the simulator already owns:
-//! a command not sent and answered as done, an answer replaced by another, a copy of an
-//! old heartbeat sent again, a restarted process given its old seed or no token. With no
-//! bug planted ([`World::plant_bug`](crate::World::plant_bug) never called) nothing here
-//! runs.
+//! by lying to the core or to its peers at the boundary the simulator already owns, and
+//! only through its one seam ([`crate::distortion::Distortion`]): a command not sent
+//! and answered as done, an answer replaced by another, a copy of an old heartbeat sent
+//! again, a restarted process given its old seed or no token. With no bug planted
+//! ([`World::plant_bug`](crate::World::plant_bug) never called) nothing here runs.
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sidecar::core::{AfterRevoke, Answer, Command, CommandId, Registration};
+use sidecar::core::{AfterRevoke, Answer, Command, CommandId, CoreConfig, Registration};
 
 use crate::command_kind::Kind;
+use crate::distortion::{Distortion, Start, Verdict, STRAY};
 
 /// One class of bug, planted in every sidecar of a world (current and future).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -75,6 +76,15 @@ impl PlantedBug {
             PlantedBug::CacheUsageAsPercent => "cache_usage_as_percent",
         }
     }
+
+    /// The bug as the distortion of a sidecar whose core runs with `config`.
+    pub fn distortion(self, config: &CoreConfig) -> Box<dyn Distortion> {
+        Box::new(Planted::new(
+            self,
+            config.lease_ttl,
+            config.heartbeat_interval,
+        ))
+    }
 }
 
 impl fmt::Display for PlantedBug {
@@ -100,7 +110,7 @@ impl FromStr for PlantedBug {
 /// A planted bug's state in one sidecar: what it has seen, and the stale heartbeat it
 /// keeps sending.
 #[derive(Clone, Debug)]
-pub struct Distortion {
+pub struct Planted {
     bug: PlantedBug,
     /// The TTL the core asks for (what a faked refresh answers).
     ttl: i64,
@@ -115,12 +125,9 @@ pub struct Distortion {
     zombie_at: Option<Duration>,
 }
 
-/// The id of a command the core never issued: its answer is dropped, not handed in.
-pub const STRAY: CommandId = CommandId(0);
-
-impl Distortion {
-    pub fn new(bug: PlantedBug, ttl: i64, heartbeat_interval: Duration) -> Distortion {
-        Distortion {
+impl Planted {
+    pub fn new(bug: PlantedBug, ttl: i64, heartbeat_interval: Duration) -> Planted {
+        Planted {
             bug,
             ttl,
             heartbeat_interval,
@@ -137,7 +144,7 @@ impl Distortion {
 
     /// A command the core issued: `Some(answer)` when the bug swallows it (it is not
     /// sent; the core gets `answer` at once).
-    pub fn intercept(&mut self, command: &Command, reg: &Registration) -> Option<Answer> {
+    fn intercept(&mut self, command: &Command, reg: &Registration) -> Option<Answer> {
         match (self.bug, command) {
             (PlantedBug::HeartbeatAfterLeaseLost, Command::PostHeartbeat { body, .. }) => {
                 if let Some(lease) = reg.registered() {
@@ -167,7 +174,7 @@ impl Distortion {
     }
 
     /// The command as the bug sends it (a heartbeat body rewritten).
-    pub fn rewrite(&self, command: Command) -> Command {
+    fn rewrite(&self, command: Command) -> Command {
         match (self.bug, command) {
             (PlantedBug::CacheUsageAsPercent, Command::PostHeartbeat { id, body }) => {
                 Command::PostHeartbeat {
@@ -180,7 +187,7 @@ impl Distortion {
     }
 
     /// The answer the core gets for an exchange of `kind`, instead of `answer`.
-    pub fn distort(&mut self, kind: Kind, answer: Answer) -> Answer {
+    fn distort(&mut self, kind: Kind, answer: Answer) -> Answer {
         match &answer {
             Answer::HealthOk => self.health_failed = false,
             Answer::HealthFailed(_) => self.health_failed = true,
@@ -203,7 +210,7 @@ impl Distortion {
 
     /// The stale heartbeat loop: the body to post again now, if its incarnation is no
     /// longer the registered one and an interval has passed since its last post.
-    pub fn zombie_beat(&mut self, now: Duration, reg: &Registration) -> Option<String> {
+    fn zombie_beat(&mut self, now: Duration, reg: &Registration) -> Option<String> {
         if self.bug != PlantedBug::HeartbeatAfterLeaseLost {
             return None;
         }
@@ -219,6 +226,57 @@ impl Distortion {
         }
         self.zombie_at = Some(now);
         Some(body.clone())
+    }
+}
+
+impl Distortion for Planted {
+    fn command(&mut self, command: Command, reg: &Registration) -> Verdict {
+        if let Some(answer) = self.intercept(&command, reg) {
+            if let Some(id) = command_id(&command) {
+                return Verdict::Answered(id, answer);
+            }
+        }
+        Verdict::Run(self.rewrite(command))
+    }
+
+    fn answer(&mut self, id: CommandId, kind: Kind, answer: Answer) -> Option<Answer> {
+        if id == STRAY {
+            return None; // a stale heartbeat's answer: nobody waits for it
+        }
+        Some(self.distort(kind, answer))
+    }
+
+    fn unasked(&mut self, now: Duration, reg: &Registration) -> Option<Command> {
+        let body = self.zombie_beat(now, reg)?;
+        Some(Command::PostHeartbeat { id: STRAY, body })
+    }
+
+    fn restart(
+        &self,
+        config: &CoreConfig,
+        previous: u64,
+        start: &mut Start,
+    ) -> Box<dyn Distortion> {
+        match self.bug {
+            PlantedBug::ReuseIncarnation => start.seed = previous,
+            PlantedBug::TokenLostOnRestart => start.token.clear(),
+            _ => {}
+        }
+        self.bug.distortion(config)
+    }
+}
+
+/// The id of a command that expects an answer.
+fn command_id(command: &Command) -> Option<CommandId> {
+    match command {
+        Command::ProbeHealth { id }
+        | Command::GrantLease { id, .. }
+        | Command::PutKey { id, .. }
+        | Command::Keepalive { id, .. }
+        | Command::Scrape { id }
+        | Command::PostHeartbeat { id, .. }
+        | Command::Revoke { id, .. } => Some(*id),
+        Command::LogServedModel | Command::Note(_) | Command::Exit { .. } => None,
     }
 }
 
@@ -247,10 +305,10 @@ mod tests {
 
     #[test]
     fn a_409_is_read_as_200_only_with_its_bug() {
-        let mut d = Distortion::new(PlantedBug::NoReregisterOn409, 6, Duration::from_secs(3));
+        let mut d = Planted::new(PlantedBug::NoReregisterOn409, 6, Duration::from_secs(3));
         let a = d.distort(Kind::Heartbeat, Answer::HeartbeatStatus(409));
         assert_eq!(a, Answer::HeartbeatStatus(200));
-        let mut d = Distortion::new(PlantedBug::IgnoreLeaseNotFound, 6, Duration::from_secs(3));
+        let mut d = Planted::new(PlantedBug::IgnoreLeaseNotFound, 6, Duration::from_secs(3));
         let a = d.distort(Kind::Heartbeat, Answer::HeartbeatStatus(409));
         assert_eq!(a, Answer::HeartbeatStatus(409));
         assert_eq!(
@@ -260,8 +318,58 @@ mod tests {
     }
 
     #[test]
+    fn a_restart_keeps_the_old_seed_or_loses_the_token_only_with_its_bug() {
+        let flags = ["--register-addr", "a:1"];
+        let config = sidecar::config::Config::from_flags(flags).unwrap();
+        let config = CoreConfig::from_config(&config, 0);
+        let start = || Start {
+            seed: 2,
+            token: "t".into(),
+        };
+        for bug in PlantedBug::ALL {
+            let mut s = start();
+            let _fresh = bug.distortion(&config).restart(&config, 1, &mut s);
+            let want = match bug {
+                PlantedBug::ReuseIncarnation => Start { seed: 1, ..start() },
+                PlantedBug::TokenLostOnRestart => Start {
+                    token: String::new(),
+                    ..start()
+                },
+                _ => start(),
+            };
+            assert_eq!(s, want, "{bug}");
+        }
+    }
+
+    #[test]
+    fn a_stale_heartbeat_is_sent_unasked_and_its_answer_is_nobodys() {
+        let mut d = Planted::new(
+            PlantedBug::HeartbeatAfterLeaseLost,
+            6,
+            Duration::from_secs(3),
+        );
+        let got = d.answer(STRAY, Kind::Heartbeat, Answer::HeartbeatStatus(200));
+        assert_eq!(got, None);
+        let got = d.answer(CommandId(4), Kind::Heartbeat, Answer::HeartbeatStatus(200));
+        assert_eq!(got, Some(Answer::HeartbeatStatus(200)));
+        let reg = Registration::Unregistered {
+            retry_at: Duration::ZERO,
+        };
+        // Nothing posted yet: nothing to repeat.
+        assert_eq!(d.unasked(Duration::ZERO, &reg), None);
+        d.last_beat = Some(("old".into(), "{}".into()));
+        let beat = Command::PostHeartbeat {
+            id: STRAY,
+            body: "{}".into(),
+        };
+        assert_eq!(d.unasked(Duration::ZERO, &reg), Some(beat.clone()));
+        assert_eq!(d.unasked(Duration::from_secs(1), &reg), None);
+        assert_eq!(d.unasked(Duration::from_secs(3), &reg), Some(beat));
+    }
+
+    #[test]
     fn the_cache_usage_goes_out_as_a_percentage() {
-        let d = Distortion::new(PlantedBug::CacheUsageAsPercent, 6, Duration::from_secs(3));
+        let d = Planted::new(PlantedBug::CacheUsageAsPercent, 6, Duration::from_secs(3));
         let body = r#"{"name":"a","incarnation_id":"i","load_metrics":{"waiting_requests_num":1,"gpu_cache_usage_perc":0.25},"latency_metrics":{"recent_max_ttft":0,"recent_max_tbt":0}}"#;
         let Command::PostHeartbeat { body, .. } = d.rewrite(Command::PostHeartbeat {
             id: CommandId(1),
@@ -274,7 +382,7 @@ mod tests {
 
     #[test]
     fn keepalives_are_swallowed_only_after_a_failed_scrape_or_probe() {
-        let mut d = Distortion::new(
+        let mut d = Planted::new(
             PlantedBug::NoKeepaliveWhileUnhealthy,
             6,
             Duration::from_secs(3),
