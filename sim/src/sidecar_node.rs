@@ -409,7 +409,7 @@ pub fn answer_of(kind: Kind, outcome: Outcome, cx: &Context) -> Option<Answer> {
 fn exchange_of(outcome: Outcome, cap: usize) -> Exchange {
     let reply = match outcome {
         Outcome::Failed(Failure::Timeout) => return Exchange::TimedOut,
-        Outcome::Failed(f) => return Exchange::Failed(f.describe().to_string()),
+        Outcome::Failed(f) => return Exchange::Failed(f.describe()),
         Outcome::Reply(reply) => reply,
     };
     match reply {
@@ -440,8 +440,8 @@ fn exchange_of(outcome: Outcome, cap: usize) -> Exchange {
             body: exchange::Body::capped(body, cap),
         },
         Reply::Slow { reply, .. } => exchange_of(Outcome::Reply(*reply), cap),
-        Reply::Reset => Exchange::Failed(Failure::Reset.describe().to_string()),
-        Reply::Refused => Exchange::Failed(Failure::Refused.describe().to_string()),
+        Reply::Reset => Exchange::Failed(Failure::Reset.describe()),
+        Reply::Refused => Exchange::Failed(Failure::Refused.describe()),
         // The server never acted on it: its caller waits out its timeout.
         Reply::Deferred { .. } => Exchange::TimedOut,
     }
@@ -491,7 +491,7 @@ mod tests {
         let why = Failure::Refused.describe();
         assert_eq!(
             answer_of(Kind::Health, refused.clone(), &cx()),
-            Some(Answer::HealthFailed(why.into()))
+            Some(Answer::HealthFailed(why.clone()))
         );
         assert_eq!(
             answer_of(Kind::Heartbeat, refused.clone(), &cx()),
