@@ -68,3 +68,38 @@ pub fn revoke(result: Result<(), EtcdError>) -> Answer {
         Err(e) => Answer::RevokeFailed(e.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vllm_and_master_results_become_the_cores_answers() {
+        assert_eq!(health(Ok(())), Answer::HealthOk);
+        assert_eq!(health(Err("x".into())), Answer::HealthFailed("x".into()));
+        let page = MetricsPage {
+            text: "a 1\n".into(),
+            openmetrics: true,
+            bytes: 4,
+        };
+        assert_eq!(
+            scrape(Ok(page)),
+            Answer::ScrapePage {
+                text: "a 1\n".into(),
+                openmetrics: true
+            }
+        );
+        assert_eq!(
+            scrape(Err(ScrapeError::TooLarge(8))),
+            Answer::ScrapeFailed {
+                reason: "too_large".into(),
+                detail: "/metrics is larger than 8 bytes".into()
+            }
+        );
+        assert_eq!(heartbeat(Ok(409)), Answer::HeartbeatStatus(409));
+        assert_eq!(
+            heartbeat(Err("y".into())),
+            Answer::HeartbeatFailed("y".into())
+        );
+    }
+}
