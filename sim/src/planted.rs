@@ -110,7 +110,7 @@ impl FromStr for PlantedBug {
 /// A planted bug's state in one sidecar: what it has seen, and the stale heartbeat it
 /// keeps sending.
 #[derive(Clone, Debug)]
-pub struct Planted {
+struct Planted {
     bug: PlantedBug,
     /// The TTL the core asks for (what a faked refresh answers).
     ttl: i64,
@@ -126,7 +126,7 @@ pub struct Planted {
 }
 
 impl Planted {
-    pub fn new(bug: PlantedBug, ttl: i64, heartbeat_interval: Duration) -> Planted {
+    fn new(bug: PlantedBug, ttl: i64, heartbeat_interval: Duration) -> Planted {
         Planted {
             bug,
             ttl,
@@ -137,57 +137,48 @@ impl Planted {
             zombie_at: None,
         }
     }
+}
 
-    pub fn bug(&self) -> PlantedBug {
-        self.bug
-    }
-
-    /// A command the core issued: `Some(answer)` when the bug swallows it (it is not
-    /// sent; the core gets `answer` at once).
-    fn intercept(&mut self, command: &Command, reg: &Registration) -> Option<Answer> {
+impl Distortion for Planted {
+    /// A swallowed keepalive or revoke is answered as done; a heartbeat is remembered
+    /// for the stale loop, or sent with its cache usage as a percentage.
+    fn command(&mut self, command: Command, reg: &Registration) -> Verdict {
+        let unhealthy = self.health_failed || self.scrape_failed;
+        let exiting = matches!(
+            reg,
+            Registration::Revoking {
+                then: AfterRevoke::Exit { .. },
+                ..
+            }
+        );
         match (self.bug, command) {
-            (PlantedBug::HeartbeatAfterLeaseLost, Command::PostHeartbeat { body, .. }) => {
+            (PlantedBug::HeartbeatAfterLeaseLost, Command::PostHeartbeat { id, body }) => {
                 if let Some(lease) = reg.registered() {
                     self.last_beat = Some((lease.incarnation.clone(), body.clone()));
                     self.zombie_at = None;
                 }
-                None
+                Verdict::Run(Command::PostHeartbeat { id, body })
             }
-            (PlantedBug::NoKeepaliveWhileUnhealthy, Command::Keepalive { .. })
-                if self.health_failed || self.scrape_failed =>
-            {
-                Some(Answer::KeepaliveTtl(self.ttl))
+            (PlantedBug::NoKeepaliveWhileUnhealthy, Command::Keepalive { id, .. }) if unhealthy => {
+                Verdict::Answered(id, Answer::KeepaliveTtl(self.ttl))
             }
-            (PlantedBug::NoRevokeOnShutdown, Command::Revoke { .. })
-                if matches!(
-                    reg,
-                    Registration::Revoking {
-                        then: AfterRevoke::Exit { .. },
-                        ..
-                    }
-                ) =>
-            {
-                Some(Answer::RevokeDone)
+            (PlantedBug::NoRevokeOnShutdown, Command::Revoke { id, .. }) if exiting => {
+                Verdict::Answered(id, Answer::RevokeDone)
             }
-            _ => None,
-        }
-    }
-
-    /// The command as the bug sends it (a heartbeat body rewritten).
-    fn rewrite(&self, command: Command) -> Command {
-        match (self.bug, command) {
             (PlantedBug::CacheUsageAsPercent, Command::PostHeartbeat { id, body }) => {
-                Command::PostHeartbeat {
-                    id,
-                    body: cache_as_percent(&body).unwrap_or(body),
-                }
+                let body = cache_as_percent(&body).unwrap_or(body);
+                Verdict::Run(Command::PostHeartbeat { id, body })
             }
-            (_, command) => command,
+            (_, command) => Verdict::Run(command),
         }
     }
 
-    /// The answer the core gets for an exchange of `kind`, instead of `answer`.
-    fn distort(&mut self, kind: Kind, answer: Answer) -> Answer {
+    /// Every answer is watched (the last probe's and scrape's health); a 409 or a lost
+    /// lease is replaced by its bug; a stale heartbeat's answer is dropped.
+    fn answer(&mut self, id: CommandId, kind: Kind, answer: Answer) -> Option<Answer> {
+        if id == STRAY {
+            return None; // a stale heartbeat's answer: nobody waits for it
+        }
         match &answer {
             Answer::HealthOk => self.health_failed = false,
             Answer::HealthFailed(_) => self.health_failed = true,
@@ -195,7 +186,7 @@ impl Planted {
             Answer::ScrapeFailed { .. } => self.scrape_failed = true,
             _ => {}
         }
-        match (self.bug, kind, answer) {
+        Some(match (self.bug, kind, answer) {
             (PlantedBug::NoReregisterOn409, Kind::Heartbeat, Answer::HeartbeatStatus(409)) => {
                 Answer::HeartbeatStatus(200)
             }
@@ -205,12 +196,12 @@ impl Planted {
                 Answer::LeaseNotFound | Answer::KeepaliveTtl(0),
             ) => Answer::KeepaliveTtl(self.ttl),
             (_, _, answer) => answer,
-        }
+        })
     }
 
-    /// The stale heartbeat loop: the body to post again now, if its incarnation is no
+    /// The stale heartbeat loop: the last body posted again, if its incarnation is no
     /// longer the registered one and an interval has passed since its last post.
-    fn zombie_beat(&mut self, now: Duration, reg: &Registration) -> Option<String> {
+    fn unasked(&mut self, now: Duration, reg: &Registration) -> Option<Command> {
         if self.bug != PlantedBug::HeartbeatAfterLeaseLost {
             return None;
         }
@@ -225,32 +216,11 @@ impl Planted {
             return None;
         }
         self.zombie_at = Some(now);
-        Some(body.clone())
-    }
-}
-
-impl Distortion for Planted {
-    fn command(&mut self, command: Command, reg: &Registration) -> Verdict {
-        if let Some(answer) = self.intercept(&command, reg) {
-            if let Some(id) = command_id(&command) {
-                return Verdict::Answered(id, answer);
-            }
-        }
-        Verdict::Run(self.rewrite(command))
-    }
-
-    fn answer(&mut self, id: CommandId, kind: Kind, answer: Answer) -> Option<Answer> {
-        if id == STRAY {
-            return None; // a stale heartbeat's answer: nobody waits for it
-        }
-        Some(self.distort(kind, answer))
-    }
-
-    fn unasked(&mut self, now: Duration, reg: &Registration) -> Option<Command> {
-        let body = self.zombie_beat(now, reg)?;
+        let body = body.clone();
         Some(Command::PostHeartbeat { id: STRAY, body })
     }
 
+    /// The old seed or no token, for the two bugs that lose what a restart keeps.
     fn restart(
         &self,
         config: &CoreConfig,
@@ -263,20 +233,6 @@ impl Distortion for Planted {
             _ => {}
         }
         self.bug.distortion(config)
-    }
-}
-
-/// The id of a command that expects an answer.
-fn command_id(command: &Command) -> Option<CommandId> {
-    match command {
-        Command::ProbeHealth { id }
-        | Command::GrantLease { id, .. }
-        | Command::PutKey { id, .. }
-        | Command::Keepalive { id, .. }
-        | Command::Scrape { id }
-        | Command::PostHeartbeat { id, .. }
-        | Command::Revoke { id, .. } => Some(*id),
-        Command::LogServedModel | Command::Note(_) | Command::Exit { .. } => None,
     }
 }
 
@@ -306,14 +262,14 @@ mod tests {
     #[test]
     fn a_409_is_read_as_200_only_with_its_bug() {
         let mut d = Planted::new(PlantedBug::NoReregisterOn409, 6, Duration::from_secs(3));
-        let a = d.distort(Kind::Heartbeat, Answer::HeartbeatStatus(409));
-        assert_eq!(a, Answer::HeartbeatStatus(200));
+        let a = d.answer(CommandId(1), Kind::Heartbeat, Answer::HeartbeatStatus(409));
+        assert_eq!(a, Some(Answer::HeartbeatStatus(200)));
         let mut d = Planted::new(PlantedBug::IgnoreLeaseNotFound, 6, Duration::from_secs(3));
-        let a = d.distort(Kind::Heartbeat, Answer::HeartbeatStatus(409));
-        assert_eq!(a, Answer::HeartbeatStatus(409));
+        let a = d.answer(CommandId(1), Kind::Heartbeat, Answer::HeartbeatStatus(409));
+        assert_eq!(a, Some(Answer::HeartbeatStatus(409)));
         assert_eq!(
-            d.distort(Kind::Keepalive, Answer::LeaseNotFound),
-            Answer::KeepaliveTtl(6)
+            d.answer(CommandId(2), Kind::Keepalive, Answer::LeaseNotFound),
+            Some(Answer::KeepaliveTtl(6))
         );
     }
 
@@ -369,12 +325,16 @@ mod tests {
 
     #[test]
     fn the_cache_usage_goes_out_as_a_percentage() {
-        let d = Planted::new(PlantedBug::CacheUsageAsPercent, 6, Duration::from_secs(3));
+        let mut d = Planted::new(PlantedBug::CacheUsageAsPercent, 6, Duration::from_secs(3));
+        let reg = Registration::Unregistered {
+            retry_at: Duration::ZERO,
+        };
         let body = r#"{"name":"a","incarnation_id":"i","load_metrics":{"waiting_requests_num":1,"gpu_cache_usage_perc":0.25},"latency_metrics":{"recent_max_ttft":0,"recent_max_tbt":0}}"#;
-        let Command::PostHeartbeat { body, .. } = d.rewrite(Command::PostHeartbeat {
+        let beat = Command::PostHeartbeat {
             id: CommandId(1),
             body: body.into(),
-        }) else {
+        };
+        let Verdict::Run(Command::PostHeartbeat { body, .. }) = d.command(beat, &reg) else {
             panic!()
         };
         assert!(body.contains("\"gpu_cache_usage_perc\":25.0"), "{body}");
@@ -394,22 +354,26 @@ mod tests {
         let reg = Registration::Unregistered {
             retry_at: Duration::ZERO,
         };
-        assert_eq!(d.intercept(&ka, &reg), None);
-        d.distort(
+        let run = Verdict::Run(ka.clone());
+        assert_eq!(d.command(ka.clone(), &reg), run);
+        d.answer(
+            CommandId(1),
             Kind::Scrape,
             Answer::ScrapeFailed {
                 reason: "status".into(),
                 detail: "500".into(),
             },
         );
-        assert_eq!(d.intercept(&ka, &reg), Some(Answer::KeepaliveTtl(6)));
-        d.distort(
+        let swallowed = Verdict::Answered(CommandId(3), Answer::KeepaliveTtl(6));
+        assert_eq!(d.command(ka.clone(), &reg), swallowed);
+        d.answer(
+            CommandId(2),
             Kind::Scrape,
             Answer::ScrapePage {
                 text: String::new(),
                 openmetrics: false,
             },
         );
-        assert_eq!(d.intercept(&ka, &reg), None);
+        assert_eq!(d.command(ka, &reg), run);
     }
 }
