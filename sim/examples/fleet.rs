@@ -1,4 +1,4 @@
-//! The fleet benchmark (issue 13 §4): N sidecars with the defaults (TTL 6 s, keepalive
+//! The fleet benchmark: N sidecars with the defaults (TTL 6 s, keepalive
 //! 2 s, heartbeat 3 s), each with its mock-vllm under steady open-loop load, one
 //! mock-etcd, one mock-master watching it; one random fault every few simulated seconds
 //! and the fleet invariants checked every simulated second.

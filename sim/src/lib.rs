@@ -1,6 +1,6 @@
 //! A deterministic discrete-event simulator of the cluster: the production sidecar's
 //! decision core and the fakes' own cores, with time and the network simulated around
-//! them (issue 13).
+//! them.
 //!
 //! Why: `scenarios run` drives real processes in real time, which is the last word on
 //! the binary but cannot replay a timing, reach fleet scale or search for rare races.
