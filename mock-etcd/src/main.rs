@@ -5,9 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::Parser;
-
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(
     name = "mock-etcd",
     about = "A fake etcd 3.4 v3 JSON gateway with fault injection"
@@ -39,19 +37,7 @@ fn parse_user(s: &str) -> Result<(String, String), String> {
 
 #[tokio::main]
 async fn main() {
-    let args = match Args::try_parse() {
-        Ok(a) => a,
-        Err(e) if e.use_stderr() => {
-            let first = e.to_string();
-            let line = first.lines().next().unwrap_or("invalid arguments");
-            eprintln!("mock-etcd: {line}");
-            std::process::exit(2);
-        }
-        Err(e) => {
-            let _ = e.print();
-            std::process::exit(0);
-        }
-    };
+    let args: Args = mock_kit::cli::parse_or_exit("mock-etcd");
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
@@ -71,29 +57,9 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    // Caught from here on: a stop sent as soon as the address is read is graceful.
+    let stop = mock_kit::cli::stop_signal();
     println!("listening on {}", etcd.addr());
-    wait_for_signal().await;
+    stop.await;
     etcd.stop().await;
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

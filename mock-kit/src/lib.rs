@@ -1,9 +1,11 @@
 //! Plumbing shared by `mock-etcd`, `mock-vllm` and `mock-master`, so that the three fakes
-//! serve, shut down, take faults and report events the same way (see
-//! `architecture.md`: one convention for every fake's control API).
+//! serve, shut down, take faults and report events the same way, with one convention
+//! for every fake's control API (`/_mock/...`, [`faults`]).
 //!
 //! # Layout
 //!
+//! - [`cli`]: what the three binaries share: flags parsed with one usage-error exit
+//!   ([`cli::parse_or_exit`]) and the SIGTERM/SIGINT stop ([`cli::stop_signal`]).
 //! - [`shutdown`]: [`Shutdown`], the explicit stop signal every loop selects on.
 //! - [`serve`]: [`serve::spawn`] binds nothing itself: it serves a router on a listener
 //!   the caller bound and answers a [`ServerHandle`] (address, stop, join).
@@ -14,6 +16,7 @@
 //!   happened to it; scenarios merge these into one timeline. Virtual timestamps through
 //!   [`Events::with_clock`] or [`Events::emit_at`].
 
+pub mod cli;
 pub mod events;
 pub mod faults;
 pub mod serve;

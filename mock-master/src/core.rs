@@ -429,10 +429,6 @@ impl MasterCore {
 
     /// The part of [`MasterCore::on_heartbeat`] after the gate and the size cap: the
     /// body checks (400s) and the table's verdict (409 or 200, metrics stored).
-    pub fn on_heartbeat_body(&mut self, now: Duration, body: &[u8]) -> HeartbeatReply {
-        self.on_heartbeat_read_body(now, beat::read_request(body))
-    }
-
     fn on_heartbeat_read_body(
         &mut self,
         now: Duration,

@@ -1,11 +1,10 @@
-//! `mock-master`: run the fake xllm-service master. Prints `listening on ADDR` first.
+//! `mock-master`: run the fake xllm-service master until SIGINT/SIGTERM. Prints
+//! `listening on ADDR` first.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::Parser;
-
-#[derive(Parser)]
+#[derive(clap::Parser)]
 #[command(
     name = "mock-master",
     about = "A fake xllm-service master (heartbeats, instance states, routing)"
@@ -55,19 +54,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() {
-    let args = match Args::try_parse() {
-        Ok(a) => a,
-        Err(e) if !e.use_stderr() => {
-            print!("{e}");
-            std::process::exit(0);
-        }
-        Err(e) => {
-            let msg = e.to_string();
-            let first = msg.lines().next().unwrap_or("invalid arguments");
-            eprintln!("mock-master: {first}");
-            std::process::exit(2);
-        }
-    };
+    let args: Args = mock_kit::cli::parse_or_exit("mock-master");
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -99,7 +86,9 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    // Caught from here on: a stop sent as soon as the address is read is graceful.
+    let stop = mock_kit::cli::stop_signal();
     println!("listening on {}", master.addr());
-    let _ = tokio::signal::ctrl_c().await;
+    stop.await;
     master.stop().await;
 }

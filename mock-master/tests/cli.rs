@@ -183,3 +183,39 @@ async fn authenticates_to_etcd_with_flags_and_env_and_never_logs_the_password() 
     assert!(!logged.contains("pw-from-env"), "{logged}");
     etcd.stop().await;
 }
+
+/// SIGTERM (a supervisor's stop) and SIGINT (Ctrl-C) both stop the server gracefully:
+/// exit code 0, within a few seconds, even when sent as soon as the address is printed.
+#[tokio::test]
+async fn sigterm_and_sigint_stop_it_gracefully_with_code_0() {
+    use tokio::io::AsyncBufReadExt;
+    let etcd = mock_etcd::start(mock_etcd::Config::default(), mock_kit::Events::none("etcd"))
+        .await
+        .unwrap();
+    for signal in ["-TERM", "-INT"] {
+        let mut child = tokio::process::Command::new(BIN)
+            .args(["--listen", "127.0.0.1:0", "--etcd-endpoints", &etcd.url()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("the address within 20 s")
+            .unwrap()
+            .unwrap_or_default();
+        assert!(line.starts_with("listening on "), "{line}");
+        let pid = child.id().unwrap().to_string();
+        let sent = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(sent.success(), "kill {signal} {pid}");
+        let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("still running 10 s after kill {signal}"))
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "after kill {signal}: {status}");
+    }
+    etcd.stop().await;
+}

@@ -3,10 +3,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::Parser;
 use mock_vllm::{Config, Dialect};
 
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(name = "mock-vllm", about = "A CPU-only fake vLLM OpenAI server")]
 struct Args {
     /// Address to bind (port 0: any free port).
@@ -65,21 +64,7 @@ fn ms(name: &str, v: f64) -> Duration {
 
 #[tokio::main]
 async fn main() {
-    let args = match Args::try_parse() {
-        Ok(a) => a,
-        Err(e) if e.use_stderr() => {
-            let msg = e.to_string();
-            eprintln!(
-                "mock-vllm: {}",
-                msg.lines().next().unwrap_or("bad arguments")
-            );
-            std::process::exit(2);
-        }
-        Err(e) => {
-            let _ = e.print();
-            std::process::exit(0);
-        }
-    };
+    let args: Args = mock_kit::cli::parse_or_exit("mock-vllm");
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -117,30 +102,9 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    // Caught from here on: a stop sent as soon as the address is read is graceful.
+    let stop = mock_kit::cli::stop_signal();
     println!("listening on {}", server.addr());
-    shutdown_signal().await;
+    stop.await;
     server.stop().await;
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(t) => t,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
 }

@@ -136,7 +136,6 @@ fn build(a: &Args, log: EventLog) -> World {
         master.route(&addr(i), NodeId::Vllm(i));
     }
     world.add_server(NodeId::Master, Box::new(master));
-    world.open_master_watch().expect("watch");
     for i in 0..a.n {
         let vllm = VllmNode::with_dialect(a.dialect, u64::from(i), Duration::ZERO);
         let until = Duration::from_secs(a.secs);

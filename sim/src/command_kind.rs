@@ -1,8 +1,8 @@
 //! Which of the sidecar's commands an exchange carries: what its outcome is read as.
 //!
-//! Its own module because both the simulated driver (`sidecar_node`) and the planted
-//! bugs that distort its answers (`planted`) name it, and neither should depend on the
-//! other for it.
+//! Its own module because both the simulated driver (`sidecar_node`) and the seam that
+//! may distort its answers (`distortion`, used by `planted`) name it, and neither should
+//! depend on the other for it.
 
 /// The kinds of command that become exchanges.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -131,7 +131,7 @@ impl EtcdClient {
             Outcome::Reply(Reply::Gateway { status, body }) => Ok((*status, body.as_slice())),
             Outcome::Reply(other) => Err(format!("unexpected answer {other:?}")),
             Outcome::Failed(Failure::Timeout) => Err(format!("no answer within {timeout:?}")),
-            Outcome::Failed(f) => Err(f.describe().to_string()),
+            Outcome::Failed(f) => Err(f.describe()),
         };
         let step = flight
             .call

@@ -83,12 +83,15 @@
 //! - [`load`]: open-loop completions on a fake vLLM, validated by mock-vllm's rules:
 //!   [`load::Load::new`], started with [`World::add_load`].
 //! - [`command_kind`]: which sidecar command an exchange carries ([`command_kind::Kind`]).
+//! - [`distortion`]: the one seam through which a sidecar's shell may lie to its core
+//!   or its peers ([`distortion::Distortion`]), test-only.
 //! - [`planted`]: test-only planted bugs (a 409 read as 200, a revoke not sent, …),
 //!   distortions of how the driver runs the core: [`World::plant_bug`].
 //! - [`world`]: the engine (time, queue, generator, log, links, nodes, exchanges and
 //!   their timeouts): [`World::run_until`].
 
 pub mod command_kind;
+pub mod distortion;
 pub mod etcd_client;
 pub mod etcd_node;
 pub mod link;

@@ -218,14 +218,23 @@ pub enum Failure {
 }
 
 impl Failure {
-    /// How reqwest's errors read after the sidecar peers' `describe`.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Failure::Timeout => "timed out",
-            Failure::Reset => "request failed: connection reset by peer",
-            Failure::Refused => "connect failed: Connection refused (os error 111)",
-            Failure::Closed => "request failed: connection closed before message completed",
-        }
+    /// How the sidecar's peers describe this failure (`sidecar::peers::http::describe`'s
+    /// wording, of the causes hyper and the OS give for it on Linux).
+    pub fn describe(self) -> String {
+        use sidecar::peers::http::{describe_failure, FailureClass};
+        let (class, cause) = match self {
+            Failure::Timeout => (FailureClass::TimedOut, None),
+            Failure::Reset => (FailureClass::Request, Some("connection reset by peer")),
+            Failure::Refused => (
+                FailureClass::Connect,
+                Some("Connection refused (os error 111)"),
+            ),
+            Failure::Closed => (
+                FailureClass::Request,
+                Some("connection closed before message completed"),
+            ),
+        };
+        describe_failure(class, cause)
     }
 }
 
@@ -316,4 +325,28 @@ pub trait Server {
 
     /// As [`Server::as_any`], to change a node between events (health modes, faults).
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The words are the sidecar's own; these are the texts a real exchange's failure
+    /// gives on Linux, which the scenario reports show.
+    #[test]
+    fn failures_read_as_the_sidecar_describes_reqwest_errors() {
+        assert_eq!(Failure::Timeout.describe(), "timed out");
+        assert_eq!(
+            Failure::Reset.describe(),
+            "request failed: connection reset by peer"
+        );
+        assert_eq!(
+            Failure::Refused.describe(),
+            "connect failed: Connection refused (os error 111)"
+        );
+        assert_eq!(
+            Failure::Closed.describe(),
+            "request failed: connection closed before message completed"
+        );
+    }
 }

@@ -1,23 +1,24 @@
 //! Planted bugs: test-only distortions of how the simulated driver runs the production
 //! core, so that `scenarios explore` can show it finds the classes of bug it is meant
-//! to find (issue 14, "planted bugs are found").
+//! to find.
 //!
 //! Why here and not in `sidecar/`: the production core must stay exactly what ships.
 //! Each bug is what a faulty *driver* (or a faulty rewrite of the core) would do, made
-//! by lying to the core or to its peers at the boundary the simulator already owns:
-//! a command not sent and answered as done, an answer replaced by another, a copy of an
-//! old heartbeat sent again, a restarted process given its old seed or no token. With no
-//! bug planted ([`World::plant_bug`](crate::World::plant_bug) never called) nothing here
-//! runs.
+//! by lying to the core or to its peers at the boundary the simulator already owns, and
+//! only through its one seam ([`crate::distortion::Distortion`]): a command not sent
+//! and answered as done, an answer replaced by another, a copy of an old heartbeat sent
+//! again, a restarted process given its old seed or no token. With no bug planted
+//! ([`World::plant_bug`](crate::World::plant_bug) never called) nothing here runs.
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sidecar::core::{AfterRevoke, Answer, Command, CommandId, Registration};
+use sidecar::core::{AfterRevoke, Answer, Command, CommandId, CoreConfig, Registration};
 
 use crate::command_kind::Kind;
+use crate::distortion::{Distortion, Start, Verdict, STRAY};
 
 /// One class of bug, planted in every sidecar of a world (current and future).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -75,6 +76,15 @@ impl PlantedBug {
             PlantedBug::CacheUsageAsPercent => "cache_usage_as_percent",
         }
     }
+
+    /// The bug as the distortion of a sidecar whose core runs with `config`.
+    pub fn distortion(self, config: &CoreConfig) -> Box<dyn Distortion> {
+        Box::new(Planted::new(
+            self,
+            config.lease_ttl,
+            config.heartbeat_interval,
+        ))
+    }
 }
 
 impl fmt::Display for PlantedBug {
@@ -100,7 +110,7 @@ impl FromStr for PlantedBug {
 /// A planted bug's state in one sidecar: what it has seen, and the stale heartbeat it
 /// keeps sending.
 #[derive(Clone, Debug)]
-pub struct Distortion {
+struct Planted {
     bug: PlantedBug,
     /// The TTL the core asks for (what a faked refresh answers).
     ttl: i64,
@@ -115,12 +125,9 @@ pub struct Distortion {
     zombie_at: Option<Duration>,
 }
 
-/// The id of a command the core never issued: its answer is dropped, not handed in.
-pub const STRAY: CommandId = CommandId(0);
-
-impl Distortion {
-    pub fn new(bug: PlantedBug, ttl: i64, heartbeat_interval: Duration) -> Distortion {
-        Distortion {
+impl Planted {
+    fn new(bug: PlantedBug, ttl: i64, heartbeat_interval: Duration) -> Planted {
+        Planted {
             bug,
             ttl,
             heartbeat_interval,
@@ -130,57 +137,48 @@ impl Distortion {
             zombie_at: None,
         }
     }
+}
 
-    pub fn bug(&self) -> PlantedBug {
-        self.bug
-    }
-
-    /// A command the core issued: `Some(answer)` when the bug swallows it (it is not
-    /// sent; the core gets `answer` at once).
-    pub fn intercept(&mut self, command: &Command, reg: &Registration) -> Option<Answer> {
+impl Distortion for Planted {
+    /// A swallowed keepalive or revoke is answered as done; a heartbeat is remembered
+    /// for the stale loop, or sent with its cache usage as a percentage.
+    fn command(&mut self, command: Command, reg: &Registration) -> Verdict {
+        let unhealthy = self.health_failed || self.scrape_failed;
+        let exiting = matches!(
+            reg,
+            Registration::Revoking {
+                then: AfterRevoke::Exit { .. },
+                ..
+            }
+        );
         match (self.bug, command) {
-            (PlantedBug::HeartbeatAfterLeaseLost, Command::PostHeartbeat { body, .. }) => {
+            (PlantedBug::HeartbeatAfterLeaseLost, Command::PostHeartbeat { id, body }) => {
                 if let Some(lease) = reg.registered() {
                     self.last_beat = Some((lease.incarnation.clone(), body.clone()));
                     self.zombie_at = None;
                 }
-                None
+                Verdict::Run(Command::PostHeartbeat { id, body })
             }
-            (PlantedBug::NoKeepaliveWhileUnhealthy, Command::Keepalive { .. })
-                if self.health_failed || self.scrape_failed =>
-            {
-                Some(Answer::KeepaliveTtl(self.ttl))
+            (PlantedBug::NoKeepaliveWhileUnhealthy, Command::Keepalive { id, .. }) if unhealthy => {
+                Verdict::Answered(id, Answer::KeepaliveTtl(self.ttl))
             }
-            (PlantedBug::NoRevokeOnShutdown, Command::Revoke { .. })
-                if matches!(
-                    reg,
-                    Registration::Revoking {
-                        then: AfterRevoke::Exit { .. },
-                        ..
-                    }
-                ) =>
-            {
-                Some(Answer::RevokeDone)
+            (PlantedBug::NoRevokeOnShutdown, Command::Revoke { id, .. }) if exiting => {
+                Verdict::Answered(id, Answer::RevokeDone)
             }
-            _ => None,
-        }
-    }
-
-    /// The command as the bug sends it (a heartbeat body rewritten).
-    pub fn rewrite(&self, command: Command) -> Command {
-        match (self.bug, command) {
             (PlantedBug::CacheUsageAsPercent, Command::PostHeartbeat { id, body }) => {
-                Command::PostHeartbeat {
-                    id,
-                    body: cache_as_percent(&body).unwrap_or(body),
-                }
+                let body = cache_as_percent(&body).unwrap_or(body);
+                Verdict::Run(Command::PostHeartbeat { id, body })
             }
-            (_, command) => command,
+            (_, command) => Verdict::Run(command),
         }
     }
 
-    /// The answer the core gets for an exchange of `kind`, instead of `answer`.
-    pub fn distort(&mut self, kind: Kind, answer: Answer) -> Answer {
+    /// Every answer is watched (the last probe's and scrape's health); a 409 or a lost
+    /// lease is replaced by its bug; a stale heartbeat's answer is dropped.
+    fn answer(&mut self, id: CommandId, kind: Kind, answer: Answer) -> Option<Answer> {
+        if id == STRAY {
+            return None; // a stale heartbeat's answer: nobody waits for it
+        }
         match &answer {
             Answer::HealthOk => self.health_failed = false,
             Answer::HealthFailed(_) => self.health_failed = true,
@@ -188,7 +186,7 @@ impl Distortion {
             Answer::ScrapeFailed { .. } => self.scrape_failed = true,
             _ => {}
         }
-        match (self.bug, kind, answer) {
+        Some(match (self.bug, kind, answer) {
             (PlantedBug::NoReregisterOn409, Kind::Heartbeat, Answer::HeartbeatStatus(409)) => {
                 Answer::HeartbeatStatus(200)
             }
@@ -198,12 +196,12 @@ impl Distortion {
                 Answer::LeaseNotFound | Answer::KeepaliveTtl(0),
             ) => Answer::KeepaliveTtl(self.ttl),
             (_, _, answer) => answer,
-        }
+        })
     }
 
-    /// The stale heartbeat loop: the body to post again now, if its incarnation is no
+    /// The stale heartbeat loop: the last body posted again, if its incarnation is no
     /// longer the registered one and an interval has passed since its last post.
-    pub fn zombie_beat(&mut self, now: Duration, reg: &Registration) -> Option<String> {
+    fn unasked(&mut self, now: Duration, reg: &Registration) -> Option<Command> {
         if self.bug != PlantedBug::HeartbeatAfterLeaseLost {
             return None;
         }
@@ -218,7 +216,23 @@ impl Distortion {
             return None;
         }
         self.zombie_at = Some(now);
-        Some(body.clone())
+        let body = body.clone();
+        Some(Command::PostHeartbeat { id: STRAY, body })
+    }
+
+    /// The old seed or no token, for the two bugs that lose what a restart keeps.
+    fn restart(
+        &self,
+        config: &CoreConfig,
+        previous: u64,
+        start: &mut Start,
+    ) -> Box<dyn Distortion> {
+        match self.bug {
+            PlantedBug::ReuseIncarnation => start.seed = previous,
+            PlantedBug::TokenLostOnRestart => start.token.clear(),
+            _ => {}
+        }
+        self.bug.distortion(config)
     }
 }
 
@@ -247,26 +261,80 @@ mod tests {
 
     #[test]
     fn a_409_is_read_as_200_only_with_its_bug() {
-        let mut d = Distortion::new(PlantedBug::NoReregisterOn409, 6, Duration::from_secs(3));
-        let a = d.distort(Kind::Heartbeat, Answer::HeartbeatStatus(409));
-        assert_eq!(a, Answer::HeartbeatStatus(200));
-        let mut d = Distortion::new(PlantedBug::IgnoreLeaseNotFound, 6, Duration::from_secs(3));
-        let a = d.distort(Kind::Heartbeat, Answer::HeartbeatStatus(409));
-        assert_eq!(a, Answer::HeartbeatStatus(409));
+        let mut d = Planted::new(PlantedBug::NoReregisterOn409, 6, Duration::from_secs(3));
+        let a = d.answer(CommandId(1), Kind::Heartbeat, Answer::HeartbeatStatus(409));
+        assert_eq!(a, Some(Answer::HeartbeatStatus(200)));
+        let mut d = Planted::new(PlantedBug::IgnoreLeaseNotFound, 6, Duration::from_secs(3));
+        let a = d.answer(CommandId(1), Kind::Heartbeat, Answer::HeartbeatStatus(409));
+        assert_eq!(a, Some(Answer::HeartbeatStatus(409)));
         assert_eq!(
-            d.distort(Kind::Keepalive, Answer::LeaseNotFound),
-            Answer::KeepaliveTtl(6)
+            d.answer(CommandId(2), Kind::Keepalive, Answer::LeaseNotFound),
+            Some(Answer::KeepaliveTtl(6))
         );
     }
 
     #[test]
+    fn a_restart_keeps_the_old_seed_or_loses_the_token_only_with_its_bug() {
+        let flags = ["--register-addr", "a:1"];
+        let config = sidecar::config::Config::from_flags(flags).unwrap();
+        let config = CoreConfig::from_config(&config, 0);
+        let start = || Start {
+            seed: 2,
+            token: "t".into(),
+        };
+        for bug in PlantedBug::ALL {
+            let mut s = start();
+            let _fresh = bug.distortion(&config).restart(&config, 1, &mut s);
+            let want = match bug {
+                PlantedBug::ReuseIncarnation => Start { seed: 1, ..start() },
+                PlantedBug::TokenLostOnRestart => Start {
+                    token: String::new(),
+                    ..start()
+                },
+                _ => start(),
+            };
+            assert_eq!(s, want, "{bug}");
+        }
+    }
+
+    #[test]
+    fn a_stale_heartbeat_is_sent_unasked_and_its_answer_is_nobodys() {
+        let mut d = Planted::new(
+            PlantedBug::HeartbeatAfterLeaseLost,
+            6,
+            Duration::from_secs(3),
+        );
+        let got = d.answer(STRAY, Kind::Heartbeat, Answer::HeartbeatStatus(200));
+        assert_eq!(got, None);
+        let got = d.answer(CommandId(4), Kind::Heartbeat, Answer::HeartbeatStatus(200));
+        assert_eq!(got, Some(Answer::HeartbeatStatus(200)));
+        let reg = Registration::Unregistered {
+            retry_at: Duration::ZERO,
+        };
+        // Nothing posted yet: nothing to repeat.
+        assert_eq!(d.unasked(Duration::ZERO, &reg), None);
+        d.last_beat = Some(("old".into(), "{}".into()));
+        let beat = Command::PostHeartbeat {
+            id: STRAY,
+            body: "{}".into(),
+        };
+        assert_eq!(d.unasked(Duration::ZERO, &reg), Some(beat.clone()));
+        assert_eq!(d.unasked(Duration::from_secs(1), &reg), None);
+        assert_eq!(d.unasked(Duration::from_secs(3), &reg), Some(beat));
+    }
+
+    #[test]
     fn the_cache_usage_goes_out_as_a_percentage() {
-        let d = Distortion::new(PlantedBug::CacheUsageAsPercent, 6, Duration::from_secs(3));
+        let mut d = Planted::new(PlantedBug::CacheUsageAsPercent, 6, Duration::from_secs(3));
+        let reg = Registration::Unregistered {
+            retry_at: Duration::ZERO,
+        };
         let body = r#"{"name":"a","incarnation_id":"i","load_metrics":{"waiting_requests_num":1,"gpu_cache_usage_perc":0.25},"latency_metrics":{"recent_max_ttft":0,"recent_max_tbt":0}}"#;
-        let Command::PostHeartbeat { body, .. } = d.rewrite(Command::PostHeartbeat {
+        let beat = Command::PostHeartbeat {
             id: CommandId(1),
             body: body.into(),
-        }) else {
+        };
+        let Verdict::Run(Command::PostHeartbeat { body, .. }) = d.command(beat, &reg) else {
             panic!()
         };
         assert!(body.contains("\"gpu_cache_usage_perc\":25.0"), "{body}");
@@ -274,7 +342,7 @@ mod tests {
 
     #[test]
     fn keepalives_are_swallowed_only_after_a_failed_scrape_or_probe() {
-        let mut d = Distortion::new(
+        let mut d = Planted::new(
             PlantedBug::NoKeepaliveWhileUnhealthy,
             6,
             Duration::from_secs(3),
@@ -286,22 +354,26 @@ mod tests {
         let reg = Registration::Unregistered {
             retry_at: Duration::ZERO,
         };
-        assert_eq!(d.intercept(&ka, &reg), None);
-        d.distort(
+        let run = Verdict::Run(ka.clone());
+        assert_eq!(d.command(ka.clone(), &reg), run);
+        d.answer(
+            CommandId(1),
             Kind::Scrape,
             Answer::ScrapeFailed {
                 reason: "status".into(),
                 detail: "500".into(),
             },
         );
-        assert_eq!(d.intercept(&ka, &reg), Some(Answer::KeepaliveTtl(6)));
-        d.distort(
+        let swallowed = Verdict::Answered(CommandId(3), Answer::KeepaliveTtl(6));
+        assert_eq!(d.command(ka.clone(), &reg), swallowed);
+        d.answer(
+            CommandId(2),
             Kind::Scrape,
             Answer::ScrapePage {
                 text: String::new(),
                 openmetrics: false,
             },
         );
-        assert_eq!(d.intercept(&ka, &reg), None);
+        assert_eq!(d.command(ka, &reg), run);
     }
 }

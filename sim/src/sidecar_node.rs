@@ -13,8 +13,8 @@
 //!   plan, one exchange per endpoint tried, each with the plan's timeout
 //!   ([`crate::etcd_client`]) → [`Outgoing::Send`] carries that timeout and the world
 //!   enforces it;
-//! - the outcome becomes the core's [`Answer`] with the error text the peer clients
-//!   write → [`SidecarNode::complete`], via [`answer_of`];
+//! - the outcome becomes the core's [`Answer`] by the peer clients' own classification
+//!   of it → [`SidecarNode::complete`], via [`answer_of`];
 //! - it sleeps until `next_wakeup` and hands in `Input::Timer` → the world schedules a
 //!   wake-up event at that virtual time.
 //!
@@ -25,13 +25,15 @@ use std::time::Duration;
 
 use sidecar::config::Config;
 use sidecar::core::{Answer, Command, CommandId, Core, CoreConfig, Input, Note, Registration};
+use sidecar::driver::answers;
 use sidecar::peers::etcd::EtcdRequest;
-use sidecar::peers::vllm::ScrapeError;
+use sidecar::peers::exchange::{self, Exchange};
+use sidecar::peers::{master, vllm};
 use sidecar::prom::Format;
 
+use crate::distortion::{Distortion, Start, Verdict};
 use crate::etcd_client::{EtcdCall, EtcdClient, Progress};
-use crate::node::{Failure, NodeId, Outcome, Reply, Request};
-use crate::planted::{Distortion, PlantedBug, STRAY};
+use crate::node::{Body, Failure, NodeId, Outcome, Reply, Request};
 
 /// Which command an exchange answers, and what the answer needs from it.
 #[derive(Clone, Debug, PartialEq)]
@@ -83,7 +85,7 @@ pub struct SidecarNode {
     etcd: EtcdClient,
     /// Exchanges a finished one led to (an etcd call's next endpoint), not yet polled.
     pending: Vec<Outgoing>,
-    /// Answers the shell gives at once (a planted bug's, an etcd call that ended
+    /// Answers the shell gives at once (a distortion's, an etcd call that ended
     /// without an exchange), not yet handed to the core.
     immediate: Vec<(CommandId, Answer)>,
     /// The wake-up the world has scheduled for this node.
@@ -91,19 +93,25 @@ pub struct SidecarNode {
     /// When the world last handed the core a `Timer`.
     pub(crate) last_timer: Option<Duration>,
     exit: Option<i32>,
-    /// The seed the core was made with (a restart with a planted bug may reuse it).
+    /// The seed the core was made with.
     pub(crate) seed: u64,
     /// A process ran in this slot (false for a sidecar added stopped, never started).
     pub(crate) ran: bool,
     /// When the core was last handed an input.
     now: Duration,
-    /// Test-only: a planted bug (see [`crate::planted`]).
-    distortion: Option<Distortion>,
+    /// Test-only: how this shell lies to its core and peers (see [`crate::distortion`]).
+    distortion: Option<Box<dyn Distortion>>,
 }
 
 impl SidecarNode {
     /// Sidecar `index` with `config`, its core seeded with `seed`, started at `now`.
     pub fn new(index: u32, config: &Config, seed: u64, now: Duration) -> SidecarNode {
+        let token = config.internal_token.expose().to_string();
+        SidecarNode::started(index, config, Start { seed, token }, now)
+    }
+
+    fn started(index: u32, config: &Config, start: Start, now: Duration) -> SidecarNode {
+        let Start { seed, token } = start;
         let core_config = CoreConfig::from_config(config, 1_700_000_000_000);
         SidecarNode {
             index,
@@ -113,7 +121,7 @@ impl SidecarNode {
                 scrape: config.scrape_timeout,
                 heartbeat: config.health_timeout,
             },
-            token: config.internal_token.expose().to_string(),
+            token,
             metrics_max_bytes: config.metrics_max_bytes,
             etcd: EtcdClient::new(config),
             pending: Vec::new(),
@@ -128,14 +136,28 @@ impl SidecarNode {
         }
     }
 
-    /// Test-only: run this sidecar with a planted bug; `restarted`: the process was
-    /// started again (a bug may lose what a restart should keep).
-    pub fn plant(&mut self, bug: PlantedBug, restarted: bool) {
-        let cfg = self.core.config();
-        self.distortion = Some(Distortion::new(bug, cfg.lease_ttl, cfg.heartbeat_interval));
-        if restarted && bug == PlantedBug::TokenLostOnRestart {
-            self.token.clear();
-        }
+    /// Test-only: run this sidecar's shell with `distortion` (see [`crate::distortion`]).
+    pub fn distort(&mut self, distortion: Box<dyn Distortion>) {
+        self.distortion = Some(distortion);
+    }
+
+    /// This slot's process started again now with `config`, its core seeded with `seed`
+    /// (a distortion the slot holds may change its start). Answers the seed used.
+    pub fn restart(&mut self, config: &Config, seed: u64, now: Duration) -> u64 {
+        let token = config.internal_token.expose().to_string();
+        let mut start = Start { seed, token };
+        let distortion = self.distortion.take().map(|d| {
+            let core_config = CoreConfig::from_config(config, 0);
+            let mut next = start.clone();
+            let fresh = d.restart(&core_config, self.seed, &mut next);
+            if self.ran {
+                start = next; // only a process that ran has a last life to repeat
+            }
+            fresh
+        });
+        *self = SidecarNode::started(self.index, config, start, now);
+        self.distortion = distortion;
+        self.seed
     }
 
     pub fn id(&self) -> NodeId {
@@ -194,16 +216,16 @@ impl SidecarNode {
         out.append(&mut self.pending);
         loop {
             while let Some(command) = self.core.poll_command() {
-                let mut command = command;
-                if let Some(d) = self.distortion.as_mut() {
-                    if let Some(answer) = d.intercept(&command, self.core.registration()) {
-                        if let Some(id) = command_id(&command) {
+                let command = match self.distortion.as_mut() {
+                    None => command,
+                    Some(d) => match d.command(command, self.core.registration()) {
+                        Verdict::Run(command) => command,
+                        Verdict::Answered(id, answer) => {
                             self.immediate.push((id, answer));
+                            continue;
                         }
-                        continue;
-                    }
-                    command = d.rewrite(command);
-                }
+                    },
+                };
                 match self.outgoing(command) {
                     Some(Outgoing::Exit(code)) => {
                         self.exit = Some(code);
@@ -223,37 +245,24 @@ impl SidecarNode {
                 self.handle(now, Input::Answer(id, answer));
             }
         }
-        out.extend(self.zombie_beat());
+        out.extend(self.unasked());
     }
 
-    /// A planted stale heartbeat loop's post, when one is due.
-    fn zombie_beat(&mut self) -> Option<Outgoing> {
+    /// The exchange a distortion sends unasked now, if any (it bypasses the
+    /// distortion's own [`Distortion::command`]).
+    fn unasked(&mut self) -> Option<Outgoing> {
         if self.exit.is_some() {
             return None;
         }
-        let body = self
+        let command = self
             .distortion
             .as_mut()?
-            .zombie_beat(self.now, self.core.registration())?;
-        Some(Outgoing::Send {
-            to: NodeId::Master,
-            request: Request::Heartbeat {
-                body,
-                token: self.token.clone(),
-            },
-            timeout: self.timeouts.heartbeat,
-            tag: Tag {
-                id: STRAY,
-                kind: Kind::Heartbeat,
-            },
-        })
+            .unasked(self.now, self.core.registration())?;
+        self.outgoing(command)
     }
 
     /// An exchange of `tag` ended with `outcome` at `now`: the core gets its answer.
     pub fn complete(&mut self, now: Duration, tag: &Tag, outcome: Outcome) {
-        if tag.id == STRAY {
-            return; // a planted stale heartbeat's answer: nobody waits for it
-        }
         let answer = match EtcdCall::of(tag.kind) {
             Some(_) => match self.etcd.on_outcome(tag.id, outcome) {
                 Some(Progress::Done(answer)) => answer,
@@ -269,7 +278,10 @@ impl SidecarNode {
             },
         };
         let answer = match self.distortion.as_mut() {
-            Some(d) => d.distort(tag.kind, answer),
+            Some(d) => match d.answer(tag.id, tag.kind, answer) {
+                Some(answer) => answer,
+                None => return,
+            },
             None => answer,
         };
         self.handle(now, Input::Answer(tag.id, answer));
@@ -357,21 +369,8 @@ impl SidecarNode {
     }
 }
 
-/// The id of a command that expects an answer.
-fn command_id(command: &Command) -> Option<CommandId> {
-    match command {
-        Command::ProbeHealth { id }
-        | Command::GrantLease { id, .. }
-        | Command::PutKey { id, .. }
-        | Command::Keepalive { id, .. }
-        | Command::Scrape { id }
-        | Command::PostHeartbeat { id, .. }
-        | Command::Revoke { id, .. } => Some(*id),
-        Command::LogServedModel | Command::Note(_) | Command::Exit { .. } => None,
-    }
-}
-
-/// What [`answer_of`] needs to write the peer clients' messages.
+/// What [`answer_of`] needs besides the outcome: the driver's timeouts (named in its
+/// messages) and its `/metrics` body cap (enforced by its reader).
 #[derive(Clone, Copy, Debug)]
 pub struct Context {
     pub timeouts: Timeouts,
@@ -379,95 +378,72 @@ pub struct Context {
 }
 
 /// The core's answer for a vLLM or master exchange of `kind` that ended with
-/// `outcome`: what the driver's `exec.rs` makes of the peer client's result. `None` for
-/// an etcd exchange: its call's answer comes from [`crate::etcd_client`], after every
-/// step of the call.
+/// `outcome`: the driver's own classification ([`vllm::classify_health`],
+/// [`vllm::classify_scrape`], [`master::classify_heartbeat`]) and answer mapping
+/// ([`answers`]) of the exchange as its reader would have seen it. `None` for an etcd
+/// exchange: its call's answer comes from [`crate::etcd_client`], after every step of
+/// the call.
 pub fn answer_of(kind: Kind, outcome: Outcome, cx: &Context) -> Option<Answer> {
+    let t = cx.timeouts;
     Some(match kind {
-        Kind::Health => health_answer(outcome, cx),
-        Kind::Scrape => scrape_answer(outcome, cx),
-        Kind::Heartbeat => heartbeat_answer(outcome, cx),
+        Kind::Health => {
+            let exchange = exchange_of(outcome, vllm::HEALTH_BODY_CAP);
+            answers::health(vllm::classify_health(exchange, t.health))
+        }
+        Kind::Scrape => {
+            let exchange = exchange_of(outcome, cx.metrics_max_bytes);
+            answers::scrape(vllm::classify_scrape(exchange))
+        }
+        Kind::Heartbeat => {
+            let exchange = exchange_of(outcome, master::ANSWER_BODY_CAP);
+            let result = master::classify_heartbeat(exchange, t.heartbeat);
+            answers::heartbeat(result.map(|a| a.status))
+        }
         Kind::Grant { .. } | Kind::Put | Kind::Keepalive | Kind::Revoke => return None,
     })
 }
 
-fn health_answer(outcome: Outcome, cx: &Context) -> Answer {
-    match outcome {
-        Outcome::Reply(Reply::Status(s)) if (200..300).contains(&s) => Answer::HealthOk,
-        Outcome::Reply(Reply::Status(s)) => {
-            Answer::HealthFailed(format!("/health answered HTTP {s}"))
-        }
-        Outcome::Reply(other) => {
-            Answer::HealthFailed(format!("/health: unexpected answer {other:?}"))
-        }
-        Outcome::Failed(Failure::Timeout) => Answer::HealthFailed(format!(
-            "/health: no answer within {:?}",
-            cx.timeouts.health
-        )),
-        Outcome::Failed(f) => Answer::HealthFailed(f.describe().to_string()),
-    }
-}
-
-/// What the sidecar's `Format::from_content_type` says of `content_type`: kept for the
-/// two types a simulated vLLM answers every scrape with (it lowercases a copy of the
-/// type and searches it, on every scrape), asked again for any other.
-fn is_openmetrics(content_type: &str) -> bool {
-    use mock_vllm::metrics::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
-    let asked = |c: &str| Format::from_content_type(c) == Format::OpenMetrics;
-    static KNOWN: std::sync::OnceLock<[(&str, bool); 2]> = std::sync::OnceLock::new();
-    let known =
-        KNOWN.get_or_init(|| [TEXT_CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE].map(|c| (c, asked(c))));
-    match known.iter().find(|(c, _)| *c == content_type) {
-        Some((_, openmetrics)) => *openmetrics,
-        None => asked(content_type),
-    }
-}
-
-fn scrape_answer(outcome: Outcome, cx: &Context) -> Answer {
-    let failed = |e: ScrapeError| Answer::ScrapeFailed {
-        reason: e.reason().to_string(),
-        detail: e.to_string(),
+/// A simulated exchange's outcome as the driver's reqwest reader ends it: a body past
+/// `cap` is over it (never copied), a failure is the transport's message for it. Replies
+/// the world resolves before delivering them read as what they stand for.
+fn exchange_of(outcome: Outcome, cap: usize) -> Exchange {
+    let reply = match outcome {
+        Outcome::Failed(Failure::Timeout) => return Exchange::TimedOut,
+        Outcome::Failed(f) => return Exchange::Failed(f.describe()),
+        Outcome::Reply(reply) => reply,
     };
-    match outcome {
-        Outcome::Reply(Reply::Page {
+    match reply {
+        Reply::Status(status) => Exchange::Answer {
+            status,
+            format: None,
+            body: exchange::Body::Bytes(Vec::new()),
+        },
+        Reply::Page {
             status,
             content_type,
             body,
-        }) => {
-            let openmetrics = is_openmetrics(&content_type);
-            if !(200..300).contains(&status) {
-                failed(ScrapeError::Status(status))
-            } else if body.len() > cx.metrics_max_bytes {
-                failed(ScrapeError::TooLarge(cx.metrics_max_bytes))
+        } => Exchange::Answer {
+            status,
+            format: Some(Format::from_content_type(&content_type)),
+            body: if body.len() > cap {
+                exchange::Body::OverCap(cap)
             } else {
-                match body.into_text() {
-                    Ok(text) => Answer::ScrapePage { text, openmetrics },
-                    Err(_) => failed(ScrapeError::NotUtf8),
+                match body {
+                    Body::Text(text) => exchange::Body::Text(text),
+                    Body::Bytes(bytes) => exchange::Body::Bytes(Vec::from(bytes)),
                 }
-            }
-        }
-        Outcome::Reply(Reply::Status(s)) => failed(ScrapeError::Status(s)),
-        Outcome::Reply(other) => failed(ScrapeError::Transport(format!(
-            "unexpected answer {other:?}"
-        ))),
-        Outcome::Failed(Failure::Timeout) => failed(ScrapeError::Timeout),
-        Outcome::Failed(f) => failed(ScrapeError::Transport(f.describe().to_string())),
-    }
-}
-
-fn heartbeat_answer(outcome: Outcome, cx: &Context) -> Answer {
-    match outcome {
-        Outcome::Reply(Reply::Status(s)) => Answer::HeartbeatStatus(s),
-        Outcome::Reply(other) => {
-            Answer::HeartbeatFailed(format!("heartbeat: unexpected answer {other:?}"))
-        }
-        Outcome::Failed(Failure::Timeout) => Answer::HeartbeatFailed(format!(
-            "heartbeat: no answer within {:?}",
-            cx.timeouts.heartbeat
-        )),
-        Outcome::Failed(f) => {
-            Answer::HeartbeatFailed(format!("heartbeat POST failed: {}", f.describe()))
-        }
+            },
+        },
+        Reply::Gateway { status, body } => Exchange::Answer {
+            status,
+            format: None,
+            body: exchange::Body::capped(body, cap),
+        },
+        Reply::Slow { reply, .. } => exchange_of(Outcome::Reply(*reply), cap),
+        Reply::Reset => Exchange::Failed(Failure::Reset.describe()),
+        Reply::Refused => Exchange::Failed(Failure::Refused.describe()),
+        // The server never acted on it: its caller waits out its timeout.
+        Reply::Deferred { .. } => Exchange::TimedOut,
     }
 }
 
@@ -484,24 +460,6 @@ mod tests {
             },
             metrics_max_bytes: 10,
         }
-    }
-
-    /// The kept answers are the sidecar's, for the kept types and any other.
-    #[test]
-    fn openmetrics_is_what_the_sidecar_says_of_the_content_type() {
-        use mock_vllm::metrics::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
-        for c in [
-            TEXT_CONTENT_TYPE,
-            OPENMETRICS_CONTENT_TYPE,
-            "APPLICATION/OPENMETRICS-TEXT; version=1.0.0",
-            "text/plain; charset=utf-8",
-            "",
-        ] {
-            let asked = Format::from_content_type(c) == Format::OpenMetrics;
-            assert_eq!(is_openmetrics(c), asked, "{c}");
-        }
-        assert!(is_openmetrics(OPENMETRICS_CONTENT_TYPE));
-        assert!(!is_openmetrics(TEXT_CONTENT_TYPE));
     }
 
     #[test]
@@ -525,6 +483,59 @@ mod tests {
             ))
         );
         assert_eq!(answer_of(Kind::Keepalive, t, &cx()), None);
+    }
+
+    #[test]
+    fn failures_read_as_each_client_words_them() {
+        let refused = Outcome::Failed(Failure::Refused);
+        let why = Failure::Refused.describe();
+        assert_eq!(
+            answer_of(Kind::Health, refused.clone(), &cx()),
+            Some(Answer::HealthFailed(why.clone()))
+        );
+        assert_eq!(
+            answer_of(Kind::Heartbeat, refused.clone(), &cx()),
+            Some(Answer::HeartbeatFailed(format!(
+                "heartbeat POST failed: {why}"
+            )))
+        );
+        assert_eq!(
+            answer_of(Kind::Scrape, refused, &cx()),
+            Some(Answer::ScrapeFailed {
+                reason: "transport".into(),
+                detail: format!("GET /metrics failed: {why}")
+            })
+        );
+        let status = |s| Outcome::Reply(Reply::Status(s));
+        assert_eq!(
+            answer_of(Kind::Health, status(503), &cx()),
+            Some(Answer::HealthFailed("/health answered HTTP 503".into()))
+        );
+        assert_eq!(
+            answer_of(Kind::Heartbeat, status(409), &cx()),
+            Some(Answer::HeartbeatStatus(409))
+        );
+    }
+
+    /// A trickled page is read as the page it is, once it has all come.
+    #[test]
+    fn a_slow_page_is_its_page_and_its_content_type_names_the_format() {
+        let page = Reply::Page {
+            status: 200,
+            content_type: mock_vllm::metrics::OPENMETRICS_CONTENT_TYPE.into(),
+            body: Body::Text("a 1\n".into()),
+        };
+        let slow = Outcome::Reply(Reply::Slow {
+            after: Duration::from_secs(1),
+            reply: Box::new(page),
+        });
+        assert_eq!(
+            answer_of(Kind::Scrape, slow, &cx()),
+            Some(Answer::ScrapePage {
+                text: "a 1\n".into(),
+                openmetrics: true
+            })
+        );
     }
 
     #[test]

@@ -181,7 +181,7 @@ impl World {
     pub fn plant_bug(&mut self, bug: PlantedBug) {
         self.planted = Some(bug);
         for node in &mut self.sidecars {
-            node.plant(bug, false);
+            plant(Some(bug), node);
         }
         self.log
             .record(self.now, "world", "planted_bug", || json!(bug));
@@ -249,9 +249,7 @@ impl World {
         let index = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
         let seed = self.rng.gen();
         let mut node = SidecarNode::new(index, config, seed, self.now);
-        if let Some(bug) = self.planted {
-            node.plant(bug, false);
-        }
+        plant(self.planted, &mut node);
         self.sidecars.push(node);
         self.log.record(
             self.now,
@@ -268,6 +266,7 @@ impl World {
     pub fn add_stopped_sidecar(&mut self, config: &Config) -> u32 {
         let index = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
         let mut node = SidecarNode::new(index, config, 0, self.now);
+        plant(self.planted, &mut node);
         node.kill();
         node.ran = false;
         self.sidecars.push(node);
@@ -294,18 +293,11 @@ impl World {
     /// drawn from the world's generator.
     pub fn restart_sidecar(&mut self, index: u32, config: &Config) {
         self.kill_sidecar(index);
-        let mut seed = self.rng.gen();
+        let seed = self.rng.gen();
         let Some(slot) = self.sidecars.get_mut(index as usize) else {
             return;
         };
-        let restarted = slot.ran;
-        if restarted && self.planted == Some(PlantedBug::ReuseIncarnation) {
-            seed = slot.seed;
-        }
-        *slot = SidecarNode::new(index, config, seed, self.now);
-        if let Some(bug) = self.planted {
-            slot.plant(bug, restarted);
-        }
+        let seed = slot.restart(config, seed, self.now);
         self.log.record(
             self.now,
             &NodeId::Sidecar(index).to_string(),
@@ -862,13 +854,6 @@ impl World {
         }
     }
 
-    /// Kept for callers written before the master followed etcd by itself: the master
-    /// node now lists and watches etcd on its own (mock-master's watch plan, over its
-    /// link), so this does nothing.
-    pub fn open_master_watch(&mut self) -> Result<(), String> {
-        Ok(())
-    }
-
     fn log_server_notes(&mut self, id: NodeId) {
         let Some(node) = self.servers.node_mut(id) else {
             return;
@@ -927,5 +912,12 @@ impl World {
             slot.wake = Some(at);
             self.queue.push(at, Event::ServerWake(id));
         }
+    }
+}
+
+/// Test-only: `node`'s shell distorted by `bug`, if there is one.
+fn plant(bug: Option<PlantedBug>, node: &mut SidecarNode) {
+    if let Some(bug) = bug {
+        node.distort(bug.distortion(node.core().config()));
     }
 }

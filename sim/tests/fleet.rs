@@ -26,7 +26,6 @@ fn cluster(seed: u64, n: u32) -> World {
         master.route(&addr(i), NodeId::Vllm(i));
     }
     world.add_server(NodeId::Master, Box::new(master));
-    world.open_master_watch().unwrap();
     for i in 0..n {
         let vllm = VllmNode::with_dialect(Dialect::Compact, u64::from(i), Duration::ZERO);
         let hour = Duration::from_secs(3600);

@@ -75,10 +75,7 @@ impl Peers {
 
     async fn run(&self, command: Command) -> Option<(CommandId, Answer)> {
         Some(match command {
-            Command::ProbeHealth { id } => match self.vllm.probe_health().await {
-                Ok(()) => (id, Answer::HealthOk),
-                Err(e) => (id, Answer::HealthFailed(e)),
-            },
+            Command::ProbeHealth { id } => (id, answers::health(self.vllm.probe_health().await)),
             Command::GrantLease { id, ttl } => {
                 (id, answers::grant(self.etcd.lease_grant(ttl).await, ttl))
             }
@@ -112,19 +109,10 @@ impl Peers {
         let page = self.vllm.fetch_metrics().await;
         let took = started.elapsed().as_secs_f64();
         self.telemetry.scrape_duration.observe(took);
-        match page {
-            Ok(page) => {
-                self.telemetry.last_scrape_duration.set(took);
-                Answer::ScrapePage {
-                    text: page.text,
-                    openmetrics: page.openmetrics,
-                }
-            }
-            Err(e) => Answer::ScrapeFailed {
-                reason: e.reason().to_string(),
-                detail: e.to_string(),
-            },
+        if page.is_ok() {
+            self.telemetry.last_scrape_duration.set(took);
         }
+        answers::scrape(page)
     }
 
     async fn post(&self, body: String) -> Answer {
@@ -132,16 +120,11 @@ impl Peers {
         let answer = self.master.post_heartbeat(body).await;
         let took = started.elapsed().as_secs_f64();
         self.telemetry.heartbeat_duration.observe(took);
-        match answer {
-            Ok(status) => {
-                if status == 200 {
-                    let now = SystemTime::now().duration_since(UNIX_EPOCH);
-                    let secs = now.map_or(0.0, |d| d.as_secs_f64());
-                    self.telemetry.last_heartbeat_success.set(secs);
-                }
-                Answer::HeartbeatStatus(status)
-            }
-            Err(e) => Answer::HeartbeatFailed(e),
+        if answer == Ok(200) {
+            let now = SystemTime::now().duration_since(UNIX_EPOCH);
+            let secs = now.map_or(0.0, |d| d.as_secs_f64());
+            self.telemetry.last_heartbeat_success.set(secs);
         }
+        answers::heartbeat(answer)
     }
 }

@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use rustls::pki_types::CertificateDer;
 
+use super::exchange::{Body, ReadFailure};
+
 /// Hops a GET follows before giving up ([`Redirects::Follow`]).
 pub const MAX_REDIRECTS: usize = 5;
 
@@ -171,6 +173,19 @@ pub async fn read_capped(
     Ok(body)
 }
 
+/// [`read_capped`] as a transport-neutral [`Body`]: what the answer-classifying
+/// functions read.
+pub async fn read_body(response: &mut reqwest::Response, cap: usize) -> Body {
+    match read_capped(response, cap).await {
+        Ok(bytes) => Body::Bytes(bytes),
+        Err(BodyError::TooLarge(cap)) => Body::OverCap(cap),
+        Err(BodyError::Read(e)) => Body::Failed(ReadFailure {
+            message: describe(&e),
+            decode: e.is_decode(),
+        }),
+    }
+}
+
 /// The text format an answer's `Content-Type` names, if it has a readable one.
 pub fn content_format(response: &reqwest::Response) -> Option<crate::prom::Format> {
     let value = response.headers().get(reqwest::header::CONTENT_TYPE)?;
@@ -185,27 +200,68 @@ pub fn content_format(response: &reqwest::Response) -> Option<crate::prom::Forma
 /// carry credentials.
 pub fn describe(error: &reqwest::Error) -> String {
     use std::error::Error as _;
-    let mut text = if error.is_timeout() {
-        "timed out".to_string()
-    } else if error.is_connect() {
-        "connect failed".to_string()
-    } else if error.is_redirect() {
-        "redirect refused".to_string()
-    } else if error.is_decode() {
-        "body did not decode".to_string()
-    } else if error.is_body() {
-        "body read failed".to_string()
-    } else {
-        "request failed".to_string()
-    };
+    let mut causes = Vec::new();
     let mut cause = error.source();
     while let Some(e) = cause {
-        let part = e.to_string();
-        if !text.ends_with(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
+        causes.push(e.to_string());
         cause = e.source();
+    }
+    describe_failure(FailureClass::of(error), causes.iter().map(String::as_str))
+}
+
+/// What kind of failure ended an exchange: the first words of [`describe`]'s text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureClass {
+    TimedOut,
+    Connect,
+    Redirect,
+    Decode,
+    Body,
+    Request,
+}
+
+impl FailureClass {
+    fn of(error: &reqwest::Error) -> FailureClass {
+        if error.is_timeout() {
+            FailureClass::TimedOut
+        } else if error.is_connect() {
+            FailureClass::Connect
+        } else if error.is_redirect() {
+            FailureClass::Redirect
+        } else if error.is_decode() {
+            FailureClass::Decode
+        } else if error.is_body() {
+            FailureClass::Body
+        } else {
+            FailureClass::Request
+        }
+    }
+
+    pub fn text(self) -> &'static str {
+        match self {
+            FailureClass::TimedOut => "timed out",
+            FailureClass::Connect => "connect failed",
+            FailureClass::Redirect => "redirect refused",
+            FailureClass::Decode => "body did not decode",
+            FailureClass::Body => "body read failed",
+            FailureClass::Request => "request failed",
+        }
+    }
+}
+
+/// A failure of `class` with its `causes` (outermost first) as [`describe`] writes it:
+/// `class: cause: cause`, a cause the text already ends with not repeated. A simulated
+/// transport words its failures with it.
+pub fn describe_failure<'a>(
+    class: FailureClass,
+    causes: impl IntoIterator<Item = &'a str>,
+) -> String {
+    let mut text = class.text().to_string();
+    for part in causes {
+        if !text.ends_with(part) {
+            text.push_str(": ");
+            text.push_str(part);
+        }
     }
     text
 }
@@ -230,4 +286,23 @@ pub fn excerpt(bytes: &[u8], max_chars: usize) -> String {
         out.push('…');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_is_its_class_then_each_new_cause() {
+        assert_eq!(describe_failure(FailureClass::TimedOut, []), "timed out");
+        assert_eq!(
+            describe_failure(FailureClass::Connect, ["tcp connect error", "refused"]),
+            "connect failed: tcp connect error: refused"
+        );
+        // A cause the text already ends with is not said twice.
+        assert_eq!(
+            describe_failure(FailureClass::Request, ["reset", "reset", "eof"]),
+            "request failed: reset: eof"
+        );
+    }
 }

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use url::Url;
 
-use super::http::{describe, display_url, excerpt, read_capped, BodyError};
+use super::exchange::{Body, Exchange, ReadFailure};
+use super::http::{describe, display_url, excerpt, read_body};
 use crate::config::Secret;
 
 /// The master's answers are one small JSON object; more is read no further.
-const ANSWER_BODY_CAP: usize = 64 * 1024;
+pub const ANSWER_BODY_CAP: usize = 64 * 1024;
 
 /// A heartbeat's answer with a short excerpt of its body, for a log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,20 +79,87 @@ impl MasterClient {
             request = request.header("x-internal-token", value);
         }
         let mut response = match tokio::time::timeout_at(deadline, request.send()).await {
-            Err(_) => return Err(format!("heartbeat: no answer within {:?}", self.timeout)),
-            Ok(Err(e)) => return Err(format!("heartbeat POST failed: {}", describe(&e))),
+            Err(_) => return classify_heartbeat(Exchange::TimedOut, self.timeout),
+            Ok(Err(e)) => return classify_heartbeat(Exchange::Failed(describe(&e)), self.timeout),
             Ok(Ok(response)) => response,
         };
         let status = response.status().as_u16();
         // The status is the answer; the body is read (capped, within the same deadline)
         // for the excerpt and so the connection can be reused.
-        let excerpt =
-            match tokio::time::timeout_at(deadline, read_capped(&mut response, ANSWER_BODY_CAP))
-                .await
-            {
-                Ok(Ok(bytes)) => excerpt(&bytes, 120),
-                Ok(Err(BodyError::TooLarge(_) | BodyError::Read(_))) | Err(_) => String::new(),
-            };
-        Ok(MasterAnswer { status, excerpt })
+        let body = tokio::time::timeout_at(deadline, read_body(&mut response, ANSWER_BODY_CAP))
+            .await
+            .unwrap_or_else(|_| {
+                Body::Failed(ReadFailure {
+                    message: "timed out".into(),
+                    decode: false,
+                })
+            });
+        let exchange = Exchange::Answer {
+            status,
+            format: None,
+            body,
+        };
+        classify_heartbeat(exchange, self.timeout)
+    }
+}
+
+/// What a heartbeat exchange that ended as `exchange` says: the master's status (with an
+/// excerpt of its body when that was read whole), or why no answer came. Only the
+/// status is the answer: a body that could not be read costs the excerpt, nothing
+/// else. `timeout`: the client's, named in the message when it ran out.
+pub fn classify_heartbeat(exchange: Exchange, timeout: Duration) -> Result<MasterAnswer, String> {
+    match exchange {
+        Exchange::TimedOut => Err(format!("heartbeat: no answer within {timeout:?}")),
+        Exchange::Failed(e) => Err(format!("heartbeat POST failed: {e}")),
+        Exchange::Answer { status, body, .. } => Ok(MasterAnswer {
+            status,
+            excerpt: body
+                .as_bytes()
+                .map_or_else(String::new, |b| excerpt(b, 120)),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_secs(3);
+
+    #[test]
+    fn the_status_is_the_answer_whatever_became_of_the_body() {
+        let answer = |body| Exchange::Answer {
+            status: 409,
+            format: None,
+            body,
+        };
+        let got = classify_heartbeat(answer(Body::Bytes(br#"{"error":"stale"}"#.to_vec())), T);
+        assert_eq!(
+            got,
+            Ok(MasterAnswer {
+                status: 409,
+                excerpt: r#"{"error":"stale"}"#.into()
+            })
+        );
+        let unread = Body::Failed(ReadFailure {
+            message: "timed out".into(),
+            decode: false,
+        });
+        for body in [Body::OverCap(1), unread, Body::Unread] {
+            let got = classify_heartbeat(answer(body), T);
+            assert_eq!(got.map(|a| (a.status, a.excerpt)), Ok((409, String::new())));
+        }
+    }
+
+    #[test]
+    fn no_answer_reads_as_the_clients_message() {
+        assert_eq!(
+            classify_heartbeat(Exchange::TimedOut, T),
+            Err("heartbeat: no answer within 3s".into())
+        );
+        assert_eq!(
+            classify_heartbeat(Exchange::Failed("connect failed: refused".into()), T),
+            Err("heartbeat POST failed: connect failed: refused".into())
+        );
     }
 }

@@ -6,7 +6,9 @@
 //! register, refresh, scrape, post or revoke, and must run the same in simulated time.
 //! These clients only turn one command into one exchange (or one call through every etcd
 //! endpoint) and its answer into a typed result: every timeout, size cap, endpoint order
-//! and error class lives here, every "what next" lives in the core.
+//! and error class lives here, every "what next" lives in the core. What a vLLM or
+//! master exchange's outcome means is a pure function of an [`exchange::Exchange`]
+//! (as etcd's calls are [`etcd::plan`]), so a simulator runs the same classification.
 //!
 //! Wiring them (two reqwest clients: GETs to vLLM follow redirects, POSTs never do):
 //!
@@ -50,6 +52,7 @@
 //! ```
 
 pub mod etcd;
+pub mod exchange;
 pub mod http;
 pub mod master;
 pub mod vllm;

@@ -11,7 +11,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use url::Url;
 
-use super::http::{content_format, describe, display_url, read_capped, BodyError};
+use super::exchange::{Body, Exchange};
+use super::http::{content_format, describe, display_url, read_body, read_capped};
 use crate::prom::Format;
 
 /// What the scrape asks for: the classic text format first, as Prometheus does.
@@ -19,7 +20,7 @@ const ACCEPT: &str =
     "text/plain;version=0.0.4;q=1.0, application/openmetrics-text;version=1.0.0;q=0.5, */*;q=0.1";
 
 /// The body of `/health` is read only to reuse the connection: at most this much.
-const HEALTH_BODY_CAP: usize = 64 * 1024;
+pub const HEALTH_BODY_CAP: usize = 64 * 1024;
 
 /// `/v1/models` answers are small lists.
 const MODELS_BODY_CAP: usize = 1024 * 1024;
@@ -132,69 +133,58 @@ impl VllmClient {
     }
 
     /// `Ok` iff `/health` answered 2xx (body read, capped) within the health timeout;
-    /// else why not.
+    /// else why not ([`classify_health`]).
     pub async fn probe_health(&self) -> Result<(), String> {
         let url = self.health_url.clone()?;
         let exchange = async {
-            let mut response = self.http.get(url).send().await.map_err(|e| describe(&e))?;
-            let status = response.status();
+            let mut response = match self.http.get(url).send().await {
+                Ok(response) => response,
+                Err(e) => return Exchange::Failed(describe(&e)),
+            };
+            let status = response.status().as_u16();
             // Read (bounded) so the connection can be reused.
-            read_capped(&mut response, HEALTH_BODY_CAP)
-                .await
-                .map_err(|e| match e {
-                    BodyError::TooLarge(cap) => format!("/health body larger than {cap} bytes"),
-                    BodyError::Read(e) => describe(&e),
-                })?;
-            if status.is_success() {
-                Ok(())
-            } else {
-                Err(format!("/health answered HTTP {}", status.as_u16()))
+            let body = read_body(&mut response, HEALTH_BODY_CAP).await;
+            Exchange::Answer {
+                status,
+                format: None,
+                body,
             }
         };
-        tokio::time::timeout(self.health_timeout, exchange)
+        let exchange = tokio::time::timeout(self.health_timeout, exchange)
             .await
-            .unwrap_or_else(|_| {
-                Err(format!(
-                    "/health: no answer within {:?}",
-                    self.health_timeout
-                ))
-            })
+            .unwrap_or(Exchange::TimedOut);
+        classify_health(exchange, self.health_timeout)
     }
 
     /// One `/metrics` page: decoded (gzip/deflate), capped at `metrics_max_bytes` while
-    /// reading, the whole exchange within the scrape timeout.
+    /// reading, the whole exchange within the scrape timeout ([`classify_scrape`]).
     pub async fn fetch_metrics(&self) -> Result<MetricsPage, ScrapeError> {
         let exchange = async {
-            let mut response = self
+            let request = self
                 .http
                 .get(self.metrics_url.clone())
-                .header(reqwest::header::ACCEPT, ACCEPT)
-                .send()
-                .await
-                .map_err(|e| ScrapeError::Transport(describe(&e)))?;
+                .header(reqwest::header::ACCEPT, ACCEPT);
+            let mut response = match request.send().await {
+                Ok(response) => response,
+                Err(e) => return Exchange::Failed(describe(&e)),
+            };
             let status = response.status();
-            if !status.is_success() {
-                return Err(ScrapeError::Status(status.as_u16()));
+            // A failed status is the whole answer: its body is not read.
+            let body = if status.is_success() {
+                read_body(&mut response, self.metrics_max_bytes).await
+            } else {
+                Body::Unread
+            };
+            Exchange::Answer {
+                status: status.as_u16(),
+                format: content_format(&response),
+                body,
             }
-            let openmetrics = content_format(&response) == Some(Format::OpenMetrics);
-            let body = read_capped(&mut response, self.metrics_max_bytes)
-                .await
-                .map_err(|e| match e {
-                    BodyError::TooLarge(cap) => ScrapeError::TooLarge(cap),
-                    BodyError::Read(e) if e.is_decode() => ScrapeError::Decode(describe(&e)),
-                    BodyError::Read(e) => ScrapeError::Transport(describe(&e)),
-                })?;
-            let bytes = body.len();
-            let text = String::from_utf8(body).map_err(|_| ScrapeError::NotUtf8)?;
-            Ok(MetricsPage {
-                text,
-                openmetrics,
-                bytes,
-            })
         };
-        tokio::time::timeout(self.scrape_timeout, exchange)
+        let exchange = tokio::time::timeout(self.scrape_timeout, exchange)
             .await
-            .unwrap_or(Err(ScrapeError::Timeout))
+            .unwrap_or(Exchange::TimedOut);
+        classify_scrape(exchange)
     }
 
     /// The first model id from `/v1/models`, for the registration log line only;
@@ -221,5 +211,164 @@ impl VllmClient {
             .ok()??;
         let models: Models = serde_json::from_slice(&body).ok()?;
         models.data.into_iter().next().map(|m| m.id)
+    }
+}
+
+/// What a `/health` exchange that ended as `exchange` says: `Ok` iff a 2xx came with its
+/// body read (a body that could not be read is the failure, as the connection is then
+/// not reusable); else the reason, for the log. `timeout`: the health timeout, named in
+/// the message when it ran out.
+pub fn classify_health(exchange: Exchange, timeout: Duration) -> Result<(), String> {
+    let (status, body) = match exchange {
+        Exchange::TimedOut => return Err(format!("/health: no answer within {timeout:?}")),
+        Exchange::Failed(e) => return Err(e),
+        Exchange::Answer { status, body, .. } => (status, body),
+    };
+    match body {
+        Body::OverCap(cap) => return Err(format!("/health body larger than {cap} bytes")),
+        Body::Failed(f) => return Err(f.message),
+        Body::Bytes(_) | Body::Text(_) | Body::Unread => {}
+    }
+    if (200..300).contains(&status) {
+        Ok(())
+    } else {
+        Err(format!("/health answered HTTP {status}"))
+    }
+}
+
+/// What a `/metrics` exchange that ended as `exchange` says: the page, or why there is
+/// none. A non-2xx status is the error whatever the body; a 2xx body must have been read
+/// whole (the caller enforced its cap) and be UTF-8. An unread 2xx body reads as empty.
+pub fn classify_scrape(exchange: Exchange) -> Result<MetricsPage, ScrapeError> {
+    let (status, format, body) = match exchange {
+        Exchange::TimedOut => return Err(ScrapeError::Timeout),
+        Exchange::Failed(e) => return Err(ScrapeError::Transport(e)),
+        Exchange::Answer {
+            status,
+            format,
+            body,
+        } => (status, format, body),
+    };
+    if !(200..300).contains(&status) {
+        return Err(ScrapeError::Status(status));
+    }
+    let text = match body {
+        Body::Text(text) => text,
+        Body::Bytes(bytes) => String::from_utf8(bytes).map_err(|_| ScrapeError::NotUtf8)?,
+        Body::Unread => String::new(),
+        Body::OverCap(cap) => return Err(ScrapeError::TooLarge(cap)),
+        Body::Failed(f) if f.decode => return Err(ScrapeError::Decode(f.message)),
+        Body::Failed(f) => return Err(ScrapeError::Transport(f.message)),
+    };
+    Ok(MetricsPage {
+        bytes: text.len(),
+        text,
+        openmetrics: format == Some(Format::OpenMetrics),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peers::exchange::ReadFailure;
+
+    const T: Duration = Duration::from_secs(3);
+
+    fn answer(status: u16, body: Body) -> Exchange {
+        Exchange::Answer {
+            status,
+            format: None,
+            body,
+        }
+    }
+
+    fn failed(message: &str, decode: bool) -> Body {
+        Body::Failed(ReadFailure {
+            message: message.into(),
+            decode,
+        })
+    }
+
+    #[test]
+    fn health_is_a_2xx_whose_body_was_read() {
+        assert_eq!(classify_health(answer(200, Body::Bytes(vec![])), T), Ok(()));
+        assert_eq!(classify_health(answer(299, Body::Unread), T), Ok(()));
+        assert_eq!(
+            classify_health(answer(503, Body::Bytes(vec![])), T),
+            Err("/health answered HTTP 503".into())
+        );
+        assert_eq!(
+            classify_health(answer(200, Body::OverCap(HEALTH_BODY_CAP)), T),
+            Err(format!("/health body larger than {HEALTH_BODY_CAP} bytes"))
+        );
+        // A body that failed to read is the failure, even under a bad status.
+        assert_eq!(
+            classify_health(answer(500, failed("body read failed", false)), T),
+            Err("body read failed".into())
+        );
+    }
+
+    #[test]
+    fn health_without_an_answer_says_why() {
+        assert_eq!(
+            classify_health(Exchange::TimedOut, T),
+            Err("/health: no answer within 3s".into())
+        );
+        assert_eq!(
+            classify_health(Exchange::Failed("connect failed: refused".into()), T),
+            Err("connect failed: refused".into())
+        );
+    }
+
+    #[test]
+    fn a_scrape_page_is_utf8_text_of_a_2xx_with_the_format_named() {
+        let page = classify_scrape(Exchange::Answer {
+            status: 200,
+            format: Some(Format::OpenMetrics),
+            body: Body::Bytes(b"a 1\n".to_vec()),
+        });
+        assert_eq!(
+            page,
+            Ok(MetricsPage {
+                text: "a 1\n".into(),
+                openmetrics: true,
+                bytes: 4
+            })
+        );
+        let page = classify_scrape(answer(200, Body::Text("b 2\n".into())));
+        assert_eq!(
+            page.map(|p| (p.text, p.openmetrics)),
+            Ok(("b 2\n".into(), false))
+        );
+        assert_eq!(
+            classify_scrape(answer(200, Body::Bytes(vec![0xff, 0xfe]))),
+            Err(ScrapeError::NotUtf8)
+        );
+    }
+
+    #[test]
+    fn scrape_errors_are_typed_by_what_went_wrong() {
+        let cases = [
+            (Exchange::TimedOut, ScrapeError::Timeout),
+            (
+                Exchange::Failed("x".into()),
+                ScrapeError::Transport("x".into()),
+            ),
+            (answer(404, Body::Unread), ScrapeError::Status(404)),
+            // The status decides before the body does.
+            (answer(500, Body::OverCap(10)), ScrapeError::Status(500)),
+            (answer(200, Body::OverCap(10)), ScrapeError::TooLarge(10)),
+            (
+                answer(200, failed("gz", true)),
+                ScrapeError::Decode("gz".into()),
+            ),
+            (
+                answer(200, failed("rst", false)),
+                ScrapeError::Transport("rst".into()),
+            ),
+        ];
+        for (exchange, want) in cases {
+            assert_eq!(classify_scrape(exchange.clone()), Err(want), "{exchange:?}");
+        }
     }
 }

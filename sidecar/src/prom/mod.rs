@@ -39,10 +39,14 @@ pub enum Format {
 
 impl Format {
     /// Pick the format from an HTTP `Content-Type` (OpenMetrics when it says so).
+    /// The type is searched in place, ASCII case ignored (no copy: a simulator asks
+    /// this on every scrape).
     pub fn from_content_type(content_type: &str) -> Format {
+        const OPENMETRICS: &[u8] = b"application/openmetrics-text";
         if content_type
-            .to_ascii_lowercase()
-            .contains("application/openmetrics-text")
+            .as_bytes()
+            .windows(OPENMETRICS.len())
+            .any(|w| w.eq_ignore_ascii_case(OPENMETRICS))
         {
             Format::OpenMetrics
         } else {
