@@ -382,6 +382,7 @@ fn empty_snapshot(cfg: &Config) -> Snapshot {
     Snapshot {
         dialect: cfg.dialect,
         model: cfg.model.clone(),
+        max_model_len: cfg.max_model_len,
         engines: Vec::new(),
         nonfinite: false,
         overrides: Vec::new(),

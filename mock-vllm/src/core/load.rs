@@ -201,6 +201,7 @@ impl VllmCore {
         };
         f.first = at;
         let hit = lane.prefix.lookup(f.req.prompt_hash);
+        view.stats.record_render(f.req.prompt_tokens, f.req.chat);
         view.stats
             .record_prefill(f.req.prompt_tokens, hit, (at - f.arrival).as_secs_f64());
         let running = lane.sched.running();

@@ -39,6 +39,7 @@ fn req(prompt_tokens: u32, max_tokens: u32) -> Req {
         ignore_eos: true,
         stream: false,
         include_usage: false,
+        chat: false,
     }
 }
 
