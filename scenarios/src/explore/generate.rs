@@ -38,8 +38,16 @@ pub const FAULT_KINDS: [&str; 15] = [
     "load",
 ];
 
-/// The metrics dialects (`spec::Dialect` names).
-pub const DIALECTS: [&str; 5] = ["v0", "v0_10", "v0_11", "open_metrics", "compact"];
+/// The metrics dialects (`spec::Dialect` names), the newest first.
+pub const DIALECTS: [&str; 7] = [
+    "v0_34",
+    "v0_33",
+    "v0_11",
+    "v0_10",
+    "v0",
+    "open_metrics",
+    "compact",
+];
 
 /// What a sweep draws from.
 #[derive(Clone, Debug, PartialEq)]
@@ -167,7 +175,7 @@ fn topology(rng: &mut StdRng, p: &Params) -> Topo {
         token: rng.gen_bool(0.5).then(|| "tok-a".to_string()),
         dialect: match &p.dialect {
             Some(d) => d.clone(),
-            None => DIALECTS.choose(rng).copied().unwrap_or("compact").into(),
+            None => DIALECTS.choose(rng).copied().unwrap_or(DIALECTS[0]).into(),
         },
         kv_capacity_tokens: rng
             .gen_bool(0.5)
