@@ -116,17 +116,25 @@ enum Target {
 /// Classify a metric name; `buckets`: whether bucket samples are needed at all.
 #[inline]
 fn classify(name: &str, buckets: bool) -> Option<Target> {
-    let rest = name.strip_prefix("vllm:")?;
+    match name.strip_prefix("vllm:") {
+        Some(rest) => classify_rest(rest, buckets),
+        None => classify_escaped(name, buckets),
+    }
+}
+
+/// [`classify`] of the name after `vllm:`.
+#[inline]
+fn classify_rest(rest: &str, buckets: bool) -> Option<Target> {
     let (hist, part) = match rest.as_bytes().first()? {
-        b'n' if name == WAITING => return Some(Target::Waiting),
-        b'k' if name == KV_USAGE => return Some(Target::Kv),
-        b'g' if name == GPU_CACHE_USAGE => return Some(Target::GpuKv),
+        b'n' if rest == &WAITING[5..] => return Some(Target::Waiting),
+        b'k' if rest == &KV_USAGE[5..] => return Some(Target::Kv),
+        b'g' if rest == &GPU_CACHE_USAGE[5..] => return Some(Target::GpuKv),
         b't' | b'i' => {
-            let (base, part) = if let Some(b) = name.strip_suffix("_sum") {
+            let (base, part) = if let Some(b) = rest.strip_suffix("_sum") {
                 (b, Part::Sum)
-            } else if let Some(b) = name.strip_suffix("_count") {
+            } else if let Some(b) = rest.strip_suffix("_count") {
                 (b, Part::Count)
-            } else if let Some(b) = name.strip_suffix("_bucket") {
+            } else if let Some(b) = rest.strip_suffix("_bucket") {
                 if !buckets {
                     return None;
                 }
@@ -134,11 +142,14 @@ fn classify(name: &str, buckets: bool) -> Option<Target> {
             } else {
                 return None;
             };
-            let hist = match base {
-                TTFT => Hist::Ttft,
-                ITL => Hist::Itl,
-                TPOT => Hist::Tpot,
-                _ => return None,
+            let hist = if base == &TTFT[5..] {
+                Hist::Ttft
+            } else if base == &ITL[5..] {
+                Hist::Itl
+            } else if base == &TPOT[5..] {
+                Hist::Tpot
+            } else {
+                return None;
             };
             (hist, part)
         }
@@ -147,12 +158,35 @@ fn classify(name: &str, buckets: bool) -> Option<Target> {
     Some(Target::Hist(hist, part))
 }
 
+/// A name as prometheus_client 0.22 and later write it when a scraper's `Accept` asks
+/// for (or defaults to) an escaping scheme, `vllm:` being outside the legacy character
+/// set of OpenMetrics: `underscores` writes `vllm_num_requests_waiting`, `dots`
+/// `vllm__num__requests__waiting` (every `_` doubled, the colon `__`) and `values`
+/// `U__vllm_3a_num__requests__waiting`. Answers the part after `vllm:` as vLLM named it;
+/// `None` for any other name. Cold: pages with vLLM's own names never get here.
+#[cold]
+fn unescape_vllm(name: &str) -> Option<std::borrow::Cow<'_, str>> {
+    use std::borrow::Cow;
+    if let Some(rest) = name.strip_prefix("U__vllm_3a_") {
+        return Some(Cow::Owned(rest.replace("__", "_")));
+    }
+    if let Some(rest) = name.strip_prefix("vllm__") {
+        return Some(Cow::Owned(rest.replace("__", "_")));
+    }
+    name.strip_prefix("vllm_").map(Cow::Borrowed)
+}
+
+#[cold]
+fn classify_escaped(name: &str, buckets: bool) -> Option<Target> {
+    classify_rest(&unescape_vllm(name)?, buckets)
+}
+
 /// Whether a line (starting with a bare name) may hold a sample the mapping reads:
 /// cheap prefix tests, never false for a line [`classify`] would accept.
 #[inline]
 fn may_match(line: &[u8], buckets: bool) -> bool {
     let Some(rest) = line.strip_prefix(b"vllm:") else {
-        return false;
+        return may_match_escaped(line, buckets);
     };
     // Whole suffixes: a vLLM page also has a `_created` gauge per histogram.
     let hist = |base: &str| match line.strip_prefix(base.as_bytes()) {
@@ -170,6 +204,23 @@ fn may_match(line: &[u8], buckets: bool) -> bool {
         Some(b't') => hist(TTFT) || hist(TPOT),
         Some(b'i') => hist(ITL),
         _ => false,
+    }
+}
+
+/// [`may_match`] for a line whose name is not spelled `vllm:`: its name, unescaped,
+/// classified (only lines of an escaped vLLM page get past the first byte test).
+#[cold]
+fn may_match_escaped(line: &[u8], buckets: bool) -> bool {
+    if !matches!(line.first(), Some(b'v' | b'U')) {
+        return false;
+    }
+    let end = line
+        .iter()
+        .position(|b| matches!(b, b'{' | b' ' | b'\t'))
+        .unwrap_or(line.len());
+    match std::str::from_utf8(line.get(..end).unwrap_or_default()) {
+        Ok(name) => classify_escaped(name, buckets).is_some(),
+        Err(_) => false,
     }
 }
 

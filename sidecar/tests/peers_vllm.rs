@@ -195,10 +195,14 @@ async fn a_plain_page_reads_with_its_format_and_size() {
             bytes: PAGE.len()
         }
     );
-    // The scrape asks for the classic text format first, as Prometheus does.
+    // The scrape asks for the text format first, as Prometheus does, with names as
+    // they are (tests/negotiated_metrics.rs: what prometheus_client answers it).
     let requests = server.received_requests().await.unwrap();
     let accept = requests[0].headers.get("accept").unwrap().to_str().unwrap();
-    assert!(accept.starts_with("text/plain;version=0.0.4"), "{accept}");
+    assert!(
+        accept.starts_with("text/plain;version=1.0.0;escaping=allow-utf-8"),
+        "{accept}"
+    );
 }
 
 #[tokio::test]

@@ -44,14 +44,29 @@ impl<'a> HeartbeatBody<'a> {
 }
 
 /// Whether `text` has at least one sample line of a `vllm:` metric: a line that starts
-/// with the name (comment lines start with `#`). One substring search, so the page is
-/// not lexed twice (the mapping lexes it next).
+/// with the name (comment lines start with `#`), spelled as vLLM names it or escaped
+/// the way prometheus_client writes it for a scraper that asked for OpenMetrics
+/// (`vllm_…`, `U__vllm_3a_…`; see `mapping`). One substring search, so the page is not
+/// lexed twice (the mapping lexes it next); the escaped spellings are looked for only
+/// when the first search found nothing.
 pub fn has_vllm_sample(text: &str) -> bool {
     // Built once: building a searcher cost more than the search, which stops at the
     // page's first sample line.
-    static LINE_START: OnceLock<memmem::Finder<'static>> = OnceLock::new();
-    let finder = LINE_START.get_or_init(|| memmem::Finder::new(b"\nvllm:"));
-    text.starts_with("vllm:") || finder.find(text.as_bytes()).is_some()
+    static LINE_START: OnceLock<[memmem::Finder<'static>; 3]> = OnceLock::new();
+    let [named, underscores, values] = LINE_START.get_or_init(|| {
+        [
+            memmem::Finder::new(b"\nvllm:"),
+            memmem::Finder::new(b"\nvllm_"),
+            memmem::Finder::new(b"\nU__vllm_3a_"),
+        ]
+    });
+    if text.starts_with("vllm:") || named.find(text.as_bytes()).is_some() {
+        return true;
+    }
+    text.starts_with("vllm_")
+        || text.starts_with("U__vllm_3a_")
+        || underscores.find(text.as_bytes()).is_some()
+        || values.find(text.as_bytes()).is_some()
 }
 
 #[cfg(test)]
@@ -69,6 +84,14 @@ mod tests {
         assert!(!has_vllm_sample("# TYPE vllm:x gauge\nother 1\n"));
         assert!(!has_vllm_sample("other{a=\"vllm:x\"} 1\n"));
         assert!(!has_vllm_sample(""));
+        // Escaped by prometheus_client for an OpenMetrics scraper.
+        assert!(has_vllm_sample(
+            "# TYPE vllm:num_requests_waiting gauge\nvllm_num_requests_waiting 0.0\n"
+        ));
+        assert!(has_vllm_sample(
+            "# x\nU__vllm_3a_num__requests__waiting 0.0\n"
+        ));
+        assert!(!has_vllm_sample("# TYPE vllm_x gauge\nother 1\n"));
     }
 
     #[test]

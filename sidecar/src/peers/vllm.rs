@@ -14,9 +14,13 @@ use url::Url;
 use super::http::{content_format, describe, display_url, read_capped, BodyError};
 use crate::prom::Format;
 
-/// What the scrape asks for: the classic text format first, as Prometheus does.
-const ACCEPT: &str =
-    "text/plain;version=0.0.4;q=1.0, application/openmetrics-text;version=1.0.0;q=0.5, */*;q=0.1";
+/// What the scrape asks for: the text format first, as Prometheus does. vLLM's
+/// `/metrics/` (trailing slash) is prometheus_client's negotiating handler, which takes
+/// the first type it knows in list order, ignoring q-values, and from 0.22 escapes
+/// OpenMetrics names (`vllm_…`) unless told `escaping=allow-utf-8`: asking first for
+/// text 1.0.0 with names as they are gets vLLM's names from it; older handlers skip that
+/// entry (and answer the text or OpenMetrics they always did).
+const ACCEPT: &str = "text/plain;version=1.0.0;escaping=allow-utf-8;q=1.0, text/plain;version=0.0.4;q=0.9, application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5, */*;q=0.1";
 
 /// The body of `/health` is read only to reuse the connection: at most this much.
 const HEALTH_BODY_CAP: usize = 64 * 1024;
