@@ -198,3 +198,28 @@ async fn every_new_page_survives_a_prometheus_client_round_trip() {
         assert!(out.contains("vllm:num_requests_waiting gauge"), "{out}");
     }
 }
+
+#[tokio::test]
+async fn version_names_the_release_of_the_dialect() {
+    for (dialect, version) in [
+        (Dialect::V0_33, "0.33.0"),
+        (Dialect::V0_34, "0.34.0"),
+        (Dialect::V0_11, "0.11.0"),
+    ] {
+        let server = start(Config {
+            dialect,
+            ..Config::default()
+        })
+        .await;
+        let v: serde_json::Value = client()
+            .get(format!("{}/version", server.url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v, json!({"version": version}), "{dialect}");
+        server.stop().await;
+    }
+}

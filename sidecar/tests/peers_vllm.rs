@@ -173,6 +173,34 @@ async fn served_model_is_the_first_id_or_none() {
     assert_eq!(vllm(&server).served_model().await, None);
 }
 
+#[tokio::test]
+async fn served_version_is_the_release_or_none() {
+    let server = MockServer::start().await;
+    serve(
+        &server,
+        "/version",
+        ResponseTemplate::new(200).set_body_string(r#"{"version":"0.33.0"}"#),
+    )
+    .await;
+    assert_eq!(
+        vllm(&server).served_version().await.as_deref(),
+        Some("0.33.0")
+    );
+    // An absent endpoint (404 from wiremock), an error, or another body: no version.
+    let server = MockServer::start().await;
+    assert_eq!(vllm(&server).served_version().await, None);
+    for (status, body) in [(500, ""), (200, "not json"), (200, r#"{"v":"1"}"#)] {
+        let server = MockServer::start().await;
+        serve(
+            &server,
+            "/version",
+            ResponseTemplate::new(status).set_body_string(body),
+        )
+        .await;
+        assert_eq!(vllm(&server).served_version().await, None, "{body}");
+    }
+}
+
 // ---- /metrics ----
 
 #[tokio::test]

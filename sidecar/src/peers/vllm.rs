@@ -1,5 +1,6 @@
 //! vLLM's endpoints: `/health` (is the engine up), `/metrics` (its load, as a page of
-//! text for the core to map) and `/v1/models` (the model name, for the log).
+//! text for the core to map), `/v1/models` and `/version` (the model name and the
+//! release, for the log).
 //!
 //! Why thin: whether a page holds vLLM samples, how many failed probes make an engine
 //! down, when to scrape: the core decides. Here each call is one GET, bounded in time as
@@ -90,6 +91,7 @@ pub struct VllmClient {
     http: reqwest::Client,
     health_url: Result<Url, String>,
     models_url: Result<Url, String>,
+    version_url: Result<Url, String>,
     metrics_url: Url,
     health_timeout: Duration,
     scrape_timeout: Duration,
@@ -128,6 +130,7 @@ impl VllmClient {
             http,
             health_url: join("/health"),
             models_url: join("/v1/models"),
+            version_url: join("/version"),
             metrics_url,
             health_timeout,
             scrape_timeout,
@@ -199,6 +202,32 @@ impl VllmClient {
         tokio::time::timeout(self.scrape_timeout, exchange)
             .await
             .unwrap_or(Err(ScrapeError::Timeout))
+    }
+
+    /// The release from `/version` (`{"version": "0.33.0"}`), for the registration log
+    /// line only; `None` on any failure (older servers and proxies may not have it).
+    pub async fn served_version(&self) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Version {
+            version: String,
+        }
+        let body = self.small_get(self.version_url.clone().ok()?).await?;
+        let v: Version = serde_json::from_slice(&body).ok()?;
+        Some(v.version)
+    }
+
+    /// A small JSON answer's body (2xx only, capped), within the health timeout.
+    async fn small_get(&self, url: Url) -> Option<Vec<u8>> {
+        let exchange = async {
+            let mut response = self.http.get(url).send().await.ok()?;
+            if !response.status().is_success() {
+                return None;
+            }
+            read_capped(&mut response, MODELS_BODY_CAP).await.ok()
+        };
+        tokio::time::timeout(self.health_timeout, exchange)
+            .await
+            .ok()?
     }
 
     /// The first model id from `/v1/models`, for the registration log line only;
