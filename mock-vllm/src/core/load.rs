@@ -254,6 +254,17 @@ impl VllmCore {
         }
     }
 
+    /// Resume every paused lane and schedule what its queue starts.
+    pub(crate) fn resume_lanes(&mut self, now: Duration) {
+        let mut granted = Vec::new();
+        for lane in &mut self.lanes {
+            lane.sched.resume(|_| false, |w| granted.push(w));
+        }
+        for g in granted {
+            self.schedule(g, now);
+        }
+    }
+
     fn timer(&mut self, at: Duration, id: Handle, step: Step) {
         self.timer_seq += 1;
         self.timers.push(Reverse((at, self.timer_seq, id, step)));
