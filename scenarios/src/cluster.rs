@@ -101,6 +101,9 @@ pub trait Cluster {
     async fn vllm_crash(&mut self, i: usize) -> Result<(), String>;
     async fn vllm_restart(&mut self, i: usize) -> Result<(), String>;
     fn vllm_counter_reset(&mut self, i: usize) -> Result<(), String>;
+    /// vLLM's `POST /sleep?level=N`: no request starts until [`Cluster::vllm_wake`].
+    fn vllm_sleep(&mut self, i: usize, level: u8) -> Result<(), String>;
+    fn vllm_wake(&mut self, i: usize) -> Result<(), String>;
 
     fn etcd_fault(&mut self, f: mock_etcd::Fault, arm: Arming) -> Result<(), String>;
     /// Clear every etcd fault; a request a hang holds is let go.

@@ -39,6 +39,8 @@ pub enum EpisodeKey {
     Drained(Scope),
     VllmHealth(Scope),
     VllmCrash(Scope),
+    /// vLLM asleep (`POST /sleep`) until woken.
+    VllmSleep(Scope),
     VllmFault(Scope, u64),
     CounterReset(u64),
     EtcdFault(u64),

@@ -132,7 +132,7 @@ impl std::fmt::Display for Size {
 }
 
 /// The action kinds whose value is just the instance name.
-const BARE_TARGET: [&str; 9] = [
+const BARE_TARGET: [&str; 10] = [
     "sidecar_stop",
     "sidecar_kill",
     "sidecar_drain",
@@ -140,6 +140,7 @@ const BARE_TARGET: [&str; 9] = [
     "vllm_crash",
     "vllm_restart",
     "vllm_counter_reset",
+    "vllm_wake",
     "vllm_clear_faults",
     "etcd_expire_lease",
 ];
