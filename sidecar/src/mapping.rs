@@ -88,6 +88,8 @@ pub const GPU_CACHE_USAGE: &str = "vllm:gpu_cache_usage_perc";
 pub const TTFT: &str = "vllm:time_to_first_token_seconds";
 pub const ITL: &str = "vllm:inter_token_latency_seconds";
 pub const TPOT: &str = "vllm:time_per_output_token_seconds";
+/// 0.33's sleep gauge: per engine, `sleep_state="awake"` is 0 while it sleeps.
+pub const SLEEP_STATE: &str = "vllm:engine_sleep_state";
 
 /// The histograms the mapping reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +112,8 @@ enum Target {
     Waiting,
     Kv,
     GpuKv,
+    /// A `vllm:engine_sleep_state` sample (which state: its `sleep_state` label).
+    Sleep,
     Hist(Hist, Part),
 }
 
@@ -129,6 +133,7 @@ fn classify_rest(rest: &str, buckets: bool) -> Option<Target> {
         b'n' if rest == &WAITING[5..] => return Some(Target::Waiting),
         b'k' if rest == &KV_USAGE[5..] => return Some(Target::Kv),
         b'g' if rest == &GPU_CACHE_USAGE[5..] => return Some(Target::GpuKv),
+        b'e' if rest == &SLEEP_STATE[5..] => return Some(Target::Sleep),
         b't' | b'i' => {
             let (base, part) = if let Some(b) = rest.strip_suffix("_sum") {
                 (b, Part::Sum)
@@ -201,6 +206,7 @@ fn may_match(line: &[u8], buckets: bool) -> bool {
         Some(b'n') => line.starts_with(WAITING.as_bytes()),
         Some(b'k') => line.starts_with(KV_USAGE.as_bytes()),
         Some(b'g') => line.starts_with(GPU_CACHE_USAGE.as_bytes()),
+        Some(b'e') => line.starts_with(SLEEP_STATE.as_bytes()),
         Some(b't') => hist(TTFT) || hist(TPOT),
         Some(b'i') => hist(ITL),
         _ => false,
@@ -270,6 +276,8 @@ struct Placement {
     le: Option<f64>,
     /// The line passes the `--model` filter.
     model_ok: bool,
+    /// A sleep-state line of the `awake` state.
+    awake: bool,
 }
 
 /// The previous scrape's lines the mapping read, in page order, with where each went.
@@ -351,6 +359,8 @@ pub struct Mapper {
     replay: Replay,
     /// Reused between scrapes for series keys.
     key: String,
+    /// What the last page said of sleep mode (see [`Mapper::engines_asleep`]).
+    asleep: Option<bool>,
 }
 
 /// Per-scrape gauges.
@@ -359,6 +369,8 @@ struct Gauges {
     waiting: f64,
     kv: (f64, u32),
     gpu_kv: (f64, u32),
+    /// `awake` samples seen, and how many of them said awake (not 0).
+    awake: (u32, u32),
 }
 
 impl Mapper {
@@ -447,6 +459,12 @@ impl Mapper {
                 g.gpu_kv.0 += value;
                 g.gpu_kv.1 += 1;
             }
+            Target::Sleep => {
+                if place.awake {
+                    g.awake.0 += 1;
+                    g.awake.1 += u32::from(value != 0.0);
+                }
+            }
             Target::Hist(hist, part) => {
                 let state = &mut self.hists[hist as usize];
                 let Some(series) = state.series.get_mut(place.series) else {
@@ -478,11 +496,14 @@ impl Mapper {
         let (hist, part) = match target {
             Target::Hist(hist, part) if model_ok => (hist, part),
             _ => {
+                let awake = target == Target::Sleep
+                    && labels.get("sleep_state").as_deref() == Some("awake");
                 return Placement {
                     series: 0,
                     le: None,
                     model_ok,
-                }
+                    awake,
+                };
             }
         };
         let mut le = None;
@@ -517,10 +538,20 @@ impl Mapper {
             series,
             le,
             model_ok: true,
+            awake: false,
         }
     }
 
+    /// Whether the last page said every engine sleeps: `Some(true)` when it had
+    /// `vllm:engine_sleep_state{sleep_state="awake"}` samples and all were 0,
+    /// `Some(false)` when one was not, `None` on a page without them (releases before
+    /// 0.33, or only other engines' samples under `--model`).
+    pub fn engines_asleep(&self) -> Option<bool> {
+        self.asleep
+    }
+
     fn end(&mut self, g: Gauges) -> HeartbeatMetrics {
+        self.asleep = (g.awake.0 > 0).then_some(g.awake.1 == 0);
         let stat = self.config.latency_stat;
         let kv = if g.kv.1 > 0 { g.kv } else { g.gpu_kv };
         let usage = if kv.1 > 0 { kv.0 / kv.1 as f64 } else { 0.0 };
