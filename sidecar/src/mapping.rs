@@ -191,7 +191,9 @@ fn classify_escaped(name: &str, buckets: bool) -> Option<Target> {
 #[inline]
 fn may_match(line: &[u8], buckets: bool) -> bool {
     let Some(rest) = line.strip_prefix(b"vllm:") else {
-        return may_match_escaped(line, buckets);
+        // Escaped vLLM names start `vllm_` or `U__`; other families are refused here,
+        // without the call.
+        return matches!(line.first(), Some(b'v' | b'U')) && may_match_escaped(line, buckets);
     };
     // Whole suffixes: a vLLM page also has a `_created` gauge per histogram.
     let hist = |base: &str| match line.strip_prefix(base.as_bytes()) {
@@ -217,9 +219,6 @@ fn may_match(line: &[u8], buckets: bool) -> bool {
 /// classified (only lines of an escaped vLLM page get past the first byte test).
 #[cold]
 fn may_match_escaped(line: &[u8], buckets: bool) -> bool {
-    if !matches!(line.first(), Some(b'v' | b'U')) {
-        return false;
-    }
     let end = line
         .iter()
         .position(|b| matches!(b, b'{' | b' ' | b'\t'))
