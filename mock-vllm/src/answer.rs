@@ -147,6 +147,7 @@ mod tests {
             ignore_eos,
             stream: false,
             include_usage: false,
+            chat: false,
         }
     }
 

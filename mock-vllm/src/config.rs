@@ -14,8 +14,17 @@ pub enum Dialect {
     /// V1 engine as in the 0.10 series (the fixture page): `engine` label, both KV names.
     V0_10,
     /// 0.11: `vllm:kv_cache_usage_perc`, `vllm:inter_token_latency_seconds`,
-    /// `vllm:request_time_per_output_token_seconds`; the deprecated names are gone.
+    /// `vllm:request_time_per_output_token_seconds`, still the deprecated
+    /// `vllm:time_per_output_token_seconds`; `vllm:gpu_cache_usage_perc` is hidden.
     V0_11,
+    /// 0.33 (November 2026): waiting by reason, sleep state, admission rejections,
+    /// per-request preemptions, prompt tokens by source, the estimated-work counters;
+    /// content type `version=1.0.0`; prometheus_client's multiprocess layout when
+    /// several data-parallel engines are served.
+    V0_33,
+    /// 0.34: the 0.33 page plus `vllm:request_render_duration_seconds` and two more
+    /// cache-config labels.
+    V0_34,
     /// What a 0.11 server answers a scraper that asks for OpenMetrics 1.0: the v0.11
     /// registry (runtime, `vllm:*`, `http_*`, `_created`) in prometheus_client's
     /// OpenMetrics writer, its content type and `# EOF`.
@@ -34,6 +43,8 @@ impl Dialect {
             Dialect::V0 => "0.6.6",
             Dialect::V0_10 => "0.10.1.1",
             Dialect::V0_11 | Dialect::OpenMetrics | Dialect::Compact => "0.11.0",
+            Dialect::V0_33 => "0.33.0",
+            Dialect::V0_34 => "0.34.0",
         }
     }
 
@@ -41,9 +52,21 @@ impl Dialect {
     pub fn nested_errors(self) -> bool {
         matches!(
             self,
-            Dialect::V0_11 | Dialect::OpenMetrics | Dialect::Compact
+            Dialect::V0_11
+                | Dialect::V0_33
+                | Dialect::V0_34
+                | Dialect::OpenMetrics
+                | Dialect::Compact
         )
     }
+
+    /// The 0.33 generation of the page (0.33 and 0.34).
+    pub fn is_v0_33_or_newer(self) -> bool {
+        matches!(self, Dialect::V0_33 | Dialect::V0_34)
+    }
+
+    /// The newest release imitated: the binary's default.
+    pub const NEWEST: Dialect = Dialect::V0_34;
 
     /// Whether pages of this dialect carry the process, Python and HTTP families.
     pub fn has_runtime_families(self) -> bool {
@@ -55,6 +78,8 @@ impl Dialect {
             Dialect::V0 => "v0",
             Dialect::V0_10 => "v0.10",
             Dialect::V0_11 => "v0.11",
+            Dialect::V0_33 => "v0.33",
+            Dialect::V0_34 => "v0.34",
             Dialect::OpenMetrics => "openmetrics",
             Dialect::Compact => "compact",
         }
@@ -69,10 +94,12 @@ impl FromStr for Dialect {
             "v0" => Ok(Dialect::V0),
             "v0.10" => Ok(Dialect::V0_10),
             "v0.11" => Ok(Dialect::V0_11),
+            "v0.33" => Ok(Dialect::V0_33),
+            "v0.34" => Ok(Dialect::V0_34),
             "openmetrics" => Ok(Dialect::OpenMetrics),
             "compact" => Ok(Dialect::Compact),
             other => Err(format!(
-                "unknown metrics dialect {other:?} (expected v0, v0.10, v0.11, openmetrics or compact)"
+                "unknown metrics dialect {other:?} (expected v0, v0.10, v0.11, v0.33, v0.34, openmetrics or compact)"
             )),
         }
     }

@@ -320,6 +320,32 @@ impl VllmCore {
         self.listening = true;
     }
 
+    /// `POST /sleep?level=N` (see [`crate::sleep`]): every engine stops starting
+    /// requests; arrivals queue until [`VllmCore::wake`].
+    pub fn sleep(&mut self, now: Duration, level: u8) {
+        self.run_until(now);
+        for lane in &mut self.lanes {
+            lane.sched.pause();
+        }
+        for e in &mut self.snap.engines {
+            e.stats.asleep = Some(level);
+        }
+    }
+
+    /// `POST /wake_up`: the queues start on the free capacity.
+    pub fn wake(&mut self, now: Duration) {
+        self.run_until(now);
+        for e in &mut self.snap.engines {
+            e.stats.asleep = None;
+        }
+        self.resume_lanes(now);
+    }
+
+    /// `GET /is_sleeping`.
+    pub fn is_sleeping(&self) -> bool {
+        self.snap.engines.iter().any(|e| e.stats.asleep.is_some())
+    }
+
     /// As after a vLLM restart seen by a scraper: every counter and histogram back to
     /// 0 with new `_created`; queues and running requests are untouched.
     pub fn counter_reset(&mut self, now: Duration) {
@@ -327,7 +353,9 @@ impl VllmCore {
         let created = self.epoch(now);
         let buckets = Buckets::shared(self.cfg.dialect, self.cfg.max_model_len);
         for e in &mut self.snap.engines {
+            let asleep = e.stats.asleep;
             e.stats = EngineStats::new(&buckets, created);
+            e.stats.asleep = asleep;
         }
         if let Some(http) = &mut self.snap.http {
             *http = HttpStats::new(created);
@@ -382,6 +410,7 @@ fn empty_snapshot(cfg: &Config) -> Snapshot {
     Snapshot {
         dialect: cfg.dialect,
         model: cfg.model.clone(),
+        max_model_len: cfg.max_model_len,
         engines: Vec::new(),
         nonfinite: false,
         overrides: Vec::new(),

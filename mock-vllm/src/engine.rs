@@ -143,6 +143,26 @@ impl Engine {
         self.publish(s);
     }
 
+    /// Sleep at `level`: nothing new starts until [`Engine::wake`]; running requests
+    /// finish (vLLM's `mode=wait`), arrivals queue.
+    pub fn sleep(&self, level: u8) {
+        let mut s = lock(&self.sched);
+        s.pause();
+        self.stats().asleep = Some(level);
+        self.publish(&s);
+    }
+
+    /// Wake: the queue starts on the free capacity.
+    pub fn wake(&self) {
+        let mut s = lock(&self.sched);
+        s.resume(gone, |w| {
+            w.state.store(GRANTED, Ordering::Release);
+            w.notify.notify_one();
+        });
+        self.stats().asleep = None;
+        self.publish(&s);
+    }
+
     pub fn running(&self) -> usize {
         self.running_now.load(Ordering::Relaxed)
     }

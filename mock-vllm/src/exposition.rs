@@ -348,6 +348,56 @@ fn text_family(f: &Family, out: &mut String, sc: &mut Scratch) {
     }
 }
 
+/// The text format as prometheus_client writes a `MultiProcessCollector`'s merge: the
+/// same headers, no `_created` samples, and each histogram series as `_sum`, its
+/// buckets, then `_count` (the order the merge builds its samples in).
+pub fn render_text_without_created(families: &[&Family], out: &mut String) {
+    with_scratch(|sc| {
+        for f in families {
+            let (total, ty) = match f.kind {
+                Kind::Counter => ("_total", "counter"),
+                Kind::Gauge => ("", "gauge"),
+                Kind::Histogram => ("", "histogram"),
+                Kind::Summary => ("", "summary"),
+            };
+            let help = escape_help(&f.help);
+            for (what, text) in [("# HELP ", &*help), ("# TYPE ", ty)] {
+                out.push_str(what);
+                out.push_str(&f.name);
+                out.push_str(total);
+                out.push(' ');
+                out.push_str(text);
+                out.push('\n');
+            }
+            for c in &f.children {
+                merged_child(f, c, out, sc);
+            }
+        }
+    });
+}
+
+fn merged_child(f: &Family, c: &Child, out: &mut String, sc: &mut Scratch) {
+    match c {
+        Child::Histogram {
+            labels,
+            bounds,
+            cumulative,
+            count,
+            sum,
+            ..
+        } => {
+            label_str_into(&mut sc.labels, labels);
+            line(out, &f.name, "_sum", &sc.labels, *sum);
+            histogram_lines_in(out, sc, &f.name, labels, bounds, cumulative);
+            label_str_into(&mut sc.labels, labels);
+            line(out, &f.name, "_count", &sc.labels, *count);
+        }
+        _ => {
+            child_samples(f, c, out, sc);
+        }
+    }
+}
+
 /// A child's own samples (the same in both formats); leaves its label set in
 /// `sc.labels` and answers its `_created` stamp.
 fn child_samples(f: &Family, c: &Child, out: &mut String, sc: &mut Scratch) -> Option<f64> {

@@ -66,6 +66,7 @@ pub mod sched;
 pub mod scrape;
 pub mod scrape_faults;
 pub mod server;
+pub mod sleep;
 pub mod state;
 pub mod stats;
 pub mod tokenizer;

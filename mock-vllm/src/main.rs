@@ -25,8 +25,8 @@ struct Args {
     seed: u64,
     #[arg(long, default_value_t = 1)]
     data_parallel: usize,
-    /// v0, v0.10, v0.11, openmetrics or compact.
-    #[arg(long, default_value = "v0.10")]
+    /// v0, v0.10, v0.11, v0.33, v0.34, openmetrics or compact.
+    #[arg(long, default_value = "v0.34")]
     metrics_dialect: Dialect,
     #[arg(long, default_value_t = 0)]
     startup_delay_ms: u64,

@@ -171,11 +171,15 @@ async fn whole_answer(plan: Plan, mut inflight: Inflight, mut rng: StdRng) -> Re
     sleep_until(scheduled + prefill).await;
     let first = Instant::now();
     let hit = engine.prefix_lookup(plan.req.prompt_hash);
-    engine.stats().record_prefill(
-        plan.prompt_tokens,
-        hit,
-        first.duration_since(arrival).as_secs_f64(),
-    );
+    {
+        let mut stats = engine.stats();
+        stats.record_render(plan.prompt_tokens, plan.req.chat);
+        stats.record_prefill(
+            plan.prompt_tokens,
+            hit,
+            first.duration_since(arrival).as_secs_f64(),
+        );
+    }
     let planned: Vec<Duration> = (1..plan.out_tokens)
         .map(|_| engine.inter_token_time(&mut rng))
         .collect();
@@ -311,11 +315,15 @@ fn stream_body(
             st.first = Some(now);
             st.last = now;
             let hit = engine.prefix_lookup(st.plan.req.prompt_hash);
-            engine.stats().record_prefill(
-                st.plan.prompt_tokens,
-                hit,
-                now.duration_since(st.plan.arrival).as_secs_f64(),
-            );
+            {
+                let mut stats = engine.stats();
+                stats.record_render(st.plan.prompt_tokens, st.plan.req.chat);
+                stats.record_prefill(
+                    st.plan.prompt_tokens,
+                    hit,
+                    now.duration_since(st.plan.arrival).as_secs_f64(),
+                );
+            }
             if st.plan.api == Api::Chat {
                 out.push_str(&st.plan.role_chunk());
             }

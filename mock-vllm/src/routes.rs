@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use crate::state::Shared;
-use crate::{control, info, instrument, openai, scrape};
+use crate::{control, info, instrument, openai, scrape, sleep};
 
 /// Every route of a server; the control API only when configured.
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
@@ -20,6 +20,9 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/models", get(info::models))
         .route("/version", get(info::version))
         .route("/metrics", get(scrape::metrics))
+        .route("/sleep", post(sleep::sleep))
+        .route("/wake_up", post(sleep::wake_up))
+        .route("/is_sleeping", get(sleep::is_sleeping))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .layer(middleware::from_fn_with_state(

@@ -28,6 +28,8 @@ pub struct Scheduler<W> {
     /// Waiters still in line (the queue may also hold gone ones, skipped lazily).
     waiting: usize,
     queue: VecDeque<(u64, W)>,
+    /// Asleep (vLLM's paused scheduler): nothing new starts; arrivals wait in line.
+    paused: bool,
 }
 
 impl<W> Scheduler<W> {
@@ -40,6 +42,7 @@ impl<W> Scheduler<W> {
             kv_used: 0,
             waiting: 0,
             queue: VecDeque::new(),
+            paused: false,
         }
     }
 
@@ -55,8 +58,24 @@ impl<W> Scheduler<W> {
         self.kv_used
     }
 
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Stop starting requests (the engine sleeps); running ones go on, arrivals queue.
+    pub fn pause(&mut self) {
+        self.paused = true;
+    }
+
+    /// Start again: the head of the queue gets the free capacity, as on a release.
+    pub fn resume(&mut self, gone: impl Fn(&W) -> bool, grant: impl FnMut(W)) {
+        self.paused = false;
+        self.grant_queued(gone, grant);
+    }
+
     fn fits(&self, need: u64) -> bool {
-        self.running < self.max_num_seqs
+        !self.paused
+            && self.running < self.max_num_seqs
             && (self.running == 0 || self.kv_used + need <= self.kv_capacity)
     }
 
@@ -79,9 +98,14 @@ impl<W> Scheduler<W> {
     /// A running request holding `need` tokens is done: free its slot, then hand free
     /// capacity to the head of the queue, in order, while it fits. `gone` tells a
     /// waiter that left (skipped); `grant` receives each waiter that now runs.
-    pub fn release(&mut self, need: u64, gone: impl Fn(&W) -> bool, mut grant: impl FnMut(W)) {
+    pub fn release(&mut self, need: u64, gone: impl Fn(&W) -> bool, grant: impl FnMut(W)) {
         self.running = self.running.saturating_sub(1);
         self.kv_used = self.kv_used.saturating_sub(need);
+        self.grant_queued(gone, grant);
+    }
+
+    /// Hand free capacity to the head of the queue, in order, while it fits.
+    fn grant_queued(&mut self, gone: impl Fn(&W) -> bool, mut grant: impl FnMut(W)) {
         while let Some((head_need, head)) = self.queue.front() {
             if gone(head) {
                 self.queue.pop_front();
@@ -143,6 +167,23 @@ mod tests {
         s.release(80, none, |w| granted.push(w));
         assert_eq!(granted, [1, 2]);
         assert_eq!((s.running(), s.waiting(), s.kv_used()), (2, 0, 40));
+    }
+
+    #[test]
+    fn a_paused_engine_queues_everything_until_it_resumes() {
+        let mut s = Scheduler::new(2, 10, 100);
+        let none = |_: &u32| false;
+        assert_eq!(s.admit(10, || 0), Decision::Run);
+        s.pause();
+        // Even an idle slot and free KV do not start anything.
+        assert_eq!(s.admit(10, || 1), Decision::Queued);
+        let mut granted = vec![];
+        s.release(10, none, |w| granted.push(w));
+        assert!(granted.is_empty());
+        assert_eq!((s.running(), s.waiting()), (0, 1));
+        s.resume(none, |w| granted.push(w));
+        assert_eq!(granted, [1]);
+        assert_eq!((s.running(), s.waiting(), s.is_paused()), (1, 0, false));
     }
 
     #[test]

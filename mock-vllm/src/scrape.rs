@@ -57,11 +57,7 @@ pub(crate) async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 fn content_type_of(shared: &Shared) -> &'static str {
-    if shared.cfg.dialect == crate::config::Dialect::OpenMetrics {
-        crate::metrics::OPENMETRICS_CONTENT_TYPE
-    } else {
-        crate::metrics::TEXT_CONTENT_TYPE
-    }
+    crate::metrics::content_type(shared.cfg.dialect)
 }
 
 fn page_response(body: Body, content_type: &'static str) -> Response {
@@ -121,6 +117,7 @@ fn snapshot(shared: &Shared, now: Instant, nonfinite: bool) -> Snapshot {
     Snapshot {
         dialect,
         model: shared.cfg.model.clone(),
+        max_model_len: shared.cfg.max_model_len,
         engines,
         nonfinite,
         overrides,

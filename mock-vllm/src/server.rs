@@ -209,6 +209,20 @@ impl MockVllm {
         self.shared.counter_reset(Now::read(), cpu_seconds());
     }
 
+    /// `POST /sleep?level=N` (see [`crate::sleep`]): every engine stops starting requests.
+    pub fn sleep(&self, level: u8) {
+        for e in &self.shared.core().engines {
+            e.sleep(level);
+        }
+    }
+
+    /// `POST /wake_up`.
+    pub fn wake(&self) {
+        for e in &self.shared.core().engines {
+            e.wake();
+        }
+    }
+
     /// Report `wave` instead of the measured value for gauge family `name` (every label
     /// set), e.g. `vllm:num_requests_waiting`.
     pub fn override_gauge(&self, name: &str, wave: Waveform) {

@@ -205,7 +205,9 @@ impl Shared {
             let mut s = e.stats();
             let buckets =
                 crate::stats::Buckets::for_dialect(self.cfg.dialect, self.cfg.max_model_len);
+            let asleep = s.asleep;
             *s = crate::stats::EngineStats::new(&buckets, now);
+            s.asleep = asleep;
         }
         *lock(&core.http) = HttpStats::new(now);
         *lock(&self.process_epoch) = (now, cpu_base);

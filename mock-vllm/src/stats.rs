@@ -50,6 +50,19 @@ impl Hist {
         self.observe_n(v, 1)
     }
 
+    /// Add `other`'s observations (the same bounds; a histogram of other bounds is
+    /// left out).
+    pub fn merge(&mut self, other: &Hist) {
+        if other.bounds != self.bounds {
+            return;
+        }
+        for (c, o) in self.counts.iter_mut().zip(&other.counts) {
+            *c += o;
+        }
+        self.sum += other.sum;
+        self.count += other.count;
+    }
+
     /// Cumulative counts, the last one being +Inf.
     pub fn cumulative(&self) -> Vec<f64> {
         let mut acc = 0u64;
@@ -73,6 +86,10 @@ pub struct Buckets {
     pub ttft: Arc<[f64]>,
     pub itl: Arc<[f64]>,
     pub latency: Arc<[f64]>,
+    /// Preemptions per request (0.33's `vllm:request_num_preemptions`).
+    pub preemptions: Arc<[f64]>,
+    /// Render time of a request (0.34's `vllm:request_render_duration_seconds`).
+    pub render: Arc<[f64]>,
 }
 
 /// vLLM's `build_1_2_5_buckets(max_model_len)`.
@@ -163,6 +180,13 @@ impl Buckets {
             ttft: ttft.into(),
             itl: itl.into(),
             latency: latency.into(),
+            preemptions: [1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0].as_slice().into(),
+            render: [
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1.0, 2.5, 5.0, 10.0,
+            ]
+            .as_slice()
+            .into(),
         }
     }
 }
@@ -234,6 +258,23 @@ pub struct EngineStats {
     pub h_inference: Hist,
     pub h_prefill: Hist,
     pub h_decode: Hist,
+    /// Times each finished request was preempted (the load model never preempts).
+    pub h_preemptions: Hist,
+    /// Prompt tokens computed at prefill, the prefix-cache hits excluded.
+    pub h_prefill_kv: Hist,
+    /// Render time of completions and of chat requests; a kind shows on the page once
+    /// one has been rendered (prometheus_client creates the child on first use).
+    pub h_render: [Hist; 2],
+    /// The sleep level while the engine sleeps (1: weights offloaded, 2: all
+    /// discarded; 0: scheduling paused), `None` while awake.
+    pub asleep: Option<u8>,
+}
+
+/// Render time of a request of `prompt_tokens` tokens: templating and tokenizing, a
+/// fixed part and a part per token (deterministic, so pages are reproducible).
+pub fn render_secs(prompt_tokens: u32, chat: bool) -> f64 {
+    let base = if chat { 0.0004 } else { 0.00015 };
+    base + prompt_tokens as f64 * 2e-7
 }
 
 /// Block size of the pretend prefix cache (vLLM's default).
@@ -265,6 +306,17 @@ impl EngineStats {
             h_inference: Hist::new(b.latency.clone()),
             h_prefill: Hist::new(b.latency.clone()),
             h_decode: Hist::new(b.latency.clone()),
+            h_preemptions: Hist::new(b.preemptions.clone()),
+            h_prefill_kv: Hist::new(b.tokens_125.clone()),
+            h_render: [Hist::new(b.render.clone()), Hist::new(b.render.clone())],
+            asleep: None,
+        }
+    }
+
+    /// A request rendered before it is queued (`chat`: a chat request).
+    pub fn record_render(&mut self, prompt_tokens: u32, chat: bool) {
+        if let Some(h) = self.h_render.get_mut(usize::from(chat)) {
+            h.observe(render_secs(prompt_tokens, chat));
         }
     }
 
@@ -274,9 +326,13 @@ impl EngineStats {
         self.prompt_tokens += prompt_tokens as f64;
         self.generation_tokens += 1.0;
         self.prefix_queries += prompt_tokens as f64;
-        if prefix_hit {
-            self.prefix_hits += (prompt_tokens / BLOCK_SIZE * BLOCK_SIZE) as f64;
-        }
+        let cached = if prefix_hit {
+            prompt_tokens / BLOCK_SIZE * BLOCK_SIZE
+        } else {
+            0
+        };
+        self.prefix_hits += cached as f64;
+        self.h_prefill_kv.observe((prompt_tokens - cached) as f64);
         self.h_iteration.observe(prompt_tokens as f64 + 1.0);
         self.h_ttft.observe(ttft);
     }
@@ -292,6 +348,7 @@ impl EngineStats {
 
     pub fn record_finished(&mut self, reason: FinishReason, f: &Finished) {
         self.count_success(reason);
+        self.h_preemptions.observe(0.0);
         self.h_e2e.observe(f.e2e);
         self.h_queue.observe(f.queue);
         self.h_prefill.observe(f.prefill);

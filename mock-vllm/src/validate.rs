@@ -29,6 +29,8 @@ pub struct Req {
     pub ignore_eos: bool,
     pub stream: bool,
     pub include_usage: bool,
+    /// A chat request (rendered through the chat template).
+    pub chat: bool,
 }
 
 fn bad(cfg: &Config, msg: impl Into<String>) -> ApiError {
@@ -255,6 +257,7 @@ pub fn parse(cfg: &Config, api: Api, bytes: &[u8]) -> Result<Req, ApiError> {
         ignore_eos,
         stream,
         include_usage,
+        chat: api == Api::Chat,
     })
 }
 

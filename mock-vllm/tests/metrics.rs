@@ -108,19 +108,22 @@ async fn v0_parses_and_has_no_engine_label_nor_created() {
 }
 
 #[tokio::test]
-async fn v0_11_renames_and_drops_old_names() {
+async fn v0_11_renames_and_hides_the_old_kv_name() {
     let (page, _) = page_after_traffic(Dialect::V0_11, 2).await;
-    for gone in [
-        "vllm:gpu_cache_usage_perc",
-        "vllm:time_per_output_token_seconds",
-        "vllm:gpu_prefix_cache",
-    ] {
+    // 0.11.0 hides the old KV families behind --show-hidden-metrics-for-version.
+    for gone in ["vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache"] {
         assert!(!page.contains(gone), "{gone}");
     }
     for present in [
         "vllm:kv_cache_usage_perc{engine=\"1\",model_name=\"mock-model\"}",
         "# TYPE vllm:inter_token_latency_seconds histogram",
         "# TYPE vllm:request_time_per_output_token_seconds histogram",
+        // Still emitted by default in 0.11.0, marked deprecated.
+        "# HELP vllm:time_per_output_token_seconds Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead.\n",
+        "# TYPE vllm:time_per_output_token_seconds histogram",
+        // 0.11's CacheConfig fields.
+        "kv_cache_memory_bytes=\"None\"",
+        "prefix_caching_hash_algo=\"sha256\"",
     ] {
         assert!(page.contains(present), "{present}");
     }
@@ -192,6 +195,8 @@ async fn pages_survive_a_prometheus_client_round_trip() {
         (Dialect::V0, ROUNDTRIP_TEXT),
         (Dialect::V0_10, ROUNDTRIP_TEXT),
         (Dialect::V0_11, ROUNDTRIP_TEXT),
+        (Dialect::V0_33, ROUNDTRIP_TEXT),
+        (Dialect::V0_34, ROUNDTRIP_TEXT),
         (Dialect::OpenMetrics, ROUNDTRIP_OPENMETRICS),
         (Dialect::Compact, ROUNDTRIP_TEXT),
     ] {

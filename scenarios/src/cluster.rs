@@ -120,6 +120,9 @@ pub trait Cluster {
     async fn vllm_restart(&mut self, i: usize) -> Result<(), String>;
     /// Reset instance `i`'s vLLM counters and histograms to 0, as a vLLM restart seen by a scraper.
     fn vllm_counter_reset(&mut self, i: usize) -> Result<(), String>;
+    /// vLLM's `POST /sleep?level=N`: no request starts until [`Cluster::vllm_wake`].
+    fn vllm_sleep(&mut self, i: usize, level: u8) -> Result<(), String>;
+    fn vllm_wake(&mut self, i: usize) -> Result<(), String>;
 
     /// Arm a fault on the fake etcd's gateway.
     fn etcd_fault(&mut self, f: mock_etcd::Fault, arm: Arming) -> Result<(), String>;

@@ -49,6 +49,8 @@ pub enum EpisodeKey {
     VllmHealth(Scope),
     /// vLLM crashed, until restarted.
     VllmCrash(Scope),
+    /// vLLM asleep (`POST /sleep`) until woken.
+    VllmSleep(Scope),
     /// A fault on vLLM's `/metrics` or completions.
     VllmFault(Scope, u64),
     /// vLLM's counters reset.

@@ -66,6 +66,8 @@ pub fn vllm_dialect(d: topology::Dialect) -> mock_vllm::Dialect {
         topology::Dialect::V0 => mock_vllm::Dialect::V0,
         topology::Dialect::V0_10 => mock_vllm::Dialect::V0_10,
         topology::Dialect::V0_11 => mock_vllm::Dialect::V0_11,
+        topology::Dialect::V0_33 => mock_vllm::Dialect::V0_33,
+        topology::Dialect::V0_34 => mock_vllm::Dialect::V0_34,
         topology::Dialect::OpenMetrics => mock_vllm::Dialect::OpenMetrics,
         topology::Dialect::Compact => mock_vllm::Dialect::Compact,
     }

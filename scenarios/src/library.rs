@@ -86,6 +86,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../library/metrics-counter-reset.toml"),
     ),
     (
+        "vllm-sleep-wake.toml",
+        include_str!("../library/vllm-sleep-wake.toml"),
+    ),
+    (
         "metrics-garbage.toml",
         include_str!("../library/metrics-garbage.toml"),
     ),

@@ -136,6 +136,16 @@ impl Cluster for RealCluster {
         Ok(())
     }
 
+    fn vllm_sleep(&mut self, i: usize, level: u8) -> Result<(), String> {
+        self.instance(i)?.vllm.sleep(level);
+        Ok(())
+    }
+
+    fn vllm_wake(&mut self, i: usize) -> Result<(), String> {
+        self.instance(i)?.vllm.wake();
+        Ok(())
+    }
+
     fn etcd_fault(&mut self, f: mock_etcd::Fault, arm: Arming) -> Result<(), String> {
         self.fake_etcd()?.faults().add(f, arm.count, arm.lasting);
         Ok(())

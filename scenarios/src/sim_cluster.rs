@@ -438,9 +438,11 @@ impl SimCluster {
             Registration::Revoking { then, .. } => match then {
                 AfterRevoke::Exit { .. } => "shutting_down",
                 AfterRevoke::Drain => "draining",
+                AfterRevoke::Asleep => "asleep",
                 AfterRevoke::Register => "re_registering",
             },
             Registration::Drained => "draining",
+            Registration::Asleep => "asleep",
             Registration::Exited => "shutting_down",
             Registration::Unregistered { .. } => {
                 if node.core().status().healthy {

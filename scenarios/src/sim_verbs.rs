@@ -176,6 +176,18 @@ impl Cluster for SimCluster {
         Ok(())
     }
 
+    fn vllm_sleep(&mut self, i: usize, level: u8) -> Result<(), String> {
+        let now = self.world.now();
+        self.vllm(i)?.core().sleep(now, level);
+        Ok(())
+    }
+
+    fn vllm_wake(&mut self, i: usize) -> Result<(), String> {
+        let now = self.world.now();
+        self.vllm(i)?.core().wake(now);
+        Ok(())
+    }
+
     fn etcd_fault(&mut self, f: mock_etcd::Fault, arm: Arming) -> Result<(), String> {
         let now = self.world.now();
         self.etcd()?.faults().add_at(now, f, arm.count, arm.lasting);

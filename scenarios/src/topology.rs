@@ -29,9 +29,12 @@ pub enum EtcdNeed {
 #[serde(rename_all = "snake_case")]
 pub enum Dialect {
     V0,
-    #[default]
     V0_10,
     V0_11,
+    V0_33,
+    /// The newest release imitated (docs/contract.md §4).
+    #[default]
+    V0_34,
     OpenMetrics,
     /// Only the families the sidecar reads, as a v0.11 page writes them: small pages for
     /// big fleets.
@@ -108,7 +111,7 @@ impl Default for Topology {
             health_fail_threshold: 3,
             etcd_timeout: Dur::ms(1500),
             token: None,
-            dialect: Dialect::V0_10,
+            dialect: Dialect::default(),
             data_parallel: 1,
             max_num_seqs: None,
             kv_capacity_tokens: None,

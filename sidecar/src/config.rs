@@ -147,6 +147,10 @@ pub struct RunArgs {
     /// Seconds allowed for the final lease revoke on SIGTERM/SIGINT.
     #[arg(long, default_value_t = 5.0, allow_negative_numbers = true)]
     pub shutdown_timeout: f64,
+    /// Stay registered while vLLM sleeps (vllm:engine_sleep_state awake = 0 on every
+    /// engine); by default the instance is deregistered until it wakes.
+    #[arg(long)]
+    pub no_sleep_deregister: bool,
 }
 
 /// A configuration error: printed as one line, exit code 2.
@@ -194,6 +198,8 @@ pub struct Config {
     pub model: Option<String>,
     pub latency_stat: LatencyStat,
     pub shutdown_timeout: Duration,
+    /// Deregister while vLLM reports every engine asleep.
+    pub sleep_deregister: bool,
 }
 
 impl Config {
@@ -278,6 +284,7 @@ impl Config {
             model: args.model,
             latency_stat: args.latency_stat,
             shutdown_timeout,
+            sleep_deregister: !args.no_sleep_deregister,
         })
     }
 

@@ -88,6 +88,8 @@ pub const GPU_CACHE_USAGE: &str = "vllm:gpu_cache_usage_perc";
 pub const TTFT: &str = "vllm:time_to_first_token_seconds";
 pub const ITL: &str = "vllm:inter_token_latency_seconds";
 pub const TPOT: &str = "vllm:time_per_output_token_seconds";
+/// 0.33's sleep gauge: per engine, `sleep_state="awake"` is 0 while it sleeps.
+pub const SLEEP_STATE: &str = "vllm:engine_sleep_state";
 
 /// The histograms the mapping reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,23 +112,34 @@ enum Target {
     Waiting,
     Kv,
     GpuKv,
+    /// A `vllm:engine_sleep_state` sample (which state: its `sleep_state` label).
+    Sleep,
     Hist(Hist, Part),
 }
 
 /// Classify a metric name; `buckets`: whether bucket samples are needed at all.
 #[inline]
 fn classify(name: &str, buckets: bool) -> Option<Target> {
-    let rest = name.strip_prefix("vllm:")?;
+    match name.strip_prefix("vllm:") {
+        Some(rest) => classify_rest(rest, buckets),
+        None => classify_escaped(name, buckets),
+    }
+}
+
+/// [`classify`] of the name after `vllm:`.
+#[inline]
+fn classify_rest(rest: &str, buckets: bool) -> Option<Target> {
     let (hist, part) = match rest.as_bytes().first()? {
-        b'n' if name == WAITING => return Some(Target::Waiting),
-        b'k' if name == KV_USAGE => return Some(Target::Kv),
-        b'g' if name == GPU_CACHE_USAGE => return Some(Target::GpuKv),
+        b'n' if rest == &WAITING[5..] => return Some(Target::Waiting),
+        b'k' if rest == &KV_USAGE[5..] => return Some(Target::Kv),
+        b'g' if rest == &GPU_CACHE_USAGE[5..] => return Some(Target::GpuKv),
+        b'e' if rest == &SLEEP_STATE[5..] => return Some(Target::Sleep),
         b't' | b'i' => {
-            let (base, part) = if let Some(b) = name.strip_suffix("_sum") {
+            let (base, part) = if let Some(b) = rest.strip_suffix("_sum") {
                 (b, Part::Sum)
-            } else if let Some(b) = name.strip_suffix("_count") {
+            } else if let Some(b) = rest.strip_suffix("_count") {
                 (b, Part::Count)
-            } else if let Some(b) = name.strip_suffix("_bucket") {
+            } else if let Some(b) = rest.strip_suffix("_bucket") {
                 if !buckets {
                     return None;
                 }
@@ -134,11 +147,14 @@ fn classify(name: &str, buckets: bool) -> Option<Target> {
             } else {
                 return None;
             };
-            let hist = match base {
-                TTFT => Hist::Ttft,
-                ITL => Hist::Itl,
-                TPOT => Hist::Tpot,
-                _ => return None,
+            let hist = if base == &TTFT[5..] {
+                Hist::Ttft
+            } else if base == &ITL[5..] {
+                Hist::Itl
+            } else if base == &TPOT[5..] {
+                Hist::Tpot
+            } else {
+                return None;
             };
             (hist, part)
         }
@@ -147,12 +163,37 @@ fn classify(name: &str, buckets: bool) -> Option<Target> {
     Some(Target::Hist(hist, part))
 }
 
+/// A name as prometheus_client 0.22 and later write it when a scraper's `Accept` asks
+/// for (or defaults to) an escaping scheme, `vllm:` being outside the legacy character
+/// set of OpenMetrics: `underscores` writes `vllm_num_requests_waiting`, `dots`
+/// `vllm__num__requests__waiting` (every `_` doubled, the colon `__`) and `values`
+/// `U__vllm_3a_num__requests__waiting`. Answers the part after `vllm:` as vLLM named it;
+/// `None` for any other name. Cold: pages with vLLM's own names never get here.
+#[cold]
+fn unescape_vllm(name: &str) -> Option<std::borrow::Cow<'_, str>> {
+    use std::borrow::Cow;
+    if let Some(rest) = name.strip_prefix("U__vllm_3a_") {
+        return Some(Cow::Owned(rest.replace("__", "_")));
+    }
+    if let Some(rest) = name.strip_prefix("vllm__") {
+        return Some(Cow::Owned(rest.replace("__", "_")));
+    }
+    name.strip_prefix("vllm_").map(Cow::Borrowed)
+}
+
+#[cold]
+fn classify_escaped(name: &str, buckets: bool) -> Option<Target> {
+    classify_rest(&unescape_vllm(name)?, buckets)
+}
+
 /// Whether a line (starting with a bare name) may hold a sample the mapping reads:
 /// cheap prefix tests, never false for a line [`classify`] would accept.
 #[inline]
 fn may_match(line: &[u8], buckets: bool) -> bool {
     let Some(rest) = line.strip_prefix(b"vllm:") else {
-        return false;
+        // Escaped vLLM names start `vllm_` or `U__`; other families are refused here,
+        // without the call.
+        return matches!(line.first(), Some(b'v' | b'U')) && may_match_escaped(line, buckets);
     };
     // Whole suffixes: a vLLM page also has a `_created` gauge per histogram.
     let hist = |base: &str| match line.strip_prefix(base.as_bytes()) {
@@ -167,9 +208,24 @@ fn may_match(line: &[u8], buckets: bool) -> bool {
         Some(b'n') => line.starts_with(WAITING.as_bytes()),
         Some(b'k') => line.starts_with(KV_USAGE.as_bytes()),
         Some(b'g') => line.starts_with(GPU_CACHE_USAGE.as_bytes()),
+        Some(b'e') => line.starts_with(SLEEP_STATE.as_bytes()),
         Some(b't') => hist(TTFT) || hist(TPOT),
         Some(b'i') => hist(ITL),
         _ => false,
+    }
+}
+
+/// [`may_match`] for a line whose name is not spelled `vllm:`: its name, unescaped,
+/// classified (only lines of an escaped vLLM page get past the first byte test).
+#[cold]
+fn may_match_escaped(line: &[u8], buckets: bool) -> bool {
+    let end = line
+        .iter()
+        .position(|b| matches!(b, b'{' | b' ' | b'\t'))
+        .unwrap_or(line.len());
+    match std::str::from_utf8(line.get(..end).unwrap_or_default()) {
+        Ok(name) => classify_escaped(name, buckets).is_some(),
+        Err(_) => false,
     }
 }
 
@@ -219,6 +275,8 @@ struct Placement {
     le: Option<f64>,
     /// The line passes the `--model` filter.
     model_ok: bool,
+    /// A sleep-state line of the `awake` state.
+    awake: bool,
 }
 
 /// The previous scrape's lines the mapping read, in page order, with where each went.
@@ -300,6 +358,8 @@ pub struct Mapper {
     replay: Replay,
     /// Reused between scrapes for series keys.
     key: String,
+    /// What the last page said of sleep mode (see [`Mapper::engines_asleep`]).
+    asleep: Option<bool>,
 }
 
 /// Per-scrape gauges.
@@ -308,6 +368,8 @@ struct Gauges {
     waiting: f64,
     kv: (f64, u32),
     gpu_kv: (f64, u32),
+    /// `awake` samples seen, and how many of them said awake (not 0).
+    awake: (u32, u32),
 }
 
 impl Mapper {
@@ -396,6 +458,12 @@ impl Mapper {
                 g.gpu_kv.0 += value;
                 g.gpu_kv.1 += 1;
             }
+            Target::Sleep => {
+                if place.awake {
+                    g.awake.0 += 1;
+                    g.awake.1 += u32::from(value != 0.0);
+                }
+            }
             Target::Hist(hist, part) => {
                 let state = &mut self.hists[hist as usize];
                 let Some(series) = state.series.get_mut(place.series) else {
@@ -427,11 +495,14 @@ impl Mapper {
         let (hist, part) = match target {
             Target::Hist(hist, part) if model_ok => (hist, part),
             _ => {
+                let awake = target == Target::Sleep
+                    && labels.get("sleep_state").as_deref() == Some("awake");
                 return Placement {
                     series: 0,
                     le: None,
                     model_ok,
-                }
+                    awake,
+                };
             }
         };
         let mut le = None;
@@ -466,10 +537,20 @@ impl Mapper {
             series,
             le,
             model_ok: true,
+            awake: false,
         }
     }
 
+    /// Whether the last page said every engine sleeps: `Some(true)` when it had
+    /// `vllm:engine_sleep_state{sleep_state="awake"}` samples and all were 0,
+    /// `Some(false)` when one was not, `None` on a page without them (releases before
+    /// 0.33, or only other engines' samples under `--model`).
+    pub fn engines_asleep(&self) -> Option<bool> {
+        self.asleep
+    }
+
     fn end(&mut self, g: Gauges) -> HeartbeatMetrics {
+        self.asleep = (g.awake.0 > 0).then_some(g.awake.1 == 0);
         let stat = self.config.latency_stat;
         let kv = if g.kv.1 > 0 { g.kv } else { g.gpu_kv };
         let usage = if kv.1 > 0 { kv.0 / kv.1 as f64 } else { 0.0 };

@@ -532,3 +532,115 @@ fn drained_stays_drained_through_health_failures() {
     );
     assert_eq!(run.core.registration(), &Registration::Drained);
 }
+
+/// Two engines of a 0.33 page; `awake` says whether engine 1 is awake (engine 0 sleeps).
+fn sleep_page(awake: bool) -> String {
+    let one = if awake { "1.0" } else { "0.0" };
+    format!(
+        "vllm:num_requests_waiting{{engine=\"0\"}} 1.0\n\
+         vllm:engine_sleep_state{{engine=\"0\",sleep_state=\"awake\"}} 0.0\n\
+         vllm:engine_sleep_state{{engine=\"1\",sleep_state=\"awake\"}} {one}\n\
+         vllm:engine_sleep_state{{engine=\"0\",sleep_state=\"weights_offloaded\"}} 1.0\n\
+         vllm:engine_sleep_state{{engine=\"1\",sleep_state=\"weights_offloaded\"}} 0.0\n"
+    )
+}
+
+/// Run to `t` as a well-behaved world would: every probe healthy, every etcd call done
+/// (leases numbered from 20), every heartbeat 200, every scrape answered with `page`.
+/// Answers the commands issued.
+fn serve_until(run: &mut Run, t: Duration, page: &str, lease: &mut i64) -> Vec<Command> {
+    let mut all = Vec::new();
+    while let Some(w) = run.core.next_wakeup().filter(|w| *w <= t) {
+        let mut out = run.at(w.max(run.now), Input::Timer);
+        while !out.is_empty() {
+            all.extend(out.iter().cloned());
+            let now = run.now;
+            let mut next = Vec::new();
+            for c in out {
+                let answer = match c {
+                    Command::ProbeHealth { id } => Some((id, Answer::HealthOk)),
+                    Command::GrantLease { id, .. } => {
+                        *lease += 1;
+                        Some((
+                            id,
+                            Answer::LeaseGranted {
+                                lease: *lease,
+                                ttl: 6,
+                            },
+                        ))
+                    }
+                    Command::PutKey { id, .. } => Some((id, Answer::PutDone)),
+                    Command::Keepalive { id, .. } => Some((id, Answer::KeepaliveTtl(6))),
+                    Command::Scrape { id } => Some((
+                        id,
+                        Answer::ScrapePage {
+                            text: page.to_string(),
+                            openmetrics: false,
+                        },
+                    )),
+                    Command::PostHeartbeat { id, .. } => Some((id, Answer::HeartbeatStatus(200))),
+                    Command::Revoke { id, .. } => Some((id, Answer::RevokeDone)),
+                    _ => None,
+                };
+                if let Some((id, a)) = answer {
+                    next.extend(run.answer(now, id, a));
+                }
+            }
+            out = next;
+        }
+    }
+    run.now = run.now.max(t);
+    all
+}
+
+fn posts(cmds: &[Command]) -> usize {
+    cmds.iter()
+        .filter(|c| matches!(c, Command::PostHeartbeat { .. }))
+        .count()
+}
+
+#[test]
+fn a_sleeping_engine_is_deregistered_until_it_wakes_then_registered_anew() {
+    let mut run = Run::registered(&[]);
+    let first = run.incarnation();
+    let mut lease = 20;
+    // Awake (one engine of two is enough): heartbeats as usual.
+    let out = serve_until(&mut run, ms(5_000), &sleep_page(true), &mut lease);
+    assert!(posts(&out) > 0);
+    // Every engine asleep: the lease is revoked, nothing is posted, it stays so.
+    let out = serve_until(&mut run, ms(15_000), &sleep_page(false), &mut lease);
+    assert!(notes(&out).contains(&Note::EngineAsleep), "{out:?}");
+    assert_eq!(revokes(&out).len(), 1, "{out:?}");
+    assert_eq!(posts(&out), 0, "{out:?}");
+    assert_eq!(grant_id(&out), None);
+    assert_eq!(run.core.registration(), &Registration::Asleep);
+    assert!(run.core.status().registration.is_none());
+    // Awake again: a new lease and a new incarnation, heartbeats resume.
+    let out = serve_until(&mut run, ms(25_000), &sleep_page(true), &mut lease);
+    assert!(notes(&out).contains(&Note::EngineAwake), "{out:?}");
+    assert!(grant_id(&out).is_some(), "{out:?}");
+    assert!(posts(&out) > 0);
+    assert_ne!(run.incarnation(), first);
+}
+
+#[test]
+fn no_sleep_deregister_keeps_a_sleeping_engine_registered() {
+    let mut run = Run::registered(&["--no-sleep-deregister"]);
+    let first = run.incarnation();
+    let mut lease = 20;
+    let out = serve_until(&mut run, ms(10_000), &sleep_page(false), &mut lease);
+    assert!(revokes(&out).is_empty(), "{out:?}");
+    assert!(posts(&out) > 0);
+    assert_eq!(run.incarnation(), first);
+}
+
+#[test]
+fn a_page_without_the_sleep_family_never_deregisters() {
+    let mut run = Run::registered(&[]);
+    let first = run.incarnation();
+    let mut lease = 20;
+    let out = serve_until(&mut run, ms(10_000), PAGE, &mut lease);
+    assert!(revokes(&out).is_empty(), "{out:?}");
+    assert!(posts(&out) > 0);
+    assert_eq!(run.incarnation(), first);
+}

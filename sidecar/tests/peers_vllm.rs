@@ -173,6 +173,34 @@ async fn served_model_is_the_first_id_or_none() {
     assert_eq!(vllm(&server).served_model().await, None);
 }
 
+#[tokio::test]
+async fn served_version_is_the_release_or_none() {
+    let server = MockServer::start().await;
+    serve(
+        &server,
+        "/version",
+        ResponseTemplate::new(200).set_body_string(r#"{"version":"0.33.0"}"#),
+    )
+    .await;
+    assert_eq!(
+        vllm(&server).served_version().await.as_deref(),
+        Some("0.33.0")
+    );
+    // An absent endpoint (404 from wiremock), an error, or another body: no version.
+    let server = MockServer::start().await;
+    assert_eq!(vllm(&server).served_version().await, None);
+    for (status, body) in [(500, ""), (200, "not json"), (200, r#"{"v":"1"}"#)] {
+        let server = MockServer::start().await;
+        serve(
+            &server,
+            "/version",
+            ResponseTemplate::new(status).set_body_string(body),
+        )
+        .await;
+        assert_eq!(vllm(&server).served_version().await, None, "{body}");
+    }
+}
+
 // ---- /metrics ----
 
 #[tokio::test]
@@ -195,10 +223,14 @@ async fn a_plain_page_reads_with_its_format_and_size() {
             bytes: PAGE.len()
         }
     );
-    // The scrape asks for the classic text format first, as Prometheus does.
+    // The scrape asks for the text format first, as Prometheus does, with names as
+    // they are (tests/negotiated_metrics.rs: what prometheus_client answers it).
     let requests = server.received_requests().await.unwrap();
     let accept = requests[0].headers.get("accept").unwrap().to_str().unwrap();
-    assert!(accept.starts_with("text/plain;version=0.0.4"), "{accept}");
+    assert!(
+        accept.starts_with("text/plain;version=1.0.0;escaping=allow-utf-8"),
+        "{accept}"
+    );
 }
 
 #[tokio::test]

@@ -201,6 +201,7 @@ impl VllmCore {
         };
         f.first = at;
         let hit = lane.prefix.lookup(f.req.prompt_hash);
+        view.stats.record_render(f.req.prompt_tokens, f.req.chat);
         view.stats
             .record_prefill(f.req.prompt_tokens, hit, (at - f.arrival).as_secs_f64());
         let running = lane.sched.running();
@@ -250,6 +251,17 @@ impl VllmCore {
         self.flights.give_back(f.itls);
         for g in granted {
             self.schedule(g, at);
+        }
+    }
+
+    /// Resume every paused lane and schedule what its queue starts.
+    pub(crate) fn resume_lanes(&mut self, now: Duration) {
+        let mut granted = Vec::new();
+        for lane in &mut self.lanes {
+            lane.sched.resume(|_| false, |w| granted.push(w));
+        }
+        for g in granted {
+            self.schedule(g, now);
         }
     }
 

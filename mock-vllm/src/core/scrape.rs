@@ -8,7 +8,6 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{Answer, Delivery, MetricsReply, VllmCore};
-use crate::config::Dialect;
 use crate::scrape_faults::ScrapePlan;
 
 impl VllmCore {
@@ -118,11 +117,7 @@ impl VllmCore {
     }
 
     fn content_type(&self) -> &'static str {
-        if self.cfg.dialect == Dialect::OpenMetrics {
-            crate::metrics::OPENMETRICS_CONTENT_TYPE
-        } else {
-            crate::metrics::TEXT_CONTENT_TYPE
-        }
+        crate::metrics::content_type(self.cfg.dialect)
     }
 }
 

@@ -39,6 +39,7 @@ fn req(prompt_tokens: u32, max_tokens: u32) -> Req {
         ignore_eos: true,
         stream: false,
         include_usage: false,
+        chat: false,
     }
 }
 
@@ -321,4 +322,30 @@ fn completion_faults_fail_hang_and_drop() {
     )
     .ends_with(" 1.0"));
     assert_eq!(core.engine_load(0), Some((1, 0, 13)));
+}
+
+#[test]
+fn a_sleeping_core_queues_arrivals_and_starts_them_on_wake() {
+    let mut core = VllmCore::new(cfg(Dialect::V0_33), EPOCH, ms(0)).unwrap();
+    core.sleep(ms(10), 1);
+    assert!(core.is_sleeping());
+    let Submitted::Accepted(id) = core.submit(ms(100), req(10, 3)) else {
+        panic!("accepted")
+    };
+    // Queued, nothing scheduled while asleep.
+    assert_eq!(core.next_event_time(), None);
+    let asleep = page(&mut core, ms(200));
+    assert!(line(&asleep, "vllm:num_requests_waiting{").ends_with(" 1.0"));
+    assert!(line(
+        &asleep,
+        "vllm:engine_sleep_state{engine=\"0\",model_name=\"mock-model\",sleep_state=\"awake\"}"
+    )
+    .ends_with(" 0.0"));
+    core.wake(ms(1000));
+    assert!(!core.is_sleeping());
+    // First token 12 ms after the wake, then two more 10 ms apart.
+    assert_eq!(core.next_event_time(), Some(ms(1012)));
+    let done = core.advance(ms(2000));
+    assert_eq!(done.len(), 1);
+    assert_eq!((done[0].id, done[0].at), (id, ms(1032)));
 }

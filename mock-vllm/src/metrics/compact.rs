@@ -434,6 +434,7 @@ mod tests {
         Snapshot {
             dialect: Dialect::Compact,
             model: model.into(),
+            max_model_len: 8192,
             engines,
             nonfinite: rng.gen_bool(0.15),
             overrides,

@@ -10,11 +10,14 @@
 //! OpenMetrics dialect is what a vLLM 0.11 answers a scraper that asks for OpenMetrics
 //! (its prometheus_client negotiates by `Accept`): the same registry in the other format.
 
+mod cache_config;
 mod compact;
 pub(crate) use compact::PageMemo;
 mod http;
+mod multiprocess;
 mod runtime;
 mod vllm_v0;
+mod vllm_v033;
 mod vllm_v1;
 
 use crate::config::Dialect;
@@ -23,8 +26,20 @@ use crate::process::ProcessView;
 use crate::stats::{EngineStats, FinishReason, Hist, HttpStats};
 
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// What prometheus_client 0.23 and later call the text format (0.33 and 0.34 ship one):
+/// the same text, announced as version 1.0.0.
+pub const TEXT_1_0_CONTENT_TYPE: &str = "text/plain; version=1.0.0; charset=utf-8";
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The `Content-Type` a server of `dialect` answers `/metrics` with.
+pub fn content_type(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+        Dialect::V0_33 | Dialect::V0_34 => TEXT_1_0_CONTENT_TYPE,
+        _ => TEXT_CONTENT_TYPE,
+    }
+}
 
 /// One engine's gauges and a copy of its counters, read at the scrape's instant.
 #[derive(Clone, Debug)]
@@ -55,6 +70,8 @@ pub struct Runtime {
 pub struct Snapshot {
     pub dialect: Dialect,
     pub model: String,
+    /// The context window (`max_model_len`): the cache config's concurrency label.
+    pub max_model_len: u32,
     pub engines: Vec<EngineView>,
     /// The `metrics_nonfinite` fault: gauges NaN/±Inf, `_seconds` sums NaN.
     pub nonfinite: bool,
@@ -226,60 +243,7 @@ impl Snapshot {
     }
 
     pub(super) fn cache_config_info(&self) -> Family {
-        let mut f = Family::new(
-            "vllm:cache_config_info",
-            "Information of the LLMEngine CacheConfig",
-            Kind::Gauge,
-        );
-        for e in &self.engines {
-            let blocks = (e.kv_capacity / crate::stats::BLOCK_SIZE as u64).to_string();
-            let s = |v: &str| v.to_string();
-            let labels: Labels = if self.dialect == Dialect::V0 {
-                vec![
-                    ("block_size", s("16")),
-                    ("cache_dtype", s("auto")),
-                    ("cpu_offload_gb", s("0")),
-                    ("enable_prefix_caching", s("True")),
-                    ("gpu_memory_utilization", s("0.9")),
-                    ("is_attention_free", s("False")),
-                    ("num_cpu_blocks", s("2048")),
-                    ("num_gpu_blocks", blocks),
-                    ("num_gpu_blocks_override", s("None")),
-                    ("sliding_window", s("None")),
-                    ("swap_space", s("4")),
-                    ("swap_space_bytes", s("4294967296")),
-                ]
-            } else {
-                vec![
-                    ("block_size", s("16")),
-                    ("cache_dtype", s("auto")),
-                    ("calculate_kv_scales", s("False")),
-                    ("cpu_kvcache_space_bytes", s("None")),
-                    ("cpu_offload_gb", s("0.0")),
-                    ("enable_prefix_caching", s("True")),
-                    ("engine", e.index.to_string()),
-                    ("gpu_memory_utilization", s("0.9")),
-                    ("is_attention_free", s("False")),
-                    ("kv_sharing_fast_prefill", s("False")),
-                    ("mamba_cache_dtype", s("auto")),
-                    ("mamba_page_size_padded", s("None")),
-                    ("mamba_ssm_cache_dtype", s("auto")),
-                    ("num_cpu_blocks", s("None")),
-                    ("num_gpu_blocks", blocks),
-                    ("num_gpu_blocks_override", s("None")),
-                    ("prefix_caching_hash_algo", s("builtin")),
-                    ("sliding_window", s("None")),
-                    ("swap_space", s("4.0")),
-                    ("swap_space_bytes", s("4294967296.0")),
-                ]
-            };
-            f.children.push(Child::Value {
-                labels,
-                value: 1.0,
-                created: None,
-            });
-        }
-        f
+        cache_config::family(self)
     }
 }
 
@@ -315,13 +279,16 @@ pub fn page_into(s: &Snapshot, out: &mut String) -> &'static str {
     }
     // The OpenMetrics page is the same registry as v0.11's, negotiated by `Accept`.
     let mut fams = Vec::with_capacity(64);
-    if let Some(rt) = &s.runtime {
+    // Under the multiprocess layout only the files of the metrics are read: no process
+    // or Python collectors.
+    if let Some(rt) = s.runtime.as_ref().filter(|_| !multiprocess::applies(s)) {
         runtime::families(s, rt, &mut fams);
     }
     match s.dialect {
         Dialect::Compact => vllm_v1::compact_families(s, &mut fams),
         Dialect::V0 => vllm_v0::families(s, &mut fams),
         Dialect::V0_10 | Dialect::V0_11 | Dialect::OpenMetrics => vllm_v1::families(s, &mut fams),
+        Dialect::V0_33 | Dialect::V0_34 => vllm_v033::families(s, &mut fams),
     }
     if let Some(http) = &s.http {
         http::families(http, s.dialect, &mut fams);
@@ -329,6 +296,13 @@ pub fn page_into(s: &Snapshot, out: &mut String) -> &'static str {
     if s.dialect == Dialect::OpenMetrics {
         render_openmetrics(&fams, out);
         OPENMETRICS_CONTENT_TYPE
+    } else if s.dialect.is_v0_33_or_newer() {
+        if multiprocess::applies(s) {
+            multiprocess::render(&fams, out);
+        } else {
+            render_text(&fams, out);
+        }
+        TEXT_1_0_CONTENT_TYPE
     } else {
         render_text(&fams, out);
         TEXT_CONTENT_TYPE
@@ -366,6 +340,7 @@ mod tests {
         Snapshot {
             dialect,
             model: "m".into(),
+            max_model_len: 8192,
             engines: vec![EngineView {
                 index: 0,
                 running: 1.0,

@@ -1,5 +1,7 @@
 //! The `vllm:*` families of the V1 engine (`vllm/v1/metrics/loggers.py`): 0.10 (both
-//! KV names, `time_per_output_token`), 0.11 (renamed), and the compact subset.
+//! KV names, `time_per_output_token`), 0.11 (the KV family renamed, the old one hidden;
+//! `time_per_output_token` kept, marked deprecated, beside `inter_token_latency`), and
+//! the compact subset.
 
 use super::Snapshot;
 use crate::config::Dialect;
@@ -97,6 +99,12 @@ pub(super) fn families(c: &Snapshot, out: &mut Vec<Family>) {
             |s| &s.h_itl,
         ));
     } else {
+        // 0.11.0 still registers the deprecated name beside its replacement.
+        out.push(c.histogram(
+            "vllm:time_per_output_token_seconds",
+            "Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead.",
+            |s| &s.h_itl,
+        ));
         out.push(c.itl());
         out.push(c.histogram(
             "vllm:request_time_per_output_token_seconds",

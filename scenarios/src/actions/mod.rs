@@ -225,6 +225,8 @@ mod tests {
                 "vllm_crash",
                 "vllm_restart",
                 "vllm_counter_reset",
+                "vllm_sleep",
+                "vllm_wake",
                 "etcd_fault",
                 "etcd_clear_faults",
                 "etcd_release_hung",

@@ -1,6 +1,7 @@
 //! vLLM actions: the fake vLLM's health, its faults (scrape and completion), a crash
-//! and a restart on the same port, and a counter reset (a restart the sidecar only sees
-//! in its counters).
+//! and a restart on the same port, a counter reset (a restart the sidecar only sees
+//! in its counters), and sleep mode (`vllm_sleep` / `vllm_wake`: /health still 200,
+//! requests queue, the sleep-state gauge says so).
 //!
 //! In real mode they go through the fake's control API, in virtual time to its core:
 //! the same fault values either way ([`vllm_fault`]). An unhealthy or crashed vLLM
@@ -37,6 +38,19 @@ pub enum VllmAction {
     Restart(Target),
     #[serde(rename = "vllm_counter_reset")]
     CounterReset(Target),
+    /// `level` 0 pauses scheduling, 1 offloads the weights, 2 discards everything.
+    #[serde(rename = "vllm_sleep")]
+    Sleep {
+        instance: Target,
+        #[serde(default = "default_sleep_level")]
+        level: u8,
+    },
+    #[serde(rename = "vllm_wake")]
+    Wake(Target),
+}
+
+fn default_sleep_level() -> u8 {
+    1
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
@@ -72,11 +86,18 @@ impl VllmAction {
             | VllmAction::ClearFaults(instance)
             | VllmAction::Crash(instance)
             | VllmAction::Restart(instance)
-            | VllmAction::CounterReset(instance) => Some(instance),
+            | VllmAction::CounterReset(instance)
+            | VllmAction::Sleep { instance, .. }
+            | VllmAction::Wake(instance) => Some(instance),
         }
     }
 
     pub fn check(&self, topo: &Topology) -> Result<(), String> {
+        if let VllmAction::Sleep { level, .. } = self {
+            if *level > 2 {
+                return Err(format!("vllm_sleep: level {level} is not 0, 1 or 2"));
+            }
+        }
         topo.check_target(self.instance().unwrap_or_default(), true)
     }
 
@@ -120,6 +141,8 @@ impl VllmAction {
                 VllmAction::Crash(_) => c.vllm_crash(i).await?,
                 VllmAction::Restart(_) => c.vllm_restart(i).await?,
                 VllmAction::CounterReset(_) => c.vllm_counter_reset(i)?,
+                VllmAction::Sleep { level, .. } => c.vllm_sleep(i, *level)?,
+                VllmAction::Wake(_) => c.vllm_wake(i)?,
             }
         }
         Ok(None)
@@ -185,6 +208,19 @@ impl VllmAction {
                 }
                 VllmAction::CounterReset(_) => {
                     book.open(EpisodeKey::CounterReset(t), s, Some(0), |_| {});
+                }
+                // Healthy but serving nothing: a sidecar may deregister it (as a drain
+                // does) until it wakes, so a missing key is excused meanwhile.
+                VllmAction::Sleep { .. } => {
+                    book.open(EpisodeKey::VllmSleep(s), s, None, |e| {
+                        e.excuses_registration = true;
+                    });
+                }
+                VllmAction::Wake(_) => {
+                    book.close(&EpisodeKey::VllmSleep(s));
+                    if s == Scope::All {
+                        book.close_where(|k| matches!(k, EpisodeKey::VllmSleep(_)));
+                    }
                 }
             }
         }

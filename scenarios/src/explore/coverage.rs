@@ -12,12 +12,13 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 /// The sidecar phases, in the order the table shows them.
-pub const PHASES: [&str; 7] = [
+pub const PHASES: [&str; 8] = [
     "waiting_for_health",
     "registering",
     "registered",
     "re_registering",
     "draining",
+    "asleep",
     "shutting_down",
     "not_running",
 ];

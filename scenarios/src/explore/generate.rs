@@ -20,11 +20,12 @@ use super::schedule::{dur, Fault, Schedule, Topo};
 /// Fault kinds the explorer draws from: the actions that start a fault (the actions
 /// that end one, e.g. `vllm_restart` or `sidecar_start`, come with them), and `load`
 /// (open-loop requests: not a fault, but what makes the metrics move).
-pub const FAULT_KINDS: [&str; 15] = [
+pub const FAULT_KINDS: [&str; 16] = [
     "vllm_health",
     "vllm_fault",
     "vllm_crash",
     "vllm_counter_reset",
+    "vllm_sleep",
     "etcd_fault",
     "etcd_expire_lease",
     "etcd_lose_data",
@@ -38,8 +39,16 @@ pub const FAULT_KINDS: [&str; 15] = [
     "load",
 ];
 
-/// The metrics dialects (`spec::Dialect` names).
-pub const DIALECTS: [&str; 5] = ["v0", "v0_10", "v0_11", "open_metrics", "compact"];
+/// The metrics dialects (`spec::Dialect` names), the newest first.
+pub const DIALECTS: [&str; 7] = [
+    "v0_34",
+    "v0_33",
+    "v0_11",
+    "v0_10",
+    "v0",
+    "open_metrics",
+    "compact",
+];
 
 /// What a sweep draws from.
 #[derive(Clone, Debug, PartialEq)]
@@ -168,7 +177,7 @@ fn topology(rng: &mut StdRng, p: &Params) -> Topo {
         token: rng.gen_bool(0.5).then(|| "tok-a".to_string()),
         dialect: match &p.dialect {
             Some(d) => d.clone(),
-            None => DIALECTS.choose(rng).copied().unwrap_or("compact").into(),
+            None => DIALECTS.choose(rng).copied().unwrap_or(DIALECTS[0]).into(),
         },
         kv_capacity_tokens: rng
             .gen_bool(0.5)
@@ -200,7 +209,7 @@ fn fault_len(rng: &mut StdRng, max_ms: u64) -> u64 {
 fn group_of(f: &Fault) -> String {
     let group = match f.kind() {
         "sidecar_kill" | "sidecar_stop" | "sidecar_drain" => "sidecar",
-        "vllm_health" | "vllm_crash" => "vllm",
+        "vllm_health" | "vllm_crash" | "vllm_sleep" => "vllm",
         "master_token" => "token",
         "etcd_fault" => "etcd_fault",
         _ => return String::new(),
@@ -240,6 +249,13 @@ fn fault(rng: &mut StdRng, p: &Params, topo: &Topo) -> Option<Fault> {
         ),
         "vllm_crash" => with_end(json!({"vllm_crash": inst}), json!({"vllm_restart": inst})),
         "vllm_counter_reset" => plain(json!({"vllm_counter_reset": inst})),
+        "vllm_sleep" => {
+            let level = rng.gen_range(0..=2u8);
+            with_end(
+                json!({"vllm_sleep": {"instance": inst, "level": level}}),
+                json!({"vllm_wake": inst}),
+            )
+        }
         "etcd_fault" => etcd_fault(rng, at_ms, end_at, &d),
         "etcd_expire_lease" => {
             let who = if rng.gen_bool(0.15) {

@@ -32,7 +32,7 @@ pub struct Topo {
     pub etcd_timeout_ms: u64,
     /// The master's token (also every sidecar's); `None`: no token.
     pub token: Option<String>,
-    /// Metrics dialect of the fake vLLMs (`compact`, `v0_10`, …).
+    /// Metrics dialect of the fake vLLMs (`v0_34`, `compact`, …).
     pub dialect: String,
     /// KV cache size of each fake vLLM, in tokens (`None`: mock-vllm's default, so big
     /// that load barely shows in the cache usage).
@@ -64,7 +64,7 @@ impl Topo {
             health_fail_threshold: d.health_fail_threshold,
             etcd_timeout_ms: d.etcd_timeout.as_ms(),
             token: d.token,
-            dialect: "v0_10".into(),
+            dialect: "v0_34".into(),
             kv_capacity_tokens: d.kv_capacity_tokens,
             link_delay_ms: None,
             etcd_endpoints: d.etcd_endpoints,
@@ -148,7 +148,7 @@ impl std::fmt::Display for Size {
 }
 
 /// The action kinds whose value is just the instance name.
-const BARE_TARGET: [&str; 9] = [
+const BARE_TARGET: [&str; 10] = [
     "sidecar_stop",
     "sidecar_kill",
     "sidecar_drain",
@@ -156,6 +156,7 @@ const BARE_TARGET: [&str; 9] = [
     "vllm_crash",
     "vllm_restart",
     "vllm_counter_reset",
+    "vllm_wake",
     "vllm_clear_faults",
     "etcd_expire_lease",
 ];

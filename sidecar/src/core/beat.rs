@@ -1,12 +1,18 @@
 //! The heartbeat cycle: scrape `/metrics`, map the page, POST the body, and read the
 //! master's answer. One cycle at a time, on the heartbeat grid, only while registered
 //! and healthy; failures back off, a 409 registers a new incarnation at once.
+//!
+//! Sleep mode: `/health` answers 200 while vLLM sleeps, so only the page tells
+//! (`vllm:engine_sleep_state`, awake 0 on every engine). Such a page is not posted: the
+//! lease is revoked as a drain does, and the cycle goes on scraping (posting nothing)
+//! until a page says an engine is awake, then the instance registers again with a new
+//! incarnation. `--no-sleep-deregister` keeps it registered instead.
 
 use std::time::Duration;
 
 use super::heartbeat::{has_vllm_sample, HeartbeatBody};
-use super::io::{Answer, Command, CommandId, Note};
-use super::state::Pending;
+use super::io::{Answer, Command, CommandId, Note, RevokeReason};
+use super::state::{AfterRevoke, Pending, Registration};
 use super::{grid, Core};
 use crate::prom::{self, Format, Mode};
 
@@ -30,6 +36,8 @@ impl Core {
         }
         let incarnation = match self.reg.registered() {
             Some(lease) if self.health.healthy => lease.incarnation.clone(),
+            // Asleep: scrape only to learn when it wakes (no incarnation to post for).
+            None if self.health.healthy && self.reg == Registration::Asleep => String::new(),
             _ => return self.end_cycle(now, Outcome::Skipped),
         };
         let id = self.issue(Pending::Scrape { incarnation });
@@ -75,6 +83,9 @@ impl Core {
                 return self.end_cycle(now, Outcome::Failed);
             }
         };
+        if self.follow_sleep(now, &incarnation) {
+            return self.end_cycle(now, Outcome::Skipped);
+        }
         // Only for the registration the scrape was for, if it still stands and vLLM is
         // still healthy. An answer handled at or after its lease's certain expiry comes
         // before the lease check that ends it, so that expiry is tested here too.
@@ -90,6 +101,27 @@ impl Core {
         let post = self.issue(Pending::Post { incarnation });
         self.beat.in_flight = Some(post);
         self.push(Command::PostHeartbeat { id: post, body });
+    }
+
+    /// Act on what the page just mapped says of sleep mode; `true` when the page is not
+    /// to be posted (asleep, or just woken and registering again).
+    fn follow_sleep(&mut self, now: Duration, incarnation: &str) -> bool {
+        let asleep = self.mapper.engines_asleep() == Some(true);
+        if self.reg == Registration::Asleep {
+            if !asleep {
+                self.note(Note::EngineAwake);
+                self.reg_backoff.reset();
+                self.reg = Registration::Unregistered { retry_at: now };
+            }
+            return true;
+        }
+        let current = self.reg.registered().map(|l| l.incarnation.as_str());
+        if asleep && self.cfg.sleep_deregister && current == Some(incarnation) {
+            self.note(Note::EngineAsleep);
+            self.deregister(now, RevokeReason::Asleep, AfterRevoke::Asleep);
+            return true;
+        }
+        false
     }
 
     /// A page's heartbeat metrics, or why the page is unusable.

@@ -32,6 +32,8 @@ pub struct CoreConfig {
     pub health_fail_threshold: u32,
     /// Longest wait for the final revoke before exiting anyway.
     pub shutdown_timeout: Duration,
+    /// Deregister while the page says every engine sleeps; register again on waking.
+    pub sleep_deregister: bool,
     /// How a page becomes the heartbeat's metrics (`--latency-stat`, `--model`).
     pub mapper: MapperConfig,
     /// Wall-clock milliseconds since the Unix epoch at core time zero; the only wall
@@ -59,6 +61,7 @@ impl CoreConfig {
             heartbeat_interval: config.heartbeat_interval,
             health_fail_threshold: config.health_fail_threshold,
             shutdown_timeout: config.shutdown_timeout,
+            sleep_deregister: config.sleep_deregister,
             mapper: MapperConfig {
                 latency_stat: config.latency_stat,
                 model: config.model.clone(),

@@ -45,14 +45,37 @@ impl<'a> HeartbeatBody<'a> {
 
 /// Whether `text` has at least one sample line of a `vllm:` metric: a line that starts
 /// with the name (comment lines start with `#`). One substring search, so the page is
-/// not lexed twice (the mapping lexes it next).
+/// not lexed twice (the mapping lexes it next). A page whose names prometheus_client
+/// escaped for an OpenMetrics scraper (see `mapping`) counts when it has a line of
+/// `vllm:num_requests_waiting` in one of the escaped spellings (every vLLM release
+/// writes that family): a bare `vllm_` prefix would also take, say, the sidecar's own
+/// `vllm_sidecar_*` page for vLLM's. Those searches run only when the first found
+/// nothing.
 pub fn has_vllm_sample(text: &str) -> bool {
     // Built once: building a searcher cost more than the search, which stops at the
     // page's first sample line.
-    static LINE_START: OnceLock<memmem::Finder<'static>> = OnceLock::new();
-    let finder = LINE_START.get_or_init(|| memmem::Finder::new(b"\nvllm:"));
-    text.starts_with("vllm:") || finder.find(text.as_bytes()).is_some()
+    static NAMED: OnceLock<memmem::Finder<'static>> = OnceLock::new();
+    static ESCAPED: OnceLock<[memmem::Finder<'static>; 3]> = OnceLock::new();
+    let named = NAMED.get_or_init(|| memmem::Finder::new(b"\nvllm:"));
+    if text.starts_with("vllm:") || named.find(text.as_bytes()).is_some() {
+        return true;
+    }
+    let escaped = ESCAPED.get_or_init(|| {
+        ESCAPED_WAITING.map(|name| memmem::Finder::new(name.as_bytes()).into_owned())
+    });
+    ESCAPED_WAITING
+        .iter()
+        .zip(escaped)
+        .any(|(name, f)| text.starts_with(&name[1..]) || f.find(text.as_bytes()).is_some())
 }
+
+/// `\n` and `vllm:num_requests_waiting` as the `underscores`, `dots` and `values`
+/// escapings write it.
+const ESCAPED_WAITING: [&str; 3] = [
+    "\nvllm_num_requests_waiting",
+    "\nvllm__num__requests__waiting",
+    "\nU__vllm_3a_num__requests__waiting",
+];
 
 #[cfg(test)]
 mod tests {
@@ -69,6 +92,19 @@ mod tests {
         assert!(!has_vllm_sample("# TYPE vllm:x gauge\nother 1\n"));
         assert!(!has_vllm_sample("other{a=\"vllm:x\"} 1\n"));
         assert!(!has_vllm_sample(""));
+        // Escaped by prometheus_client for an OpenMetrics scraper.
+        assert!(has_vllm_sample(
+            "# TYPE vllm:num_requests_waiting gauge\nvllm_num_requests_waiting 0.0\n"
+        ));
+        assert!(has_vllm_sample(
+            "# x\nU__vllm_3a_num__requests__waiting 0.0\n"
+        ));
+        assert!(!has_vllm_sample("# TYPE vllm_x gauge\nother 1\n"));
+        assert!(has_vllm_sample("vllm__num__requests__waiting 0.0\n"));
+        // The sidecar's own page is not vLLM's.
+        assert!(!has_vllm_sample(
+            "# TYPE vllm_sidecar_registered gauge\nvllm_sidecar_registered 1.0\n"
+        ));
     }
 
     #[test]

@@ -166,6 +166,8 @@ pub enum RevokeReason {
     Shutdown,
     /// A lease replaced after a 409 (or one granted for a registration given up).
     Replaced,
+    /// vLLM reports every engine asleep (sleep mode).
+    Asleep,
 }
 
 /// What happened, as data: the driver turns each into a log line and its counters.
@@ -282,6 +284,10 @@ pub enum Note {
     Draining,
     /// A drain ended: the instance registers again once healthy.
     Undraining,
+    /// vLLM reports every engine asleep: the lease is revoked until it wakes.
+    EngineAsleep,
+    /// vLLM is awake again: the instance registers with a new incarnation.
+    EngineAwake,
     /// Shutdown began: the final revoke, bounded by `timeout`.
     ShuttingDown {
         /// `--shutdown-timeout`.

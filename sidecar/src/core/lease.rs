@@ -253,7 +253,9 @@ impl Core {
             }
             // Drained stays drained, unless the sidecar exits.
             Registration::Drained if !matches!(then, AfterRevoke::Exit { .. }) => return,
-            Registration::Unregistered { .. } | Registration::Drained => (None, None),
+            Registration::Unregistered { .. } | Registration::Drained | Registration::Asleep => {
+                (None, None)
+            }
             Registration::Exited => return,
         };
         if let Some(side) = side {
@@ -282,6 +284,7 @@ impl Core {
                 self.reg = Registration::Unregistered { retry_at: now };
             }
             AfterRevoke::Drain => self.reg = Registration::Drained,
+            AfterRevoke::Asleep => self.reg = Registration::Asleep,
             AfterRevoke::Exit { .. } => self.exit(),
         }
     }

@@ -52,6 +52,10 @@ impl Note {
             },
             Note::Draining => "draining: revoking the lease and staying deregistered",
             Note::Undraining => "undrained: registering again once vLLM is healthy",
+            Note::EngineAsleep => {
+                "vLLM is asleep (engine_sleep_state awake = 0): deregistering until it wakes"
+            }
+            Note::EngineAwake => "vLLM is awake again: registering",
             Note::ShuttingDown { .. } => "shutting down: revoking the lease",
             Note::ShutdownTimedOut => {
                 "the lease revoke did not finish within --shutdown-timeout; exiting (the key expires with its lease)"

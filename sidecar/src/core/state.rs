@@ -54,6 +54,9 @@ pub enum Registration {
     },
     /// Deregistered on request (drain): stays so until undrained.
     Drained,
+    /// Deregistered because vLLM sleeps: its page is still read, and the instance
+    /// registers again once it says an engine is awake.
+    Asleep,
     /// The exit command has been issued.
     Exited,
 }
@@ -65,6 +68,8 @@ pub enum AfterRevoke {
     Register,
     /// Stay deregistered (drain).
     Drain,
+    /// Stay deregistered while vLLM sleeps.
+    Asleep,
     /// Exit, at the latest at `deadline`.
     Exit {
         /// Exit by then even if etcd has not answered.
@@ -73,12 +78,14 @@ pub enum AfterRevoke {
 }
 
 impl AfterRevoke {
-    /// Which wins when two reasons to revoke meet: exit over drain over register.
+    /// Which wins when two reasons to revoke meet: exit over drain over sleep over
+    /// register.
     pub fn rank(&self) -> u8 {
         match self {
             AfterRevoke::Register => 0,
-            AfterRevoke::Drain => 1,
-            AfterRevoke::Exit { .. } => 2,
+            AfterRevoke::Asleep => 1,
+            AfterRevoke::Drain => 2,
+            AfterRevoke::Exit { .. } => 3,
         }
     }
 }

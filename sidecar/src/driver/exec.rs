@@ -95,9 +95,11 @@ impl Peers {
                 (id, answers::revoke(self.etcd.lease_revoke(lease).await))
             }
             Command::LogServedModel => {
-                let model = self.vllm.served_model().await;
+                let (model, version) =
+                    tokio::join!(self.vllm.served_model(), self.vllm.served_version());
                 let model = model.as_deref().unwrap_or("?");
-                tracing::info!(model, "vLLM healthy, registering");
+                let vllm_version = version.as_deref().unwrap_or("?");
+                tracing::info!(model, vllm_version, "vLLM healthy, registering");
                 return None;
             }
             Command::Note(_) | Command::Exit { .. } => return None,

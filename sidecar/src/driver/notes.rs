@@ -82,7 +82,9 @@ pub fn record(t: &Telemetry, note: &Note) {
             status,
             error,
         } => heartbeat(t, &msg, answer, *status, error.as_deref()),
-        Note::Draining | Note::Undraining => tracing::info!("{msg}"),
+        Note::Draining | Note::Undraining | Note::EngineAsleep | Note::EngineAwake => {
+            tracing::info!("{msg}")
+        }
         Note::ShuttingDown { timeout } => tracing::info!(?timeout, "{msg}"),
         Note::ShutdownTimedOut => tracing::warn!("{msg}"),
     }
@@ -104,5 +106,6 @@ fn reason(why: RevokeReason) -> &'static str {
         RevokeReason::Drain => "drain",
         RevokeReason::Shutdown => "shutdown",
         RevokeReason::Replaced => "replaced",
+        RevokeReason::Asleep => "asleep",
     }
 }

@@ -1,5 +1,6 @@
 //! vLLM's endpoints: `/health` (is the engine up), `/metrics` (its load, as a page of
-//! text for the core to map) and `/v1/models` (the model name, for the log).
+//! text for the core to map), `/v1/models` and `/version` (the model name and the
+//! release, for the log).
 //!
 //! Why thin: whether a page holds vLLM samples, how many failed probes make an engine
 //! down, when to scrape: the core decides. Here each call is one GET, bounded in time as
@@ -15,9 +16,13 @@ use super::exchange::{Body, Exchange};
 use super::http::{content_format, describe, display_url, read_body, read_capped};
 use crate::prom::Format;
 
-/// What the scrape asks for: the classic text format first, as Prometheus does.
-const ACCEPT: &str =
-    "text/plain;version=0.0.4;q=1.0, application/openmetrics-text;version=1.0.0;q=0.5, */*;q=0.1";
+/// What the scrape asks for: the text format first, as Prometheus does. vLLM's
+/// `/metrics/` (trailing slash) is prometheus_client's negotiating handler, which takes
+/// the first type it knows in list order, ignoring q-values, and from 0.22 escapes
+/// OpenMetrics names (`vllm_…`) unless told `escaping=allow-utf-8`: asking first for
+/// text 1.0.0 with names as they are gets vLLM's names from it; older handlers skip that
+/// entry (and answer the text or OpenMetrics they always did).
+const ACCEPT: &str = "text/plain;version=1.0.0;escaping=allow-utf-8;q=1.0, text/plain;version=0.0.4;q=0.9, application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5, */*;q=0.1";
 
 /// The body of `/health` is read only to reuse the connection: at most this much.
 pub const HEALTH_BODY_CAP: usize = 64 * 1024;
@@ -87,6 +92,7 @@ pub struct VllmClient {
     http: reqwest::Client,
     health_url: Result<Url, String>,
     models_url: Result<Url, String>,
+    version_url: Result<Url, String>,
     metrics_url: Url,
     health_timeout: Duration,
     scrape_timeout: Duration,
@@ -125,6 +131,7 @@ impl VllmClient {
             http,
             health_url: join("/health"),
             models_url: join("/v1/models"),
+            version_url: join("/version"),
             metrics_url,
             health_timeout,
             scrape_timeout,
@@ -185,6 +192,32 @@ impl VllmClient {
             .await
             .unwrap_or(Exchange::TimedOut);
         classify_scrape(exchange)
+    }
+
+    /// The release from `/version` (`{"version": "0.33.0"}`), for the registration log
+    /// line only; `None` on any failure (older servers and proxies may not have it).
+    pub async fn served_version(&self) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Version {
+            version: String,
+        }
+        let body = self.small_get(self.version_url.clone().ok()?).await?;
+        let v: Version = serde_json::from_slice(&body).ok()?;
+        Some(v.version)
+    }
+
+    /// A small JSON answer's body (2xx only, capped), within the health timeout.
+    async fn small_get(&self, url: Url) -> Option<Vec<u8>> {
+        let exchange = async {
+            let mut response = self.http.get(url).send().await.ok()?;
+            if !response.status().is_success() {
+                return None;
+            }
+            read_capped(&mut response, MODELS_BODY_CAP).await.ok()
+        };
+        tokio::time::timeout(self.health_timeout, exchange)
+            .await
+            .ok()?
     }
 
     /// The first model id from `/v1/models`, for the registration log line only;
