@@ -122,6 +122,7 @@ pub trait Cluster {
     fn vllm_counter_reset(&mut self, i: usize) -> Result<(), String>;
     /// vLLM's `POST /sleep?level=N`: no request starts until [`Cluster::vllm_wake`].
     fn vllm_sleep(&mut self, i: usize, level: u8) -> Result<(), String>;
+    /// vLLM's `POST /wake_up`.
     fn vllm_wake(&mut self, i: usize) -> Result<(), String>;
 
     /// Arm a fault on the fake etcd's gateway.

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! scenarios: the mock cluster, the scenario language and runner, and the fault library.
 //!
 //! A developer of the sidecar (or of the master) runs `cargo run -p scenarios -- run` and

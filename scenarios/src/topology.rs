@@ -28,55 +28,79 @@ pub enum EtcdNeed {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Dialect {
+    /// vLLM 0.x before 0.10.
     V0,
+    /// vLLM 0.10.
     V0_10,
+    /// vLLM 0.11.
     V0_11,
+    /// vLLM 0.33.
     V0_33,
     /// The newest release imitated (docs/contract.md §4).
     #[default]
     V0_34,
+    /// OpenMetrics 1.0 text, as a negotiating scraper gets it.
     OpenMetrics,
     /// Only the families the sidecar reads, as a v0.11 page writes them: small pages for
     /// big fleets.
     Compact,
 }
 
-/// The cluster a scenario runs on. Intervals default short so the library runs fast.
 /// A link of the cluster, as scenarios name them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LinkKind {
+    /// A sidecar to etcd (one link per endpoint).
     SidecarEtcd,
+    /// A sidecar to the master.
     SidecarMaster,
+    /// A sidecar to its vLLM.
     SidecarVllm,
+    /// The master to etcd.
     MasterEtcd,
 }
 
+/// The cluster a scenario runs on. Intervals default short so the library runs fast.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Topology {
+    /// Instances (vLLM + sidecar pairs).
     pub instances: usize,
+    /// Which etcd it needs.
     pub etcd: EtcdNeed,
     /// Etcd endpoints each sidecar is given (each through its own proxy link).
     pub etcd_endpoints: usize,
     /// Etcd user and password (fake etcd only): enables the auth flow.
     pub etcd_user: Option<String>,
+    /// That user's password.
     pub etcd_password: Option<String>,
     /// Lifetime of an etcd auth token (fake etcd only).
     pub etcd_token_ttl: Option<Dur>,
+    /// The etcd key namespace (a run adds its own suffix).
     pub namespace: String,
+    /// The instances' type (`DEFAULT`, `PREFILL`, `DECODE`, `MIX`).
     pub instance_type: String,
+    /// The sidecars' lease TTL (whole seconds).
     pub lease_ttl: u64,
+    /// The sidecars' keepalive interval.
     pub keepalive_interval: Dur,
+    /// The sidecars' heartbeat interval.
     pub heartbeat_interval: Dur,
+    /// The sidecars' `/health` timeout.
     pub health_timeout: Dur,
+    /// Failed probes in a row before a sidecar revokes its lease.
     pub health_fail_threshold: u32,
+    /// The sidecars' etcd call timeout.
     pub etcd_timeout: Dur,
     /// The master's internal token, also given to every sidecar unless overridden.
     pub token: Option<String>,
+    /// The fake vLLMs' metrics dialect.
     pub dialect: Dialect,
+    /// Engines per fake vLLM.
     pub data_parallel: u32,
+    /// Requests a fake vLLM runs at once.
     pub max_num_seqs: Option<u32>,
+    /// A fake vLLM's KV cache, in tokens.
     pub kv_capacity_tokens: Option<u64>,
     /// vLLM takes this long before /health answers 200.
     pub vllm_startup_delay: Dur,
@@ -87,9 +111,11 @@ pub struct Topology {
     pub start_sidecars: bool,
     /// Extra sidecar flags (appended for every instance).
     pub sidecar_args: Vec<String>,
+    /// The fake master's timers.
     pub master: MasterTopology,
     /// Per-instance overrides.
     #[serde(rename = "instance")]
+    /// Per-instance settings (`[[topology.instance]]`).
     pub overrides: Vec<InstanceOverride>,
 }
 
@@ -130,9 +156,13 @@ impl Default for Topology {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MasterTopology {
+    /// How long an instance whose key went stays LEASE_LOST before SUSPECT.
     pub lease_lost_timeout: Dur,
+    /// How long a SUSPECT instance is kept before it is dropped.
     pub suspect_window: Dur,
+    /// How often LOADMETRICS is published.
     pub publish_interval: Dur,
+    /// The master's `/health` probe timeout.
     pub probe_timeout: Dur,
 }
 
@@ -154,22 +184,26 @@ pub struct InstanceOverride {
     /// Instance name, `i0`, `i1`, …
     pub name: String,
     #[serde(default)]
+    /// Its vLLM's dialect.
     pub dialect: Option<Dialect>,
     /// The token this sidecar sends (`""` for none), when it differs from the master's.
     #[serde(default)]
+    /// Its sidecar's token.
     pub token: Option<String>,
     #[serde(default)]
+    /// Its vLLM's start-up delay.
     pub vllm_startup_delay: Option<Dur>,
     #[serde(default)]
+    /// Whether its sidecar starts with the cluster.
     pub start_sidecar: Option<bool>,
     #[serde(default)]
+    /// Its vLLM's engines.
     pub data_parallel: Option<u32>,
 }
 
 /// Which instance(s) an action touches.
 pub type Target = String;
 
-/// Instance names of a topology: `i0`, `i1`, …
 /// The indices an action's target names among `count` instances: every one for `all`,
 /// else the one so named (none if it does not exist).
 pub fn target_indices(count: usize, target: &str) -> Vec<usize> {
@@ -180,6 +214,7 @@ pub fn target_indices(count: usize, target: &str) -> Vec<usize> {
     }
 }
 
+/// Instance `i`'s name: `i<i>`.
 pub fn instance_name(i: usize) -> String {
     format!("i{i}")
 }
@@ -188,18 +223,21 @@ pub fn instance_name(i: usize) -> String {
 /// topology's default otherwise (the one place that lookup is made).
 #[derive(Clone, Debug, PartialEq)]
 pub struct InstanceSpec {
+    /// The instance's name (`i0`, ...).
     pub name: String,
     /// The internal token its sidecar sends at start.
     pub token: Option<String>,
     /// Its sidecar starts with the cluster.
     pub start_sidecar: bool,
+    /// How long its vLLM takes to become healthy.
     pub vllm_startup_delay: Dur,
+    /// Its vLLM's metrics dialect.
     pub dialect: Dialect,
+    /// Its vLLM's engines.
     pub data_parallel: u32,
 }
 
 impl Topology {
-    /// `i0`, `i1`, … one per instance.
     /// Instance `i`'s settings, overrides applied.
     pub fn instance(&self, i: usize) -> InstanceSpec {
         let name = instance_name(i);
@@ -229,6 +267,7 @@ impl Topology {
         format!("{ns}XLLM:{}:{register_addr}", self.instance_type)
     }
 
+    /// Every instance's name, in order.
     pub fn instance_names(&self) -> Vec<String> {
         (0..self.instances).map(instance_name).collect()
     }

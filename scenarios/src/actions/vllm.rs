@@ -16,35 +16,55 @@ use crate::dur::Dur;
 use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::topology::{target_indices, Target, Topology};
 
+/// What a step does to a fake vLLM (one instance, or `all`).
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub enum VllmAction {
+    /// `vllm_health`: `/health` up, down (503) or hanging.
     #[serde(rename = "vllm_health")]
-    Health { instance: Target, health: Health },
+    Health {
+        /// Whose vLLM.
+        instance: Target,
+        /// How its `/health` answers.
+        health: Health,
+    },
+    /// `vllm_fault`: arm a fault, for `count` uses and/or `duration`.
     #[serde(rename = "vllm_fault")]
     Fault {
+        /// Whose vLLM.
         instance: Target,
+        /// The fault.
         fault: VllmFault,
+        /// It fires this many times at most.
         #[serde(default)]
         count: Option<u64>,
+        /// It is armed this long at most.
         #[serde(default)]
         duration: Option<Dur>,
     },
+    /// `vllm_clear_faults`: disarm every fault.
     #[serde(rename = "vllm_clear_faults")]
     ClearFaults(Target),
+    /// `vllm_crash`: the server stops answering (its port closed).
     #[serde(rename = "vllm_crash")]
     Crash(Target),
+    /// `vllm_restart`: a crashed server serves again on its port.
     #[serde(rename = "vllm_restart")]
     Restart(Target),
+    /// `vllm_counter_reset`: its counters start from 0, as after a restart.
     #[serde(rename = "vllm_counter_reset")]
     CounterReset(Target),
-    /// `level` 0 pauses scheduling, 1 offloads the weights, 2 discards everything.
+    /// `vllm_sleep`: `level` 0 pauses scheduling, 1 offloads the weights, 2 discards
+    /// everything.
     #[serde(rename = "vllm_sleep")]
     Sleep {
+        /// Whose vLLM.
         instance: Target,
+        /// The sleep level (0 to 2).
         #[serde(default = "default_sleep_level")]
         level: u8,
     },
+    /// `vllm_wake`: `POST /wake_up`.
     #[serde(rename = "vllm_wake")]
     Wake(Target),
 }
@@ -53,11 +73,15 @@ fn default_sleep_level() -> u8 {
     1
 }
 
+/// How a fake vLLM's `/health` answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Health {
+    /// 200.
     Up,
+    /// 503.
     Down,
+    /// No answer until the prober gives up.
     Hang,
 }
 
@@ -65,20 +89,55 @@ pub enum Health {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum VllmFault {
-    MetricsStatus { status: u16 },
+    /// `/metrics` answers this status.
+    MetricsStatus {
+        /// The HTTP status.
+        status: u16,
+    },
+    /// `/metrics` never answers.
     MetricsHang,
-    MetricsSlow { bytes_per_sec: u64 },
-    MetricsTruncate { at_bytes: u64 },
-    MetricsGarbage { lines: u32 },
+    /// `/metrics` trickles its page.
+    MetricsSlow {
+        /// The rate it is sent at.
+        bytes_per_sec: u64,
+    },
+    /// `/metrics` ends its page early.
+    MetricsTruncate {
+        /// Where the page is cut.
+        at_bytes: u64,
+    },
+    /// `/metrics` mixes lines that are no exposition format into its page.
+    MetricsGarbage {
+        /// How many such lines.
+        lines: u32,
+    },
+    /// `/metrics` reports NaN and infinities.
     MetricsNonfinite,
-    MetricsHuge { bytes: u64 },
+    /// `/metrics` sends a page this large.
+    MetricsHuge {
+        /// The page's size.
+        bytes: u64,
+    },
+    /// `/metrics` serves the same page again and again.
     MetricsStale,
-    CompletionFail { fraction: f64, status: u16 },
+    /// A share of completions fail with this status.
+    CompletionFail {
+        /// The share failed (0 to 1).
+        fraction: f64,
+        /// Their status.
+        status: u16,
+    },
+    /// Completions never answer.
     CompletionHang,
-    CompletionDrop { after_tokens: u32 },
+    /// Completion streams stop after some tokens.
+    CompletionDrop {
+        /// Tokens sent before the stream stops.
+        after_tokens: u32,
+    },
 }
 
 impl VllmAction {
+    /// The instance it acts on (a name or `all`).
     pub fn instance(&self) -> Option<&str> {
         match self {
             VllmAction::Health { instance, .. }
@@ -92,6 +151,7 @@ impl VllmAction {
         }
     }
 
+    /// What the file cannot say by its syntax: the instance exists, the level is 0 to 2.
     pub fn check(&self, topo: &Topology) -> Result<(), String> {
         if let VllmAction::Sleep { level, .. } = self {
             if *level > 2 {
@@ -101,6 +161,7 @@ impl VllmAction {
         topo.check_target(self.instance().unwrap_or_default(), true)
     }
 
+    /// A short description for reports.
     pub fn describe(&self) -> String {
         match self {
             VllmAction::Health { instance, health } => {
@@ -120,6 +181,7 @@ impl VllmAction {
         }
     }
 
+    /// Do it on every targeted instance's vLLM.
     pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         let instance = self.instance().unwrap_or_default();
         for i in target_indices(c.topology().instances, instance) {
@@ -148,6 +210,8 @@ impl VllmAction {
         Ok(None)
     }
 
+    /// Open or close the episodes it causes (a vLLM down, crashed or asleep excuses the
+    /// missing key).
     pub fn episodes(&self, book: &mut EpisodeBook<'_>) {
         let t = book.t();
         let instance = self.instance().unwrap_or_default();

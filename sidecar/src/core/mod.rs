@@ -48,6 +48,7 @@
 //! // The driver sleeps until `next_wakeup`, then hands in `Input::Timer`.
 //! assert!(core.next_wakeup().is_some());
 //! ```
+#![warn(missing_docs)]
 
 mod beat;
 mod config;
