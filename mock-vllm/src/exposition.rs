@@ -314,21 +314,7 @@ fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
 
 /// One family in the text format: header, children, then its `_created` family.
 fn text_family(f: &Family, out: &mut String, sc: &mut Scratch) {
-    let (total, ty) = match f.kind {
-        Kind::Counter => ("_total", "counter"),
-        Kind::Gauge => ("", "gauge"),
-        Kind::Histogram => ("", "histogram"),
-        Kind::Summary => ("", "summary"),
-    };
-    let help = escape_help(&f.help);
-    for (what, text) in [("# HELP ", &*help), ("# TYPE ", ty)] {
-        out.push_str(what);
-        out.push_str(&f.name);
-        out.push_str(total);
-        out.push(' ');
-        out.push_str(text);
-        out.push('\n');
-    }
+    let help = text_header(f, out);
     sc.created.clear();
     for c in &f.children {
         let created = child_samples(f, c, out, sc);
@@ -337,14 +323,33 @@ fn text_family(f: &Family, out: &mut String, sc: &mut Scratch) {
         }
     }
     if !sc.created.is_empty() {
-        for (what, text) in [("# HELP ", &*help), ("# TYPE ", "gauge")] {
-            out.push_str(what);
-            out.push_str(&f.name);
-            out.push_str("_created ");
-            out.push_str(text);
-            out.push('\n');
-        }
+        header_lines(out, &f.name, "_created", &help, "gauge");
         out.push_str(&sc.created);
+    }
+}
+
+/// A family's `# HELP` and `# TYPE` lines in the text format; answers its escaped help.
+fn text_header<'f>(f: &'f Family, out: &mut String) -> std::borrow::Cow<'f, str> {
+    let (suffix, ty) = match f.kind {
+        Kind::Counter => ("_total", "counter"),
+        Kind::Gauge => ("", "gauge"),
+        Kind::Histogram => ("", "histogram"),
+        Kind::Summary => ("", "summary"),
+    };
+    let help = escape_help(&f.help);
+    header_lines(out, &f.name, suffix, &help, ty);
+    help
+}
+
+/// `# HELP <name><suffix> <help>` and `# TYPE <name><suffix> <ty>`.
+fn header_lines(out: &mut String, name: &str, suffix: &str, help: &str, ty: &str) {
+    for (what, text) in [("# HELP ", help), ("# TYPE ", ty)] {
+        out.push_str(what);
+        out.push_str(name);
+        out.push_str(suffix);
+        out.push(' ');
+        out.push_str(text);
+        out.push('\n');
     }
 }
 
@@ -354,21 +359,7 @@ fn text_family(f: &Family, out: &mut String, sc: &mut Scratch) {
 pub fn render_text_without_created(families: &[&Family], out: &mut String) {
     with_scratch(|sc| {
         for f in families {
-            let (total, ty) = match f.kind {
-                Kind::Counter => ("_total", "counter"),
-                Kind::Gauge => ("", "gauge"),
-                Kind::Histogram => ("", "histogram"),
-                Kind::Summary => ("", "summary"),
-            };
-            let help = escape_help(&f.help);
-            for (what, text) in [("# HELP ", &*help), ("# TYPE ", ty)] {
-                out.push_str(what);
-                out.push_str(&f.name);
-                out.push_str(total);
-                out.push(' ');
-                out.push_str(text);
-                out.push('\n');
-            }
+            text_header(f, out);
             for c in &f.children {
                 merged_child(f, c, out, sc);
             }
