@@ -236,10 +236,21 @@ pub async fn up(args: UpArgs) -> u8 {
             return 1;
         }
     };
+    // Our binary, found (or built) once for every sidecar the cluster starts.
+    let bin = match args.sidecar_bin.clone() {
+        Some(b) => b,
+        None => match crate::sidecar::locate_binary() {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("scenarios: {e}");
+                return 1;
+            }
+        },
+    };
     let timeline = crate::timeline::Timeline::new();
     let opts = ClusterOptions {
         etcd: choice.clone(),
-        profile: std::sync::Arc::new(Profile::ours(args.sidecar_bin.clone())),
+        profile: std::sync::Arc::new(Profile::ours(Some(bin))),
         sidecar_overrides: Vec::new(),
     };
     let cluster =

@@ -14,7 +14,7 @@ use indicatif::ProgressBar;
 
 use crate::capability;
 use crate::engine;
-use crate::profile::Profile;
+use crate::profile::{Profile, Program};
 use crate::real_cluster::{ClusterOptions, EtcdChoice, EtcdKind, RealCluster};
 use crate::report::{Outcome, Status};
 use crate::spec::Scenario;
@@ -103,6 +103,14 @@ pub async fn run_scenario(
             p.set_message(m);
         }
     };
+    // Our binary is found (or built) once for the run, not at every spawn.
+    let profile = match &profile.program {
+        Program::OurBinary(None) if starts_sidecars(sc) => match crate::sidecar::locate_binary() {
+            Ok(bin) => Arc::new(Profile::ours(Some(bin))),
+            Err(e) => return outcome.setup_failed("find the sidecar binary", e),
+        },
+        _ => profile,
+    };
     say("starting cluster".into());
     let timeline = Timeline::new();
     let copts = ClusterOptions {
@@ -150,13 +158,16 @@ pub fn prepare(
     if opts.profile.is_some() {
         return Ok(opts);
     }
-    let needs_sidecar = list
-        .iter()
-        .any(|l| !l.scenario.steps.is_empty() || l.scenario.topology.start_sidecars);
+    let needs_sidecar = list.iter().any(|l| starts_sidecars(&l.scenario));
     if opts.sidecar_bin.is_none() && needs_sidecar {
         opts.sidecar_bin = Some(crate::sidecar::locate_binary()?);
     }
     Ok(opts)
+}
+
+/// Whether a scenario may start a sidecar (at start, or by a step).
+fn starts_sidecars(sc: &Scenario) -> bool {
+    !sc.steps.is_empty() || sc.topology.start_sidecars
 }
 
 /// Scenarios with more instances than this run alone.
