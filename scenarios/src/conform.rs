@@ -5,7 +5,6 @@
 //! was skipped for it, and for each failure one sentence and the command that re-runs
 //! it.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -138,10 +137,39 @@ fn why_failed(o: &Outcome) -> String {
     }
 }
 
+/// How many outcomes ended `st`.
+fn count(outcomes: &[Outcome], st: Status) -> usize {
+    outcomes.iter().filter(|o| o.status == st).count()
+}
+
+/// Each capability: whether the profile declares it (`yes`/`no`), and the scenarios
+/// that needed it and lacked it.
+fn capability_rows<'a>(
+    profile: &Profile,
+    outcomes: &'a [Outcome],
+) -> Vec<(Capability, &'static str, Vec<&'a str>)> {
+    Capability::ALL
+        .into_iter()
+        .map(|c| {
+            let declared = if profile.capabilities.contains(&c) {
+                "yes"
+            } else {
+                "no"
+            };
+            let who = outcomes
+                .iter()
+                .filter(|o| o.lacking.contains(&c))
+                .map(|o| o.name.as_str())
+                .collect();
+            (c, declared, who)
+        })
+        .collect()
+}
+
 /// The conformance report as Markdown.
 pub fn markdown(profile: &Profile, outcomes: &[Outcome], rerun: &str) -> String {
     let mut s = String::new();
-    let count = |st: Status| outcomes.iter().filter(|o| o.status == st).count();
+    let count = |st: Status| count(outcomes, st);
     let program = match &profile.program {
         Program::OurBinary(_) => "our vllm-sidecar".to_string(),
         Program::Command(w) => format!("`{}`", w.join(" ")),
@@ -175,20 +203,8 @@ pub fn markdown(profile: &Profile, outcomes: &[Outcome], rerun: &str) -> String 
         s,
         "\n## Capabilities\n\n| capability | declared | scenarios that needed it |\n|---|---|---|"
     );
-    let mut needed: BTreeMap<Capability, Vec<&str>> = BTreeMap::new();
-    for o in outcomes {
-        for c in &o.lacking {
-            needed.entry(*c).or_default().push(&o.name);
-        }
-    }
-    for c in Capability::ALL {
-        let declared = if profile.capabilities.contains(&c) {
-            "yes"
-        } else {
-            "no"
-        };
-        let who = needed.get(&c).map(|v| v.join(", ")).unwrap_or_default();
-        let _ = writeln!(s, "| {c} | {declared} | {who} |");
+    for (c, declared, who) in capability_rows(profile, outcomes) {
+        let _ = writeln!(s, "| {c} | {declared} | {} |", who.join(", "));
     }
     let failed: Vec<&Outcome> = outcomes
         .iter()
@@ -234,24 +250,14 @@ pub fn html(profile: &Profile, outcomes: &[Outcome], rerun: &str) -> String {
         );
     }
     let mut caps = String::new();
-    for c in Capability::ALL {
-        let declared = if profile.capabilities.contains(&c) {
-            "yes"
-        } else {
-            "no"
-        };
-        let who: Vec<&str> = outcomes
-            .iter()
-            .filter(|o| o.lacking.contains(&c))
-            .map(|o| o.name.as_str())
-            .collect();
+    for (c, declared, who) in capability_rows(profile, outcomes) {
         let _ = write!(
             caps,
             "<tr><td>{c}</td><td>{declared}</td><td>{}</td></tr>",
             esc(&who.join(", "))
         );
     }
-    let count = |st: Status| outcomes.iter().filter(|o| o.status == st).count();
+    let count = |st: Status| count(outcomes, st);
     format!(
         r#"<!doctype html><html><head><meta charset="utf-8"><title>conformance: {name}</title><style>
 body{{font-family:sans-serif;margin:20px}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px;vertical-align:top}}
