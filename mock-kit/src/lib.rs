@@ -12,6 +12,8 @@
 //! - [`faults`]: [`FaultRegistry`], armed faults with an id, a use count and a deadline,
 //!   plus the generic `/_mock/faults` routes; time as an argument in
 //!   [`FaultRegistry::fire_at`] and its siblings (`add_at`, `any_at`, `list_at`).
+//! - [`freeze`]: [`Freeze`], an in-process fake stopped as by `SIGSTOP`: requests held
+//!   ([`freeze::hold_requests`]) and background loops waiting ([`Freeze::thawed`]).
 //! - [`events`]: [`Event`] and the [`EventSink`] trait through which a fake reports what
 //!   happened to it; scenarios merge these into one timeline. Virtual timestamps through
 //!   [`Events::with_clock`] or [`Events::emit_at`].
@@ -19,10 +21,12 @@
 pub mod cli;
 pub mod events;
 pub mod faults;
+pub mod freeze;
 pub mod serve;
 pub mod shutdown;
 
 pub use events::{Event, EventSink, Events};
 pub use faults::{FaultRegistry, MAX_FAULT_BODY};
+pub use freeze::Freeze;
 pub use serve::ServerHandle;
 pub use shutdown::Shutdown;

@@ -171,6 +171,7 @@ pub async fn start(mut config: Config, events: Events) -> std::io::Result<MockMa
         rr: AtomicU64::new(0),
         shutdown: shutdown.clone(),
         server: Mutex::new(None),
+        freeze: mock_kit::Freeze::new(),
     });
     let handle =
         mock_kit::serve::spawn(listener, server::router(shared.clone()), shutdown.child())?;
@@ -190,6 +191,7 @@ pub async fn start(mut config: Config, events: Events) -> std::io::Result<MockMa
         paused: paused_rx,
         commands: cmd_rx,
         shutdown: shutdown.clone(),
+        freeze: shared.freeze.clone(),
         first_listing: Some(first_tx),
     };
     tokio::spawn(watcher.run());
@@ -210,7 +212,10 @@ async fn ticker(s: AppState) {
     loop {
         tokio::select! {
             _ = s.shutdown.wait() => return,
-            _ = t.tick() => s.registry.tick(),
+            _ = t.tick() => {
+                s.freeze.thawed().await;
+                s.registry.tick()
+            }
         }
     }
 }
@@ -236,6 +241,13 @@ impl MockMaster {
         if let Some(h) = handle {
             let _ = tokio::time::timeout(Duration::from_secs(2), h.stop()).await;
         }
+    }
+
+    /// What stops and continues the master as a process is by `SIGSTOP` and
+    /// `SIGCONT`: requests, watch messages, probes and its timers wait while it is
+    /// frozen (see [`mock_kit::freeze`]).
+    pub fn freeze(&self) -> &mock_kit::Freeze {
+        &self.shared.freeze
     }
 
     /// Every tracked instance, sorted by name.

@@ -16,7 +16,10 @@ pub async fn run(s: AppState) {
     loop {
         tokio::select! {
             _ = s.shutdown.wait() => return,
-            _ = ticker.tick() => publish_once(&s).await,
+            _ = ticker.tick() => {
+                s.freeze.thawed().await;
+                publish_once(&s).await
+            }
         }
     }
 }

@@ -26,10 +26,12 @@ pub fn router(state: AppState) -> Router {
     let openai = crate::routing::routes()
         .with_state(state.clone())
         .layer(guard(error::openai_too_large));
-    Router::new()
+    let router = Router::new()
         .route("/v1/internal/heartbeat", post(crate::heartbeat::handle))
-        .with_state(state)
+        .with_state(state.clone())
         .merge(internal.layer(guard(error::internal_too_large)))
         .merge(openai)
-        .layer(DefaultBodyLimit::max(cap))
+        .layer(DefaultBodyLimit::max(cap));
+    let freeze = state.freeze.clone();
+    mock_kit::freeze::hold_requests(router, &freeze)
 }

@@ -37,6 +37,8 @@ pub struct Shared {
     pub rr: AtomicU64,
     pub shutdown: Shutdown,
     pub server: Mutex<Option<ServerHandle>>,
+    /// Frozen: the process is stopped (`SIGSTOP`, a VM pause); requests and timers wait.
+    pub freeze: mock_kit::Freeze,
 }
 
 pub type AppState = Arc<Shared>;
@@ -100,6 +102,8 @@ impl Shared {
     /// Forget every instance; re-learn them from a fresh range only if `relist`.
     /// Returns once the watcher has done so (or the range failed).
     pub async fn restart_with(&self, relist: bool) {
+        // A new process: whatever stopped the old one does not stop it.
+        self.freeze.set(false);
         let (done, wait) = oneshot::channel();
         if self
             .commands

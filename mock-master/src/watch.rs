@@ -55,6 +55,8 @@ pub struct Watcher {
     pub paused: watch::Receiver<bool>,
     pub commands: mpsc::Receiver<Command>,
     pub shutdown: Shutdown,
+    /// While frozen, a message read waits to be applied (and a probe to be sent).
+    pub freeze: mock_kit::Freeze,
     /// Told once the first listing was applied (or failed).
     pub first_listing: Option<oneshot::Sender<()>>,
 }
@@ -175,6 +177,10 @@ impl Watcher {
                 },
                 msg = stream.next() => match msg {
                     Ok(Some(resp)) => {
+                        tokio::select! {
+                            _ = self.shutdown.wait() => return ControlFlow::Break(()),
+                            _ = self.freeze.thawed() => {}
+                        }
                         if let Some(reason) = self.on_message(resp, &stream, p) {
                             return ControlFlow::Continue(reason);
                         }
@@ -280,6 +286,7 @@ impl Watcher {
             let prober = self.prober.clone();
             let registry = self.registry.clone();
             let shutdown = self.shutdown.clone();
+            let freeze = self.freeze.clone();
             tokio::spawn(async move {
                 let mut next = Some(first);
                 while let Some(CoreCommand::Probe {
@@ -296,6 +303,7 @@ impl Watcher {
                         _ = shutdown.wait() => return,
                         ok = async {
                             tokio::time::sleep(wait).await;
+                            freeze.thawed().await;
                             prober.attempt(&name, &url, attempt, timeout).await
                         } => ok,
                     };

@@ -30,6 +30,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
             instrument::instrument,
         ))
         .with_state(shared.clone());
+    let serving = mock_kit::freeze::hold_requests(serving, &shared.freeze);
     let router = if shared.cfg.control {
         serving.merge(control::routes(shared))
     } else {

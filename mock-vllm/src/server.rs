@@ -170,6 +170,8 @@ impl MockVllm {
     /// empty, startup delay again). Crashes first if still running.
     pub async fn restart(&self) -> std::io::Result<()> {
         self.take_down(true).await;
+        // A new process: whatever stopped the old one does not stop it.
+        self.shared.freeze.set(false);
         self.shared.fresh_start(Now::read(), cpu_seconds());
         let mut last = None;
         for _ in 0..50 {
@@ -189,6 +191,12 @@ impl MockVllm {
             }
         }
         Err(last.unwrap_or_else(|| std::io::Error::other("bind failed")))
+    }
+
+    /// What stops and continues the fake as a process is by `SIGSTOP` and `SIGCONT`:
+    /// requests wait while it is frozen (see [`mock_kit::freeze`]).
+    pub fn freeze(&self) -> &mock_kit::Freeze {
+        &self.shared.freeze
     }
 
     pub fn set_health(&self, h: Health) {

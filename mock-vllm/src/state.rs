@@ -108,6 +108,8 @@ pub(crate) struct Shared {
     pub listening: AtomicBool,
     /// Stops background tasks (`/_mock/crash` restarts) when the handle stops.
     pub stopped: Shutdown,
+    /// Frozen: the process is stopped (`SIGSTOP`, a VM pause); requests wait.
+    pub freeze: mock_kit::Freeze,
     /// How `/_mock/crash` reaches the server that owns the accept loop: crash soon,
     /// restart after the given time if any. Set once by [`crate::server::start`].
     pub crash_hook: OnceLock<CrashHook>,
@@ -131,6 +133,7 @@ impl Shared {
             addr,
             listening: AtomicBool::new(false),
             stopped: Shutdown::new(),
+            freeze: mock_kit::Freeze::new(),
             crash_hook: OnceLock::new(),
         }
     }

@@ -54,6 +54,27 @@ pub struct LinkSel {
     pub endpoint: Option<usize>,
 }
 
+/// A process a pause or a throttle stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stoppable {
+    /// Instance `i`'s sidecar.
+    Sidecar(usize),
+    /// Instance `i`'s vLLM.
+    Vllm(usize),
+    /// The master.
+    Master,
+}
+
+/// How a throttled process runs: for `run` in every `period`, stopped for the rest (a
+/// CPU quota spent early in each period).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DutyCycle {
+    /// Running time in each period.
+    pub run: Duration,
+    /// The period.
+    pub period: Duration,
+}
+
 /// Load offered for a time: to one instance's vLLM, or routed by the master.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LoadSpec {
@@ -158,6 +179,17 @@ pub trait Cluster {
         sel: &LinkSel,
         fault: &LinkFault,
         heal_after: Option<Duration>,
+    ) -> Result<(), String>;
+
+    /// Stop `node` for `lasting` as `SIGSTOP` … `SIGCONT` does (`duty`: throttled
+    /// instead, running part of each period): it handles nothing while stopped, and
+    /// what reached it meanwhile is handled when it continues. A process that is not
+    /// running is left alone.
+    fn pause(
+        &mut self,
+        node: Stoppable,
+        lasting: Duration,
+        duty: Option<DutyCycle>,
     ) -> Result<(), String>;
 
     /// Start offering `load`; it ends after its duration or at `load_off`.

@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use crate::topology::{LinkKind, Topology};
+use crate::topology::{LinkKind, ProcessKind, Topology};
 
 /// Whom an episode disturbs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -75,6 +75,8 @@ pub enum EpisodeKey {
     MasterLostLines(u64),
     /// A link fault: the link, whose, which etcd endpoint.
     Link(LinkKind, Scope, Option<usize>),
+    /// A process stopped (paused or throttled), whose, from when.
+    Stopped(ProcessKind, Scope, u64),
 }
 
 /// A disturbance interval derived from actions.
@@ -105,6 +107,10 @@ pub struct Episode {
     pub is_fault: bool,
     /// A graceful stop or a drain: the sidecar is expected to revoke its lease at once.
     pub expects_revoke: bool,
+    /// A sidecar stopped for longer than its lease's TTL: once it continues, its own
+    /// clock tells it the lease is gone, so the incarnation from before the stop must
+    /// not be heartbeated again.
+    pub outlives_lease: bool,
     /// When not 0: the episode lasts this long past the end of every fault that
     /// overlaps it (what it excuses can only be repaired once nothing blocks it).
     pub outlasts_faults_ms: u64,
@@ -275,6 +281,7 @@ impl<'a> EpisodeBook<'a> {
             is_fault: true,
             expects_revoke: false,
             outlasts_faults_ms: 0,
+            outlives_lease: false,
             key,
         };
         set(&mut e);

@@ -250,7 +250,58 @@ fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
         }
         prev = Some(s);
     }
+    if let Some(v) = heartbeat_after_long_stop(sc, samples, eps) {
+        return verdict("no_stale_heartbeat_accepted", Some(v), String::new());
+    }
     verdict("no_stale_heartbeat_accepted", None, "held".into())
+}
+
+/// After a sidecar was stopped for longer than its lease's TTL, the master accepts no
+/// heartbeat of the incarnation it held before the stop, for a TTL after the sidecar
+/// continues: the sidecar's clock says that lease has run out, whatever its last
+/// keepalive answer said. A heartbeat the master accepted while it still believed that
+/// incarnation is one of it (a newer one would be refused until its key is seen).
+fn heartbeat_after_long_stop(
+    sc: &Scenario,
+    samples: &[Sample],
+    eps: &[Episode],
+) -> Option<(u64, String)> {
+    let names = sc.instance_names();
+    let ttl_ms = sc.topology.lease_ttl.saturating_mul(1000);
+    for e in eps.iter().filter(|e| e.outlives_lease) {
+        let Some(end) = e.end_ms else { continue };
+        for (i, name) in names.iter().enumerate().filter(|(i, _)| e.scope.covers(*i)) {
+            let at = |s: &Sample| s.instances.get(i).cloned();
+            let Some(before) = samples
+                .iter()
+                .rev()
+                .find(|s| s.t_ms <= e.start_ms)
+                .and_then(at)
+            else {
+                continue;
+            };
+            let Some(old) = before.master_incarnation.clone() else {
+                continue;
+            };
+            let mut accepted = samples
+                .iter()
+                .rev()
+                .find(|s| s.t_ms <= end)
+                .and_then(at)
+                .map_or(0, |o| o.accepted());
+            let after = samples
+                .iter()
+                .filter(|s| s.t_ms > end && s.t_ms <= end + ttl_ms);
+            for s in after {
+                let Some(o) = at(s) else { continue };
+                if o.accepted() > accepted && o.master_incarnation.as_ref() == Some(&old) {
+                    return Some((s.t_ms, format!("{name}: a heartbeat of incarnation {old} was accepted at t≈{} ms, after the sidecar was stopped {} ms (longer than its lease's TTL) until t={end} ms", s.t_ms, end - e.start_ms)));
+                }
+                accepted = o.accepted();
+            }
+        }
+    }
+    None
 }
 
 fn no_401(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {

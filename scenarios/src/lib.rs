@@ -19,7 +19,8 @@
 //!   `library::load(args)`.
 //! - [`real_cluster`]: fake or real etcd, the fake master, N × (fake vLLM +
 //!   `vllm-sidecar` process), every link through a proxy: `RealCluster::start`,
-//!   `observe()`, `shutdown()`; its verbs in [`real_verbs`].
+//!   `observe()`, `shutdown()`; its verbs in [`real_verbs`]; pauses and throttles as
+//!   `SIGSTOP`/`SIGCONT` of a sidecar or a frozen in-process fake in `real_pause`.
 //! - [`sim_cluster`]: the same topology in the `sim` crate's virtual-time world, its
 //!   verbs in [`sim_verbs`]; [`fakes_config`]: how a topology configures the fakes in
 //!   both.
@@ -63,6 +64,7 @@ pub mod profile;
 pub mod proxy;
 pub mod real_cluster;
 pub mod real_etcd;
+mod real_pause;
 pub mod real_verbs;
 pub mod report;
 pub mod run;

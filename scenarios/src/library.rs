@@ -140,6 +140,26 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "vllm-recovers.toml",
         include_str!("../library/vllm-recovers.toml"),
     ),
+    (
+        "master-paused.toml",
+        include_str!("../library/master-paused.toml"),
+    ),
+    (
+        "sidecar-paused-within-lease.toml",
+        include_str!("../library/sidecar-paused-within-lease.toml"),
+    ),
+    (
+        "sidecar-paused-past-lease.toml",
+        include_str!("../library/sidecar-paused-past-lease.toml"),
+    ),
+    (
+        "sidecar-throttled.toml",
+        include_str!("../library/sidecar-throttled.toml"),
+    ),
+    (
+        "vllm-paused.toml",
+        include_str!("../library/vllm-paused.toml"),
+    ),
 ];
 
 /// A parsed scenario and where it came from.

@@ -5,11 +5,12 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster::{Arming, Cluster, LinkSel, LoadSpec, Signal};
+use crate::cluster::{Arming, Cluster, DutyCycle, LinkSel, LoadSpec, Signal, Stoppable};
 use crate::load::LoadGen;
 use crate::observe::Sample;
 use crate::proxy::{LinkFault, LinkHandle, Proxy};
 use crate::real_cluster::{Etcd, Instance, RealCluster};
+use crate::real_pause::{self, Switch};
 use crate::timeline::{Source, Timeline};
 use crate::topology::LinkKind;
 use crate::topology::Topology;
@@ -201,6 +202,7 @@ impl Cluster for RealCluster {
     }
 
     async fn master_restart(&mut self, relist: bool) -> Result<(), String> {
+        // A new process: a pause of the old one is over (a restart thaws the fake).
         self.master.restart_with(relist).await;
         Ok(())
     }
@@ -248,6 +250,24 @@ impl Cluster for RealCluster {
                 }
             }
         });
+        Ok(())
+    }
+
+    fn pause(
+        &mut self,
+        node: Stoppable,
+        lasting: Duration,
+        duty: Option<DutyCycle>,
+    ) -> Result<(), String> {
+        let switch = match node {
+            Stoppable::Sidecar(i) => match self.instance(i)?.sidecar.as_ref() {
+                Some(p) => Switch::Process(p.pauser().ok_or("the sidecar has no pid")?),
+                None => return Ok(()),
+            },
+            Stoppable::Vllm(i) => Switch::Fake(self.instance(i)?.vllm.freeze().clone()),
+            Stoppable::Master => Switch::Fake(self.master.freeze().clone()),
+        };
+        real_pause::spawn(switch, lasting, duty, self.stop.clone());
         Ok(())
     }
 

@@ -309,6 +309,14 @@ impl SidecarProc {
         }
     }
 
+    /// What stops and continues the process (its group) later, while it runs.
+    pub fn pauser(&self) -> Option<Pauser> {
+        Some(Pauser {
+            pid: self.pid?,
+            exit: self.exit.clone(),
+        })
+    }
+
     /// Send SIGTERM without waiting (the timeline observes what follows).
     pub fn terminate(&self) {
         self.signal(libc::SIGTERM);
@@ -332,6 +340,8 @@ impl SidecarProc {
     /// SIGTERM; wait up to `grace` for the exit, then SIGKILL. Answers the exit code.
     pub async fn stop(&mut self, grace: Duration) -> Option<i32> {
         self.signal(libc::SIGTERM);
+        // A stopped process acts on the SIGTERM only once continued.
+        self.signal(libc::SIGCONT);
         if let Some(code) = self.wait(grace).await {
             return Some(code);
         }
@@ -351,6 +361,33 @@ impl SidecarProc {
         match r {
             Ok(Ok(c)) => *c,
             _ => None,
+        }
+    }
+}
+
+/// Stops (`SIGSTOP`) and continues (`SIGCONT`) one sidecar's process group, as a
+/// debugger, a VM pause or a spent CPU quota does; nothing once the process exited.
+#[derive(Clone, Debug)]
+pub struct Pauser {
+    pid: u32,
+    exit: tokio::sync::watch::Receiver<Option<i32>>,
+}
+
+impl Pauser {
+    /// Stop (`true`) or continue (`false`) the process.
+    pub fn set(&self, stopped: bool) {
+        if self.exit.borrow().is_some() {
+            return;
+        }
+        let sig = if stopped {
+            libc::SIGSTOP
+        } else {
+            libc::SIGCONT
+        };
+        // SAFETY: kill(2) on the process group of a pid we spawned, while its waiter has
+        // not seen it exit (it is reaped only after, so the pid is not yet reused).
+        unsafe {
+            libc::kill(-(self.pid as i32), sig);
         }
     }
 }

@@ -14,7 +14,7 @@ use sim::load::Load;
 use sim::vllm_node::VllmNode;
 use sim::{NodeId, World};
 
-use crate::cluster::{Arming, Cluster, LinkSel, LoadSpec, Signal};
+use crate::cluster::{Arming, Cluster, DutyCycle, LinkSel, LoadSpec, Signal, Stoppable};
 use crate::observe::Sample;
 use crate::proxy::LinkFault;
 use crate::sim_cluster::{node_index, SimCluster};
@@ -165,6 +165,7 @@ impl Cluster for SimCluster {
     }
 
     async fn vllm_restart(&mut self, i: usize) -> Result<(), String> {
+        self.world.end_pause(NodeId::Vllm(node_index(i)));
         let now = self.world.now();
         self.vllm(i)?.core().restart(now);
         Ok(())
@@ -237,6 +238,7 @@ impl Cluster for SimCluster {
     /// lists etcd (applying the listing only if `relist`) and watches again, over its
     /// link, as mock-master does.
     async fn master_restart(&mut self, relist: bool) -> Result<(), String> {
+        self.world.end_pause(NodeId::Master);
         let now = self.world.now();
         self.master()?.restart(now, relist);
         Ok(())
@@ -279,6 +281,25 @@ impl Cluster for SimCluster {
                     }
                 });
             }
+        }
+        Ok(())
+    }
+
+    fn pause(
+        &mut self,
+        node: Stoppable,
+        lasting: Duration,
+        duty: Option<DutyCycle>,
+    ) -> Result<(), String> {
+        let id = match node {
+            Stoppable::Sidecar(i) => NodeId::Sidecar(node_index(i)),
+            Stoppable::Vllm(i) => NodeId::Vllm(node_index(i)),
+            Stoppable::Master => NodeId::Master,
+        };
+        let now = self.world.now();
+        match duty {
+            None => self.world.pause_at(now, id, lasting),
+            Some(d) => self.world.throttle_at(now, id, lasting, d.run, d.period),
         }
         Ok(())
     }

@@ -60,6 +60,18 @@ pub enum LinkKind {
     MasterEtcd,
 }
 
+/// A process of the cluster a pause or a throttle can stop, as scenarios name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessKind {
+    /// An instance's sidecar.
+    Sidecar,
+    /// An instance's vLLM.
+    Vllm,
+    /// The master.
+    Master,
+}
+
 /// The cluster a scenario runs on. Intervals default short so the library runs fast.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]

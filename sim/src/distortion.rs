@@ -49,6 +49,12 @@ pub trait Distortion: fmt::Debug {
     /// core's own; asked after every step.
     fn unasked(&mut self, now: Duration, reg: &Registration) -> Option<Command>;
 
+    /// The process continued after being stopped for `stopped`: how much of that the
+    /// shell's clock missed (the core is told the time that much behind from now on).
+    fn resumed(&mut self, _stopped: Duration) -> Duration {
+        Duration::ZERO
+    }
+
     /// The process in this slot is started again with `config`: its start (`previous`:
     /// its last life's seed), and the distortion of the new process.
     fn restart(&self, config: &CoreConfig, previous: u64, start: &mut Start)

@@ -64,6 +64,8 @@
 //!   [`log::EventLog::record`]; `summary`: what an exchange's lines say, typed.
 //! - [`link`]: links with the TCP fault proxy's vocabulary, and what a fault does to one
 //!   message and to the exchanges under way: [`link::LinkFault::leg`], [`link::Links::set`].
+//! - [`pause`]: paused and throttled nodes (a stopped process): what reaches one is
+//!   held and handed to it when it resumes: [`pause::Pauses::hold`].
 //! - [`node`]: node ids, the requests and answers between nodes, how an exchange ended
 //!   ([`node::Outcome`]), and the [`node::Server`] trait a fake's core is wrapped in
 //!   (serve, timers, its own calls to other nodes).
@@ -100,6 +102,7 @@ pub mod log;
 pub mod master_node;
 pub mod master_watch;
 pub mod node;
+pub mod pause;
 pub mod planted;
 pub mod queue;
 mod sequential;

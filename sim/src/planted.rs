@@ -49,10 +49,15 @@ pub enum PlantedBug {
     /// The KV cache usage goes out as a percentage (0..100) where the contract wants a
     /// fraction (vLLM's `*_usage_perc` gauges are fractions despite their name).
     CacheUsageAsPercent,
+    /// The shell tells its core the time by its own ticks, which stop while the process
+    /// is stopped: after a pause the core believes no time passed, so it trusts its last
+    /// keepalive answer however long ago it came, and heartbeats a lease etcd has
+    /// already dropped.
+    ClockStopsWhilePaused,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 8] = [
+    pub const ALL: [PlantedBug; 9] = [
         PlantedBug::NoReregisterOn409,
         PlantedBug::NoKeepaliveWhileUnhealthy,
         PlantedBug::NoRevokeOnShutdown,
@@ -61,6 +66,7 @@ impl PlantedBug {
         PlantedBug::IgnoreLeaseNotFound,
         PlantedBug::TokenLostOnRestart,
         PlantedBug::CacheUsageAsPercent,
+        PlantedBug::ClockStopsWhilePaused,
     ];
 
     /// The snake_case name (as in TOML, JSON and on the command line).
@@ -74,6 +80,7 @@ impl PlantedBug {
             PlantedBug::IgnoreLeaseNotFound => "ignore_lease_not_found",
             PlantedBug::TokenLostOnRestart => "token_lost_on_restart",
             PlantedBug::CacheUsageAsPercent => "cache_usage_as_percent",
+            PlantedBug::ClockStopsWhilePaused => "clock_stops_while_paused",
         }
     }
 
@@ -221,6 +228,14 @@ impl Distortion for Planted {
     }
 
     /// The old seed or no token, for the two bugs that lose what a restart keeps.
+    /// The stopped time is lost to a clock that counts its own ticks.
+    fn resumed(&mut self, stopped: Duration) -> Duration {
+        match self.bug {
+            PlantedBug::ClockStopsWhilePaused => stopped,
+            _ => Duration::ZERO,
+        }
+    }
+
     fn restart(
         &self,
         config: &CoreConfig,

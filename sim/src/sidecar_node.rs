@@ -99,6 +99,9 @@ pub struct SidecarNode {
     pub(crate) ran: bool,
     /// When the core was last handed an input.
     now: Duration,
+    /// How far behind the world's time the core is told the time (a distortion's clock
+    /// that missed a stop); zero for an honest shell.
+    clock_lag: Duration,
     /// Test-only: how this shell lies to its core and peers (see [`crate::distortion`]).
     distortion: Option<Box<dyn Distortion>>,
 }
@@ -132,6 +135,7 @@ impl SidecarNode {
             seed,
             ran: true,
             now,
+            clock_lag: Duration::ZERO,
             distortion: None,
         }
     }
@@ -193,14 +197,22 @@ impl SidecarNode {
         if self.exit.is_some() {
             return None;
         }
-        self.core.next_wakeup()
+        self.core.next_wakeup().map(|t| t + self.clock_lag)
     }
 
     /// Hand the core an input at `now`.
     pub fn handle(&mut self, now: Duration, input: Input) {
         if self.exit.is_none() {
             self.now = now;
-            self.core.handle(now, input);
+            self.core.handle(now.saturating_sub(self.clock_lag), input);
+        }
+    }
+
+    /// The process continued after being stopped for `stopped` (its due timers fire
+    /// now, with the time it continued at).
+    pub fn resumed(&mut self, stopped: Duration) {
+        if let Some(d) = self.distortion.as_mut() {
+            self.clock_lag += d.resumed(stopped);
         }
     }
 

@@ -21,10 +21,13 @@ use sidecar::config::Config;
 use sidecar::core::Input;
 
 use crate::link::{Direction, Leg, LinkFault, Links, OnChange};
+use mock_vllm::validate::Req;
+
 use crate::load::Load;
 use crate::log::EventLog;
 use crate::master_node::MasterNode;
 use crate::node::{Failure, NodeId, Outcome, Reply, Request, Server};
+use crate::pause::{throttle_pauses, Pauses};
 use crate::planted::PlantedBug;
 use crate::queue::Queue;
 use crate::sequential::Sequential;
@@ -38,10 +41,10 @@ type Action = Box<dyn FnOnce(&mut World)>;
 
 /// Something due at a virtual time.
 enum Event {
-    /// A sidecar's core asked to be woken now.
-    SidecarWake(u32),
-    /// A server's timer.
-    ServerWake(NodeId),
+    /// A sidecar's core asked to be woken at `at` (now, unless it was paused).
+    SidecarWake { index: u32, at: Duration },
+    /// A server's timer, due at `at`.
+    ServerWake { id: NodeId, at: Duration },
     /// A request reaches its server (if the link was not reset since it was sent).
     Arrive {
         exchange: u64,
@@ -74,6 +77,13 @@ enum Event {
     Act(Action),
     /// The next request of load `n` arrives.
     Arrival(usize),
+    /// A load's request reaches `to` (the master: to be routed by it), held while `to`
+    /// was paused.
+    Offer { to: NodeId, request: Req },
+    /// `node` stops running until `until` (see [`crate::pause`]).
+    Pause { node: NodeId, until: Duration },
+    /// `node`'s pause may be over: it runs what was held for it.
+    Resume(NodeId),
     /// The streams `from` → `to` end (closed by `from`, or their connection died).
     StreamEnd {
         from: NodeId,
@@ -146,6 +156,8 @@ pub struct World {
     stuck_streams: std::collections::BTreeSet<(NodeId, NodeId)>,
     /// A sidecar step's commands, a buffer kept between steps.
     outgoing: Vec<Outgoing>,
+    /// Paused nodes and what reached them meanwhile.
+    pauses: Pauses<Event>,
 }
 
 impl World {
@@ -167,6 +179,7 @@ impl World {
             planted: None,
             stuck_streams: std::collections::BTreeSet::new(),
             outgoing: Vec::new(),
+            pauses: Pauses::default(),
         }
     }
 
@@ -273,9 +286,46 @@ impl World {
         index
     }
 
+    /// Pause `node` at `at` for `lasting` (see [`crate::pause`]): it handles nothing
+    /// meanwhile, and everything that reached it happens when it resumes.
+    pub fn pause_at(&mut self, at: Duration, node: NodeId, lasting: Duration) {
+        let until = at + lasting;
+        self.queue.push(at, Event::Pause { node, until });
+    }
+
+    /// Throttle `node` from `at` for `lasting`: in every `period` it runs for `run` and
+    /// is paused for the rest, as a process whose CPU quota is spent early in each
+    /// period.
+    pub fn throttle_at(
+        &mut self,
+        at: Duration,
+        node: NodeId,
+        lasting: Duration,
+        run: Duration,
+        period: Duration,
+    ) {
+        for (from, until) in throttle_pauses(at, lasting, run, period) {
+            self.queue.push(from, Event::Pause { node, until });
+        }
+    }
+
+    /// Whether `node` is paused now.
+    pub fn is_paused(&self, node: NodeId) -> bool {
+        self.pauses.is_paused(node)
+    }
+
+    /// The process behind `node` ended (killed, crashed, restarted): a pause of it ends,
+    /// and what it held is gone with the process.
+    pub fn end_pause(&mut self, node: NodeId) {
+        if let Some(dropped) = self.pauses.forget(node) {
+            self.record(node, "pause_ended", || json!({ "dropped": dropped }));
+        }
+    }
+
     /// Kill sidecar `index` now (SIGKILL): no revoke; answers to its open exchanges
     /// vanish with the process (requests already sent still reach their servers).
     pub fn kill_sidecar(&mut self, index: u32) {
+        self.end_pause(NodeId::Sidecar(index));
         self.exchanges
             .retain(|x| !matches!(x.caller, Caller::Sidecar(i, _) if i == index));
         if let Some(node) = self.sidecars.get_mut(index as usize) {
@@ -357,9 +407,16 @@ impl World {
     }
 
     fn step(&mut self, event: Event) {
+        let event = match self.held_by_pause(event) {
+            Some(event) => event,
+            None => return,
+        };
         match event {
-            Event::SidecarWake(i) => self.sidecar_wake(i),
-            Event::ServerWake(id) => self.server_wakes(id),
+            Event::SidecarWake { index, at } => self.sidecar_wake(index, at),
+            Event::ServerWake { id, at } => self.server_wakes(id, at),
+            Event::Offer { to, request } => self.offer(to, request),
+            Event::Pause { node, until } => self.pause_now(node, until),
+            Event::Resume(node) => self.resume(node),
             Event::Arrive {
                 exchange,
                 client,
@@ -446,8 +503,19 @@ impl World {
         }
         let (to, req) = (load.to, load.request());
         let gap = load.next_gap(&mut self.rng);
+        self.offer(to, req);
+        self.queue.push(self.now + gap, Event::Arrival(n));
+    }
+
+    /// A load's request reaches `to`: a vLLM takes it; the master routes it by its pick
+    /// to the vLLM it names (none: the request is dropped, as nothing is routable). A
+    /// paused node holds it until it resumes.
+    fn offer(&mut self, to: NodeId, req: Req) {
+        if self.pauses.is_paused(to) {
+            let _ = self.pauses.hold(to, Event::Offer { to, request: req });
+            return;
+        }
         let now = self.now;
-        // A load aimed at the master is routed by it (its pick), then served there.
         let to = match to {
             NodeId::Master => {
                 let picked = self
@@ -460,11 +528,18 @@ impl World {
                     || json!({ "to": picked.map(|n| n.to_string()) }),
                 );
                 match picked {
-                    Some(n) => n,
-                    None => {
-                        self.queue.push(self.now + gap, Event::Arrival(n));
+                    Some(n) if self.pauses.is_paused(n) => {
+                        let _ = self.pauses.hold(
+                            n,
+                            Event::Offer {
+                                to: n,
+                                request: req,
+                            },
+                        );
                         return;
                     }
+                    Some(n) => n,
+                    None => return,
                 }
             }
             other => other,
@@ -475,15 +550,68 @@ impl World {
             Some(v) => v.offer(now, req),
             None => self.after_server_step(to),
         }
-        self.queue.push(self.now + gap, Event::Arrival(n));
     }
 
-    fn sidecar_wake(&mut self, i: u32) {
+    /// Pause `node` from now until `until`; what reaches it meanwhile is held.
+    fn pause_now(&mut self, node: NodeId, until: Duration) {
+        if self.pauses.pause(node, self.now, until) {
+            self.record(node, "paused", || json!({ "until_ms": until.as_millis() }));
+        }
+        self.queue.push(until, Event::Resume(node));
+    }
+
+    /// `node` runs again if its pause is over: what was held for it happens now, in
+    /// the order it was due (a timer fires late, a request is served late).
+    fn resume(&mut self, node: NodeId) {
+        let Some((stopped, held)) = self.pauses.resume_due(node, self.now) else {
+            return;
+        };
+        self.record(node, "resumed", || json!({ "held": held.len() }));
+        if let NodeId::Sidecar(i) = node {
+            if let Some(s) = self.sidecars.get_mut(i as usize) {
+                s.resumed(stopped);
+            }
+        }
+        for event in held {
+            self.step(event);
+        }
+    }
+
+    /// What a paused node would have handled is held for it; anything else is answered
+    /// back to be handled now.
+    fn held_by_pause(&mut self, event: Event) -> Option<Event> {
+        if !self.pauses.any() {
+            return Some(event);
+        }
+        match self.handler(&event) {
+            Some(node) => self.pauses.hold(node, event),
+            None => Some(event),
+        }
+    }
+
+    /// The node that handles `event`, where a node does (not the network, not the
+    /// script, not a load's clock).
+    fn handler(&self, event: &Event) -> Option<NodeId> {
+        match event {
+            Event::SidecarWake { index, .. } | Event::Input(index, _) => {
+                Some(NodeId::Sidecar(*index))
+            }
+            Event::ServerWake { id, .. } => Some(*id),
+            Event::Arrive { server, .. } => Some(server.server()),
+            Event::Return { exchange, .. }
+            | Event::Fail { exchange, .. }
+            | Event::Timeout { exchange } => self.exchanges.get(*exchange).map(|x| x.caller.node()),
+            Event::StreamEnd { to, .. } | Event::Push { to, .. } => Some(*to),
+            _ => None,
+        }
+    }
+
+    fn sidecar_wake(&mut self, i: u32, at: Duration) {
         let now = self.now;
         let Some(node) = self.sidecars.get_mut(i as usize) else {
             return;
         };
-        if node.wake_at != Some(now) {
+        if node.wake_at != Some(at) {
             return; // superseded by a later schedule
         }
         node.wake_at = None;
@@ -535,7 +663,7 @@ impl World {
                 };
                 if node.wake_at != Some(at) {
                     node.wake_at = Some(at);
-                    self.queue.push(at, Event::SidecarWake(i));
+                    self.queue.push(at, Event::SidecarWake { index: i, at });
                 }
             }
             None => node.wake_at = None,
@@ -774,12 +902,12 @@ impl World {
         }
     }
 
-    fn server_wakes(&mut self, id: NodeId) {
+    fn server_wakes(&mut self, id: NodeId, at: Duration) {
         let now = self.now;
         let Some(slot) = self.servers.get_mut(id) else {
             return;
         };
-        if slot.wake != Some(now) {
+        if slot.wake != Some(at) {
             return;
         }
         slot.wake = None;
@@ -910,7 +1038,7 @@ impl World {
         let at = at.max(now);
         if slot.wake != Some(at) {
             slot.wake = Some(at);
-            self.queue.push(at, Event::ServerWake(id));
+            self.queue.push(at, Event::ServerWake { id, at });
         }
     }
 }

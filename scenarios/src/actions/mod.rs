@@ -15,6 +15,7 @@ pub mod link;
 pub mod load;
 pub mod master;
 mod parse;
+pub mod pause;
 pub mod sidecar;
 pub mod vllm;
 mod words;
@@ -32,6 +33,7 @@ use etcd::EtcdAction;
 use link::LinkAction;
 use load::LoadAction;
 use master::MasterAction;
+use pause::PauseAction;
 use sidecar::SidecarAction;
 use vllm::VllmAction;
 
@@ -54,6 +56,8 @@ pub enum Action {
     Master(MasterAction),
     /// A link fault: `link`.
     Link(LinkAction),
+    /// A stopped process: `pause`, `throttle`.
+    Pause(PauseAction),
     /// The load family: `load`, `load_off`.
     Load(LoadAction),
 }
@@ -70,6 +74,7 @@ impl Action {
                 parse::keys::<EtcdAction>(),
                 parse::keys::<MasterAction>(),
                 parse::keys::<LinkAction>(),
+                parse::keys::<PauseAction>(),
                 parse::keys::<LoadAction>(),
             ]
             .concat()
@@ -85,6 +90,7 @@ impl Action {
             Action::Etcd(a) => a.check(topo),
             Action::Master(a) => a.check(topo),
             Action::Link(a) => a.check(topo),
+            Action::Pause(a) => a.check(topo),
             Action::Load(a) => a.check(topo),
         }
     }
@@ -97,6 +103,7 @@ impl Action {
             Action::Etcd(a) => a.describe(),
             Action::Master(a) => a.describe(),
             Action::Link(a) => a.describe(),
+            Action::Pause(a) => a.describe(),
             Action::Load(a) => a.describe(),
         }
     }
@@ -110,6 +117,7 @@ impl Action {
             Action::Etcd(a) => a.instance(),
             Action::Master(a) => a.instance(),
             Action::Link(a) => a.instance(),
+            Action::Pause(a) => a.instance(),
             Action::Load(a) => a.instance(),
         }
     }
@@ -131,6 +139,7 @@ impl Action {
             Action::Etcd(a) => a.apply(c).await,
             Action::Master(a) => a.apply(c).await,
             Action::Link(a) => a.apply(c).await,
+            Action::Pause(a) => a.apply(c),
             Action::Load(a) => a.apply(c),
         }?;
         c.settle();
@@ -145,6 +154,7 @@ impl Action {
             Action::Etcd(a) => a.episodes(book),
             Action::Master(a) => a.episodes(book),
             Action::Link(a) => a.episodes(book),
+            Action::Pause(a) => a.episodes(book),
             Action::Load(a) => a.episodes(book),
         }
     }
@@ -181,6 +191,8 @@ impl<'de> Visitor<'de> for OneKey {
             MasterAction::deserialize(parse::rest(key, &mut map)).map(Action::Master)
         } else if is(parse::keys::<LinkAction>()) {
             LinkAction::deserialize(parse::rest(key, &mut map)).map(Action::Link)
+        } else if is(parse::keys::<PauseAction>()) {
+            PauseAction::deserialize(parse::rest(key, &mut map)).map(Action::Pause)
         } else if is(parse::keys::<LoadAction>()) {
             LoadAction::deserialize(parse::rest(key, &mut map)).map(Action::Load)
         } else {
@@ -239,6 +251,8 @@ mod tests {
                 "master_fault",
                 "master_clear_faults",
                 "link",
+                "pause",
+                "throttle",
                 "load",
                 "load_off",
             ]
