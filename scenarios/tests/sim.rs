@@ -205,3 +205,57 @@ fn a_link_delay_slows_every_exchange() {
     let slow = registered_at("100ms");
     assert!(slow >= 500, "registered at {slow} ms");
 }
+
+/// With the sidecar's own defaults (TTL 6 s, keepalives every 2 s), a throttled sidecar
+/// keeps its lease as long as each stop is shorter than the lease's margin: running
+/// 100 ms in every 400 ms (a quarter of a CPU) down to 100 ms in every 4 s (1/40); at
+/// 100 ms in 8 s each stop outlasts the TTL and the lease is lost.
+#[test]
+fn a_throttled_sidecar_keeps_its_lease_down_to_a_fortieth_of_a_cpu() {
+    let run = |period: &str| {
+        let text = format!(
+            r#"
+name = "throttled"
+description = "throttled for a minute with the sidecar's default timers"
+[topology]
+lease_ttl = 6
+keepalive_interval = "2s"
+heartbeat_interval = "3s"
+health_timeout = "3s"
+[[step]]
+await = {{ all_active = true }}
+within = "5s"
+[[step]]
+at = "5s"
+action = {{ throttle = {{ process = "sidecar", instance = "i0", duration = "60s", run = "100ms", period = "{period}" }} }}
+[[step]]
+at = "5s"
+await = {{ registered = "i0" }}
+within = "1s"
+hold = "60s"
+[[step]]
+await = {{ incarnations = {{ instance = "i0", at_most = 1 }} }}
+within = "1s"
+"#
+        );
+        let sc = scenarios::spec::Scenario::parse("throttled.toml", &text).expect("parses");
+        let o = run_scenario_sim(&sc, "throttled.toml", &RunOptions::default());
+        eprintln!("run 100ms in every {period}: {:?}\n{}", o.status, show(&o));
+        o
+    };
+    for period in ["400ms", "1s", "2s", "4s"] {
+        let o = run(period);
+        assert_eq!(
+            o.status,
+            Status::Passed,
+            "100ms in every {period}:\n{}",
+            show(&o)
+        );
+    }
+    let o = run("8s");
+    assert!(
+        failed_on(&o, "i0 registered in etcd: held, then stopped holding"),
+        "a 7.9 s stop must outlast a 6 s lease:\n{}",
+        show(&o)
+    );
+}

@@ -261,3 +261,47 @@ fn a_deferred_request_is_acted_on_after_its_delay_unless_its_caller_gave_up() {
     assert!(log.contains("/v3/lease/grant"), "no grant sent: {log}");
     assert_eq!(acted, Vec::<Duration>::new());
 }
+
+/// A paused node handles nothing: what reaches it waits, and happens when it resumes,
+/// at the time it resumes (a request is served late, a due timer fires late).
+#[test]
+fn a_paused_node_handles_nothing_and_catches_up_when_it_resumes() {
+    let ms = Duration::from_millis;
+    let mut world = World::new(3, EventLog::keeping());
+    world.add_server(NodeId::Vllm(0), Box::new(Fixed(Some(Reply::Status(200)))));
+    world.add_sidecar(&config()); // probes /health every 2 s
+    world.pause_at(ms(4_100), NodeId::Vllm(0), ms(2_000));
+    world.pause_at(ms(10_100), NodeId::Sidecar(0), ms(3_000));
+    world.run_until(Duration::from_secs(20));
+    let log = world.log().text();
+    let times = |node: &str, kind: &str| -> Vec<u64> {
+        lines_of(&log, node, kind)
+            .iter()
+            .map(|l| field(l, "t_us"))
+            .collect()
+    };
+    let serves = times("vllm/0", "serve");
+    assert!(
+        !serves.iter().any(|t| (4_100_000..6_100_000).contains(t)),
+        "served while paused: {serves:?}"
+    );
+    assert!(
+        serves.contains(&6_100_000),
+        "the probe that waited: {serves:?}"
+    );
+    let sends = times("sidecar/0", "send");
+    assert!(
+        !sends.iter().any(|t| (10_100_000..13_100_000).contains(t)),
+        "sent while paused: {sends:?}"
+    );
+    assert!(
+        sends.contains(&13_100_000),
+        "the probe that fell due: {sends:?}"
+    );
+    assert!(
+        sends.iter().any(|t| *t > 13_100_000),
+        "runs on after: {sends:?}"
+    );
+    assert_eq!(lines_of(&log, "vllm/0", "resumed").len(), 1);
+    assert_eq!(lines_of(&log, "sidecar/0", "resumed").len(), 1);
+}
