@@ -254,7 +254,7 @@ within = "1s"
     }
     let o = run("8s");
     assert!(
-        failed_on(&o, "i0 registered in etcd: held, then stopped holding"),
+        failed_on(&o, "held, then stopped holding"),
         "a 7.9 s stop must outlast a 6 s lease:\n{}",
         show(&o)
     );
