@@ -423,6 +423,9 @@ impl SimCluster {
         if !inst.started || inst.flag_error || node.exited().is_some() {
             return "not_running";
         }
+        if self.world.is_paused(node.id()) {
+            return "paused";
+        }
         let again = |replacing: bool| {
             if replacing || inst.ever_registered {
                 "re_registering"

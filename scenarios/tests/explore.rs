@@ -130,6 +130,15 @@ fn heartbeats_of_a_lost_incarnation_are_found() {
 }
 
 #[test]
+fn a_clock_that_stops_while_paused_is_found() {
+    finds_and_shrinks(
+        PlantedBug::ClockStopsWhilePaused,
+        16..19,
+        "no_stale_heartbeat_accepted",
+    );
+}
+
+#[test]
 fn the_correct_sidecar_survives_and_a_range_gives_the_same_findings() {
     let a = sweep(&options("clean-a", None, 100..106, 1), &run_scenario_sim);
     assert_eq!(a.schedules, 6);

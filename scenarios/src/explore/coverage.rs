@@ -2,7 +2,8 @@
 //!
 //! Why: a sweep that finds nothing says little unless it shows where it looked. The
 //! matrix (fault kind × the sidecar's phase when the fault hit: waiting for health,
-//! registering, registered, re-registering, draining, shutting down, not running) tells
+//! registering, registered, re-registering, draining, shutting down, stopped by a pause
+//! or a throttle, not running) tells
 //! a user which corners the search reached and which it never did (a zero cell), so they
 //! can steer it with `--faults` or a longer `--duration`.
 
@@ -12,7 +13,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 /// The sidecar phases, in the order the table shows them.
-pub const PHASES: [&str; 8] = [
+pub const PHASES: [&str; 9] = [
     "waiting_for_health",
     "registering",
     "registered",
@@ -20,6 +21,7 @@ pub const PHASES: [&str; 8] = [
     "draining",
     "asleep",
     "shutting_down",
+    "paused",
     "not_running",
 ];
 

@@ -20,7 +20,7 @@ use super::schedule::{dur, Fault, Schedule, Topo};
 /// Fault kinds the explorer draws from: the actions that start a fault (the actions
 /// that end one, e.g. `vllm_restart` or `sidecar_start`, come with them), and `load`
 /// (open-loop requests: not a fault, but what makes the metrics move).
-pub const FAULT_KINDS: [&str; 16] = [
+pub const FAULT_KINDS: [&str; 18] = [
     "vllm_health",
     "vllm_fault",
     "vllm_crash",
@@ -36,6 +36,8 @@ pub const FAULT_KINDS: [&str; 16] = [
     "sidecar_kill",
     "sidecar_stop",
     "sidecar_drain",
+    "pause",
+    "throttle",
     "load",
 ];
 
@@ -210,6 +212,12 @@ fn group_of(f: &Fault) -> String {
     let group = match f.kind() {
         "sidecar_kill" | "sidecar_stop" | "sidecar_drain" => "sidecar",
         "vllm_health" | "vllm_crash" | "vllm_sleep" => "vllm",
+        // One stop at a time per process: a throttle's continue would end a pause.
+        "pause" | "throttle" => match stopped_process(f) {
+            Some("master") => return "stop:master".into(),
+            Some(p) => p,
+            None => return String::new(),
+        },
         "master_token" => "token",
         "etcd_fault" => "etcd_fault",
         _ => return String::new(),
@@ -287,8 +295,40 @@ fn fault(rng: &mut StdRng, p: &Params, topo: &Topo) -> Option<Fault> {
             json!({"sidecar_drain": inst}),
             json!({"sidecar_undrain": inst}),
         ),
+        "pause" => plain(json!({"pause": {"process": stoppable(rng), "instance": inst, "duration": d}})),
+        "throttle" => plain(throttle(rng, inst, &d)),
         _ => return None,
     })
+}
+
+/// Which process a pause or a throttle stops: mostly a sidecar (whose lease is at
+/// stake), else its vLLM or the master.
+fn stoppable(rng: &mut StdRng) -> &'static str {
+    match rng.gen_range(0..20) {
+        0..=11 => "sidecar",
+        12..=16 => "vllm",
+        _ => "master",
+    }
+}
+
+/// The process a pause or a throttle names.
+fn stopped_process(f: &Fault) -> Option<&str> {
+    let (_, body) = f.action.as_object()?.iter().next()?;
+    body.get("process")?.as_str()
+}
+
+/// A throttle for `d`: a period from 200 ms to 4 s (log-uniform), running a twentieth
+/// to a half of it (at least 10 ms).
+fn throttle(rng: &mut StdRng, inst: String, d: &str) -> Value {
+    let period = rng.gen_range(200f64.ln()..4000f64.ln()).exp() as u64;
+    let run = ((period as f64) * rng.gen_range(0.05..0.5)) as u64;
+    json!({"throttle": {
+        "process": stoppable(rng),
+        "instance": inst,
+        "duration": d,
+        "run": dur(run.max(10)),
+        "period": dur(period.max(20)),
+    }})
 }
 
 /// A fault of the master's heartbeat endpoint for `d`: an error status or latency.
