@@ -3,11 +3,10 @@
 //! never holds a keepalive back, and is abandoned at shutdown, so a stopped replica
 //! renews nothing and its leases expire as a killed process's would.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use mock_kit::Shutdown;
-use tokio::sync::Notify;
+use mock_kit::{Events, Shutdown};
+use serde_json::json;
 
 use crate::election::{Call, Op, Outcome};
 use crate::etcd::EtcdClient;
@@ -17,40 +16,55 @@ use crate::registry::Registry;
 /// period, so that keepalives and the lease-lost check are late by at most this.
 pub const STEP: Duration = Duration::from_millis(50);
 
+/// What the election's calls need.
+#[derive(Clone)]
+pub struct Caller {
+    pub registry: Registry,
+    pub etcd: EtcdClient,
+    pub events: Events,
+    pub shutdown: Shutdown,
+}
+
 /// Run until shutdown.
-pub async fn run(registry: Registry, etcd: EtcdClient, shutdown: Shutdown) {
-    let answered = Arc::new(Notify::new());
+pub async fn run(c: Caller) {
     loop {
-        for call in registry.election_step() {
-            spawn_call(call, &registry, &etcd, &shutdown, &answered);
+        for call in c.registry.election_step() {
+            spawn_call(call, &c);
         }
         tokio::select! {
-            _ = shutdown.wait() => return,
-            _ = answered.notified() => {}
+            _ = c.shutdown.wait() => return,
             _ = tokio::time::sleep(STEP) => {}
         }
     }
 }
 
-/// Make `call`, hand its outcome back, and wake the loop for the calls that follow.
-fn spawn_call(
-    call: Call,
-    registry: &Registry,
-    etcd: &EtcdClient,
-    shutdown: &Shutdown,
-    answered: &Arc<Notify>,
-) {
-    let (registry, etcd, shutdown) = (registry.clone(), etcd.clone(), shutdown.clone());
-    let answered = answered.clone();
+/// Make `call`, hand its outcome back, and make the calls that follow from it.
+fn spawn_call(call: Call, c: &Caller) {
+    let c = c.clone();
     tokio::spawn(async move {
         let outcome = tokio::select! {
-            _ = shutdown.wait() => return,
-            o = carry_out(&etcd, &call.op) => o,
+            _ = c.shutdown.wait() => return,
+            o = carry_out(&c.etcd, &call.op) => o,
         };
-        if !registry.on_election_result(call.id, outcome).is_empty() {
-            answered.notify_one();
+        if let Outcome::Failed { error } = &outcome {
+            tracing::warn!(op = op_name(&call.op), %error, "election call failed");
+            let detail = json!({"op": op_name(&call.op), "error": error});
+            c.events.emit("etcd_error", detail);
+        }
+        for next in c.registry.on_election_result(call.id, outcome) {
+            spawn_call(next, &c);
         }
     });
+}
+
+/// The call's name in `etcd_error` events.
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Grant { .. } => "lease_grant",
+        Op::PutService { .. } => "put_service",
+        Op::CreateMaster { .. } => "txn_master",
+        Op::KeepAlive { .. } => "lease_keepalive",
+    }
 }
 
 /// One call against etcd (bounded by the client's call timeout).

@@ -218,8 +218,12 @@ pub async fn start(mut config: Config, events: Events) -> std::io::Result<MockMa
     tokio::spawn(watcher.run());
     tokio::spawn(ticker(shared.clone()));
     if shared.config.elect {
-        let etcd = shared.etcd.clone();
-        tokio::spawn(elect::run(registry.clone(), etcd, shutdown.clone()));
+        tokio::spawn(elect::run(elect::Caller {
+            registry: registry.clone(),
+            etcd: shared.etcd.clone(),
+            events: events.clone(),
+            shutdown: shutdown.clone(),
+        }));
     }
     tokio::spawn(loadmetrics::run(shared.clone()));
     let wait = shared.config.etcd_timeout + Duration::from_secs(1);
