@@ -107,7 +107,9 @@ impl std::fmt::Debug for Config {
 /// A service name as replica mode needs it: `<host>:<port>` with a port number, so it
 /// can never be `MASTER` (the MASTER key's last part) nor empty.
 pub fn check_service_name(name: &str) -> Result<String, String> {
-    let port = name.rsplit_once(':').map(|(host, port)| (host.is_empty(), port));
+    let port = name
+        .rsplit_once(':')
+        .map(|(host, port)| (host.is_empty(), port));
     match port {
         Some((false, p)) if p.parse::<u16>().is_ok() => Ok(name.to_string()),
         _ => Err(format!("{name:?} is not <host>:<port>")),

@@ -314,7 +314,8 @@ impl MasterCore {
 
     fn collect_election(&mut self) {
         if let Some(e) = self.election.as_mut() {
-            self.notes.extend(e.take_notes().into_iter().map(Note::Role));
+            self.notes
+                .extend(e.take_notes().into_iter().map(Note::Role));
         }
     }
 
@@ -403,7 +404,12 @@ impl MasterCore {
         let ns = &self.settings.namespace;
         self.followed = kvs
             .iter()
-            .filter_map(|kv| Some((publish::name_of(ns, &kv.key)?, publish::parse_value(&kv.value)?)))
+            .filter_map(|kv| {
+                Some((
+                    publish::name_of(ns, &kv.key)?,
+                    publish::parse_value(&kv.value)?,
+                ))
+            })
             .map(|(n, m)| (n.to_string(), m))
             .collect();
         let (found, bad) = follow::listed_instances(&self.settings.namespace, kvs);

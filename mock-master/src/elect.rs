@@ -76,13 +76,19 @@ pub async fn carry_out(etcd: &EtcdClient, op: &Op) -> Outcome {
             Err(e) => failed(e),
         },
         Op::PutService { key, value, lease } => {
-            match etcd.put_on_lease(key.as_bytes(), value.as_bytes(), *lease).await {
+            match etcd
+                .put_on_lease(key.as_bytes(), value.as_bytes(), *lease)
+                .await
+            {
                 Ok(revision) => Outcome::Put { revision },
                 Err(e) => failed(e),
             }
         }
         Op::CreateMaster { key, value, lease } => {
-            match etcd.create_if_absent(key.as_bytes(), value.as_bytes(), *lease).await {
+            match etcd
+                .create_if_absent(key.as_bytes(), value.as_bytes(), *lease)
+                .await
+            {
                 Ok(t) if t.succeeded => Outcome::Won {
                     revision: t.revision,
                 },

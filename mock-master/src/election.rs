@@ -90,7 +90,9 @@ pub enum Op {
 /// One call: carry out `op`, then [`Election::on_result`]`(now, id, outcome)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
+    /// Names the call in its answer; never reused, not even across a restart.
     pub id: u64,
+    /// What to do.
     pub op: Op,
 }
 
@@ -209,14 +211,17 @@ impl Election {
         }
     }
 
+    /// The role now.
     pub fn role(&self) -> Role {
         self.role
     }
 
+    /// Master: the only role that publishes LOADMETRICS.
     pub fn is_master(&self) -> bool {
         self.role == Role::Master
     }
 
+    /// This replica's name in etcd.
     pub fn service_name(&self) -> &str {
         &self.settings.service_name
     }
@@ -253,7 +258,9 @@ impl Election {
     }
 
     fn ttl_secs(&self) -> i64 {
-        i64::try_from(self.settings.ttl.as_secs()).unwrap_or(i64::MAX).max(1)
+        i64::try_from(self.settings.ttl.as_secs())
+            .unwrap_or(i64::MAX)
+            .max(1)
     }
 
     fn ttl(&self) -> Duration {
@@ -396,7 +403,10 @@ impl Election {
         match (lease, p) {
             (None, _) => {
                 let ttl_secs = self.ttl_secs();
-                let op = Op::Grant { purpose: p, ttl_secs };
+                let op = Op::Grant {
+                    purpose: p,
+                    ttl_secs,
+                };
                 self.call(now, p, Kind::Grant, op);
             }
             (Some(lease), Purpose::Service) => {

@@ -343,7 +343,12 @@ impl EtcdClient {
     }
 
     /// Put `value` at `key` attached to `lease`. Answers the new revision.
-    pub async fn put_on_lease(&self, key: &[u8], value: &[u8], lease: i64) -> Result<i64, EtcdError> {
+    pub async fn put_on_lease(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        lease: i64,
+    ) -> Result<i64, EtcdError> {
         let body = json!({
             "key": B64.encode(key),
             "value": B64.encode(value),
@@ -492,7 +497,11 @@ pub fn parse_txn(v: &Value) -> Result<TxnAnswer, EtcdError> {
 
 /// A grant answer's lease id; an answer with an `error` or no positive `ID` is an error.
 pub fn parse_grant(v: &Value) -> Result<i64, EtcdError> {
-    if let Some(e) = v.get("error").and_then(Value::as_str).filter(|e| !e.is_empty()) {
+    if let Some(e) = v
+        .get("error")
+        .and_then(Value::as_str)
+        .filter(|e| !e.is_empty())
+    {
         return Err(err(format!("lease grant: {e}")));
     }
     v.get("ID")
@@ -792,11 +801,21 @@ mod tests {
         assert_eq!(t.revision, 9);
         assert_eq!(t.value.as_deref(), Some(b"127.0.0.1:8889".as_slice()));
         let won: Value = serde_json::from_str(r#"{"header":{"revision":"10"},"succeeded":true,"responses":[{"response_put":{"header":{"revision":"10"}}}]}"#).unwrap();
-        assert_eq!(parse_txn(&won).unwrap(), TxnAnswer { succeeded: true, revision: 10, value: None });
+        assert_eq!(
+            parse_txn(&won).unwrap(),
+            TxnAnswer {
+                succeeded: true,
+                revision: 10,
+                value: None
+            }
+        );
         assert_eq!(parse_grant(&json!({"ID": "7587", "TTL": "3"})), Ok(7587));
         assert!(parse_grant(&json!({"error": "etcdserver: too many requests"})).is_err());
         assert!(parse_grant(&json!({"TTL": "3"})).is_err());
-        assert_eq!(parse_keepalive(&json!({"result": {"ID": "1", "TTL": "3"}})), Ok(3));
+        assert_eq!(
+            parse_keepalive(&json!({"result": {"ID": "1", "TTL": "3"}})),
+            Ok(3)
+        );
         assert_eq!(parse_keepalive(&json!({"result": {"ID": "1"}})), Ok(0));
         assert!(parse_keepalive(&json!({"error": {"grpc_code": 14}})).is_err());
         let body = create_if_absent_request(b"M", b"v", 7);

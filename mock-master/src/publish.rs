@@ -177,8 +177,14 @@ mod tests {
         };
         let text = value(&m).unwrap_or_default();
         assert_eq!(parse_value(text.as_bytes()), Some(m));
-        assert_eq!(parse_value(br#"{"waiting_requests_num":-1,"gpu_cache_usage_perc":0}"#), None);
-        assert_eq!(parse_value(br#"{"waiting_requests_num":1,"gpu_cache_usage_perc":null}"#), None);
+        assert_eq!(
+            parse_value(br#"{"waiting_requests_num":-1,"gpu_cache_usage_perc":0}"#),
+            None
+        );
+        assert_eq!(
+            parse_value(br#"{"waiting_requests_num":1,"gpu_cache_usage_perc":null}"#),
+            None
+        );
         assert_eq!(parse_value(b"{"), None);
         assert_eq!(name_of("/ns/", key("/ns/", "h:1").as_bytes()), Some("h:1"));
         assert_eq!(name_of("/ns/", b"/ns/XLLM:LOADMETRICS:"), None);

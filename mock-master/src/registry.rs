@@ -193,12 +193,9 @@ impl Registry {
     /// election: the single master).
     pub fn role(&self) -> (Role, Option<(String, Option<String>)>) {
         let g = self.lock();
-        let seen = g.election().map(|e| {
-            (
-                e.service_name().to_string(),
-                e.holder().map(String::from),
-            )
-        });
+        let seen = g
+            .election()
+            .map(|e| (e.service_name().to_string(), e.holder().map(String::from)));
         (g.role(), seen)
     }
 

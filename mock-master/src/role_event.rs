@@ -37,6 +37,7 @@ impl RoleChange {
 /// One role change of one replica.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RoleEvent {
+    /// Which change (the event's kind).
     pub change: RoleChange,
     /// The replica that changed role.
     pub service_name: String,

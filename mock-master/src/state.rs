@@ -162,11 +162,10 @@ impl Shared {
     pub fn role_json(&self) -> serde_json::Value {
         let (role, seen) = self.registry.role();
         let elect = seen.is_some();
-        let (service_name, master) =
-            seen.unwrap_or_else(|| {
-                let me = self.config.service_name.clone();
-                (me.clone(), Some(me))
-            });
+        let (service_name, master) = seen.unwrap_or_else(|| {
+            let me = self.config.service_name.clone();
+            (me.clone(), Some(me))
+        });
         json!({
             "service_name": service_name,
             "role": role.as_str(),

@@ -89,18 +89,34 @@ async fn three_replicas(etcd_url: &str) {
     }
     let all: Vec<&Replica> = rs.iter().collect();
     let Some(m) = settled(&all).await else {
-        let errors: Vec<_> = rs[0].ring.snapshot().into_iter().filter(|e| e.kind == "etcd_error").take(3).collect();
-        panic!("no single master: {:?}; {errors:?}", rs.iter().map(|r| r.master.role()).collect::<Vec<_>>());
+        let errors: Vec<_> = rs[0]
+            .ring
+            .snapshot()
+            .into_iter()
+            .filter(|e| e.kind == "etcd_error")
+            .take(3)
+            .collect();
+        panic!(
+            "no single master: {:?}; {errors:?}",
+            rs.iter().map(|r| r.master.role()).collect::<Vec<_>>()
+        );
     };
     let master_key = format!("{ns}XLLM:SERVICE:MASTER");
-    assert_eq!(gw.get(&master_key).await.as_deref(), Some(rs[m].name.as_str()));
+    assert_eq!(
+        gw.get(&master_key).await.as_deref(),
+        Some(rs[m].name.as_str())
+    );
     for r in &rs {
         let service = gw.get(&format!("{ns}XLLM:SERVICE:{}", r.name)).await;
         assert_eq!(service.as_deref(), Some(r.name.as_str()));
         let v = role_json(r).await;
         assert_eq!(v["service_name"], r.name.as_str());
         assert_eq!(v["master"], rs[m].name.as_str());
-        let want = if r.master.is_master() { "master" } else { "standby" };
+        let want = if r.master.is_master() {
+            "master"
+        } else {
+            "standby"
+        };
         assert_eq!(v["role"], want);
     }
     assert_eq!(role_changes(&rs[m].ring), [RoleChange::Elected]);
@@ -109,12 +125,16 @@ async fn three_replicas(etcd_url: &str) {
     // master's heartbeats reach LOADMETRICS.
     let names: Vec<String> = (0..3).map(|i| format!("127.0.0.1:{}", 9201 + i)).collect();
     for n in &names {
-        gw.put(&key(&ns, "DEFAULT", n), &reg_value(n, 0, "i1")).await;
+        gw.put(&key(&ns, "DEFAULT", n), &reg_value(n, 0, "i1"))
+            .await;
     }
     for (r, n) in rs.iter().zip(&names) {
         let known = poll(WAIT, || async { r.master.instance(n).is_some() }).await;
         assert!(known, "{} never learned {n}", r.name);
-        assert_eq!(beat(&r.master.url(), None, hb(n, "i1", 5, 0.5)).await.0, 200);
+        assert_eq!(
+            beat(&r.master.url(), None, hb(n, "i1", 5, 0.5)).await.0,
+            200
+        );
     }
     let lm = |n: &str| format!("{ns}XLLM:LOADMETRICS:{n}");
     let published = poll(WAIT, || async { gw.get(&lm(&names[m])).await.is_some() }).await;
@@ -122,13 +142,23 @@ async fn three_replicas(etcd_url: &str) {
     // Several publish rounds later, still nothing from the standbys.
     let rounds = |r: &Replica| {
         let ring = r.ring.clone();
-        move || ring.snapshot().iter().filter(|e| e.kind == "loadmetrics_publish").count()
+        move || {
+            ring.snapshot()
+                .iter()
+                .filter(|e| e.kind == "loadmetrics_publish")
+                .count()
+        }
     };
     let master_rounds = rounds(&rs[m]);
     let before = master_rounds();
     // The master's instance beats again, so its next rounds have something to write.
     for _ in 0..3 {
-        assert_eq!(beat(&rs[m].master.url(), None, hb(&names[m], "i1", 6, 0.5)).await.0, 200);
+        assert_eq!(
+            beat(&rs[m].master.url(), None, hb(&names[m], "i1", 6, 0.5))
+                .await
+                .0,
+            200
+        );
         let more = poll(WAIT, || async { master_rounds() > before }).await;
         assert!(more);
     }
@@ -140,7 +170,12 @@ async fn three_replicas(etcd_url: &str) {
     // Stop the master: a standby takes over once its lease expires, not before.
     let stopped = Instant::now();
     rs[m].master.stop().await;
-    let rest: Vec<&Replica> = rs.iter().enumerate().filter(|(i, _)| *i != m).map(|(_, r)| r).collect();
+    let rest: Vec<&Replica> = rs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != m)
+        .map(|(_, r)| r)
+        .collect();
     let elected = poll(TTL + MARGIN + Duration::from_secs(2), || async {
         rest.iter().any(|r| r.master.is_master())
     })
@@ -149,12 +184,21 @@ async fn three_replicas(etcd_url: &str) {
     assert!(elected, "no new master after {took:?}");
     eprintln!("new master {took:?} after the stop");
     assert!(took <= TTL + MARGIN, "new master after {took:?}");
-    assert!(took >= TTL - KEEPALIVE - Duration::from_millis(200), "new master too soon: {took:?}");
+    assert!(
+        took >= TTL - KEEPALIVE - Duration::from_millis(200),
+        "new master too soon: {took:?}"
+    );
     let Some(n) = settled(&rest).await else {
         panic!("the two left did not settle");
     };
-    assert_eq!(gw.get(&master_key).await.as_deref(), Some(rest[n].name.as_str()));
-    assert_eq!(role_changes(&rest[n].ring), [RoleChange::Standby, RoleChange::Elected]);
+    assert_eq!(
+        gw.get(&master_key).await.as_deref(),
+        Some(rest[n].name.as_str())
+    );
+    assert_eq!(
+        role_changes(&rest[n].ring),
+        [RoleChange::Standby, RoleChange::Elected]
+    );
     for r in rs {
         r.master.stop().await;
     }
@@ -186,12 +230,19 @@ async fn a_master_cut_off_from_etcd_steps_down() {
     let proxy = CutProxy::start(&url).await;
     let a = replica(&proxy.url, &ns, 9301).await;
     let first = poll(WAIT, || async { a.master.is_master() }).await;
-    let errors: Vec<_> = a.ring.snapshot().into_iter().map(|e| (e.kind, e.detail)).collect();
+    let errors: Vec<_> = a
+        .ring
+        .snapshot()
+        .into_iter()
+        .map(|e| (e.kind, e.detail))
+        .collect();
     assert!(first, "a alone never became master: {errors:?}");
     let b = replica(&url, &ns, 9302).await;
     assert_eq!(settled(&[&a, &b]).await, Some(0));
     let inst = "127.0.0.1:9401";
-    Gw::new(&url).put(&key(&ns, "DEFAULT", inst), &reg_value(inst, 0, "i1")).await;
+    Gw::new(&url)
+        .put(&key(&ns, "DEFAULT", inst), &reg_value(inst, 0, "i1"))
+        .await;
     let known = poll(WAIT, || async { a.master.instance(inst).is_some() }).await;
     assert!(known, "a never learned the instance");
 
@@ -201,12 +252,26 @@ async fn a_master_cut_off_from_etcd_steps_down() {
     let took = cut.elapsed();
     assert!(stepped, "a still master {took:?} after the cut");
     eprintln!("stepped down {took:?} after the cut");
-    assert!(took <= TTL + Duration::from_millis(300), "stepped down after {took:?}");
-    assert_eq!(role_changes(&a.ring), [RoleChange::Elected, RoleChange::LostMastership]);
+    assert!(
+        took <= TTL + Duration::from_millis(300),
+        "stepped down after {took:?}"
+    );
+    assert_eq!(
+        role_changes(&a.ring),
+        [RoleChange::Elected, RoleChange::LostMastership]
+    );
     // A heartbeat still answered, but a round finds nothing to write.
-    assert_eq!(beat(&a.master.url(), None, hb(inst, "i1", 1, 0.1)).await.0, 200);
+    assert_eq!(
+        beat(&a.master.url(), None, hb(inst, "i1", 1, 0.1)).await.0,
+        200
+    );
     a.master.publish_now().await;
-    let rounds = a.ring.snapshot().iter().filter(|e| e.kind == "loadmetrics_publish").count();
+    let rounds = a
+        .ring
+        .snapshot()
+        .iter()
+        .filter(|e| e.kind == "loadmetrics_publish")
+        .count();
     assert_eq!(rounds, 0, "a demoted master published");
     let b_master = poll(WAIT, || async { b.master.is_master() }).await;
     assert!(b_master, "b never took over");

@@ -177,7 +177,10 @@ fn a_master_whose_keepalives_fail_for_a_ttl_steps_down_and_runs_again() {
     }
     e.tick(TTL);
     assert_ne!(e.role(), Role::Master);
-    assert_eq!(changes(&mut e), [RoleChange::Elected, RoleChange::LostMastership]);
+    assert_eq!(
+        changes(&mut e),
+        [RoleChange::Elected, RoleChange::LostMastership]
+    );
     // Both leases are given up: it registers again and runs for master.
     let calls = e.take_calls();
     assert!(matches!(
@@ -206,7 +209,10 @@ fn a_keepalive_etcd_answers_with_ttl_zero_demotes_at_once() {
         e.on_result(ms(1001), c.id, Outcome::Alive { ttl_secs });
     }
     assert_eq!(e.role(), Role::Candidate);
-    assert_eq!(changes(&mut e), [RoleChange::Elected, RoleChange::LostMastership]);
+    assert_eq!(
+        changes(&mut e),
+        [RoleChange::Elected, RoleChange::LostMastership]
+    );
     // The service key is still registered: straight to a new master lease.
     let g = one(&mut e);
     assert!(matches!(
@@ -222,7 +228,13 @@ fn a_keepalive_etcd_answers_with_ttl_zero_demotes_at_once() {
 fn an_unanswered_txn_that_succeeded_is_recognised_and_an_old_lease_is_waited_out() {
     let mut e = election();
     let t = up_to_txn(&mut e, ms(0));
-    e.on_result(ms(500), t.id, Outcome::Failed { error: "timeout".into() });
+    e.on_result(
+        ms(500),
+        t.id,
+        Outcome::Failed {
+            error: "timeout".into(),
+        },
+    );
     e.tick(ms(500) + ms(250));
     let calls = e.take_calls();
     let t = calls
@@ -233,14 +245,28 @@ fn an_unanswered_txn_that_succeeded_is_recognised_and_an_old_lease_is_waited_out
         panic!("no txn retry in {calls:?}");
     };
     let holder = Some(ME.to_string());
-    e.on_result(ms(800), t.id, Outcome::Lost { holder, revision: 4 });
+    e.on_result(
+        ms(800),
+        t.id,
+        Outcome::Lost {
+            holder,
+            revision: 4,
+        },
+    );
     assert_eq!(e.role(), Role::Master);
 
     // A fresh run that finds its own name from an older lease waits as a standby.
     let mut e = election();
     let t = up_to_txn(&mut e, ms(0));
     let holder = Some(ME.to_string());
-    e.on_result(ms(5), t.id, Outcome::Lost { holder, revision: 4 });
+    e.on_result(
+        ms(5),
+        t.id,
+        Outcome::Lost {
+            holder,
+            revision: 4,
+        },
+    );
     assert_eq!(e.role(), Role::Standby);
 }
 
@@ -254,7 +280,10 @@ fn restart_forgets_calls_under_way_and_stops_being_master() {
     assert!(!old.is_empty());
     e.restart();
     assert_eq!(e.role(), Role::Candidate);
-    assert_eq!(changes(&mut e), [RoleChange::Elected, RoleChange::LostMastership]);
+    assert_eq!(
+        changes(&mut e),
+        [RoleChange::Elected, RoleChange::LostMastership]
+    );
     assert_eq!(e.next_wakeup(), Some(Duration::ZERO));
     e.tick(ms(1100));
     let g = one(&mut e);
@@ -270,7 +299,14 @@ fn restart_forgets_calls_under_way_and_stops_being_master() {
 fn a_listing_without_the_master_key_starts_a_run_and_one_with_it_makes_a_standby() {
     let mut e = election();
     let t = up_to_txn(&mut e, ms(0));
-    e.on_result(ms(0), t.id, Outcome::Lost { holder: Some(OTHER.into()), revision: 5 });
+    e.on_result(
+        ms(0),
+        t.id,
+        Outcome::Lost {
+            holder: Some(OTHER.into()),
+            revision: 5,
+        },
+    );
     let service = KeyValue {
         key: format!("/ns/XLLM:SERVICE:{ME}").into_bytes(),
         value: ME.as_bytes().to_vec(),
@@ -278,7 +314,13 @@ fn a_listing_without_the_master_key_starts_a_run_and_one_with_it_makes_a_standby
     };
     e.on_listing(ms(10), 8, std::slice::from_ref(&service));
     assert_eq!(e.role(), Role::Candidate);
-    assert!(matches!(one(&mut e).op, Op::Grant { purpose: Purpose::Master, .. }));
+    assert!(matches!(
+        one(&mut e).op,
+        Op::Grant {
+            purpose: Purpose::Master,
+            ..
+        }
+    ));
 
     let mut e = election();
     e.tick(ms(0));
@@ -302,7 +344,8 @@ fn the_role_gates_publishing_and_picks_the_load_routing_weighs() {
     let mut core = MasterCore::new(&cfg, ms(0));
     assert_eq!(core.role(), Role::Candidate);
     for (name, rev) in [("a:1", 2), ("b:1", 3)] {
-        let value = format!(r#"{{"name":"{name}","rpc_address":"{name}","type":0,"incarnation_id":"i"}}"#);
+        let value =
+            format!(r#"{{"name":"{name}","rpc_address":"{name}","type":0,"incarnation_id":"i"}}"#);
         let ev = WatchEvent {
             kind: EventKind::Put,
             kv: KeyValue {
@@ -315,10 +358,20 @@ fn the_role_gates_publishing_and_picks_the_load_routing_weighs() {
         core.on_watch_event(ms(1), &ev);
     }
     let beat = |name: &str, waiting: u64| {
-        format!(r#"{{"name":"{name}","incarnation_id":"i","load_metrics":{{"waiting_requests_num":{waiting},"gpu_cache_usage_perc":0.1}}}}"#)
+        format!(
+            r#"{{"name":"{name}","incarnation_id":"i","load_metrics":{{"waiting_requests_num":{waiting},"gpu_cache_usage_perc":0.1}}}}"#
+        )
     };
-    assert_eq!(core.on_heartbeat_admitted_text(ms(2), &beat("a:1", 9)).status, 200);
-    assert_eq!(core.on_heartbeat_admitted_text(ms(2), &beat("b:1", 0)).status, 200);
+    assert_eq!(
+        core.on_heartbeat_admitted_text(ms(2), &beat("a:1", 9))
+            .status,
+        200
+    );
+    assert_eq!(
+        core.on_heartbeat_admitted_text(ms(2), &beat("b:1", 0))
+            .status,
+        200
+    );
     // Not master: nothing to publish, and the master's numbers (a idle, b busy) rule.
     assert_eq!(core.publish_round(ms(100)), Some(Default::default()));
     let published = WatchEvent {
