@@ -372,10 +372,18 @@ impl MasterCore {
     /// for the caller to re-list or re-open from [`MasterCore::watch_from`].
     pub fn on_watch_response(&mut self, now: Duration, resp: WatchResponse) -> Verdict {
         let verdict = self.cursor.on_response(resp);
-        if let Verdict::Events(evs) = &verdict {
-            for ev in evs {
-                self.on_watch_event(now, ev);
+        match &verdict {
+            Verdict::Events(evs) => {
+                for ev in evs {
+                    self.on_watch_event(now, ev);
+                }
             }
+            Verdict::RevisionReset { .. } => {
+                if let Some(e) = self.election.as_mut() {
+                    e.on_revision_reset();
+                }
+            }
+            _ => {}
         }
         verdict
     }

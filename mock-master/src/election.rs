@@ -557,6 +557,13 @@ impl Election {
         self.drive(now);
     }
 
+    /// etcd lost its data and its revisions started over: revisions seen before mean
+    /// nothing now, so the next listing and every event after it count.
+    pub fn on_revision_reset(&mut self) {
+        self.known = 0;
+        self.service_rev = 0;
+    }
+
     /// Nobody holds the MASTER key: run for it.
     fn master_gone(&mut self, why: &str) {
         self.holder = None;
@@ -577,6 +584,7 @@ impl Election {
                 self.role = Role::Standby;
             }
             Role::Candidate if !mine && !self.master.busy => {
+                self.master.lease = None;
                 self.role = Role::Standby;
                 self.note(RoleChange::Standby, "another replica holds the MASTER key");
             }

@@ -352,6 +352,12 @@ impl MockMaster {
         }
     }
 
+    /// `XLLM:LOADMETRICS:` as this replica last read it from etcd, by instance name:
+    /// what it routes by when it is not master.
+    pub fn followed_load(&self) -> BTreeMap<String, LoadMetrics> {
+        self.shared.registry.followed_load()
+    }
+
     /// What `GET /_mock/role` shows.
     pub fn role_json(&self) -> serde_json::Value {
         self.shared.role_json()

@@ -199,6 +199,11 @@ impl Registry {
         (g.role(), seen)
     }
 
+    /// `XLLM:LOADMETRICS:` as last read from etcd, by instance name.
+    pub fn followed_load(&self) -> BTreeMap<String, LoadMetrics> {
+        self.lock().followed_load().clone()
+    }
+
     /// Number of instances per state.
     pub fn counts(&self) -> BTreeMap<&'static str, u64> {
         self.lock().table().counts()

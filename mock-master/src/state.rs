@@ -154,6 +154,7 @@ impl Shared {
             "instances": self.registry.views(),
             "faults": self.faults.list(),
             "role": self.role_json(),
+            "followed_load": self.registry.followed_load(),
         })
     }
 

@@ -162,6 +162,24 @@ async fn three_replicas(etcd_url: &str) {
         let more = poll(WAIT, || async { master_rounds() > before }).await;
         assert!(more);
     }
+    // Every standby follows the master's numbers for the master's instance, whose
+    // heartbeats it never received.
+    for r in rs.iter().filter(|r| !r.master.is_master()) {
+        let follows = poll(WAIT, || async {
+            r.master
+                .followed_load()
+                .get(&names[m])
+                .map(|l| l.waiting_requests_num)
+                == Some(6)
+        })
+        .await;
+        assert!(
+            follows,
+            "{} does not follow the master's load: {:?}",
+            r.name,
+            r.master.followed_load()
+        );
+    }
     for (i, (r, n)) in rs.iter().zip(&names).enumerate().filter(|(i, _)| *i != m) {
         assert_eq!(gw.get(&lm(n)).await, None, "standby {i} published");
         assert_eq!(rounds(r)(), 0, "standby {i} ran a publish round");

@@ -331,6 +331,29 @@ fn a_listing_without_the_master_key_starts_a_run_and_one_with_it_makes_a_standby
     assert_eq!(e.holder(), Some(OTHER));
 }
 
+#[test]
+fn after_etcd_lost_its_data_a_listing_at_a_low_revision_counts() {
+    let mut e = election();
+    let t = up_to_txn(&mut e, ms(0));
+    e.on_result(
+        ms(0),
+        t.id,
+        Outcome::Lost {
+            holder: Some(OTHER.into()),
+            revision: 50,
+        },
+    );
+    // A listing at a lower revision is old news, until etcd is known to have reset.
+    e.on_listing(ms(10), 3, &[]);
+    assert_eq!(e.role(), Role::Standby);
+    e.on_revision_reset();
+    e.on_listing(ms(20), 3, &[]);
+    assert_eq!(e.role(), Role::Candidate);
+    // Its service key is gone with the data: registered again first.
+    assert!(!e.registered());
+    assert!(matches!(one(&mut e).op, Op::PutService { lease: 10, .. }));
+}
+
 /// The core publishes only while master, and a standby routes by what etcd holds.
 #[test]
 fn the_role_gates_publishing_and_picks_the_load_routing_weighs() {
