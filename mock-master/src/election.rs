@@ -309,6 +309,13 @@ impl Election {
         self.kick = false;
         self.expire(now);
         self.drive(now);
+        // A retry time that has passed is spent, whether or not the slot still needed
+        // it: [`Election::next_wakeup`] never answers a time already gone.
+        for slot in [&mut self.service, &mut self.master] {
+            if slot.retry_at <= now {
+                slot.retry_at = Duration::ZERO;
+            }
+        }
     }
 
     /// Leases with no successful keepalive for a whole TTL are gone.

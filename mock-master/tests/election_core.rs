@@ -270,6 +270,38 @@ fn an_unanswered_txn_that_succeeded_is_recognised_and_an_old_lease_is_waited_out
     assert_eq!(e.role(), Role::Standby);
 }
 
+/// Driven only at its wakeups, as a simulator drives it, it never asks for a time
+/// already gone, whatever fails.
+#[test]
+fn wakeups_always_lie_ahead() {
+    let mut e = election();
+    let mut now = ms(0);
+    for step in 0..200u64 {
+        e.tick(now);
+        for c in e.take_calls() {
+            let outcome = match (step % 3, &c.op) {
+                (0, _) => Outcome::Failed {
+                    error: "refused".into(),
+                },
+                (_, Op::Grant { .. }) => Outcome::Granted { lease: 1 },
+                (_, Op::PutService { .. }) => Outcome::Put { revision: 2 },
+                (_, Op::CreateMaster { .. }) => Outcome::Lost {
+                    holder: Some(OTHER.into()),
+                    revision: 3,
+                },
+                (_, Op::KeepAlive { .. }) => Outcome::Alive { ttl_secs: 3 },
+            };
+            e.on_result(now, c.id, outcome);
+        }
+        let Some(next) = e.next_wakeup() else {
+            break;
+        };
+        assert!(next > now, "step {step}: wakeup {next:?} at {now:?}");
+        now = next;
+    }
+    assert_eq!(e.role(), Role::Standby);
+}
+
 #[test]
 fn restart_forgets_calls_under_way_and_stops_being_master() {
     let mut e = election();
