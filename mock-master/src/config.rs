@@ -35,7 +35,19 @@ pub struct Config {
     pub etcd_username: String,
     /// Its password. Never logged; `Debug` shows only whether it is set.
     pub etcd_password: String,
+    /// Replica mode: register `<ns>XLLM:SERVICE:<service_name>` and run for master
+    /// (docs/contract.md, "Election"); only the elected replica publishes LOADMETRICS.
+    /// Off: the single master of before, always publishing, writing no SERVICE key.
+    pub elect: bool,
+    /// `<ip>:<rpc port>`, the replica's name in etcd (xllm-service's is its local IP and
+    /// its RPC port, 8889 by default; not the HTTP port serving heartbeats).
+    pub service_name: String,
+    /// TTL of the service and MASTER leases (whole seconds, at least 1; etcd's unit).
+    pub election_ttl: Duration,
 }
+
+/// xllm-service's default `service_name`: loopback and its default RPC port.
+pub const DEFAULT_SERVICE_NAME: &str = "127.0.0.1:8889";
 
 impl Default for Config {
     fn default() -> Self {
@@ -56,6 +68,9 @@ impl Default for Config {
             upstream_timeout: Duration::from_secs(600),
             etcd_username: String::new(),
             etcd_password: String::new(),
+            elect: false,
+            service_name: DEFAULT_SERVICE_NAME.to_string(),
+            election_ttl: Duration::from_secs(3),
         }
     }
 }
@@ -82,7 +97,22 @@ impl std::fmt::Debug for Config {
                 "etcd_password",
                 &(!self.etcd_password.is_empty()).then_some("<set>"),
             )
+            .field("elect", &self.elect)
+            .field("service_name", &self.service_name)
+            .field("election_ttl", &self.election_ttl)
             .finish()
+    }
+}
+
+/// A service name as replica mode needs it: `<host>:<port>` with a port number, so it
+/// can never be `MASTER` (the MASTER key's last part) nor empty.
+pub fn check_service_name(name: &str) -> Result<String, String> {
+    let port = name
+        .rsplit_once(':')
+        .map(|(host, port)| (host.is_empty(), port));
+    match port {
+        Some((false, p)) if p.parse::<u16>().is_ok() => Ok(name.to_string()),
+        _ => Err(format!("{name:?} is not <host>:<port>")),
     }
 }
 
@@ -123,6 +153,14 @@ mod tests {
         assert!(!shown.contains("s3cr3t-pw"));
         assert!(shown.contains("root"));
         assert!(shown.contains("<set>"));
+    }
+
+    #[test]
+    fn service_names_are_host_and_port() {
+        assert!(check_service_name(DEFAULT_SERVICE_NAME).is_ok());
+        for bad in ["", "MASTER", ":8889", "h:", "h:99999", "h"] {
+            assert!(check_service_name(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The control API under `/_mock/` (the same operations exist as methods on
-//! [`crate::MockMaster`]): state, restart, token rotation, faults, watch pause.
+//! [`crate::MockMaster`]): state, role, restart, token rotation, faults, watch pause.
 //!
 //! Bodies are read with the one capped reader and decoded into typed structs that skip
 //! unknown fields unread. The `/_mock/faults` routes answer as `mock_kit`'s shared ones
@@ -22,6 +22,7 @@ use crate::state::AppState;
 pub fn routes(state: AppState) -> Router {
     Router::new()
         .route("/_mock/state", get(show))
+        .route("/_mock/role", get(role))
         .route("/_mock/restart", post(restart))
         .route("/_mock/token", post(token))
         .route("/_mock/watch/pause", post(pause))
@@ -37,6 +38,10 @@ pub fn routes(state: AppState) -> Router {
 
 async fn show(State(s): State<AppState>) -> Json<serde_json::Value> {
     Json(s.state_json())
+}
+
+async fn role(State(s): State<AppState>) -> Json<serde_json::Value> {
+    Json(s.role_json())
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -21,11 +21,13 @@ use serde_json::json;
 use crate::auth::{self, Token};
 use crate::beat::{self, Answer};
 use crate::config::{normalize_namespace, Config};
-use crate::etcd::{KeyValue, WatchEvent, WatchResponse};
+use crate::election::{self, Election, Outcome, Role};
+use crate::etcd::{EventKind, KeyValue, WatchEvent, WatchResponse};
 use crate::follow::{self, Change, Cursor, Verdict};
 use crate::gate::Gate;
 use crate::instances::{InstanceView, Instances, Notice, ProbeTicket};
-use crate::pbjson::HeartbeatRequest;
+use crate::pbjson::{HeartbeatRequest, LoadMetrics};
+use crate::role_event::RoleEvent;
 use crate::{pick, publish};
 
 /// Something the master wants done; the caller does it and reports back.
@@ -58,6 +60,8 @@ pub enum Note {
         incarnation: String,
         healthy: bool,
     },
+    /// A role change of this replica (events `elected`, `standby`, `lost_mastership`).
+    Role(RoleEvent),
 }
 
 impl Note {
@@ -94,6 +98,7 @@ impl Note {
                 "probe",
                 json!({"name": name, "incarnation": incarnation, "healthy": healthy}),
             ),
+            Note::Role(ev) => (ev.kind(), ev.detail()),
         }
     }
 }
@@ -151,6 +156,10 @@ pub struct MasterCore {
     rr: u64,
     next_tick: Duration,
     next_publish: Duration,
+    /// Replica mode's election (`None`: the single master, always publishing).
+    election: Option<Election>,
+    /// The load other replicas see: `XLLM:LOADMETRICS:` as etcd holds it, by name.
+    followed: BTreeMap<String, LoadMetrics>,
 }
 
 /// The shell's ticker period: often enough that timeouts fire within a few percent of
@@ -199,6 +208,14 @@ impl MasterCore {
             notes: Vec::new(),
             cursor: Cursor::default(),
             rr: 0,
+            election: config.elect.then(|| {
+                Election::new(election::Settings {
+                    namespace: normalize_namespace(&config.etcd_namespace),
+                    service_name: config.service_name.clone(),
+                    ttl: config.election_ttl,
+                })
+            }),
+            followed: BTreeMap::new(),
         }
     }
 
@@ -242,7 +259,82 @@ impl MasterCore {
     /// The earliest time [`MasterCore::tick`] or [`MasterCore::publish_round`] has
     /// something to do (probes are scheduled by their commands' `at`).
     pub fn next_wakeup(&self) -> Duration {
-        self.next_tick.min(self.next_publish)
+        let election = self.election.as_ref().and_then(Election::next_wakeup);
+        let own = self.next_tick.min(self.next_publish);
+        election.map_or(own, |e| e.min(own))
+    }
+}
+
+/// Replica mode (docs/contract.md, "Election").
+impl MasterCore {
+    /// The election, in replica mode.
+    pub fn election(&self) -> Option<&Election> {
+        self.election.as_ref()
+    }
+
+    /// The role: always [`Role::Master`] without an election.
+    pub fn role(&self) -> Role {
+        self.election.as_ref().map_or(Role::Master, Election::role)
+    }
+
+    /// Whether this replica publishes LOADMETRICS and routes by its own heartbeats.
+    pub fn is_master(&self) -> bool {
+        self.role() == Role::Master
+    }
+
+    /// `XLLM:LOADMETRICS:` as this replica last read it from etcd, by instance name.
+    pub fn followed_load(&self) -> &BTreeMap<String, LoadMetrics> {
+        &self.followed
+    }
+
+    /// The etcd calls the election wants made, in order (none without an election).
+    pub fn take_election_calls(&mut self) -> Vec<election::Call> {
+        self.election
+            .as_mut()
+            .map(Election::take_calls)
+            .unwrap_or_default()
+    }
+
+    /// How election call `id` ended.
+    pub fn on_election_result(&mut self, now: Duration, id: u64, outcome: Outcome) {
+        if let Some(e) = self.election.as_mut() {
+            e.on_result(now, id, outcome);
+        }
+        self.collect_election();
+    }
+
+    /// The election's timers alone (the shell's election task runs them more often
+    /// than the ticker): expired leases, keepalives and retries due at `now`.
+    pub fn election_tick(&mut self, now: Duration) {
+        if let Some(e) = self.election.as_mut() {
+            e.tick(now);
+        }
+        self.collect_election();
+    }
+
+    fn collect_election(&mut self) {
+        if let Some(e) = self.election.as_mut() {
+            self.notes
+                .extend(e.take_notes().into_iter().map(Note::Role));
+        }
+    }
+
+    /// A `XLLM:LOADMETRICS:` change: what a standby routes by.
+    fn follow_load(&mut self, event: &WatchEvent) {
+        let Some(name) = publish::name_of(&self.settings.namespace, &event.kv.key) else {
+            return;
+        };
+        match event.kind {
+            EventKind::Delete => {
+                self.followed.remove(name);
+            }
+            EventKind::Put => {
+                // An unreadable value leaves the last one, as the real readers do.
+                if let Some(m) = publish::parse_value(&event.kv.value) {
+                    self.followed.insert(name.to_string(), m);
+                }
+            }
+        }
     }
 }
 
@@ -251,6 +343,11 @@ impl MasterCore {
     /// One event of the watch on `<ns>XLLM:` (value and `prev_kv` as the gateway
     /// decodes them). A DELETE the table wants checked becomes a [`Command::Probe`].
     pub fn on_watch_event(&mut self, now: Duration, event: &WatchEvent) {
+        if let Some(e) = self.election.as_mut() {
+            e.on_watch_event(now, event);
+        }
+        self.collect_election();
+        self.follow_load(event);
         let mut out = Vec::new();
         match follow::change(&self.settings.namespace, event) {
             None => {}
@@ -275,10 +372,18 @@ impl MasterCore {
     /// for the caller to re-list or re-open from [`MasterCore::watch_from`].
     pub fn on_watch_response(&mut self, now: Duration, resp: WatchResponse) -> Verdict {
         let verdict = self.cursor.on_response(resp);
-        if let Verdict::Events(evs) = &verdict {
-            for ev in evs {
-                self.on_watch_event(now, ev);
+        match &verdict {
+            Verdict::Events(evs) => {
+                for ev in evs {
+                    self.on_watch_event(now, ev);
+                }
             }
+            Verdict::RevisionReset { .. } => {
+                if let Some(e) = self.election.as_mut() {
+                    e.on_revision_reset();
+                }
+            }
+            _ => {}
         }
         verdict
     }
@@ -300,6 +405,21 @@ impl MasterCore {
     /// it read.
     pub fn on_listing(&mut self, now: Duration, revision: i64, kvs: &[KeyValue]) -> usize {
         self.listed_at(revision);
+        if let Some(e) = self.election.as_mut() {
+            e.on_listing(now, revision, kvs);
+        }
+        self.collect_election();
+        let ns = &self.settings.namespace;
+        self.followed = kvs
+            .iter()
+            .filter_map(|kv| {
+                Some((
+                    publish::name_of(ns, &kv.key)?,
+                    publish::parse_value(&kv.value)?,
+                ))
+            })
+            .map(|(n, m)| (n.to_string(), m))
+            .collect();
         let (found, bad) = follow::listed_instances(&self.settings.namespace, kvs);
         let listed = found.len();
         for (name, error) in bad {
@@ -320,7 +440,12 @@ impl MasterCore {
         let mut out = Vec::new();
         self.table.forget_all(&mut out);
         self.probing.clear();
+        self.followed.clear();
         self.note_all(out);
+        if let Some(e) = self.election.as_mut() {
+            e.restart();
+        }
+        self.collect_election();
     }
 
     fn start_probe(&mut self, now: Duration, ticket: ProbeTicket) {
@@ -478,12 +603,17 @@ impl MasterCore {
             .tick(now, s.lease_lost_timeout, s.suspect_window, &mut out);
         self.next_tick = now + tick_period(s.lease_lost_timeout, s.suspect_window);
         self.note_all(out);
+        if let Some(e) = self.election.as_mut() {
+            e.tick(now);
+        }
+        self.collect_election();
     }
 
     /// The LOADMETRICS round due at `now`, if one is (every `publish_interval` from
     /// the start): the keys to delete and to put. `None` before it is due; an empty
-    /// plan when nothing changed. What the caller could not write goes back with
-    /// [`MasterCore::publish_failed`].
+    /// plan when nothing changed, and always while not master (what heartbeats brought
+    /// stays pending, as in xllm-service, for the first round after an election). What
+    /// the caller could not write goes back with [`MasterCore::publish_failed`].
     pub fn publish_round(&mut self, now: Duration) -> Option<publish::Plan> {
         if now < self.next_publish {
             return None;
@@ -501,12 +631,18 @@ impl MasterCore {
             return false;
         }
         self.next_publish = now + self.settings.publish_interval;
-        self.table.drop_publish();
+        if self.is_master() {
+            self.table.drop_publish();
+        }
         true
     }
 
-    /// A LOADMETRICS round now, off schedule ([`crate::MockMaster::publish_now`]).
+    /// A LOADMETRICS round now, off schedule ([`crate::MockMaster::publish_now`]);
+    /// empty while not master.
     pub fn publish_now(&mut self) -> publish::Plan {
+        if !self.is_master() {
+            return publish::Plan::default();
+        }
         let (updated, removed) = self.table.take_publish();
         publish::plan(&self.settings.namespace, updated, removed)
     }
@@ -536,10 +672,24 @@ impl MasterCore {
         self.table.restore_publish(updated, removed);
     }
 
+    /// The routable instances, sorted by name, each with the load routing weighs: the
+    /// master's own heartbeats on the master, the published numbers elsewhere.
+    pub fn routing_candidates(&self) -> Vec<(String, Option<LoadMetrics>)> {
+        let mut candidates = self.table.routable();
+        if !self.is_master() {
+            for (name, load) in &mut candidates {
+                *load = self.followed.get(name).copied();
+            }
+        }
+        candidates
+    }
+
     /// Where a completion request goes: the routable instance with the fewest waiting
-    /// requests, then the lowest KV usage, then round robin; `None`: 503.
+    /// requests, then the lowest KV usage, then round robin; `None`: 503. The master
+    /// weighs its own heartbeats; any other replica the master's published numbers
+    /// (an instance the master has published nothing for counts as idle).
     pub fn route(&mut self) -> Option<String> {
-        let candidates = self.table.routable();
+        let candidates = self.routing_candidates();
         let cursor = self.rr;
         self.rr = self.rr.wrapping_add(1);
         let i = pick::pick(&candidates, cursor)?;

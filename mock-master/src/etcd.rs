@@ -1,4 +1,5 @@
-//! A small client for etcd's v3 JSON gateway: range, put, delete and a streaming watch.
+//! A small client for etcd's v3 JSON gateway: range, put, delete, a streaming watch, and
+//! for replica mode lease grant and keepalive and a create-if-absent txn.
 //!
 //! The master talks to etcd only through the gateway, so the same code runs against a
 //! real etcd and against `mock-etcd`. Written from the gateway's wire format (base64 keys
@@ -341,6 +342,50 @@ impl EtcdClient {
         Ok(header_revision(&v))
     }
 
+    /// Put `value` at `key` attached to `lease`. Answers the new revision.
+    pub async fn put_on_lease(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        lease: i64,
+    ) -> Result<i64, EtcdError> {
+        let body = json!({
+            "key": B64.encode(key),
+            "value": B64.encode(value),
+            "lease": lease.to_string(),
+        });
+        let v = self.call("/v3/kv/put", &body).await?;
+        Ok(header_revision(&v))
+    }
+
+    /// `/v3/lease/grant` of a lease of `ttl_secs`; answers its id.
+    pub async fn lease_grant(&self, ttl_secs: i64) -> Result<i64, EtcdError> {
+        let body = json!({ "TTL": ttl_secs.to_string(), "ID": "0" });
+        let v = self.call("/v3/lease/grant", &body).await?;
+        parse_grant(&v)
+    }
+
+    /// One `/v3/lease/keepalive` of `lease`; answers the TTL etcd reports (0 or less:
+    /// etcd no longer knows the lease).
+    pub async fn lease_keepalive(&self, lease: i64) -> Result<i64, EtcdError> {
+        let body = json!({ "ID": lease.to_string() });
+        let v = self.call("/v3/lease/keepalive", &body).await?;
+        parse_keepalive(&v)
+    }
+
+    /// The txn `create_revision(key) == 0 → put key=value on lease`, else range `key`.
+    pub async fn create_if_absent(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        lease: i64,
+    ) -> Result<TxnAnswer, EtcdError> {
+        let v = self
+            .call("/v3/kv/txn", &create_if_absent_request(key, value, lease))
+            .await?;
+        parse_txn(&v)
+    }
+
     /// Delete `key`. Answers how many keys were deleted.
     pub async fn delete(&self, key: &[u8]) -> Result<i64, EtcdError> {
         let body = json!({ "key": B64.encode(key) });
@@ -394,6 +439,85 @@ impl EtcdClient {
         }
         Err(last)
     }
+}
+
+/// What a create-if-absent txn found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnAnswer {
+    /// The compare held: the key was put.
+    pub succeeded: bool,
+    /// The header revision.
+    pub revision: i64,
+    /// When it failed: the key's value read in the failure branch (`None`: not read,
+    /// or the key vanished in between).
+    pub value: Option<Vec<u8>>,
+}
+
+/// The body of [`EtcdClient::create_if_absent`]'s txn (`/v3/kv/txn`).
+pub fn create_if_absent_request(key: &[u8], value: &[u8], lease: i64) -> Value {
+    let k = B64.encode(key);
+    json!({
+        "compare": [{
+            "key": k,
+            "target": "CREATE",
+            "result": "EQUAL",
+            "create_revision": "0",
+        }],
+        "success": [{ "request_put": {
+            "key": k,
+            "value": B64.encode(value),
+            "lease": lease.to_string(),
+        }}],
+        "failure": [{ "request_range": { "key": k } }],
+    })
+}
+
+/// A txn answer: `succeeded` is left out when false (proto3's JSON), and a failure
+/// branch's range answer is `responses[0].response_range`.
+pub fn parse_txn(v: &Value) -> Result<TxnAnswer, EtcdError> {
+    let succeeded = v.get("succeeded").and_then(Value::as_bool).unwrap_or(false);
+    let kv = v
+        .get("responses")
+        .and_then(Value::as_array)
+        .and_then(|r| r.first())
+        .and_then(|r| r.get("response_range"))
+        .and_then(|r| r.get("kvs"))
+        .and_then(Value::as_array)
+        .and_then(|kvs| kvs.first());
+    let value = match kv {
+        Some(kv) => Some(decode_kv(kv)?.value),
+        None => None,
+    };
+    Ok(TxnAnswer {
+        succeeded,
+        revision: header_revision(v),
+        value,
+    })
+}
+
+/// A grant answer's lease id; an answer with an `error` or no positive `ID` is an error.
+pub fn parse_grant(v: &Value) -> Result<i64, EtcdError> {
+    if let Some(e) = v
+        .get("error")
+        .and_then(Value::as_str)
+        .filter(|e| !e.is_empty())
+    {
+        return Err(err(format!("lease grant: {e}")));
+    }
+    v.get("ID")
+        .and_then(json_i64)
+        .filter(|id| *id > 0)
+        .ok_or_else(|| err("lease grant answered no ID"))
+}
+
+/// A keepalive answer (`{"result":{"TTL":"3",..}}`): the TTL, 0 when absent (etcd
+/// leaves it out for a lease it does not know); an `error` inside the 200 is an error.
+pub fn parse_keepalive(v: &Value) -> Result<i64, EtcdError> {
+    if let Some(e) = v.get("error") {
+        return Err(err(format!("lease keepalive: {e}")));
+    }
+    let r = v.get("result").unwrap_or(v);
+    Ok(r.get("TTL").and_then(json_i64).unwrap_or(0))
 }
 
 /// `/v3/auth/authenticate`'s request.
@@ -666,6 +790,37 @@ mod tests {
         let v: Value =
             serde_json::from_str(r#"{"error":{"grpc_code":14,"message":"unavailable"}}"#).unwrap();
         assert!(parse_watch_message(&v).is_err());
+    }
+
+    #[test]
+    fn parses_txn_grant_and_keepalive_answers() {
+        // Shapes of a real etcd 3.4 gateway's answers.
+        let lost: Value = serde_json::from_str(r#"{"header":{"revision":"9"},"responses":[{"response_range":{"header":{"revision":"9"},"kvs":[{"key":"TQ==","create_revision":"5","mod_revision":"5","version":"1","value":"MTI3LjAuMC4xOjg4ODk=","lease":"7"}],"count":"1"}}]}"#).unwrap();
+        let t = parse_txn(&lost).unwrap();
+        assert!(!t.succeeded);
+        assert_eq!(t.revision, 9);
+        assert_eq!(t.value.as_deref(), Some(b"127.0.0.1:8889".as_slice()));
+        let won: Value = serde_json::from_str(r#"{"header":{"revision":"10"},"succeeded":true,"responses":[{"response_put":{"header":{"revision":"10"}}}]}"#).unwrap();
+        assert_eq!(
+            parse_txn(&won).unwrap(),
+            TxnAnswer {
+                succeeded: true,
+                revision: 10,
+                value: None
+            }
+        );
+        assert_eq!(parse_grant(&json!({"ID": "7587", "TTL": "3"})), Ok(7587));
+        assert!(parse_grant(&json!({"error": "etcdserver: too many requests"})).is_err());
+        assert!(parse_grant(&json!({"TTL": "3"})).is_err());
+        assert_eq!(
+            parse_keepalive(&json!({"result": {"ID": "1", "TTL": "3"}})),
+            Ok(3)
+        );
+        assert_eq!(parse_keepalive(&json!({"result": {"ID": "1"}})), Ok(0));
+        assert!(parse_keepalive(&json!({"error": {"grpc_code": 14}})).is_err());
+        let body = create_if_absent_request(b"M", b"v", 7);
+        assert_eq!(body["compare"][0]["target"], "CREATE");
+        assert_eq!(body["success"][0]["request_put"]["lease"], "7");
     }
 
     #[test]

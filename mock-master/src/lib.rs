@@ -43,6 +43,10 @@
 //! - [`state`]: what handlers and tasks share, and the control operations:
 //!   [`state::Shared`].
 //! - [`server`]: the router, wiring only: [`server::router`].
+//! - [`election`]: which replica is master (service key, leases, the MASTER txn),
+//!   clock-free and I/O-free: [`election::Election::on_result`].
+//! - [`elect`]: the election's etcd calls carried out, one task each: [`elect::run`].
+//! - [`role_event`]: the `elected` / `standby` / `lost_mastership` events: [`RoleEvent`].
 //! - [`core`]: every rule above in one value, time as an argument: [`core::MasterCore`]
 //!   (watch messages, listings, heartbeats, probe results, ticks in; answers, probe
 //!   commands and LOADMETRICS plans out). The real-time shell drives it through
@@ -60,6 +64,16 @@
 //! hear of healthy instances again. [`MockMaster::restart_with`]`(false)` skips the
 //! range: instances come back only when they put their key again (after a 409).
 //!
+//! # Replica mode
+//!
+//! With [`Config::elect`], the master is one of several replicas (docs/contract.md,
+//! "Election"): it registers `<ns>XLLM:SERVICE:<service_name>` and runs for
+//! `<ns>XLLM:SERVICE:MASTER`. Only the elected one publishes LOADMETRICS; the others
+//! answer heartbeats as before and route by the numbers the master published, which
+//! they read from the same `<ns>XLLM:` watch. [`MockMaster::role`] and
+//! `GET /_mock/role` say where a replica stands. [`MockMaster::stop`] renews nothing
+//! more: its leases expire after their TTL and a standby takes over.
+//!
 //! # etcd auth and data loss
 //!
 //! With [`Config::etcd_username`] set, [`etcd::EtcdClient`] authenticates and renews its
@@ -72,6 +86,8 @@ pub mod body;
 pub mod config;
 pub mod control;
 pub mod core;
+pub mod elect;
+pub mod election;
 pub mod error;
 pub mod etcd;
 pub mod fault;
@@ -87,6 +103,7 @@ pub mod pick;
 pub mod probe;
 pub mod publish;
 pub mod registry;
+pub mod role_event;
 pub mod routing;
 pub mod server;
 pub mod state;
@@ -104,10 +121,12 @@ use mock_kit::{Events, FaultRegistry, Shutdown};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
+pub use election::Role;
 pub use fault::Fault;
 pub use heartbeat_event::HeartbeatEvent;
 pub use pbjson::{HeartbeatRequest, LatencyMetrics, LoadMetrics};
 pub use registry::{InstanceRef, InstanceState, InstanceView};
+pub use role_event::{RoleChange, RoleEvent};
 
 pub use config::{normalize_namespace, Config};
 use state::{AppState, Shared};
@@ -134,6 +153,10 @@ fn io_err(e: impl std::fmt::Display) -> std::io::Error {
 /// to the etcd timeout) for the first listing of etcd to be applied.
 pub async fn start(mut config: Config, events: Events) -> std::io::Result<MockMaster> {
     config.etcd_namespace = normalize_namespace(&config.etcd_namespace);
+    if config.elect {
+        config::check_service_name(&config.service_name)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    }
     let metrics = Arc::new(metrics::Metrics::new());
     // One origin for the core's time and the faults' wall-clock methods.
     let started = std::time::Instant::now();
@@ -196,6 +219,14 @@ pub async fn start(mut config: Config, events: Events) -> std::io::Result<MockMa
     };
     tokio::spawn(watcher.run());
     tokio::spawn(ticker(shared.clone()));
+    if shared.config.elect {
+        tokio::spawn(elect::run(elect::Caller {
+            registry: registry.clone(),
+            etcd: shared.etcd.clone(),
+            events: events.clone(),
+            shutdown: shutdown.clone(),
+        }));
+    }
     tokio::spawn(loadmetrics::run(shared.clone()));
     let wait = shared.config.etcd_timeout + Duration::from_secs(1);
     let _ = tokio::time::timeout(wait, first_rx).await;
@@ -312,5 +343,35 @@ impl MockMaster {
     /// What `GET /_mock/state` shows.
     pub fn state_json(&self) -> serde_json::Value {
         self.shared.state_json()
+    }
+
+    /// This replica's role ([`Role::Master`] when not in replica mode).
+    pub fn role(&self) -> Role {
+        self.shared.registry.role().0
+    }
+
+    /// Whether this replica publishes LOADMETRICS (always, when not in replica mode).
+    pub fn is_master(&self) -> bool {
+        self.role() == Role::Master
+    }
+
+    /// The master's service name as this replica sees it (the MASTER key's value; in
+    /// single-master mode, its own `service_name`).
+    pub fn master_seen(&self) -> Option<String> {
+        match self.shared.registry.role().1 {
+            Some((_, holder)) => holder,
+            None => Some(self.shared.config.service_name.clone()),
+        }
+    }
+
+    /// `XLLM:LOADMETRICS:` as this replica last read it from etcd, by instance name:
+    /// what it routes by when it is not master.
+    pub fn followed_load(&self) -> BTreeMap<String, LoadMetrics> {
+        self.shared.registry.followed_load()
+    }
+
+    /// What `GET /_mock/role` shows.
+    pub fn role_json(&self) -> serde_json::Value {
+        self.shared.role_json()
     }
 }

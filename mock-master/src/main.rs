@@ -50,6 +50,20 @@ struct Args {
         hide_default_value = true
     )]
     etcd_password: String,
+    /// Replica mode: register a service key and run for master through etcd; only the
+    /// elected replica publishes LOADMETRICS (off: the single master, always publishing).
+    #[arg(long)]
+    elect: bool,
+    /// This replica's `<ip>:<rpc port>` in etcd (xllm-service's RPC port, not --listen's).
+    #[arg(
+        long,
+        default_value = mock_master::config::DEFAULT_SERVICE_NAME,
+        value_parser = mock_master::config::check_service_name
+    )]
+    service_name: String,
+    /// TTL of the service and MASTER leases, in seconds.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    election_ttl_secs: u64,
 }
 
 #[tokio::main]
@@ -77,6 +91,9 @@ async fn main() {
         max_body_bytes: args.max_body_bytes,
         etcd_username: args.etcd_username,
         etcd_password: args.etcd_password,
+        elect: args.elect,
+        service_name: args.service_name,
+        election_ttl: Duration::from_secs(args.election_ttl_secs),
         ..Default::default()
     };
     let master = match mock_master::start(config, mock_kit::Events::none("master")).await {

@@ -31,6 +31,26 @@ pub fn key(namespace: &str, name: &str) -> String {
     k
 }
 
+/// The instance a `<ns>XLLM:LOADMETRICS:<name>` key names (`None`: another key).
+pub fn name_of<'k>(namespace: &str, key: &'k [u8]) -> Option<&'k str> {
+    let rest = key.strip_prefix(namespace.as_bytes())?;
+    let name = rest.strip_prefix(b"XLLM:LOADMETRICS:".as_slice())?;
+    std::str::from_utf8(name).ok().filter(|n| !n.is_empty())
+}
+
+/// A published value read back (what a standby routes by); `None` when it is not an
+/// object with a non-negative integer `waiting_requests_num` and a number
+/// `gpu_cache_usage_perc`, as every reader of the prefix then keeps what it had.
+pub fn parse_value(value: &[u8]) -> Option<LoadMetrics> {
+    let v: serde_json::Value = serde_json::from_slice(value).ok()?;
+    let usage = v.get("gpu_cache_usage_perc")?.as_f64()?;
+    Some(LoadMetrics {
+        waiting_requests_num: v.get("waiting_requests_num")?.as_u64()?,
+        // Narrowed back to the heartbeat's float.
+        gpu_cache_usage_perc: usage as f32,
+    })
+}
+
 /// A published value's fields in the order a `serde_json::Value` object writes them
 /// (by name): the same bytes as the `json!` object, without building the map.
 #[derive(serde::Serialize)]
@@ -147,6 +167,29 @@ mod tests {
             n = n.wrapping_mul(31).wrapping_add(7) ^ (n >> 3);
         }
         assert_eq!(key("/ns/", "i0"), format!("/ns/XLLM:LOADMETRICS:i0"));
+    }
+
+    #[test]
+    fn published_values_and_keys_read_back() {
+        let m = LoadMetrics {
+            waiting_requests_num: 7,
+            gpu_cache_usage_perc: 0.25,
+        };
+        let text = value(&m).unwrap_or_default();
+        assert_eq!(parse_value(text.as_bytes()), Some(m));
+        assert_eq!(
+            parse_value(br#"{"waiting_requests_num":-1,"gpu_cache_usage_perc":0}"#),
+            None
+        );
+        assert_eq!(
+            parse_value(br#"{"waiting_requests_num":1,"gpu_cache_usage_perc":null}"#),
+            None
+        );
+        assert_eq!(parse_value(b"{"), None);
+        assert_eq!(name_of("/ns/", key("/ns/", "h:1").as_bytes()), Some("h:1"));
+        assert_eq!(name_of("/ns/", b"/ns/XLLM:LOADMETRICS:"), None);
+        assert_eq!(name_of("/ns/", b"/ns/XLLM:DEFAULT:h:1"), None);
+        assert_eq!(name_of("", b"/ns/XLLM:LOADMETRICS:h:1"), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use mock_kit::Events;
 
 use crate::config::Config;
 use crate::core::{Command, HeartbeatReply, MasterCore, Note};
+use crate::election::{Call, Outcome, Role};
 use crate::etcd::{KeyValue, WatchEvent, WatchResponse};
 use crate::follow::Verdict;
 use crate::instances::Notice;
@@ -93,6 +94,9 @@ impl Registry {
                 tracing::error!(name, error, "unparseable instance registration");
             }
             Note::Probe { healthy, .. } => self.metrics.probe(*healthy),
+            Note::Role(ev) => {
+                tracing::info!(service_name = %ev.service_name, master = ?ev.master, reason = %ev.reason, "{}", ev.kind());
+            }
             Note::Table(Notice::StaleDelete { .. }) => {}
         }
         if self.events.enabled() {
@@ -159,9 +163,45 @@ impl Registry {
             .publish_failed(plan, failed_puts, failed_deletes)
     }
 
-    /// Routable instances and their latest load, sorted by name.
+    /// Routable instances and the load routing weighs ([`MasterCore::routing_candidates`]),
+    /// sorted by name.
     pub fn routable(&self) -> Vec<(String, Option<LoadMetrics>)> {
-        self.lock().table().routable()
+        self.lock().routing_candidates()
+    }
+
+    /// The election's timers as of now; answers the etcd calls it wants made.
+    pub fn election_step(&self) -> Vec<Call> {
+        let mut g = self.lock();
+        g.election_tick(self.now());
+        for n in g.take_notes() {
+            self.report(n);
+        }
+        g.take_election_calls()
+    }
+
+    /// How election call `id` ended; answers the calls that follow from it.
+    pub fn on_election_result(&self, id: u64, outcome: Outcome) -> Vec<Call> {
+        let mut g = self.lock();
+        g.on_election_result(self.now(), id, outcome);
+        for n in g.take_notes() {
+            self.report(n);
+        }
+        g.take_election_calls()
+    }
+
+    /// The role, this replica's service name and the master as seen (`None` without an
+    /// election: the single master).
+    pub fn role(&self) -> (Role, Option<(String, Option<String>)>) {
+        let g = self.lock();
+        let seen = g
+            .election()
+            .map(|e| (e.service_name().to_string(), e.holder().map(String::from)));
+        (g.role(), seen)
+    }
+
+    /// `XLLM:LOADMETRICS:` as last read from etcd, by instance name.
+    pub fn followed_load(&self) -> BTreeMap<String, LoadMetrics> {
+        self.lock().followed_load().clone()
     }
 
     /// Number of instances per state.

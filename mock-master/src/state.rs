@@ -157,6 +157,25 @@ impl Shared {
             "heartbeat_counts": self.heartbeat_counts(),
             "instances": self.registry.views(),
             "faults": self.faults.list(),
+            "role": self.role_json(),
+            "followed_load": self.registry.followed_load(),
+        })
+    }
+
+    /// What `GET /_mock/role` shows: this replica's service name, its role, the
+    /// master's service name as it sees it, and whether it is in replica mode.
+    pub fn role_json(&self) -> serde_json::Value {
+        let (role, seen) = self.registry.role();
+        let elect = seen.is_some();
+        let (service_name, master) = seen.unwrap_or_else(|| {
+            let me = self.config.service_name.clone();
+            (me.clone(), Some(me))
+        });
+        json!({
+            "service_name": service_name,
+            "role": role.as_str(),
+            "master": master,
+            "elect": elect,
         })
     }
 }

@@ -87,6 +87,9 @@ fn a_flag_error_exits_2_with_one_line() {
         vec!["--listen", "nowhere"],
         vec!["--probe-attempts", "-1"],
         vec!["--bogus"],
+        vec!["--elect", "--service-name", "MASTER"],
+        vec!["--service-name", "127.0.0.1:99999"],
+        vec!["--election-ttl-secs", "0"],
     ] {
         let out = Command::new(BIN).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
