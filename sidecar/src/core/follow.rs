@@ -299,3 +299,47 @@ impl Follow {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_master_is_named_host_colon_port() {
+        let name = |host: &str, rpc_port| MasterName {
+            host: host.into(),
+            rpc_port,
+        };
+        assert_eq!(MasterName::parse("10.0.0.1:9999"), Ok(name("10.0.0.1", 9999)));
+        assert_eq!(MasterName::parse(" master-0.svc:1 \n"), Ok(name("master-0.svc", 1)));
+        assert_eq!(MasterName::parse("[::1]:80"), Ok(name("[::1]", 80)));
+        for bad in [
+            "", "10.0.0.1", "10.0.0.1:", ":9999", "10.0.0.1:0", "10.0.0.1:65536",
+            "10.0.0.1:+80", "::1:80", "[::1:80", "[nope]:80", "a b:1", "http://a:1",
+            "a/b:1", "u@a:1",
+        ] {
+            assert!(MasterName::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(name("[::1]", 80).to_string(), "[::1]:80");
+    }
+
+    #[test]
+    fn the_url_keeps_scheme_path_and_port_unless_the_port_is_given() {
+        let cfg = |http_port| FollowConfig {
+            master_key: master_key(""),
+            configured_url: Url::parse("https://svc/base/v1/internal/heartbeat").unwrap(),
+            http_port,
+            read_interval: Duration::from_secs(10),
+        };
+        let m = MasterName::parse("10.0.0.1:9999").unwrap();
+        assert_eq!(
+            cfg(None).url_for(&m).unwrap().as_str(),
+            "https://10.0.0.1/base/v1/internal/heartbeat"
+        );
+        assert_eq!(
+            cfg(Some(8443)).url_for(&m).unwrap().as_str(),
+            "https://10.0.0.1:8443/base/v1/internal/heartbeat"
+        );
+        assert_eq!(master_key("/a/b/"), "/a/b/XLLM:SERVICE:MASTER");
+    }
+}
