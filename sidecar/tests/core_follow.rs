@@ -27,6 +27,9 @@ struct World {
     /// The MASTER key's value (`None`: no key); `Err`: etcd fails the read.
     master_key: Result<Option<String>, String>,
     master: Master,
+    /// Heartbeats to a target this says hang go unanswered until [`World::time_out`].
+    hangs: Box<dyn Fn(&HeartbeatTarget) -> bool>,
+    held: Vec<sidecar::core::CommandId>,
     /// When each read went out, and the key it asked for.
     reads: Vec<(Duration, String)>,
     /// When each heartbeat went out, and where.
@@ -52,6 +55,8 @@ impl World {
             now: Duration::ZERO,
             master_key: Ok(None),
             master: Box::new(|_| Some(200)),
+            hangs: Box::new(|_| false),
+            held: Vec::new(),
             reads: Vec::new(),
             posts: Vec::new(),
             notes: Vec::new(),
@@ -79,6 +84,11 @@ impl World {
                         openmetrics: false,
                     },
                 ),
+                Command::PostHeartbeat { id, target, .. } if (self.hangs)(&target) => {
+                    self.posts.push((self.now, target));
+                    self.held.push(id);
+                    continue;
+                }
                 Command::PostHeartbeat { id, target, .. } => {
                     let answer = match (self.master)(&target) {
                         Some(status) => Answer::HeartbeatStatus(status),
@@ -115,6 +125,16 @@ impl World {
             self.answer_all();
         }
         self.now = t;
+    }
+
+    /// The held heartbeats time out at `t`.
+    fn time_out(&mut self, t: Duration) {
+        self.run_until(t);
+        for id in std::mem::take(&mut self.held) {
+            let answer = Answer::HeartbeatFailed("heartbeat: no answer within 3s".into());
+            self.core.handle(t, Input::Answer(id, answer));
+        }
+        self.answer_all();
     }
 
     fn reads_between(&self, from: Duration, to: Duration) -> usize {
@@ -350,4 +370,33 @@ fn a_dead_master_is_left_within_the_bound_once_the_key_names_another() {
     let second = elected("10.0.0.2", 9999, "http://10.0.0.2:9998/v1/internal/heartbeat");
     let first = w.posts.iter().find(|(_, t)| *t == second).unwrap().0;
     assert!(first <= secs(14 + 3), "{first:?}");
+}
+
+#[test]
+fn a_switch_during_a_hanging_heartbeat_posts_to_the_new_master_as_it_times_out() {
+    let mut w = World::following(&[]);
+    w.master_key = Ok(Some("10.0.0.1:9999".into()));
+    w.run_until(secs(11));
+    // The first master's host goes silent: its heartbeats hang until their timeout.
+    let dead = |t: &HeartbeatTarget| matches!(t, HeartbeatTarget::Elected { master, .. } if master.host == "10.0.0.1");
+    w.hangs = Box::new(dead);
+    w.run_until(secs(13));
+    let hung_at = w.posts.last().unwrap().0;
+    assert_eq!(hung_at, secs(12));
+    w.time_out(hung_at + secs(3));
+    // Failing: the key is read at once, and again at most a heartbeat interval later.
+    let next = w.posts.last().unwrap().0;
+    w.master_key = Ok(Some("10.0.0.2:9999".into()));
+    // The next post (after the backoff) hangs too; the read after it names the second.
+    w.run_until(next.max(secs(15)) + secs(4));
+    assert!(w.switches().len() == 2, "{:?}", w.switches());
+    let switched_at = w.switches()[1].0;
+    let hung = w.held.len();
+    assert_eq!(hung, 1, "a post to the first master is still hanging");
+    let timeout_at = w.posts.last().unwrap().0 + secs(3);
+    assert!(switched_at < timeout_at);
+    w.time_out(timeout_at);
+    let second = elected("10.0.0.2", 9999, "http://10.0.0.2:9998/v1/internal/heartbeat");
+    // At once, not after the failure backoff.
+    assert_eq!(w.posts.last().unwrap(), &(timeout_at, second));
 }

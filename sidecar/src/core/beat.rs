@@ -100,7 +100,7 @@ impl Core {
         let body = HeartbeatBody::new(&self.cfg.register_addr, &incarnation, metrics).to_json();
         let post = self.issue(Pending::Post { incarnation });
         self.beat.in_flight = Some(post);
-        let target = self.heartbeat_target();
+        let target = self.target_for_post();
         self.push(Command::PostHeartbeat {
             id: post,
             body,
@@ -188,7 +188,9 @@ impl Core {
         });
         if self.beat.in_flight == Some(id) {
             self.beat.in_flight = None;
+            let failed = matches!(outcome, Outcome::Failed);
             self.end_cycle(now, outcome);
+            self.follow_post_ended(now, failed);
         }
     }
 

@@ -154,6 +154,9 @@ pub struct Follow {
     last_read: Option<Duration>,
     /// The last heartbeat got no answer or a 5xx.
     failing: bool,
+    /// The target changed while a heartbeat cycle was under way: if that cycle's post
+    /// (to the old target) fails, the next goes at once, not after the backoff.
+    switched_in_flight: bool,
 }
 
 impl Follow {
@@ -167,6 +170,7 @@ impl Follow {
             next_read: now,
             last_read: None,
             failing: false,
+            switched_in_flight: false,
         }
     }
 
@@ -224,11 +228,34 @@ impl Core {
         self.push(Command::ReadMasterKey { id, key });
     }
 
+    /// Where the post about to go out goes.
+    pub(super) fn target_for_post(&mut self) -> HeartbeatTarget {
+        match self.follow.as_mut() {
+            None => HeartbeatTarget::Configured,
+            Some(follow) => {
+                follow.switched_in_flight = false;
+                follow.target.clone()
+            }
+        }
+    }
+
     /// A heartbeat's answer: no answer or a 5xx makes reads come sooner, any other
     /// answer ends that.
     pub(super) fn follow_heartbeat(&mut self, status: Option<u16>) {
         if let Some(follow) = self.follow.as_mut() {
             follow.failing = status.is_none_or(|s| s >= 500);
+        }
+    }
+
+    /// A heartbeat cycle ended with its post: one that failed while the target changed
+    /// under it is followed by a post to the new target at once.
+    pub(super) fn follow_post_ended(&mut self, now: Duration, failed: bool) {
+        let Some(follow) = self.follow.as_mut() else {
+            return;
+        };
+        if std::mem::take(&mut follow.switched_in_flight) && failed {
+            self.beat_backoff.reset();
+            self.beat.due = self.beat.due.min(now);
         }
     }
 
@@ -270,6 +297,7 @@ impl Core {
         };
         let failing = follow.failing;
         follow.target = target;
+        follow.switched_in_flight = self.beat.in_flight.is_some();
         self.note(Note::HeartbeatTargetChanged { from, to, master });
         if failing && self.beat.in_flight.is_none() {
             // The old target did not answer: the new one is tried now, not after the
