@@ -13,9 +13,13 @@
 //! - while heartbeats fail with no answer or a 5xx (a dead master), at once and then at
 //!   most once per `min(heartbeat interval, read interval)`, until one is answered.
 //!
-//! So reads cost one per read interval in steady state, whatever the heartbeat rate,
-//! and the follow delay after a master dies is at most the master's lease TTL + the
-//! election + `min(heartbeat interval, read interval)` + one etcd read + one heartbeat.
+//! So reads cost one per read interval in steady state, whatever the heartbeat rate.
+//! A change of target while heartbeats fail posts to the new one at once (or as soon as
+//! the post under way to the old one ends), not after the failure backoff. The follow
+//! delay (sidecar/README.md, "Several xllm-service replicas"), with `hb` the heartbeat
+//! interval, `T` its timeout, `N` the read interval and `R` one read:
+//! - the master dies: `max(master lease TTL + election, hb + T) + min(hb, N) + R + T`;
+//! - mastership moves while the old master answers: `N + R + hb`.
 //!
 //! What a read says decides the target alone, with no memory of earlier reads: a value
 //! that names a master → that master; no key, or a value that names none (logged) → the
