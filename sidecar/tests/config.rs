@@ -265,8 +265,14 @@ fn following_the_master_is_off_unless_asked_and_its_flags_are_checked() {
     for (flags, flag) in [
         (&["--master-http-port", "0"][..], "--master-http-port"),
         (&["--master-http-port", "65536"][..], "--master-http-port"),
-        (&["--master-read-interval", "0"][..], "--master-read-interval"),
-        (&["--master-read-interval", "nan"][..], "--master-read-interval"),
+        (
+            &["--master-read-interval", "0"][..],
+            "--master-read-interval",
+        ),
+        (
+            &["--master-read-interval", "nan"][..],
+            "--master-read-interval",
+        ),
     ] {
         let e = config(flags).unwrap_err();
         assert!(e.contains(flag), "{flags:?}: {e}");

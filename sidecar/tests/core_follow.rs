@@ -6,9 +6,7 @@
 use std::time::Duration;
 
 use sidecar::config::Config;
-use sidecar::core::{
-    Answer, Command, Core, CoreConfig, HeartbeatTarget, Input, MasterName, Note,
-};
+use sidecar::core::{Answer, Command, Core, CoreConfig, HeartbeatTarget, Input, MasterName, Note};
 
 const PAGE: &str = "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 1\n# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc 0.5\n";
 const CONFIGURED: &str = "http://svc:9998/v1/internal/heartbeat";
@@ -212,7 +210,11 @@ fn a_key_switches_heartbeats_to_the_host_it_names_with_the_configured_port() {
     let mut w = World::following(&[]);
     w.master_key = Ok(Some("10.0.0.1:9999".into()));
     w.run_until(secs(20));
-    let want = elected("10.0.0.1", 9999, "http://10.0.0.1:9998/v1/internal/heartbeat");
+    let want = elected(
+        "10.0.0.1",
+        9999,
+        "http://10.0.0.1:9998/v1/internal/heartbeat",
+    );
     // The read at start comes before the first heartbeat: none goes elsewhere.
     assert!(w.posts.iter().all(|(_, t)| *t == want));
     assert_eq!(
@@ -230,7 +232,11 @@ fn master_http_port_replaces_the_configured_port() {
     let mut w = World::following(&["--master-http-port", "8080"]);
     w.master_key = Ok(Some("[fd00::5]:9999".into()));
     w.run_until(secs(5));
-    let want = elected("[fd00::5]", 9999, "http://[fd00::5]:8080/v1/internal/heartbeat");
+    let want = elected(
+        "[fd00::5]",
+        9999,
+        "http://[fd00::5]:8080/v1/internal/heartbeat",
+    );
     assert_eq!(w.last_target(), &want);
 }
 
@@ -242,7 +248,11 @@ fn a_changed_key_switches_again_within_one_read_interval_and_a_heartbeat() {
     // The old master stays up and answers 200: only the steady read sees the switch.
     w.master_key = Ok(Some("10.0.0.2:9999".into()));
     w.run_until(secs(40));
-    let second = elected("10.0.0.2", 9999, "http://10.0.0.2:9998/v1/internal/heartbeat");
+    let second = elected(
+        "10.0.0.2",
+        9999,
+        "http://10.0.0.2:9998/v1/internal/heartbeat",
+    );
     let first_to_second = w
         .posts
         .iter()
@@ -251,7 +261,11 @@ fn a_changed_key_switches_again_within_one_read_interval_and_a_heartbeat() {
         .unwrap();
     // Read interval 10 s + heartbeat interval 3 s after the change at 12 s.
     assert!(first_to_second <= secs(12 + 10 + 3), "{first_to_second:?}");
-    assert!(w.posts.iter().skip_while(|(_, t)| *t != second).all(|(_, t)| *t == second));
+    assert!(w
+        .posts
+        .iter()
+        .skip_while(|(_, t)| *t != second)
+        .all(|(_, t)| *t == second));
     assert_eq!(w.switches().len(), 2);
 }
 
@@ -295,7 +309,11 @@ fn a_failed_read_keeps_the_target() {
     w.run_until(secs(30));
     assert_eq!(
         w.last_target(),
-        &elected("10.0.0.1", 9999, "http://10.0.0.1:9998/v1/internal/heartbeat")
+        &elected(
+            "10.0.0.1",
+            9999,
+            "http://10.0.0.1:9998/v1/internal/heartbeat"
+        )
     );
     assert!(w
         .notes
@@ -339,7 +357,11 @@ fn failing_heartbeats_read_at_most_once_per_heartbeat_interval() {
     // While they fail: one read per second (the heartbeat interval), never more, even
     // as the heartbeats themselves back off.
     let reads = w.reads_between(secs(10), secs(40));
-    assert!((25..=30).contains(&reads), "{reads} reads in 30 s: {:?}", w.reads);
+    assert!(
+        (25..=30).contains(&reads),
+        "{reads} reads in 30 s: {:?}",
+        w.reads
+    );
     // Once one is answered again, back to the read interval.
     w.master = Box::new(|_| Some(200));
     w.run_until(secs(45));
@@ -367,7 +389,11 @@ fn a_dead_master_is_left_within_the_bound_once_the_key_names_another() {
     // The master lease runs out 3 s after its death; the standby takes over.
     w.master_key = Ok(Some("10.0.0.2:9999".into()));
     w.run_until(secs(40));
-    let second = elected("10.0.0.2", 9999, "http://10.0.0.2:9998/v1/internal/heartbeat");
+    let second = elected(
+        "10.0.0.2",
+        9999,
+        "http://10.0.0.2:9998/v1/internal/heartbeat",
+    );
     let first = w.posts.iter().find(|(_, t)| *t == second).unwrap().0;
     assert!(first <= secs(14 + 3), "{first:?}");
 }
@@ -396,7 +422,11 @@ fn a_switch_during_a_hanging_heartbeat_posts_to_the_new_master_as_it_times_out()
     let timeout_at = w.posts.last().unwrap().0 + secs(3);
     assert!(switched_at < timeout_at);
     w.time_out(timeout_at);
-    let second = elected("10.0.0.2", 9999, "http://10.0.0.2:9998/v1/internal/heartbeat");
+    let second = elected(
+        "10.0.0.2",
+        9999,
+        "http://10.0.0.2:9998/v1/internal/heartbeat",
+    );
     // At once, not after the failure backoff.
     assert_eq!(w.posts.last().unwrap(), &(timeout_at, second));
 }

@@ -18,7 +18,8 @@ use sidecar::shutdown;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-const METRICS: &str = "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} 2.0\n";
+const METRICS: &str =
+    "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} 2.0\n";
 const HEARTBEAT: &str = "/v1/internal/heartbeat";
 /// The masters' RPC port, as their `service_name` names it (nothing listens there).
 const RPC_PORT: u16 = 7777;
@@ -165,7 +166,10 @@ impl World {
     }
 }
 
-async fn run(world: &World, read_interval: &str) -> (shutdown::Trigger, tokio::task::JoinHandle<()>) {
+async fn run(
+    world: &World,
+    read_interval: &str,
+) -> (shutdown::Trigger, tokio::task::JoinHandle<()>) {
     let sidecar = Sidecar::new(world.config(read_interval)).unwrap();
     let (trigger, listener) = shutdown::channel();
     (trigger, tokio::spawn(sidecar.run(listener)))

@@ -154,10 +154,7 @@ impl Distortion for Planted {
             }
         );
         match (self.bug, command) {
-            (
-                PlantedBug::HeartbeatAfterLeaseLost,
-                Command::PostHeartbeat { id, body, target },
-            ) => {
+            (PlantedBug::HeartbeatAfterLeaseLost, Command::PostHeartbeat { id, body, target }) => {
                 if let Some(lease) = reg.registered() {
                     self.last_beat = Some((lease.incarnation.clone(), body.clone()));
                     self.zombie_at = None;

@@ -167,7 +167,9 @@ fn a_following_sidecar_reads_the_master_key_from_etcd_and_keeps_heartbeating() {
         let now = w.now();
         let put = r#"{"key":"WExMTTpTRVJWSUNFOk1BU1RFUg==","value":"MTAuMS4wLjk6OTk5OQ=="}"#;
         if let Some(etcd) = w.server_as_mut::<EtcdNode>(NodeId::Etcd) {
-            let answer = etcd.core().handle_json("/v3/kv/put", None, put.as_bytes(), now);
+            let answer = etcd
+                .core()
+                .handle_json("/v3/kv/put", None, put.as_bytes(), now);
             assert_eq!(answer.status, 200);
         }
     });
@@ -176,7 +178,13 @@ fn a_following_sidecar_reads_the_master_key_from_etcd_and_keeps_heartbeating() {
     // XLLM:SERVICE:MASTER = 10.1.0.9:9999, put just before the steady read at 20 s.
     let switched = count(&log, "sidecar/1", "HeartbeatTargetChanged");
     assert_eq!(switched, 1, "{log}");
-    assert!(count(&log, "sidecar/1", "http://10.1.0.9:9998/v1/internal/heartbeat") >= 1);
+    assert!(
+        count(
+            &log,
+            "sidecar/1",
+            "http://10.1.0.9:9998/v1/internal/heartbeat"
+        ) >= 1
+    );
     // Reads at 0, 10, ..., 60 s; the sidecar not following never reads.
     let range = r#""request":{"etcd":"/v3/kv/range"}"#;
     assert_eq!(count(&log, "sidecar/1", range), 7, "{log}");

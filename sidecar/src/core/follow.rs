@@ -342,13 +342,30 @@ mod tests {
             host: host.into(),
             rpc_port,
         };
-        assert_eq!(MasterName::parse("10.0.0.1:9999"), Ok(name("10.0.0.1", 9999)));
-        assert_eq!(MasterName::parse(" master-0.svc:1 \n"), Ok(name("master-0.svc", 1)));
+        assert_eq!(
+            MasterName::parse("10.0.0.1:9999"),
+            Ok(name("10.0.0.1", 9999))
+        );
+        assert_eq!(
+            MasterName::parse(" master-0.svc:1 \n"),
+            Ok(name("master-0.svc", 1))
+        );
         assert_eq!(MasterName::parse("[::1]:80"), Ok(name("[::1]", 80)));
         for bad in [
-            "", "10.0.0.1", "10.0.0.1:", ":9999", "10.0.0.1:0", "10.0.0.1:65536",
-            "10.0.0.1:+80", "::1:80", "[::1:80", "[nope]:80", "a b:1", "http://a:1",
-            "a/b:1", "u@a:1",
+            "",
+            "10.0.0.1",
+            "10.0.0.1:",
+            ":9999",
+            "10.0.0.1:0",
+            "10.0.0.1:65536",
+            "10.0.0.1:+80",
+            "::1:80",
+            "[::1:80",
+            "[nope]:80",
+            "a b:1",
+            "http://a:1",
+            "a/b:1",
+            "u@a:1",
         ] {
             assert!(MasterName::parse(bad).is_err(), "{bad:?}");
         }

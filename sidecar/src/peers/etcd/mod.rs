@@ -308,8 +308,7 @@ pub mod decode {
 
     /// [`EtcdClient::get`]'s result: the first key's value, `None` when there is none.
     pub fn range(done: Result<Vec<u8>, CallError>) -> Result<Option<String>, EtcdError> {
-        let answer: RangeAnswer =
-            typed(wire::RANGE, done).map_err(|e| plain_error(e, "range"))?;
+        let answer: RangeAnswer = typed(wire::RANGE, done).map_err(|e| plain_error(e, "range"))?;
         let Some(first) = answer.kvs.first() else {
             return Ok(None);
         };
