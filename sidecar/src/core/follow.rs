@@ -293,8 +293,8 @@ impl Core {
         if follow.target == target {
             return;
         }
-        let from = follow.cfg.url_of(&follow.target).to_string();
-        let to = follow.cfg.url_of(&target).to_string();
+        let from = shown(follow.cfg.url_of(&follow.target));
+        let to = shown(follow.cfg.url_of(&target));
         let master = match &target {
             HeartbeatTarget::Elected { master, .. } => Some(master.to_string()),
             HeartbeatTarget::Configured => None,
@@ -310,6 +310,14 @@ impl Core {
             self.beat.due = self.beat.due.min(now);
         }
     }
+}
+
+/// `url` as a log line shows it: without user info, which may hold a password.
+fn shown(url: &Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.to_string()
 }
 
 impl Follow {
@@ -390,5 +398,7 @@ mod tests {
             "https://10.0.0.1:8443/base/v1/internal/heartbeat"
         );
         assert_eq!(master_key("/a/b/"), "/a/b/XLLM:SERVICE:MASTER");
+        let secret = Url::parse("http://u:pw@10.0.0.1:1/v1/internal/heartbeat").unwrap();
+        assert_eq!(shown(&secret), "http://10.0.0.1:1/v1/internal/heartbeat");
     }
 }
