@@ -151,9 +151,10 @@ pub struct RunArgs {
     /// engine); by default the instance is deregistered until it wakes.
     #[arg(long)]
     pub no_sleep_deregister: bool,
-    /// Post heartbeats to the elected master named by <namespace>XLLM:SERVICE:MASTER
-    /// (host from the key; scheme, path and port from --xllm-service-url), falling back
-    /// to --xllm-service-url while there is none. For several xllm-service replicas.
+    /// Post heartbeats to the elected master named by the etcd key XLLM:SERVICE:MASTER
+    /// under --etcd-namespace (host from the key; scheme, path and port from
+    /// --xllm-service-url), falling back to --xllm-service-url while there is none. For
+    /// several xllm-service replicas.
     #[arg(long, env = "XLLM_FOLLOW_MASTER")]
     pub follow_master: bool,
     /// With --follow-master: the master's HTTP port, instead of --xllm-service-url's
