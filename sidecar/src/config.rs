@@ -155,7 +155,12 @@ pub struct RunArgs {
     /// under --etcd-namespace (host from the key; scheme, path and port from
     /// --xllm-service-url), falling back to --xllm-service-url while there is none. For
     /// several xllm-service replicas.
-    #[arg(long, env = "XLLM_FOLLOW_MASTER")]
+    /// (`XLLM_FOLLOW_MASTER` takes true/false, 1/0, yes/no, on/off.)
+    #[arg(
+        long,
+        env = "XLLM_FOLLOW_MASTER",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     pub follow_master: bool,
     /// With --follow-master: the master's HTTP port, instead of --xllm-service-url's
     /// (the MASTER key names the RPC port).
