@@ -151,6 +151,30 @@ pub struct RunArgs {
     /// engine); by default the instance is deregistered until it wakes.
     #[arg(long)]
     pub no_sleep_deregister: bool,
+    /// Post heartbeats to the elected master named by the etcd key XLLM:SERVICE:MASTER
+    /// under --etcd-namespace (host from the key; scheme, path and port from
+    /// --xllm-service-url), falling back to --xllm-service-url while there is none. For
+    /// several xllm-service replicas.
+    /// (`XLLM_FOLLOW_MASTER` takes true/false, 1/0, yes/no, on/off.)
+    #[arg(
+        long,
+        env = "XLLM_FOLLOW_MASTER",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub follow_master: bool,
+    /// With --follow-master: the master's HTTP port, instead of --xllm-service-url's
+    /// (the MASTER key names the RPC port).
+    #[arg(long, env = "XLLM_MASTER_HTTP_PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub master_http_port: Option<u16>,
+    /// With --follow-master: seconds between reads of the MASTER key while heartbeats
+    /// are answered (they fail over sooner when heartbeats fail).
+    #[arg(
+        long,
+        env = "XLLM_MASTER_READ_INTERVAL",
+        default_value_t = 10.0,
+        allow_negative_numbers = true
+    )]
+    pub master_read_interval: f64,
 }
 
 /// A configuration error: printed as one line, exit code 2.
@@ -200,6 +224,12 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Deregister while vLLM reports every engine asleep.
     pub sleep_deregister: bool,
+    /// Post heartbeats to the elected master (the MASTER key) instead of the URL.
+    pub follow_master: bool,
+    /// The elected master's HTTP port (default: the port of `heartbeat_url`).
+    pub master_http_port: Option<u16>,
+    /// Time between steady reads of the MASTER key.
+    pub master_read_interval: Duration,
 }
 
 impl Config {
@@ -237,6 +267,7 @@ impl Config {
             None => health_timeout,
         };
         let shutdown_timeout = seconds("--shutdown-timeout", args.shutdown_timeout)?;
+        let master_read_interval = seconds("--master-read-interval", args.master_read_interval)?;
 
         if args.lease_ttl <= 0 {
             return Err(bad(format!(
@@ -285,6 +316,9 @@ impl Config {
             latency_stat: args.latency_stat,
             shutdown_timeout,
             sleep_deregister: !args.no_sleep_deregister,
+            follow_master: args.follow_master,
+            master_http_port: args.master_http_port,
+            master_read_interval,
         })
     }
 

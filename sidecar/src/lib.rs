@@ -13,7 +13,8 @@
 //!   heartbeat, revoke, drain, exit) as a state machine with no I/O, clock or global
 //!   randomness, fed inputs at given times and answering commands:
 //!   `Core::new(config, seed, now)`, `Core::handle(now, input)`, `Core::poll_command`,
-//!   `Core::next_wakeup`. Also the heartbeat body (`HeartbeatBody`).
+//!   `Core::next_wakeup`. Also the heartbeat body (`HeartbeatBody`) and, with
+//!   `--follow-master`, where heartbeats go (`HeartbeatTarget`, from the MASTER key).
 //! - [`driver`]: runs the core on tokio, one task per command, answers back by id; logs
 //!   and counts the core's notes: `Sidecar::new(config)?.run(shutdown)`.
 //! - [`peers`]: the reqwest clients of etcd's JSON gateway, vLLM and the master:

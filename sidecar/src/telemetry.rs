@@ -35,6 +35,8 @@ pub struct Telemetry {
     pub heartbeat_duration: Histogram,
     /// Time of a whole `/metrics` read (or failure).
     pub scrape_duration: Histogram,
+    /// Changes of the heartbeat URL while following the elected master.
+    pub master_switches: Counter,
 }
 
 /// Bucket bounds (seconds) for exchanges that take milliseconds when well and up to
@@ -73,6 +75,7 @@ impl Telemetry {
             last_heartbeat_success: Gauge::default(),
             heartbeat_duration: Histogram::new(exchange_buckets()),
             scrape_duration: Histogram::new(exchange_buckets()),
+            master_switches: Counter::default(),
         };
         // name, help, metric: each registered under the `vllm_sidecar_` prefix.
         macro_rules! register {
@@ -115,6 +118,9 @@ impl Telemetry {
             "scrape_duration_seconds",
             "vLLM /metrics reads: time to the whole page or the failure",
             scrape_duration;
+            "master_switches",
+            "Changes of the heartbeat URL while following the elected master (--follow-master)",
+            master_switches;
         }
         Telemetry { registry, ..t }
     }

@@ -34,11 +34,35 @@ fn bad_flags_exit_2_with_one_line() {
         &["--etcd-endpoints", "http://bad host:1"],
         &["--lease-ttl", "six"],
         &["--admin-listen", "localhost"],
+        &["--follow-master", "--master-http-port", "0"],
+        &["--follow-master", "--master-http-port", "65536"],
+        &["--follow-master", "--master-http-port", "http"],
+        &["--follow-master", "--master-read-interval", "0"],
+        &["--follow-master", "--master-read-interval", "-1"],
     ];
     for args in cases {
         let (code, stderr) = run_to_exit(args);
         assert_eq!(code, 2, "{args:?}: {stderr}");
         assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr:?}");
+        assert!(stderr.starts_with("vllm-sidecar: "), "{stderr:?}");
+    }
+}
+
+#[test]
+fn a_bad_master_port_from_the_environment_exits_2_with_one_line() {
+    for (var, value) in [
+        ("XLLM_MASTER_HTTP_PORT", "99999"),
+        ("XLLM_MASTER_READ_INTERVAL", "soon"),
+        ("XLLM_FOLLOW_MASTER", "maybe"),
+    ] {
+        let out = Command::new(BIN)
+            .env_remove("RUST_LOG")
+            .env(var, value)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{var}={value}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr:?}");
         assert!(stderr.starts_with("vllm-sidecar: "), "{stderr:?}");
     }
 }

@@ -18,6 +18,9 @@ fn defaults_are_the_references() {
         "ETCD_USERNAME",
         "ETCD_PASSWORD",
         "XLLM_INTERNAL_TOKEN",
+        "XLLM_FOLLOW_MASTER",
+        "XLLM_MASTER_HTTP_PORT",
+        "XLLM_MASTER_READ_INTERVAL",
     ] {
         if std::env::var_os(var).is_some() {
             eprintln!("skipping: {var} is set in the environment");
@@ -50,6 +53,9 @@ fn defaults_are_the_references() {
     assert_eq!(c.metrics_max_bytes, 16 * 1024 * 1024);
     assert_eq!(c.scrape_timeout, c.health_timeout);
     assert!(c.admin_listen.is_none());
+    assert!(!c.follow_master);
+    assert_eq!(c.master_http_port, None);
+    assert_eq!(c.master_read_interval, Duration::from_secs(10));
     // keepalive every 2 s = TTL/3.
     assert_eq!(c.keepalive_period(), Duration::from_secs(2));
 }
@@ -225,4 +231,51 @@ fn a_repeated_flag_takes_the_last_value() {
             .lease_ttl,
         12
     );
+}
+
+#[test]
+fn following_the_master_is_off_unless_asked_and_its_flags_are_checked() {
+    use sidecar::core::CoreConfig;
+    if std::env::var_os("XLLM_FOLLOW_MASTER").is_some() {
+        eprintln!("skipping: XLLM_FOLLOW_MASTER is set in the environment");
+        return;
+    }
+    let off = config(&["--master-http-port", "8080"]).unwrap();
+    assert!(CoreConfig::from_config(&off, 0).follow.is_none());
+    let on = config(&[
+        "--follow-master",
+        "--master-http-port",
+        "8080",
+        "--master-read-interval",
+        "2.5",
+        "--etcd-namespace",
+        "ns",
+        "--xllm-service-url",
+        "http://svc:9998/",
+    ])
+    .unwrap();
+    let follow = CoreConfig::from_config(&on, 0).follow.unwrap();
+    assert_eq!(follow.master_key, "/ns/XLLM:SERVICE:MASTER");
+    assert_eq!(follow.http_port, Some(8080));
+    assert_eq!(follow.read_interval, Duration::from_millis(2500));
+    assert_eq!(
+        follow.configured_url.as_str(),
+        "http://svc:9998/v1/internal/heartbeat"
+    );
+    for (flags, flag) in [
+        (&["--master-http-port", "0"][..], "--master-http-port"),
+        (&["--master-http-port", "65536"][..], "--master-http-port"),
+        (
+            &["--master-read-interval", "0"][..],
+            "--master-read-interval",
+        ),
+        (
+            &["--master-read-interval", "nan"][..],
+            "--master-read-interval",
+        ),
+    ] {
+        let e = config(flags).unwrap_err();
+        assert!(e.contains(flag), "{flags:?}: {e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
 }

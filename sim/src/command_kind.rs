@@ -17,4 +17,6 @@ pub enum Kind {
     Scrape,
     Heartbeat,
     Revoke,
+    /// A read of the MASTER key (`--follow-master`).
+    MasterRead,
 }

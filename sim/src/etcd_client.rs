@@ -28,6 +28,8 @@ pub enum EtcdCall {
     Put,
     Keepalive,
     Revoke,
+    /// A read of the MASTER key.
+    MasterRead,
 }
 
 impl EtcdCall {
@@ -38,6 +40,7 @@ impl EtcdCall {
             Kind::Put => Some(EtcdCall::Put),
             Kind::Keepalive => Some(EtcdCall::Keepalive),
             Kind::Revoke => Some(EtcdCall::Revoke),
+            Kind::MasterRead => Some(EtcdCall::MasterRead),
             Kind::Health | Kind::Scrape | Kind::Heartbeat => None,
         }
     }
@@ -172,6 +175,7 @@ fn answer(kind: EtcdCall, done: Result<Vec<u8>, CallError>) -> Answer {
         EtcdCall::Put => answers::put(decode::put(done)),
         EtcdCall::Keepalive => answers::keepalive(decode::lease_keepalive(done)),
         EtcdCall::Revoke => answers::revoke(decode::lease_revoke(done)),
+        EtcdCall::MasterRead => answers::master_key(decode::range(done)),
     }
 }
 

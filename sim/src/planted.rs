@@ -15,7 +15,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sidecar::core::{AfterRevoke, Answer, Command, CommandId, CoreConfig, Registration};
+use sidecar::core::{
+    AfterRevoke, Answer, Command, CommandId, CoreConfig, HeartbeatTarget, Registration,
+};
 
 use crate::command_kind::Kind;
 use crate::distortion::{Distortion, Start, Verdict, STRAY};
@@ -159,12 +161,12 @@ impl Distortion for Planted {
             }
         );
         match (self.bug, command) {
-            (PlantedBug::HeartbeatAfterLeaseLost, Command::PostHeartbeat { id, body }) => {
+            (PlantedBug::HeartbeatAfterLeaseLost, Command::PostHeartbeat { id, body, target }) => {
                 if let Some(lease) = reg.registered() {
                     self.last_beat = Some((lease.incarnation.clone(), body.clone()));
                     self.zombie_at = None;
                 }
-                Verdict::Run(Command::PostHeartbeat { id, body })
+                Verdict::Run(Command::PostHeartbeat { id, body, target })
             }
             (PlantedBug::NoKeepaliveWhileUnhealthy, Command::Keepalive { id, .. }) if unhealthy => {
                 Verdict::Answered(id, Answer::KeepaliveTtl(self.ttl))
@@ -172,9 +174,9 @@ impl Distortion for Planted {
             (PlantedBug::NoRevokeOnShutdown, Command::Revoke { id, .. }) if exiting => {
                 Verdict::Answered(id, Answer::RevokeDone)
             }
-            (PlantedBug::CacheUsageAsPercent, Command::PostHeartbeat { id, body }) => {
+            (PlantedBug::CacheUsageAsPercent, Command::PostHeartbeat { id, body, target }) => {
                 let body = cache_as_percent(&body).unwrap_or(body);
-                Verdict::Run(Command::PostHeartbeat { id, body })
+                Verdict::Run(Command::PostHeartbeat { id, body, target })
             }
             (_, command) => Verdict::Run(command),
         }
@@ -224,7 +226,12 @@ impl Distortion for Planted {
         }
         self.zombie_at = Some(now);
         let body = body.clone();
-        Some(Command::PostHeartbeat { id: STRAY, body })
+        let target = HeartbeatTarget::Configured;
+        Some(Command::PostHeartbeat {
+            id: STRAY,
+            body,
+            target,
+        })
     }
 
     /// The old seed or no token, for the two bugs that lose what a restart keeps.
@@ -332,6 +339,7 @@ mod tests {
         let beat = Command::PostHeartbeat {
             id: STRAY,
             body: "{}".into(),
+            target: HeartbeatTarget::Configured,
         };
         assert_eq!(d.unasked(Duration::ZERO, &reg), Some(beat.clone()));
         assert_eq!(d.unasked(Duration::from_secs(1), &reg), None);
@@ -348,6 +356,7 @@ mod tests {
         let beat = Command::PostHeartbeat {
             id: CommandId(1),
             body: body.into(),
+            target: HeartbeatTarget::Configured,
         };
         let Verdict::Run(Command::PostHeartbeat { body, .. }) = d.command(beat, &reg) else {
             panic!()

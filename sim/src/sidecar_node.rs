@@ -18,13 +18,19 @@
 //! - it sleeps until `next_wakeup` and hands in `Input::Timer` → the world schedules a
 //!   wake-up event at that virtual time.
 //!
+//! A heartbeat carries the target the core chose ([`HeartbeatTarget`]); the world has
+//! one master node, so [`heartbeat_node`] sends every heartbeat to it whatever the
+//! target. `ReadMasterKey` is an etcd call like the others.
+//!
 //! `LogServedModel` only feeds a log line in the driver (a `/v1/models` GET whose
 //! answer decides nothing): it is logged here, not sent.
 
 use std::time::Duration;
 
 use sidecar::config::Config;
-use sidecar::core::{Answer, Command, CommandId, Core, CoreConfig, Input, Note, Registration};
+use sidecar::core::{
+    Answer, Command, CommandId, Core, CoreConfig, HeartbeatTarget, Input, Note, Registration,
+};
 use sidecar::driver::answers;
 use sidecar::peers::etcd::EtcdRequest;
 use sidecar::peers::exchange::{self, Exchange};
@@ -364,8 +370,11 @@ impl SidecarNode {
                 return self.etcd_start(id, Kind::Revoke, EtcdRequest::Revoke { lease })
             }
             Command::Scrape { id } => send(vllm, Request::Metrics, t.scrape, id, Kind::Scrape),
-            Command::PostHeartbeat { id, body } => send(
-                NodeId::Master,
+            Command::ReadMasterKey { id, key } => {
+                return self.etcd_start(id, Kind::MasterRead, EtcdRequest::Range { key })
+            }
+            Command::PostHeartbeat { id, body, target } => send(
+                heartbeat_node(&target),
                 Request::Heartbeat {
                     body,
                     token: self.token.clone(),
@@ -378,6 +387,14 @@ impl SidecarNode {
             Command::Note(note) => Outgoing::Note(note),
             Command::Exit { code } => Outgoing::Exit(code),
         })
+    }
+}
+
+/// The node a heartbeat for `target` goes to: the world's one master, whatever the
+/// target (a world of several master replicas picks the one `target` names).
+pub fn heartbeat_node(target: &HeartbeatTarget) -> NodeId {
+    match target {
+        HeartbeatTarget::Configured | HeartbeatTarget::Elected { .. } => NodeId::Master,
     }
 }
 
@@ -411,7 +428,9 @@ pub fn answer_of(kind: Kind, outcome: Outcome, cx: &Context) -> Option<Answer> {
             let result = master::classify_heartbeat(exchange, t.heartbeat);
             answers::heartbeat(result.map(|a| a.status))
         }
-        Kind::Grant { .. } | Kind::Put | Kind::Keepalive | Kind::Revoke => return None,
+        Kind::Grant { .. } | Kind::Put | Kind::Keepalive | Kind::Revoke | Kind::MasterRead => {
+            return None
+        }
     })
 }
 

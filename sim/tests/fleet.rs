@@ -156,3 +156,39 @@ fn a_vllm_crash_deregisters_and_its_restart_registers_again() {
     assert_eq!(state(&world, 0).map(|s| s.0), Some(InstanceState::Active));
     assert_eq!(state(&world, 1).map(|s| s.0), Some(InstanceState::Active));
 }
+
+#[test]
+fn a_following_sidecar_reads_the_master_key_from_etcd_and_keeps_heartbeating() {
+    let mut world = cluster(7, 2);
+    let a = addr(1);
+    let flags = ["--register-addr", a.as_str(), "--follow-master"];
+    world.restart_sidecar(1, &Config::from_flags(flags).unwrap());
+    world.at(Duration::from_secs(20), |w| {
+        let now = w.now();
+        let put = r#"{"key":"WExMTTpTRVJWSUNFOk1BU1RFUg==","value":"MTAuMS4wLjk6OTk5OQ=="}"#;
+        if let Some(etcd) = w.server_as_mut::<EtcdNode>(NodeId::Etcd) {
+            let answer = etcd
+                .core()
+                .handle_json("/v3/kv/put", None, put.as_bytes(), now);
+            assert_eq!(answer.status, 200);
+        }
+    });
+    world.run_until(Duration::from_secs(60));
+    let log = world.log().text();
+    // XLLM:SERVICE:MASTER = 10.1.0.9:9999, put just before the steady read at 20 s.
+    let switched = count(&log, "sidecar/1", "HeartbeatTargetChanged");
+    assert_eq!(switched, 1, "{log}");
+    assert!(
+        count(
+            &log,
+            "sidecar/1",
+            "http://10.1.0.9:9998/v1/internal/heartbeat"
+        ) >= 1
+    );
+    // Reads at 0, 10, ..., 60 s; the sidecar not following never reads.
+    let range = r#""request":{"etcd":"/v3/kv/range"}"#;
+    assert_eq!(count(&log, "sidecar/1", range), 7, "{log}");
+    assert_eq!(count(&log, "sidecar/0", range), 0);
+    // The world's one master takes every heartbeat, whatever the target.
+    assert!(count(&log, "sidecar/1", "status: Some(200)") >= 15, "{log}");
+}

@@ -100,7 +100,12 @@ impl Core {
         let body = HeartbeatBody::new(&self.cfg.register_addr, &incarnation, metrics).to_json();
         let post = self.issue(Pending::Post { incarnation });
         self.beat.in_flight = Some(post);
-        self.push(Command::PostHeartbeat { id: post, body });
+        let target = self.target_for_post();
+        self.push(Command::PostHeartbeat {
+            id: post,
+            body,
+            target,
+        });
     }
 
     /// Act on what the page just mapped says of sleep mode; `true` when the page is not
@@ -165,6 +170,7 @@ impl Core {
             Answer::HeartbeatFailed(error) => (None, Some(error)),
             _ => return,
         };
+        self.follow_heartbeat(status);
         let (answer, outcome) = match status {
             Some(200) => ("ok", Outcome::Delivered),
             Some(409) => {
@@ -182,7 +188,9 @@ impl Core {
         });
         if self.beat.in_flight == Some(id) {
             self.beat.in_flight = None;
+            let failed = matches!(outcome, Outcome::Failed);
             self.end_cycle(now, outcome);
+            self.follow_post_ended(now, failed);
         }
     }
 

@@ -1,8 +1,10 @@
 //! What the core needs to know, drawn from the validated [`Config`]: identities, periods
-//! and limits. No URLs, sockets or secrets: those are the driver's.
+//! and limits. No sockets or secrets: those are the driver's. The one URL is the
+//! heartbeat URL, only when following the elected master: the core rewrites its host.
 
 use std::time::Duration;
 
+use super::follow::{master_key, FollowConfig};
 use crate::config::Config;
 use crate::instance::{instance_key, InstanceType};
 use crate::mapping::MapperConfig;
@@ -39,6 +41,8 @@ pub struct CoreConfig {
     /// Wall-clock milliseconds since the Unix epoch at core time zero; the only wall
     /// time the core knows, used for `register_ts_ms` (`unix_ms_at_start + now`).
     pub unix_ms_at_start: u64,
+    /// `--follow-master`: heartbeats go to the master the MASTER key names.
+    pub follow: Option<FollowConfig>,
 }
 
 impl CoreConfig {
@@ -67,6 +71,12 @@ impl CoreConfig {
                 model: config.model.clone(),
             },
             unix_ms_at_start,
+            follow: config.follow_master.then(|| FollowConfig {
+                master_key: master_key(&config.etcd_namespace),
+                configured_url: config.heartbeat_url.clone(),
+                http_port: config.master_http_port,
+                read_interval: config.master_read_interval,
+            }),
         }
     }
 

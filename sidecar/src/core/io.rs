@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use super::follow::HeartbeatTarget;
+
 /// Names one command and its answer. Ids grow from 1 and are never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CommandId(pub u64);
@@ -76,6 +78,10 @@ pub enum Answer {
     RevokeDone,
     /// The revoke failed, with why; the key goes when the lease runs out.
     RevokeFailed(String),
+    /// The MASTER key's value (`None`: there is no such key), as text.
+    MasterValue(Option<String>),
+    /// The MASTER key could not be read (no etcd endpoint answered, auth refused, ...).
+    MasterReadFailed(String),
 }
 
 /// What the core wants done. The driver runs each one as it comes and answers those that
@@ -119,12 +125,24 @@ pub enum Command {
         /// Names the answer.
         id: CommandId,
     },
-    /// POST this exact JSON body to the master's heartbeat endpoint.
+    /// POST this exact JSON body to the master's heartbeat endpoint at `target`.
     PostHeartbeat {
         /// Names the answer.
         id: CommandId,
         /// The heartbeat's JSON (docs/contract.md §3).
         body: String,
+        /// Where it goes: the configured URL, or the elected master's.
+        target: HeartbeatTarget,
+    },
+    /// Read `key` (the MASTER key, docs/contract.md §7) from etcd, over the same
+    /// endpoints, auth and failover as every etcd call; answered
+    /// [`Answer::MasterValue`] or [`Answer::MasterReadFailed`]. Only with
+    /// `--follow-master`.
+    ReadMasterKey {
+        /// Names the answer.
+        id: CommandId,
+        /// `<namespace>XLLM:SERVICE:MASTER`.
+        key: String,
     },
     /// Revoke `lease`, which deletes its key; answered [`Answer::RevokeDone`] or
     /// [`Answer::RevokeFailed`].
@@ -295,4 +313,26 @@ pub enum Note {
     },
     /// The final revoke did not finish within `--shutdown-timeout`.
     ShutdownTimedOut,
+    /// Heartbeats go to another URL from now on (following the elected master).
+    HeartbeatTargetChanged {
+        /// The URL they went to.
+        from: String,
+        /// The URL they go to now.
+        to: String,
+        /// The master the MASTER key names (`None`: back to the configured URL).
+        master: Option<String>,
+    },
+    /// The MASTER key's value names no master (noted once per value); heartbeats go
+    /// to the configured URL.
+    MasterValueUnusable {
+        /// The value.
+        value: String,
+        /// Why it names no master.
+        error: String,
+    },
+    /// A read of the MASTER key failed; heartbeats keep their target.
+    MasterReadFailed {
+        /// Why.
+        error: String,
+    },
 }

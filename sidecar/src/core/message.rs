@@ -57,6 +57,18 @@ impl Note {
             }
             Note::EngineAwake => "vLLM is awake again: registering",
             Note::ShuttingDown { .. } => "shutting down: revoking the lease",
+            Note::HeartbeatTargetChanged { master: Some(_), .. } => {
+                "following the elected master: heartbeats go to a new URL"
+            }
+            Note::HeartbeatTargetChanged { master: None, .. } => {
+                "no usable master key: heartbeats go to --xllm-service-url"
+            }
+            Note::MasterValueUnusable { .. } => {
+                "the master key's value is not <host>:<port>; using --xllm-service-url"
+            }
+            Note::MasterReadFailed { .. } => {
+                "reading the master key failed; heartbeats keep their target"
+            }
             Note::ShutdownTimedOut => {
                 "the lease revoke did not finish within --shutdown-timeout; exiting (the key expires with its lease)"
             }

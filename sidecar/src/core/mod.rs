@@ -52,6 +52,7 @@
 
 mod beat;
 mod config;
+mod follow;
 mod grid;
 mod heartbeat;
 mod io;
@@ -69,10 +70,12 @@ use crate::backoff::Backoff;
 use crate::mapping::Mapper;
 
 pub use config::CoreConfig;
+pub use follow::{master_key, FollowConfig, HeartbeatTarget, MasterName};
 pub use heartbeat::{has_vllm_sample, HeartbeatBody};
 pub use io::{Answer, Command, CommandId, Input, LeaseLoss, Note, RevokeReason};
 pub use state::{AfterRevoke, Registration};
 
+use follow::Follow;
 use state::{Beat, Gate, Health, Pending};
 
 /// What the core currently believes, for readiness probes and tests.
@@ -121,6 +124,8 @@ pub struct Core {
     /// Pages mapped so far (decides which are audited by a full parse).
     pages: u64,
     model_logged: bool,
+    /// With `--follow-master`: the elected master heartbeats go to.
+    follow: Option<Follow>,
 }
 
 impl Core {
@@ -157,6 +162,7 @@ impl Core {
             conflict_backoff: Backoff::new(hb, hb.max(Duration::from_secs(30))),
             pages: 0,
             model_logged: false,
+            follow: cfg.follow.clone().map(|f| Follow::new(f, now)),
             cfg,
         };
         core.advance(now);
@@ -205,8 +211,13 @@ impl Core {
             } => wake(*deadline),
             _ => {}
         }
-        if self.health.in_flight.is_none() && !self.shutting_down() {
-            wake(self.health.next);
+        if !self.shutting_down() {
+            if self.health.in_flight.is_none() {
+                wake(self.health.next);
+            }
+            if let Some(read) = self.follow_wakeup() {
+                wake(read);
+            }
         }
         at
     }
@@ -237,6 +248,13 @@ impl Core {
         &self.reg
     }
 
+    /// Where heartbeats go now (the configured URL unless following a master).
+    pub fn heartbeat_target(&self) -> HeartbeatTarget {
+        self.follow
+            .as_ref()
+            .map_or(HeartbeatTarget::Configured, |f| f.target().clone())
+    }
+
     /// The settings the core was built with.
     pub fn config(&self) -> &CoreConfig {
         &self.cfg
@@ -251,6 +269,7 @@ impl Core {
         self.check_lease(now);
         self.probe_if_due(now);
         self.register_if_due(now);
+        self.read_master_if_due(now);
         self.beat_if_due(now);
     }
 
@@ -272,6 +291,9 @@ impl Core {
             (Pending::Post { incarnation }, a) => self.on_post(now, id, incarnation, a),
             (Pending::Revoke, a) => self.on_revoke(now, id, a),
             (Pending::SideRevoke { lease }, a) => self.on_side_revoke(lease, a),
+            (Pending::MasterRead, a @ (Answer::MasterValue(_) | Answer::MasterReadFailed(_))) => {
+                self.on_master_read(now, id, a)
+            }
             (pending, _) => {
                 // An answer of the wrong kind: keep waiting for the right one.
                 self.pending.insert(id, pending);

@@ -184,4 +184,6 @@ pub enum Pending {
         lease: i64,
     },
     Revoke,
+    /// A read of the MASTER key.
+    MasterRead,
 }

@@ -55,6 +55,14 @@ pub fn keepalive(result: Result<i64, EtcdError>) -> Answer {
     }
 }
 
+/// A read of the MASTER key: its value, no key, or why it could not be read.
+pub fn master_key(result: Result<Option<String>, EtcdError>) -> Answer {
+    match result {
+        Ok(value) => Answer::MasterValue(value),
+        Err(e) => Answer::MasterReadFailed(e.to_string()),
+    }
+}
+
 pub fn put(result: Result<(), EtcdError>) -> Answer {
     match result {
         Ok(()) => Answer::PutDone,

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::answers;
 use crate::config::Config;
-use crate::core::{Answer, Command, CommandId};
+use crate::core::{Answer, Command, CommandId, HeartbeatTarget};
 use crate::peers::etcd::EtcdClient;
 use crate::peers::http::{build_client_with_roots, trusted_roots, Redirects};
 use crate::peers::master::MasterClient;
@@ -90,7 +90,10 @@ impl Peers {
                 answers::keepalive(self.etcd.lease_keepalive(lease).await),
             ),
             Command::Scrape { id } => (id, self.scrape().await),
-            Command::PostHeartbeat { id, body } => (id, self.post(body).await),
+            Command::PostHeartbeat { id, body, target } => (id, self.post(body, target).await),
+            Command::ReadMasterKey { id, key } => {
+                (id, answers::master_key(self.etcd.get(&key).await))
+            }
             Command::Revoke { id, lease } => {
                 (id, answers::revoke(self.etcd.lease_revoke(lease).await))
             }
@@ -117,9 +120,12 @@ impl Peers {
         answers::scrape(page)
     }
 
-    async fn post(&self, body: String) -> Answer {
+    async fn post(&self, body: String, target: HeartbeatTarget) -> Answer {
         let started = Instant::now();
-        let answer = self.master.post_heartbeat(body).await;
+        let answer = match &target {
+            HeartbeatTarget::Configured => self.master.post_heartbeat(body).await,
+            HeartbeatTarget::Elected { url, .. } => self.master.post_heartbeat_to(url, body).await,
+        };
         let took = started.elapsed().as_secs_f64();
         self.telemetry.heartbeat_duration.observe(took);
         if answer == Ok(200) {

@@ -87,6 +87,15 @@ pub fn record(t: &Telemetry, note: &Note) {
         }
         Note::ShuttingDown { timeout } => tracing::info!(?timeout, "{msg}"),
         Note::ShutdownTimedOut => tracing::warn!("{msg}"),
+        Note::HeartbeatTargetChanged { from, to, master } => {
+            t.master_switches.inc();
+            let master = master.as_deref().unwrap_or("");
+            tracing::info!(old_url = %from, new_url = %to, master, "{msg}");
+        }
+        Note::MasterValueUnusable { value, error } => {
+            tracing::warn!(value = %value, %error, "{msg}")
+        }
+        Note::MasterReadFailed { error } => tracing::warn!(%error, "{msg}"),
     }
 }
 

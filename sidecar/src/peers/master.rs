@@ -64,12 +64,22 @@ impl MasterClient {
         self.post_heartbeat_answer(body).await.map(|a| a.status)
     }
 
+    /// As [`MasterClient::post_heartbeat`], to `url` instead of the configured URL
+    /// (the elected master's, when following it).
+    pub async fn post_heartbeat_to(&self, url: &Url, body: String) -> Result<u16, String> {
+        self.post(url.clone(), body).await.map(|a| a.status)
+    }
+
     /// As [`MasterClient::post_heartbeat`], with an excerpt of the answer's body.
     pub async fn post_heartbeat_answer(&self, body: String) -> Result<MasterAnswer, String> {
+        self.post(self.heartbeat_url.clone(), body).await
+    }
+
+    async fn post(&self, url: Url, body: String) -> Result<MasterAnswer, String> {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut request = self
             .http
-            .post(self.heartbeat_url.clone())
+            .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         if !self.token.is_empty() {

@@ -184,15 +184,7 @@ impl EtcdClient {
         let request = EtcdRequest::Range {
             key: key.to_string(),
         };
-        let answer: RangeAnswer = decode::typed(request.path(), self.call(&request).await)
-            .map_err(|e| plain_error(e, "range"))?;
-        let Some(first) = answer.kvs.first() else {
-            return Ok(None);
-        };
-        let raw = B64
-            .decode(&first.value)
-            .map_err(|e| EtcdError::BadAnswer(format!("value is not base64: {e}")))?;
-        Ok(Some(String::from_utf8_lossy(&raw).into_owned()))
+        decode::range(self.call(&request).await)
     }
 
     /// Carry out one call's steps, each exchange bounded by its step's timeout.
@@ -312,6 +304,18 @@ pub mod decode {
             Ok(_) | Err(EtcdError::LeaseNotFound) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// [`EtcdClient::get`]'s result: the first key's value, `None` when there is none.
+    pub fn range(done: Result<Vec<u8>, CallError>) -> Result<Option<String>, EtcdError> {
+        let answer: RangeAnswer = typed(wire::RANGE, done).map_err(|e| plain_error(e, "range"))?;
+        let Some(first) = answer.kvs.first() else {
+            return Ok(None);
+        };
+        let raw = B64
+            .decode(&first.value)
+            .map_err(|e| EtcdError::BadAnswer(format!("value is not base64: {e}")))?;
+        Ok(Some(String::from_utf8_lossy(&raw).into_owned()))
     }
 
     /// [`EtcdClient::put`]'s result.
