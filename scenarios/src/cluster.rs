@@ -163,8 +163,14 @@ pub trait Cluster {
     /// `leader` or an index. Answers the member's index.
     async fn etcd_member(&mut self, which: &str, up: bool) -> Result<usize, String>;
 
-    /// Restart the master: forget every instance, and re-read etcd if `relist`.
-    async fn master_restart(&mut self, relist: bool) -> Result<(), String>;
+    /// Restart master replica `k`: forget every instance, and re-read etcd if `relist`;
+    /// a killed replica starts again (registers, runs for master).
+    async fn master_restart(&mut self, k: usize, relist: bool) -> Result<(), String>;
+    /// Kill master replica `k`: its process dies without a word (its leases run out).
+    async fn master_kill(&mut self, k: usize) -> Result<(), String>;
+    /// The replica that holds itself master now (`None`: none does; a single master
+    /// that elects nothing is replica 0).
+    fn elected_master(&self) -> Option<usize>;
     /// The master's internal token (`None`: no check).
     fn master_token(&mut self, token: Option<String>) -> Result<(), String>;
     /// Arm a heartbeat fault on the master.

@@ -69,6 +69,8 @@ pub enum EpisodeKey {
     EtcdElection(u64),
     /// The master restarted.
     MasterRestart(u64),
+    /// A master replica killed.
+    MasterKill(u64),
     /// A fault on the master's heartbeat endpoint.
     MasterFault(u64),
     /// Watch lines the master lost while its etcd link dropped etcd's answers.

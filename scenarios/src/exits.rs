@@ -114,6 +114,7 @@ mod tests {
                     t_ms,
                     instances: vec![Arc::new(o)],
                     routed: 0,
+                    masters: Default::default(),
                 }
             })
             .collect()

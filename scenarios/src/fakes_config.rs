@@ -24,8 +24,17 @@ pub fn etcd_config(topo: &Topology) -> mock_etcd::Config {
 /// The fake master's settings for a run in `namespace` (real mode adds its address and
 /// its etcd endpoints).
 pub fn master_config(topo: &Topology, namespace: &str) -> mock_master::Config {
+    master_replica_config(topo, namespace, 0)
+}
+
+/// Master replica `k`'s settings: [`master_config`], electing through etcd when the
+/// topology has several replicas.
+pub fn master_replica_config(topo: &Topology, namespace: &str, k: usize) -> mock_master::Config {
     let m = &topo.master;
     mock_master::Config {
+        elect: m.replicas > 1,
+        service_name: topology::MasterTopology::service_name(k),
+        election_ttl: m.election_ttl.0,
         etcd_namespace: namespace.to_string(),
         token: topo.token.clone().filter(|t| !t.is_empty()),
         probe_timeout: m.probe_timeout.0,

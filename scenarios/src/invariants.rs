@@ -497,6 +497,7 @@ mod tests {
                         ..Default::default()
                     })],
                     routed: 0,
+                    masters: Default::default(),
                 }
             })
             .collect()
@@ -680,6 +681,7 @@ mod tests {
                     t_ms: k * 100,
                     instances,
                     routed: 0,
+                    masters: Default::default(),
                 });
             }
             let fresh: Vec<Sample> = shared
@@ -692,6 +694,7 @@ mod tests {
                         .map(|o| Arc::new((**o).clone()))
                         .collect(),
                     routed: 0,
+                    masters: Default::default(),
                 })
                 .collect();
             let judged = check(&sc, &shared, &eps, &crate::capability::all());

@@ -183,6 +183,37 @@ pub struct Sample {
     /// How many requests the master has routed so far (the length of the routed list).
     #[serde(skip)]
     pub routed: usize,
+    /// The master replicas (shared while unchanged).
+    #[serde(skip)]
+    pub masters: Arc<Masters>,
+}
+
+/// The master replicas at one moment, read from etcd and from each replica.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Masters {
+    /// The replica the MASTER key names (`None`: no key, or one master that elects
+    /// nothing).
+    pub elected: Option<usize>,
+    /// Heartbeats each replica accepted (answered 200) so far, in replica order; a
+    /// replica killed or restarted keeps its count.
+    pub accepted: Vec<u64>,
+    /// The highest mod revision of a `LOADMETRICS` key in etcd (`None`: there is none).
+    pub loadmetrics_revision: Option<i64>,
+}
+
+impl Masters {
+    /// `next`, shared with the last sample's (`last`) when it is the same.
+    pub fn share(last: &mut Arc<Masters>, next: Masters) -> Arc<Masters> {
+        if **last != next {
+            *last = Arc::new(next);
+        }
+        last.clone()
+    }
+
+    /// Heartbeats replica `k` accepted so far.
+    pub fn accepted_by(&self, k: usize) -> u64 {
+        self.accepted.get(k).copied().unwrap_or(0)
+    }
 }
 
 /// An incarnation id as samples hold it: shared, so a sample copies it without

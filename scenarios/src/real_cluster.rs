@@ -172,6 +172,8 @@ pub struct RealCluster {
     pub(crate) stop: Shutdown,
     /// The observer's last successful read of a real etcd.
     last_etcd: HashMap<String, String>,
+    /// The last sample's view of the master replicas.
+    masters: Arc<crate::observe::Masters>,
 }
 
 fn io<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
@@ -348,6 +350,7 @@ impl RealCluster {
             routed: Arc::new(Routed::default()),
             stop: Shutdown::new(),
             last_etcd: HashMap::new(),
+            masters: Arc::default(),
         };
         let starts: Vec<usize> = (0..topo.instances)
             .filter(|i| topo.instance(*i).start_sidecar)
@@ -513,10 +516,16 @@ impl RealCluster {
             Err(p) => p.into_inner().update(Some("master"), &global),
         };
         attribute_unnamed_401(&mut out, &global);
+        let next = crate::observe::Masters {
+            elected: None,
+            accepted: vec![global.get(&200).copied().unwrap_or(0)],
+            loadmetrics_revision: None,
+        };
         Sample {
             t_ms,
             instances: out.into_iter().map(Arc::new).collect(),
             routed: self.routed.len(),
+            masters: crate::observe::Masters::share(&mut self.masters, next),
         }
     }
 

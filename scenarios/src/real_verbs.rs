@@ -201,10 +201,21 @@ impl Cluster for RealCluster {
         })
     }
 
-    async fn master_restart(&mut self, relist: bool) -> Result<(), String> {
-        // A new process: a pause of the old one is over (a restart thaws the fake).
+    async fn master_restart(&mut self, k: usize, relist: bool) -> Result<(), String> {
+        if k != 0 {
+            return Err(format!("master replica {k}: real mode runs one master"));
+        }
+        // A restart thaws a paused fake: it is a new process.
         self.master.restart_with(relist).await;
         Ok(())
+    }
+
+    async fn master_kill(&mut self, k: usize) -> Result<(), String> {
+        Err(format!("master_kill {k}: real mode runs one master"))
+    }
+
+    fn elected_master(&self) -> Option<usize> {
+        Some(0)
     }
 
     fn master_token(&mut self, token: Option<String>) -> Result<(), String> {

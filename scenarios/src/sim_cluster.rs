@@ -109,6 +109,8 @@ pub struct SimCluster {
     pub(crate) overrides: Vec<(String, String)>,
     pub(crate) instances: Vec<SimInstance>,
     pub(crate) global_counts: Cumulative,
+    /// The last sample's view of the master replicas.
+    pub(crate) masters: Arc<crate::observe::Masters>,
     /// etcd's count of key-value writes at the last sample: unchanged, every instance's
     /// value in etcd is what the last sample read.
     etcd_writes: Option<u64>,
@@ -180,6 +182,7 @@ impl SimCluster {
             overrides: overrides.to_vec(),
             instances,
             global_counts: Cumulative::default(),
+            masters: Arc::default(),
             etcd_writes: None,
             routed: Vec::new(),
         };
@@ -408,11 +411,27 @@ impl SimCluster {
             inst.last_key = Some(key);
             out.push(inst.shared(obs));
         }
+        let masters = self.observe_masters();
         Sample {
             t_ms: self.now_ms(),
             instances: out,
             routed: self.routed.len(),
+            masters,
         }
+    }
+
+    /// The master replicas as etcd and each replica show them.
+    fn observe_masters(&mut self) -> Arc<crate::observe::Masters> {
+        let accepted = self
+            .world
+            .server_as::<MasterNode>(NodeId::Master)
+            .map_or(0, |m| m.heartbeat_counts().get(&200).copied().unwrap_or(0));
+        let next = crate::observe::Masters {
+            elected: None,
+            accepted: vec![accepted],
+            loadmetrics_revision: None,
+        };
+        crate::observe::Masters::share(&mut self.masters, next)
     }
 
     /// What instance `i`'s sidecar is doing, for the coverage of a fault search.

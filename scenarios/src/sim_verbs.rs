@@ -237,7 +237,18 @@ impl Cluster for SimCluster {
     /// The master process restarts: it drops its watch, forgets every instance, then
     /// lists etcd (applying the listing only if `relist`) and watches again, over its
     /// link, as mock-master does.
-    async fn master_restart(&mut self, relist: bool) -> Result<(), String> {
+    async fn master_kill(&mut self, k: usize) -> Result<(), String> {
+        Err(format!("master_kill {k}: not yet in virtual time"))
+    }
+
+    fn elected_master(&self) -> Option<usize> {
+        Some(0)
+    }
+
+    async fn master_restart(&mut self, k: usize, relist: bool) -> Result<(), String> {
+        if k != 0 {
+            return Err(format!("master replica {k}: not yet in virtual time"));
+        }
         self.world.end_pause(NodeId::Master);
         let now = self.world.now();
         self.master()?.restart(now, relist);

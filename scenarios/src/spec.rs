@@ -173,6 +173,18 @@ pub enum Condition {
         /// The text looked for, case-insensitive, in the line's JSON.
         contains: String,
     },
+    /// A master replica other than the one elected when the step began is elected (the
+    /// MASTER key names it): `new_master = true`.
+    NewMaster(bool),
+    /// The replica elected now accepted at least `at_least` heartbeats (of any instance)
+    /// since the step began: `master_heartbeats = { at_least = 4 }`.
+    MasterHeartbeats {
+        /// Heartbeats accepted since the step began, at least.
+        at_least: u64,
+    },
+    /// A LOADMETRICS key was written to etcd since the step began (the master
+    /// published): `loadmetrics_written = true`.
+    LoadmetricsWritten(bool),
     /// Of the load generator's last routed requests, at most this share went to the instance.
     RoutedShare {
         /// The instance (a name, not `all`).
@@ -403,6 +415,15 @@ impl Scenario {
         if t.keepalive_interval.0.is_zero() || t.heartbeat_interval.0.is_zero() {
             return Err((None, "topology intervals must be > 0".into()));
         }
+        if !(1..=5).contains(&t.master.replicas) {
+            return Err((None, "topology.master.replicas must be 1 to 5".into()));
+        }
+        if t.master.replicas > 1 && t.master.election_ttl.0 < std::time::Duration::from_secs(1) {
+            return Err((
+                None,
+                "topology.master.election_ttl must be at least 1s (etcd's TTLs are whole seconds)".into(),
+            ));
+        }
         if !["DEFAULT", "PREFILL", "DECODE", "MIX"].contains(&t.instance_type.as_str()) {
             return Err((
                 None,
@@ -493,7 +514,15 @@ impl Scenario {
                 ..
             } => Err("`incarnations` needs `at_least` or `at_most`".into()),
             Condition::Incarnations { instance, .. } => self.topology.check_target(instance, false),
-            Condition::AllActive(true) => Ok(()),
+            Condition::AllActive(true)
+            | Condition::NewMaster(true)
+            | Condition::LoadmetricsWritten(true) => Ok(()),
+            Condition::NewMaster(false) => Err("`new_master = false` means nothing; write `new_master = true`".into()),
+            Condition::LoadmetricsWritten(false) => Err("`loadmetrics_written = false` means nothing; write `loadmetrics_written = true`".into()),
+            Condition::MasterHeartbeats { .. } if self.topology.master.replicas < 2 => {
+                Err("`master_heartbeats` needs `topology.master.replicas` of 2 or more".into())
+            }
+            Condition::MasterHeartbeats { .. } => Ok(()),
             Condition::AllActive(false) => {
                 Err("`all_active = false` means nothing; use `all_active = true`".into())
             }

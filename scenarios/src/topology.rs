@@ -176,6 +176,12 @@ pub struct MasterTopology {
     pub publish_interval: Dur,
     /// The master's `/health` probe timeout.
     pub probe_timeout: Dur,
+    /// Service replicas (1 to 5). Above 1 they elect one master through etcd as
+    /// xllm-service's do (docs/contract.md, "Election"); replica `k` is named
+    /// `127.0.0.<k+1>:8889` and heard on `127.0.0.<k+1>`.
+    pub replicas: usize,
+    /// The lease TTL of each replica's SERVICE and MASTER keys.
+    pub election_ttl: Dur,
 }
 
 impl Default for MasterTopology {
@@ -185,7 +191,28 @@ impl Default for MasterTopology {
             suspect_window: Dur::ms(15000),
             publish_interval: Dur::ms(1000),
             probe_timeout: Dur::ms(500),
+            replicas: 1,
+            election_ttl: Dur::ms(3000),
         }
+    }
+}
+
+impl MasterTopology {
+    /// Replica `k`'s host: each replica is heard on a loopback address of its own, so
+    /// that the host in the MASTER key alone tells a following sidecar where to post.
+    pub fn replica_host(k: usize) -> String {
+        format!("127.0.0.{}", k + 1)
+    }
+
+    /// Replica `k`'s service name, the value of the MASTER key while it is master
+    /// (its host and xllm-service's default RPC port).
+    pub fn service_name(k: usize) -> String {
+        format!("{}:8889", MasterTopology::replica_host(k))
+    }
+
+    /// The replica whose service name is `name`.
+    pub fn replica_named(&self, name: &str) -> Option<usize> {
+        (0..self.replicas).find(|&k| MasterTopology::service_name(k) == name)
     }
 }
 

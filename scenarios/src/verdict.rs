@@ -275,6 +275,12 @@ impl Ctx<'_> {
             .map(|o| &**o)
     }
 
+    fn baseline_masters(&self) -> Option<&crate::observe::Masters> {
+        self.samples
+            .get(self.from.saturating_sub(1))
+            .map(|s| &*s.masters)
+    }
+
     fn baseline(&self, i: usize) -> Option<&InstanceObs> {
         self.samples
             .get(self.from.saturating_sub(1))
@@ -286,7 +292,10 @@ impl Ctx<'_> {
 /// Whether the condition holds now.
 pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
     let Some(i) = condition_instance(c).and_then(|n| ctx.idx(n)).or(match c {
-        Condition::AllActive(_) => Some(usize::MAX),
+        Condition::AllActive(_)
+        | Condition::NewMaster(_)
+        | Condition::MasterHeartbeats { .. }
+        | Condition::LoadmetricsWritten(_) => Some(usize::MAX),
         _ => None,
     }) else {
         return false;
@@ -357,6 +366,25 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
                     && e.detail.to_string().to_lowercase().contains(&needle)
             })
         }
+        Condition::NewMaster(_) => {
+            let before = ctx.baseline_masters().and_then(|m| m.elected);
+            let now = ctx.samples.last().and_then(|s| s.masters.elected);
+            now.is_some() && now != before
+        }
+        Condition::MasterHeartbeats { at_least } => {
+            let Some(k) = ctx.samples.last().and_then(|s| s.masters.elected) else {
+                return false;
+            };
+            let base = ctx.baseline_masters().map_or(0, |m| m.accepted_by(k));
+            ctx.samples
+                .last()
+                .is_some_and(|s| s.masters.accepted_by(k) >= base + at_least)
+        }
+        Condition::LoadmetricsWritten(_) => {
+            let base = ctx.baseline_masters().and_then(|m| m.loadmetrics_revision);
+            let now = ctx.samples.last().and_then(|s| s.masters.loadmetrics_revision);
+            now.is_some() && now > base
+        }
         Condition::RoutedShare { at_most, last, .. } => {
             if ctx.routed.len() < *last {
                 return false;
@@ -379,7 +407,10 @@ fn condition_instance(c: &Condition) -> Option<&str> {
         | Condition::Exited { instance, .. }
         | Condition::Log { instance, .. }
         | Condition::RoutedShare { instance, .. } => Some(instance),
-        Condition::AllActive(_) => None,
+        Condition::AllActive(_)
+        | Condition::NewMaster(_)
+        | Condition::MasterHeartbeats { .. }
+        | Condition::LoadmetricsWritten(_) => None,
     }
 }
 
@@ -390,6 +421,11 @@ pub fn describe(c: &Condition) -> String {
         Condition::Registered(i) => format!("{i} registered in etcd"),
         Condition::Unregistered(i) => format!("{i} key gone from etcd"),
         Condition::AllActive(_) => "all instances ACTIVE and registered".into(),
+        Condition::NewMaster(_) => "another master replica elected".into(),
+        Condition::MasterHeartbeats { at_least } => {
+            format!("the elected master accepted >= {at_least} heartbeats")
+        }
+        Condition::LoadmetricsWritten(_) => "LOADMETRICS written to etcd".into(),
         Condition::Incarnations {
             instance,
             at_least,

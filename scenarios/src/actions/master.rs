@@ -23,7 +23,15 @@ pub enum MasterAction {
         /// Re-read etcd on restart, as the real master does (default false: forget everything).
         #[serde(default)]
         relist: bool,
+        /// Which replica (default 0); a killed one starts again, registers and runs
+        /// for master.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replica: Option<Replica>,
     },
+    /// Kill one master replica (its process dies without a word; its leases run out):
+    /// `master_kill = "elected"` or `master_kill = 1`.
+    #[serde(rename = "master_kill")]
+    Kill(Replica),
     /// Change the master's token (`""` disables the check).
     #[serde(rename = "master_token")]
     Token(String),
@@ -43,6 +51,34 @@ pub enum MasterAction {
     /// Clear every master fault: `master_clear_faults = true`.
     #[serde(rename = "master_clear_faults")]
     ClearFaults(bool),
+}
+
+/// A master replica: by index, or the one elected when the action runs.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Replica {
+    /// Replica `k` (0 is the one sidecars are configured with).
+    Index(usize),
+    /// The replica that holds itself master when the action runs.
+    Elected(ElectedWord),
+}
+
+/// The word `elected`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ElectedWord {
+    /// `"elected"`.
+    Elected,
+}
+
+impl Replica {
+    /// The replica index now (`None`: `elected` while no replica is master).
+    fn resolve(&self, c: &impl Cluster) -> Option<usize> {
+        match self {
+            Replica::Index(k) => Some(*k),
+            Replica::Elected(_) => c.elected_master(),
+        }
+    }
 }
 
 /// Faults of the fake master (see `mock-master`).
@@ -68,12 +104,22 @@ impl MasterAction {
     }
 
     /// Checks that `master_clear_faults` is written `= true`; the rest need no check.
-    pub fn check(&self, _topo: &Topology) -> Result<(), String> {
+    pub fn check(&self, topo: &Topology) -> Result<(), String> {
+        let replicas = topo.master.replicas;
+        let exists = |r: &Option<Replica>| match r {
+            Some(Replica::Index(k)) if *k >= replicas => Err(format!(
+                "master replica {k} does not exist (topology has {replicas})"
+            )),
+            _ => Ok(()),
+        };
         match self {
             MasterAction::ClearFaults(b) => words::flag(*b, "master_clear_faults"),
-            MasterAction::Restart { .. } | MasterAction::Token(_) | MasterAction::Fault { .. } => {
-                Ok(())
+            MasterAction::Kill(_) if replicas < 2 => {
+                Err("`master_kill` needs `topology.master.replicas` of 2 or more".into())
             }
+            MasterAction::Kill(r) => exists(&Some(r.clone())),
+            MasterAction::Restart { replica, .. } => exists(replica),
+            MasterAction::Token(_) | MasterAction::Fault { .. } => Ok(()),
         }
     }
 
@@ -95,7 +141,21 @@ impl MasterAction {
     /// Restarts the master, sets its token, or arms or clears its faults.
     pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         match self {
-            MasterAction::Restart { relist } => c.master_restart(*relist).await?,
+            MasterAction::Restart { relist, replica } => {
+                let k = match replica {
+                    None => 0,
+                    Some(r) => r.resolve(c).ok_or("no master replica is elected")?,
+                };
+                c.master_restart(k, *relist).await?;
+                if replica.is_some() {
+                    return Ok(Some(format!("replica {k}")));
+                }
+            }
+            MasterAction::Kill(r) => {
+                let k = r.resolve(c).ok_or("no master replica is elected")?;
+                c.master_kill(k).await?;
+                return Ok(Some(format!("replica {k}")));
+            }
             MasterAction::Token(tok) => c.master_token(token_of(tok))?,
             MasterAction::Fault {
                 fault,
@@ -123,6 +183,13 @@ impl MasterAction {
                     e.excuses_master = true
                 });
             }
+            MasterAction::Kill(_) => {
+                // Another replica may have to be elected and found by the sidecars.
+                let follow = follow_window_ms(book.topology());
+                book.open(EpisodeKey::MasterKill(t), Scope::All, Some(follow), |e| {
+                    e.excuses_master = true
+                });
+            }
             MasterAction::Token(tok) => {
                 book.set_master_token(tok);
                 book.recheck_tokens();
@@ -136,6 +203,14 @@ impl MasterAction {
             }
         }
     }
+}
+
+/// How long after a master dies its sidecars may still miss the master: its keys'
+/// leases run out (the election TTL), a standby wins the election, and each sidecar's
+/// next heartbeat fails over to it (a heartbeat interval, plus a second for the read of
+/// the MASTER key and the round trips).
+pub fn follow_window_ms(topo: &Topology) -> u64 {
+    topo.master.election_ttl.as_ms() + topo.heartbeat_interval.as_ms() + 1000
 }
 
 /// `""` switches the token check off.
