@@ -575,3 +575,40 @@ async fn sigusr1_drains_sigusr2_undrains_and_so_does_the_admin_endpoint() {
         Some(0)
     );
 }
+
+#[tokio::test]
+async fn a_followed_master_switch_is_logged_with_the_old_and_new_url() {
+    let stubs = Stubs::start(200, ok("{}")).await;
+    // XLLM:SERVICE:MASTER = 127.0.0.1:7777 (the master's RPC port).
+    let master_key = ok(r#"{"kvs":[{"key":"eA==","value":"MTI3LjAuMC4xOjc3Nzc="}],"count":"1"}"#);
+    mount(&stubs.etcd, "POST", "/v3/kv/range", master_key).await;
+    let http_port = stubs.master.address().port().to_string();
+    let mut args = stubs.args();
+    // Nothing listens on the configured URL: only the key leads to the master.
+    args.extend(["--xllm-service-url", "http://127.0.0.1:1"].map(String::from));
+    args.extend(["--master-http-port", http_port.as_str()].map(String::from));
+    let mut sidecar = Sidecar::spawn(&args, &[("XLLM_FOLLOW_MASTER", "on")]);
+    eventually(
+        "a heartbeat at the master",
+        Duration::from_secs(10),
+        || async { Stubs::count(&stubs.master, "/v1/internal/heartbeat").await > 0 },
+    )
+    .await;
+    let new_url = format!("new_url=http://127.0.0.1:{http_port}/v1/internal/heartbeat");
+    let logged = sidecar.stderr.lock().unwrap().clone();
+    let line = logged
+        .lines()
+        .find(|l| l.contains("following the elected master"));
+    let line = line.unwrap_or_else(|| panic!("no switch logged:\n{logged}"));
+    assert!(
+        line.contains("old_url=http://127.0.0.1:1/v1/internal/heartbeat"),
+        "{line}"
+    );
+    assert!(line.contains(&new_url), "{line}");
+    assert!(line.contains("master=127.0.0.1:7777"), "{line}");
+    sidecar.signal("TERM");
+    assert_eq!(
+        sidecar.wait_exit(Duration::from_secs(10)).await.code(),
+        Some(0)
+    );
+}

@@ -1,6 +1,6 @@
-//! The whole sidecar in-process with `--follow-master`: mock-etcd holds the MASTER key,
-//! two wiremock masters answer heartbeats, and the key is switched from one to the
-//! other under the running sidecar.
+//! The whole sidecar in-process with `--follow-master`: mock-etcd (or a real etcd 3.4,
+//! when installed) holds the MASTER key, two wiremock masters answer heartbeats, and
+//! the key is switched from one to the other under the running sidecar.
 //!
 //! Both masters serve the same HTTP port, on 127.0.0.1 and 127.0.0.2: the key names a
 //! host and its RPC port, and the sidecar keeps one HTTP port (`--master-http-port`)
@@ -78,8 +78,43 @@ async fn heartbeat_arrives(server: &MockServer, after: usize, deadline: Duration
     started.elapsed()
 }
 
+/// Where the MASTER key lives.
+enum Etcd {
+    Mock(mock_etcd::MockEtcd),
+    /// A real etcd on loopback (see `local-etcd`), killed on drop.
+    Real(local_etcd::Cluster),
+}
+
+impl Etcd {
+    async fn mock() -> Option<Etcd> {
+        let events = mock_kit::Events::none("mock-etcd");
+        let etcd = mock_etcd::start(mock_etcd::Config::default(), events).await;
+        Some(Etcd::Mock(etcd.expect("mock-etcd starts")))
+    }
+
+    fn real() -> Option<Etcd> {
+        if let Some(why) = local_etcd::unavailable() {
+            eprintln!("SKIPPED: {why}");
+            return None;
+        }
+        let options = local_etcd::Options {
+            tag: "sidecar-follow".into(),
+            ..Default::default()
+        };
+        let cluster = local_etcd::Cluster::start(options).unwrap_or_else(|e| panic!("{e}"));
+        Some(Etcd::Real(cluster))
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Etcd::Mock(etcd) => etcd.url(),
+            Etcd::Real(cluster) => cluster.url(),
+        }
+    }
+}
+
 struct World {
-    etcd: mock_etcd::MockEtcd,
+    etcd: Etcd,
     vllm: MockServer,
     first: MockServer,
     second: Option<MockServer>,
@@ -88,18 +123,13 @@ struct World {
 }
 
 impl World {
-    async fn start() -> Option<World> {
+    async fn start(etcd: Option<Etcd>) -> Option<World> {
+        let etcd = etcd?;
         let Some((a, b)) = two_hosts_one_port() else {
             eprintln!("SKIPPED: cannot bind 127.0.0.2 beside 127.0.0.1");
             return None;
         };
         let port = a.local_addr().ok()?.port();
-        let etcd = mock_etcd::start(
-            mock_etcd::Config::default(),
-            mock_kit::Events::none("mock-etcd"),
-        )
-        .await
-        .expect("mock-etcd starts");
         let vllm = MockServer::start().await;
         mount(&vllm, "GET", "/health", ResponseTemplate::new(200)).await;
         let page = ResponseTemplate::new(200)
@@ -185,9 +215,21 @@ async fn stop(trigger: shutdown::Trigger, task: tokio::task::JoinHandle<()>) {
 
 #[tokio::test]
 async fn a_switched_master_key_moves_heartbeats_within_one_read_interval() {
-    let Some(mut w) = World::start().await else {
+    let Some(w) = World::start(Etcd::mock().await).await else {
         return;
     };
+    switch_between_two_masters(w).await;
+}
+
+#[tokio::test]
+async fn a_switched_master_key_in_a_real_etcd_moves_heartbeats_too() {
+    let Some(w) = World::start(Etcd::real()).await else {
+        return;
+    };
+    switch_between_two_masters(w).await;
+}
+
+async fn switch_between_two_masters(mut w: World) {
     w.elect("127.0.0.1").await;
     let (trigger, task) = run(&w, "1").await;
     heartbeat_arrives(&w.first, 0, Duration::from_secs(10)).await;
@@ -216,7 +258,7 @@ async fn a_switched_master_key_moves_heartbeats_within_one_read_interval() {
 
 #[tokio::test]
 async fn a_dead_master_is_left_on_failure_not_on_the_slow_read() {
-    let Some(mut w) = World::start().await else {
+    let Some(mut w) = World::start(Etcd::mock().await).await else {
         return;
     };
     w.elect("127.0.0.2").await;

@@ -90,7 +90,7 @@ pub fn record(t: &Telemetry, note: &Note) {
         Note::HeartbeatTargetChanged { from, to, master } => {
             t.master_switches.inc();
             let master = master.as_deref().unwrap_or("");
-            tracing::info!(old_url = %from, new_url = %to, master, "{msg}");
+            tracing::info!(old_url = %from, new_url = %to, master = %master, "{msg}");
         }
         Note::MasterValueUnusable { value, error } => {
             tracing::warn!(value = %value, %error, "{msg}")
