@@ -23,16 +23,20 @@ pub enum Capability {
     Openmetrics,
     /// Logs in our sidecar's words (checks that read log lines).
     LogWording,
+    /// Follows the elected master of several xllm-service replicas (reads
+    /// `XLLM:SERVICE:MASTER`) instead of posting to one fixed URL.
+    FollowsMaster,
 }
 
 impl Capability {
     /// Every capability.
-    pub const ALL: [Capability; 5] = [
+    pub const ALL: [Capability; 6] = [
         Capability::Drain,
         Capability::OneIncarnationThroughShortBlackout,
         Capability::RevokesGivenUpLease,
         Capability::Openmetrics,
         Capability::LogWording,
+        Capability::FollowsMaster,
     ];
 
     /// Its name as profiles and scenario files write it.
@@ -45,6 +49,7 @@ impl Capability {
             Capability::RevokesGivenUpLease => "revokes_given_up_lease",
             Capability::Openmetrics => "openmetrics",
             Capability::LogWording => "log_wording",
+            Capability::FollowsMaster => "follows_master",
         }
     }
 

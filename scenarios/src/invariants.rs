@@ -37,10 +37,13 @@ pub fn check(
         inv.heartbeats_sane,
         inv.revoked_on_stop,
         inv.conflict_ends_incarnation,
+        inv.heartbeats_to_elected_master,
     ];
     let mut out = Vec::new();
     for (name, on) in Invariants::NAMES.into_iter().zip(on) {
-        if !on {
+        // One master elects nothing: there is no other replica to post to.
+        let one_master = sc.topology.master.replicas < 2;
+        if !on || (name == "heartbeats_to_elected_master" && one_master) {
             continue;
         }
         if let Some(why) = capability::missing(&inv.needs(name), caps) {
@@ -58,7 +61,8 @@ pub fn check(
             "no_401_when_tokens_match" => no_401(sc, samples, eps),
             "heartbeats_sane" => heartbeats_sane(sc, samples),
             "revoked_on_stop" => revoked_on_stop(sc, samples, eps),
-            _ => conflict_ends_incarnation(sc, samples, eps),
+            "conflict_ends_incarnation" => conflict_ends_incarnation(sc, samples, eps),
+            _ => heartbeats_to_elected_master(sc, samples, eps),
         });
     }
     out
@@ -421,6 +425,52 @@ fn revoked_on_stop(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdic
 /// sample where etcd shows an incarnation (or no key) until etcd shows another; more
 /// than [`MAX_CONFLICTS`] is a violation, unless the master restarted or was faulted
 /// (it may then answer anything) since the count began.
+/// With several replicas: once the follow window has passed since the elected replica
+/// last changed, a heartbeat accepted by any other replica is one the master's routing
+/// never sees (a standby answers 200 too).
+fn heartbeats_to_elected_master(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
+    let name = "heartbeats_to_elected_master";
+    let window = crate::actions::master::follow_window_ms(&sc.topology);
+    let mut since: Option<(Option<usize>, u64)> = None;
+    let mut judged = 0u64;
+    for pair in samples.windows(2) {
+        let [prev, s] = pair else { continue };
+        let elected = s.masters.elected;
+        let changed_at = match since {
+            Some((e, t)) if e == elected => t,
+            _ => {
+                since = Some((elected, s.t_ms));
+                s.t_ms
+            }
+        };
+        let Some(k) = elected else { continue };
+        if Arc::ptr_eq(&prev.masters, &s.masters)
+            || s.t_ms < changed_at + window
+            || master_excused(eps, s.t_ms, 0)
+        {
+            continue;
+        }
+        judged += 1;
+        let stray = (0..s.masters.accepted.len())
+            .find(|&j| j != k && s.masters.accepted_by(j) > prev.masters.accepted_by(j));
+        if let Some(j) = stray {
+            return verdict(
+                name,
+                Some((
+                    s.t_ms,
+                    format!("replica {j} accepted a heartbeat at t≈{} ms while replica {k} has been the elected master since t={changed_at} ms (longer than the {window} ms follow window): that load never reaches routing", s.t_ms),
+                )),
+                String::new(),
+            );
+        }
+    }
+    verdict(
+        name,
+        None,
+        format!("held ({judged} changes of the replicas' counts judged, follow window {window} ms)"),
+    )
+}
+
 fn conflict_ends_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
     const MAX_CONFLICTS: u64 = 3;
     let names = sc.instance_names();

@@ -230,6 +230,11 @@ pub struct Invariants {
     /// An incarnation the master answered 409 is not posted again and again: the
     /// sidecar registers a new one (at most 3 conflicts per incarnation in etcd).
     pub conflict_ends_incarnation: bool,
+    /// With several master replicas, heartbeats go to the elected one: once a
+    /// follow window (election TTL + a heartbeat interval + 1 s) has passed since the
+    /// MASTER key last named another replica, no other replica accepts a heartbeat.
+    /// Judged only with `topology.master.replicas` of 2 or more.
+    pub heartbeats_to_elected_master: bool,
     /// Capabilities an invariant needs (`{ revoked_on_stop = ["drain"] }`): without
     /// them it is skipped, not judged.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -238,7 +243,7 @@ pub struct Invariants {
 
 impl Invariants {
     /// Every invariant's name, as `[invariants]` switches it.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "registered_when_healthy",
         "single_incarnation",
         "no_stale_heartbeat_accepted",
@@ -246,6 +251,7 @@ impl Invariants {
         "heartbeats_sane",
         "revoked_on_stop",
         "conflict_ends_incarnation",
+        "heartbeats_to_elected_master",
     ];
 
     /// The capabilities invariant `name` needs.
@@ -269,6 +275,7 @@ impl Default for Invariants {
             heartbeats_sane: true,
             revoked_on_stop: true,
             conflict_ends_incarnation: true,
+            heartbeats_to_elected_master: true,
             requires: BTreeMap::new(),
         }
     }

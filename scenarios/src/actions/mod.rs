@@ -51,8 +51,8 @@ pub enum Action {
     /// The etcd family: `etcd_fault`, `etcd_clear_faults`, `etcd_release_hung`,
     /// `etcd_expire_lease`, `etcd_lose_data`, `etcd_kill`, `etcd_restart`.
     Etcd(EtcdAction),
-    /// The master family: `master_restart`, `master_token`, `master_fault`,
-    /// `master_clear_faults`.
+    /// The master family: `master_restart`, `master_kill`, `master_token`,
+    /// `master_fault`, `master_clear_faults`.
     Master(MasterAction),
     /// A link fault: `link`.
     Link(LinkAction),
@@ -247,6 +247,7 @@ mod tests {
                 "etcd_kill",
                 "etcd_restart",
                 "master_restart",
+                "master_kill",
                 "master_token",
                 "master_fault",
                 "master_clear_faults",
