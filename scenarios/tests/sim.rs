@@ -259,3 +259,32 @@ within = "1s"
         show(&o)
     );
 }
+
+/// A shell whose clock stops while the process is stopped (it counts its own ticks)
+/// trusts a keepalive answer older than the TTL after a long pause: the library's
+/// long-pause scenario catches the dead incarnation's heartbeats; the short pause and
+/// a correct clock pass.
+#[test]
+fn a_clock_that_stops_while_paused_fails_the_long_pause_scenario() {
+    let run = |name: &str, planted_bug| {
+        let l = library::load(&[name.to_string()])
+            .expect("built-in")
+            .remove(0);
+        let opts = RunOptions {
+            planted_bug,
+            ..RunOptions::default()
+        };
+        run_scenario_sim(&l.scenario, &l.file, &opts)
+    };
+    let bug = Some(sim::planted::PlantedBug::ClockStopsWhilePaused);
+    let long = run("sidecar-paused-past-lease", bug);
+    assert!(
+        failed_on(&long, "no_stale_heartbeat_accepted"),
+        "{}",
+        show(&long)
+    );
+    let short = run("sidecar-paused-within-lease", bug);
+    assert_eq!(short.status, Status::Passed, "{}", show(&short));
+    let correct = run("sidecar-paused-past-lease", None);
+    assert_eq!(correct.status, Status::Passed, "{}", show(&correct));
+}
