@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use mock_kit::{Events, Shutdown};
+use mock_kit::{Events, Freeze, Shutdown};
 use serde_json::json;
 
 use crate::election::{Call, Op, Outcome};
@@ -23,11 +23,18 @@ pub struct Caller {
     pub etcd: EtcdClient,
     pub events: Events,
     pub shutdown: Shutdown,
+    /// While frozen (a stopped process) no call is made and no answer is read: its
+    /// leases run out as a stopped master's do.
+    pub freeze: Freeze,
 }
 
 /// Run until shutdown.
 pub async fn run(c: Caller) {
     loop {
+        tokio::select! {
+            _ = c.shutdown.wait() => return,
+            _ = c.freeze.thawed() => {}
+        }
         for call in c.registry.election_step() {
             spawn_call(call, &c);
         }
@@ -44,7 +51,11 @@ fn spawn_call(call: Call, c: &Caller) {
     tokio::spawn(async move {
         let outcome = tokio::select! {
             _ = c.shutdown.wait() => return,
-            o = carry_out(&c.etcd, &call.op) => o,
+            o = async {
+                let o = carry_out(&c.etcd, &call.op).await;
+                c.freeze.thawed().await;
+                o
+            } => o,
         };
         if let Outcome::Failed { error } = &outcome {
             tracing::warn!(op = op_name(&call.op), %error, "election call failed");

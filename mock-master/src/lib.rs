@@ -225,6 +225,7 @@ pub async fn start(mut config: Config, events: Events) -> std::io::Result<MockMa
             etcd: shared.etcd.clone(),
             events: events.clone(),
             shutdown: shutdown.clone(),
+            freeze: shared.freeze.clone(),
         }));
     }
     tokio::spawn(loadmetrics::run(shared.clone()));
