@@ -4,7 +4,8 @@
 //! Why not a `BTreeMap<NodeId, _>`: every event looks a server up, often twice, and a
 //! fleet has tens of thousands of them; a tree walk per lookup was a tenth of the
 //! engine's time. Here a lookup is an index into a vector per kind of node. Walks go in
-//! `NodeId` order (sidecars, vLLMs, etcd, master), as the tree walked them.
+//! `NodeId` order (sidecars, vLLMs, etcd, master, master replicas), as the tree walked
+//! them.
 
 use std::time::Duration;
 

@@ -58,7 +58,8 @@ fn cluster(seed: u64) -> World {
         world.add_server(NodeId::master(k), Box::new(replica(k, Duration::ZERO)));
     }
     for i in 0..SIDECARS {
-        let vllm = VllmNode::with_dialect(mock_vllm::Dialect::Compact, u64::from(i), Duration::ZERO);
+        let vllm =
+            VllmNode::with_dialect(mock_vllm::Dialect::Compact, u64::from(i), Duration::ZERO);
         world.add_server(NodeId::Vllm(i), Box::new(vllm));
         let a = addr(i);
         let flags = [
@@ -169,8 +170,8 @@ fn one_master_is_elected_and_takes_the_heartbeats() {
     let before: Vec<u64> = (0..REPLICAS).map(|k| heartbeats_ok(&w, k)).collect();
     w.run_until(Duration::from_secs(30));
     let log = w.log().text();
-    for k in 0..REPLICAS {
-        let got = heartbeats_ok(&w, k) - before[k];
+    for (k, before) in before.iter().enumerate() {
+        let got = heartbeats_ok(&w, k) - before;
         match k == m {
             // Two sidecars, a 3 s interval, 10 s.
             true => assert!(got >= 6, "{k}: {got}: {log}"),
@@ -214,7 +215,10 @@ fn killing_the_master_elects_another_that_takes_heartbeats_and_publishes() {
     let log = w.log().text();
     for i in 0..SIDECARS {
         let sidecar = format!("sidecar/{i}");
-        assert!(count(&log, &sidecar, "HeartbeatTargetChanged") >= 2, "{log}");
+        assert!(
+            count(&log, &sidecar, "HeartbeatTargetChanged") >= 2,
+            "{log}"
+        );
     }
 
     // Its LOADMETRICS rounds write the keys again (their revisions grow).
@@ -264,4 +268,3 @@ fn a_run_with_a_kill_replays_byte_for_byte() {
     assert_eq!(a.bytes(), b.bytes());
     assert_ne!(a.bytes(), c.bytes());
 }
-
