@@ -857,6 +857,25 @@ mod tests {
         assert_eq!(body["success"][0]["request_put"]["lease"], "7");
     }
 
+    /// The builders the client and the simulator share: gateway JSON, ids as strings.
+    #[test]
+    fn builds_put_delete_grant_and_keepalive_bodies() {
+        assert_eq!(
+            put_request(b"k", b"v", None),
+            json!({"key": "aw==", "value": "dg=="})
+        );
+        assert_eq!(
+            put_request(b"k", b"v", Some(7)),
+            json!({"key": "aw==", "value": "dg==", "lease": "7"})
+        );
+        assert_eq!(delete_request(b"k"), json!({"key": "aw=="}));
+        assert_eq!(lease_grant_request(3), json!({"TTL": "3", "ID": "0"}));
+        assert_eq!(lease_keepalive_request(9), json!({"ID": "9"}));
+        assert_eq!(parse_put(&json!({"header": {"revision": "12"}})), 12);
+        assert_eq!(parse_delete(&json!({"deleted": "1"})), 1);
+        assert_eq!(parse_delete(&json!({})), 0);
+    }
+
     #[test]
     fn parses_a_compaction_cancel() {
         let line =

@@ -195,8 +195,12 @@ fn killing_the_master_elects_another_that_takes_heartbeats_and_publishes() {
     w.run_until(Duration::from_secs(25));
     let old = the_master(&w);
     let killed_at = w.now();
+    let readers = |w: &World| w.server(NodeId::Etcd).map(|e| e.stream_readers());
+    assert!(readers(&w).is_some_and(|r| r.contains(&NodeId::master(old))));
     w.kill_server(NodeId::master(old));
     assert!(node(&w, old).is_none());
+    // Its watch is gone with it: etcd forgot the stream.
+    assert!(readers(&w).is_some_and(|r| !r.contains(&NodeId::master(old))));
     let (rev_at_kill, _) = loadmetrics(&w);
 
     // A standby wins once the old MASTER lease expires: within the TTL.
@@ -242,6 +246,7 @@ fn killing_the_master_elects_another_that_takes_heartbeats_and_publishes() {
     w.run_until(now + Duration::from_secs(5));
     assert_eq!(node(&w, old).map(MasterNode::role), Some(Role::Standby));
     assert_eq!(the_master(&w), new);
+    assert!(readers(&w).is_some_and(|r| r.contains(&NodeId::master(old))));
     let etcd = w.server_as::<EtcdNode>(NodeId::Etcd).expect("etcd");
     let own = format!("XLLM:SERVICE:{}", service_name(old));
     assert!(etcd.value(own.as_bytes()).is_some());
@@ -267,4 +272,31 @@ fn a_run_with_a_kill_replays_byte_for_byte() {
     assert!(a.lines() > 500);
     assert_eq!(a.bytes(), b.bytes());
     assert_ne!(a.bytes(), c.bytes());
+}
+
+/// A killed vLLM refuses its sidecar's probes until a fresh process is started in its
+/// slot; the sidecar then registers it again.
+#[test]
+fn a_killed_server_refuses_until_started_again() {
+    let mut w = cluster(3);
+    w.run_until(Duration::from_secs(10));
+    w.kill_server(NodeId::Vllm(0));
+    w.run_until(Duration::from_secs(20));
+    let log = w.log().text();
+    assert_eq!(count(&log, "vllm/0", "\"killed\""), 1, "{log}");
+    assert!(count(&log, "sidecar/0", "HealthFailed") >= 3, "{log}");
+    assert_eq!(count(&log, "sidecar/1", "HealthFailed"), 0, "{log}");
+    let m = the_master(&w);
+    let now = w.now();
+    let fresh = VllmNode::with_dialect(mock_vllm::Dialect::Compact, 9, now);
+    w.start_server(NodeId::Vllm(0), Box::new(fresh));
+    w.run_until(Duration::from_secs(45));
+    let view = node(&w, m).and_then(|n| n.instances().view(&addr(0), w.now()));
+    let state = view.map(|v| v.state);
+    assert_eq!(
+        state,
+        Some(mock_master::InstanceState::Active),
+        "{}",
+        w.log().text()
+    );
 }
