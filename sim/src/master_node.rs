@@ -17,7 +17,10 @@
 //! link to etcd, in mock-master's encoding, each answer read by its parsers into an
 //! `election::Outcome`) and writes the LOADMETRICS rounds the core plans (mock-master's
 //! `loadmetrics` shell: deletes and puts, what failed handed back for the next round).
-//! The core decides who publishes: only the master's rounds have writes. A single
+//! The core decides who publishes: only the master's rounds have writes. With etcd
+//! auth on, these calls present the token the follower holds; one etcd refuses for its
+//! token fails (the election tries again after its retry delay) instead of
+//! re-authenticating at once as mock-master's client does. A single
 //! master (no election) plans its rounds without writing them, as before, so that the
 //! event logs of single-master worlds stay what they were.
 
