@@ -337,9 +337,10 @@ impl EtcdClient {
 
     /// Put `value` at `key` (no lease). Answers the new revision.
     pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<i64, EtcdError> {
-        let body = json!({ "key": B64.encode(key), "value": B64.encode(value) });
-        let v = self.call("/v3/kv/put", &body).await?;
-        Ok(header_revision(&v))
+        let v = self
+            .call("/v3/kv/put", &put_request(key, value, None))
+            .await?;
+        Ok(parse_put(&v))
     }
 
     /// Put `value` at `key` attached to `lease`. Answers the new revision.
@@ -349,27 +350,25 @@ impl EtcdClient {
         value: &[u8],
         lease: i64,
     ) -> Result<i64, EtcdError> {
-        let body = json!({
-            "key": B64.encode(key),
-            "value": B64.encode(value),
-            "lease": lease.to_string(),
-        });
+        let body = put_request(key, value, Some(lease));
         let v = self.call("/v3/kv/put", &body).await?;
-        Ok(header_revision(&v))
+        Ok(parse_put(&v))
     }
 
     /// `/v3/lease/grant` of a lease of `ttl_secs`; answers its id.
     pub async fn lease_grant(&self, ttl_secs: i64) -> Result<i64, EtcdError> {
-        let body = json!({ "TTL": ttl_secs.to_string(), "ID": "0" });
-        let v = self.call("/v3/lease/grant", &body).await?;
+        let v = self
+            .call("/v3/lease/grant", &lease_grant_request(ttl_secs))
+            .await?;
         parse_grant(&v)
     }
 
     /// One `/v3/lease/keepalive` of `lease`; answers the TTL etcd reports (0 or less:
     /// etcd no longer knows the lease).
     pub async fn lease_keepalive(&self, lease: i64) -> Result<i64, EtcdError> {
-        let body = json!({ "ID": lease.to_string() });
-        let v = self.call("/v3/lease/keepalive", &body).await?;
+        let v = self
+            .call("/v3/lease/keepalive", &lease_keepalive_request(lease))
+            .await?;
         parse_keepalive(&v)
     }
 
@@ -388,9 +387,10 @@ impl EtcdClient {
 
     /// Delete `key`. Answers how many keys were deleted.
     pub async fn delete(&self, key: &[u8]) -> Result<i64, EtcdError> {
-        let body = json!({ "key": B64.encode(key) });
-        let v = self.call("/v3/kv/deleterange", &body).await?;
-        Ok(v.get("deleted").and_then(json_i64).unwrap_or(0))
+        let v = self
+            .call("/v3/kv/deleterange", &delete_request(key))
+            .await?;
+        Ok(parse_delete(&v))
     }
 
     /// Open a watch on every key starting with `prefix`, from `start_revision`, with the
@@ -439,6 +439,40 @@ impl EtcdClient {
         }
         Err(last)
     }
+}
+
+/// The body of a `/v3/kv/put` of `value` at `key`, on `lease` if one is given.
+pub fn put_request(key: &[u8], value: &[u8], lease: Option<i64>) -> Value {
+    let mut body = json!({ "key": B64.encode(key), "value": B64.encode(value) });
+    if let (Some(lease), Some(map)) = (lease, body.as_object_mut()) {
+        map.insert("lease".into(), Value::String(lease.to_string()));
+    }
+    body
+}
+
+/// A put answer's revision (the header's; 0 when absent).
+pub fn parse_put(v: &Value) -> i64 {
+    header_revision(v)
+}
+
+/// The body of a `/v3/kv/deleterange` of the one key `key`.
+pub fn delete_request(key: &[u8]) -> Value {
+    json!({ "key": B64.encode(key) })
+}
+
+/// A deleterange answer: how many keys it deleted (0 when absent, as proto3 leaves it).
+pub fn parse_delete(v: &Value) -> i64 {
+    v.get("deleted").and_then(json_i64).unwrap_or(0)
+}
+
+/// The body of a `/v3/lease/grant` of a lease of `ttl_secs` (etcd picks the id).
+pub fn lease_grant_request(ttl_secs: i64) -> Value {
+    json!({ "TTL": ttl_secs.to_string(), "ID": "0" })
+}
+
+/// The body of one `/v3/lease/keepalive` of `lease`.
+pub fn lease_keepalive_request(lease: i64) -> Value {
+    json!({ "ID": lease.to_string() })
 }
 
 /// What a create-if-absent txn found.
@@ -821,6 +855,25 @@ mod tests {
         let body = create_if_absent_request(b"M", b"v", 7);
         assert_eq!(body["compare"][0]["target"], "CREATE");
         assert_eq!(body["success"][0]["request_put"]["lease"], "7");
+    }
+
+    /// The builders the client and the simulator share: gateway JSON, ids as strings.
+    #[test]
+    fn builds_put_delete_grant_and_keepalive_bodies() {
+        assert_eq!(
+            put_request(b"k", b"v", None),
+            json!({"key": "aw==", "value": "dg=="})
+        );
+        assert_eq!(
+            put_request(b"k", b"v", Some(7)),
+            json!({"key": "aw==", "value": "dg==", "lease": "7"})
+        );
+        assert_eq!(delete_request(b"k"), json!({"key": "aw=="}));
+        assert_eq!(lease_grant_request(3), json!({"TTL": "3", "ID": "0"}));
+        assert_eq!(lease_keepalive_request(9), json!({"ID": "9"}));
+        assert_eq!(parse_put(&json!({"header": {"revision": "12"}})), 12);
+        assert_eq!(parse_delete(&json!({"deleted": "1"})), 1);
+        assert_eq!(parse_delete(&json!({})), 0);
     }
 
     #[test]

@@ -210,6 +210,13 @@ impl Server for EtcdNode {
         std::mem::take(&mut self.ended)
     }
 
+    fn stream_readers(&self) -> Vec<NodeId> {
+        let mut readers: Vec<NodeId> = self.watches.iter().map(|w| w.0).collect();
+        readers.sort();
+        readers.dedup();
+        readers
+    }
+
     fn on_link_reset(&mut self, _now: Duration, peer: NodeId) {
         self.close_watches(peer);
     }

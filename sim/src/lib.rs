@@ -53,7 +53,16 @@
 //! - with etcd auth on, the master authenticates as mock-master's client does (before
 //!   its first call, once more on a refused token, again after a watch refused for it).
 //!
-//! Not yet: LOADMETRICS written to etcd, real etcd members.
+//! - master replicas ([`node::NodeId::master`]): mock-master's replica mode, each
+//!   replica carrying out its core's election over its own link to etcd (mock-master's
+//!   request bodies and parsers), the elected one writing the LOADMETRICS rounds its
+//!   core plans; a sidecar's heartbeat goes to the replica its target's URL host names
+//!   ([`World::set_master_hosts`]); a server's process is killed and started again with
+//!   [`World::kill_server`] and [`World::start_server`].
+//!
+//! Not yet: LOADMETRICS written by a single master (no election: the round is planned
+//! and dropped, so that the logs of single-master worlds stay as they were), real etcd
+//! members.
 //!
 //! # Layout
 //!

@@ -12,22 +12,64 @@
 //! ([`crate::master_watch::Follower`]): a listing, then a watch over its link to etcd,
 //! re-opened or re-listed when the stream dies. Routing is the core's pick.
 //!
-//! Not here yet: the LOADMETRICS rounds are planned by the core but not written to etcd
-//! (the plan is dropped).
+//! In replica mode (`Config::elect`) the node also carries out the core's election
+//! (mock-master's `elect` shell: each `election::Op` a gateway call over the node's own
+//! link to etcd, in mock-master's encoding, each answer read by its parsers into an
+//! `election::Outcome`) and writes the LOADMETRICS rounds the core plans (mock-master's
+//! `loadmetrics` shell: deletes and puts, what failed handed back for the next round).
+//! The core decides who publishes: only the master's rounds have writes. With etcd
+//! auth on, these calls present the token the follower holds; one etcd refuses for its
+//! token fails (the election tries again after its retry delay) instead of
+//! re-authenticating at once as mock-master's client does. A single
+//! master (no election) plans its rounds without writing them, as before, so that the
+//! event logs of single-master worlds stay what they were.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use mock_master::core::{Command, HeartbeatReply, MasterCore};
-use mock_master::etcd::parse_watch_message;
+use mock_master::election::{self, Election, Op, Role};
+use mock_master::etcd::{
+    create_if_absent_request, delete_request, lease_grant_request, lease_keepalive_request,
+    parse_grant, parse_keepalive, parse_put, parse_txn, parse_watch_message, put_request,
+};
 use mock_master::instances::Instances;
+use mock_master::publish::Plan;
 use mock_master::Config;
 use mock_master::HeartbeatEvent;
 use rand::rngs::StdRng;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::master_watch::{Effects, Follower};
 use crate::node::{Call, NodeId, Outcome, Reply, Request, Server};
+
+/// Tokens of the election's calls: this plus the election's call id. Election ids
+/// count up from 1, so they stay below the follower's range
+/// ([`crate::master_watch::TOKEN_BASE`], twice this).
+pub const ELECTION_TOKENS: u64 = 1 << 61;
+
+/// Tokens of LOADMETRICS writes, counted up from here: below the election's range and
+/// far above the probes' ids, which the core counts up from 1.
+pub const PUBLISH_TOKENS: u64 = 1 << 60;
+
+/// One LOADMETRICS write of a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Write {
+    /// The plan's delete at this index.
+    Delete(usize),
+    /// The plan's put at this index.
+    Put(usize),
+}
+
+/// A LOADMETRICS round whose writes are under way.
+struct Round {
+    plan: Plan,
+    /// Writes not answered yet, by token.
+    pending: BTreeMap<u64, Write>,
+    /// Whether each delete and each put succeeded, once answered (plan order).
+    deleted: Vec<Option<bool>>,
+    put: Vec<Option<bool>>,
+}
 
 /// A note for the log, kept as what it says until a log that writes asks for it (one
 /// per heartbeat: a counting log never builds it).
@@ -70,6 +112,14 @@ pub struct MasterNode {
     /// Heartbeats an armed latency holds (due, from whom, the gate's refusal if any),
     /// acted on when due: the HTTP shell sleeps after the gate and before the body.
     held: Vec<(Duration, NodeId, Option<HeartbeatReply>)>,
+    /// The bound of each etcd call (mock-master's `etcd_timeout`).
+    etcd_timeout: Duration,
+    /// Election calls under way, by token: what they asked.
+    elections: BTreeMap<u64, Op>,
+    /// The LOADMETRICS round under way (replica mode), if any.
+    round: Option<Round>,
+    /// The next LOADMETRICS write's token.
+    next_write: u64,
 }
 
 impl MasterNode {
@@ -93,7 +143,32 @@ impl MasterNode {
             heartbeats: BTreeMap::new(),
             routed: Vec::new(),
             held: Vec::new(),
+            etcd_timeout: cfg.etcd_timeout,
+            elections: BTreeMap::new(),
+            round: None,
+            next_write: PUBLISH_TOKENS,
         }
+    }
+
+    /// The replica's role ([`Role::Master`] always for a master without election).
+    pub fn role(&self) -> Role {
+        self.core.role()
+    }
+
+    /// Whether this replica is the master (publishes LOADMETRICS, weighs its own
+    /// heartbeats); always for a master without election.
+    pub fn is_master(&self) -> bool {
+        self.core.is_master()
+    }
+
+    /// The replica's election (replica mode only), to inspect: holder, registration.
+    pub fn election(&self) -> Option<&Election> {
+        self.core.election()
+    }
+
+    /// A LOADMETRICS round's writes under way.
+    pub fn publishing(&self) -> bool {
+        self.round.is_some()
     }
 
     /// A heartbeat past its gate answered (the gate's refusal, else the body's verdict),
@@ -141,6 +216,9 @@ impl MasterNode {
     pub fn restart(&mut self, now: Duration, relist: bool) {
         self.core.restart();
         self.probes.clear();
+        // Calls of the last life: their answers find nothing to go to.
+        self.elections.clear();
+        self.round = None;
         let mut fx = Effects::default();
         self.follower.restart(now, relist, &mut fx);
         self.take_effects(fx);
@@ -198,8 +276,161 @@ impl MasterNode {
         self.collect(now);
     }
 
+    /// An etcd gateway call over the node's link to etcd, with the token the follower
+    /// holds (one client, one session, as mock-master's).
+    fn etcd_call(&mut self, path: &'static str, body: Value, token: u64) {
+        self.calls.push(Call {
+            to: NodeId::Etcd,
+            request: Request::Etcd {
+                path,
+                body: body.to_string().into(),
+                token: self.follower.etcd_token().map(str::to_string),
+            },
+            timeout: self.etcd_timeout,
+            token,
+        });
+    }
+
+    /// The election's calls as gateway calls, as mock-master's `elect::carry_out`
+    /// makes them.
+    fn send_election_calls(&mut self) {
+        for election::Call { id, op } in self.core.take_election_calls() {
+            let (path, body) = match &op {
+                Op::Grant { ttl_secs, .. } => ("/v3/lease/grant", lease_grant_request(*ttl_secs)),
+                Op::PutService { key, value, lease } => (
+                    "/v3/kv/put",
+                    put_request(key.as_bytes(), value.as_bytes(), Some(*lease)),
+                ),
+                Op::CreateMaster { key, value, lease } => (
+                    "/v3/kv/txn",
+                    create_if_absent_request(key.as_bytes(), value.as_bytes(), *lease),
+                ),
+                Op::KeepAlive { lease, .. } => {
+                    ("/v3/lease/keepalive", lease_keepalive_request(*lease))
+                }
+            };
+            let token = ELECTION_TOKENS.saturating_add(id);
+            self.etcd_call(path, body, token);
+            self.elections.insert(token, op);
+        }
+    }
+
+    /// An election call's outcome read as mock-master's client reads it, into the core.
+    fn on_election_outcome(&mut self, now: Duration, token: u64, outcome: &Outcome) {
+        let Some(op) = self.elections.remove(&token) else {
+            return; // a call of a life before a restart
+        };
+        let outcome = election_outcome(&op, outcome);
+        if let election::Outcome::Failed { error } = &outcome {
+            let detail = json!({ "op": op_name(&op), "error": error });
+            self.note(json!({ "etcd_error": detail }));
+        }
+        self.core
+            .on_election_result(now, token - ELECTION_TOKENS, outcome);
+    }
+
+    /// The LOADMETRICS round due at `now`, written as mock-master's `loadmetrics` shell
+    /// writes it (deletes, then puts; here all sent at once, each its own call). While
+    /// the last round's writes are under way, the new round's changes go back to the
+    /// core for the next round (the shell's ticker waits for a round to end).
+    fn publish(&mut self, now: Duration) {
+        let Some(plan) = self.core.publish_round(now) else {
+            return;
+        };
+        if plan.is_empty() {
+            return;
+        }
+        if self.round.is_some() {
+            let puts: Vec<String> = plan.puts.iter().map(|p| p.0.clone()).collect();
+            let deletes: Vec<String> = plan.deletes.iter().map(|d| d.0.clone()).collect();
+            self.core.publish_failed(&plan, &puts, &deletes);
+            return;
+        }
+        let mut pending = BTreeMap::new();
+        for (i, (_, key)) in plan.deletes.iter().enumerate() {
+            let token = self.write_token();
+            self.etcd_call("/v3/kv/deleterange", delete_request(key.as_bytes()), token);
+            pending.insert(token, Write::Delete(i));
+        }
+        for (i, (_, key, value, _)) in plan.puts.iter().enumerate() {
+            let token = self.write_token();
+            let body = put_request(key.as_bytes(), value.as_bytes(), None);
+            self.etcd_call("/v3/kv/put", body, token);
+            pending.insert(token, Write::Put(i));
+        }
+        let round = Round {
+            deleted: vec![None; plan.deletes.len()],
+            put: vec![None; plan.puts.len()],
+            plan,
+            pending,
+        };
+        self.round = Some(round);
+        self.end_round_if_done();
+    }
+
+    fn write_token(&mut self) -> u64 {
+        let token = self.next_write;
+        self.next_write += 1;
+        token
+    }
+
+    /// A LOADMETRICS write ended: ok when etcd answered 200 with a JSON object, as
+    /// mock-master's client counts a call done.
+    fn on_write_outcome(&mut self, token: u64, outcome: &Outcome) {
+        let Some(round) = self.round.as_mut() else {
+            return;
+        };
+        let Some(write) = round.pending.remove(&token) else {
+            return;
+        };
+        let ok = gateway_object(outcome).is_ok();
+        let slot = match write {
+            Write::Delete(i) => round.deleted.get_mut(i),
+            Write::Put(i) => round.put.get_mut(i),
+        };
+        if let Some(slot) = slot {
+            *slot = Some(ok);
+        }
+        self.end_round_if_done();
+    }
+
+    /// Every write of the round answered: the shell's `loadmetrics_publish` event, and
+    /// what failed back to the core for the next round.
+    fn end_round_if_done(&mut self) {
+        if self.round.as_ref().is_none_or(|r| !r.pending.is_empty()) {
+            return;
+        }
+        let Some(round) = self.round.take() else {
+            return;
+        };
+        let names = |ok: bool, results: &[Option<bool>], name: &dyn Fn(usize) -> String| {
+            results
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| **r == Some(ok))
+                .map(|(i, _)| name(i))
+                .collect::<Vec<String>>()
+        };
+        let plan = &round.plan;
+        let delete_name = |i: usize| plan.deletes.get(i).map(|d| d.0.clone()).unwrap_or_default();
+        let put_name = |i: usize| plan.puts.get(i).map(|p| p.0.clone()).unwrap_or_default();
+        let deleted = names(true, &round.deleted, &delete_name);
+        let put = names(true, &round.put, &put_name);
+        let failed_deletes = names(false, &round.deleted, &delete_name);
+        let failed_puts = names(false, &round.put, &put_name);
+        let failed = failed_puts.len() + failed_deletes.len();
+        let detail =
+            json!({"put": put, "deleted": deleted, "skipped": plan.skipped, "failed": failed});
+        self.note(json!({ "loadmetrics_publish": detail }));
+        if failed > 0 {
+            self.core
+                .publish_failed(&round.plan, &failed_puts, &failed_deletes);
+        }
+    }
+
     /// Take the core's probe commands and notes.
     fn collect(&mut self, now: Duration) {
+        self.send_election_calls();
         for Command::Probe {
             id,
             name,
@@ -287,11 +518,21 @@ impl Server for MasterNode {
     }
 
     fn on_timer(&mut self, now: Duration) {
+        // The election's timers alone first (mock-master's election task), so that a
+        // keepalive due does not run the instance ticker off its schedule.
+        let election = self.core.election().and_then(Election::next_wakeup);
+        if election.is_some_and(|at| at <= now) {
+            self.core.election_tick(now);
+        }
         if now >= self.core.next_wakeup() {
             self.core.tick(now);
-            // LOADMETRICS: not written to etcd yet, so the round's plan is not built
-            // (the core's state changes as if it were).
-            let _ = self.core.publish_round_unwritten(now);
+            if self.core.election().is_some() {
+                self.publish(now);
+            } else {
+                // A single master: the round's plan is not built nor written (the
+                // core's state changes as if it were), as in worlds before replicas.
+                let _ = self.core.publish_round_unwritten(now);
+            }
         }
         let mut fx = Effects::default();
         self.follower.on_timer(now, &self.core, &mut fx);
@@ -333,6 +574,16 @@ impl Server for MasterNode {
             self.collect(now);
             return;
         }
+        if token >= ELECTION_TOKENS {
+            self.on_election_outcome(now, token, &outcome);
+            self.collect(now);
+            return;
+        }
+        if token >= PUBLISH_TOKENS {
+            self.on_write_outcome(token, &outcome);
+            self.collect(now);
+            return;
+        }
         let ok = outcome == Outcome::Reply(Reply::Status(200));
         self.core.on_probe_result(now, token, ok);
         self.collect(now);
@@ -344,5 +595,66 @@ impl Server for MasterNode {
 
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
+    }
+}
+
+/// An etcd call's outcome as mock-master's client takes it: a 200 whose body is a JSON
+/// object, else why not (the words of its errors).
+fn gateway_object(outcome: &Outcome) -> Result<Value, String> {
+    match outcome {
+        Outcome::Reply(Reply::Gateway { status: 200, body }) => {
+            match serde_json::from_slice::<Value>(body) {
+                Ok(v @ Value::Object(_)) => Ok(v),
+                _ => Err("answer is not a JSON object".to_string()),
+            }
+        }
+        Outcome::Reply(Reply::Gateway { status, body }) => Err(format!(
+            "HTTP {status}: {}",
+            String::from_utf8_lossy(body).trim()
+        )),
+        Outcome::Failed(f) => Err(f.describe()),
+        Outcome::Reply(other) => Err(format!("{other:?}")),
+    }
+}
+
+/// An election call's outcome as `elect::carry_out` reads it.
+fn election_outcome(op: &Op, outcome: &Outcome) -> election::Outcome {
+    let failed = |error: String| election::Outcome::Failed { error };
+    let v = match gateway_object(outcome) {
+        Ok(v) => v,
+        Err(e) => return failed(e),
+    };
+    match op {
+        Op::Grant { .. } => match parse_grant(&v) {
+            Ok(lease) => election::Outcome::Granted { lease },
+            Err(e) => failed(e.0),
+        },
+        Op::PutService { .. } => election::Outcome::Put {
+            revision: parse_put(&v),
+        },
+        Op::CreateMaster { .. } => match parse_txn(&v) {
+            Ok(t) if t.succeeded => election::Outcome::Won {
+                revision: t.revision,
+            },
+            Ok(t) => election::Outcome::Lost {
+                holder: t.value.map(|v| String::from_utf8_lossy(&v).into_owned()),
+                revision: t.revision,
+            },
+            Err(e) => failed(e.0),
+        },
+        Op::KeepAlive { .. } => match parse_keepalive(&v) {
+            Ok(ttl_secs) => election::Outcome::Alive { ttl_secs },
+            Err(e) => failed(e.0),
+        },
+    }
+}
+
+/// The call's name in `etcd_error` notes (mock-master's `elect` names).
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Grant { .. } => "lease_grant",
+        Op::PutService { .. } => "put_service",
+        Op::CreateMaster { .. } => "txn_master",
+        Op::KeepAlive { .. } => "lease_keepalive",
     }
 }

@@ -19,7 +19,9 @@ use serde_json::{json, Value};
 
 use crate::node::{Call, NodeId, Outcome, Reply, Request};
 
-/// Tokens of the follower's calls (the master's probes use small numbers).
+/// Tokens of the follower's calls (the master's probes use small numbers; its
+/// election calls and LOADMETRICS writes have ranges of their own below this one, see
+/// [`crate::master_node`]).
 pub const TOKEN_BASE: u64 = 1 << 62;
 
 /// Where the follower stands.
@@ -93,6 +95,12 @@ impl Follower {
     /// Whether a call's token is the follower's.
     pub fn owns(token: u64) -> bool {
         token >= TOKEN_BASE
+    }
+
+    /// The etcd simple token it holds (etcd auth on and authenticated), which the
+    /// master's other etcd calls present too, as mock-master's one client does.
+    pub fn etcd_token(&self) -> Option<&str> {
+        self.etcd_token.as_deref()
     }
 
     /// When the follower next needs [`Follower::on_timer`].

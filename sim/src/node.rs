@@ -25,6 +25,9 @@ pub enum NodeId {
     /// The same fake etcd reached through a sidecar's etcd endpoint `k` ≥ 1: a link of
     /// its own (its own faults), the same server.
     EtcdEndpoint(u32),
+    /// Master replica `k` ≥ 1 of a world of several (replica 0 is [`NodeId::Master`]):
+    /// a server of its own, with its own links.
+    MasterReplica(u32),
 }
 
 impl NodeId {
@@ -34,6 +37,21 @@ impl NodeId {
             NodeId::EtcdEndpoint(_) => NodeId::Etcd,
             other => other,
         }
+    }
+
+    /// Master replica `k`: replica 0 is [`NodeId::Master`] (so a world of one master
+    /// names it as before), replica `k` ≥ 1 is [`NodeId::MasterReplica`]`(k)`.
+    pub fn master(k: usize) -> NodeId {
+        match u32::try_from(k) {
+            Ok(0) => NodeId::Master,
+            Ok(k) => NodeId::MasterReplica(k),
+            Err(_) => NodeId::MasterReplica(u32::MAX),
+        }
+    }
+
+    /// Whether this is a master replica (replica 0 included).
+    pub fn is_master(self) -> bool {
+        matches!(self, NodeId::Master | NodeId::MasterReplica(_))
     }
 
     /// A sidecar's etcd endpoint `k`.
@@ -53,6 +71,7 @@ impl fmt::Display for NodeId {
             NodeId::Etcd => f.write_str("etcd"),
             NodeId::Master => f.write_str("master"),
             NodeId::EtcdEndpoint(k) => write!(f, "etcd@{k}"),
+            NodeId::MasterReplica(k) => write!(f, "master@{k}"),
         }
     }
 }
@@ -310,6 +329,12 @@ pub trait Server {
 
     /// Readers whose streams this node ended since the last call (etcd lost its data).
     fn take_stream_ends(&mut self) -> Vec<NodeId> {
+        Vec::new()
+    }
+
+    /// The readers of the streams this node sends now (told that they end when the
+    /// node's process is killed).
+    fn stream_readers(&self) -> Vec<NodeId> {
         Vec::new()
     }
 

@@ -4,7 +4,8 @@
 //! Why not a `BTreeMap<NodeId, _>`: every event looks a server up, often twice, and a
 //! fleet has tens of thousands of them; a tree walk per lookup was a tenth of the
 //! engine's time. Here a lookup is an index into a vector per kind of node. Walks go in
-//! `NodeId` order (sidecars, vLLMs, etcd, master), as the tree walked them.
+//! `NodeId` order (sidecars, vLLMs, etcd, master, master replicas), as the tree walked
+//! them.
 
 use std::time::Duration;
 
@@ -24,6 +25,8 @@ pub(crate) struct Servers {
     vllm: Vec<Option<Slot>>,
     etcd: Option<Slot>,
     master: Option<Slot>,
+    /// Master replicas `k` ≥ 1, at index `k - 1`.
+    replicas: Vec<Option<Slot>>,
 }
 
 impl Servers {
@@ -33,6 +36,7 @@ impl Servers {
             NodeId::Vllm(i) => self.vllm.get(i as usize)?.as_ref(),
             NodeId::Etcd => self.etcd.as_ref(),
             NodeId::Master => self.master.as_ref(),
+            NodeId::MasterReplica(k) => self.replicas.get(replica(k)?)?.as_ref(),
             NodeId::EtcdEndpoint(_) => None,
         }
     }
@@ -43,6 +47,7 @@ impl Servers {
             NodeId::Vllm(i) => self.vllm.get_mut(i as usize)?.as_mut(),
             NodeId::Etcd => self.etcd.as_mut(),
             NodeId::Master => self.master.as_mut(),
+            NodeId::MasterReplica(k) => self.replicas.get_mut(replica(k)?)?.as_mut(),
             NodeId::EtcdEndpoint(_) => None,
         }
     }
@@ -64,15 +69,37 @@ impl Servers {
             *s = Some(Slot { node, wake });
         };
         let slot = match id {
-            NodeId::Sidecar(i) => grown(&mut self.sidecar, i),
-            NodeId::Vllm(i) => grown(&mut self.vllm, i),
+            NodeId::Sidecar(i) => grown(&mut self.sidecar, i as usize),
+            NodeId::Vllm(i) => grown(&mut self.vllm, i as usize),
             NodeId::Etcd => Some(&mut self.etcd),
             NodeId::Master => Some(&mut self.master),
+            NodeId::MasterReplica(k) => match replica(k) {
+                Some(at) => grown(&mut self.replicas, at),
+                None => None,
+            },
             NodeId::EtcdEndpoint(_) => None,
         };
         if let Some(s) = slot {
             place(s);
         }
+    }
+
+    /// Take the server at `id` out (its process is gone), with its scheduled timer:
+    /// a timer event already queued for it finds no slot, or a fresh one that has
+    /// not scheduled it.
+    pub fn remove(&mut self, id: NodeId) -> Option<Slot> {
+        let slot = match id {
+            NodeId::Sidecar(i) => self.sidecar.get_mut(i as usize),
+            NodeId::Vllm(i) => self.vllm.get_mut(i as usize),
+            NodeId::Etcd => Some(&mut self.etcd),
+            NodeId::Master => Some(&mut self.master),
+            NodeId::MasterReplica(k) => match replica(k) {
+                Some(at) => self.replicas.get_mut(at),
+                None => None,
+            },
+            NodeId::EtcdEndpoint(_) => None,
+        };
+        slot.and_then(Option::take)
     }
 
     /// Every server's id, in `NodeId` order.
@@ -88,13 +115,22 @@ impl Servers {
         ids.extend(indexed(&self.vllm, NodeId::Vllm));
         ids.extend(self.etcd.as_ref().map(|_| NodeId::Etcd));
         ids.extend(self.master.as_ref().map(|_| NodeId::Master));
+        for (at, s) in self.replicas.iter().enumerate() {
+            if s.is_some() {
+                ids.push(NodeId::master(at + 1));
+            }
+        }
         ids
     }
 }
 
+/// Where master replica `k` ≥ 1 is kept (`None` for 0, which is no replica id).
+fn replica(k: u32) -> Option<usize> {
+    (k as usize).checked_sub(1)
+}
+
 /// Slot `i` of `v`, which grows to hold it.
-fn grown(v: &mut Vec<Option<Slot>>, i: u32) -> Option<&mut Option<Slot>> {
-    let i = i as usize;
+fn grown(v: &mut Vec<Option<Slot>>, i: usize) -> Option<&mut Option<Slot>> {
     if v.len() <= i {
         v.resize_with(i + 1, || None);
     }
@@ -134,13 +170,18 @@ mod tests {
             NodeId::Etcd,
             NodeId::Sidecar(1),
             NodeId::Vllm(0),
+            NodeId::master(2),
         ] {
             s.insert(id, Box::new(Nothing));
         }
         let mut sorted = s.ids();
         sorted.sort();
         assert_eq!(s.ids(), sorted);
-        assert_eq!(s.ids().len(), 5);
+        assert_eq!(s.ids().len(), 6);
+        assert!(s.contains(NodeId::MasterReplica(2)));
+        assert!(!s.contains(NodeId::MasterReplica(1)));
+        assert!(s.remove(NodeId::master(2)).is_some());
+        assert!(!s.contains(NodeId::MasterReplica(2)));
         assert!(s.contains(NodeId::Vllm(3)));
         assert!(!s.contains(NodeId::Vllm(2)));
         assert!(!s.contains(NodeId::Sidecar(0)));

@@ -18,13 +18,17 @@
 //! - it sleeps until `next_wakeup` and hands in `Input::Timer` → the world schedules a
 //!   wake-up event at that virtual time.
 //!
-//! A heartbeat carries the target the core chose ([`HeartbeatTarget`]); the world has
-//! one master node, so [`heartbeat_node`] sends every heartbeat to it whatever the
-//! target. `ReadMasterKey` is an etcd call like the others.
+//! A heartbeat carries the target the core chose ([`HeartbeatTarget`]);
+//! [`heartbeat_node_in`] sends it to the master replica its URL's host names in the
+//! world's table of master hosts ([`crate::World::set_master_hosts`]), to
+//! [`NodeId::Master`] when the target is the configured URL or names a host not in the
+//! table. `ReadMasterKey` is an etcd call like the others.
 //!
 //! `LogServedModel` only feeds a log line in the driver (a `/v1/models` GET whose
 //! answer decides nothing): it is logged here, not sent.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sidecar::config::Config;
@@ -110,6 +114,8 @@ pub struct SidecarNode {
     clock_lag: Duration,
     /// Test-only: how this shell lies to its core and peers (see [`crate::distortion`]).
     distortion: Option<Box<dyn Distortion>>,
+    /// Which master replica a heartbeat URL's host is (the world's table, shared).
+    master_hosts: Arc<BTreeMap<String, NodeId>>,
 }
 
 impl SidecarNode {
@@ -143,6 +149,7 @@ impl SidecarNode {
             now,
             clock_lag: Duration::ZERO,
             distortion: None,
+            master_hosts: Arc::default(),
         }
     }
 
@@ -165,9 +172,17 @@ impl SidecarNode {
             }
             fresh
         });
+        let master_hosts = std::mem::take(&mut self.master_hosts);
         *self = SidecarNode::started(self.index, config, start, now);
         self.distortion = distortion;
+        self.master_hosts = master_hosts;
         self.seed
+    }
+
+    /// Send heartbeats by `hosts`: a target URL's host → the master replica there
+    /// (see [`heartbeat_node_in`]).
+    pub fn set_master_hosts(&mut self, hosts: Arc<BTreeMap<String, NodeId>>) {
+        self.master_hosts = hosts;
     }
 
     pub fn id(&self) -> NodeId {
@@ -374,7 +389,7 @@ impl SidecarNode {
                 return self.etcd_start(id, Kind::MasterRead, EtcdRequest::Range { key })
             }
             Command::PostHeartbeat { id, body, target } => send(
-                heartbeat_node(&target),
+                heartbeat_node_in(&self.master_hosts, &target),
                 Request::Heartbeat {
                     body,
                     token: self.token.clone(),
@@ -390,11 +405,25 @@ impl SidecarNode {
     }
 }
 
-/// The node a heartbeat for `target` goes to: the world's one master, whatever the
-/// target (a world of several master replicas picks the one `target` names).
+/// The node a heartbeat for `target` goes to in a world of one master:
+/// [`NodeId::Master`], whatever the target.
 pub fn heartbeat_node(target: &HeartbeatTarget) -> NodeId {
+    heartbeat_node_in(&BTreeMap::new(), target)
+}
+
+/// The node a heartbeat for `target` goes to, given `hosts` (a heartbeat URL's host →
+/// the master replica there): an elected target's URL host as `hosts` maps it; the
+/// configured URL, or a host `hosts` does not name, goes to [`NodeId::Master`] (the
+/// world names no other node for it; a scenario that wants such heartbeats refused maps
+/// the host to a node it never starts). A lookup by `&str`: no allocation per heartbeat.
+pub fn heartbeat_node_in(hosts: &BTreeMap<String, NodeId>, target: &HeartbeatTarget) -> NodeId {
     match target {
-        HeartbeatTarget::Configured | HeartbeatTarget::Elected { .. } => NodeId::Master,
+        HeartbeatTarget::Configured => NodeId::Master,
+        HeartbeatTarget::Elected { url, .. } => url
+            .host_str()
+            .and_then(|host| hosts.get(host))
+            .copied()
+            .unwrap_or(NodeId::Master),
     }
 }
 

@@ -12,6 +12,7 @@
 //! caller's timeout is an event of its own.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -54,6 +55,9 @@ enum Event {
         request: Request,
         /// Arriving again after the server's [`Reply::Deferred`].
         deferred: bool,
+        /// The server's process when the request was sent ([`World::kill_server`]):
+        /// a request never reaches a later process in the slot.
+        epoch: u64,
     },
     /// An answer reaches its caller.
     Return {
@@ -89,6 +93,9 @@ enum Event {
         from: NodeId,
         to: NodeId,
         reason: &'static str,
+        /// `to`'s process then: the end of a stream of an earlier process is no news
+        /// to a later one.
+        epoch: u64,
     },
     /// A stream line (a watch answer) reaches `to`.
     Push {
@@ -96,6 +103,8 @@ enum Event {
         to: NodeId,
         generation: u64,
         line: String,
+        /// The processes of `from` and `to` when it was sent.
+        epochs: (u64, u64),
     },
 }
 
@@ -158,6 +167,11 @@ pub struct World {
     outgoing: Vec<Outgoing>,
     /// Paused nodes and what reached them meanwhile.
     pauses: Pauses<Event>,
+    /// Per server: how many of its processes were killed ([`World::kill_server`]);
+    /// absent for one never killed (every world without kills: an empty table).
+    epochs: BTreeMap<NodeId, u64>,
+    /// A heartbeat URL's host → the master replica there (shared with every sidecar).
+    master_hosts: Arc<BTreeMap<String, NodeId>>,
 }
 
 impl World {
@@ -180,7 +194,103 @@ impl World {
             stuck_streams: std::collections::BTreeSet::new(),
             outgoing: Vec::new(),
             pauses: Pauses::default(),
+            epochs: BTreeMap::new(),
+            master_hosts: Arc::default(),
         }
+    }
+
+    /// Where heartbeats go in a world of several master replicas: `hosts` maps the host
+    /// of a heartbeat target's URL (`127.0.0.2` of `http://127.0.0.2:8888/…`) to the
+    /// replica node there. For every sidecar, current and future; a heartbeat to the
+    /// configured URL, or to a host not in `hosts`, goes to [`NodeId::Master`] (see
+    /// [`crate::sidecar_node::heartbeat_node_in`]).
+    pub fn set_master_hosts(&mut self, hosts: BTreeMap<String, NodeId>) {
+        self.master_hosts = Arc::new(hosts);
+        for node in &mut self.sidecars {
+            node.set_master_hosts(self.master_hosts.clone());
+        }
+    }
+
+    /// The table [`World::set_master_hosts`] set (empty unless set).
+    pub fn master_hosts(&self) -> &BTreeMap<String, NodeId> {
+        &self.master_hosts
+    }
+
+    /// The process of server `id` now (0 until it is first killed).
+    fn epoch(&self, id: NodeId) -> u64 {
+        if self.epochs.is_empty() {
+            return 0;
+        }
+        self.epochs.get(&id.server()).copied().unwrap_or(0)
+    }
+
+    /// Kill the process of server `id` now (a crash, SIGKILL): its slot is empty until
+    /// [`World::start_server`]. Requests to it are refused from now on; those it was
+    /// serving or holding (or that are on their way to it) are never answered: their
+    /// callers see the connection closed, as the kernel closes a dead process's
+    /// sockets; answers to its own calls vanish with it; the streams it served end for
+    /// their readers (closed), the streams it read are forgotten by their servers; a
+    /// pause of it ends. A sidecar id is [`World::kill_sidecar`]; an id with no server
+    /// does nothing.
+    pub fn kill_server(&mut self, id: NodeId) {
+        if let NodeId::Sidecar(i) = id {
+            self.kill_sidecar(i);
+            return;
+        }
+        let id = id.server();
+        let Some(slot) = self.servers.remove(id) else {
+            return;
+        };
+        let now = self.now;
+        self.end_pause(id);
+        *self.epochs.entry(id).or_default() += 1;
+        self.record(id, "killed", || json!({}));
+        self.exchanges
+            .retain(|x| !matches!(x.caller, Caller::Server(c, _) if c == id));
+        let served: Vec<u64> = self
+            .exchanges
+            .iter()
+            .filter(|(_, x)| x.server.server() == id)
+            .map(|(x, _)| x)
+            .collect();
+        for x in served {
+            self.fail_now(x, Failure::Closed);
+        }
+        self.stuck_streams
+            .retain(|(reader, server)| *reader != id && server.server() != id);
+        for reader in slot.node.stream_readers() {
+            let reason = "connection closed";
+            let epoch = self.epoch(reader);
+            self.queue.push_after(
+                now,
+                self.links.base(),
+                Event::StreamEnd {
+                    from: id,
+                    to: reader,
+                    reason,
+                    epoch,
+                },
+            );
+        }
+        // The streams it read: their servers drop them (no call, note or timer comes
+        // of that: nothing to collect from them).
+        for other in self.servers.ids() {
+            if let Some(node) = self.servers.node_mut(other) {
+                node.on_link_reset(now, id);
+            }
+        }
+    }
+
+    /// Start a fresh process `server` in the slot `id` now (after
+    /// [`World::kill_server`]; a process still running there is killed first), e.g. a
+    /// new [`MasterNode`] that registers and runs for master again.
+    pub fn start_server(&mut self, id: NodeId, server: Box<dyn Server>) {
+        let id = id.server();
+        if self.servers.contains(id) {
+            self.kill_server(id);
+        }
+        self.record(id, "start", || json!({}));
+        self.add_server(id, server);
     }
 
     /// The one-way delay of every healthy link (default 0.2 ms). Call it before the run
@@ -263,6 +373,7 @@ impl World {
         let seed = self.rng.gen();
         let mut node = SidecarNode::new(index, config, seed, self.now);
         plant(self.planted, &mut node);
+        node.set_master_hosts(self.master_hosts.clone());
         self.sidecars.push(node);
         self.log.record(
             self.now,
@@ -280,6 +391,7 @@ impl World {
         let index = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
         let mut node = SidecarNode::new(index, config, 0, self.now);
         plant(self.planted, &mut node);
+        node.set_master_hosts(self.master_hosts.clone());
         node.kill();
         node.ran = false;
         self.sidecars.push(node);
@@ -424,7 +536,12 @@ impl World {
                 generation,
                 request,
                 deferred,
-            } => self.arrive(exchange, client, server, generation, request, deferred),
+                epoch,
+            } => {
+                if self.epoch(server) == epoch {
+                    self.arrive(exchange, client, server, generation, request, deferred)
+                }
+            }
             Event::Return {
                 exchange,
                 generation,
@@ -455,7 +572,15 @@ impl World {
                 self.after_sidecar_step(i);
             }
             Event::Arrival(n) => self.arrival(n),
-            Event::StreamEnd { from, to, reason } => {
+            Event::StreamEnd {
+                from,
+                to,
+                reason,
+                epoch,
+            } => {
+                if self.epoch(to) != epoch {
+                    return; // a stream of a process gone since
+                }
                 let now = self.now;
                 self.record(
                     to,
@@ -472,9 +597,13 @@ impl World {
                 to,
                 generation,
                 line,
+                epochs,
             } => {
                 if self.generation(to, from) != generation {
                     return; // the stream's connection was reset
+                }
+                if (self.epoch(from), self.epoch(to)) != epochs {
+                    return; // sent by or to a process gone since
                 }
                 let now = self.now;
                 if let Some(node) = self.servers.node_mut(to) {
@@ -507,9 +636,11 @@ impl World {
         self.queue.push(self.now + gap, Event::Arrival(n));
     }
 
-    /// A load's request reaches `to`: a vLLM takes it; the master routes it by its pick
-    /// to the vLLM it names (none: the request is dropped, as nothing is routable). A
-    /// paused node holds it until it resumes.
+    /// A load's request reaches `to`: a vLLM takes it; a master replica routes it by its
+    /// pick to the vLLM it names (none, or no master there: the request is dropped, as
+    /// nothing is routable). A paused node holds it until it resumes. A load aimed at
+    /// [`NodeId::Master`] is routed by replica 0, one aimed at
+    /// [`NodeId::master`]`(k)` by replica `k`.
     fn offer(&mut self, to: NodeId, req: Req) {
         if self.pauses.is_paused(to) {
             let _ = self.pauses.hold(to, Event::Offer { to, request: req });
@@ -517,13 +648,12 @@ impl World {
         }
         let now = self.now;
         let to = match to {
-            NodeId::Master => {
+            NodeId::Master | NodeId::MasterReplica(_) => {
                 let picked = self
-                    .server_as_mut::<MasterNode>(NodeId::Master)
+                    .server_as_mut::<MasterNode>(to)
                     .and_then(MasterNode::pick);
-                self.log.record(
-                    now,
-                    "master",
+                self.record(
+                    to,
                     "route",
                     || json!({ "to": picked.map(|n| n.to_string()) }),
                 );
@@ -705,6 +835,7 @@ impl World {
             match leg {
                 Leg::Deliver(d) => {
                     let generation = self.generation(client, server);
+                    let epoch = self.epoch(server);
                     self.queue.push_after(
                         self.now,
                         d,
@@ -715,6 +846,7 @@ impl World {
                             generation,
                             request,
                             deferred: false,
+                            epoch,
                         },
                     );
                 }
@@ -785,6 +917,8 @@ impl World {
                     generation,
                     request,
                     deferred: true,
+                    // The process the request reached (checked before it was served).
+                    epoch: self.epoch(server),
                 };
                 self.queue.push_after(now, after, again);
                 return;
@@ -890,6 +1024,7 @@ impl World {
             node.on_link_reset(now, client);
         }
         if self.servers.contains(client) {
+            let epoch = self.epoch(client);
             self.queue.push_after(
                 now,
                 Duration::ZERO,
@@ -897,6 +1032,7 @@ impl World {
                     from: server,
                     to: client,
                     reason,
+                    epoch,
                 },
             );
         }
@@ -944,6 +1080,7 @@ impl World {
         };
         for to in ended {
             let reason = "stream ended";
+            let epoch = self.epoch(to);
             self.queue.push_after(
                 self.now,
                 self.links.base(),
@@ -951,6 +1088,7 @@ impl World {
                     from: id,
                     to,
                     reason,
+                    epoch,
                 },
             );
         }
@@ -969,6 +1107,7 @@ impl World {
         }
         if let Leg::Deliver(d) = leg {
             let generation = self.generation(to, from);
+            let epochs = (self.epoch(from), self.epoch(to));
             self.queue.push_after(
                 self.now,
                 d,
@@ -977,6 +1116,7 @@ impl World {
                     to,
                     generation,
                     line,
+                    epochs,
                 },
             );
         }
