@@ -467,7 +467,9 @@ fn heartbeats_to_elected_master(sc: &Scenario, samples: &[Sample], eps: &[Episod
     verdict(
         name,
         None,
-        format!("held ({judged} changes of the replicas' counts judged, follow window {window} ms)"),
+        format!(
+            "held ({judged} changes of the replicas' counts judged, follow window {window} ms)"
+        ),
     )
 }
 

@@ -141,6 +141,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../library/vllm-recovers.toml"),
     ),
     (
+        "master-failover.toml",
+        include_str!("../library/master-failover.toml"),
+    ),
+    (
         "master-paused.toml",
         include_str!("../library/master-paused.toml"),
     ),

@@ -201,13 +201,18 @@ impl SidecarSettings {
             values,
             extra: Vec::new(),
         };
-        let mut args = topo.sidecar_args.iter();
+        // `--flag value`, `--flag=value`, or a switch (`--flag` followed by another flag
+        // or nothing), kept with an empty value.
+        let mut args = topo.sidecar_args.iter().peekable();
         while let Some(f) = args.next() {
             match f.split_once('=') {
                 Some((k, v)) => s.set(k, v),
                 None => {
-                    let v = args.next().cloned().unwrap_or_default();
-                    s.set(f, &v)
+                    let v = match args.peek() {
+                        Some(next) if !next.starts_with("--") => args.next().cloned(),
+                        _ => None,
+                    };
+                    s.set(f, &v.unwrap_or_default())
                 }
             }
         }
@@ -234,11 +239,14 @@ impl SidecarSettings {
 
     /// The command-line arguments our `vllm-sidecar` takes for these settings.
     pub fn our_flags(&self) -> Vec<String> {
-        let named = self.values.iter().map(|(s, v)| (s.our_flag(), v.as_str()));
-        let extra = self.extra.iter().map(|(f, v)| (f.as_str(), v.as_str()));
-        named
-            .chain(extra)
-            .flat_map(|(k, v)| [k.to_string(), v.to_string()])
-            .collect()
+        let named = self
+            .values
+            .iter()
+            .flat_map(|(s, v)| [s.our_flag().to_string(), v.clone()]);
+        // An extra switch (kept with an empty value) is written alone.
+        let extra = self.extra.iter().flat_map(|(f, v)| {
+            std::iter::once(f.clone()).chain((!v.is_empty()).then(|| v.clone()))
+        });
+        named.chain(extra).collect()
     }
 }

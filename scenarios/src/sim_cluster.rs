@@ -22,12 +22,12 @@ use sim::master_node::MasterNode;
 use sim::vllm_node::VllmNode;
 use sim::{EventLog, NodeId, World};
 
-use crate::fakes_config::{etcd_config, incarnation_of, master_config, vllm_config};
+use crate::fakes_config::{etcd_config, incarnation_of, master_replica_config, vllm_config};
 use crate::observe::{Cumulative, Incarnation, Incarnations, InstanceObs, Sample, Unnamed401};
 use crate::settings::{Peers, SidecarSettings};
 use crate::sidecar::LOG_EVENT;
 use crate::timeline::{Source, Timeline};
-use crate::topology::{EtcdNeed, Topology};
+use crate::topology::{EtcdNeed, MasterTopology, Topology};
 
 /// One instance: its names, its sidecar's settings and what the observer keeps.
 pub(crate) struct SimInstance {
@@ -111,6 +111,10 @@ pub struct SimCluster {
     pub(crate) global_counts: Cumulative,
     /// The last sample's view of the master replicas.
     pub(crate) masters: Arc<crate::observe::Masters>,
+    /// Each master replica's settings (a killed one starts again with them).
+    pub(crate) master_cfgs: Vec<mock_master::Config>,
+    /// Each replica's heartbeat answers over the run (a restarted one carries on).
+    replica_counts: Vec<Cumulative>,
     /// etcd's count of key-value writes at the last sample: unchanged, every instance's
     /// value in etcd is what the last sample read.
     etcd_writes: Option<u64>,
@@ -149,13 +153,13 @@ impl SimCluster {
         }
         let etcd_cfg = etcd_config(topo);
         world.add_server(NodeId::Etcd, Box::new(EtcdNode::new(etcd_cfg, seed)));
-        let master_cfg = master_config(topo, &namespace);
-        let mut master = MasterNode::new(master_cfg, Duration::ZERO);
+        let master_cfgs: Vec<mock_master::Config> = (0..topo.master.replicas.max(1))
+            .map(|k| master_replica_config(topo, &namespace, k))
+            .collect();
         let mut instances = Vec::new();
         for i in 0..topo.instances {
             let spec = topo.instance(i);
             let register_addr = sim_addr(i);
-            master.route(&register_addr, NodeId::Vllm(node_index(i)));
             instances.push(SimInstance {
                 key: topo.instance_key(&namespace, &register_addr),
                 name: spec.name,
@@ -173,7 +177,6 @@ impl SimCluster {
                 last_key: None,
             });
         }
-        world.add_server(NodeId::Master, Box::new(master));
         let mut cluster = SimCluster {
             world,
             timeline,
@@ -183,9 +186,22 @@ impl SimCluster {
             instances,
             global_counts: Cumulative::default(),
             masters: Arc::default(),
+            master_cfgs,
+            replica_counts: Vec::new(),
             etcd_writes: None,
             routed: Vec::new(),
         };
+        let mut hosts = BTreeMap::new();
+        for k in 0..cluster.master_cfgs.len() {
+            let master = cluster.new_master(k, Duration::ZERO);
+            cluster
+                .world
+                .add_server(NodeId::master(k), Box::new(master));
+            hosts.insert(MasterTopology::replica_host(k), NodeId::master(k));
+        }
+        if cluster.master_cfgs.len() > 1 {
+            cluster.world.set_master_hosts(hosts);
+        }
         // The stopped slots' configuration, the same for every instance: parsed once.
         let placeholder =
             Config::from_flags(["--register-addr", "10.0.0.0:8000"]).map_err(|e| e.to_string())?;
@@ -242,10 +258,39 @@ impl SimCluster {
             .ok_or_else(|| "no etcd node".to_string())
     }
 
-    pub(crate) fn master(&mut self) -> Result<&mut MasterNode, String> {
-        self.world
-            .server_as_mut::<MasterNode>(NodeId::Master)
-            .ok_or_else(|| "no master node".to_string())
+    /// Master replica `k` as a new process at `now`, knowing where each instance's
+    /// vLLM is.
+    pub(crate) fn new_master(&self, k: usize, now: Duration) -> MasterNode {
+        let cfg = self.master_cfgs.get(k).cloned().unwrap_or_default();
+        let mut master = MasterNode::new(cfg, now);
+        for (i, inst) in self.instances.iter().enumerate() {
+            master.route(&inst.register_addr, NodeId::Vllm(node_index(i)));
+        }
+        master
+    }
+
+    /// The running replica that holds itself master (one replica: itself).
+    pub(crate) fn elected_replica(&self) -> Option<usize> {
+        if self.master_cfgs.len() < 2 {
+            return Some(0);
+        }
+        (0..self.master_cfgs.len()).find(|&k| {
+            self.world
+                .server_as::<MasterNode>(NodeId::master(k))
+                .is_some_and(MasterNode::is_master)
+        })
+    }
+
+    /// The replica whose view of the instances the observer reads: the elected one,
+    /// else the first running one.
+    fn view_replica(&self) -> Option<usize> {
+        self.elected_replica().or_else(|| {
+            (0..self.master_cfgs.len()).find(|&k| {
+                self.world
+                    .server_as::<MasterNode>(NodeId::master(k))
+                    .is_some()
+            })
+        })
     }
 
     /// Start instance `i`'s sidecar process now with its current flags; flags its
@@ -351,7 +396,8 @@ impl SimCluster {
     pub fn observe(&mut self) -> Sample {
         let none = BTreeMap::new();
         let etcd = self.world.server_as::<EtcdNode>(NodeId::Etcd);
-        let master = self.world.server_as::<MasterNode>(NodeId::Master);
+        let view = NodeId::master(self.view_replica().unwrap_or(0));
+        let master = self.world.server_as::<MasterNode>(view);
         let mut out = Vec::with_capacity(self.instances.len());
         let global = master.map_or(&none, |m| m.heartbeat_counts());
         let global = self.global_counts.update(Some("master"), global);
@@ -422,16 +468,49 @@ impl SimCluster {
 
     /// The master replicas as etcd and each replica show them.
     fn observe_masters(&mut self) -> Arc<crate::observe::Masters> {
-        let accepted = self
-            .world
-            .server_as::<MasterNode>(NodeId::Master)
-            .map_or(0, |m| m.heartbeat_counts().get(&200).copied().unwrap_or(0));
+        let replicas = self.master_cfgs.len();
+        self.replica_counts
+            .resize_with(replicas, Cumulative::default);
+        let none = BTreeMap::new();
+        let mut accepted = Vec::with_capacity(replicas);
+        for k in 0..replicas {
+            let counts = self
+                .world
+                .server_as::<MasterNode>(NodeId::master(k))
+                .map_or(&none, |m| m.heartbeat_counts());
+            let total = match self.replica_counts.get_mut(k) {
+                Some(c) => c.update(Some("replica"), counts),
+                None => Arc::default(),
+            };
+            accepted.push(total.get(&200).copied().unwrap_or(0));
+        }
+        let (elected, loadmetrics_revision) = match replicas {
+            0 | 1 => (None, None),
+            _ => self.elected_in_etcd(),
+        };
         let next = crate::observe::Masters {
-            elected: None,
-            accepted: vec![accepted],
-            loadmetrics_revision: None,
+            elected,
+            accepted,
+            loadmetrics_revision,
         };
         crate::observe::Masters::share(&mut self.masters, next)
+    }
+
+    /// The replica the MASTER key names, and the newest LOADMETRICS write's revision.
+    fn elected_in_etcd(&self) -> (Option<usize>, Option<i64>) {
+        let Some(etcd) = self.world.server_as::<EtcdNode>(NodeId::Etcd) else {
+            return (None, None);
+        };
+        let ns = mock_master::normalize_namespace(&self.namespace);
+        let elected = etcd
+            .value(format!("{ns}XLLM:SERVICE:MASTER").as_bytes())
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| self.topology.master.replica_named(v));
+        let loadmetrics = etcd
+            .list_prefix(format!("{ns}XLLM:LOADMETRICS:").as_bytes())
+            .ok()
+            .and_then(|(_, kvs)| kvs.iter().map(|kv| kv.mod_revision).max());
+        (elected, loadmetrics)
     }
 
     /// What instance `i`'s sidecar is doing, for the coverage of a fault search.

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use sidecar::core::Input;
 use sim::load::Load;
+use sim::master_node::MasterNode;
 use sim::vllm_node::VllmNode;
 use sim::{NodeId, World};
 
@@ -23,6 +24,16 @@ use crate::topology::LinkKind;
 use crate::topology::Topology;
 
 impl SimCluster {
+    /// `f` on every running master replica (a token or a fault is the service's
+    /// setting, so every replica has it).
+    fn each_master(&mut self, mut f: impl FnMut(&mut MasterNode)) {
+        for k in 0..self.master_cfgs.len() {
+            if let Some(m) = self.world.server_as_mut::<MasterNode>(NodeId::master(k)) {
+                f(m);
+            }
+        }
+    }
+
     /// The (client, server) node pairs a link selection names.
     fn link_pairs(&self, sel: &LinkSel) -> Vec<(NodeId, NodeId)> {
         if sel.link == LinkKind::MasterEtcd {
@@ -238,37 +249,51 @@ impl Cluster for SimCluster {
     /// lists etcd (applying the listing only if `relist`) and watches again, over its
     /// link, as mock-master does.
     async fn master_kill(&mut self, k: usize) -> Result<(), String> {
-        Err(format!("master_kill {k}: not yet in virtual time"))
+        if k >= self.master_cfgs.len() {
+            return Err(format!("no master replica {k}"));
+        }
+        self.world.kill_server(NodeId::master(k));
+        Ok(())
     }
 
     fn elected_master(&self) -> Option<usize> {
-        Some(0)
+        self.elected_replica()
     }
 
     async fn master_restart(&mut self, k: usize, relist: bool) -> Result<(), String> {
-        if k != 0 {
-            return Err(format!("master replica {k}: not yet in virtual time"));
+        if k >= self.master_cfgs.len() {
+            return Err(format!("no master replica {k}"));
         }
-        self.world.end_pause(NodeId::Master);
+        let id = NodeId::master(k);
+        self.world.end_pause(id);
         let now = self.world.now();
-        self.master()?.restart(now, relist);
+        match self.world.server_as_mut::<MasterNode>(id) {
+            Some(m) => m.restart(now, relist),
+            // Killed: a new process in its slot registers and runs for master.
+            None => {
+                let master = self.new_master(k, now);
+                self.world.start_server(id, Box::new(master));
+            }
+        }
         Ok(())
     }
 
     fn master_token(&mut self, token: Option<String>) -> Result<(), String> {
-        self.master()?.core().gate().token.set(token);
+        self.each_master(|m| m.core().gate().token.set(token.clone()));
         Ok(())
     }
 
     fn master_fault(&mut self, f: mock_master::Fault, arm: Arming) -> Result<(), String> {
         let now = self.world.now();
-        let faults = &self.master()?.core().gate().faults;
-        faults.add_at(now, f, arm.count, arm.lasting);
+        self.each_master(|m| {
+            let faults = &m.core().gate().faults;
+            faults.add_at(now, f.clone(), arm.count, arm.lasting);
+        });
         Ok(())
     }
 
     fn master_clear_faults(&mut self) -> Result<(), String> {
-        self.master()?.core().gate().faults.clear();
+        self.each_master(|m| m.core().gate().faults.clear());
         Ok(())
     }
 
@@ -305,7 +330,7 @@ impl Cluster for SimCluster {
         let id = match node {
             Stoppable::Sidecar(i) => NodeId::Sidecar(node_index(i)),
             Stoppable::Vllm(i) => NodeId::Vllm(node_index(i)),
-            Stoppable::Master => NodeId::Master,
+            Stoppable::Master => NodeId::master(self.elected_replica().unwrap_or(0)),
         };
         let now = self.world.now();
         match duty {

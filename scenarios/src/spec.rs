@@ -428,7 +428,8 @@ impl Scenario {
         if t.master.replicas > 1 && t.master.election_ttl.0 < std::time::Duration::from_secs(1) {
             return Err((
                 None,
-                "topology.master.election_ttl must be at least 1s (etcd's TTLs are whole seconds)".into(),
+                "topology.master.election_ttl must be at least 1s (etcd's TTLs are whole seconds)"
+                    .into(),
             ));
         }
         if !["DEFAULT", "PREFILL", "DECODE", "MIX"].contains(&t.instance_type.as_str()) {
@@ -524,8 +525,13 @@ impl Scenario {
             Condition::AllActive(true)
             | Condition::NewMaster(true)
             | Condition::LoadmetricsWritten(true) => Ok(()),
-            Condition::NewMaster(false) => Err("`new_master = false` means nothing; write `new_master = true`".into()),
-            Condition::LoadmetricsWritten(false) => Err("`loadmetrics_written = false` means nothing; write `loadmetrics_written = true`".into()),
+            Condition::NewMaster(false) => {
+                Err("`new_master = false` means nothing; write `new_master = true`".into())
+            }
+            Condition::LoadmetricsWritten(false) => Err(
+                "`loadmetrics_written = false` means nothing; write `loadmetrics_written = true`"
+                    .into(),
+            ),
             Condition::MasterHeartbeats { .. } if self.topology.master.replicas < 2 => {
                 Err("`master_heartbeats` needs `topology.master.replicas` of 2 or more".into())
             }

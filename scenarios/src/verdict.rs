@@ -382,7 +382,10 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
         }
         Condition::LoadmetricsWritten(_) => {
             let base = ctx.baseline_masters().and_then(|m| m.loadmetrics_revision);
-            let now = ctx.samples.last().and_then(|s| s.masters.loadmetrics_revision);
+            let now = ctx
+                .samples
+                .last()
+                .and_then(|s| s.masters.loadmetrics_revision);
             now.is_some() && now > base
         }
         Condition::RoutedShare { at_most, last, .. } => {

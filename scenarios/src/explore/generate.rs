@@ -295,7 +295,9 @@ fn fault(rng: &mut StdRng, p: &Params, topo: &Topo) -> Option<Fault> {
             json!({"sidecar_drain": inst}),
             json!({"sidecar_undrain": inst}),
         ),
-        "pause" => plain(json!({"pause": {"process": stoppable(rng), "instance": inst, "duration": d}})),
+        "pause" => {
+            plain(json!({"pause": {"process": stoppable(rng), "instance": inst, "duration": d}}))
+        }
         "throttle" => plain(throttle(rng, inst, &d)),
         _ => return None,
     })
