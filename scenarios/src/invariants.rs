@@ -26,6 +26,7 @@ pub fn check(
     sc: &Scenario,
     samples: &[Sample],
     eps: &[Episode],
+    records: &[crate::verdict::ActionRecord],
     caps: &Capabilities,
 ) -> Vec<Verdict> {
     let inv = &sc.invariants;
@@ -37,6 +38,7 @@ pub fn check(
         inv.heartbeats_sane,
         inv.revoked_on_stop,
         inv.conflict_ends_incarnation,
+        inv.recovers_within_bound,
     ];
     let mut out = Vec::new();
     for (name, on) in Invariants::NAMES.into_iter().zip(on) {
@@ -58,6 +60,11 @@ pub fn check(
             "no_401_when_tokens_match" => no_401(sc, samples, eps),
             "heartbeats_sane" => heartbeats_sane(sc, samples),
             "revoked_on_stop" => revoked_on_stop(sc, samples, eps),
+            crate::recovery::INVARIANT => crate::recovery::verdict(
+                sc,
+                samples,
+                &crate::recovery::checks(sc, samples, eps, records),
+            ),
             _ => conflict_ends_incarnation(sc, samples, eps),
         });
     }
@@ -643,11 +650,14 @@ mod tests {
                     routed: 0,
                 })
                 .collect();
-            let judged = check(&sc, &shared, &eps, &crate::capability::all());
+            let judged = check(&sc, &shared, &eps, &[], &crate::capability::all());
             failed += judged.iter().filter(|v| !v.passed).count();
             assert_eq!(
                 format!("{judged:?}"),
-                format!("{:?}", check(&sc, &fresh, &eps, &crate::capability::all()))
+                format!(
+                    "{:?}",
+                    check(&sc, &fresh, &eps, &[], &crate::capability::all())
+                )
             );
         }
         // The samples break some invariants: what is compared includes violations.

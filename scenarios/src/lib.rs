@@ -64,6 +64,7 @@ pub mod proxy;
 pub mod real_cluster;
 pub mod real_etcd;
 pub mod real_verbs;
+pub mod recovery;
 pub mod report;
 pub mod run;
 pub mod settings;

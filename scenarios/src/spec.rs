@@ -218,6 +218,10 @@ pub struct Invariants {
     /// An incarnation the master answered 409 is not posted again and again: the
     /// sidecar registers a new one (at most 3 conflicts per incarnation in etcd).
     pub conflict_ends_incarnation: bool,
+    /// After each disturbance ends, every instance it touched whose vLLM is healthy is
+    /// back (ACTIVE, one incarnation, heartbeating) within a bound made of its timers
+    /// (`crate::recovery`).
+    pub recovers_within_bound: bool,
     /// Capabilities an invariant needs (`{ revoked_on_stop = ["drain"] }`): without
     /// them it is skipped, not judged.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -226,7 +230,7 @@ pub struct Invariants {
 
 impl Invariants {
     /// Every invariant's name, as `[invariants]` switches it.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "registered_when_healthy",
         "single_incarnation",
         "no_stale_heartbeat_accepted",
@@ -234,6 +238,7 @@ impl Invariants {
         "heartbeats_sane",
         "revoked_on_stop",
         "conflict_ends_incarnation",
+        "recovers_within_bound",
     ];
 
     /// The capabilities invariant `name` needs.
@@ -257,6 +262,7 @@ impl Default for Invariants {
             heartbeats_sane: true,
             revoked_on_stop: true,
             conflict_ends_incarnation: true,
+            recovers_within_bound: true,
             requires: BTreeMap::new(),
         }
     }

@@ -49,10 +49,14 @@ pub enum PlantedBug {
     /// The KV cache usage goes out as a percentage (0..100) where the contract wants a
     /// fraction (vLLM's `*_usage_perc` gauges are fractions despite their name).
     CacheUsageAsPercent,
+    /// After a re-registration (any incarnation but a process's first), a minute of
+    /// heartbeats is answered 200 without being sent: the key is back at once, but the
+    /// master hears nothing from the instance; a recovery that is only slow.
+    HeartbeatsHeldAfterReregister,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 8] = [
+    pub const ALL: [PlantedBug; 9] = [
         PlantedBug::NoReregisterOn409,
         PlantedBug::NoKeepaliveWhileUnhealthy,
         PlantedBug::NoRevokeOnShutdown,
@@ -61,6 +65,7 @@ impl PlantedBug {
         PlantedBug::IgnoreLeaseNotFound,
         PlantedBug::TokenLostOnRestart,
         PlantedBug::CacheUsageAsPercent,
+        PlantedBug::HeartbeatsHeldAfterReregister,
     ];
 
     /// The snake_case name (as in TOML, JSON and on the command line).
@@ -74,6 +79,7 @@ impl PlantedBug {
             PlantedBug::IgnoreLeaseNotFound => "ignore_lease_not_found",
             PlantedBug::TokenLostOnRestart => "token_lost_on_restart",
             PlantedBug::CacheUsageAsPercent => "cache_usage_as_percent",
+            PlantedBug::HeartbeatsHeldAfterReregister => "heartbeats_held_after_reregister",
         }
     }
 
@@ -123,7 +129,14 @@ struct Planted {
     last_beat: Option<(String, String)>,
     /// When the stale heartbeat loop last posted.
     zombie_at: Option<Duration>,
+    /// The process's first incarnation, and the later one whose heartbeats are held
+    /// with how many held so far.
+    first_incarnation: Option<String>,
+    held: Option<(String, u32)>,
 }
+
+/// How long [`PlantedBug::HeartbeatsHeldAfterReregister`] holds heartbeats.
+const HELD_FOR: Duration = Duration::from_secs(60);
 
 impl Planted {
     fn new(bug: PlantedBug, ttl: i64, heartbeat_interval: Duration) -> Planted {
@@ -135,7 +148,27 @@ impl Planted {
             scrape_failed: false,
             last_beat: None,
             zombie_at: None,
+            first_incarnation: None,
+            held: None,
         }
+    }
+
+    /// Whether this heartbeat of `incarnation` is one to hold: among the first
+    /// [`HELD_FOR`] worth of heartbeats of an incarnation after the first.
+    fn hold(&mut self, incarnation: &str) -> bool {
+        let first = self
+            .first_incarnation
+            .get_or_insert_with(|| incarnation.into());
+        if first == incarnation {
+            return false;
+        }
+        let limit = HELD_FOR.as_millis() / self.heartbeat_interval.as_millis().max(1);
+        let held = match &mut self.held {
+            Some((inc, n)) if inc == incarnation => n,
+            slot => &mut slot.insert((incarnation.into(), 0)).1,
+        };
+        *held += 1;
+        u128::from(*held) <= limit
     }
 }
 
@@ -164,6 +197,13 @@ impl Distortion for Planted {
             }
             (PlantedBug::NoRevokeOnShutdown, Command::Revoke { id, .. }) if exiting => {
                 Verdict::Answered(id, Answer::RevokeDone)
+            }
+            (PlantedBug::HeartbeatsHeldAfterReregister, Command::PostHeartbeat { id, body }) => {
+                let incarnation = reg.registered().map(|l| l.incarnation.clone());
+                if incarnation.is_some_and(|inc| self.hold(&inc)) {
+                    return Verdict::Answered(id, Answer::HeartbeatStatus(200));
+                }
+                Verdict::Run(Command::PostHeartbeat { id, body })
             }
             (PlantedBug::CacheUsageAsPercent, Command::PostHeartbeat { id, body }) => {
                 let body = cache_as_percent(&body).unwrap_or(body);

@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::coverage::Coverage;
+use super::recovery_stats::RecoveryStats;
 use super::schedule::Size;
+use super::swarm::{Draw, Mix};
 
 /// `--shard K/N`: this process runs seeds `start + K + N·j`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +75,9 @@ pub struct SweepParams {
     pub faults: Vec<String>,
     /// The one metrics dialect of every schedule (`--dialect`); `None`: drawn per seed.
     pub dialect: Option<String>,
+    /// How each schedule's faults were drawn (`--draw`); older summaries: uniform.
+    #[serde(default = "Draw::legacy")]
+    pub draw: Draw,
     /// The bug planted in every simulated sidecar (`--planted-bug`), if any.
     pub planted_bug: Option<String>,
     /// The sweep's first seed (`--seed-start`).
@@ -80,7 +85,7 @@ pub struct SweepParams {
 }
 
 /// One violation found, and its shrunk replay.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     /// The seed whose schedule broke the invariant.
     pub seed: u64,
@@ -102,6 +107,9 @@ pub struct Finding {
     /// without it, i.e. the finding is not the planted bug's. `None`: no bug planted.
     #[serde(default)]
     pub fails_without_bug: Option<bool>,
+    /// Under a swarm draw: the seed's enabled kinds and intensities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mix: Option<Mix>,
 }
 
 /// A seed whose schedule could not be run (the runner skipped it or an action failed).
@@ -149,6 +157,9 @@ pub struct Summary {
     pub errors: Vec<RunError>,
     /// Which fault kinds hit sidecars in which phases.
     pub coverage: Coverage,
+    /// Recovery times per fault kind (virtual ms), and the runs behind the slowest.
+    #[serde(default)]
+    pub recovery: RecoveryStats,
     /// Wall-clock figures, the only part that differs between two runs of the same seeds.
     pub timing: Timing,
 }
@@ -185,6 +196,7 @@ impl Summary {
         self.errors.extend(other.errors.iter().cloned());
         self.errors.sort_by_key(|e| e.seed);
         self.coverage.merge(&other.coverage);
+        self.recovery.merge(&other.recovery);
         self.timing.wall_ms = self.timing.wall_ms.max(other.timing.wall_ms);
         self.timing.jobs += other.timing.jobs;
         self.timing.schedules_per_minute += other.timing.schedules_per_minute;
@@ -235,6 +247,9 @@ impl Summary {
                     f.shrunk.to_string(),
                     out_dir.join(&f.file).display()
                 );
+                if let Some(m) = &f.mix {
+                    let _ = writeln!(s, "          kinds on: {}", m.kind_names().join(", "));
+                }
                 if f.fails_without_bug == Some(true) {
                     let _ = writeln!(s, "          (fails without the planted bug too)");
                 }
@@ -362,6 +377,7 @@ mod tests {
                 duration_ms: 60_000,
                 faults: vec!["link".into()],
                 dialect: None,
+                draw: Draw::Swarm,
                 planted_bug: None,
                 seed_start: 0,
             },
@@ -373,6 +389,7 @@ mod tests {
             findings: Vec::new(),
             errors: Vec::new(),
             coverage,
+            recovery: RecoveryStats::default(),
             timing: Timing::default(),
         }
     }

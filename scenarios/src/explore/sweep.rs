@@ -15,6 +15,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::coverage::Coverage;
 use super::generate::{generate, Params};
+use super::recovery_stats::RecoveryStats;
 use super::schedule::{dur, Schedule};
 use super::shrink::{shrink, Shrunk, Violation};
 use super::summary::{ranges, Finding, RunError, Shard, Summary, SweepParams, Timing};
@@ -64,6 +65,7 @@ struct SeedResult {
     seed: u64,
     size: super::schedule::Size,
     coverage: Coverage,
+    recovery: Vec<crate::recovery::RecoveryCheck>,
     finding: Option<Finding>,
     error: Option<String>,
 }
@@ -169,6 +171,7 @@ fn explore_seed(seed: u64, opts: &SweepOptions, runner: &Runner) -> SeedResult {
         seed,
         size: schedule.size(),
         coverage: Coverage::default(),
+        recovery: Vec::new(),
         finding: None,
         error: None,
     };
@@ -181,6 +184,7 @@ fn explore_seed(seed: u64, opts: &SweepOptions, runner: &Runner) -> SeedResult {
         }
     };
     result.coverage = coverage_of(&outcome);
+    result.recovery = outcome.recovery_checks.clone();
     let Some(first) = violations(&outcome).into_iter().next() else {
         result.error = run_error(&outcome);
         return result;
@@ -240,6 +244,7 @@ fn write_finding(
         file: rel,
         shrink_runs: shrunk.runs,
         fails_without_bug,
+        mix: original.mix.clone(),
     })
 }
 
@@ -287,6 +292,9 @@ fn header_lines(
         "Replay in real time (real processes; timings differ, may need a few seeds):".into(),
         format!("  cargo run -p scenarios -- run {}", path.display()),
     ];
+    if let Some(m) = &original.mix {
+        header.push(format!("Drawn by the swarm draw: {}.", m.describe()));
+    }
     if let Some(b) = opts.planted_bug {
         header.push(format!(
             "Test-only: found with the planted bug `{b}` (not a bug of the shipped sidecar)."
@@ -306,6 +314,7 @@ fn explore_command(opts: &SweepOptions, seed: u64) -> String {
     if let Some(d) = &p.dialect {
         cmd.push_str(&format!(" --dialect {d}"));
     }
+    cmd.push_str(&format!(" --draw {}", p.draw));
     if p.faults != super::generate::Params::default().faults {
         cmd.push_str(&format!(" --faults {}", p.faults.join(",")));
     }
@@ -388,11 +397,13 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
 
 fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> Summary {
     let mut coverage = Coverage::default();
+    let mut recovery = RecoveryStats::default();
     let mut findings = Vec::new();
     let mut errors = Vec::new();
     let (mut simulated_ms, mut instance_ms) = (0u64, 0u64);
     for r in &results {
         coverage.merge(&r.coverage);
+        recovery.add(r.seed, &r.recovery);
         simulated_ms += r.size.duration_ms;
         instance_ms += r.size.duration_ms * r.size.instances as u64;
         findings.extend(r.finding.clone());
@@ -411,6 +422,7 @@ fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> S
             duration_ms: opts.params.duration_ms,
             faults: opts.params.faults.clone(),
             dialect: opts.params.dialect.clone(),
+            draw: opts.params.draw,
             planted_bug: opts.planted_bug.map(|b| b.to_string()),
             seed_start: opts.seed_start,
         },
@@ -422,6 +434,7 @@ fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> S
         findings,
         errors,
         coverage,
+        recovery,
         timing: Timing {
             wall_ms: wall.as_millis() as u64,
             jobs: opts.jobs.max(1),
