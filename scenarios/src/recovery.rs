@@ -17,9 +17,11 @@
 //! + 5 × heartbeat_interval       the heartbeat backoff's cap (4 intervals), then a cycle
 //! + 2 s                          the master's watch reconnect backoff cap (mock-master)
 //! + 1 s                          sampling and round trips
-//! + max(heartbeat, 30 s)         only if the instance was answered 409 around P: the
-//!                                sidecar's conflict backoff before a new incarnation's
-//!                                first heartbeat
+//! + max(heartbeat, 30 s)         only if 409s were possible around P (the instance was
+//!                                answered 409, or the master restarted, lagged etcd or
+//!                                had its heartbeat endpoint faulted within 30 s before
+//!                                P): the sidecar's conflict backoff before a new
+//!                                incarnation's first heartbeat
 //! ```
 //!
 //! **What is judged**: each instance a disturbance covers, unless another disturbance
@@ -36,7 +38,7 @@ use crate::episode::{Episode, EpisodeKey};
 use crate::observe::{InstanceObs, Sample};
 use crate::spec::Scenario;
 use crate::topology::Topology;
-use crate::verdict::{ActionRecord, Verdict, VerdictKind};
+use crate::verdict::{overlaps, ActionRecord, Verdict, VerdictKind};
 
 /// The invariant's name, as `[invariants]` switches it.
 pub const INVARIANT: &str = "recovers_within_bound";
@@ -173,7 +175,14 @@ pub fn checks(
             let base = timers.bound_ms();
             let conflicts = |t: u64| at_or_before(samples, t, i).map_or(0, |o| o.status_count(409));
             let around = p.saturating_sub(timers.after_conflicts_ms());
-            let conflicted = conflicts(p + base) > conflicts(around);
+            // 409s: counted for the instance, or possible from a master that restarted,
+            // lagged etcd or had its heartbeat endpoint faulted (an injected answer
+            // names no instance).
+            let conflicted = conflicts(p + base) > conflicts(around)
+                || eps.iter().any(|o| {
+                    (o.excuses_master || matches!(o.key(), EpisodeKey::MasterFault(_)))
+                        && overlaps(o, around, p + base)
+                });
             let bound = base
                 + if conflicted {
                     timers.after_conflicts_ms()
