@@ -364,6 +364,18 @@ mod tests {
     }
 
     #[test]
+    fn heartbeats_are_held_for_a_minute_only_after_a_reregistration() {
+        let bug = PlantedBug::HeartbeatsHeldAfterReregister;
+        let mut d = Planted::new(bug, 6, Duration::from_secs(3));
+        // The first incarnation's heartbeats go out.
+        assert!(!d.hold("a") && !d.hold("a"));
+        // A later one's first 20 (60 s / 3 s) are held, then they go out.
+        let held = (0..25).filter(|_| d.hold("b")).count();
+        assert_eq!(held, 20);
+        assert!(d.hold("c"), "each new incarnation is held again");
+    }
+
+    #[test]
     fn the_cache_usage_goes_out_as_a_percentage() {
         let mut d = Planted::new(PlantedBug::CacheUsageAsPercent, 6, Duration::from_secs(3));
         let reg = Registration::Unregistered {

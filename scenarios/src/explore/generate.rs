@@ -78,6 +78,13 @@ impl Default for Params {
     }
 }
 
+impl Params {
+    /// The same parameters under another draw.
+    pub fn with_draw(self, draw: Draw) -> Params {
+        Params { draw, ..self }
+    }
+}
+
 /// Parse `--faults a,b,c` (names from [`FAULT_KINDS`]).
 pub fn parse_fault_list(list: &str) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
@@ -505,6 +512,35 @@ mod tests {
             .all(|f| f.action.pointer("/link/endpoint").is_none()));
         assert_eq!(one.faults.len(), s.faults.len());
         Scenario::parse("x.toml", &one.to_toml("d", &[])).unwrap();
+    }
+
+    #[test]
+    fn a_swarm_seed_draws_only_its_mix_and_ends_quiet() {
+        let p = Params {
+            draw: Draw::Swarm,
+            ..Params::default()
+        };
+        let (mut alone, mut many_of_one) = (0, 0);
+        for seed in 0..300 {
+            let s = generate(seed, &p);
+            assert_eq!(s, generate(seed, &p));
+            let mix = s.mix.clone().expect("a swarm schedule records its mix");
+            let on = mix.kind_names();
+            assert!(s.faults.iter().all(|f| on.contains(&f.kind())), "{s:?}");
+            alone += usize::from(on.len() == 1);
+            many_of_one += usize::from(on.len() == 1 && s.faults.len() >= 5);
+            let last = s.faults.iter().map(Fault::end_ms).max().unwrap_or(0);
+            assert!(
+                s.duration_ms >= p.duration_ms && s.duration_ms > last,
+                "{s:?}"
+            );
+            assert_eq!(quiet_tail(&s), s.duration_ms);
+        }
+        assert!(alone > 5 && many_of_one > 0, "{alone} {many_of_one}");
+        // The same seed's cluster under both draws; no mix under the uniform one.
+        let u = generate(7, &Params::default().with_draw(Draw::Uniform));
+        assert_eq!(u.topo, generate(7, &p).topo);
+        assert_eq!(u.mix, None);
     }
 
     #[test]

@@ -422,6 +422,46 @@ mod tests {
     }
 
     #[test]
+    fn merged_recovery_times_are_those_of_the_union() {
+        use crate::recovery::RecoveryCheck;
+        let check = |kind: &str, ms: u64| RecoveryCheck {
+            fault: kind.into(),
+            kind: kind.into(),
+            start_ms: 0,
+            end_ms: 1000,
+            instance: "i0".into(),
+            bound_ms: 12_000,
+            recovered_ms: Some(1000 + ms),
+            time_to_recover_ms: Some(ms),
+        };
+        let runs: [(u64, Vec<RecoveryCheck>); 4] = [
+            (0, vec![check("link", 400), check("vllm_crash", 1800)]),
+            (1, vec![check("link", 9000)]),
+            (2, vec![check("link", 400), check("link", 600)]),
+            (3, vec![check("vllm_crash", 200)]),
+        ];
+        let mut a = summary("0/2".parse().unwrap(), &[0, 2]);
+        let mut b = summary("1/2".parse().unwrap(), &[1, 3]);
+        let mut whole = RecoveryStats::default();
+        for (seed, checks) in &runs {
+            let shard = if seed % 2 == 0 { &mut a } else { &mut b };
+            shard.recovery.add(*seed, checks);
+            whole.add(*seed, checks);
+        }
+        a.merge(&b).unwrap();
+        assert_eq!(a.recovery, whole);
+        let link = &a.recovery.0["link"];
+        assert_eq!(
+            (link.n(), link.quantile(0.5), link.quantile(0.99)),
+            (4, Some(400), Some(9000))
+        );
+        assert_eq!(link.slowest[0].seed, 1);
+        // Through JSON, as `explore merge` reads shards.
+        let back: Summary = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+        assert_eq!(back.recovery, whole);
+    }
+
+    #[test]
     fn merge_dirs_reads_shard_directories() {
         let root = std::env::temp_dir().join(format!("explore-merge-{}", std::process::id()));
         for (k, seeds) in [(0u64, [0u64, 2]), (1, [1, 3])] {
