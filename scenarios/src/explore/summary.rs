@@ -9,6 +9,7 @@
 //! `timing` is a pure function of the seeds and the parameters, so two runs of one range
 //! compare equal with [`Summary::findings_view`].
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -160,6 +161,9 @@ pub struct Summary {
     /// Recovery times per fault kind (virtual ms), and the runs behind the slowest.
     #[serde(default)]
     pub recovery: RecoveryStats,
+    /// Under the swarm draw: fault kind → how many schedules had it on.
+    #[serde(default)]
+    pub kinds_on: BTreeMap<String, u64>,
     /// Wall-clock figures, the only part that differs between two runs of the same seeds.
     pub timing: Timing,
 }
@@ -197,6 +201,9 @@ impl Summary {
         self.errors.sort_by_key(|e| e.seed);
         self.coverage.merge(&other.coverage);
         self.recovery.merge(&other.recovery);
+        for (k, n) in &other.kinds_on {
+            *self.kinds_on.entry(k.clone()).or_default() += n;
+        }
         self.timing.wall_ms = self.timing.wall_ms.max(other.timing.wall_ms);
         self.timing.jobs += other.timing.jobs;
         self.timing.schedules_per_minute += other.timing.schedules_per_minute;
@@ -224,6 +231,14 @@ impl Summary {
             self.findings.len(),
             self.errors.len()
         );
+        if !self.kinds_on.is_empty() {
+            let on: Vec<String> = self
+                .kinds_on
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            let _ = writeln!(s, "swarm: schedules with each kind on: {}", on.join(", "));
+        }
         if let Some(t) = self.timing.first_finding_ms {
             let _ = writeln!(
                 s,
@@ -390,6 +405,7 @@ mod tests {
             errors: Vec::new(),
             coverage,
             recovery: RecoveryStats::default(),
+            kinds_on: BTreeMap::from([("link".to_string(), seeds.len() as u64)]),
             timing: Timing::default(),
         }
     }
@@ -416,6 +432,7 @@ mod tests {
         assert_eq!(a.seeds, vec![(0, 5)]);
         assert_eq!(a.schedules, 6);
         assert_eq!(a.coverage.0["link"]["registered"], 2);
+        assert_eq!(a.kinds_on["link"], 6);
         let mut other = summary(Shard::WHOLE, &[9]);
         other.params.duration_ms = 1;
         assert!(a.merge(&other).is_err());
@@ -459,6 +476,17 @@ mod tests {
         // Through JSON, as `explore merge` reads shards.
         let back: Summary = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
         assert_eq!(back.recovery, whole);
+    }
+
+    #[test]
+    fn a_summary_written_before_draws_and_recovery_reads_as_uniform_and_empty() {
+        let mut v = serde_json::to_value(summary(Shard::WHOLE, &[1])).unwrap();
+        v["params"].as_object_mut().unwrap().remove("draw");
+        v.as_object_mut().unwrap().remove("recovery");
+        v.as_object_mut().unwrap().remove("kinds_on");
+        let old: Summary = serde_json::from_value(v).unwrap();
+        assert_eq!(old.params.draw, Draw::Uniform);
+        assert!(old.recovery.0.is_empty());
     }
 
     #[test]

@@ -66,6 +66,8 @@ struct SeedResult {
     size: super::schedule::Size,
     coverage: Coverage,
     recovery: Vec<crate::recovery::RecoveryCheck>,
+    /// The kinds its swarm mix had on (empty under the uniform draw).
+    kinds_on: Vec<String>,
     finding: Option<Finding>,
     error: Option<String>,
 }
@@ -170,6 +172,11 @@ fn explore_seed(seed: u64, opts: &SweepOptions, runner: &Runner) -> SeedResult {
     let mut result = SeedResult {
         seed,
         size: schedule.size(),
+        kinds_on: schedule
+            .mix
+            .iter()
+            .flat_map(|m| m.kinds.iter().map(|k| k.kind.clone()))
+            .collect(),
         coverage: Coverage::default(),
         recovery: Vec::new(),
         finding: None,
@@ -398,12 +405,16 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
 fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> Summary {
     let mut coverage = Coverage::default();
     let mut recovery = RecoveryStats::default();
+    let mut kinds_on = std::collections::BTreeMap::new();
     let mut findings = Vec::new();
     let mut errors = Vec::new();
     let (mut simulated_ms, mut instance_ms) = (0u64, 0u64);
     for r in &results {
         coverage.merge(&r.coverage);
         recovery.add(r.seed, &r.recovery);
+        for k in &r.kinds_on {
+            *kinds_on.entry(k.clone()).or_default() += 1;
+        }
         simulated_ms += r.size.duration_ms;
         instance_ms += r.size.duration_ms * r.size.instances as u64;
         findings.extend(r.finding.clone());
@@ -435,6 +446,7 @@ fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> S
         errors,
         coverage,
         recovery,
+        kinds_on,
         timing: Timing {
             wall_ms: wall.as_millis() as u64,
             jobs: opts.jobs.max(1),
