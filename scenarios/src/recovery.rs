@@ -157,6 +157,75 @@ fn at_or_before(samples: &[Sample], t: u64, i: usize) -> Option<&InstanceObs> {
         .and_then(|s| obs(s, i))
 }
 
+/// What the checks of one run read.
+struct Run<'a> {
+    timers: Timers,
+    samples: &'a [Sample],
+    eps: &'a [Episode],
+    run_end: u64,
+}
+
+impl Run<'_> {
+    /// Instance `i`'s bound after a disturbance ending at `p`: the timers', plus the
+    /// conflict backoff when 409s were possible around `p` — counted for the instance,
+    /// or from a master that restarted, lagged etcd or had its heartbeat endpoint
+    /// faulted (an injected answer names no instance).
+    fn bound(&self, i: usize, p: u64) -> u64 {
+        let base = self.timers.bound_ms();
+        let after = self.timers.after_conflicts_ms();
+        let around = p.saturating_sub(after);
+        let conflicts =
+            |t: u64| at_or_before(self.samples, t, i).map_or(0, |o| o.status_count(409));
+        let master = |o: &Episode| {
+            (o.excuses_master || matches!(o.key(), EpisodeKey::MasterFault(_)))
+                && overlaps(o, around, p + base)
+        };
+        let conflicted = conflicts(p + base) > conflicts(around) || self.eps.iter().any(master);
+        base + if conflicted { after } else { 0 }
+    }
+
+    /// Judge instance `i` after episode `k` ended at `p`: `None` when not judged, else
+    /// when it was back (`Some(None)`: not within `bound`).
+    fn judge(&self, k: usize, i: usize, p: u64, bound: u64) -> Option<Option<u64>> {
+        let deadline = p + bound;
+        let others = || {
+            self.eps
+                .iter()
+                .enumerate()
+                .filter(move |(j, o)| *j != k && disturbs(o) && o.scope.covers(i))
+                .map(|(_, o)| o)
+        };
+        if others().any(|o| o.start_ms <= p && o.end_ms.is_none_or(|x| x > p)) {
+            return None; // still disturbed: judged at the end of what disturbs it
+        }
+        // The window ends at the bound, or earlier at the run's end or at the next
+        // disturbance (then only a recovery inside it is judged).
+        let next = others()
+            .map(|o| o.start_ms)
+            .filter(|t| *t > p && *t <= deadline)
+            .min();
+        let stop = deadline.min(next.unwrap_or(u64::MAX)).min(self.run_end);
+        let from = self.samples.partition_point(|s| s.t_ms < p);
+        let to = self.samples.partition_point(|s| s.t_ms <= stop);
+        let window = self.samples.get(from..to).unwrap_or(&[]);
+        // Only while its sidecar runs (an exit is judged by its own verdict).
+        let running = window
+            .iter()
+            .position(|s| obs(s, i).is_none_or(|o| !o.sidecar_running))
+            .unwrap_or(window.len());
+        let cut = stop < deadline || running < window.len();
+        let accepted = at_or_before(self.samples, p, i).map_or(0, InstanceObs::accepted);
+        let recovered = window
+            .get(..running)
+            .unwrap_or(&[])
+            .iter()
+            .find(|s| obs(s, i).is_some_and(|o| o.fully_active() && o.accepted() > accepted))
+            .map(|s| s.t_ms);
+        // Not back when a window cut short ended: not judged.
+        (recovered.is_some() || !cut).then_some(recovered)
+    }
+}
+
 /// Every recovery judged in a run (see the module doc for which), in episode order.
 pub fn checks(
     sc: &Scenario,
@@ -164,66 +233,22 @@ pub fn checks(
     eps: &[Episode],
     records: &[ActionRecord],
 ) -> Vec<RecoveryCheck> {
-    let timers = Timers::of(&sc.topology);
+    let run = Run {
+        timers: Timers::of(&sc.topology),
+        samples,
+        eps,
+        run_end: samples.last().map_or(0, |s| s.t_ms),
+    };
     let names = sc.instance_names();
-    let run_end = samples.last().map_or(0, |s| s.t_ms);
     let mut out = Vec::new();
     for (k, e) in eps.iter().enumerate().filter(|(_, e)| disturbs(e)) {
         let Some(p) = e.end_ms else { continue };
         let kind = kind_of(e, records);
         for (i, name) in names.iter().enumerate().filter(|(i, _)| e.scope.covers(*i)) {
-            let base = timers.bound_ms();
-            let conflicts = |t: u64| at_or_before(samples, t, i).map_or(0, |o| o.status_count(409));
-            let around = p.saturating_sub(timers.after_conflicts_ms());
-            // 409s: counted for the instance, or possible from a master that restarted,
-            // lagged etcd or had its heartbeat endpoint faulted (an injected answer
-            // names no instance).
-            let conflicted = conflicts(p + base) > conflicts(around)
-                || eps.iter().any(|o| {
-                    (o.excuses_master || matches!(o.key(), EpisodeKey::MasterFault(_)))
-                        && overlaps(o, around, p + base)
-                });
-            let bound = base
-                + if conflicted {
-                    timers.after_conflicts_ms()
-                } else {
-                    0
-                };
-            let deadline = p + bound;
-            let others = || {
-                eps.iter()
-                    .enumerate()
-                    .filter(|(j, o)| *j != k && disturbs(o) && o.scope.covers(i))
-                    .map(|(_, o)| o)
+            let bound = run.bound(i, p);
+            let Some(recovered) = run.judge(k, i, p, bound) else {
+                continue;
             };
-            if others().any(|o| o.start_ms <= p && o.end_ms.is_none_or(|x| x > p)) {
-                continue; // still disturbed: judged at the end of what disturbs it
-            }
-            // The window ends at the bound, or earlier at the run's end or the next
-            // disturbance (then only a recovery inside it is judged).
-            let next = others()
-                .map(|o| o.start_ms)
-                .filter(|t| *t > p && *t <= deadline)
-                .min();
-            let stop = deadline.min(next.unwrap_or(u64::MAX)).min(run_end);
-            let from = samples.partition_point(|s| s.t_ms < p);
-            let to = samples.partition_point(|s| s.t_ms <= stop);
-            let window = samples.get(from..to).unwrap_or(&[]);
-            // Only while its sidecar runs (an exit is judged by its own verdict).
-            let running = window
-                .iter()
-                .position(|s| obs(s, i).is_none_or(|o| !o.sidecar_running))
-                .unwrap_or(window.len());
-            let cut = stop < deadline || running < window.len();
-            let window = window.get(..running).unwrap_or(&[]);
-            let accepted = at_or_before(samples, p, i).map_or(0, InstanceObs::accepted);
-            let recovered = window
-                .iter()
-                .find(|s| obs(s, i).is_some_and(|o| o.fully_active() && o.accepted() > accepted))
-                .map(|s| s.t_ms);
-            if recovered.is_none() && cut {
-                continue; // not back yet when the window was cut short: not judged
-            }
             out.push(RecoveryCheck {
                 fault: e.label.clone(),
                 kind: kind.clone(),
