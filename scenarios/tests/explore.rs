@@ -274,6 +274,12 @@ fn the_command_line_shards_merges_and_exits_as_documented() {
     assert_eq!(s.seeds, vec![(9, 11)]);
     assert_eq!(s.schedules, 3);
     assert!(s.findings.iter().any(|f| f.seed == 10), "{text}");
+    // The merged recovery times, printed per kind and kept in the JSON.
+    assert!(
+        text.contains("P99 ms") && text.contains("start_up"),
+        "{text}"
+    );
+    assert!(s.recovery.0.values().map(|k| k.n()).sum::<u64>() > 0);
     // A clean range exits 0.
     let clean = root.join("clean");
     let out = run(&[
