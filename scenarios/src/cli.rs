@@ -327,6 +327,10 @@ pub struct ExploreArgs {
     /// One metrics dialect for every schedule (default: drawn per seed).
     #[arg(long, value_parser = crate::explore::generate::DIALECTS)]
     pub dialect: Option<String>,
+    /// How each seed draws its faults: `swarm` (a random subset of the allowed kinds,
+    /// each with its own weight and duration scale) or `uniform` (every kind alike).
+    #[arg(long, value_enum, default_value_t = crate::explore::swarm::Draw::default())]
+    pub draw: crate::explore::swarm::Draw,
     /// Runs the shrinker may spend on one finding.
     #[arg(long, default_value_t = 300)]
     pub shrink_budget: usize,
@@ -382,6 +386,7 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
             None => crate::explore::generate::Params::default().faults,
         },
         dialect: args.dialect,
+        draw: args.draw,
     };
     let out = args.out.unwrap_or_else(default_explore_dir);
     let jobs = args.jobs.unwrap_or_else(|| {
@@ -428,6 +433,8 @@ fn report_summary(
 ) -> u8 {
     println!("\ncoverage (fault kind x sidecar phase when it hit):");
     print!("{}", s.coverage.table());
+    println!("\nrecovery (virtual ms from a disturbance's end until the instance was back; LATE: past its bound):");
+    print!("{}", s.recovery.table());
     println!();
     print!("{}", s.table(root));
     if let Some(dir) = written {

@@ -259,6 +259,7 @@ pub fn outcome(sc: &Scenario, file: &str, seed: u64, etcd: &str, rerun: String) 
         etcd: etcd.to_string(),
         verdicts: Vec::new(),
         recoveries: Vec::new(),
+        recovery_checks: Vec::new(),
         actions: Vec::new(),
         rerun,
         samples: Vec::new(),
@@ -302,8 +303,13 @@ impl Outcome {
         let eps = verdict::episodes(sc, &played.records, played.end_ms);
         self.verdicts = crate::exits::unexpected(sc, &played.samples, &eps, &played.last_words);
         self.verdicts.extend(played.verdicts);
-        self.verdicts
-            .extend(crate::invariants::check(sc, &played.samples, &eps, caps));
+        self.verdicts.extend(crate::invariants::check(
+            sc,
+            &played.samples,
+            &eps,
+            &played.records,
+            caps,
+        ));
         let step_needs = sc.steps.iter().flat_map(|s| s.needs());
         let inv_needs = Invariants::NAMES
             .iter()
@@ -313,6 +319,7 @@ impl Outcome {
             .filter(|c| !caps.contains(c))
             .collect();
         self.recoveries = verdict::recoveries(&played.samples, &eps);
+        self.recovery_checks = crate::recovery::checks(sc, &played.samples, &eps, &played.records);
         self.startups = crate::report::Startup::from_samples(&sc.instance_names(), &played.samples);
         self.actions = played.records;
         self.samples = played.samples;

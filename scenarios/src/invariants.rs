@@ -26,6 +26,7 @@ pub fn check(
     sc: &Scenario,
     samples: &[Sample],
     eps: &[Episode],
+    records: &[crate::verdict::ActionRecord],
     caps: &Capabilities,
 ) -> Vec<Verdict> {
     let inv = &sc.invariants;
@@ -38,6 +39,7 @@ pub fn check(
         inv.revoked_on_stop,
         inv.conflict_ends_incarnation,
         inv.heartbeats_to_elected_master,
+        inv.recovers_within_bound,
     ];
     let mut out = Vec::new();
     for (name, on) in Invariants::NAMES.into_iter().zip(on) {
@@ -62,6 +64,11 @@ pub fn check(
             "heartbeats_sane" => heartbeats_sane(sc, samples),
             "revoked_on_stop" => revoked_on_stop(sc, samples, eps),
             "conflict_ends_incarnation" => conflict_ends_incarnation(sc, samples, eps),
+            crate::recovery::INVARIANT => crate::recovery::verdict(
+                sc,
+                samples,
+                &crate::recovery::checks(sc, samples, eps, records),
+            ),
             _ => heartbeats_to_elected_master(sc, samples, eps),
         });
     }
@@ -749,11 +756,14 @@ mod tests {
                     masters: Default::default(),
                 })
                 .collect();
-            let judged = check(&sc, &shared, &eps, &crate::capability::all());
+            let judged = check(&sc, &shared, &eps, &[], &crate::capability::all());
             failed += judged.iter().filter(|v| !v.passed).count();
             assert_eq!(
                 format!("{judged:?}"),
-                format!("{:?}", check(&sc, &fresh, &eps, &crate::capability::all()))
+                format!(
+                    "{:?}",
+                    check(&sc, &fresh, &eps, &[], &crate::capability::all())
+                )
             );
         }
         // The samples break some invariants: what is compared includes violations.

@@ -34,7 +34,8 @@
 //! - [`episode`]: fault episodes, the intervals in which a fault excuses what an
 //!   invariant would otherwise flag; each action family writes its own.
 //! - [`verdict`]: awaits and time to recover; [`invariants`]: the properties of a
-//!   whole run; [`exits`]: sidecars that exited unasked.
+//!   whole run; [`exits`]: sidecars that exited unasked; [`recovery`]: each
+//!   instance back within a bound made of its timers, `recovery::checks`.
 //! - [`run`]: one scenario end to end in real mode, and many in parallel:
 //!   `run::run_scenario`, `run::run_many`; [`simrun`]: the same in virtual time.
 //! - [`report`]: the report directory (verdicts, events.jsonl, timeline.html) and JUnit.
@@ -66,6 +67,7 @@ pub mod real_cluster;
 pub mod real_etcd;
 mod real_pause;
 pub mod real_verbs;
+pub mod recovery;
 pub mod report;
 pub mod run;
 pub mod settings;

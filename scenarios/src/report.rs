@@ -97,8 +97,11 @@ pub struct Outcome {
     pub etcd: String,
     /// Every verdict: steps' awaits, failed actions, then the invariants.
     pub verdicts: Vec<Verdict>,
-    /// Each fault's time to recover.
+    /// Each fault's time to recover: until the whole cluster was routable again.
     pub recoveries: Vec<Recovery>,
+    /// Each instance's recovery from each disturbance, judged against its bound
+    /// (`recovers_within_bound`): the per-instance times explore's summary reports.
+    pub recovery_checks: Vec<crate::recovery::RecoveryCheck>,
     /// Every action as executed.
     pub actions: Vec<ActionRecord>,
     /// The command that re-runs exactly this scenario with this seed.

@@ -235,6 +235,10 @@ pub struct Invariants {
     /// MASTER key last named another replica, no other replica accepts a heartbeat.
     /// Judged only with `topology.master.replicas` of 2 or more.
     pub heartbeats_to_elected_master: bool,
+    /// After each disturbance ends, every instance it touched whose vLLM is healthy is
+    /// back (ACTIVE, one incarnation, heartbeating) within a bound made of its timers
+    /// (`crate::recovery`).
+    pub recovers_within_bound: bool,
     /// Capabilities an invariant needs (`{ revoked_on_stop = ["drain"] }`): without
     /// them it is skipped, not judged.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -243,7 +247,7 @@ pub struct Invariants {
 
 impl Invariants {
     /// Every invariant's name, as `[invariants]` switches it.
-    pub const NAMES: [&'static str; 8] = [
+    pub const NAMES: [&'static str; 9] = [
         "registered_when_healthy",
         "single_incarnation",
         "no_stale_heartbeat_accepted",
@@ -252,6 +256,7 @@ impl Invariants {
         "revoked_on_stop",
         "conflict_ends_incarnation",
         "heartbeats_to_elected_master",
+        "recovers_within_bound",
     ];
 
     /// The capabilities invariant `name` needs.
@@ -276,6 +281,7 @@ impl Default for Invariants {
             revoked_on_stop: true,
             conflict_ends_incarnation: true,
             heartbeats_to_elected_master: true,
+            recovers_within_bound: true,
             requires: BTreeMap::new(),
         }
     }

@@ -7,8 +7,9 @@
 
 use std::path::PathBuf;
 
-use scenarios::explore::generate::Params;
+use scenarios::explore::generate::{generate, Params};
 use scenarios::explore::summary::{Shard, Summary};
+use scenarios::explore::swarm::Draw;
 use scenarios::explore::sweep::{sweep, Budget, SweepOptions};
 use scenarios::run::RunOptions;
 use scenarios::simrun::run_scenario_sim;
@@ -19,16 +20,29 @@ fn out_dir(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("explore-test-{name}-{}", std::process::id()))
 }
 
+/// The seed ranges below were picked under the uniform draw; the swarm draw has tests
+/// of its own.
 fn options(
     name: &str,
     bug: Option<PlantedBug>,
     seeds: std::ops::Range<u64>,
     jobs: usize,
 ) -> SweepOptions {
+    options_drawn(name, bug, seeds, jobs, Draw::Uniform)
+}
+
+fn options_drawn(
+    name: &str,
+    bug: Option<PlantedBug>,
+    seeds: std::ops::Range<u64>,
+    jobs: usize,
+    draw: Draw,
+) -> SweepOptions {
     SweepOptions {
         params: Params {
             max_instances: 3,
             duration_ms: 60_000,
+            draw,
             ..Params::default()
         },
         budget: Budget::Seeds(seeds.end - seeds.start),
@@ -129,6 +143,53 @@ fn heartbeats_of_a_lost_incarnation_are_found() {
     );
 }
 
+/// A recovery that is only slow (the key back at once, heartbeats a minute late) breaks
+/// no other invariant: the recovery bound finds it, and its shrunk file replays.
+#[test]
+fn a_recovery_that_is_only_slow_is_found() {
+    let s = finds_and_shrinks(
+        PlantedBug::HeartbeatsHeldAfterReregister,
+        12..13,
+        "recovers_within_bound",
+    );
+    // Its recovery times are in the summary, the late one counted apart.
+    assert!(
+        s.recovery.0.values().any(|k| k.not_recovered > 0),
+        "{:?}",
+        s.recovery
+    );
+    assert!(s.recovery.0.contains_key("start_up"), "{:?}", s.recovery);
+}
+
+/// A swarm sweep is as deterministic as a uniform one; each finding says which kinds its
+/// seed had on, in the summary and in its file.
+#[test]
+fn swarm_findings_name_their_mix_and_repeat_whatever_the_jobs() {
+    let bug = Some(PlantedBug::IgnoreLeaseNotFound);
+    let one = options_drawn("swarm-1", bug, 12..13, 1, Draw::Swarm);
+    let a = sweep(&one, &run_scenario_sim);
+    let b = sweep(
+        &options_drawn("swarm-2", bug, 12..13, 2, Draw::Swarm),
+        &run_scenario_sim,
+    );
+    assert_eq!(a.findings_view(), b.findings_view());
+    let f = a
+        .findings
+        .first()
+        .expect("seed 12 is a finding under the swarm draw");
+    let mix = f.mix.as_ref().expect("a swarm finding records its mix");
+    assert_eq!(Some(mix), generate(12, &one.params).mix.as_ref());
+    let text = std::fs::read_to_string(one.out.join(&f.file)).unwrap();
+    assert!(
+        text.contains("Drawn by the swarm draw: fault rate"),
+        "{text}"
+    );
+    assert!(text.contains("--draw swarm"), "{text}");
+    for name in ["swarm-1", "swarm-2"] {
+        let _ = std::fs::remove_dir_all(out_dir(name));
+    }
+}
+
 #[test]
 fn a_clock_that_stops_while_paused_is_found() {
     finds_and_shrinks(
@@ -171,6 +232,7 @@ fn the_command_line_shards_merges_and_exits_as_documented() {
         vec!["explore", "--seeds", "5", "--time", "1s"],
         vec!["explore", "--planted-bug", "nope"],
         vec!["explore", "--dialect", "v9"],
+        vec!["explore", "--draw", "zipf"],
     ] {
         let out = run(&bad);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -191,6 +253,8 @@ fn the_command_line_shards_merges_and_exits_as_documented() {
         "1",
         "--planted-bug",
         "no_keepalive_while_unhealthy",
+        "--draw",
+        "uniform",
     ];
     for k in 0..2 {
         let out_k = root.join(format!("shard-{k}"));
@@ -219,6 +283,12 @@ fn the_command_line_shards_merges_and_exits_as_documented() {
     assert_eq!(s.seeds, vec![(9, 11)]);
     assert_eq!(s.schedules, 3);
     assert!(s.findings.iter().any(|f| f.seed == 10), "{text}");
+    // The merged recovery times, printed per kind and kept in the JSON.
+    assert!(
+        text.contains("P99 ms") && text.contains("start_up"),
+        "{text}"
+    );
+    assert!(s.recovery.0.values().map(|k| k.n()).sum::<u64>() > 0);
     // A clean range exits 0.
     let clean = root.join("clean");
     let out = run(&[

@@ -56,10 +56,14 @@ pub enum PlantedBug {
     /// keepalive answer however long ago it came, and heartbeats a lease etcd has
     /// already dropped.
     ClockStopsWhilePaused,
+    /// After a re-registration (any incarnation but a process's first), a minute of
+    /// heartbeats is answered 200 without being sent: the key is back at once, but the
+    /// master hears nothing from the instance; a recovery that is only slow.
+    HeartbeatsHeldAfterReregister,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 9] = [
+    pub const ALL: [PlantedBug; 10] = [
         PlantedBug::NoReregisterOn409,
         PlantedBug::NoKeepaliveWhileUnhealthy,
         PlantedBug::NoRevokeOnShutdown,
@@ -69,6 +73,7 @@ impl PlantedBug {
         PlantedBug::TokenLostOnRestart,
         PlantedBug::CacheUsageAsPercent,
         PlantedBug::ClockStopsWhilePaused,
+        PlantedBug::HeartbeatsHeldAfterReregister,
     ];
 
     /// The snake_case name (as in TOML, JSON and on the command line).
@@ -83,6 +88,7 @@ impl PlantedBug {
             PlantedBug::TokenLostOnRestart => "token_lost_on_restart",
             PlantedBug::CacheUsageAsPercent => "cache_usage_as_percent",
             PlantedBug::ClockStopsWhilePaused => "clock_stops_while_paused",
+            PlantedBug::HeartbeatsHeldAfterReregister => "heartbeats_held_after_reregister",
         }
     }
 
@@ -132,7 +138,14 @@ struct Planted {
     last_beat: Option<(String, String)>,
     /// When the stale heartbeat loop last posted.
     zombie_at: Option<Duration>,
+    /// The process's first incarnation, and the later one whose heartbeats are held
+    /// with how many held so far.
+    first_incarnation: Option<String>,
+    held: Option<(String, u32)>,
 }
+
+/// How long [`PlantedBug::HeartbeatsHeldAfterReregister`] holds heartbeats.
+const HELD_FOR: Duration = Duration::from_secs(60);
 
 impl Planted {
     fn new(bug: PlantedBug, ttl: i64, heartbeat_interval: Duration) -> Planted {
@@ -144,7 +157,27 @@ impl Planted {
             scrape_failed: false,
             last_beat: None,
             zombie_at: None,
+            first_incarnation: None,
+            held: None,
         }
+    }
+
+    /// Whether this heartbeat of `incarnation` is one to hold: among the first
+    /// [`HELD_FOR`] worth of heartbeats of an incarnation after the first.
+    fn hold(&mut self, incarnation: &str) -> bool {
+        let first = self
+            .first_incarnation
+            .get_or_insert_with(|| incarnation.into());
+        if first == incarnation {
+            return false;
+        }
+        let limit = HELD_FOR.as_millis() / self.heartbeat_interval.as_millis().max(1);
+        let held = match &mut self.held {
+            Some((inc, n)) if inc == incarnation => n,
+            slot => &mut slot.insert((incarnation.into(), 0)).1,
+        };
+        *held += 1;
+        u128::from(*held) <= limit
     }
 }
 
@@ -173,6 +206,16 @@ impl Distortion for Planted {
             }
             (PlantedBug::NoRevokeOnShutdown, Command::Revoke { id, .. }) if exiting => {
                 Verdict::Answered(id, Answer::RevokeDone)
+            }
+            (
+                PlantedBug::HeartbeatsHeldAfterReregister,
+                Command::PostHeartbeat { id, body, target },
+            ) => {
+                let incarnation = reg.registered().map(|l| l.incarnation.clone());
+                if incarnation.is_some_and(|inc| self.hold(&inc)) {
+                    return Verdict::Answered(id, Answer::HeartbeatStatus(200));
+                }
+                Verdict::Run(Command::PostHeartbeat { id, body, target })
             }
             (PlantedBug::CacheUsageAsPercent, Command::PostHeartbeat { id, body, target }) => {
                 let body = cache_as_percent(&body).unwrap_or(body);
@@ -234,7 +277,6 @@ impl Distortion for Planted {
         })
     }
 
-    /// The old seed or no token, for the two bugs that lose what a restart keeps.
     /// The stopped time is lost to a clock that counts its own ticks.
     fn resumed(&mut self, stopped: Duration) -> Duration {
         match self.bug {
@@ -243,6 +285,7 @@ impl Distortion for Planted {
         }
     }
 
+    /// The old seed or no token, for the two bugs that lose what a restart keeps.
     fn restart(
         &self,
         config: &CoreConfig,
@@ -344,6 +387,18 @@ mod tests {
         assert_eq!(d.unasked(Duration::ZERO, &reg), Some(beat.clone()));
         assert_eq!(d.unasked(Duration::from_secs(1), &reg), None);
         assert_eq!(d.unasked(Duration::from_secs(3), &reg), Some(beat));
+    }
+
+    #[test]
+    fn heartbeats_are_held_for_a_minute_only_after_a_reregistration() {
+        let bug = PlantedBug::HeartbeatsHeldAfterReregister;
+        let mut d = Planted::new(bug, 6, Duration::from_secs(3));
+        // The first incarnation's heartbeats go out.
+        assert!(!d.hold("a") && !d.hold("a"));
+        // A later one's first 20 (60 s / 3 s) are held, then they go out.
+        let held = (0..25).filter(|_| d.hold("b")).count();
+        assert_eq!(held, 20);
+        assert!(d.hold("c"), "each new incarnation is held again");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use super::schedule::{dur, Fault, Schedule, Topo};
+use super::swarm::{Draw, Mix};
 
 /// Fault kinds the explorer draws from: the actions that start a fault (the actions
 /// that end one, e.g. `vllm_restart` or `sidecar_start`, come with them), and `load`
@@ -63,6 +64,8 @@ pub struct Params {
     pub faults: Vec<String>,
     /// One dialect for every schedule; `None`: drawn per seed.
     pub dialect: Option<String>,
+    /// How each schedule's faults are drawn from the allowed kinds.
+    pub draw: Draw,
 }
 
 impl Default for Params {
@@ -72,7 +75,15 @@ impl Default for Params {
             duration_ms: 60_000,
             faults: FAULT_KINDS.iter().map(|s| s.to_string()).collect(),
             dialect: None,
+            draw: Draw::default(),
         }
+    }
+}
+
+impl Params {
+    /// The same parameters under another draw.
+    pub fn with_draw(self, draw: Draw) -> Params {
+        Params { draw, ..self }
     }
 }
 
@@ -96,19 +107,28 @@ pub fn parse_fault_list(list: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-/// The schedule of `seed`.
+/// The schedule of `seed`: its cluster, then its faults (under [`Draw::Swarm`], from the
+/// seed's [`Mix`] only), then a quiet tail (see [`quiet_tail`]).
 pub fn generate(seed: u64, p: &Params) -> Schedule {
     // A fixed tweak so explore's draws are not the simulation's own (same seed).
     let mut rng = StdRng::seed_from_u64(seed ^ 0x6578_706c_6f72_6521);
     let topo = topology(&mut rng, p);
+    let mix = match p.draw {
+        Draw::Swarm => Mix::draw(seed, &p.faults),
+        Draw::Uniform => None,
+    };
     let max_faults = (p.duration_ms / 15_000).clamp(2, 40) as usize;
+    let max_faults = match &mix {
+        Some(m) => ((max_faults as f64 * m.rate).round() as usize).clamp(1, 120),
+        None => max_faults,
+    };
     let n = rng.gen_range(1..=max_faults);
     let mut faults: Vec<Fault> = Vec::new();
     let mut busy: Vec<(String, u64, u64)> = Vec::new();
     for _ in 0..n {
         // A few tries to place a fault that does not overlap one of its own group.
         for _ in 0..3 {
-            if let Some(f) = fault(&mut rng, p, &topo) {
+            if let Some(f) = fault(&mut rng, p, mix.as_ref(), &topo) {
                 let group = group_of(&f);
                 let overlaps = busy
                     .iter()
@@ -129,9 +149,28 @@ pub fn generate(seed: u64, p: &Params) -> Schedule {
         topo,
         faults,
         duration_ms: p.duration_ms,
+        mix,
     };
     etcd_access(seed, &mut schedule);
+    schedule.duration_ms = quiet_tail(&schedule);
     schedule
+}
+
+/// The run's length: `--duration`, or longer so that it ends with a quiet period as long
+/// as the recovery bound after the last fault ends (`crate::recovery`), in which every
+/// instance must be back; rounded up to a second.
+pub fn quiet_tail(s: &Schedule) -> u64 {
+    let last_end = s.faults.iter().map(Fault::end_ms).max().unwrap_or(0);
+    let t = &s.topo;
+    let bound = crate::recovery::Timers {
+        lease_ttl_ms: t.lease_ttl * 1000,
+        keepalive_ms: t.keepalive_ms,
+        heartbeat_ms: t.heartbeat_ms,
+        health_timeout_ms: t.health_timeout_ms,
+        etcd_timeout_ms: t.etcd_timeout_ms,
+    }
+    .bound_ms();
+    s.duration_ms.max((last_end + bound).div_ceil(1000) * 1000)
 }
 
 /// How sidecars reach etcd: one to three endpoints (a link fault on the sidecar → etcd
@@ -200,10 +239,15 @@ fn round(v: u64, to: u64) -> u64 {
     (v / to) * to
 }
 
-/// A duration from a blip to several TTLs, log-uniform, in 100 ms steps.
-fn fault_len(rng: &mut StdRng, max_ms: u64) -> u64 {
+/// A duration from a blip to several TTLs, log-uniform, in 100 ms steps; times `scale`
+/// (a swarm mix's), still at most `max_ms`.
+fn fault_len(rng: &mut StdRng, max_ms: u64, scale: f64) -> u64 {
     let (lo, hi) = (200f64.ln(), (max_ms.max(300) as f64).ln());
-    round(rng.gen_range(lo..hi).exp() as u64, 100).max(100)
+    let len = round(rng.gen_range(lo..hi).exp() as u64, 100).max(100);
+    if scale == 1.0 {
+        return len;
+    }
+    round(((len as f64 * scale) as u64).min(max_ms.max(100)), 100).max(100)
 }
 
 /// Faults of one group must not overlap on one target (a second kill of a killed
@@ -226,11 +270,14 @@ fn group_of(f: &Fault) -> String {
     format!("{group}:{}", who.join(","))
 }
 
-/// One random fault of an allowed kind.
-fn fault(rng: &mut StdRng, p: &Params, topo: &Topo) -> Option<Fault> {
-    let kind = p.faults.choose(rng)?.clone();
+/// One random fault: of an allowed kind picked uniformly, or of the mix's kinds by weight.
+fn fault(rng: &mut StdRng, p: &Params, mix: Option<&Mix>, topo: &Topo) -> Option<Fault> {
+    let (kind, scale) = match mix {
+        Some(m) => m.pick(rng).map(|k| (k.kind.clone(), k.duration_scale))?,
+        None => (p.faults.choose(rng)?.clone(), 1.0),
+    };
     let at_ms = round(rng.gen_range(0..p.duration_ms * 9 / 10 + 1), 100);
-    let len = fault_len(rng, (p.duration_ms - at_ms).min(30_000));
+    let len = fault_len(rng, (p.duration_ms - at_ms).min(30_000), scale);
     let end_at = at_ms + len;
     let inst = format!("i{}", rng.gen_range(0..topo.instances));
     let d = dur(len);
@@ -507,6 +554,35 @@ mod tests {
             .all(|f| f.action.pointer("/link/endpoint").is_none()));
         assert_eq!(one.faults.len(), s.faults.len());
         Scenario::parse("x.toml", &one.to_toml("d", &[])).unwrap();
+    }
+
+    #[test]
+    fn a_swarm_seed_draws_only_its_mix_and_ends_quiet() {
+        let p = Params {
+            draw: Draw::Swarm,
+            ..Params::default()
+        };
+        let (mut alone, mut many_of_one) = (0, 0);
+        for seed in 0..300 {
+            let s = generate(seed, &p);
+            assert_eq!(s, generate(seed, &p));
+            let mix = s.mix.clone().expect("a swarm schedule records its mix");
+            let on = mix.kind_names();
+            assert!(s.faults.iter().all(|f| on.contains(&f.kind())), "{s:?}");
+            alone += usize::from(on.len() == 1);
+            many_of_one += usize::from(on.len() == 1 && s.faults.len() >= 5);
+            let last = s.faults.iter().map(Fault::end_ms).max().unwrap_or(0);
+            assert!(
+                s.duration_ms >= p.duration_ms && s.duration_ms > last,
+                "{s:?}"
+            );
+            assert_eq!(quiet_tail(&s), s.duration_ms);
+        }
+        assert!(alone > 5 && many_of_one > 0, "{alone} {many_of_one}");
+        // The same seed's cluster under both draws; no mix under the uniform one.
+        let u = generate(7, &Params::default().with_draw(Draw::Uniform));
+        assert_eq!(u.topo, generate(7, &p).topo);
+        assert_eq!(u.mix, None);
     }
 
     #[test]

@@ -12,15 +12,19 @@
 //! # Layout
 //!
 //! - [`generate`]: seed → [`schedule::Schedule`]: [`generate::generate`].
+//! - [`swarm`]: a seed's enabled fault kinds and intensities: [`swarm::Mix::draw`].
 //! - [`schedule`]: the schedule as data, its edits and its TOML: [`schedule::Schedule::to_toml`].
 //! - [`shrink`]: greedy shrinking against a judge closure: [`shrink::shrink`].
 //! - [`coverage`]: fault kind × sidecar phase counts: [`coverage::Coverage`].
+//! - [`recovery_stats`]: recovery times per fault kind, mergeable: [`recovery_stats::RecoveryStats`].
 //! - [`summary`]: `summary.json`, shards and merging: [`summary::merge_dirs`].
 //! - [`sweep`]: seeds on worker threads, findings written: [`sweep::sweep`].
 
 pub mod coverage;
 pub mod generate;
+pub mod recovery_stats;
 pub mod schedule;
 pub mod shrink;
 pub mod summary;
+pub mod swarm;
 pub mod sweep;

@@ -122,6 +122,9 @@ pub struct Schedule {
     pub faults: Vec<Fault>,
     /// How long the run lasts, in ms (the last step, `load_off`, runs then).
     pub duration_ms: u64,
+    /// Under a swarm draw, the kinds the faults were drawn from and their intensities
+    /// (kept through shrinking: it says how the seed was drawn, not what is left).
+    pub mix: Option<super::swarm::Mix>,
 }
 
 /// How big a schedule is, for reports and the shrinker's goal.
@@ -468,6 +471,7 @@ mod tests {
                 },
             ],
             duration_ms: 20_000,
+            mix: None,
         }
     }
 

@@ -9,13 +9,16 @@
 //! `timing` is a pure function of the seeds and the parameters, so two runs of one range
 //! compare equal with [`Summary::findings_view`].
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::coverage::Coverage;
+use super::recovery_stats::RecoveryStats;
 use super::schedule::Size;
+use super::swarm::{Draw, Mix};
 
 /// `--shard K/N`: this process runs seeds `start + K + N·j`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +76,9 @@ pub struct SweepParams {
     pub faults: Vec<String>,
     /// The one metrics dialect of every schedule (`--dialect`); `None`: drawn per seed.
     pub dialect: Option<String>,
+    /// How each schedule's faults were drawn (`--draw`); older summaries: uniform.
+    #[serde(default = "Draw::legacy")]
+    pub draw: Draw,
     /// The bug planted in every simulated sidecar (`--planted-bug`), if any.
     pub planted_bug: Option<String>,
     /// The sweep's first seed (`--seed-start`).
@@ -80,7 +86,7 @@ pub struct SweepParams {
 }
 
 /// One violation found, and its shrunk replay.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     /// The seed whose schedule broke the invariant.
     pub seed: u64,
@@ -102,6 +108,9 @@ pub struct Finding {
     /// without it, i.e. the finding is not the planted bug's. `None`: no bug planted.
     #[serde(default)]
     pub fails_without_bug: Option<bool>,
+    /// Under a swarm draw: the seed's enabled kinds and intensities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mix: Option<Mix>,
 }
 
 /// A seed whose schedule could not be run (the runner skipped it or an action failed).
@@ -149,6 +158,12 @@ pub struct Summary {
     pub errors: Vec<RunError>,
     /// Which fault kinds hit sidecars in which phases.
     pub coverage: Coverage,
+    /// Recovery times per fault kind (virtual ms), and the runs behind the slowest.
+    #[serde(default)]
+    pub recovery: RecoveryStats,
+    /// Under the swarm draw: fault kind → how many schedules had it on.
+    #[serde(default)]
+    pub kinds_on: BTreeMap<String, u64>,
     /// Wall-clock figures, the only part that differs between two runs of the same seeds.
     pub timing: Timing,
 }
@@ -185,6 +200,10 @@ impl Summary {
         self.errors.extend(other.errors.iter().cloned());
         self.errors.sort_by_key(|e| e.seed);
         self.coverage.merge(&other.coverage);
+        self.recovery.merge(&other.recovery);
+        for (k, n) in &other.kinds_on {
+            *self.kinds_on.entry(k.clone()).or_default() += n;
+        }
         self.timing.wall_ms = self.timing.wall_ms.max(other.timing.wall_ms);
         self.timing.jobs += other.timing.jobs;
         self.timing.schedules_per_minute += other.timing.schedules_per_minute;
@@ -212,6 +231,14 @@ impl Summary {
             self.findings.len(),
             self.errors.len()
         );
+        if !self.kinds_on.is_empty() {
+            let on: Vec<String> = self
+                .kinds_on
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            let _ = writeln!(s, "swarm: schedules with each kind on: {}", on.join(", "));
+        }
         if let Some(t) = self.timing.first_finding_ms {
             let _ = writeln!(
                 s,
@@ -235,6 +262,9 @@ impl Summary {
                     f.shrunk.to_string(),
                     out_dir.join(&f.file).display()
                 );
+                if let Some(m) = &f.mix {
+                    let _ = writeln!(s, "          kinds on: {}", m.kind_names().join(", "));
+                }
                 if f.fails_without_bug == Some(true) {
                     let _ = writeln!(s, "          (fails without the planted bug too)");
                 }
@@ -362,6 +392,7 @@ mod tests {
                 duration_ms: 60_000,
                 faults: vec!["link".into()],
                 dialect: None,
+                draw: Draw::Swarm,
                 planted_bug: None,
                 seed_start: 0,
             },
@@ -373,6 +404,8 @@ mod tests {
             findings: Vec::new(),
             errors: Vec::new(),
             coverage,
+            recovery: RecoveryStats::default(),
+            kinds_on: BTreeMap::from([("link".to_string(), seeds.len() as u64)]),
             timing: Timing::default(),
         }
     }
@@ -399,9 +432,61 @@ mod tests {
         assert_eq!(a.seeds, vec![(0, 5)]);
         assert_eq!(a.schedules, 6);
         assert_eq!(a.coverage.0["link"]["registered"], 2);
+        assert_eq!(a.kinds_on["link"], 6);
         let mut other = summary(Shard::WHOLE, &[9]);
         other.params.duration_ms = 1;
         assert!(a.merge(&other).is_err());
+    }
+
+    #[test]
+    fn merged_recovery_times_are_those_of_the_union() {
+        use crate::recovery::RecoveryCheck;
+        let check = |kind: &str, ms: u64| RecoveryCheck {
+            fault: kind.into(),
+            kind: kind.into(),
+            start_ms: 0,
+            end_ms: 1000,
+            instance: "i0".into(),
+            bound_ms: 12_000,
+            recovered_ms: Some(1000 + ms),
+            time_to_recover_ms: Some(ms),
+        };
+        let runs: [(u64, Vec<RecoveryCheck>); 4] = [
+            (0, vec![check("link", 400), check("vllm_crash", 1800)]),
+            (1, vec![check("link", 9000)]),
+            (2, vec![check("link", 400), check("link", 600)]),
+            (3, vec![check("vllm_crash", 200)]),
+        ];
+        let mut a = summary("0/2".parse().unwrap(), &[0, 2]);
+        let mut b = summary("1/2".parse().unwrap(), &[1, 3]);
+        let mut whole = RecoveryStats::default();
+        for (seed, checks) in &runs {
+            let shard = if seed % 2 == 0 { &mut a } else { &mut b };
+            shard.recovery.add(*seed, checks);
+            whole.add(*seed, checks);
+        }
+        a.merge(&b).unwrap();
+        assert_eq!(a.recovery, whole);
+        let link = &a.recovery.0["link"];
+        assert_eq!(
+            (link.n(), link.quantile(0.5), link.quantile(0.99)),
+            (4, Some(400), Some(9000))
+        );
+        assert_eq!(link.slowest[0].seed, 1);
+        // Through JSON, as `explore merge` reads shards.
+        let back: Summary = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+        assert_eq!(back.recovery, whole);
+    }
+
+    #[test]
+    fn a_summary_written_before_draws_and_recovery_reads_as_uniform_and_empty() {
+        let mut v = serde_json::to_value(summary(Shard::WHOLE, &[1])).unwrap();
+        v["params"].as_object_mut().unwrap().remove("draw");
+        v.as_object_mut().unwrap().remove("recovery");
+        v.as_object_mut().unwrap().remove("kinds_on");
+        let old: Summary = serde_json::from_value(v).unwrap();
+        assert_eq!(old.params.draw, Draw::Uniform);
+        assert!(old.recovery.0.is_empty());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::coverage::Coverage;
 use super::generate::{generate, Params};
+use super::recovery_stats::RecoveryStats;
 use super::schedule::{dur, Schedule};
 use super::shrink::{shrink, Shrunk, Violation};
 use super::summary::{ranges, Finding, RunError, Shard, Summary, SweepParams, Timing};
@@ -64,6 +65,9 @@ struct SeedResult {
     seed: u64,
     size: super::schedule::Size,
     coverage: Coverage,
+    recovery: Vec<crate::recovery::RecoveryCheck>,
+    /// The kinds its swarm mix had on (empty under the uniform draw).
+    kinds_on: Vec<String>,
     finding: Option<Finding>,
     error: Option<String>,
 }
@@ -168,7 +172,13 @@ fn explore_seed(seed: u64, opts: &SweepOptions, runner: &Runner) -> SeedResult {
     let mut result = SeedResult {
         seed,
         size: schedule.size(),
+        kinds_on: schedule
+            .mix
+            .iter()
+            .flat_map(|m| m.kinds.iter().map(|k| k.kind.clone()))
+            .collect(),
         coverage: Coverage::default(),
+        recovery: Vec::new(),
         finding: None,
         error: None,
     };
@@ -181,6 +191,7 @@ fn explore_seed(seed: u64, opts: &SweepOptions, runner: &Runner) -> SeedResult {
         }
     };
     result.coverage = coverage_of(&outcome);
+    result.recovery = outcome.recovery_checks.clone();
     let Some(first) = violations(&outcome).into_iter().next() else {
         result.error = run_error(&outcome);
         return result;
@@ -240,6 +251,7 @@ fn write_finding(
         file: rel,
         shrink_runs: shrunk.runs,
         fails_without_bug,
+        mix: original.mix.clone(),
     })
 }
 
@@ -287,6 +299,9 @@ fn header_lines(
         "Replay in real time (real processes; timings differ, may need a few seeds):".into(),
         format!("  cargo run -p scenarios -- run {}", path.display()),
     ];
+    if let Some(m) = &original.mix {
+        header.push(format!("Drawn by the swarm draw: {}.", m.describe()));
+    }
     if let Some(b) = opts.planted_bug {
         header.push(format!(
             "Test-only: found with the planted bug `{b}` (not a bug of the shipped sidecar)."
@@ -306,6 +321,7 @@ fn explore_command(opts: &SweepOptions, seed: u64) -> String {
     if let Some(d) = &p.dialect {
         cmd.push_str(&format!(" --dialect {d}"));
     }
+    cmd.push_str(&format!(" --draw {}", p.draw));
     if p.faults != super::generate::Params::default().faults {
         cmd.push_str(&format!(" --faults {}", p.faults.join(",")));
     }
@@ -388,11 +404,17 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
 
 fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> Summary {
     let mut coverage = Coverage::default();
+    let mut recovery = RecoveryStats::default();
+    let mut kinds_on = std::collections::BTreeMap::new();
     let mut findings = Vec::new();
     let mut errors = Vec::new();
     let (mut simulated_ms, mut instance_ms) = (0u64, 0u64);
     for r in &results {
         coverage.merge(&r.coverage);
+        recovery.add(r.seed, &r.recovery);
+        for k in &r.kinds_on {
+            *kinds_on.entry(k.clone()).or_default() += 1;
+        }
         simulated_ms += r.size.duration_ms;
         instance_ms += r.size.duration_ms * r.size.instances as u64;
         findings.extend(r.finding.clone());
@@ -411,6 +433,7 @@ fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> S
             duration_ms: opts.params.duration_ms,
             faults: opts.params.faults.clone(),
             dialect: opts.params.dialect.clone(),
+            draw: opts.params.draw,
             planted_bug: opts.planted_bug.map(|b| b.to_string()),
             seed_start: opts.seed_start,
         },
@@ -422,6 +445,8 @@ fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> S
         findings,
         errors,
         coverage,
+        recovery,
+        kinds_on,
         timing: Timing {
             wall_ms: wall.as_millis() as u64,
             jobs: opts.jobs.max(1),
