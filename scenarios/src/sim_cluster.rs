@@ -45,6 +45,9 @@ pub(crate) struct SimInstance {
     /// What the refusal said (the process's last words).
     pub flag_message: Option<String>,
     pub counts: Cumulative,
+    /// With several master replicas: its heartbeat answers at each replica (their sum
+    /// is its count, whichever replica answered).
+    replica_counts: Vec<Cumulative>,
     /// Its counts with the master's unnamed 401s, as last sampled.
     unnamed_401: Unnamed401,
     incarnations: Incarnations,
@@ -64,7 +67,9 @@ pub(crate) struct SimInstance {
 struct ObsKey {
     /// The incarnation in etcd (the same shared id while the value is unchanged).
     etcd: Option<Incarnation>,
-    /// The master's stamp of its entry (`Instances::get_with_rev`), if it has one.
+    /// The master's stamp of its entry (`Instances::get_with_rev`), if it has one;
+    /// with several replicas, the stamps of every replica's entry and which one is
+    /// viewed, folded into one number.
     master_rev: Option<u64>,
     running: bool,
     exit: Option<i32>,
@@ -122,6 +127,45 @@ pub struct SimCluster {
     pub(crate) routed: Vec<usize>,
 }
 
+/// Every replica's stamp of `addr`'s entry and which replica is viewed, folded into one
+/// number: it changes when any of them does.
+fn fold_revs(nodes: &[Option<&MasterNode>], addr: &str, view: NodeId) -> u64 {
+    let mut folded = nodes.len() as u64;
+    for (k, node) in nodes.iter().enumerate() {
+        let rev = node
+            .and_then(|m| m.instances().get_with_rev(addr))
+            .map_or(0, |(_, rev)| rev.wrapping_add(1));
+        let viewed = u64::from(NodeId::master(k) == view);
+        folded = folded
+            .wrapping_mul(0x100_0000_01b3)
+            .wrapping_add(rev.wrapping_mul(2).wrapping_add(viewed));
+    }
+    folded
+}
+
+/// An instance's heartbeat answers over the run at every replica, summed.
+fn replicas_heartbeats(
+    nodes: &[Option<&MasterNode>],
+    inst: &mut SimInstance,
+) -> Arc<BTreeMap<u16, u64>> {
+    let none = BTreeMap::new();
+    inst.replica_counts
+        .resize_with(nodes.len(), Cumulative::default);
+    let mut sum = BTreeMap::new();
+    for (node, counts) in nodes.iter().zip(inst.replica_counts.iter_mut()) {
+        let entry = node.and_then(|m| m.instances().get_with_rev(&inst.register_addr));
+        let view = entry.map(|(v, _)| v);
+        let total = counts.update(
+            view.map(|v| v.incarnation),
+            view.map_or(&none, |v| v.heartbeats),
+        );
+        for (status, n) in total.iter() {
+            *sum.entry(*status).or_insert(0) += n;
+        }
+    }
+    Arc::new(sum)
+}
+
 /// Why a topology cannot run in virtual time, if it cannot.
 pub fn unsupported(topo: &Topology) -> Option<String> {
     if matches!(topo.etcd, EtcdNeed::Real | EtcdNeed::Cluster3) {
@@ -170,6 +214,7 @@ impl SimCluster {
                 flag_error: false,
                 flag_message: None,
                 counts: Cumulative::default(),
+                replica_counts: Vec::new(),
                 unnamed_401: Unnamed401::default(),
                 incarnations: Incarnations::default(),
                 last_value: None,
@@ -395,12 +440,23 @@ impl SimCluster {
     /// One observation of the whole cluster (read from the cores, never through a link).
     pub fn observe(&mut self) -> Sample {
         let none = BTreeMap::new();
+        let replicas = self.master_cfgs.len();
+        let summed = (replicas > 1).then(|| self.all_replicas_counts());
         let etcd = self.world.server_as::<EtcdNode>(NodeId::Etcd);
         let view = NodeId::master(self.view_replica().unwrap_or(0));
         let master = self.world.server_as::<MasterNode>(view);
         let mut out = Vec::with_capacity(self.instances.len());
-        let global = master.map_or(&none, |m| m.heartbeat_counts());
+        let global = match &summed {
+            Some(all) => all,
+            None => master.map_or(&none, |m| m.heartbeat_counts()),
+        };
         let global = self.global_counts.update(Some("master"), global);
+        let nodes: Vec<Option<&MasterNode>> = match replicas {
+            0 | 1 => Vec::new(),
+            _ => (0..replicas)
+                .map(|k| self.world.server_as::<MasterNode>(NodeId::master(k)))
+                .collect(),
+        };
         // What `attribute_unnamed_401` does, each instance's result kept from sample to
         // sample (it copied every instance's counts on every sample once a 401 was seen).
         let unnamed_401 = global.get(&401).copied();
@@ -425,9 +481,13 @@ impl SimCluster {
             }
             .filter(|_| inst.started);
             let running = inst.started && exit.is_none();
+            let master_rev = match nodes.is_empty() {
+                true => entry.map(|(_, rev)| rev),
+                false => Some(fold_revs(&nodes, &inst.register_addr, view)),
+            };
             let key = ObsKey {
                 etcd,
-                master_rev: entry.map(|(_, rev)| rev),
+                master_rev,
                 running,
                 exit,
                 unnamed_401: unnamed_401.filter(|_| running || exit.is_some()),
@@ -438,10 +498,13 @@ impl SimCluster {
                 continue;
             }
             let view = entry.map(|(v, _)| v);
-            let heartbeats = inst.counts.update(
-                view.map(|v| v.incarnation),
-                view.map_or(&none, |v| v.heartbeats),
-            );
+            let heartbeats = match nodes.is_empty() {
+                true => inst.counts.update(
+                    view.map(|v| v.incarnation),
+                    view.map_or(&none, |v| v.heartbeats),
+                ),
+                false => replicas_heartbeats(&nodes, inst),
+            };
             let view = view.map(|v| (v, inst.incarnations.intern(v.incarnation)));
             let heartbeats = match key.unnamed_401 {
                 Some(n) => inst.unnamed_401.apply(heartbeats, n),
@@ -464,6 +527,27 @@ impl SimCluster {
             routed: self.routed.len(),
             masters,
         }
+    }
+
+    /// Heartbeat answers by status over the run, summed over every replica.
+    fn all_replicas_counts(&mut self) -> BTreeMap<u16, u64> {
+        let replicas = self.master_cfgs.len();
+        self.replica_counts
+            .resize_with(replicas, Cumulative::default);
+        let none = BTreeMap::new();
+        let mut sum = BTreeMap::new();
+        for k in 0..replicas {
+            let counts = self
+                .world
+                .server_as::<MasterNode>(NodeId::master(k))
+                .map_or(&none, |m| m.heartbeat_counts());
+            if let Some(c) = self.replica_counts.get_mut(k) {
+                for (status, n) in c.update(Some("replica"), counts).iter() {
+                    *sum.entry(*status).or_insert(0) += n;
+                }
+            }
+        }
+        sum
     }
 
     /// The master replicas as etcd and each replica show them.

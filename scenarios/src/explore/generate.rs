@@ -21,7 +21,7 @@ use super::swarm::{Draw, Mix};
 /// Fault kinds the explorer draws from: the actions that start a fault (the actions
 /// that end one, e.g. `vllm_restart` or `sidecar_start`, come with them), and `load`
 /// (open-loop requests: not a fault, but what makes the metrics move).
-pub const FAULT_KINDS: [&str; 18] = [
+pub const FAULT_KINDS: [&str; 19] = [
     "vllm_health",
     "vllm_fault",
     "vllm_crash",
@@ -39,6 +39,7 @@ pub const FAULT_KINDS: [&str; 18] = [
     "sidecar_drain",
     "pause",
     "throttle",
+    "master_kill",
     "load",
 ];
 
@@ -112,7 +113,8 @@ pub fn parse_fault_list(list: &str) -> Result<Vec<String>, String> {
 pub fn generate(seed: u64, p: &Params) -> Schedule {
     // A fixed tweak so explore's draws are not the simulation's own (same seed).
     let mut rng = StdRng::seed_from_u64(seed ^ 0x6578_706c_6f72_6521);
-    let topo = topology(&mut rng, p);
+    let mut topo = topology(&mut rng, p);
+    topo.master_replicas = master_replicas(seed);
     let mix = match p.draw {
         Draw::Swarm => Mix::draw(seed, &p.faults),
         Draw::Uniform => None,
@@ -201,6 +203,17 @@ fn etcd_access(seed: u64, s: &mut Schedule) {
     }
 }
 
+/// A quarter of the clusters run three xllm-service replicas that elect a master (the
+/// sidecars following it), drawn from a stream of its own.
+fn master_replicas(seed: u64) -> usize {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x6d61_7374_6572_7321);
+    if rng.gen_bool(0.25) {
+        3
+    } else {
+        1
+    }
+}
+
 /// Timers within the ranges the sidecar accepts (`lease_ttl > keepalive_interval`), as
 /// operators set them: a keepalive a third to a sixth of the TTL.
 fn topology(rng: &mut StdRng, p: &Params) -> Topo {
@@ -232,6 +245,7 @@ fn topology(rng: &mut StdRng, p: &Params) -> Topo {
         // Drawn by `etcd_access`, from its own stream.
         etcd_endpoints: 1,
         etcd_token_ttl_ms: None,
+        master_replicas: 1,
     }
 }
 
@@ -263,6 +277,7 @@ fn group_of(f: &Fault) -> String {
             None => return String::new(),
         },
         "master_token" => "token",
+        "master_kill" => "master_kill",
         "etcd_fault" => "etcd_fault",
         _ => return String::new(),
     };
@@ -342,6 +357,14 @@ fn fault(rng: &mut StdRng, p: &Params, mix: Option<&Mix>, topo: &Topo) -> Option
             json!({"sidecar_drain": inst}),
             json!({"sidecar_undrain": inst}),
         ),
+        "master_kill" if topo.master_replicas < 2 => return None,
+        "master_kill" => {
+            let k = rng.gen_range(0..topo.master_replicas);
+            with_end(
+                json!({"master_kill": k}),
+                json!({"master_restart": {"replica": k, "relist": true}}),
+            )
+        }
         "pause" => {
             plain(json!({"pause": {"process": stoppable(rng), "instance": inst, "duration": d}}))
         }

@@ -44,6 +44,9 @@ pub struct Topo {
     pub etcd_endpoints: usize,
     /// etcd auth on, with this simple-token idle TTL in ms (`None`: auth off).
     pub etcd_token_ttl_ms: Option<u64>,
+    /// xllm-service replicas electing a master (1: one master); with several, the
+    /// sidecars follow the elected one.
+    pub master_replicas: usize,
 }
 
 /// The etcd user and password of a schedule with etcd auth on.
@@ -69,6 +72,7 @@ impl Topo {
             link_delay_ms: None,
             etcd_endpoints: d.etcd_endpoints,
             etcd_token_ttl_ms: None,
+            master_replicas: 1,
         }
     }
 }
@@ -387,6 +391,14 @@ impl Schedule {
                 quote(ETCD_USER),
                 quote(ETCD_PASSWORD),
                 dur(ms)
+            );
+        }
+        if t.master_replicas > 1 {
+            // The table comes last: every key after it would be the master's.
+            let _ = writeln!(
+                s,
+                "sidecar_args = [\"--follow-master\", \"--master-read-interval\", \"2\"]\n\n[topology.master]\nreplicas = {}",
+                t.master_replicas
             );
         }
         s
