@@ -102,7 +102,25 @@ impl Proxy {
         seed: u64,
         events: Events,
     ) -> std::io::Result<Proxy> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        Proxy::start_on(
+            name,
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            target,
+            seed,
+            events,
+        )
+        .await
+    }
+
+    /// Listen on `listen` (port 0: any free port) and forward to `target`.
+    pub async fn start_on(
+        name: &str,
+        listen: SocketAddr,
+        target: SocketAddr,
+        seed: u64,
+        events: Events,
+    ) -> std::io::Result<Proxy> {
+        let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         let (state, _) = watch::channel(LinkState {
             fault: LinkFault::Heal,

@@ -201,10 +201,13 @@ impl SidecarSettings {
             values,
             extra: Vec::new(),
         };
-        let mut args = topo.sidecar_args.iter();
+        let mut args = topo.sidecar_args.iter().peekable();
         while let Some(f) = args.next() {
             match f.split_once('=') {
                 Some((k, v)) => s.set(k, v),
+                // A flag followed by another flag, or by nothing, is a switch
+                // (`--follow-master`): it takes no value.
+                None if args.peek().is_none_or(|next| next.starts_with("--")) => s.set(f, ""),
                 None => {
                     let v = args.next().cloned().unwrap_or_default();
                     s.set(f, &v)
@@ -217,7 +220,8 @@ impl SidecarSettings {
         s
     }
 
-    /// Set our flag `flag` to `v`: its setting if it names one, else an extra flag.
+    /// Set our flag `flag` to `v`: its setting if it names one, else an extra flag (an
+    /// extra flag with an empty value is a switch, given alone).
     fn set(&mut self, flag: &str, v: &str) {
         let v = v.to_string();
         match Setting::of_our_flag(flag) {
@@ -235,10 +239,22 @@ impl SidecarSettings {
     /// The command-line arguments our `vllm-sidecar` takes for these settings.
     pub fn our_flags(&self) -> Vec<String> {
         let named = self.values.iter().map(|(s, v)| (s.our_flag(), v.as_str()));
-        let extra = self.extra.iter().map(|(f, v)| (f.as_str(), v.as_str()));
-        named
-            .chain(extra)
+        let mut out: Vec<String> = named
             .flat_map(|(k, v)| [k.to_string(), v.to_string()])
-            .collect()
+            .collect();
+        for (f, v) in &self.extra {
+            out.extend(switch_or_pair(f, v));
+        }
+        out
+    }
+}
+
+/// An extra flag as arguments: the flag alone when its value is empty (a switch), else
+/// the flag and its value.
+pub(crate) fn switch_or_pair(flag: &str, value: &str) -> Vec<String> {
+    if value.is_empty() {
+        vec![flag.to_string()]
+    } else {
+        vec![flag.to_string(), value.to_string()]
     }
 }
