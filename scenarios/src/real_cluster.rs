@@ -154,18 +154,31 @@ pub(crate) struct Instance {
     pub(crate) vllm_link: Proxy,
     pub(crate) sidecar: Option<SidecarProc>,
     token: Option<String>,
-    /// Its heartbeat answers as each master replica counted them, over the run.
-    counts: Vec<Cumulative>,
-    /// What `counts` answered last, per replica.
-    seen: Vec<Arc<BTreeMap<u16, u64>>>,
+    counts: ReplicaCounts,
     incarnations: Incarnations,
 }
 
-impl Instance {
-    /// The instance's heartbeat answers over the run, given replica `k`'s view of it
-    /// now: with several replicas, the sum of each replica's count as last seen, so
-    /// the observer moving to another replica neither drops nor counts anything twice.
-    fn heartbeats(
+/// One instance's heartbeat answers over the run, as each master replica counted them.
+#[derive(Debug, Clone)]
+struct ReplicaCounts {
+    counts: Vec<Cumulative>,
+    /// What `counts` answered last, per replica.
+    seen: Vec<Arc<BTreeMap<u16, u64>>>,
+}
+
+impl ReplicaCounts {
+    fn new(replicas: usize) -> Self {
+        ReplicaCounts {
+            counts: vec![Cumulative::default(); replicas],
+            seen: vec![Arc::default(); replicas],
+        }
+    }
+
+    /// The answers over the run, given replica `k`'s view now (its incarnation and
+    /// counts): with several replicas, the sum of each one's count as last seen, so the
+    /// observer moving to another replica (and back) neither drops nor counts anything
+    /// twice. One replica answers its [`Cumulative`] as it is.
+    fn update(
         &mut self,
         k: usize,
         incarnation: Option<&str>,
@@ -510,8 +523,7 @@ impl RealCluster {
                 vllm_link,
                 sidecar: None,
                 token: spec.token,
-                counts: vec![Cumulative::default(); master_addrs.len()],
-                seen: vec![Arc::default(); master_addrs.len()],
+                counts: ReplicaCounts::new(master_addrs.len()),
                 incarnations: Incarnations::default(),
             });
         }
@@ -724,7 +736,7 @@ impl RealCluster {
                 .map(|v| inst.incarnations.intern(&incarnation_of(v)));
             let view = views.get(&inst.register_addr);
             let view = view.map(mock_master::InstanceView::borrowed);
-            let heartbeats = inst.heartbeats(
+            let heartbeats = inst.counts.update(
                 watched.unwrap_or(0),
                 view.map(|v| v.incarnation),
                 view.map_or(&BTreeMap::new(), |v| v.heartbeats),
@@ -819,5 +831,56 @@ impl RealCluster {
         if let Etcd::Fake(e) = &self.etcd {
             e.stop().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(pairs: &[(u16, u64)]) -> BTreeMap<u16, u64> {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn moving_to_another_replica_and_back_counts_each_answer_once() {
+        let mut c = ReplicaCounts::new(3);
+        assert_eq!(
+            *c.update(0, Some("a"), &counts(&[(200, 5)])),
+            counts(&[(200, 5)])
+        );
+        // Replica 1 took over: its own count for the same incarnation is added.
+        assert_eq!(
+            *c.update(1, Some("a"), &counts(&[(200, 2)])),
+            counts(&[(200, 7)])
+        );
+        assert_eq!(
+            *c.update(1, Some("a"), &counts(&[(200, 4), (409, 1)])),
+            counts(&[(200, 9), (409, 1)])
+        );
+        // Back to replica 0, which accepted nothing more meanwhile.
+        assert_eq!(
+            *c.update(0, Some("a"), &counts(&[(200, 5)])),
+            counts(&[(200, 9), (409, 1)])
+        );
+        // No such replica: nothing.
+        assert!(c.update(7, Some("a"), &counts(&[(200, 1)])).is_empty());
+    }
+
+    #[test]
+    fn one_replica_is_its_cumulative_count() {
+        let mut c = ReplicaCounts::new(1);
+        let mut plain = Cumulative::default();
+        for (inc, n) in [("a", 3), ("a", 4), ("b", 1), ("b", 2)] {
+            let now = counts(&[(200, n)]);
+            assert_eq!(c.update(0, Some(inc), &now), plain.update(Some(inc), &now));
+        }
+    }
+
+    #[test]
+    fn sums_add_up_by_status() {
+        let a = Arc::new(counts(&[(200, 1), (409, 2)]));
+        let b = Arc::new(counts(&[(200, 3)]));
+        assert_eq!(sum_counts(&[a, b]), counts(&[(200, 4), (409, 2)]));
     }
 }

@@ -258,3 +258,61 @@ pub(crate) fn switch_or_pair(flag: &str, value: &str) -> Vec<String> {
         vec![flag.to_string(), value.to_string()]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flag_before_another_flag_is_a_switch() {
+        let topo = Topology {
+            sidecar_args: [
+                "--follow-master",
+                "--master-read-interval",
+                "2",
+                "--x=1",
+                "--last",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..Topology::default()
+        };
+        let peers = Peers {
+            etcd: "http://127.0.0.1:1".into(),
+            vllm: "http://127.0.0.1:2".into(),
+            master: "http://127.0.0.1:3".into(),
+            namespace: "ns/",
+            register_addr: "127.0.0.1:2",
+            instance_name: "i0",
+            token: None,
+        };
+        let s = SidecarSettings::new(&topo, &peers, &[]);
+        let extra: Vec<(&str, &str)> = s
+            .extra
+            .iter()
+            .map(|(f, v)| (f.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            extra,
+            [
+                ("--follow-master", ""),
+                ("--master-read-interval", "2"),
+                ("--x", "1"),
+                ("--last", "")
+            ]
+        );
+        let flags = s.our_flags();
+        let tail: Vec<&str> = flags.iter().map(String::as_str).rev().take(6).collect();
+        assert_eq!(
+            tail,
+            [
+                "--last",
+                "1",
+                "--x",
+                "2",
+                "--master-read-interval",
+                "--follow-master"
+            ]
+        );
+    }
+}
