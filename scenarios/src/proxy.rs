@@ -473,6 +473,33 @@ mod tests {
         assert_eq!(roundtrip(p.addr()).await.unwrap(), b"ping");
     }
 
+    /// Two proxies on one port of two loopback hosts, each to its own target, as a
+    /// sidecar's links to two master replicas are.
+    #[tokio::test]
+    async fn start_on_shares_a_port_across_loopback_hosts() {
+        let (a, b) = (echo_server().await, echo_server().await);
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        let p0 = Proxy::start_on("a", any, a, 1, Events::none("t"))
+            .await
+            .unwrap();
+        let port = p0.addr().port();
+        let p1 = Proxy::start_on(
+            "b",
+            SocketAddr::from(([127, 0, 0, 2], port)),
+            b,
+            2,
+            Events::none("t"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(p1.addr(), SocketAddr::from(([127, 0, 0, 2], port)));
+        assert_eq!(roundtrip(p0.addr()).await.unwrap(), b"ping");
+        assert_eq!(roundtrip(p1.addr()).await.unwrap(), b"ping");
+        // The same address twice is refused.
+        let again = Proxy::start_on("c", p1.addr(), b, 3, Events::none("t")).await;
+        assert!(again.is_err());
+    }
+
     #[tokio::test]
     async fn latency_delays_each_way() {
         let target = echo_server().await;
