@@ -259,6 +259,18 @@ impl MockEtcd {
             .map(|kv| (String::from_utf8_lossy(&kv.value).into_owned(), kv.lease))
     }
 
+    /// The highest mod revision of a key under `prefix` (`None`: no key has it). Reads
+    /// the store directly, so the gateway's faults neither blind it nor fire on it.
+    pub fn max_mod_revision(&self, prefix: &str) -> Option<i64> {
+        let core = self.shared.core();
+        let prefix = prefix.as_bytes();
+        core.data()
+            .iter()
+            .filter(|kv| kv.key.starts_with(prefix))
+            .map(|kv| kv.mod_revision)
+            .max()
+    }
+
     /// What the fake's memory holds now (see [`Retained`]).
     pub fn retained(&self) -> Retained {
         let core = self.shared.core();

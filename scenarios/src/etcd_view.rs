@@ -17,6 +17,8 @@ pub struct Kv {
     pub value: String,
     /// The lease the key is attached to (0: none).
     pub lease: i64,
+    /// The revision of the key's last write (0: the gateway did not say).
+    pub mod_revision: i64,
 }
 
 /// The smallest key greater than every key with this prefix (the master's rule, shared).
@@ -83,17 +85,20 @@ impl Gateway {
                         .map(|b| String::from_utf8_lossy(&b).into_owned())
                         .unwrap_or_default()
                 };
-                let lease = kv
-                    .get("lease")
-                    .and_then(|l| {
-                        l.as_i64()
-                            .or_else(|| l.as_str().and_then(|s| s.parse().ok()))
-                    })
-                    .unwrap_or(0);
+                // The gateway writes int64 fields as JSON strings; accept numbers too.
+                let int = |f: &str| {
+                    kv.get(f)
+                        .and_then(|l| {
+                            l.as_i64()
+                                .or_else(|| l.as_str().and_then(|s| s.parse().ok()))
+                        })
+                        .unwrap_or(0)
+                };
                 out.push(Kv {
                     key: dec("key"),
                     value: dec("value"),
-                    lease,
+                    lease: int("lease"),
+                    mod_revision: int("mod_revision"),
                 });
             }
             return Ok(out);

@@ -274,7 +274,7 @@ impl Profile {
             }
         }
         for (f, v) in &settings.extra {
-            args.extend([f.clone(), v.clone()]);
+            args.extend(crate::settings::switch_or_pair(f, v));
         }
         let given = |s: &Setting| settings.values.iter().any(|(g, _)| g == s);
         let unset = Setting::ALL

@@ -102,7 +102,25 @@ impl Proxy {
         seed: u64,
         events: Events,
     ) -> std::io::Result<Proxy> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        Proxy::start_on(
+            name,
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            target,
+            seed,
+            events,
+        )
+        .await
+    }
+
+    /// Listen on `listen` (port 0: any free port) and forward to `target`.
+    pub async fn start_on(
+        name: &str,
+        listen: SocketAddr,
+        target: SocketAddr,
+        seed: u64,
+        events: Events,
+    ) -> std::io::Result<Proxy> {
+        let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         let (state, _) = watch::channel(LinkState {
             fault: LinkFault::Heal,
@@ -453,6 +471,33 @@ mod tests {
         assert!(roundtrip(p.addr()).await.is_err());
         p.set(LinkFault::Heal).await.unwrap();
         assert_eq!(roundtrip(p.addr()).await.unwrap(), b"ping");
+    }
+
+    /// Two proxies on one port of two loopback hosts, each to its own target, as a
+    /// sidecar's links to two master replicas are.
+    #[tokio::test]
+    async fn start_on_shares_a_port_across_loopback_hosts() {
+        let (a, b) = (echo_server().await, echo_server().await);
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        let p0 = Proxy::start_on("a", any, a, 1, Events::none("t"))
+            .await
+            .unwrap();
+        let port = p0.addr().port();
+        let p1 = Proxy::start_on(
+            "b",
+            SocketAddr::from(([127, 0, 0, 2], port)),
+            b,
+            2,
+            Events::none("t"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(p1.addr(), SocketAddr::from(([127, 0, 0, 2], port)));
+        assert_eq!(roundtrip(p0.addr()).await.unwrap(), b"ping");
+        assert_eq!(roundtrip(p1.addr()).await.unwrap(), b"ping");
+        // The same address twice is refused.
+        let again = Proxy::start_on("c", p1.addr(), b, 3, Events::none("t")).await;
+        assert!(again.is_err());
     }
 
     #[tokio::test]

@@ -1,15 +1,22 @@
 //! The mock cluster: etcd (fake, real, a real 3-member cluster, or an existing one), the
-//! fake master, and N pairs of fake vLLM + real `vllm-sidecar` process — every link
-//! between them through its own [`Proxy`], so any link can fail alone.
+//! fake master's replicas, and N pairs of fake vLLM + real `vllm-sidecar` process —
+//! every link between them through its own [`Proxy`], so any link can fail alone.
 //!
 //! ```text
-//!   sidecar iN ──proxy──▶ etcd (one proxy per endpoint)     master ──proxy──▶ etcd
-//!   sidecar iN ──proxy──▶ master                            master ──direct─▶ vLLM (probes)
+//!   sidecar iN ──proxy──▶ etcd (one proxy per endpoint)     master k ──proxy──▶ etcd
+//!   sidecar iN ──proxy──▶ master k (one proxy per replica)  master k ──direct─▶ vLLM (probes)
 //!   sidecar iN ──proxy──▶ vLLM iN
 //! ```
 //!
-//! The observer reads etcd and the master directly (never through a proxy) so link faults
-//! never blind it.
+//! Master replica `k` listens on `127.0.0.<k+1>` ([`MasterTopology::replica_host`]), and
+//! instance `i`'s proxy to it on `127.0.0.<k+1>:P_i`, one port `P_i` for every replica.
+//! The sidecar is configured with replica 0's proxy (`http://127.0.0.1:P_i`); a sidecar
+//! that follows the MASTER key (`127.0.0.<k+1>:8889`) keeps the port and posts to
+//! `127.0.0.<k+1>:P_i`, the proxy to replica `k`. Linux answers all of `127/8` on
+//! loopback, so no address needs setting up.
+//!
+//! The observer reads etcd and the masters directly (never through a proxy) so link
+//! faults never blind it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -19,7 +26,7 @@ use std::time::Duration;
 use mock_kit::Shutdown;
 
 use crate::etcd_view::Gateway;
-use crate::fakes_config::{etcd_config, incarnation_of, master_config, vllm_config};
+use crate::fakes_config::{etcd_config, incarnation_of, master_replica_config, vllm_config};
 use crate::load::{LoadGen, Routed};
 use crate::observe::{attribute_unnamed_401, Cumulative, Incarnations, InstanceObs, Sample};
 use crate::profile::Profile;
@@ -28,7 +35,7 @@ use crate::real_etcd::RealEtcd;
 use crate::settings::{Peers, SidecarSettings};
 use crate::sidecar::SidecarProc;
 use crate::timeline::{Source, Timeline};
-use crate::topology::{EtcdNeed, Topology};
+use crate::topology::{EtcdNeed, MasterTopology, Topology};
 
 /// Which etcd the runner was asked for (`--etcd`, `--etcd-cluster`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,12 +149,59 @@ pub(crate) struct Instance {
     pub(crate) key: String,
     pub(crate) vllm: mock_vllm::MockVllm,
     pub(crate) etcd_links: Vec<Proxy>,
-    pub(crate) master_link: Proxy,
+    /// One proxy per master replica, replica order, all on one port.
+    pub(crate) master_proxies: Vec<Proxy>,
     pub(crate) vllm_link: Proxy,
     pub(crate) sidecar: Option<SidecarProc>,
     token: Option<String>,
-    counts: Cumulative,
+    counts: ReplicaCounts,
     incarnations: Incarnations,
+}
+
+/// One instance's heartbeat answers over the run, as each master replica counted them.
+#[derive(Debug, Clone)]
+struct ReplicaCounts {
+    counts: Vec<Cumulative>,
+    /// What `counts` answered last, per replica.
+    seen: Vec<Arc<BTreeMap<u16, u64>>>,
+}
+
+impl ReplicaCounts {
+    fn new(replicas: usize) -> Self {
+        ReplicaCounts {
+            counts: vec![Cumulative::default(); replicas],
+            seen: vec![Arc::default(); replicas],
+        }
+    }
+
+    /// The answers over the run, given replica `k`'s view now (its incarnation and
+    /// counts): with several replicas, the sum of each one's count as last seen, so the
+    /// observer moving to another replica (and back) neither drops nor counts anything
+    /// twice. One replica answers its [`Cumulative`] as it is.
+    fn update(
+        &mut self,
+        k: usize,
+        incarnation: Option<&str>,
+        counts: &BTreeMap<u16, u64>,
+    ) -> Arc<BTreeMap<u16, u64>> {
+        let (Some(c), Some(seen)) = (self.counts.get_mut(k), self.seen.get_mut(k)) else {
+            return Arc::default();
+        };
+        *seen = c.update(incarnation, counts);
+        match self.seen.as_slice() {
+            [one] => one.clone(),
+            several => Arc::new(sum_counts(several)),
+        }
+    }
+}
+
+/// Counts by status, added up.
+fn sum_counts(all: &[Arc<BTreeMap<u16, u64>>]) -> BTreeMap<u16, u64> {
+    let mut sum = BTreeMap::new();
+    for (s, n) in all.iter().flat_map(|c| c.iter()) {
+        *sum.entry(*s).or_default() += n;
+    }
+    sum
 }
 
 /// A running cluster for one scenario.
@@ -162,18 +216,159 @@ pub struct RealCluster {
     namespace: String,
     pub(crate) etcd: Etcd,
     etcd_urls: Vec<String>,
-    pub(crate) master: mock_master::MockMaster,
+    /// The master's replicas, replica order (one when the topology elects nothing).
+    pub(crate) masters: Vec<MasterReplica>,
+    /// The masters' links to etcd (one per etcd endpoint), shared by every replica.
     pub(crate) master_links: Vec<Proxy>,
     pub(crate) instances: Vec<Instance>,
     gateway: Gateway,
-    global_counts: Mutex<Cumulative>,
     pub(crate) load: Mutex<Vec<LoadGen>>,
     pub(crate) routed: Arc<Routed>,
     pub(crate) stop: Shutdown,
     /// The observer's last successful read of a real etcd.
-    last_etcd: HashMap<String, String>,
+    /// (value, mod revision) by key.
+    last_etcd: HashMap<String, (String, i64)>,
     /// The last sample's view of the master replicas.
-    masters: Arc<crate::observe::Masters>,
+    masters_seen: Arc<crate::observe::Masters>,
+    /// The master token set by an action (`None`: none was, the topology's holds): a
+    /// replica started again takes it, as a service configuration.
+    pub(crate) master_token_set: Option<Option<String>>,
+}
+
+/// One master replica: its settings and its process (a fake run in-process).
+pub(crate) struct MasterReplica {
+    /// Its settings, with the address it was first bound to, so a killed replica starts
+    /// again where the sidecars' proxies lead.
+    cfg: mock_master::Config,
+    pub(crate) master: mock_master::MockMaster,
+    /// False once killed, until started again.
+    pub(crate) running: bool,
+    /// Its heartbeat answers over the run, by status: a process started again counts
+    /// from 0, and this carries on from the killed one's count.
+    counts: Cumulative,
+    /// Fresh starts so far: names the process to `counts`, so the new one's counts are
+    /// taken as new rather than as the old one's going down.
+    generation: u64,
+}
+
+impl MasterReplica {
+    /// Start a replica from `cfg` (port 0 in `cfg.listen`: any free port, kept after).
+    async fn start(mut cfg: mock_master::Config, timeline: &Arc<Timeline>) -> Result<Self, String> {
+        let master = mock_master::start(cfg.clone(), timeline.source(Source::Master))
+            .await
+            .map_err(io("starting fake master"))?;
+        cfg.listen = master.addr();
+        Ok(MasterReplica {
+            cfg,
+            master,
+            running: true,
+            counts: Cumulative::default(),
+            generation: 0,
+        })
+    }
+
+    /// Kill the process: it stops serving and renewing (its leases run out in etcd).
+    pub(crate) async fn kill(&mut self) {
+        self.master.stop().await;
+        self.running = false;
+    }
+
+    /// Start a killed replica again on its address, with its settings (and the token
+    /// now in force, if `token` says one was set since). The old listener is closed;
+    /// the port is retried for a moment in case its socket is still being released.
+    pub(crate) async fn start_again(
+        &mut self,
+        token: Option<Option<String>>,
+        timeline: &Arc<Timeline>,
+    ) -> Result<(), String> {
+        if let Some(t) = token {
+            self.cfg.token = t;
+        }
+        let mut tries = 0;
+        let master = loop {
+            match mock_master::start(self.cfg.clone(), timeline.source(Source::Master)).await {
+                Ok(m) => break m,
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 40 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "starting master replica on {} again: {e}",
+                        self.cfg.listen
+                    ))
+                }
+            }
+        };
+        self.master = master;
+        self.running = true;
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// Its heartbeat answers over the run (a killed replica's stay as they were).
+    fn counts(&mut self) -> Arc<BTreeMap<u16, u64>> {
+        let generation = self.generation.to_string();
+        let now = self.master.heartbeat_counts();
+        self.counts.update(Some(&generation), &now)
+    }
+}
+
+/// How many times a set of master proxies is bound again on another port when one of
+/// the replicas' hosts has the first one's port taken.
+const PROXY_PORT_TRIES: usize = 8;
+
+/// Instance `name`'s proxies to each master replica (`targets`, replica order): replica
+/// 0's on `127.0.0.1` at a free port, each other's on its host at the same port.
+async fn master_proxies(
+    name: &str,
+    targets: &[SocketAddr],
+    next_seed: &mut impl FnMut() -> u64,
+    timeline: &Arc<Timeline>,
+) -> Result<Vec<Proxy>, String> {
+    let mut last = String::from("no master replicas");
+    for _ in 0..PROXY_PORT_TRIES {
+        let mut out: Vec<Proxy> = Vec::with_capacity(targets.len());
+        let mut port = 0;
+        let mut taken = None;
+        for (k, t) in targets.iter().enumerate() {
+            let host: std::net::IpAddr = MasterTopology::replica_host(k)
+                .parse()
+                .map_err(|e| format!("master replica {k}'s host: {e}"))?;
+            let label = if targets.len() > 1 {
+                format!("{name}->master#{k}")
+            } else {
+                format!("{name}->master")
+            };
+            let listen = SocketAddr::new(host, port);
+            match Proxy::start_on(
+                &label,
+                listen,
+                *t,
+                next_seed(),
+                timeline.source(Source::Link),
+            )
+            .await
+            {
+                Ok(p) => {
+                    port = p.addr().port();
+                    out.push(p);
+                }
+                Err(e) => {
+                    taken = Some(format!("proxy on {listen}: {e}"));
+                    break;
+                }
+            }
+        }
+        match taken {
+            None => return Ok(out),
+            Some(why) => {
+                out.iter().for_each(Proxy::stop);
+                last = why;
+            }
+        }
+    }
+    Err(last)
 }
 
 fn io<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
@@ -272,14 +467,20 @@ impl RealCluster {
                 .map_err(io("proxy"))?,
             );
         }
-        let master_cfg = mock_master::Config {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            etcd_endpoints: master_links.iter().map(|p| p.url()).collect(),
-            ..master_config(topo, &namespace)
-        };
-        let master = mock_master::start(master_cfg, timeline.source(Source::Master))
-            .await
-            .map_err(io("starting fake master"))?;
+        // Replica 0 first: with several, it is the likeliest to win the first election.
+        let mut masters = Vec::new();
+        for k in 0..topo.master.replicas.max(1) {
+            let host: std::net::IpAddr = MasterTopology::replica_host(k)
+                .parse()
+                .map_err(|e| format!("master replica {k}'s host: {e}"))?;
+            let cfg = mock_master::Config {
+                listen: SocketAddr::new(host, 0),
+                etcd_endpoints: master_links.iter().map(|p| p.url()).collect(),
+                ..master_replica_config(topo, &namespace, k)
+            };
+            masters.push(MasterReplica::start(cfg, &timeline).await?);
+        }
+        let master_addrs: Vec<SocketAddr> = masters.iter().map(|m| m.master.addr()).collect();
 
         let mut instances = Vec::new();
         for (i, spec) in (0..topo.instances).map(|i| (i, topo.instance(i))) {
@@ -301,14 +502,8 @@ impl RealCluster {
                     .map_err(io("proxy"))?,
                 );
             }
-            let master_link = Proxy::start(
-                &format!("{name}->master"),
-                master.addr(),
-                next_seed(),
-                timeline.source(Source::Link),
-            )
-            .await
-            .map_err(io("proxy"))?;
+            let master_proxies =
+                master_proxies(&name, &master_addrs, &mut next_seed, &timeline).await?;
             let vllm_link = Proxy::start(
                 &format!("{name}->vllm"),
                 vllm.addr(),
@@ -324,11 +519,11 @@ impl RealCluster {
                 register_addr,
                 vllm,
                 etcd_links,
-                master_link,
+                master_proxies,
                 vllm_link,
                 sidecar: None,
                 token: spec.token,
-                counts: Cumulative::default(),
+                counts: ReplicaCounts::new(master_addrs.len()),
                 incarnations: Incarnations::default(),
             });
         }
@@ -342,15 +537,15 @@ impl RealCluster {
             etcd,
             gateway: Gateway::new(etcd_urls.clone()),
             etcd_urls,
-            master,
+            masters,
             master_links,
             instances,
-            global_counts: Mutex::new(Cumulative::default()),
             load: Mutex::new(Vec::new()),
             routed: Arc::new(Routed::default()),
             stop: Shutdown::new(),
             last_etcd: HashMap::new(),
-            masters: Arc::default(),
+            masters_seen: Arc::default(),
+            master_token_set: None,
         };
         let starts: Vec<usize> = (0..topo.instances)
             .filter(|i| topo.instance(*i).start_sidecar)
@@ -370,7 +565,11 @@ impl RealCluster {
         let peers = Peers {
             etcd: etcd.join(","),
             vllm: inst.vllm_link.url(),
-            master: inst.master_link.url(),
+            master: inst
+                .master_proxies
+                .first()
+                .map(Proxy::url)
+                .ok_or("no master proxy")?,
             namespace: &self.namespace,
             register_addr: &inst.register_addr,
             instance_name: &inst.name,
@@ -425,8 +624,15 @@ impl RealCluster {
                 "etcd namespace".to_string(),
                 mock_master::normalize_namespace(&self.namespace),
             ),
-            ("master".to_string(), self.master.url()),
         ];
+        match self.masters.as_slice() {
+            [one] => v.push(("master".to_string(), one.master.url())),
+            several => {
+                for (k, m) in several.iter().enumerate() {
+                    v.push((format!("master replica {k}"), m.master.url()));
+                }
+            }
+        }
         for inst in &self.instances {
             v.push((format!("{} vLLM", inst.name), inst.vllm.url()));
             v.push((
@@ -435,7 +641,11 @@ impl RealCluster {
             ));
             v.push((
                 format!("{} master (via proxy)", inst.name),
-                inst.master_link.url(),
+                inst.master_proxies
+                    .iter()
+                    .map(Proxy::url)
+                    .collect::<Vec<_>>()
+                    .join(","),
             ));
             v.push((
                 format!("{} etcd (via proxy)", inst.name),
@@ -450,23 +660,40 @@ impl RealCluster {
         v
     }
 
-    /// One observation of the whole cluster.
+    /// One observation of the whole cluster. Instances are seen as the elected running
+    /// master replica sees them (else the first running one); with several replicas,
+    /// which is elected comes from the MASTER key in etcd, and each replica's accepted
+    /// heartbeats from that replica.
     pub async fn observe(&mut self) -> Sample {
         let t_ms = self.timeline.now();
+        let several = self.masters.len() > 1;
+        let ns = mock_master::normalize_namespace(&self.namespace);
+        let master_key = format!("{ns}XLLM:SERVICE:MASTER");
+        let load_prefix = format!("{ns}XLLM:LOADMETRICS:");
+        // The MASTER key's value and the newest LOADMETRICS write (several replicas only:
+        // one master elects nothing, and its observation stays as it always was).
+        let mut master_value: Option<String> = None;
+        let mut load_rev: Option<i64> = None;
         let etcd_vals: HashMap<String, String> = match &self.etcd {
-            Etcd::Fake(e) => self
-                .instances
-                .iter()
-                .filter_map(|inst| e.get(&inst.key).map(|(v, _)| (inst.key.clone(), v)))
-                .collect(),
+            Etcd::Fake(e) => {
+                if several {
+                    master_value = e.get(&master_key).map(|(v, _)| v);
+                    load_rev = e.max_mod_revision(&load_prefix);
+                }
+                self.instances
+                    .iter()
+                    .filter_map(|inst| e.get(&inst.key).map(|(v, _)| (inst.key.clone(), v)))
+                    .collect()
+            }
             _ => {
-                let prefix = format!("{}XLLM:", mock_master::normalize_namespace(&self.namespace));
-                match self.gateway.range_prefix(&prefix).await {
+                let prefix = format!("{ns}XLLM:");
+                let kvs = match self.gateway.range_prefix(&prefix).await {
                     Ok(kvs) => {
-                        let m: HashMap<String, String> =
-                            kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
-                        self.last_etcd = m.clone();
-                        m
+                        self.last_etcd = kvs
+                            .into_iter()
+                            .map(|kv| (kv.key, (kv.value, kv.mod_revision)))
+                            .collect();
+                        &self.last_etcd
                     }
                     // An unreadable etcd (killed member, overload) is not an empty one:
                     // keep the last view rather than report every key gone.
@@ -474,14 +701,31 @@ impl RealCluster {
                         self.timeline
                             .source(Source::Observer)
                             .emit("etcd_read_failed", serde_json::json!({"error": e}));
-                        self.last_etcd.clone()
+                        &self.last_etcd
                     }
+                };
+                if several {
+                    master_value = kvs.get(&master_key).map(|(v, _)| v.clone());
+                    load_rev = kvs
+                        .iter()
+                        .filter(|(k, _)| k.starts_with(&load_prefix))
+                        .map(|(_, (_, rev))| *rev)
+                        .max();
                 }
+                kvs.iter()
+                    .map(|(k, (v, _))| (k.clone(), v.clone()))
+                    .collect()
             }
         };
-        let views: HashMap<String, mock_master::InstanceView> = self
-            .master
-            .instances()
+        let watched = self
+            .masters
+            .iter()
+            .position(|m| m.running && m.master.is_master())
+            .or_else(|| self.masters.iter().position(|m| m.running));
+        let views: HashMap<String, mock_master::InstanceView> = watched
+            .and_then(|k| self.masters.get(k))
+            .map(|m| m.master.instances())
+            .unwrap_or_default()
             .into_iter()
             .map(|v| (v.name.clone(), v))
             .collect();
@@ -493,6 +737,7 @@ impl RealCluster {
             let view = views.get(&inst.register_addr);
             let view = view.map(mock_master::InstanceView::borrowed);
             let heartbeats = inst.counts.update(
+                watched.unwrap_or(0),
                 view.map(|v| v.incarnation),
                 view.map_or(&BTreeMap::new(), |v| v.heartbeats),
             );
@@ -509,23 +754,28 @@ impl RealCluster {
                 sidecar_exit,
             ));
         }
-        // Answers the master could not attribute to an instance (401 has no name).
-        let global = self.master.heartbeat_counts();
-        let global = match self.global_counts.lock() {
-            Ok(mut g) => g.update(Some("master"), &global),
-            Err(p) => p.into_inner().update(Some("master"), &global),
+        // Each replica's answers over the run; their sum holds the answers no replica
+        // could attribute to an instance (401 has no name).
+        let per_replica: Vec<Arc<BTreeMap<u16, u64>>> =
+            self.masters.iter_mut().map(MasterReplica::counts).collect();
+        let global = match per_replica.as_slice() {
+            [one] => one.clone(),
+            several => Arc::new(sum_counts(several)),
         };
         attribute_unnamed_401(&mut out, &global);
         let next = crate::observe::Masters {
-            elected: None,
-            accepted: vec![global.get(&200).copied().unwrap_or(0)],
-            loadmetrics_revision: None,
+            elected: master_value.and_then(|v| self.topology.master.replica_named(&v)),
+            accepted: per_replica
+                .iter()
+                .map(|c| c.get(&200).copied().unwrap_or(0))
+                .collect(),
+            loadmetrics_revision: load_rev,
         };
         Sample {
             t_ms,
             instances: out.into_iter().map(Arc::new).collect(),
             routed: self.routed.len(),
-            masters: crate::observe::Masters::share(&mut self.masters, next),
+            masters: crate::observe::Masters::share(&mut self.masters_seen, next),
         }
     }
 
@@ -566,7 +816,7 @@ impl RealCluster {
         let mut stops = Vec::new();
         for inst in &self.instances {
             inst.etcd_links.iter().for_each(Proxy::stop);
-            inst.master_link.stop();
+            inst.master_proxies.iter().for_each(Proxy::stop);
             inst.vllm_link.stop();
             let v = inst.vllm.clone();
             stops.push(tokio::spawn(async move { v.stop().await }));
@@ -575,9 +825,62 @@ impl RealCluster {
             let _ = s.await;
         }
         self.master_links.iter().for_each(Proxy::stop);
-        self.master.stop().await;
+        for m in self.masters.iter().filter(|m| m.running) {
+            m.master.stop().await;
+        }
         if let Etcd::Fake(e) = &self.etcd {
             e.stop().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(pairs: &[(u16, u64)]) -> BTreeMap<u16, u64> {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn moving_to_another_replica_and_back_counts_each_answer_once() {
+        let mut c = ReplicaCounts::new(3);
+        assert_eq!(
+            *c.update(0, Some("a"), &counts(&[(200, 5)])),
+            counts(&[(200, 5)])
+        );
+        // Replica 1 took over: its own count for the same incarnation is added.
+        assert_eq!(
+            *c.update(1, Some("a"), &counts(&[(200, 2)])),
+            counts(&[(200, 7)])
+        );
+        assert_eq!(
+            *c.update(1, Some("a"), &counts(&[(200, 4), (409, 1)])),
+            counts(&[(200, 9), (409, 1)])
+        );
+        // Back to replica 0, which accepted nothing more meanwhile.
+        assert_eq!(
+            *c.update(0, Some("a"), &counts(&[(200, 5)])),
+            counts(&[(200, 9), (409, 1)])
+        );
+        // No such replica: nothing.
+        assert!(c.update(7, Some("a"), &counts(&[(200, 1)])).is_empty());
+    }
+
+    #[test]
+    fn one_replica_is_its_cumulative_count() {
+        let mut c = ReplicaCounts::new(1);
+        let mut plain = Cumulative::default();
+        for (inc, n) in [("a", 3), ("a", 4), ("b", 1), ("b", 2)] {
+            let now = counts(&[(200, n)]);
+            assert_eq!(c.update(0, Some(inc), &now), plain.update(Some(inc), &now));
+        }
+    }
+
+    #[test]
+    fn sums_add_up_by_status() {
+        let a = Arc::new(counts(&[(200, 1), (409, 2)]));
+        let b = Arc::new(counts(&[(200, 3)]));
+        assert_eq!(sum_counts(&[a, b]), counts(&[(200, 4), (409, 2)]));
     }
 }

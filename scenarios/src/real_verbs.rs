@@ -9,7 +9,7 @@ use crate::cluster::{Arming, Cluster, DutyCycle, LinkSel, LoadSpec, Signal, Stop
 use crate::load::LoadGen;
 use crate::observe::Sample;
 use crate::proxy::{LinkFault, LinkHandle, Proxy};
-use crate::real_cluster::{Etcd, Instance, RealCluster};
+use crate::real_cluster::{Etcd, Instance, MasterReplica, RealCluster};
 use crate::real_pause::{self, Switch};
 use crate::timeline::{Source, Timeline};
 use crate::topology::LinkKind;
@@ -39,12 +39,32 @@ impl RealCluster {
         for x in sel.instances.iter().filter_map(|i| self.instances.get(*i)) {
             match sel.link {
                 LinkKind::SidecarEtcd => links.extend(picked(&x.etcd_links, sel.endpoint)),
-                LinkKind::SidecarMaster => links.push(&x.master_link),
+                // One link to "the master" however many replicas serve behind it.
+                LinkKind::SidecarMaster => links.extend(&x.master_proxies),
                 LinkKind::SidecarVllm => links.push(&x.vllm_link),
                 LinkKind::MasterEtcd => {}
             }
         }
         links
+    }
+
+    /// Master replica `k`.
+    fn replica(&mut self, k: usize) -> Result<&mut MasterReplica, String> {
+        let n = self.masters.len();
+        self.masters
+            .get_mut(k)
+            .ok_or_else(|| format!("no master replica {k} (the topology has {n})"))
+    }
+
+    /// The replica the master's callers meet: the elected one, else replica 0.
+    fn serving_master(&self) -> Option<&mock_master::MockMaster> {
+        let k = Cluster::elected_master(self).unwrap_or(0);
+        self.masters.get(k).map(|m| &m.master)
+    }
+
+    /// Every running replica: what a service setting (token, faults) applies to.
+    fn running_masters(&self) -> impl Iterator<Item = &mock_master::MockMaster> {
+        self.masters.iter().filter(|m| m.running).map(|m| &m.master)
     }
 }
 
@@ -202,34 +222,54 @@ impl Cluster for RealCluster {
     }
 
     async fn master_restart(&mut self, k: usize, relist: bool) -> Result<(), String> {
-        if k != 0 {
-            return Err(format!("master replica {k}: real mode runs one master"));
+        let token = self.master_token_set.clone();
+        let timeline = self.timeline.clone();
+        let m = self.replica(k)?;
+        if m.running {
+            // A restart thaws a paused fake: it is a new process.
+            m.master.restart_with(relist).await;
+            return Ok(());
         }
-        // A restart thaws a paused fake: it is a new process.
-        self.master.restart_with(relist).await;
-        Ok(())
+        // A killed replica is a new process on its old address: it lists etcd as every
+        // master does at start, so `relist` is what it does anyway.
+        m.start_again(token, &timeline).await
     }
 
     async fn master_kill(&mut self, k: usize) -> Result<(), String> {
-        Err(format!("master_kill {k}: real mode runs one master"))
+        let m = self.replica(k)?;
+        if !m.running {
+            return Err(format!("master replica {k} is not running"));
+        }
+        m.kill().await;
+        Ok(())
     }
 
     fn elected_master(&self) -> Option<usize> {
-        Some(0)
+        // A single replica elects nothing and holds itself master while it runs.
+        self.masters
+            .iter()
+            .position(|m| m.running && m.master.is_master())
     }
 
     fn master_token(&mut self, token: Option<String>) -> Result<(), String> {
-        self.master.set_token(token);
+        for m in self.running_masters() {
+            m.set_token(token.clone());
+        }
+        self.master_token_set = Some(token);
         Ok(())
     }
 
     fn master_fault(&mut self, f: mock_master::Fault, arm: Arming) -> Result<(), String> {
-        self.master.faults().add(f, arm.count, arm.lasting);
+        for m in self.running_masters() {
+            m.faults().add(f.clone(), arm.count, arm.lasting);
+        }
         Ok(())
     }
 
     fn master_clear_faults(&mut self) -> Result<(), String> {
-        self.master.faults().clear();
+        for m in self.running_masters() {
+            m.faults().clear();
+        }
         Ok(())
     }
 
@@ -276,7 +316,10 @@ impl Cluster for RealCluster {
                 None => return Ok(()),
             },
             Stoppable::Vllm(i) => Switch::Fake(self.instance(i)?.vllm.freeze().clone()),
-            Stoppable::Master => Switch::Fake(self.master.freeze().clone()),
+            Stoppable::Master => match self.serving_master() {
+                Some(m) => Switch::Fake(m.freeze().clone()),
+                None => return Ok(()),
+            },
         };
         real_pause::spawn(switch, lasting, duty, self.stop.clone());
         Ok(())
@@ -285,7 +328,12 @@ impl Cluster for RealCluster {
     fn load_start(&mut self, load: LoadSpec) -> Result<(), String> {
         let (url, route) = match load.instance {
             Some(i) => (self.instance(i)?.vllm.url(), false),
-            None => (self.master.url(), true),
+            None => (
+                self.serving_master()
+                    .map(mock_master::MockMaster::url)
+                    .ok_or("no master replica")?,
+                true,
+            ),
         };
         let names = RealCluster::addrs(self);
         let gen = LoadGen::start(

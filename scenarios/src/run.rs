@@ -83,11 +83,6 @@ pub async fn run_scenario(
             crate::spec::MAX_REAL_INSTANCES
         ));
     }
-    if sc.topology.master.replicas > 1 {
-        return outcome.skip(
-            "master replicas run in virtual time only so far (run it with --sim)".to_string(),
-        );
-    }
     let profile = match &opts.profile {
         Some(p) => p.clone(),
         None => Arc::new(Profile::ours(opts.sidecar_bin.clone())),

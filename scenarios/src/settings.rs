@@ -201,18 +201,16 @@ impl SidecarSettings {
             values,
             extra: Vec::new(),
         };
-        // `--flag value`, `--flag=value`, or a switch (`--flag` followed by another flag
-        // or nothing), kept with an empty value.
         let mut args = topo.sidecar_args.iter().peekable();
         while let Some(f) = args.next() {
             match f.split_once('=') {
                 Some((k, v)) => s.set(k, v),
+                // A flag followed by another flag, or by nothing, is a switch
+                // (`--follow-master`): it takes no value.
+                None if args.peek().is_none_or(|next| next.starts_with("--")) => s.set(f, ""),
                 None => {
-                    let v = match args.peek() {
-                        Some(next) if !next.starts_with("--") => args.next().cloned(),
-                        _ => None,
-                    };
-                    s.set(f, &v.unwrap_or_default())
+                    let v = args.next().cloned().unwrap_or_default();
+                    s.set(f, &v)
                 }
             }
         }
@@ -222,7 +220,8 @@ impl SidecarSettings {
         s
     }
 
-    /// Set our flag `flag` to `v`: its setting if it names one, else an extra flag.
+    /// Set our flag `flag` to `v`: its setting if it names one, else an extra flag (an
+    /// extra flag with an empty value is a switch, given alone).
     fn set(&mut self, flag: &str, v: &str) {
         let v = v.to_string();
         match Setting::of_our_flag(flag) {
@@ -239,14 +238,81 @@ impl SidecarSettings {
 
     /// The command-line arguments our `vllm-sidecar` takes for these settings.
     pub fn our_flags(&self) -> Vec<String> {
-        let named = self
-            .values
+        let named = self.values.iter().map(|(s, v)| (s.our_flag(), v.as_str()));
+        let mut out: Vec<String> = named
+            .flat_map(|(k, v)| [k.to_string(), v.to_string()])
+            .collect();
+        for (f, v) in &self.extra {
+            out.extend(switch_or_pair(f, v));
+        }
+        out
+    }
+}
+
+/// An extra flag as arguments: the flag alone when its value is empty (a switch), else
+/// the flag and its value.
+pub(crate) fn switch_or_pair(flag: &str, value: &str) -> Vec<String> {
+    if value.is_empty() {
+        vec![flag.to_string()]
+    } else {
+        vec![flag.to_string(), value.to_string()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flag_before_another_flag_is_a_switch() {
+        let topo = Topology {
+            sidecar_args: [
+                "--follow-master",
+                "--master-read-interval",
+                "2",
+                "--x=1",
+                "--last",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..Topology::default()
+        };
+        let peers = Peers {
+            etcd: "http://127.0.0.1:1".into(),
+            vllm: "http://127.0.0.1:2".into(),
+            master: "http://127.0.0.1:3".into(),
+            namespace: "ns/",
+            register_addr: "127.0.0.1:2",
+            instance_name: "i0",
+            token: None,
+        };
+        let s = SidecarSettings::new(&topo, &peers, &[]);
+        let extra: Vec<(&str, &str)> = s
+            .extra
             .iter()
-            .flat_map(|(s, v)| [s.our_flag().to_string(), v.clone()]);
-        // An extra switch (kept with an empty value) is written alone.
-        let extra = self.extra.iter().flat_map(|(f, v)| {
-            std::iter::once(f.clone()).chain((!v.is_empty()).then(|| v.clone()))
-        });
-        named.chain(extra).collect()
+            .map(|(f, v)| (f.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            extra,
+            [
+                ("--follow-master", ""),
+                ("--master-read-interval", "2"),
+                ("--x", "1"),
+                ("--last", "")
+            ]
+        );
+        let flags = s.our_flags();
+        let tail: Vec<&str> = flags.iter().map(String::as_str).rev().take(6).collect();
+        assert_eq!(
+            tail,
+            [
+                "--last",
+                "1",
+                "--x",
+                "2",
+                "--master-read-interval",
+                "--follow-master"
+            ]
+        );
     }
 }
