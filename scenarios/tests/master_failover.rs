@@ -1,6 +1,6 @@
 //! Master replicas in real mode: three in-process fake masters elect one through the
 //! fake etcd, the elected one is killed, and the real `vllm-sidecar` processes, which
-//! follow the MASTER key, heartbeat to the new master (`tests/data/master-failover-real.toml`);
+//! follow the MASTER key, heartbeat to the new master (`library/master-failover.toml`);
 //! a killed replica starts again on its address (`master-replica-restart-real.toml`).
 //!
 //! And the other half: the same scenario with sidecars that do not follow the master
@@ -11,7 +11,7 @@ use scenarios::report::{Outcome, Status};
 use scenarios::run::{run_scenario, RunOptions};
 use scenarios::spec::Scenario;
 
-const FILE: &str = "tests/data/master-failover-real.toml";
+const FILE: &str = "library/master-failover.toml";
 const RESTART_FILE: &str = "tests/data/master-replica-restart-real.toml";
 
 fn scenario(file: &str) -> Scenario {
