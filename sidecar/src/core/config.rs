@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::follow::{master_key, FollowConfig};
+use super::target::{master_key, FollowConfig};
 use crate::config::Config;
 use crate::instance::{instance_key, InstanceType};
 use crate::mapping::MapperConfig;

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::follow::HeartbeatTarget;
+use super::target::HeartbeatTarget;
 
 /// Names one command and its answer. Ids grow from 1 and are never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

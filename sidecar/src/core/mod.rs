@@ -59,6 +59,7 @@ mod io;
 mod lease;
 mod message;
 mod state;
+mod target;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -70,10 +71,10 @@ use crate::backoff::Backoff;
 use crate::mapping::Mapper;
 
 pub use config::CoreConfig;
-pub use follow::{master_key, FollowConfig, HeartbeatTarget, MasterName};
 pub use heartbeat::{has_vllm_sample, HeartbeatBody};
 pub use io::{Answer, Command, CommandId, Input, LeaseLoss, Note, RevokeReason};
 pub use state::{AfterRevoke, Registration};
+pub use target::{master_key, FollowConfig, HeartbeatTarget, MasterName};
 
 use follow::Follow;
 use state::{Beat, Gate, Health, Pending};
