@@ -103,8 +103,21 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
     // without revoking leaves its key until the lease runs out, which is no registration
     // of the one started after it.
     let mut left_behind: Vec<Option<&Incarnation>> = vec![None; names.len()];
+    // A stop and a start between two samples is never seen not running.
+    let mut restarts = Restarts::new(eps, names.len());
     for s in samples {
         for (i, o) in s.instances.iter().enumerate() {
+            if let Some((t, before)) = restarts.passed(i, s.t_ms, o.etcd.as_ref()) {
+                if let Some(d) = last_down.get_mut(i) {
+                    *d = Some(d.map_or(t, |d| d.max(t)));
+                }
+                if let Some(g) = in_gate.get_mut(i) {
+                    *g = true;
+                }
+                if let Some(l) = left_behind.get_mut(i) {
+                    *l = before;
+                }
+            }
             let gate = in_gate.get_mut(i);
             let left = left_behind.get_mut(i);
             if !o.sidecar_running {
@@ -164,6 +177,59 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
         None,
         format!("held ({checked} instance-samples judged, grace {grace} ms)"),
     )
+}
+
+/// When each instance's sidecar was stopped or started by an action (from the episodes
+/// those actions open), walked sample by sample with the key each sample showed.
+struct Restarts<'a> {
+    /// Per instance, oldest first.
+    times: Vec<Vec<u64>>,
+    /// Per instance, the first time not yet passed.
+    next: Vec<usize>,
+    /// Per instance, the key the last sample showed.
+    key: Vec<Option<&'a Incarnation>>,
+}
+
+impl<'a> Restarts<'a> {
+    fn new(eps: &[Episode], instances: usize) -> Restarts<'a> {
+        let mut times = vec![Vec::new(); instances];
+        for e in eps {
+            let scope = match e.key() {
+                EpisodeKey::SidecarDown(scope) | EpisodeKey::SidecarStart(scope, _) => *scope,
+                _ => continue,
+            };
+            for (i, t) in times.iter_mut().enumerate() {
+                if scope.covers(i) {
+                    t.push(e.start_ms);
+                }
+            }
+        }
+        times.iter_mut().for_each(|t| t.sort_unstable());
+        Restarts {
+            times,
+            next: vec![0; instances],
+            key: vec![None; instances],
+        }
+    }
+
+    /// At a sample at `t_ms` showing `key` for instance `i`: the latest stop or start
+    /// since the last sample, and the key the last sample showed (`None`: none since).
+    fn passed(
+        &mut self,
+        i: usize,
+        t_ms: u64,
+        key: Option<&'a Incarnation>,
+    ) -> Option<(u64, Option<&'a Incarnation>)> {
+        let before = std::mem::replace(self.key.get_mut(i)?, key);
+        let times = self.times.get(i)?;
+        let next = self.next.get_mut(i)?;
+        let mut latest = None;
+        while let Some(&t) = times.get(*next).filter(|&&t| t <= t_ms) {
+            latest = Some(t);
+            *next += 1;
+        }
+        latest.map(|t| (t, before))
+    }
 }
 
 fn master_excused(eps: &[Episode], t: u64, grace: u64) -> bool {
@@ -613,6 +679,42 @@ mod tests {
             v.first_violation_ms.is_some_and(|t| t >= 3100 + 2500),
             "{v:?}"
         );
+    }
+
+    /// A sidecar stopped and started again between two samples is never seen not
+    /// running; the actions still say it restarted, so it is back in its start-up gate
+    /// (here: after vLLM was down, the gate's backoff excuses the key until 6 s).
+    #[test]
+    fn a_restart_between_two_samples_still_puts_the_sidecar_in_its_gate() {
+        let sc = scenario(); // grace 2.5 s; gate: TTL 1 s + health timeout 1 s
+        let health = |t, health| {
+            let instance = "i0".to_string();
+            record(t, Action::Vllm(VllmAction::Health { instance, health }))
+        };
+        let stop = record(1210, Action::Sidecar(SidecarAction::Stop("i0".into())));
+        let start = record(
+            1250,
+            Action::Sidecar(SidecarAction::Start {
+                instance: "i0".into(),
+                token: None,
+            }),
+        );
+        let key = |t: u64| !(2000..5500).contains(&t);
+        let with_restart = [
+            health(1000, Health::Down),
+            stop,
+            start,
+            health(1500, Health::Up),
+        ];
+        let eps = episodes(&sc, &with_restart, 8000);
+        let v = registered_when_healthy(&sc, &samples(key), &eps);
+        assert!(v.passed, "{v:?}");
+        // Without the restart, the sidecar was never in its gate: the key is owed 2.5 s
+        // after vLLM came back.
+        let without = [health(1000, Health::Down), health(1500, Health::Up)];
+        let eps = episodes(&sc, &without, 8000);
+        let v = registered_when_healthy(&sc, &samples(key), &eps);
+        assert_eq!(v.first_violation_ms, Some(4100), "{v:?}");
     }
 
     #[test]
