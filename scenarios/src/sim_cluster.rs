@@ -127,6 +127,15 @@ pub struct SimCluster {
     pub(crate) routed: Vec<usize>,
 }
 
+/// Heartbeat answers by status, summed over every replica's `totals`.
+fn sum_counts(totals: &[Arc<BTreeMap<u16, u64>>]) -> BTreeMap<u16, u64> {
+    let mut sum = BTreeMap::new();
+    for (status, n) in totals.iter().flat_map(|t| t.iter()) {
+        *sum.entry(*status).or_insert(0) += n;
+    }
+    sum
+}
+
 /// Every replica's stamp of `addr`'s entry and which replica is viewed, folded into one
 /// number: it changes when any of them does.
 fn fold_revs(nodes: &[Option<&MasterNode>], addr: &str, view: NodeId) -> u64 {
@@ -441,7 +450,8 @@ impl SimCluster {
     pub fn observe(&mut self) -> Sample {
         let none = BTreeMap::new();
         let replicas = self.master_cfgs.len();
-        let summed = (replicas > 1).then(|| self.all_replicas_counts());
+        let totals = self.replica_totals();
+        let summed = (replicas > 1).then(|| sum_counts(&totals));
         let etcd = self.world.server_as::<EtcdNode>(NodeId::Etcd);
         let view = NodeId::master(self.view_replica().unwrap_or(0));
         let master = self.world.server_as::<MasterNode>(view);
@@ -520,7 +530,7 @@ impl SimCluster {
             inst.last_key = Some(key);
             out.push(inst.shared(obs));
         }
-        let masters = self.observe_masters();
+        let masters = self.observe_masters(&totals);
         Sample {
             t_ms: self.now_ms(),
             instances: out,
@@ -529,46 +539,36 @@ impl SimCluster {
         }
     }
 
-    /// Heartbeat answers by status over the run, summed over every replica.
-    fn all_replicas_counts(&mut self) -> BTreeMap<u16, u64> {
+    /// Each replica's heartbeat answers by status over the run (a restarted replica's
+    /// count carries on), in replica order.
+    fn replica_totals(&mut self) -> Vec<Arc<BTreeMap<u16, u64>>> {
         let replicas = self.master_cfgs.len();
         self.replica_counts
             .resize_with(replicas, Cumulative::default);
         let none = BTreeMap::new();
-        let mut sum = BTreeMap::new();
-        for k in 0..replicas {
-            let counts = self
-                .world
-                .server_as::<MasterNode>(NodeId::master(k))
-                .map_or(&none, |m| m.heartbeat_counts());
-            if let Some(c) = self.replica_counts.get_mut(k) {
-                for (status, n) in c.update(Some("replica"), counts).iter() {
-                    *sum.entry(*status).or_insert(0) += n;
-                }
-            }
-        }
-        sum
+        let world = &self.world;
+        self.replica_counts
+            .iter_mut()
+            .enumerate()
+            .map(|(k, c)| {
+                let counts = world
+                    .server_as::<MasterNode>(NodeId::master(k))
+                    .map_or(&none, |m| m.heartbeat_counts());
+                c.update(Some("replica"), counts)
+            })
+            .collect()
     }
 
-    /// The master replicas as etcd and each replica show them.
-    fn observe_masters(&mut self) -> Arc<crate::observe::Masters> {
-        let replicas = self.master_cfgs.len();
-        self.replica_counts
-            .resize_with(replicas, Cumulative::default);
-        let none = BTreeMap::new();
-        let mut accepted = Vec::with_capacity(replicas);
-        for k in 0..replicas {
-            let counts = self
-                .world
-                .server_as::<MasterNode>(NodeId::master(k))
-                .map_or(&none, |m| m.heartbeat_counts());
-            let total = match self.replica_counts.get_mut(k) {
-                Some(c) => c.update(Some("replica"), counts),
-                None => Arc::default(),
-            };
-            accepted.push(total.get(&200).copied().unwrap_or(0));
-        }
-        let (elected, loadmetrics_revision) = match replicas {
+    /// The master replicas as etcd and each replica (its `totals`) show them.
+    fn observe_masters(
+        &mut self,
+        totals: &[Arc<BTreeMap<u16, u64>>],
+    ) -> Arc<crate::observe::Masters> {
+        let accepted = totals
+            .iter()
+            .map(|t| t.get(&200).copied().unwrap_or(0))
+            .collect();
+        let (elected, loadmetrics_revision) = match self.master_cfgs.len() {
             0 | 1 => (None, None),
             _ => self.elected_in_etcd(),
         };
