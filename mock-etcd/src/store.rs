@@ -402,6 +402,18 @@ impl Store {
         }
     }
 
+    /// The last `n` events of the history, oldest first (`None`: it holds fewer).
+    pub fn last_events(&self, n: usize) -> Option<impl Iterator<Item = &Arc<Event>>> {
+        let start = self.history.len().checked_sub(n)?;
+        Some(self.history.range(start..))
+    }
+
+    /// The revision of the event before the last `n` of the history (`None`: there is none).
+    pub fn revision_before_last(&self, n: usize) -> Option<i64> {
+        let i = self.history.len().checked_sub(n)?.checked_sub(1)?;
+        self.history.get(i).map(|e| e.revision())
+    }
+
     /// Events at revisions >= `from`, oldest first.
     pub fn history_from(&self, from: i64) -> impl Iterator<Item = &Arc<Event>> {
         let skip = self.history.partition_point(|e| e.revision() < from);

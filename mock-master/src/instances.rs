@@ -215,6 +215,8 @@ pub struct Instances {
     /// Changes made to entries so far: each change stamps its entry with the new count,
     /// so an observer tells an unchanged entry by its stamp ([`Instances::get_with_rev`]).
     changes: u64,
+    /// Entries removed so far (a removal leaves no stamp behind to read).
+    removals: u64,
 }
 
 impl Default for Instances {
@@ -225,6 +227,7 @@ impl Default for Instances {
             removed: HashSet::new(),
             next_generation: 1,
             changes: 0,
+            removals: 0,
         }
     }
 }
@@ -297,6 +300,7 @@ impl Instances {
 
     fn deregister(&mut self, name: &str, reason: &'static str, out: &mut Vec<Notice>) {
         if let Some(old) = self.instances.remove(name) {
+            self.removals += 1;
             self.updated.remove(name);
             self.removed.insert(name.to_string());
             out.push(Notice::Transition {
@@ -593,6 +597,21 @@ impl Instances {
             heartbeats: &i.heartbeats,
         };
         Some((r, i.rev))
+    }
+
+    /// Stamps taken so far, and entries removed so far: both unchanged, nothing any
+    /// entry shows changed, and none came or went.
+    pub fn changes(&self) -> (u64, u64) {
+        (self.changes, self.removals)
+    }
+
+    /// The names of the entries changed since stamp `rev` (taken after it), in name
+    /// order. An entry removed since is not among them ([`Instances::changes`] counts it).
+    pub fn changed_since(&self, rev: u64) -> impl Iterator<Item = &str> + '_ {
+        self.instances
+            .iter()
+            .filter(move |(_, i)| i.rev > rev)
+            .map(|(name, _)| name.as_str())
     }
 }
 

@@ -107,6 +107,17 @@ pub trait Cluster {
     /// One observation of the whole cluster, read from etcd, the master and the
     /// processes directly (never through a faulted link).
     async fn observe(&mut self) -> Sample;
+    /// Run until `ms` at the most, stopping at the first event that changes what
+    /// [`Cluster::observe`] shows, and answer the observation then (`None`: nothing
+    /// changed by `ms`, or the mode cannot tell: real mode only samples).
+    async fn next_change(&mut self, _ms: u64) -> Option<Sample> {
+        None
+    }
+    /// The observation now if an action just changed it (`None`: it did not, or the
+    /// mode cannot tell).
+    async fn change_now(&mut self) -> Option<Sample> {
+        None
+    }
     /// The instance index of each request the master routed, oldest first.
     fn routed(&self) -> Cow<'_, [usize]>;
     /// Each instance's registered address (the name the master knows it by).

@@ -43,11 +43,14 @@ struct Run<'c, C> {
 }
 
 impl<C: Cluster> Run<'_, C> {
-    /// Let the cluster run to `to_ms`, observing it at every sample time on the way.
+    /// Let the cluster run to `to_ms`, observing it at every sample time on the way,
+    /// and at every change where the mode sees changes (virtual time).
     async fn advance_to(&mut self, to_ms: u64) {
         while self.next_sample_ms <= to_ms {
+            self.changes_until(self.next_sample_ms).await;
             self.cluster.advance_to(self.next_sample_ms).await;
-            self.samples.push(self.cluster.observe().await);
+            let s = self.cluster.observe().await;
+            self.push(s);
             // An observation in real time takes time: a late one delays the next.
             let now = self.cluster.now_ms();
             self.next_sample_ms += self.period_ms;
@@ -55,7 +58,21 @@ impl<C: Cluster> Run<'_, C> {
                 self.next_sample_ms = now + self.period_ms;
             }
         }
+        self.changes_until(to_ms).await;
         self.cluster.advance_to(to_ms).await;
+    }
+
+    /// Sample every change of the cluster's observation up to `to_ms`.
+    async fn changes_until(&mut self, to_ms: u64) {
+        while let Some(s) = self.cluster.next_change(to_ms).await {
+            self.push(s);
+        }
+    }
+
+    /// Keep sample `s`, noting what changed since the last one.
+    fn push(&mut self, mut s: Sample) {
+        s.mark_changes(self.samples.last());
+        self.samples.push(s);
     }
 
     /// Run to the next sample (a condition can only change on a sample).
@@ -150,6 +167,9 @@ impl<C: Cluster> Run<'_, C> {
         };
         let phases = self.cluster.sidecar_phases(&targets);
         let result = action.apply(&mut *self.cluster).await;
+        if let Some(s) = self.cluster.change_now().await {
+            self.push(s);
+        }
         ActionRecord::done(i, t_ms, label, action, result, phases)
     }
 }
@@ -290,6 +310,7 @@ impl Outcome {
             passed: false,
             t_ms: None,
             first_violation_ms: None,
+            first_violation_event: None,
             detail: error,
             skipped: None,
         });
@@ -303,11 +324,12 @@ impl Outcome {
         let eps = verdict::episodes(sc, &played.records, played.end_ms);
         self.verdicts = crate::exits::unexpected(sc, &played.samples, &eps, &played.last_words);
         self.verdicts.extend(played.verdicts);
+        self.recovery_checks = crate::recovery::checks(sc, &played.samples, &eps, &played.records);
         self.verdicts.extend(crate::invariants::check(
             sc,
             &played.samples,
             &eps,
-            &played.records,
+            &self.recovery_checks,
             caps,
         ));
         let step_needs = sc.steps.iter().flat_map(|s| s.needs());
@@ -319,7 +341,6 @@ impl Outcome {
             .filter(|c| !caps.contains(c))
             .collect();
         self.recoveries = verdict::recoveries(&played.samples, &eps);
-        self.recovery_checks = crate::recovery::checks(sc, &played.samples, &eps, &played.records);
         self.startups = crate::report::Startup::from_samples(&sc.instance_names(), &played.samples);
         self.actions = played.records;
         self.samples = played.samples;

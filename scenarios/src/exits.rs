@@ -30,6 +30,7 @@ pub fn unexpected(
                 passed: false,
                 t_ms: Some(t_ms),
                 first_violation_ms: Some(t_ms),
+                first_violation_event: None,
                 detail: describe(name, t_ms, code, words),
                 skipped: None,
             });
@@ -115,6 +116,8 @@ mod tests {
                     instances: vec![Arc::new(o)],
                     routed: 0,
                     masters: Default::default(),
+                    event: None,
+                    changed: None,
                 }
             })
             .collect()

@@ -73,6 +73,7 @@ pub mod run;
 pub mod settings;
 pub mod sidecar;
 pub mod sim_cluster;
+mod sim_observe;
 pub mod sim_verbs;
 pub mod simrun;
 pub mod spec;

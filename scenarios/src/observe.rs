@@ -186,6 +186,31 @@ pub struct Sample {
     /// The master replicas (shared while unchanged).
     #[serde(skip)]
     pub masters: Arc<Masters>,
+    /// The event that made this observation, by its number in the run, when the sample
+    /// was taken because an event changed what is observed (virtual time); `None`: taken
+    /// at a sample period (real time, or virtual time with nothing changed since).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<u64>,
+    /// The instances whose observations are not the previous sample's, in order
+    /// (`None`: not known, so any may be).
+    #[serde(skip)]
+    pub changed: Option<Vec<u32>>,
+}
+
+impl Sample {
+    /// Note which instances differ from `prev`, the sample before this one (observations
+    /// are shared while unchanged, so this compares pointers).
+    pub fn mark_changes(&mut self, prev: Option<&Sample>) {
+        self.changed = prev
+            .filter(|p| p.instances.len() == self.instances.len())
+            .map(|p| {
+                (0u32..)
+                    .zip(p.instances.iter().zip(&self.instances))
+                    .filter(|(_, (a, b))| !Arc::ptr_eq(a, b))
+                    .map(|(i, _)| i)
+                    .collect()
+            });
+    }
 }
 
 /// The master replicas at one moment, read from etcd and from each replica.

@@ -776,6 +776,8 @@ impl RealCluster {
             instances: out.into_iter().map(Arc::new).collect(),
             routed: self.routed.len(),
             masters: crate::observe::Masters::share(&mut self.masters_seen, next),
+            event: None,
+            changed: None,
         }
     }
 

@@ -208,19 +208,21 @@ impl Run<'_> {
         let from = self.samples.partition_point(|s| s.t_ms < p);
         let to = self.samples.partition_point(|s| s.t_ms <= stop);
         let window = self.samples.get(from..to).unwrap_or(&[]);
-        // Only while its sidecar runs (an exit is judged by its own verdict).
-        let running = window
-            .iter()
-            .position(|s| obs(s, i).is_none_or(|o| !o.sidecar_running))
-            .unwrap_or(window.len());
-        let cut = stop < deadline || running < window.len();
+        // Only while its sidecar runs (an exit is judged by its own verdict): the
+        // window is cut at the first sample without it.
         let accepted = at_or_before(self.samples, p, i).map_or(0, InstanceObs::accepted);
-        let recovered = window
-            .get(..running)
-            .unwrap_or(&[])
-            .iter()
-            .find(|s| obs(s, i).is_some_and(|o| o.fully_active() && o.accepted() > accepted))
-            .map(|s| s.t_ms);
+        let mut cut = stop < deadline;
+        let mut recovered = None;
+        for s in window {
+            let Some(o) = obs(s, i).filter(|o| o.sidecar_running) else {
+                cut = true;
+                break;
+            };
+            if o.fully_active() && o.accepted() > accepted {
+                recovered = Some(s.t_ms);
+                break;
+            }
+        }
         // Not back when a window cut short ended: not judged.
         (recovered.is_some() || !cut).then_some(recovered)
     }
@@ -279,6 +281,7 @@ pub fn verdict(sc: &Scenario, samples: &[Sample], checks: &[RecoveryCheck]) -> V
             passed: true,
             t_ms: None,
             first_violation_ms: None,
+            first_violation_event: None,
             detail: format!(
                 "held ({} recoveries judged, slowest {} ms, bound {bound} ms without 409s)",
                 checks.len(),
@@ -308,6 +311,7 @@ pub fn verdict(sc: &Scenario, samples: &[Sample], checks: &[RecoveryCheck]) -> V
         passed: false,
         t_ms: Some(deadline),
         first_violation_ms: Some(deadline),
+        first_violation_event: None,
         detail: format!(
             "{}: not back (ACTIVE, one incarnation, heartbeating) within {} ms of the end of `{}` at t={} ms; at t={deadline} ms: {seen}",
             c.instance, c.bound_ms, c.fault, c.end_ms
@@ -359,6 +363,8 @@ mod tests {
                     instances: vec![Arc::new(o)],
                     routed: 0,
                     masters: Default::default(),
+                    event: None,
+                    changed: None,
                 }
             })
             .collect()

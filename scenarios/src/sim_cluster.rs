@@ -9,7 +9,7 @@
 //! named by URL only for that parser: in the world, a sidecar's vLLM is node `Vllm(i)`,
 //! etcd is `Etcd` and the master `Master`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use sim::vllm_node::VllmNode;
 use sim::{EventLog, NodeId, World};
 
 use crate::fakes_config::{etcd_config, incarnation_of, master_replica_config, vllm_config};
-use crate::observe::{Cumulative, Incarnation, Incarnations, InstanceObs, Sample, Unnamed401};
+use crate::observe::{Cumulative, Incarnation, Incarnations, InstanceObs, Unnamed401};
 use crate::settings::{Peers, SidecarSettings};
 use crate::sidecar::LOG_EVENT;
 use crate::timeline::{Source, Timeline};
@@ -31,55 +31,55 @@ use crate::topology::{EtcdNeed, MasterTopology, Topology};
 
 /// One instance: its names, its sidecar's settings and what the observer keeps.
 pub(crate) struct SimInstance {
-    pub name: String,
-    pub register_addr: String,
-    pub key: String,
+    pub(crate) name: String,
+    pub(crate) register_addr: String,
+    pub(crate) key: String,
     /// The token its sidecar sends (a `sidecar_start` may change it).
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
     /// The sidecar was started at least once (else it is not "exited", only absent).
-    pub started: bool,
+    pub(crate) started: bool,
     /// Its key was seen in etcd at least once (registering again is re-registering).
-    pub ever_registered: bool,
+    pub(crate) ever_registered: bool,
     /// The sidecar's flags were refused (the process would have exited 2 at once).
-    pub flag_error: bool,
+    pub(crate) flag_error: bool,
     /// What the refusal said (the process's last words).
-    pub flag_message: Option<String>,
-    pub counts: Cumulative,
+    pub(crate) flag_message: Option<String>,
+    pub(crate) counts: Cumulative,
     /// With several master replicas: its heartbeat answers at each replica (their sum
     /// is its count, whichever replica answered).
-    replica_counts: Vec<Cumulative>,
+    pub(crate) replica_counts: Vec<Cumulative>,
     /// Its counts with the master's unnamed 401s, as last sampled.
-    unnamed_401: Unnamed401,
-    incarnations: Incarnations,
+    pub(crate) unnamed_401: Unnamed401,
+    pub(crate) incarnations: Incarnations,
     /// The last etcd value observed and the incarnation read from it (a value changes
     /// once per registration; it is sampled every few tens of milliseconds).
-    last_value: Option<(Vec<u8>, Incarnation)>,
+    pub(crate) last_value: Option<(Vec<u8>, Incarnation)>,
     /// What the last sample held of it.
-    last_obs: Option<Arc<InstanceObs>>,
+    pub(crate) last_obs: Option<Arc<InstanceObs>>,
     /// What `last_obs` was made from (see [`ObsKey`]).
-    last_key: Option<ObsKey>,
+    pub(crate) last_key: Option<ObsKey>,
 }
 
 /// Everything an instance's observation is made from, as compared between samples:
 /// equal keys make an equal [`InstanceObs`], so the last one is answered again without
 /// reading the master's counts and building it anew.
 #[derive(Clone, PartialEq)]
-struct ObsKey {
+pub(crate) struct ObsKey {
     /// The incarnation in etcd (the same shared id while the value is unchanged).
-    etcd: Option<Incarnation>,
+    pub(crate) etcd: Option<Incarnation>,
     /// The master's stamp of its entry (`Instances::get_with_rev`), if it has one;
     /// with several replicas, the stamps of every replica's entry and which one is
     /// viewed, folded into one number.
-    master_rev: Option<u64>,
-    running: bool,
-    exit: Option<i32>,
+    pub(crate) master_rev: Option<u64>,
+    pub(crate) running: bool,
+    pub(crate) exit: Option<i32>,
     /// The master's unnamed 401s, when added to this instance.
-    unnamed_401: Option<u64>,
+    pub(crate) unnamed_401: Option<u64>,
 }
 
 impl SimInstance {
     /// `obs` as a sample holds it: the last sample's if that one is equal.
-    fn shared(&mut self, obs: InstanceObs) -> Arc<InstanceObs> {
+    pub(crate) fn shared(&mut self, obs: InstanceObs) -> Arc<InstanceObs> {
         if let Some(last) = &self.last_obs {
             if **last == obs {
                 return last.clone();
@@ -91,7 +91,7 @@ impl SimInstance {
     }
 
     /// The incarnation in etcd value `v` (parsed once per distinct value).
-    fn incarnation_in(&mut self, v: &[u8]) -> Incarnation {
+    pub(crate) fn incarnation_in(&mut self, v: &[u8]) -> Incarnation {
         match &self.last_value {
             Some((seen, inc)) if seen.as_slice() == v => inc.clone(),
             _ => {
@@ -119,60 +119,25 @@ pub struct SimCluster {
     /// Each master replica's settings (a killed one starts again with them).
     pub(crate) master_cfgs: Vec<mock_master::Config>,
     /// Each replica's heartbeat answers over the run (a restarted one carries on).
-    replica_counts: Vec<Cumulative>,
+    pub(crate) replica_counts: Vec<Cumulative>,
     /// etcd's count of key-value writes at the last sample: unchanged, every instance's
     /// value in etcd is what the last sample read.
-    etcd_writes: Option<u64>,
+    pub(crate) etcd_writes: Option<u64>,
+    /// Each master replica's counts of change (stamps, removals, unnamed 401s) when its
+    /// entries were last looked at for changes ([`mock_master::Instances::changes`]).
+    pub(crate) master_seen: Vec<(u64, u64, Option<u64>)>,
+    /// etcd's count of writes when the MASTER and LOADMETRICS keys were last read, and
+    /// what they showed (the elected replica, the newest LOADMETRICS revision).
+    pub(crate) elected_seen: Option<(u64, (Option<usize>, Option<i64>))>,
+    /// Instance index by registered address (the name the master knows it by).
+    pub(crate) addr_index: HashMap<String, usize>,
+    /// Instance index by etcd key.
+    pub(crate) key_index: HashMap<Vec<u8>, usize>,
+    /// etcd's count of writes and its revision when its keys were last looked at for
+    /// changes.
+    pub(crate) etcd_seen: Option<(u64, i64)>,
     /// Instance index of each request the master routed, oldest first.
     pub(crate) routed: Vec<usize>,
-}
-
-/// Heartbeat answers by status, summed over every replica's `totals`.
-fn sum_counts(totals: &[Arc<BTreeMap<u16, u64>>]) -> BTreeMap<u16, u64> {
-    let mut sum = BTreeMap::new();
-    for (status, n) in totals.iter().flat_map(|t| t.iter()) {
-        *sum.entry(*status).or_insert(0) += n;
-    }
-    sum
-}
-
-/// Every replica's stamp of `addr`'s entry and which replica is viewed, folded into one
-/// number: it changes when any of them does.
-fn fold_revs(nodes: &[Option<&MasterNode>], addr: &str, view: NodeId) -> u64 {
-    let mut folded = nodes.len() as u64;
-    for (k, node) in nodes.iter().enumerate() {
-        let rev = node
-            .and_then(|m| m.instances().get_with_rev(addr))
-            .map_or(0, |(_, rev)| rev.wrapping_add(1));
-        let viewed = u64::from(NodeId::master(k) == view);
-        folded = folded
-            .wrapping_mul(0x100_0000_01b3)
-            .wrapping_add(rev.wrapping_mul(2).wrapping_add(viewed));
-    }
-    folded
-}
-
-/// An instance's heartbeat answers over the run at every replica, summed.
-fn replicas_heartbeats(
-    nodes: &[Option<&MasterNode>],
-    inst: &mut SimInstance,
-) -> Arc<BTreeMap<u16, u64>> {
-    let none = BTreeMap::new();
-    inst.replica_counts
-        .resize_with(nodes.len(), Cumulative::default);
-    let mut sum = BTreeMap::new();
-    for (node, counts) in nodes.iter().zip(inst.replica_counts.iter_mut()) {
-        let entry = node.and_then(|m| m.instances().get_with_rev(&inst.register_addr));
-        let view = entry.map(|(v, _)| v);
-        let total = counts.update(
-            view.map(|v| v.incarnation),
-            view.map_or(&none, |v| v.heartbeats),
-        );
-        for (status, n) in total.iter() {
-            *sum.entry(*status).or_insert(0) += n;
-        }
-    }
-    Arc::new(sum)
 }
 
 /// Why a topology cannot run in virtual time, if it cannot.
@@ -231,6 +196,16 @@ impl SimCluster {
                 last_key: None,
             });
         }
+        let addr_index = instances
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (x.register_addr.clone(), i))
+            .collect();
+        let key_index = instances
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (x.key.as_bytes().to_vec(), i))
+            .collect();
         let mut cluster = SimCluster {
             world,
             timeline,
@@ -243,6 +218,11 @@ impl SimCluster {
             master_cfgs,
             replica_counts: Vec::new(),
             etcd_writes: None,
+            master_seen: Vec::new(),
+            elected_seen: None,
+            addr_index,
+            key_index,
+            etcd_seen: None,
             routed: Vec::new(),
         };
         let mut hosts = BTreeMap::new();
@@ -337,7 +317,7 @@ impl SimCluster {
 
     /// The replica whose view of the instances the observer reads: the elected one,
     /// else the first running one.
-    fn view_replica(&self) -> Option<usize> {
+    pub(crate) fn view_replica(&self) -> Option<usize> {
         self.elected_replica().or_else(|| {
             (0..self.master_cfgs.len()).find(|&k| {
                 self.world
@@ -384,7 +364,7 @@ impl SimCluster {
     }
 
     /// The master's new routing decisions, as instance indices.
-    fn take_routed(&mut self) {
+    pub(crate) fn take_routed(&mut self) {
         let Some(m) = self.world.server_as::<MasterNode>(NodeId::Master) else {
             return;
         };
@@ -446,157 +426,6 @@ impl SimCluster {
         &self.routed
     }
 
-    /// One observation of the whole cluster (read from the cores, never through a link).
-    pub fn observe(&mut self) -> Sample {
-        let none = BTreeMap::new();
-        let replicas = self.master_cfgs.len();
-        let totals = self.replica_totals();
-        let summed = (replicas > 1).then(|| sum_counts(&totals));
-        let etcd = self.world.server_as::<EtcdNode>(NodeId::Etcd);
-        let view = NodeId::master(self.view_replica().unwrap_or(0));
-        let master = self.world.server_as::<MasterNode>(view);
-        let mut out = Vec::with_capacity(self.instances.len());
-        let global = match &summed {
-            Some(all) => all,
-            None => master.map_or(&none, |m| m.heartbeat_counts()),
-        };
-        let global = self.global_counts.update(Some("master"), global);
-        let nodes: Vec<Option<&MasterNode>> = match replicas {
-            0 | 1 => Vec::new(),
-            _ => (0..replicas)
-                .map(|k| self.world.server_as::<MasterNode>(NodeId::master(k)))
-                .collect(),
-        };
-        // What `attribute_unnamed_401` does, each instance's result kept from sample to
-        // sample (it copied every instance's counts on every sample once a 401 was seen).
-        let unnamed_401 = global.get(&401).copied();
-        // etcd's keys unchanged since the last sample: each instance's value is as read.
-        let writes = etcd.map(EtcdNode::kv_writes);
-        let etcd_same = writes.is_some() && writes == self.etcd_writes;
-        self.etcd_writes = writes;
-        for (i, inst) in self.instances.iter_mut().enumerate() {
-            // Read in place: the observer runs at every sample of every run, so it
-            // copies no key or view it can read where it is.
-            let etcd = match (etcd_same, &inst.last_key) {
-                (true, Some(k)) => k.etcd.clone(),
-                _ => etcd
-                    .and_then(|e| e.value(inst.key.as_bytes()))
-                    .map(|v| inst.incarnation_in(v)),
-            };
-            inst.ever_registered |= etcd.is_some();
-            let entry = master.and_then(|m| m.instances().get_with_rev(&inst.register_addr));
-            let exit = match inst.flag_error {
-                true => Some(2),
-                false => self.world.sidecars().get(i).and_then(|s| s.exited()),
-            }
-            .filter(|_| inst.started);
-            let running = inst.started && exit.is_none();
-            let master_rev = match nodes.is_empty() {
-                true => entry.map(|(_, rev)| rev),
-                false => Some(fold_revs(&nodes, &inst.register_addr, view)),
-            };
-            let key = ObsKey {
-                etcd,
-                master_rev,
-                running,
-                exit,
-                unnamed_401: unnamed_401.filter(|_| running || exit.is_some()),
-            };
-            let unchanged = inst.last_key.as_ref() == Some(&key);
-            if let (true, false, Some(last)) = (unchanged, cfg!(debug_assertions), &inst.last_obs) {
-                out.push(last.clone());
-                continue;
-            }
-            let view = entry.map(|(v, _)| v);
-            let heartbeats = match nodes.is_empty() {
-                true => inst.counts.update(
-                    view.map(|v| v.incarnation),
-                    view.map_or(&none, |v| v.heartbeats),
-                ),
-                false => replicas_heartbeats(&nodes, inst),
-            };
-            let view = view.map(|v| (v, inst.incarnations.intern(v.incarnation)));
-            let heartbeats = match key.unnamed_401 {
-                Some(n) => inst.unnamed_401.apply(heartbeats, n),
-                None => heartbeats,
-            };
-            let obs = InstanceObs::from_views(key.etcd.clone(), view, heartbeats, running, exit);
-            // Debug builds take this path every time and check that an unchanged key
-            // made an unchanged observation.
-            debug_assert!(
-                !unchanged || inst.last_obs.as_deref().is_some_and(|l| same_obs(l, &obs)),
-                "instance {i}: same key, another observation"
-            );
-            inst.last_key = Some(key);
-            out.push(inst.shared(obs));
-        }
-        let masters = self.observe_masters(&totals);
-        Sample {
-            t_ms: self.now_ms(),
-            instances: out,
-            routed: self.routed.len(),
-            masters,
-        }
-    }
-
-    /// Each replica's heartbeat answers by status over the run (a restarted replica's
-    /// count carries on), in replica order.
-    fn replica_totals(&mut self) -> Vec<Arc<BTreeMap<u16, u64>>> {
-        let replicas = self.master_cfgs.len();
-        self.replica_counts
-            .resize_with(replicas, Cumulative::default);
-        let none = BTreeMap::new();
-        let world = &self.world;
-        self.replica_counts
-            .iter_mut()
-            .enumerate()
-            .map(|(k, c)| {
-                let counts = world
-                    .server_as::<MasterNode>(NodeId::master(k))
-                    .map_or(&none, |m| m.heartbeat_counts());
-                c.update(Some("replica"), counts)
-            })
-            .collect()
-    }
-
-    /// The master replicas as etcd and each replica (its `totals`) show them.
-    fn observe_masters(
-        &mut self,
-        totals: &[Arc<BTreeMap<u16, u64>>],
-    ) -> Arc<crate::observe::Masters> {
-        let accepted = totals
-            .iter()
-            .map(|t| t.get(&200).copied().unwrap_or(0))
-            .collect();
-        let (elected, loadmetrics_revision) = match self.master_cfgs.len() {
-            0 | 1 => (None, None),
-            _ => self.elected_in_etcd(),
-        };
-        let next = crate::observe::Masters {
-            elected,
-            accepted,
-            loadmetrics_revision,
-        };
-        crate::observe::Masters::share(&mut self.masters, next)
-    }
-
-    /// The replica the MASTER key names, and the newest LOADMETRICS write's revision.
-    fn elected_in_etcd(&self) -> (Option<usize>, Option<i64>) {
-        let Some(etcd) = self.world.server_as::<EtcdNode>(NodeId::Etcd) else {
-            return (None, None);
-        };
-        let ns = mock_master::normalize_namespace(&self.namespace);
-        let elected = etcd
-            .value(format!("{ns}XLLM:SERVICE:MASTER").as_bytes())
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| self.topology.master.replica_named(v));
-        let loadmetrics = etcd
-            .list_prefix(format!("{ns}XLLM:LOADMETRICS:").as_bytes())
-            .ok()
-            .and_then(|(_, kvs)| kvs.iter().map(|kv| kv.mod_revision).max());
-        (elected, loadmetrics)
-    }
-
     /// What instance `i`'s sidecar is doing, for the coverage of a fault search.
     pub fn phase(&self, i: usize) -> &'static str {
         let (Some(node), Some(inst)) = (self.world.sidecars().get(i), self.instances.get(i)) else {
@@ -638,16 +467,6 @@ impl SimCluster {
             }
         }
     }
-}
-
-/// `a` and `b` hold the same values (a NaN equal to itself).
-fn same_obs(a: &InstanceObs, b: &InstanceObs) -> bool {
-    let bits = |o: &InstanceObs| o.gpu_cache.map(f64::to_bits);
-    let rest = |o: &InstanceObs| InstanceObs {
-        gpu_cache: None,
-        ..o.clone()
-    };
-    bits(a) == bits(b) && rest(a) == rest(b)
 }
 
 /// Instance `i`'s address as the master and etcd know it (never dialled).

@@ -91,6 +91,14 @@ impl Cluster for SimCluster {
         SimCluster::observe(self)
     }
 
+    async fn next_change(&mut self, ms: u64) -> Option<Sample> {
+        SimCluster::next_change(self, ms)
+    }
+
+    async fn change_now(&mut self) -> Option<Sample> {
+        SimCluster::change_now(self)
+    }
+
     fn routed(&self) -> Cow<'_, [usize]> {
         Cow::Borrowed(SimCluster::routed(self))
     }

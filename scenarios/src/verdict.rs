@@ -78,6 +78,7 @@ pub fn step_verdict(
         passed: met.is_some(),
         t_ms: Some(met.unwrap_or(now)),
         first_violation_ms: None,
+        first_violation_event: None,
         detail: match met {
             Some(t) => format!("held at t={:.2}s", t as f64 / 1000.0),
             None => format!("not within {:?}: {}", within, describe(cond)),
@@ -125,6 +126,7 @@ impl ActionRecord {
             passed: false,
             t_ms: Some(t_ms),
             first_violation_ms: Some(t_ms),
+            first_violation_event: None,
             detail: e.clone(),
             skipped: None,
         });
@@ -192,6 +194,11 @@ pub struct Verdict {
     pub t_ms: Option<u64>,
     /// When it first failed, in ms since the start (`None`: it passed, or setup failed).
     pub first_violation_ms: Option<u64>,
+    /// The event whose change of the cluster first broke it, by its number in the run
+    /// (virtual time, an invariant judged on the samples every change makes); `None`:
+    /// first seen at a sample period, or real time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_violation_event: Option<u64>,
     /// What was seen, for a person: when it held, or what broke and where.
     pub detail: String,
     /// Not judged, for this reason (a capability the sidecar's profile lacks); such a
@@ -209,6 +216,7 @@ impl Verdict {
             passed: true,
             t_ms: None,
             first_violation_ms: None,
+            first_violation_event: None,
             detail: format!("skipped: {why}"),
             skipped: Some(why),
         }

@@ -2,7 +2,8 @@
 //! express passes, one that cannot is skipped with its reason, a seed replays to the same
 //! `events.jsonl` byte for byte, and deliberately wrong sidecar configurations fail the
 //! scenarios that check what they break (the mutation test of `library.rs`, here in
-//! virtual time).
+//! virtual time). The invariants are judged at every change of what is observed, so a
+//! violation shorter than a sample period is found at the event that made it.
 
 use scenarios::library;
 use scenarios::report::{Outcome, Status};
@@ -332,4 +333,62 @@ within = "5s"
     );
     let following = run(r#""--follow-master", "--master-read-interval", "2""#);
     assert_eq!(following.status, Status::Passed, "{}", show(&following));
+}
+
+/// One instance loaded for a second, its sidecar reporting the KV cache usage as a
+/// percentage: the master stores an impossible usage only while the load runs, and
+/// never at a sample period 10 s apart.
+const SCENARIO: &str = r#"
+name = "short-load"
+description = "a second of load between two samples"
+[topology]
+instances = 1
+heartbeat_interval = "200ms"
+max_num_seqs = 4
+kv_capacity_tokens = 2000
+[[step]]
+at = "3s"
+action = { load = { instance = "i0", rps = 200, duration = "1s", max_tokens = 64 } }
+[[step]]
+at = "12s"
+await = { all_active = true }
+within = "5s"
+"#;
+
+#[test]
+fn a_violation_shorter_than_a_sample_period_is_found_at_its_event() {
+    let sc = scenarios::spec::Scenario::parse("short-load.toml", SCENARIO).expect("parses");
+    let dir = std::env::temp_dir().join(format!("every-change-{}", std::process::id()));
+    let opts = RunOptions {
+        planted_bug: Some(sim::planted::PlantedBug::CacheUsageAsPercent),
+        sample_period: Some(std::time::Duration::from_secs(10)),
+        report_dir: Some(dir.clone()),
+        ..RunOptions::default()
+    };
+    let o = run_scenario_sim(&sc, "short-load.toml", &opts);
+    let events = std::fs::read_to_string(dir.join("short-load").join("events.jsonl"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let events = events.expect("events.jsonl written");
+    assert_eq!(o.status, Status::Failed);
+    let v = o
+        .verdicts
+        .iter()
+        .find(|v| v.name == "heartbeats_sane")
+        .expect("heartbeats_sane judged");
+    assert!(!v.passed, "{v:?}");
+    let t = v.first_violation_ms.expect("a time");
+    assert!(v.first_violation_event.is_some(), "{v:?}");
+    assert!((3000..5000).contains(&t), "found at {t} ms: {v:?}");
+    // At the sample periods the usage was sane: sampling alone would not have seen it.
+    let periodic = o.samples.iter().filter(|s| s.event.is_none());
+    for s in periodic {
+        let usage = s.instances.first().and_then(|x| x.gpu_cache);
+        assert!(usage.is_none_or(|u| u <= 1.0), "t={}: {usage:?}", s.t_ms);
+    }
+    // The violating event is a heartbeat the master accepted at that very millisecond.
+    let accepted_then = events.lines().any(|l| {
+        let e: serde_json::Value = serde_json::from_str(l).unwrap_or_default();
+        e["t_ms"] == t && e["source"] == "master" && e["kind"] == "heartbeat" && e["detail"]["status"] == 200
+    });
+    assert!(accepted_then, "no heartbeat accepted at t={t} ms");
 }

@@ -98,6 +98,31 @@ impl EtcdNode {
         self.core.data().get(key).map(|kv| kv.value.as_slice())
     }
 
+    /// The store's revision now.
+    pub fn revision(&self) -> i64 {
+        self.core.data().rev
+    }
+
+    /// The keys written since revision `after`, oldest first, if the history holds
+    /// exactly `writes` writes since (`None`: it holds fewer, because some were trimmed
+    /// or the data was lost, so which keys changed is not known).
+    pub fn keys_written_since(&self, after: i64, writes: u64) -> Option<Vec<&[u8]>> {
+        let data = self.core.data();
+        let n = usize::try_from(writes).ok()?;
+        // The last `writes` events are all after `after`, and the one before them is not.
+        if data.revision_before_last(n).is_some_and(|r| r > after) {
+            return None;
+        }
+        let mut keys = Vec::with_capacity(n);
+        for e in data.last_events(n)? {
+            if e.revision() <= after {
+                return None;
+            }
+            keys.push(e.kv.key.as_slice());
+        }
+        Some(keys)
+    }
+
     /// The store's count of key-value writes (`Store::kv_writes`): unchanged, every
     /// [`EtcdNode::value`] reads as before.
     pub fn kv_writes(&self) -> u64 {

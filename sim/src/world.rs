@@ -172,6 +172,8 @@ pub struct World {
     epochs: BTreeMap<NodeId, u64>,
     /// A heartbeat URL's host → the master replica there (shared with every sidecar).
     master_hosts: Arc<BTreeMap<String, NodeId>>,
+    /// The nodes the last event stepped, in the order they ran ([`World::step_due`]).
+    stepped: Vec<NodeId>,
 }
 
 impl World {
@@ -196,6 +198,7 @@ impl World {
             pauses: Pauses::default(),
             epochs: BTreeMap::new(),
             master_hosts: Arc::default(),
+            stepped: Vec::new(),
         }
     }
 
@@ -510,12 +513,27 @@ impl World {
 
     /// Run every event due up to `until`; time then stands at `until`.
     pub fn run_until(&mut self, until: Duration) {
-        while let Some((at, _, event)) = self.queue.pop_due(until) {
-            self.now = at;
-            self.events += 1;
-            self.step(event);
-        }
+        while self.step_due(until) {}
         self.now = until;
+    }
+
+    /// Run the next event if one is due by `until` (time then stands at that event's);
+    /// answers whether one ran. [`World::stepped`] then names the nodes it ran.
+    pub fn step_due(&mut self, until: Duration) -> bool {
+        let Some((at, _, event)) = self.queue.pop_due(until) else {
+            return false;
+        };
+        self.now = at;
+        self.events += 1;
+        self.stepped.clear();
+        self.step(event);
+        true
+    }
+
+    /// The nodes the last event of [`World::step_due`] ran (a sidecar or a server that
+    /// handled it, or whatever else it ran on the way), in order; one may repeat.
+    pub fn stepped(&self) -> &[NodeId] {
+        &self.stepped
     }
 
     fn step(&mut self, event: Event) {
@@ -613,6 +631,9 @@ impl World {
             }
             Event::Act(action) => {
                 action(self);
+                // It may have stopped or started a sidecar.
+                let sidecars = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
+                self.stepped.extend((0..sidecars).map(NodeId::Sidecar));
                 // The action may have changed a server's timers.
                 let ids: Vec<NodeId> = self.servers.ids();
                 for id in ids {
@@ -752,6 +773,7 @@ impl World {
 
     /// Run what the sidecar's core issued, then schedule its next wake-up.
     fn after_sidecar_step(&mut self, i: u32) {
+        self.stepped.push(NodeId::Sidecar(i));
         let Some(node) = self.sidecars.get_mut(i as usize) else {
             return;
         };
@@ -1054,6 +1076,7 @@ impl World {
     /// Log what a server reported, start the calls it wants made, and schedule its
     /// next timer.
     fn after_server_step(&mut self, id: NodeId) {
+        self.stepped.push(id);
         self.log_server_notes(id);
         let calls = match self.servers.node_mut(id) {
             Some(node) => node.take_calls(),

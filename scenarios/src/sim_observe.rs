@@ -1,0 +1,426 @@
+//! What the runner sees of the simulated cluster: every instance as etcd's and the
+//! master's cores show it, read in place (never through a link), at every sample period
+//! and at every event that changes it.
+//!
+//! An observation is rebuilt only where something it is made from changed: an
+//! instance's etcd value, the master's entry (by its stamp), its sidecar's process. So a
+//! sample taken at each such event costs the instances that event changed, not the
+//! cluster.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sim::etcd_node::EtcdNode;
+use sim::master_node::MasterNode;
+use sim::NodeId;
+
+use crate::observe::{Cumulative, InstanceObs, Sample};
+use crate::sim_cluster::{ObsKey, SimCluster, SimInstance};
+
+/// What the last event may have changed of the observation.
+enum Changed {
+    /// Nothing.
+    Nothing,
+    /// These instances (their etcd keys, master entries or sidecars' processes), or
+    /// none but the master replicas' view.
+    Instances(Vec<usize>),
+    /// Anything: etcd's keys, an entry gone from the master, the master's unnamed
+    /// answers, the replicas.
+    Any,
+}
+
+/// Heartbeat answers by status, summed over every replica's `totals`.
+fn sum_counts(totals: &[Arc<BTreeMap<u16, u64>>]) -> BTreeMap<u16, u64> {
+    let mut sum = BTreeMap::new();
+    for (status, n) in totals.iter().flat_map(|t| t.iter()) {
+        *sum.entry(*status).or_insert(0) += n;
+    }
+    sum
+}
+
+/// Every replica's stamp of `addr`'s entry and which replica is viewed, folded into one
+/// number: it changes when any of them does.
+fn fold_revs(nodes: &[Option<&MasterNode>], addr: &str, view: NodeId) -> u64 {
+    let mut folded = nodes.len() as u64;
+    for (k, node) in nodes.iter().enumerate() {
+        let rev = node
+            .and_then(|m| m.instances().get_with_rev(addr))
+            .map_or(0, |(_, rev)| rev.wrapping_add(1));
+        let viewed = u64::from(NodeId::master(k) == view);
+        folded = folded
+            .wrapping_mul(0x100_0000_01b3)
+            .wrapping_add(rev.wrapping_mul(2).wrapping_add(viewed));
+    }
+    folded
+}
+
+/// An instance's heartbeat answers over the run at every replica, summed.
+fn replicas_heartbeats(
+    nodes: &[Option<&MasterNode>],
+    inst: &mut SimInstance,
+) -> Arc<BTreeMap<u16, u64>> {
+    let none = BTreeMap::new();
+    inst.replica_counts
+        .resize_with(nodes.len(), Cumulative::default);
+    let mut sum = BTreeMap::new();
+    for (node, counts) in nodes.iter().zip(inst.replica_counts.iter_mut()) {
+        let entry = node.and_then(|m| m.instances().get_with_rev(&inst.register_addr));
+        let view = entry.map(|(v, _)| v);
+        let total = counts.update(
+            view.map(|v| v.incarnation),
+            view.map_or(&none, |v| v.heartbeats),
+        );
+        for (status, n) in total.iter() {
+            *sum.entry(*status).or_insert(0) += n;
+        }
+    }
+    Arc::new(sum)
+}
+
+impl SimCluster {
+    /// One observation of the whole cluster (read from the cores, never through a link).
+    pub fn observe(&mut self) -> Sample {
+        self.observe_only(None).0
+    }
+
+    /// [`SimCluster::observe`] where only the instances `only` names may have changed
+    /// since the last observation, in etcd or at the master (`None`: any may have); the
+    /// others are as last observed. Also answers whether anything differs from the last
+    /// observation.
+    fn observe_only(&mut self, only: Option<&[usize]>) -> (Sample, bool) {
+        let none = BTreeMap::new();
+        let replicas = self.master_cfgs.len();
+        let totals = self.replica_totals();
+        let summed = (replicas > 1).then(|| sum_counts(&totals));
+        let etcd = self.world.server_as::<EtcdNode>(NodeId::Etcd);
+        let view = NodeId::master(self.view_replica().unwrap_or(0));
+        let master = self.world.server_as::<MasterNode>(view);
+        let mut out = Vec::with_capacity(self.instances.len());
+        let global = match &summed {
+            Some(all) => all,
+            None => master.map_or(&none, |m| m.heartbeat_counts()),
+        };
+        let global = self.global_counts.update(Some("master"), global);
+        let nodes: Vec<Option<&MasterNode>> = match replicas {
+            0 | 1 => Vec::new(),
+            _ => (0..replicas)
+                .map(|k| self.world.server_as::<MasterNode>(NodeId::master(k)))
+                .collect(),
+        };
+        // What `attribute_unnamed_401` does, each instance's result kept from sample to
+        // sample (it copied every instance's counts on every sample once a 401 was seen).
+        let unnamed_401 = global.get(&401).copied();
+        // etcd's keys unchanged since the last sample: each instance's value is as read.
+        let writes = etcd.map(EtcdNode::kv_writes);
+        let etcd_same = writes.is_some() && writes == self.etcd_writes;
+        self.etcd_writes = writes;
+        let mut changed = false;
+        for (i, inst) in self.instances.iter_mut().enumerate() {
+            if let (Some(only), Some(last)) = (only, &inst.last_obs) {
+                if !only.contains(&i) {
+                    out.push(last.clone());
+                    continue;
+                }
+            }
+            // Read in place: the observer runs at every sample of every run, so it
+            // copies no key or view it can read where it is.
+            let etcd = match (etcd_same, &inst.last_key) {
+                (true, Some(k)) => k.etcd.clone(),
+                _ => etcd
+                    .and_then(|e| e.value(inst.key.as_bytes()))
+                    .map(|v| inst.incarnation_in(v)),
+            };
+            inst.ever_registered |= etcd.is_some();
+            let entry = master.and_then(|m| m.instances().get_with_rev(&inst.register_addr));
+            let exit = match inst.flag_error {
+                true => Some(2),
+                false => self.world.sidecars().get(i).and_then(|s| s.exited()),
+            }
+            .filter(|_| inst.started);
+            let running = inst.started && exit.is_none();
+            let master_rev = match nodes.is_empty() {
+                true => entry.map(|(_, rev)| rev),
+                false => Some(fold_revs(&nodes, &inst.register_addr, view)),
+            };
+            let key = ObsKey {
+                etcd,
+                master_rev,
+                running,
+                exit,
+                unnamed_401: unnamed_401.filter(|_| running || exit.is_some()),
+            };
+            let unchanged = inst.last_key.as_ref() == Some(&key);
+            if let (true, false, Some(last)) = (unchanged, cfg!(debug_assertions), &inst.last_obs) {
+                out.push(last.clone());
+                continue;
+            }
+            let view = entry.map(|(v, _)| v);
+            let heartbeats = match nodes.is_empty() {
+                true => inst.counts.update(
+                    view.map(|v| v.incarnation),
+                    view.map_or(&none, |v| v.heartbeats),
+                ),
+                false => replicas_heartbeats(&nodes, inst),
+            };
+            let view = view.map(|v| (v, inst.incarnations.intern(v.incarnation)));
+            let heartbeats = match key.unnamed_401 {
+                Some(n) => inst.unnamed_401.apply(heartbeats, n),
+                None => heartbeats,
+            };
+            let obs = InstanceObs::from_views(key.etcd.clone(), view, heartbeats, running, exit);
+            // Debug builds take this path every time and check that an unchanged key
+            // made an unchanged observation.
+            debug_assert!(
+                !unchanged || inst.last_obs.as_deref().is_some_and(|l| same_obs(l, &obs)),
+                "instance {i}: same key, another observation"
+            );
+            inst.last_key = Some(key);
+            let before = inst.last_obs.as_ref().map(Arc::as_ptr);
+            let obs = inst.shared(obs);
+            changed |= before != Some(Arc::as_ptr(&obs));
+            out.push(obs);
+        }
+        let last_masters = self.masters.clone();
+        let masters = self.observe_masters(&totals);
+        changed |= !Arc::ptr_eq(&last_masters, &masters);
+        let sample = Sample {
+            t_ms: self.now_ms(),
+            instances: out,
+            routed: self.routed.len(),
+            masters,
+            event: None,
+            changed: None,
+        };
+        (sample, changed)
+    }
+
+    /// Each replica's heartbeat answers by status over the run (a restarted replica's
+    /// count carries on), in replica order.
+    fn replica_totals(&mut self) -> Vec<Arc<BTreeMap<u16, u64>>> {
+        let replicas = self.master_cfgs.len();
+        self.replica_counts
+            .resize_with(replicas, Cumulative::default);
+        let none = BTreeMap::new();
+        let world = &self.world;
+        self.replica_counts
+            .iter_mut()
+            .enumerate()
+            .map(|(k, c)| {
+                let counts = world
+                    .server_as::<MasterNode>(NodeId::master(k))
+                    .map_or(&none, |m| m.heartbeat_counts());
+                c.update(Some("replica"), counts)
+            })
+            .collect()
+    }
+
+    /// The master replicas as etcd and each replica (its `totals`) show them.
+    fn observe_masters(
+        &mut self,
+        totals: &[Arc<BTreeMap<u16, u64>>],
+    ) -> Arc<crate::observe::Masters> {
+        let accepted = totals
+            .iter()
+            .map(|t| t.get(&200).copied().unwrap_or(0))
+            .collect();
+        let (elected, loadmetrics_revision) = match self.master_cfgs.len() {
+            0 | 1 => (None, None),
+            _ => self.elected_in_etcd(),
+        };
+        let next = crate::observe::Masters {
+            elected,
+            accepted,
+            loadmetrics_revision,
+        };
+        crate::observe::Masters::share(&mut self.masters, next)
+    }
+
+    /// The replica the MASTER key names, and the newest LOADMETRICS write's revision
+    /// (read again only when etcd's keys changed).
+    fn elected_in_etcd(&mut self) -> (Option<usize>, Option<i64>) {
+        let Some(etcd) = self.world.server_as::<EtcdNode>(NodeId::Etcd) else {
+            return (None, None);
+        };
+        let writes = etcd.kv_writes();
+        if let Some((seen, elected)) = self.elected_seen {
+            if seen == writes {
+                return elected;
+            }
+        }
+        let ns = mock_master::normalize_namespace(&self.namespace);
+        let elected = etcd
+            .value(format!("{ns}XLLM:SERVICE:MASTER").as_bytes())
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| self.topology.master.replica_named(v));
+        let loadmetrics = etcd
+            .list_prefix(format!("{ns}XLLM:LOADMETRICS:").as_bytes())
+            .ok()
+            .and_then(|(_, kvs)| kvs.iter().map(|kv| kv.mod_revision).max());
+        self.elected_seen = Some((writes, (elected, loadmetrics)));
+        (elected, loadmetrics)
+    }
+
+
+    /// Run the world event by event up to `until_ms`, and answer the observation at the
+    /// first event that changes it (`None`: none did; time then stands at the last
+    /// event run, and [`SimCluster::advance_to`] takes it the rest of the way). The
+    /// sample names that event: its number in the run ([`sim::World::events`]).
+    pub fn next_change(&mut self, until_ms: u64) -> Option<Sample> {
+        let until = Duration::from_millis(until_ms);
+        while self.world.step_due(until) {
+            let only = match self.changed_by_step() {
+                Changed::Nothing => continue,
+                Changed::Instances(i) => Some(i),
+                Changed::Any => None,
+            };
+            self.timeline.set_now(self.now_ms());
+            self.drain_records();
+            self.take_routed();
+            let (mut sample, changed) = self.observe_only(only.as_deref());
+            if changed {
+                sample.event = Some(self.world.events());
+                return Some(sample);
+            }
+        }
+        None
+    }
+
+    /// The observation now if it differs from the last one (after an action: a verb
+    /// may change what is observed without an event).
+    pub fn change_now(&mut self) -> Option<Sample> {
+        let (mut sample, changed) = self.observe_only(None);
+        sample.event = Some(self.world.events());
+        changed.then_some(sample)
+    }
+
+    /// What the event just run may have changed, from the nodes it ran and the counts
+    /// of change etcd and the master keep.
+    fn changed_by_step(&mut self) -> Changed {
+        let mut changed = Vec::new();
+        // Something but the instances may have changed (the replicas' view).
+        let mut observe = false;
+        let mut k = 0;
+        while let Some(&id) = self.world.stepped().get(k) {
+            k += 1;
+            match id {
+                NodeId::Sidecar(i) => {
+                    let i = i as usize;
+                    let exit = self.world.sidecars().get(i).and_then(|s| s.exited());
+                    let seen = self.instances.get(i).and_then(|x| x.last_key.as_ref());
+                    if seen.is_none_or(|k| k.exit.is_none() && exit.is_some()) {
+                        changed.push(i);
+                    }
+                }
+                NodeId::Etcd => match self.etcd_changes() {
+                    Changed::Instances(i) => {
+                        observe = true;
+                        changed.extend(i);
+                    }
+                    Changed::Any => return Changed::Any,
+                    Changed::Nothing => {}
+                },
+                NodeId::Master | NodeId::MasterReplica(_) => {
+                    let k = match id {
+                        NodeId::MasterReplica(k) => k as usize,
+                        _ => 0,
+                    };
+                    match self.master_changes(k) {
+                        Changed::Instances(i) => changed.extend(i),
+                        Changed::Any => return Changed::Any,
+                        Changed::Nothing => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        match observe {
+            true => Changed::Instances(changed),
+            false => Changed::of(changed),
+        }
+    }
+
+    /// The instances whose etcd keys were written since the last look (none but the
+    /// MASTER and LOADMETRICS keys: the replicas' view, which is observed anyway).
+    fn etcd_changes(&mut self) -> Changed {
+        let Some(etcd) = self.world.server_as::<EtcdNode>(NodeId::Etcd) else {
+            return Changed::Any;
+        };
+        let now = (etcd.kv_writes(), etcd.revision());
+        let Some((writes, revision)) = self.etcd_seen.replace(now) else {
+            return Changed::Any;
+        };
+        if writes == now.0 {
+            return Changed::Nothing;
+        }
+        let Some(keys) = etcd.keys_written_since(revision, now.0.saturating_sub(writes)) else {
+            return Changed::Any;
+        };
+        let mut changed: Vec<usize> = Vec::new();
+        let mut others = false;
+        for key in keys {
+            match self.key_index.get(key) {
+                Some(&i) => changed.push(i),
+                None => others = true,
+            }
+        }
+        match (changed.is_empty(), others && self.master_cfgs.len() > 1) {
+            // Only the replicas' view may have changed: observed with no instance.
+            (true, true) => Changed::Instances(changed),
+            _ => Changed::of(changed),
+        }
+    }
+
+    /// Master replica `k`'s entries changed since the last look, as instances.
+    fn master_changes(&mut self, k: usize) -> Changed {
+        let Some(m) = self.world.server_as::<MasterNode>(NodeId::master(k)) else {
+            return Changed::Any;
+        };
+        if self.master_seen.len() <= k {
+            self.master_seen.resize(k + 1, (0, 0, None));
+        }
+        let (changes, removals) = m.instances().changes();
+        let unnamed = m.heartbeat_counts().get(&401).copied();
+        let Some(seen) = self.master_seen.get_mut(k) else {
+            return Changed::Any;
+        };
+        let (seen_changes, seen_removals, seen_unnamed) = *seen;
+        if (changes, removals, unnamed) == (seen_changes, seen_removals, seen_unnamed) {
+            return Changed::Nothing;
+        }
+        *seen = (changes, removals, unnamed);
+        // A removal leaves no stamp to find; counts that went back are a new process's.
+        if removals != seen_removals || unnamed != seen_unnamed || changes < seen_changes {
+            return Changed::Any;
+        }
+        let index = &self.addr_index;
+        let changed: Vec<usize> = m
+            .instances()
+            .changed_since(seen_changes)
+            .filter_map(|name| index.get(name).copied())
+            .collect();
+        Changed::of(changed)
+    }
+}
+
+
+impl Changed {
+    /// `instances`, or nothing if it names none.
+    fn of(instances: Vec<usize>) -> Changed {
+        match instances.is_empty() {
+            true => Changed::Nothing,
+            false => Changed::Instances(instances),
+        }
+    }
+}
+
+/// `a` and `b` hold the same values (a NaN equal to itself).
+fn same_obs(a: &InstanceObs, b: &InstanceObs) -> bool {
+    let bits = |o: &InstanceObs| o.gpu_cache.map(f64::to_bits);
+    let rest = |o: &InstanceObs| InstanceObs {
+        gpu_cache: None,
+        ..o.clone()
+    };
+    bits(a) == bits(b) && rest(a) == rest(b)
+}
+
