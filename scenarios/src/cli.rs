@@ -170,9 +170,13 @@ pub async fn run(args: RunArgs) -> u8 {
         for o in failed {
             println!("\nFAILED {} ({}):", o.name, o.file);
             for v in o.failures() {
+                let event = v
+                    .first_violation_event
+                    .map(|n| format!(" (event {n})"))
+                    .unwrap_or_default();
                 let at = v
                     .first_violation_ms
-                    .map(|t| format!(" at t={:.2}s", t as f64 / 1000.0))
+                    .map(|t| format!(" at t={:.3}s{event}", t as f64 / 1000.0))
                     .unwrap_or_default();
                 println!("  {} {}{at}: {}", v.kind, v.name, v.detail);
             }

@@ -5,7 +5,10 @@
 //! Time moves only through [`Cluster::advance_to`]: real mode waits on the wall clock,
 //! virtual time runs the world. The cluster is observed at every sample period on the
 //! way, so a condition is judged on the samples, at exact instants in virtual time and
-//! within a period in real time.
+//! within a period in real time. Where the mode sees changes (virtual time), it is also
+//! observed at every event that changes what is observed ([`Cluster::next_change`]):
+//! the invariants see every state the cluster was in, while the steps keep the period's
+//! pace (an await is judged at each period, so the steps run when they always did).
 
 use std::path::Path;
 use std::time::Duration;

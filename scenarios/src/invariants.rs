@@ -1,5 +1,9 @@
 //! The invariants: properties of the whole run, judged after it on every sample and
-//! every fault episode ([`crate::episode`]), the same way in both modes.
+//! every fault episode ([`crate::episode`]), the same way in both modes. In virtual
+//! time there is a sample at every event that changes what is observed, so the first
+//! violating sample is the violating event's; each pass judges an observation when it
+//! changes, and again at every sample only while its verdict can change with time alone
+//! (a missing key's grace running out).
 //!
 //! Why each fires only outside the excusing episodes plus a grace: a fault may break a
 //! property for a while (a partitioned sidecar cannot stay registered); what must never

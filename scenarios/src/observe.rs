@@ -1,4 +1,5 @@
-//! What the runner sees of the cluster, sampled every few tens of milliseconds.
+//! What the runner sees of the cluster, sampled every few tens of milliseconds (and in
+//! virtual time also at every event that changes it).
 //!
 //! Awaits and invariants are judged on these samples (plus the timeline), never on the
 //! sidecar's own word: the question is whether the master and etcd — what routing really

@@ -27,6 +27,9 @@ pub struct Violation {
     pub detail: String,
     /// When it was first violated (ms since the start).
     pub t_ms: Option<u64>,
+    /// The event that first violated it, by its number in the run (virtual time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<u64>,
 }
 
 impl Violation {
@@ -269,6 +272,7 @@ mod tests {
                     invariant: "registered_when_healthy".into(),
                     detail: format!("i{who} had no etcd key at t={}", f.at_ms + 500),
                     t_ms: Some(f.at_ms + 500),
+                    event: None,
                 });
                 break;
             }
@@ -278,6 +282,7 @@ mod tests {
                 invariant: "single_incarnation".into(),
                 detail: "i0: split".into(),
                 t_ms: Some(1),
+                event: None,
             });
         }
         out
@@ -368,6 +373,7 @@ mod tests {
             invariant: "x".into(),
             detail: d.into(),
             t_ms: None,
+            event: None,
         };
         assert_eq!(
             v("i12: heartbeats of incarnation i12-abc").instance(),

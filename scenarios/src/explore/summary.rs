@@ -96,6 +96,9 @@ pub struct Finding {
     pub detail: String,
     /// When the shrunk run first broke it, in ms since the start.
     pub t_ms: Option<u64>,
+    /// The event of the shrunk run that first broke it, by its number in the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<u64>,
     /// The size of the schedule as drawn.
     pub original: Size,
     /// The size of the shrunk schedule.

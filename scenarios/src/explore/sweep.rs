@@ -117,6 +117,7 @@ pub fn violations(o: &Outcome) -> Vec<Violation> {
             invariant: v.name.clone(),
             detail: v.detail.clone(),
             t_ms: v.first_violation_ms.or(v.t_ms),
+            event: v.first_violation_event,
         })
         .collect()
 }
@@ -246,6 +247,7 @@ fn write_finding(
         invariant: v.invariant.clone(),
         detail: v.detail.clone(),
         t_ms: v.t_ms,
+        event: v.event,
         original: original.size(),
         shrunk: s.size(),
         file: rel,
