@@ -20,7 +20,11 @@ use std::sync::Arc;
 /// where that is not known), with them: the passes that judge an observation alone,
 /// whatever the time, judge each once.
 fn changed_in(s: &Sample) -> impl Iterator<Item = (usize, &Arc<InstanceObs>)> + '_ {
-    let all = if s.changed.is_none() { s.instances.len() } else { 0 };
+    let all = if s.changed.is_none() {
+        s.instances.len()
+    } else {
+        0
+    };
     s.changed
         .iter()
         .flatten()
@@ -59,7 +63,8 @@ impl Judged {
             None => todo.extend(0..s.instances.len()),
         }
         let again = &self.again;
-        self.listed.retain(|&i| again.get(i).copied().unwrap_or(false));
+        self.listed
+            .retain(|&i| again.get(i).copied().unwrap_or(false));
         todo.extend(self.listed.iter().copied().chain(more));
         todo.sort_unstable();
         todo.dedup();
@@ -224,7 +229,11 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
                 }
                 _ => false,
             };
-            let down_lately = last_down.get(i).copied().flatten().is_some_and(|d| d > from);
+            let down_lately = last_down
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|d| d > from);
             if down_lately || s.t_ms < grace {
                 continue;
             }
@@ -462,15 +471,17 @@ fn heartbeat_after_long_stop(
             let Some(old) = before.master_incarnation.clone() else {
                 continue;
             };
+            // From the instant it continues: what it does then is judged, whatever was
+            // accepted while it was stopped (heartbeats it sent before the stop).
             let mut accepted = samples
                 .iter()
                 .rev()
-                .find(|s| s.t_ms <= end)
+                .find(|s| s.t_ms < end)
                 .and_then(at)
                 .map_or(0, |o| o.accepted());
             let after = samples
                 .iter()
-                .filter(|s| s.t_ms > end && s.t_ms <= end + ttl_ms);
+                .filter(|s| s.t_ms >= end && s.t_ms <= end + ttl_ms);
             for s in after {
                 let Some(o) = at(s) else { continue };
                 if o.accepted() > accepted && o.master_incarnation.as_ref() == Some(&old) {
@@ -957,7 +968,14 @@ mod tests {
             let outcome = |samples: &[Sample]| {
                 check(&sc, samples, &eps, &[], &crate::capability::all())
                     .into_iter()
-                    .map(|v| (v.name, v.passed, v.first_violation_ms, (!v.passed).then_some(v.detail)))
+                    .map(|v| {
+                        (
+                            v.name,
+                            v.passed,
+                            v.first_violation_ms,
+                            (!v.passed).then_some(v.detail),
+                        )
+                    })
                     .collect::<Vec<_>>()
             };
             let judged = outcome(&shared);

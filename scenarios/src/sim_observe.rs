@@ -261,7 +261,6 @@ impl SimCluster {
         (elected, loadmetrics)
     }
 
-
     /// Run the world event by event up to `until_ms`, and answer the observation at the
     /// first event that changes it (`None`: none did; time then stands at the last
     /// event run, and [`SimCluster::advance_to`] takes it the rest of the way). The
@@ -403,7 +402,6 @@ impl SimCluster {
     }
 }
 
-
 impl Changed {
     /// `instances`, or nothing if it names none.
     fn of(instances: Vec<usize>) -> Changed {
@@ -423,4 +421,3 @@ fn same_obs(a: &InstanceObs, b: &InstanceObs) -> bool {
     };
     bits(a) == bits(b) && rest(a) == rest(b)
 }
-

@@ -257,6 +257,25 @@ fn a_lease_is_given_up_only_once_its_ttl_has_certainly_run_out() {
     assert!(revokes(&run.seen).iter().any(|&(_, lease)| lease == 7));
 }
 
+/// A keepalive's answer held while the process was stopped comes in after the TTL: etcd
+/// refreshed the lease no earlier than when the keepalive was sent, so
+/// the lease may be gone, and is given up (revoked, registered anew), never trusted.
+#[test]
+fn a_keepalive_answer_that_comes_in_after_the_ttl_refreshes_nothing() {
+    let mut run = Run::registered(&[]);
+    let out = run.idle_until(ms(2_100));
+    let ka = keepalives(&out);
+    assert_eq!(ka.len(), 1, "{out:?}");
+    // Sent at about 2 s; answered (TTL 6 s) only at 9 s, past 2 s + 6 s.
+    let late = run.answer(ms(9_000), ka[0], Answer::KeepaliveTtl(6));
+    assert!(grant_id(&late).is_some(), "not registered anew: {late:?}");
+    assert!(notes(&run.seen).contains(&Note::LeaseLost {
+        lease: 7,
+        why: LeaseLoss::Expired
+    }));
+    assert!(revokes(&run.seen).iter().any(|&(_, lease)| lease == 7));
+}
+
 #[test]
 fn a_page_answered_once_the_lease_has_certainly_run_out_is_not_posted() {
     let mut run = Run::registered(&["--heartbeat-interval", "3"]);

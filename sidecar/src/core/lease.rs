@@ -172,11 +172,23 @@ impl Core {
         }
         let id = lease.id;
         lease.next_keepalive = grid::after(self.cfg.keepalive_period, now);
-        let cmd = self.issue(Pending::Keepalive { lease: id });
+        let cmd = self.issue(Pending::Keepalive {
+            lease: id,
+            sent: now,
+        });
         self.push(Command::Keepalive { id: cmd, lease: id });
     }
 
-    pub(super) fn on_keepalive(&mut self, now: Duration, lease_id: i64, answer: Answer) {
+    /// A keepalive's answer (`sent`: when it went out). A refresh counts from when it was
+    /// sent, not from when its answer came in: an answer held while the process was
+    /// stopped says nothing of the time since.
+    pub(super) fn on_keepalive(
+        &mut self,
+        now: Duration,
+        lease_id: i64,
+        sent: Duration,
+        answer: Answer,
+    ) {
         let Registration::Registered(lease) = &mut self.reg else {
             return;
         };
@@ -186,7 +198,7 @@ impl Core {
         match answer {
             Answer::KeepaliveTtl(ttl) if ttl > 0 => {
                 lease.ttl = ttl;
-                lease.last_refresh = lease.last_refresh.max(now);
+                lease.last_refresh = lease.last_refresh.max(sent);
                 self.keepalive_backoff.reset();
                 self.note(Note::KeepaliveOk {
                     lease: lease_id,

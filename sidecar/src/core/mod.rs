@@ -287,7 +287,7 @@ impl Core {
             (Pending::Grant, Answer::GrantFailed(e)) => self.on_grant_failed(now, id, e),
             (Pending::Put, Answer::PutDone) => self.on_put(now, id, None),
             (Pending::Put, Answer::PutFailed(e)) => self.on_put(now, id, Some(e)),
-            (Pending::Keepalive { lease }, a) => self.on_keepalive(now, lease, a),
+            (Pending::Keepalive { lease, sent }, a) => self.on_keepalive(now, lease, sent, a),
             (Pending::Scrape { incarnation }, a) => self.on_scrape(now, id, incarnation, a),
             (Pending::Post { incarnation }, a) => self.on_post(now, id, incarnation, a),
             (Pending::Revoke, a) => self.on_revoke(now, id, a),

@@ -97,14 +97,16 @@ pub struct Lease {
     pub incarnation: String,
     /// Seconds etcd last said the lease had.
     pub ttl: i64,
-    /// When etcd last refreshed it, at the latest (the time its answer came in).
+    /// When etcd last refreshed it, at the earliest: when the keepalive it answered was
+    /// sent (its answer may come in much later, after the process was stopped).
     pub last_refresh: Duration,
     /// When the next keepalive goes out.
     pub next_keepalive: Duration,
 }
 
 impl Lease {
-    /// When the lease has certainly expired, unless refreshed before.
+    /// When the lease may have expired, unless refreshed before (its TTL from the
+    /// earliest time etcd may have last refreshed it).
     pub fn certain_expiry(&self) -> Duration {
         self.last_refresh + Duration::from_secs(self.ttl.unsigned_abs())
     }
@@ -172,6 +174,8 @@ pub enum Pending {
     Put,
     Keepalive {
         lease: i64,
+        /// When it was sent: etcd refreshed the lease then at the earliest.
+        sent: Duration,
     },
     Scrape {
         incarnation: String,
