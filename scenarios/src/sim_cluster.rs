@@ -131,6 +131,8 @@ pub struct SimCluster {
     pub(crate) elected_seen: Option<(u64, (Option<usize>, Option<i64>))>,
     /// Instance index by registered address (the name the master knows it by).
     pub(crate) addr_index: HashMap<String, usize>,
+    /// The master replica whose view the last observation read.
+    pub(crate) viewed: Option<usize>,
     /// Instance index by etcd key.
     pub(crate) key_index: HashMap<Vec<u8>, usize>,
     /// etcd's count of writes and its revision when its keys were last looked at for
@@ -222,6 +224,7 @@ impl SimCluster {
             elected_seen: None,
             addr_index,
             key_index,
+            viewed: None,
             etcd_seen: None,
             routed: Vec::new(),
         };
