@@ -123,7 +123,11 @@ impl SimCluster {
     fn observe_only(&mut self, only: Option<&[usize]>) -> (Sample, bool) {
         let none = BTreeMap::new();
         let replicas = self.master_cfgs.len();
-        let totals = self.replica_totals();
+        // One master: its counts are the cluster's (`global` below), no replica's apart.
+        let totals = match replicas {
+            0 | 1 => Vec::new(),
+            _ => self.replica_totals(),
+        };
         let summed = (replicas > 1).then(|| sum_counts(&totals));
         let etcd = self.world.server_as::<EtcdNode>(NodeId::Etcd);
         self.viewed = self.view_replica();
@@ -215,6 +219,10 @@ impl SimCluster {
             out.push(obs);
         }
         let last_masters = self.masters.clone();
+        let totals = match totals.is_empty() {
+            true => vec![global],
+            false => totals,
+        };
         let masters = self.observe_masters(&totals);
         changed |= !Arc::ptr_eq(&last_masters, &masters);
         let sample = Sample {
