@@ -105,6 +105,10 @@ impl SimInstance {
     }
 }
 
+/// What etcd says of the master replicas: the replica the MASTER key names, and the
+/// newest LOADMETRICS write's revision.
+pub(crate) type ElectedInEtcd = (Option<usize>, Option<i64>);
+
 /// The whole cluster of one scenario in virtual time.
 pub struct SimCluster {
     pub(crate) world: World,
@@ -128,7 +132,7 @@ pub struct SimCluster {
     pub(crate) master_seen: Vec<(u64, u64, Option<u64>)>,
     /// etcd's count of writes when the MASTER and LOADMETRICS keys were last read, and
     /// what they showed (the elected replica, the newest LOADMETRICS revision).
-    pub(crate) elected_seen: Option<(u64, (Option<usize>, Option<i64>))>,
+    pub(crate) elected_seen: Option<(u64, ElectedInEtcd)>,
     /// Instance index by registered address (the name the master knows it by).
     pub(crate) addr_index: HashMap<String, usize>,
     /// The master replica whose view the last observation read.

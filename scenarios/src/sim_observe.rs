@@ -16,7 +16,7 @@ use sim::master_node::MasterNode;
 use sim::NodeId;
 
 use crate::observe::{Cumulative, InstanceObs, Sample};
-use crate::sim_cluster::{ObsKey, SimCluster, SimInstance};
+use crate::sim_cluster::{ElectedInEtcd, ObsKey, SimCluster, SimInstance};
 
 /// What the last event may have changed of the observation.
 enum Changed {
@@ -279,7 +279,7 @@ impl SimCluster {
 
     /// The replica the MASTER key names, and the newest LOADMETRICS write's revision
     /// (read again only when etcd's keys changed).
-    fn elected_in_etcd(&mut self) -> (Option<usize>, Option<i64>) {
+    fn elected_in_etcd(&mut self) -> ElectedInEtcd {
         let Some(etcd) = self.world.server_as::<EtcdNode>(NodeId::Etcd) else {
             return (None, None);
         };
