@@ -15,6 +15,7 @@ use crate::auth_messages::AuthRequest;
 use crate::core::EtcdCore;
 use crate::decode::{self, MessageSplitter, Piece};
 use crate::error::{code, EtcdError};
+use crate::event::EtcdEvent;
 use crate::lock::UnlockRequest;
 use crate::requests::*;
 use crate::size;
@@ -198,18 +199,11 @@ pub enum Request {
     Unlock(UnlockRequest),
 }
 
-/// Something worth an event line, from the core's point of view.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Report {
-    pub kind: &'static str,
-    pub detail: serde_json::Value,
-}
-
 /// A success: the JSON body (for keepalive, its lines) and what to report.
 #[derive(Debug)]
 pub struct Reply {
     pub body: String,
-    pub report: Option<Report>,
+    pub report: Option<EtcdEvent<'static>>,
 }
 
 /// An answer without HTTP: status and body as the gateway sends them.
@@ -217,7 +211,8 @@ pub struct Reply {
 pub struct Answer {
     pub status: u16,
     pub body: Vec<u8>,
-    pub report: Option<Report>,
+    /// What to report, as the HTTP shell reports it.
+    pub report: Option<EtcdEvent<'static>>,
 }
 
 fn json<T: Serialize>(v: &T) -> String {
@@ -242,10 +237,7 @@ impl EtcdCore {
             Request::Grant(r) => json(&self.grant(token, &r, now)?),
             Request::Revoke(r) => {
                 let resp = self.revoke(token, &r, now)?;
-                report = Some(Report {
-                    kind: "lease_revoked",
-                    detail: serde_json::json!({ "id": r.id }),
-                });
+                report = Some(EtcdEvent::LeaseRevoked { id: r.id });
                 json(&resp)
             }
             Request::KeepAlive(rs) => rs.iter().map(|r| self.keepalive(r, now).line()).collect(),
@@ -253,10 +245,7 @@ impl EtcdCore {
             Request::Leases => json(&self.leases()),
             Request::Authenticate(r) => {
                 let resp = self.authenticate(token, &r, now)?;
-                report = Some(Report {
-                    kind: "authenticated",
-                    detail: serde_json::json!({ "user": r.name }),
-                });
+                report = Some(EtcdEvent::Authenticated { user: r.name });
                 json(&resp)
             }
             Request::Auth(r) => json(&self.auth_manage(token, &r, now)?),

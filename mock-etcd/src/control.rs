@@ -14,6 +14,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 
+use crate::event::EtcdEvent;
 use crate::lease;
 use crate::state::Shared;
 
@@ -43,10 +44,9 @@ pub fn lose_data(shared: &Shared, reset_revision: bool) {
         .core()
         .lose_data(reset_revision, mock_kit::events::now_ms());
     shared.close_streams();
-    shared.events.emit(
-        "data_lost",
-        serde_json::json!({ "reset_revision": reset_revision }),
-    );
+    shared
+        .events
+        .emit_event(&EtcdEvent::DataLost { reset_revision });
 }
 
 pub fn reset(shared: &Shared) {
@@ -55,7 +55,7 @@ pub fn reset(shared: &Shared) {
     shared.core().lose_data(true, mock_kit::events::now_ms());
     shared.close_streams();
     shared.journal.clear();
-    shared.events.emit("reset", serde_json::json!({}));
+    shared.events.emit_event(&EtcdEvent::Reset);
 }
 
 async fn get_state(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value> {
@@ -122,7 +122,7 @@ async fn release(State(shared): State<Arc<Shared>>) -> StatusCode {
 
 async fn close_watches(State(shared): State<Arc<Shared>>) -> StatusCode {
     shared.close_streams();
-    shared.events.emit("watches_closed", serde_json::json!({}));
+    shared.events.emit_event(&EtcdEvent::WatchesClosed);
     StatusCode::NO_CONTENT
 }
 

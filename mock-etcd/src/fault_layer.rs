@@ -12,6 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::EtcdError;
+use crate::event::EtcdEvent;
 use crate::faults::{Fault, FaultDecision};
 use crate::journal::RequestLog;
 use crate::state::Shared;
@@ -28,9 +29,10 @@ pub(crate) async fn middleware(
     let path = req.uri().path().to_string();
     let fault = crate::faults::pick(&shared.faults, &path);
     if let Some(f) = &fault {
-        shared
-            .events
-            .emit("fault", serde_json::json!({ "fault": f, "path": path }));
+        shared.events.emit_event(&EtcdEvent::Fault {
+            fault: f,
+            path: &path,
+        });
     }
     let resp = match fault.as_ref().map(Fault::decision) {
         Some(FaultDecision::Fail(e)) => e.into_response(),
@@ -51,12 +53,12 @@ pub(crate) async fn middleware(
     };
     let status = resp.status().as_u16();
     let elapsed_ms = started.elapsed().as_millis() as u64;
-    if shared.events.enabled() {
-        shared.events.emit(
-            "request",
-            serde_json::json!({ "method": method, "path": path, "status": status, "elapsed_ms": elapsed_ms }),
-        );
-    }
+    shared.events.emit_event(&EtcdEvent::Request {
+        method: &method,
+        path: &path,
+        status,
+        elapsed_ms,
+    });
     shared.journal.push(RequestLog {
         at_ms,
         method,

@@ -16,6 +16,7 @@ use crate::body::StreamReader;
 use crate::codec;
 use crate::decode::{self, Piece};
 use crate::error::{code, EtcdError};
+use crate::event::EtcdEvent;
 use crate::requests::IdRequest;
 use crate::state::Shared;
 use crate::store::Lease;
@@ -87,17 +88,11 @@ pub async fn run_expiry(shared: Arc<Shared>) {
 }
 
 fn report_expired(shared: &Shared, l: &Lease, why: &str) {
-    if shared.events.enabled() {
-        let keys: Vec<String> = l
-            .keys
-            .iter()
-            .map(|k| String::from_utf8_lossy(k).into_owned())
-            .collect();
-        shared.events.emit(
-            "lease_expired",
-            serde_json::json!({ "id": l.id, "keys": keys, "why": why }),
-        );
-    }
+    shared.events.emit_event(&EtcdEvent::LeaseExpired {
+        id: l.id,
+        keys: &l.keys,
+        why,
+    });
 }
 
 /// Expire one lease now (fault injection).

@@ -50,6 +50,7 @@
 //! - [`codec`]: the JSON dialect on the way out (int64 as strings, base64 bytes,
 //!   omitted zeros) and the gateway's headers; [`codec::ok`].
 //! - [`error`]: [`EtcdError`], the one error type, rendered as `{"error","message","code"}`.
+//! - [`event`]: every event mock-etcd reports, as one typed value: [`EtcdEvent`].
 //! - `size`: protobuf sizes of requests for etcd's two size limits.
 //!
 //! The HTTP shell:
@@ -92,6 +93,7 @@ pub mod core;
 pub mod data;
 pub mod decode;
 pub mod error;
+pub mod event;
 mod fault_layer;
 pub mod faults;
 mod gateway;
@@ -118,11 +120,12 @@ use std::sync::{Arc, Mutex};
 
 use mock_kit::{Events, FaultRegistry, ServerHandle, Shutdown};
 
-pub use crate::calls::{Answer, Call, Report, Request};
+pub use crate::calls::{Answer, Call, Request};
 pub use crate::core::{EtcdCore, WatchStream};
 pub use crate::watchers::{LineSink, WatchSink};
 pub use config::Config;
 pub use error::EtcdError;
+pub use event::EtcdEvent;
 pub use faults::Fault;
 pub use journal::RequestLog;
 
@@ -241,9 +244,7 @@ impl MockEtcd {
     /// End every open watch (and keepalive) stream, as a connection loss would.
     pub fn close_watches(&self) {
         self.shared.close_streams();
-        self.shared
-            .events
-            .emit("watches_closed", serde_json::json!({}));
+        self.shared.events.emit_event(&EtcdEvent::WatchesClosed);
     }
 
     /// Keys (decoded), leases with remaining TTL, revision.

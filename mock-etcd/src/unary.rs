@@ -31,8 +31,8 @@ pub async fn serve(call: Call, shared: Arc<Shared>, headers: HeaderMap, body: Bo
     let outcome = shared.core().apply(req, token, now);
     match outcome {
         Ok(reply) => {
-            if let Some(r) = reply.report {
-                shared.events.emit(r.kind, r.detail);
+            if let Some(r) = &reply.report {
+                shared.events.emit_event(r);
             }
             codec::ok(reply.body)
         }

@@ -24,6 +24,7 @@ use crate::codec;
 use crate::core::WatchStream;
 use crate::decode::Piece;
 use crate::error::{code, EtcdError};
+use crate::event::EtcdEvent;
 use crate::outbox::Outbox;
 use crate::state::Shared;
 use crate::watchers::{line, WatchResponse};
@@ -145,10 +146,10 @@ impl Session {
         core.watch_close(&self.ws);
         let header = core.header();
         drop(core);
-        self.shared.events.emit(
-            "watch_overflow",
-            serde_json::json!({ "stream": self.ws.id(), "first_missed": missed }),
-        );
+        self.shared.events.emit_event(&EtcdEvent::WatchOverflow {
+            stream: self.ws.id(),
+            first_missed: missed,
+        });
         let mut out = String::new();
         let mut all = std::mem::take(&mut *crate::locking::lock(&self.out.overflow.ids));
         all.extend(ids);

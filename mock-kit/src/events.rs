@@ -14,6 +14,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::fake_event::FakeEvent;
+
 /// One thing that happened: a request served, a state change, a fault fired.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {
@@ -131,6 +133,22 @@ impl Events {
             sink.emit(Event::at(at_ms, self.source.clone(), kind, detail));
         }
     }
+
+    /// Report a typed event as [`Events::emit`] does; its detail is built only when a
+    /// sink is installed.
+    pub fn emit_event<E: FakeEvent + ?Sized>(&self, event: &E) {
+        if self.enabled() {
+            self.emit(event.kind(), event.detail());
+        }
+    }
+
+    /// Report a typed event stamped `at_ms`, as [`Events::emit_at`] does; its detail is
+    /// built only when a sink is installed.
+    pub fn emit_event_at<E: FakeEvent + ?Sized>(&self, at_ms: u64, event: &E) {
+        if self.enabled() {
+            self.emit_at(at_ms, event.kind(), event.detail());
+        }
+    }
 }
 
 /// A bounded in-memory sink: keeps the last `capacity` events (tests, `/_mock/events`).
@@ -192,6 +210,50 @@ mod tests {
         }
         let got: Vec<_> = ring.snapshot().into_iter().map(|e| e.detail).collect();
         assert_eq!(got, vec![serde_json::json!(1), serde_json::json!(2)]);
+    }
+
+    /// A typed event whose detail counts how often it was built.
+    struct Counted<'a>(&'a std::sync::atomic::AtomicUsize);
+
+    impl FakeEvent for Counted<'_> {
+        fn kind(&self) -> &'static str {
+            "counted"
+        }
+        fn detail(&self) -> serde_json::Value {
+            let n = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            serde_json::json!({ "n": n })
+        }
+    }
+
+    #[test]
+    fn typed_events_are_built_only_for_a_sink() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let built = AtomicUsize::new(0);
+        Events::none("quiet").emit_event(&Counted(&built));
+        Events::none("quiet").emit_event_at(5, &Counted(&built));
+        assert_eq!(built.load(Ordering::Relaxed), 0);
+        let ring = RingSink::new(10);
+        let events =
+            Events::new("t", Some(ring.clone() as Arc<dyn EventSink>)).with_clock(Arc::new(|| 11));
+        events.emit_event(&Counted(&built));
+        events.emit_event_at(5, &Counted(&built));
+        let got: Vec<(u64, String, String, serde_json::Value)> = ring
+            .snapshot()
+            .into_iter()
+            .map(|e| (e.at_ms, e.source, e.kind, e.detail))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    11,
+                    "t".into(),
+                    "counted".into(),
+                    serde_json::json!({"n": 0})
+                ),
+                (5, "t".into(), "counted".into(), serde_json::json!({"n": 1})),
+            ]
+        );
     }
 
     #[test]

@@ -17,15 +17,19 @@
 //! - [`events`]: [`Event`] and the [`EventSink`] trait through which a fake reports what
 //!   happened to it; scenarios merge these into one timeline. Virtual timestamps through
 //!   [`Events::with_clock`] or [`Events::emit_at`].
+//! - [`fake_event`]: [`FakeEvent`], a fake's event as a typed value (kind and detail),
+//!   emitted in one call with [`Events::emit_event`].
 
 pub mod cli;
 pub mod events;
+pub mod fake_event;
 pub mod faults;
 pub mod freeze;
 pub mod serve;
 pub mod shutdown;
 
 pub use events::{Event, EventSink, Events};
+pub use fake_event::FakeEvent;
 pub use faults::{FaultRegistry, MAX_FAULT_BODY};
 pub use freeze::Freeze;
 pub use serve::ServerHandle;

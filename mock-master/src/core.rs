@@ -16,13 +16,12 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use serde_json::json;
-
 use crate::auth::{self, Token};
 use crate::beat::{self, Answer};
 use crate::config::{normalize_namespace, Config};
 use crate::election::{self, Election, Outcome, Role};
 use crate::etcd::{EventKind, KeyValue, WatchEvent, WatchResponse};
+use crate::event::MasterEvent;
 use crate::follow::{self, Change, Cursor, Verdict};
 use crate::gate::Gate;
 use crate::instances::{InstanceView, Instances, Notice, ProbeTicket};
@@ -65,9 +64,9 @@ pub enum Note {
 }
 
 impl Note {
-    /// The event the real shell emits for it: kind and detail (a simulator logs the
-    /// same, stamped with its own time).
-    pub fn event(&self) -> (&'static str, serde_json::Value) {
+    /// The event the real shell emits for it (a simulator logs the same, stamped with
+    /// its own time).
+    pub fn event(&self) -> MasterEvent<'_> {
         match self {
             Note::Table(Notice::Transition {
                 name,
@@ -75,30 +74,33 @@ impl Note {
                 from,
                 to,
                 reason,
-            }) => (
-                "state",
-                json!({"name": name, "incarnation": incarnation, "from": from, "to": to, "reason": reason}),
-            ),
+            }) => MasterEvent::State {
+                name,
+                incarnation,
+                from,
+                to,
+                reason,
+            },
             Note::Table(Notice::StaleDelete {
                 name,
                 deleted,
                 tracked,
-            }) => (
-                "stale_delete",
-                json!({"name": name, "deleted": deleted, "tracked": tracked}),
-            ),
-            Note::BadRegistration { name, error } => {
-                ("bad_registration", json!({"name": name, "error": error}))
-            }
+            }) => MasterEvent::StaleDelete {
+                name,
+                deleted,
+                tracked,
+            },
+            Note::BadRegistration { name, error } => MasterEvent::BadRegistration { name, error },
             Note::Probe {
                 name,
                 incarnation,
                 healthy,
-            } => (
-                "probe",
-                json!({"name": name, "incarnation": incarnation, "healthy": healthy}),
-            ),
-            Note::Role(ev) => (ev.kind(), ev.detail()),
+            } => MasterEvent::Probe {
+                name,
+                incarnation,
+                healthy: *healthy,
+            },
+            Note::Role(ev) => MasterEvent::Role(ev),
         }
     }
 }

@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use mock_kit::{Events, Freeze, Shutdown};
-use serde_json::json;
 
 use crate::election::{Call, Op, Outcome};
 use crate::etcd::EtcdClient;
+use crate::event::MasterEvent;
 use crate::registry::Registry;
 
 /// How often the election's timers are looked at: a small fraction of a 1 s keepalive
@@ -59,8 +59,10 @@ fn spawn_call(call: Call, c: &Caller) {
         };
         if let Outcome::Failed { error } = &outcome {
             tracing::warn!(op = op_name(&call.op), %error, "election call failed");
-            let detail = json!({"op": op_name(&call.op), "error": error});
-            c.events.emit("etcd_error", detail);
+            c.events.emit_event(&MasterEvent::EtcdError {
+                op: op_name(&call.op),
+                error,
+            });
         }
         for next in c.registry.on_election_result(call.id, outcome) {
             spawn_call(next, &c);

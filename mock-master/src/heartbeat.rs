@@ -6,18 +6,18 @@
 //! and tracked incarnation (409) → 200 and the metrics are stored. Armed faults (a
 //! chosen status, added latency) act before all of that.
 
+use crate::auth;
+use crate::beat::{self, Answer};
+use crate::body::{self, BodyError};
+use crate::event::MasterEvent;
+use crate::gate;
+use crate::heartbeat_event::HeartbeatEvent;
+use crate::pbjson::HeartbeatRequest;
+use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
-
-use crate::auth;
-use crate::beat::{self, Answer};
-use crate::body::{self, BodyError};
-use crate::gate;
-use crate::heartbeat_event::HeartbeatEvent;
-use crate::state::AppState;
 
 pub async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let now = s.registry.now();
@@ -32,31 +32,29 @@ pub async fn handle(State(s): State<AppState>, headers: HeaderMap, body: Body) -
     }
     if let Some(r) = refusal.filter(|r| r.fault) {
         s.count_heartbeat(r.status);
-        let ev = HeartbeatEvent {
-            status: r.status,
-            name: None,
-            fault: true,
-        };
-        s.events.emit(HeartbeatEvent::KIND, ev.detail());
+        s.events.emit_event(&MasterEvent::Heartbeat {
+            beat: HeartbeatEvent {
+                status: r.status,
+                name: None,
+                fault: true,
+            },
+            request: None,
+        });
         return answer(r.status, r.body);
     }
-    let (status, body, name, detail) = match refusal {
-        Some(r) => (r.status, r.body, None, None),
+    let (status, body, request) = match refusal {
+        Some(r) => (r.status, r.body, None),
         None => check(&s, &headers, body).await,
     };
     s.count_heartbeat(status);
-    if s.events.enabled() {
-        let ev = HeartbeatEvent {
+    s.events.emit_event(&MasterEvent::Heartbeat {
+        beat: HeartbeatEvent {
             status,
-            name: name.as_deref(),
+            name: request.as_ref().map(|r| r.name.as_str()),
             fault: false,
-        };
-        let mut d = ev.detail();
-        if let (Some(obj), Some(extra)) = (d.as_object_mut(), detail) {
-            obj.extend(extra);
-        }
-        s.events.emit(HeartbeatEvent::KIND, d);
-    }
+        },
+        request: request.as_ref(),
+    });
     answer(status, body)
 }
 
@@ -65,16 +63,14 @@ fn answer(status: u16, body: &'static str) -> Response {
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-type Detail = Option<serde_json::Map<String, serde_json::Value>>;
-
-/// The heartbeat past the gate: size, body, verdict. Answers the status, the body,
-/// the name (if read) and event detail.
+/// The heartbeat past the gate: size, body, verdict. Answers the status, the body and
+/// the decoded request (when the body was read that far).
 async fn check(
     s: &AppState,
     headers: &HeaderMap,
     body: Body,
-) -> (u16, &'static str, Option<String>, Detail) {
-    let refuse = |a: Answer| (a.status(), a.body(), None, None);
+) -> (u16, &'static str, Option<HeartbeatRequest>) {
+    let refuse = |a: Answer| (a.status(), a.body(), None);
     let cap = s.config.max_body_bytes;
     if body::declares_more_than(headers, cap) {
         return refuse(Answer::TooLarge);
@@ -89,26 +85,5 @@ async fn check(
         Err(a) => return refuse(a),
     };
     let reply = s.registry.heartbeat(&req);
-    let detail = s.events.enabled().then(|| {
-        let mut m = serde_json::Map::new();
-        m.insert("incarnation".into(), json!(req.incarnation_id));
-        m.insert(
-            "waiting_requests_num".into(),
-            json!(req.load_metrics.waiting_requests_num),
-        );
-        m.insert(
-            "gpu_cache_usage_perc".into(),
-            crate::pbjson::float_json(req.load_metrics.gpu_cache_usage_perc),
-        );
-        m.insert(
-            "recent_max_ttft".into(),
-            json!(req.latency_metrics.recent_max_ttft),
-        );
-        m.insert(
-            "recent_max_tbt".into(),
-            json!(req.latency_metrics.recent_max_tbt),
-        );
-        m
-    });
-    (reply.status, reply.body, Some(req.name), detail)
+    (reply.status, reply.body, Some(req))
 }

@@ -47,6 +47,7 @@
 //!   clock-free and I/O-free: [`election::Election::on_result`].
 //! - [`elect`]: the election's etcd calls carried out, one task each: [`elect::run`].
 //! - [`role_event`]: the `elected` / `standby` / `lost_mastership` events: [`RoleEvent`].
+//! - [`event`]: every event the master reports, as one typed value: [`MasterEvent`].
 //! - [`core`]: every rule above in one value, time as an argument: [`core::MasterCore`]
 //!   (watch messages, listings, heartbeats, probe results, ticks in; answers, probe
 //!   commands and LOADMETRICS plans out). The real-time shell drives it through
@@ -90,6 +91,7 @@ pub mod elect;
 pub mod election;
 pub mod error;
 pub mod etcd;
+pub mod event;
 pub mod fault;
 pub mod follow;
 pub mod gate;
@@ -118,10 +120,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mock_kit::{Events, FaultRegistry, Shutdown};
-use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
 pub use election::Role;
+pub use event::{MasterEvent, RouteChoice};
 pub use fault::Fault;
 pub use heartbeat_event::HeartbeatEvent;
 pub use pbjson::{HeartbeatRequest, LatencyMetrics, LoadMetrics};
@@ -231,7 +233,7 @@ pub async fn start(mut config: Config, events: Events) -> std::io::Result<MockMa
     tokio::spawn(loadmetrics::run(shared.clone()));
     let wait = shared.config.etcd_timeout + Duration::from_secs(1);
     let _ = tokio::time::timeout(wait, first_rx).await;
-    events.emit("started", json!({"addr": addr.to_string()}));
+    events.emit_event(&MasterEvent::Started { addr });
     Ok(MockMaster { shared })
 }
 

@@ -3,8 +3,7 @@
 //! the decisions of [`crate::publish`]. What a round could not write is kept for the
 //! next one.
 
-use serde_json::json;
-
+use crate::event::MasterEvent;
 use crate::state::AppState;
 
 /// Run rounds until shutdown.
@@ -52,10 +51,12 @@ pub async fn publish_once(s: &AppState) {
         }
     }
     let failed = failed_puts.len() + failed_deletes.len();
-    s.events.emit(
-        "loadmetrics_publish",
-        json!({"put": put, "deleted": deleted, "skipped": plan.skipped, "failed": failed}),
-    );
+    s.events.emit_event(&MasterEvent::LoadmetricsPublish {
+        put: &put,
+        deleted: &deleted,
+        skipped: &plan.skipped,
+        failed,
+    });
     if failed > 0 {
         tracing::warn!(
             failed,

@@ -99,10 +99,7 @@ impl Registry {
             }
             Note::Table(Notice::StaleDelete { .. }) => {}
         }
-        if self.events.enabled() {
-            let (kind, detail) = n.event();
-            self.events.emit(kind, detail);
-        }
+        self.events.emit_event(&n.event());
     }
 
     /// One watch event; answers the probe attempts it asks for.

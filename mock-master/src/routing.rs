@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 
 use crate::body::{read_capped, BodyError};
 use crate::error::ApiError;
+use crate::event::{MasterEvent, RouteChoice};
 use crate::pick::pick;
 use crate::state::AppState;
 
@@ -134,22 +135,20 @@ async fn proxy(
     let Some(i) = pick(&candidates, cursor) else {
         s.metrics.routed(path, "no_instance");
         s.events
-            .emit("route", json!({"path": path, "chosen": null}));
+            .emit_event(&MasterEvent::Route { path, chosen: None });
         return Err(unavailable());
     };
     let Some((name, load)) = candidates.get(i) else {
         return Err(unavailable());
     };
-    if s.events.enabled() {
-        let loads: Vec<Value> = candidates
-            .iter()
-            .map(|(n, l)| json!({"name": n, "load": l}))
-            .collect();
-        s.events.emit(
-            "route",
-            json!({"path": path, "chosen": name, "load": load, "candidates": loads}),
-        );
-    }
+    s.events.emit_event(&MasterEvent::Route {
+        path,
+        chosen: Some(RouteChoice {
+            name,
+            load,
+            candidates: &candidates,
+        }),
+    });
     let mut req = s.upstream.post(format!("http://{name}{path}")).body(body);
     if let Some(ct) = headers.get(header::CONTENT_TYPE) {
         req = req.header(header::CONTENT_TYPE, ct);

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::auth::Token;
 use crate::config::Config;
 use crate::etcd::EtcdClient;
+use crate::event::MasterEvent;
 use crate::fault::Fault;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
@@ -119,18 +120,20 @@ impl Shared {
     pub fn set_token(&self, token: Option<String>) {
         let set = token.as_deref().is_some_and(|t| !t.is_empty());
         self.token.set(token);
-        self.events.emit("token", json!({"set": set}));
+        self.events.emit_event(&MasterEvent::Token { set });
     }
 
     /// Drop the etcd watch and do not re-open it until [`Shared::resume_watch`].
     pub fn pause_watch(&self) {
         self.paused.send_replace(true);
-        self.events.emit("watch_pause", json!({"paused": true}));
+        self.events
+            .emit_event(&MasterEvent::WatchPause { paused: true });
     }
 
     pub fn resume_watch(&self) {
         self.paused.send_replace(false);
-        self.events.emit("watch_pause", json!({"paused": false}));
+        self.events
+            .emit_event(&MasterEvent::WatchPause { paused: false });
     }
 
     pub fn watch_paused(&self) -> bool {
@@ -144,7 +147,7 @@ impl Shared {
         self.resume_watch();
         self.token.set(self.config.token.clone());
         self.heartbeat_counts.clear();
-        self.events.emit("reset", json!({}));
+        self.events.emit_event(&MasterEvent::Reset);
     }
 
     /// What `GET /_mock/state` shows.

@@ -22,11 +22,11 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use mock_kit::{Events, Shutdown};
-use serde_json::json;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::core::Command as CoreCommand;
 use crate::etcd::{EtcdClient, EventKind, WatchEvent, WatchResponse, WatchStream};
+use crate::event::MasterEvent;
 use crate::follow::Verdict;
 use crate::metrics::Metrics;
 use crate::probe::Prober;
@@ -102,8 +102,10 @@ impl Watcher {
         let listed = self.list(apply).await;
         if let Err(e) = &listed {
             tracing::warn!(error = %e, "etcd range failed");
-            self.events
-                .emit("etcd_error", json!({"op": "range", "error": e.to_string()}));
+            self.events.emit_event(&MasterEvent::EtcdError {
+                op: "range",
+                error: &e.to_string(),
+            });
         }
         let wait = p.plan.listed(listed.is_ok());
         if let Some(done) = p.pending_done.take() {
@@ -134,10 +136,10 @@ impl Watcher {
         let from = self.registry.watch_from();
         if let Some(reason) = p.plan.opening() {
             self.metrics.watch_reconnect();
-            self.events.emit(
-                "watch_reconnect",
-                json!({"from_revision": from, "reason": reason}),
-            );
+            self.events.emit_event(&MasterEvent::WatchReconnect {
+                from_revision: from,
+                reason: &reason,
+            });
             tracing::info!(from_revision = from, %reason, "re-opening etcd watch");
         }
         let stream = match self.etcd.watch(&self.prefix(), from, WATCH_IDLE).await {
@@ -204,25 +206,29 @@ impl Watcher {
         match &verdict {
             Verdict::Events(evs) => self.count(evs),
             Verdict::RevisionReset { seen, revision } => {
-                let detail = json!({"seen_revision": seen, "revision": revision});
                 tracing::warn!(
                     seen_revision = seen,
                     revision,
                     "etcd revision went back (data loss?); re-listing"
                 );
-                self.events.emit("etcd_revision_reset", detail);
+                self.events.emit_event(&MasterEvent::EtcdRevisionReset {
+                    seen: *seen,
+                    revision: *revision,
+                });
             }
             Verdict::AuthRefused { .. } => {
                 self.etcd.invalidate_token(stream.token());
                 self.events
-                    .emit("etcd_auth_refused", json!({"op": "watch"}));
+                    .emit_event(&MasterEvent::EtcdAuthRefused { op: "watch" });
             }
             Verdict::Compacted {
                 from,
                 compact_revision,
             } => {
-                let detail = json!({"from_revision": from, "compact_revision": compact_revision});
-                self.events.emit("watch_compacted", detail);
+                self.events.emit_event(&MasterEvent::WatchCompacted {
+                    from: *from,
+                    compact_revision: *compact_revision,
+                });
             }
             Verdict::Canceled { .. } => {}
         }
@@ -234,7 +240,7 @@ impl Watcher {
         match cmd {
             Command::Restart { relist, done } => {
                 self.registry.forget_all();
-                self.events.emit("restart", json!({"relist": relist}));
+                self.events.emit_event(&MasterEvent::Restart { relist });
                 p.plan.restart(relist);
                 p.pending_done = Some(done);
             }
@@ -255,10 +261,10 @@ impl Watcher {
         let listing = self.etcd.range_prefix(&self.prefix()).await?;
         if apply {
             let (found, probes) = self.registry.on_listing(listing.revision, &listing.kvs);
-            self.events.emit(
-                "relist",
-                json!({"revision": listing.revision, "instances": found}),
-            );
+            self.events.emit_event(&MasterEvent::Relist {
+                revision: listing.revision,
+                instances: found,
+            });
             self.spawn_probes(probes);
         } else {
             self.registry.listed_at(listing.revision);

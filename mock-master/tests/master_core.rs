@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use mock_kit::FakeEvent;
 use mock_master::core::{Command, MasterCore, Note};
 use mock_master::etcd::{EventKind, KeyValue, WatchEvent, WatchResponse};
 use mock_master::follow::Verdict;
@@ -325,7 +326,10 @@ fn stale_incarnation_delete_is_ignored() {
     );
     // As the real shell reports it.
     assert_eq!(
-        notes.first().map(Note::event),
+        notes.first().map(|n| {
+            let ev = n.event();
+            (ev.kind(), ev.detail())
+        }),
         Some((
             "stale_delete",
             serde_json::json!({"name": "a:1", "deleted": "old", "tracked": "new"})

@@ -9,8 +9,8 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
-use serde_json::json;
 
+use crate::event::VllmEvent;
 use crate::state::{lock, Shared};
 use crate::stats::Exchange;
 
@@ -46,12 +46,11 @@ pub(crate) async fn instrument(
         };
         lock(&core.http).record(&exchange, crate::clock::epoch_secs());
     }
-    if shared.events.enabled() {
-        shared.events.emit(
-            "request",
-            json!({"path": path, "method": method, "status": status}),
-        );
-    }
+    shared.events.emit_event(&VllmEvent::Request {
+        path: &path,
+        method: &method,
+        status,
+    });
     resp
 }
 

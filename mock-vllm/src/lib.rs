@@ -43,6 +43,7 @@
 //!   ([`scrape_faults::ScrapePlan::decide`]); [`faults`]: [`Fault`] (and `hang`).
 //! - [`config`]: [`Config`] and [`Dialect`]; [`waveform`]: [`Waveform`] for gauge
 //!   overrides; [`error`]: vLLM-shaped error bodies.
+//! - [`event`]: every event mock-vllm reports, as one typed value: [`VllmEvent`].
 
 pub mod answer;
 pub mod body;
@@ -52,6 +53,7 @@ pub mod control;
 pub mod core;
 pub mod engine;
 pub mod error;
+pub mod event;
 pub mod exposition;
 pub mod faults;
 pub mod info;
@@ -74,6 +76,7 @@ pub mod validate;
 pub mod waveform;
 
 pub use config::{Config, Dialect};
+pub use event::{Lifecycle, VllmEvent};
 pub use faults::Fault;
 pub use server::{start, MockVllm};
 pub use state::Health;

@@ -18,13 +18,13 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use mock_kit::{Events, FaultRegistry, Shutdown};
-use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::clock::Now;
 use crate::config::Config;
+use crate::event::{Lifecycle, VllmEvent};
 use crate::faults::Fault;
 use crate::process::cpu_seconds;
 use crate::state::{Health, Shared};
@@ -74,10 +74,10 @@ pub async fn start(config: Config, events: Events) -> std::io::Result<MockVllm> 
         .crash_hook
         .set(Box::new(move |after| crash_soon(&shared, &serving, after)));
     handle.serve_on(listener).await;
-    handle.shared.events.emit(
-        "state",
-        json!({"state": "started", "addr": addr.to_string()}),
-    );
+    handle
+        .shared
+        .events
+        .emit_event(&VllmEvent::State(Lifecycle::Started { addr }));
     Ok(handle)
 }
 
@@ -153,7 +153,7 @@ impl MockVllm {
         if self.take_down(false).await {
             self.shared
                 .events
-                .emit("state", json!({"state": "stopped"}));
+                .emit_event(&VllmEvent::State(Lifecycle::Stopped));
         }
     }
 
@@ -162,7 +162,7 @@ impl MockVllm {
         if self.take_down(true).await {
             self.shared
                 .events
-                .emit("state", json!({"state": "crashed"}));
+                .emit_event(&VllmEvent::State(Lifecycle::Crashed));
         }
     }
 
@@ -180,7 +180,7 @@ impl MockVllm {
                     self.serve_on(l).await;
                     self.shared
                         .events
-                        .emit("state", json!({"state": "restarted"}));
+                        .emit_event(&VllmEvent::State(Lifecycle::Restarted));
                     return Ok(());
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {

@@ -19,6 +19,7 @@ use serde_json::json;
 use crate::clock::Now;
 use crate::config::Config;
 use crate::engine::Engine;
+use crate::event::{Lifecycle, VllmEvent};
 use crate::faults::Fault;
 use crate::stats::{FinishReason, HttpStats};
 use crate::waveform::Waveform;
@@ -180,7 +181,7 @@ impl Shared {
             r
         });
         if let Some(f) = which {
-            self.events.emit("fault", json!({"fault": f}));
+            self.events.emit_event(&VllmEvent::Fault { fault: &f });
         }
         r
     }
@@ -195,7 +196,7 @@ impl Shared {
     pub fn set_health(&self, h: Health) {
         let old = self.health.swap(h.code(), Ordering::Relaxed);
         if old != h.code() {
-            self.events.emit("health", json!({"mode": h}));
+            self.events.emit_event(&VllmEvent::Health { mode: h });
         }
     }
 
@@ -214,7 +215,8 @@ impl Shared {
         }
         *lock(&core.http) = HttpStats::new(now);
         *lock(&self.process_epoch) = (now, cpu_base);
-        self.events.emit("state", json!({"state": "counter_reset"}));
+        self.events
+            .emit_event(&VllmEvent::State(Lifecycle::CounterReset));
     }
 
     /// Report `wave` instead of the measured value for gauge family `name` (every label

@@ -27,6 +27,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use mock_kit::FakeEvent;
 use mock_master::core::{Command, HeartbeatReply, MasterCore};
 use mock_master::election::{self, Election, Op, Role};
 use mock_master::etcd::{
@@ -36,7 +37,7 @@ use mock_master::etcd::{
 use mock_master::instances::Instances;
 use mock_master::publish::Plan;
 use mock_master::Config;
-use mock_master::HeartbeatEvent;
+use mock_master::{HeartbeatEvent, MasterEvent};
 use rand::rngs::StdRng;
 use serde_json::{json, Value};
 
@@ -82,16 +83,23 @@ impl Note {
     fn into_value(self) -> serde_json::Value {
         match self {
             Note::Value(v) => v,
-            Note::Heartbeat { status, name } => {
-                let ev = HeartbeatEvent {
+            Note::Heartbeat { status, name } => event_note(&MasterEvent::Heartbeat {
+                beat: HeartbeatEvent {
                     status,
                     name: name.as_deref(),
                     fault: false,
-                };
-                json!({ HeartbeatEvent::KIND: ev.detail() })
-            }
+                },
+                request: None,
+            }),
         }
     }
+}
+
+/// A master event as a node's note, `{kind: detail}`: the kind and detail the real
+/// shell emits.
+pub(crate) fn event_note(event: &MasterEvent<'_>) -> serde_json::Value {
+    let kind = event.kind();
+    json!({ kind: event.detail() })
 }
 
 /// A simulated mock-master.
@@ -322,8 +330,10 @@ impl MasterNode {
         };
         let outcome = election_outcome(&op, outcome);
         if let election::Outcome::Failed { error } = &outcome {
-            let detail = json!({ "op": op_name(&op), "error": error });
-            self.note(json!({ "etcd_error": detail }));
+            self.note(event_note(&MasterEvent::EtcdError {
+                op: op_name(&op),
+                error,
+            }));
         }
         self.core
             .on_election_result(now, token - ELECTION_TOKENS, outcome);
@@ -419,9 +429,12 @@ impl MasterNode {
         let failed_deletes = names(false, &round.deleted, &delete_name);
         let failed_puts = names(false, &round.put, &put_name);
         let failed = failed_puts.len() + failed_deletes.len();
-        let detail =
-            json!({"put": put, "deleted": deleted, "skipped": plan.skipped, "failed": failed});
-        self.note(json!({ "loadmetrics_publish": detail }));
+        self.note(event_note(&MasterEvent::LoadmetricsPublish {
+            put: &put,
+            deleted: &deleted,
+            skipped: &plan.skipped,
+            failed,
+        }));
         if failed > 0 {
             self.core
                 .publish_failed(&round.plan, &failed_puts, &failed_deletes);
@@ -442,8 +455,7 @@ impl MasterNode {
             self.probes.push((at, id, timeout, name));
         }
         for note in self.core.take_notes() {
-            let (kind, detail) = note.event();
-            self.note(json!({ kind: detail }));
+            self.note(event_note(&note.event()));
         }
         self.send_due_probes(now);
     }

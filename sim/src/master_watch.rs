@@ -15,8 +15,10 @@ use mock_master::etcd::{
     watch_create_request,
 };
 use mock_master::watch_plan::{Position, WatchPlan, RESTART, WATCH_IDLE};
+use mock_master::MasterEvent;
 use serde_json::{json, Value};
 
+use crate::master_node::event_note;
 use crate::node::{Call, NodeId, Outcome, Reply, Request};
 
 /// Tokens of the follower's calls (the master's probes use small numbers; its
@@ -160,9 +162,10 @@ impl Follower {
             Position::Watch => {
                 let from = core.watch_from();
                 if let Some(reason) = self.plan.opening() {
-                    fx.notes.push(
-                        json!({ "watch_reconnect": { "from_revision": from, "reason": reason } }),
-                    );
+                    fx.notes.push(event_note(&MasterEvent::WatchReconnect {
+                        from_revision: from,
+                        reason: &reason,
+                    }));
                 }
                 let body = watch_create_request(&self.prefix, from).to_string();
                 let call = self.call(fx, Request::WatchOpen { body, token });
@@ -187,8 +190,10 @@ impl Follower {
                     self.step(core, fx);
                 }
                 Err(e) => {
-                    let note = json!({ "op": "authenticate", "error": e.clone() });
-                    fx.notes.push(json!({ "etcd_error": note }));
+                    fx.notes.push(event_note(&MasterEvent::EtcdError {
+                        op: "authenticate",
+                        error: &e,
+                    }));
                     let wait = match self.plan.position() {
                         Position::List { .. } => self.plan.listed(false),
                         Position::Watch => Some(self.plan.open_failed(e)),
@@ -206,7 +211,7 @@ impl Follower {
                     && matches!(outcome, Outcome::Reply(Reply::Gateway { status: 401, .. })) =>
             {
                 fx.notes
-                    .push(json!({ "etcd_auth_refused": { "op": "range" } }));
+                    .push(event_note(&MasterEvent::EtcdAuthRefused { op: "range" }));
                 self.renewed = true;
                 self.etcd_token = None;
                 self.step(core, fx);
@@ -215,16 +220,19 @@ impl Follower {
                 let listed = listing(&outcome).map(|r| {
                     if apply {
                         let found = core.on_listing(now, r.revision, &r.kvs);
-                        fx.notes.push(
-                            json!({ "relist": { "revision": r.revision, "instances": found } }),
-                        );
+                        fx.notes.push(event_note(&MasterEvent::Relist {
+                            revision: r.revision,
+                            instances: found,
+                        }));
                     } else {
                         core.listed_at(r.revision);
                     }
                 });
                 if let Err(e) = &listed {
-                    fx.notes
-                        .push(json!({ "etcd_error": { "op": "range", "error": e } }));
+                    fx.notes.push(event_note(&MasterEvent::EtcdError {
+                        op: "range",
+                        error: e,
+                    }));
                 }
                 let wait = self.plan.listed(listed.is_ok()).unwrap_or(Duration::ZERO);
                 self.stage = Stage::Idle { at: now + wait };
