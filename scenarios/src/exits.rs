@@ -111,14 +111,7 @@ mod tests {
                     sidecar_exit: (!running).then_some(code),
                     ..Default::default()
                 };
-                Sample {
-                    t_ms,
-                    instances: vec![Arc::new(o)],
-                    routed: 0,
-                    masters: Default::default(),
-                    event: None,
-                    changed: None,
-                }
+                Sample::new(t_ms, vec![Arc::new(o)], 0, Default::default())
             })
             .collect()
     }

@@ -711,18 +711,16 @@ mod tests {
         (0..80)
             .map(|k| {
                 let t = k * 100;
-                Sample {
-                    t_ms: t,
-                    instances: vec![Arc::new(InstanceObs {
+                Sample::new(
+                    t,
+                    vec![Arc::new(InstanceObs {
                         etcd: registered(t).then(|| "i0-a".into()),
                         sidecar_running: true,
                         ..Default::default()
                     })],
-                    routed: 0,
-                    masters: Default::default(),
-                    event: None,
-                    changed: None,
-                }
+                    0,
+                    Default::default(),
+                )
             })
             .collect()
     }
@@ -937,30 +935,22 @@ mod tests {
                     *slot = Some(o.clone());
                     instances.push(o);
                 }
-                let mut sample = Sample {
-                    t_ms: k * 100,
-                    instances,
-                    routed: 0,
-                    masters: Default::default(),
-                    event: None,
-                    changed: None,
-                };
+                let mut sample = Sample::new(k * 100, instances, 0, Default::default());
                 sample.mark_changes(shared.last());
                 shared.push(sample);
             }
             let fresh: Vec<Sample> = shared
                 .iter()
-                .map(|s| Sample {
-                    t_ms: s.t_ms,
-                    instances: s
-                        .instances
-                        .iter()
-                        .map(|o| Arc::new((**o).clone()))
-                        .collect(),
-                    routed: 0,
-                    masters: Default::default(),
-                    event: None,
-                    changed: None,
+                .map(|s| {
+                    Sample::new(
+                        s.t_ms,
+                        s.instances
+                            .iter()
+                            .map(|o| Arc::new((**o).clone()))
+                            .collect(),
+                        0,
+                        Default::default(),
+                    )
                 })
                 .collect();
             // A pass counts what it judged (fewer observations when they are shared),

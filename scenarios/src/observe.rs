@@ -199,6 +199,25 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// The cluster at `t_ms`: its instances, how many requests the master routed so far,
+    /// and the master replicas; taken at a sample period, with nothing known yet of what
+    /// changed since the previous sample.
+    pub fn new(
+        t_ms: u64,
+        instances: Vec<Arc<InstanceObs>>,
+        routed: usize,
+        masters: Arc<Masters>,
+    ) -> Sample {
+        Sample {
+            t_ms,
+            instances,
+            routed,
+            masters,
+            event: None,
+            changed: None,
+        }
+    }
+
     /// Note which instances differ from `prev`, the sample before this one (observations
     /// are shared while unchanged, so this compares pointers).
     pub fn mark_changes(&mut self, prev: Option<&Sample>) {

@@ -771,14 +771,12 @@ impl RealCluster {
                 .collect(),
             loadmetrics_revision: load_rev,
         };
-        Sample {
+        Sample::new(
             t_ms,
-            instances: out.into_iter().map(Arc::new).collect(),
-            routed: self.routed.len(),
-            masters: crate::observe::Masters::share(&mut self.masters_seen, next),
-            event: None,
-            changed: None,
-        }
+            out.into_iter().map(Arc::new).collect(),
+            self.routed.len(),
+            crate::observe::Masters::share(&mut self.masters_seen, next),
+        )
     }
 
     /// Stop every load generator.

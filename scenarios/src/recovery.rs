@@ -358,14 +358,7 @@ mod tests {
                     o.state = Some(ObservedState::Active);
                 }
                 Arc::make_mut(&mut o.heartbeats).insert(200, beats);
-                Sample {
-                    t_ms: t,
-                    instances: vec![Arc::new(o)],
-                    routed: 0,
-                    masters: Default::default(),
-                    event: None,
-                    changed: None,
-                }
+                Sample::new(t, vec![Arc::new(o)], 0, Default::default())
             })
             .collect()
     }

@@ -102,18 +102,15 @@ impl SimCluster {
 
     /// The last observation, at the time now.
     fn as_last_observed(&self) -> Sample {
-        Sample {
-            t_ms: self.now_ms(),
-            instances: self
-                .instances
+        Sample::new(
+            self.now_ms(),
+            self.instances
                 .iter()
                 .filter_map(|x| x.last_obs.clone())
                 .collect(),
-            routed: self.routed.len(),
-            masters: self.masters.clone(),
-            event: None,
-            changed: None,
-        }
+            self.routed.len(),
+            self.masters.clone(),
+        )
     }
 
     /// [`SimCluster::observe`] where only the instances `only` names may have changed
@@ -225,14 +222,7 @@ impl SimCluster {
         };
         let masters = self.observe_masters(&totals);
         changed |= !Arc::ptr_eq(&last_masters, &masters);
-        let sample = Sample {
-            t_ms: self.now_ms(),
-            instances: out,
-            routed: self.routed.len(),
-            masters,
-            event: None,
-            changed: None,
-        };
+        let sample = Sample::new(self.now_ms(), out, self.routed.len(), masters);
         (sample, changed)
     }
 
