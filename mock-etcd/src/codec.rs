@@ -81,8 +81,11 @@ pub fn ser_i64<S: Serializer>(v: &i64, s: S) -> Result<S::Ok, S::Error> {
 pub fn ser_u64<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(itoa::Buffer::new().format(*v))
 }
+/// Bytes as base64, written straight into the serializer (a watch line carries every
+/// key and value it reports this way, so no string is built for each).
 pub fn ser_b64<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&b64(v))
+    let standard = &base64::engine::general_purpose::STANDARD;
+    s.collect_str(&base64::display::Base64Display::new(v, standard))
 }
 pub fn ser_b64_list<S: Serializer>(v: &[Vec<u8>], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(v.iter().map(|k| b64(k)))

@@ -242,6 +242,15 @@ impl Store {
         self.kvs.values().map(|kv| &**kv)
     }
 
+    /// The keys that start with `prefix` now, in key order, read in place.
+    pub fn iter_prefix<'a>(&'a self, prefix: &'a [u8]) -> impl Iterator<Item = &'a KeyValue> {
+        let from = (Bound::Included(prefix), Bound::Unbounded);
+        self.kvs
+            .range::<[u8], _>(from)
+            .take_while(move |(k, _)| k.starts_with(prefix))
+            .map(|(_, kv)| &**kv)
+    }
+
     /// Keys of `range` at revision `at` (0: now), in key order.
     pub fn range_at(&self, range: &KeyRange, at: i64) -> Result<Vec<KeyValue>, EtcdError> {
         if at > self.rev {

@@ -111,7 +111,7 @@ mod tests {
                     sidecar_exit: (!running).then_some(code),
                     ..Default::default()
                 };
-                Sample::new(t_ms, vec![Arc::new(o)], 0, Default::default())
+                Sample::new(t_ms, vec![Arc::new(o)].into(), 0, Default::default())
             })
             .collect()
     }

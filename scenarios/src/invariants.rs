@@ -717,7 +717,8 @@ mod tests {
                         etcd: registered(t).then(|| "i0-a".into()),
                         sidecar_running: true,
                         ..Default::default()
-                    })],
+                    })]
+                    .into(),
                     0,
                     Default::default(),
                 )
@@ -935,7 +936,7 @@ mod tests {
                     *slot = Some(o.clone());
                     instances.push(o);
                 }
-                let mut sample = Sample::new(k * 100, instances, 0, Default::default());
+                let mut sample = Sample::new(k * 100, instances.into(), 0, Default::default());
                 sample.mark_changes(shared.last());
                 shared.push(sample);
             }

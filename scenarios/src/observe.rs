@@ -172,15 +172,155 @@ impl ObservedState {
     }
 }
 
+/// Every instance's observation at one moment, in topology order: a full set shared
+/// with other samples plus the few instances that differ from it. A run keeps a sample at
+/// every change, and a change touches one instance or two: each sample then holds those,
+/// not a copy of the whole cluster, and two samples of one run compare by what differs.
+#[derive(Clone, Debug, Default)]
+pub struct Observations {
+    base: Arc<[Arc<InstanceObs>]>,
+    /// The instances that differ from `base`, by index, ascending.
+    diff: Vec<(u32, Arc<InstanceObs>)>,
+}
+
+impl Observations {
+    /// How many instances may differ from the shared set before a new one is made.
+    const DIFF_MAX: usize = 8;
+
+    /// How many instances.
+    pub fn len(&self) -> usize {
+        self.base.len()
+    }
+
+    /// Whether there is no instance.
+    pub fn is_empty(&self) -> bool {
+        self.base.is_empty()
+    }
+
+    /// Instance `i`'s observation.
+    pub fn get(&self, i: usize) -> Option<&Arc<InstanceObs>> {
+        match self.diff.binary_search_by_key(&i, |(j, _)| *j as usize) {
+            Ok(k) => self.diff.get(k).map(|(_, o)| o),
+            Err(_) => self.base.get(i),
+        }
+    }
+
+    /// Every instance's observation, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<InstanceObs>> + '_ {
+        let mut diff = self.diff.iter().peekable();
+        self.base.iter().enumerate().map(move |(i, o)| {
+            match diff.next_if(|(j, _)| *j as usize == i) {
+                Some((_, changed)) => changed,
+                None => o,
+            }
+        })
+    }
+
+    /// These observations with `changes` (index, observation) made; an index past the
+    /// end is left out.
+    pub fn with(&self, changes: impl IntoIterator<Item = (usize, Arc<InstanceObs>)>) -> Self {
+        let mut next = self.clone();
+        for (i, o) in changes.into_iter().filter(|(i, _)| *i < self.len()) {
+            *next.slot(i) = o;
+        }
+        if next.diff.len() > Self::DIFF_MAX.min(next.len() / 2) {
+            next = next.iter().cloned().collect();
+        }
+        next
+    }
+
+    /// Instance `i`'s entry in `diff`, made from `base` if it has none (`i` < `len`).
+    fn slot(&mut self, i: usize) -> &mut Arc<InstanceObs> {
+        let k = match self.diff.binary_search_by_key(&i, |(j, _)| *j as usize) {
+            Ok(k) => k,
+            Err(k) => {
+                let o = self.base[i].clone();
+                self.diff.insert(k, (i as u32, o));
+                k
+            }
+        };
+        &mut self.diff[k].1
+    }
+
+    /// The instances whose observations differ from `other`'s (compared as shared
+    /// values), ascending; `None` when the two do not have the same instances.
+    pub fn changed_since(&self, other: &Observations) -> Option<Vec<u32>> {
+        if self.len() != other.len() {
+            return None;
+        }
+        let differs = |i: usize| match (self.get(i), other.get(i)) {
+            (Some(a), Some(b)) => !Arc::ptr_eq(a, b),
+            _ => true,
+        };
+        if Arc::ptr_eq(&self.base, &other.base) {
+            let mut maybe: Vec<u32> = self
+                .diff
+                .iter()
+                .chain(&other.diff)
+                .map(|(i, _)| *i)
+                .collect();
+            maybe.sort_unstable();
+            maybe.dedup();
+            maybe.retain(|&i| differs(i as usize));
+            return Some(maybe);
+        }
+        Some(
+            (0..self.len() as u32)
+                .filter(|&i| differs(i as usize))
+                .collect(),
+        )
+    }
+}
+
+impl From<Vec<Arc<InstanceObs>>> for Observations {
+    fn from(all: Vec<Arc<InstanceObs>>) -> Self {
+        Observations {
+            base: all.into(),
+            diff: Vec::new(),
+        }
+    }
+}
+
+impl FromIterator<Arc<InstanceObs>> for Observations {
+    fn from_iter<I: IntoIterator<Item = Arc<InstanceObs>>>(all: I) -> Self {
+        Observations::from(all.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl std::ops::Index<usize> for Observations {
+    type Output = Arc<InstanceObs>;
+
+    /// Instance `i`'s observation; panics past the end, as a slice does.
+    fn index(&self, i: usize) -> &Arc<InstanceObs> {
+        match self.get(i) {
+            Some(o) => o,
+            None => &self.base[i],
+        }
+    }
+}
+
+impl std::ops::IndexMut<usize> for Observations {
+    /// Instance `i`'s observation, to replace; panics past the end, as a slice does.
+    fn index_mut(&mut self, i: usize) -> &mut Arc<InstanceObs> {
+        assert!(i < self.len(), "instance {i} of {}", self.len());
+        self.slot(i)
+    }
+}
+
+impl Serialize for Observations {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
 /// The whole cluster at one moment.
 #[derive(Clone, Debug, Serialize)]
 pub struct Sample {
     /// Milliseconds since the scenario started.
     pub t_ms: u64,
-    /// Instances in topology order (`i0`, `i1`, …). Shared: an instance unchanged
-    /// since the last sample is the same one (a run keeps thousands of samples; most
-    /// instances change only every few of them).
-    pub instances: Vec<Arc<InstanceObs>>,
+    /// Instances in topology order (`i0`, `i1`, …), shared with the samples before it
+    /// where unchanged.
+    pub instances: Observations,
     /// How many requests the master has routed so far (the length of the routed list).
     #[serde(skip)]
     pub routed: usize,
@@ -202,12 +342,7 @@ impl Sample {
     /// The cluster at `t_ms`: its instances, how many requests the master routed so far,
     /// and the master replicas; taken at a sample period, with nothing known yet of what
     /// changed since the previous sample.
-    pub fn new(
-        t_ms: u64,
-        instances: Vec<Arc<InstanceObs>>,
-        routed: usize,
-        masters: Arc<Masters>,
-    ) -> Sample {
+    pub fn new(t_ms: u64, instances: Observations, routed: usize, masters: Arc<Masters>) -> Sample {
         Sample {
             t_ms,
             instances,
@@ -221,15 +356,7 @@ impl Sample {
     /// Note which instances differ from `prev`, the sample before this one (observations
     /// are shared while unchanged, so this compares pointers).
     pub fn mark_changes(&mut self, prev: Option<&Sample>) {
-        self.changed = prev
-            .filter(|p| p.instances.len() == self.instances.len())
-            .map(|p| {
-                (0u32..)
-                    .zip(p.instances.iter().zip(&self.instances))
-                    .filter(|(_, (a, b))| !Arc::ptr_eq(a, b))
-                    .map(|(i, _)| i)
-                    .collect()
-            });
+        self.changed = prev.and_then(|p| self.instances.changed_since(&p.instances));
     }
 }
 
@@ -331,11 +458,12 @@ impl Cumulative {
                 self.last.insert(*s, *n);
             }
         }
-        let mut total = self.base.clone();
+        // Rebuilt in place where no sample holds the last total (copied where one does).
+        let total = Arc::make_mut(&mut self.total);
+        total.clone_from(&self.base);
         for (s, n) in &self.last {
             *total.entry(*s).or_default() += n;
         }
-        self.total = Arc::new(total);
         self.total.clone()
     }
 }
@@ -343,6 +471,48 @@ impl Cumulative {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn obs(waiting: u64) -> Arc<InstanceObs> {
+        Arc::new(InstanceObs {
+            waiting: Some(waiting),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn observations_with_changes_read_as_the_whole_set() {
+        let n = 20;
+        let mut all: Vec<Arc<InstanceObs>> = (0..n).map(obs).collect();
+        let mut o = Observations::from(all.clone());
+        // Enough changes, some to one instance again, that a new shared set is made.
+        for (k, i) in [3usize, 7, 3, 0, 19, 11, 12, 13, 14, 15, 16, 2, 3]
+            .into_iter()
+            .enumerate()
+        {
+            let before = o.clone();
+            let new = obs(100 + k as u64);
+            all[i] = new.clone();
+            o = o.with([(i, new), (n as usize, obs(0))]);
+            assert_eq!(o.len(), n as usize);
+            let read: Vec<_> = o.iter().cloned().collect();
+            assert!(read.iter().zip(&all).all(|(a, b)| Arc::ptr_eq(a, b)));
+            assert!((0..n as usize).all(|j| o.get(j).is_some_and(|x| Arc::ptr_eq(x, &all[j]))));
+            assert_eq!(o.get(n as usize), None);
+            assert_eq!(o.changed_since(&before), Some(vec![i as u32]));
+            assert_eq!(before.changed_since(&before), Some(vec![]));
+        }
+        assert!(o.diff.len() <= Observations::DIFF_MAX);
+        o[5] = obs(5);
+        assert_eq!(
+            o.changed_since(&Observations::from(all.clone())),
+            Some(vec![5])
+        );
+        assert_eq!(o.changed_since(&Observations::default()), None);
+        assert_eq!(
+            serde_json::to_value(&o).ok(),
+            serde_json::to_value(o.iter().collect::<Vec<_>>()).ok()
+        );
+    }
 
     #[test]
     fn one_incarnation_is_one_shared_id() {

@@ -358,7 +358,7 @@ mod tests {
                     o.state = Some(ObservedState::Active);
                 }
                 Arc::make_mut(&mut o.heartbeats).insert(200, beats);
-                Sample::new(t, vec![Arc::new(o)], 0, Default::default())
+                Sample::new(t, vec![Arc::new(o)].into(), 0, Default::default())
             })
             .collect()
     }

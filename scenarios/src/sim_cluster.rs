@@ -23,7 +23,9 @@ use sim::vllm_node::VllmNode;
 use sim::{EventLog, NodeId, World};
 
 use crate::fakes_config::{etcd_config, incarnation_of, master_replica_config, vllm_config};
-use crate::observe::{Cumulative, Incarnation, Incarnations, InstanceObs, Unnamed401};
+use crate::observe::{
+    Cumulative, Incarnation, Incarnations, InstanceObs, Observations, Unnamed401,
+};
 use crate::settings::{Peers, SidecarSettings};
 use crate::sidecar::LOG_EVENT;
 use crate::timeline::{Source, Timeline};
@@ -120,6 +122,8 @@ pub struct SimCluster {
     pub(crate) global_counts: Cumulative,
     /// The last sample's view of the master replicas.
     pub(crate) masters: Arc<crate::observe::Masters>,
+    /// The last sample's instances (each also an instance's `last_obs`).
+    pub(crate) observed: Observations,
     /// Each master replica's settings (a killed one starts again with them).
     pub(crate) master_cfgs: Vec<mock_master::Config>,
     /// Each replica's heartbeat answers over the run (a restarted one carries on).
@@ -221,6 +225,7 @@ impl SimCluster {
             instances,
             global_counts: Cumulative::default(),
             masters: Arc::default(),
+            observed: Observations::default(),
             master_cfgs,
             replica_counts: Vec::new(),
             etcd_writes: None,

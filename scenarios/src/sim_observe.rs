@@ -102,12 +102,10 @@ impl SimCluster {
 
     /// The last observation, at the time now.
     fn as_last_observed(&self) -> Sample {
+        let instances = self.observed.clone();
         Sample::new(
             self.now_ms(),
-            self.instances
-                .iter()
-                .filter_map(|x| x.last_obs.clone())
-                .collect(),
+            instances,
             self.routed.len(),
             self.masters.clone(),
         )
@@ -130,7 +128,6 @@ impl SimCluster {
         self.viewed = self.view_replica();
         let view = NodeId::master(self.viewed.unwrap_or(0));
         let master = self.world.server_as::<MasterNode>(view);
-        let mut out = Vec::with_capacity(self.instances.len());
         let global = match &summed {
             Some(all) => all,
             None => master.map_or(&none, |m| m.heartbeat_counts()),
@@ -150,13 +147,23 @@ impl SimCluster {
         let etcd_same = writes.is_some() && writes == self.etcd_writes;
         self.etcd_writes = writes;
         let mut changed = false;
-        for (i, inst) in self.instances.iter_mut().enumerate() {
-            if let (Some(only), Some(last)) = (only, &inst.last_obs) {
-                if !only.contains(&i) {
-                    out.push(last.clone());
-                    continue;
-                }
+        // Once every instance was observed, only those `only` names are built again; the
+        // rest are the last observation's, shared.
+        let seen = self.observed.len() == self.instances.len();
+        let todo: Vec<usize> = match only.filter(|_| seen) {
+            Some(only) => {
+                let mut only = only.to_vec();
+                only.sort_unstable();
+                only.dedup();
+                only
             }
+            None => (0..self.instances.len()).collect(),
+        };
+        let mut out = Vec::with_capacity(todo.len());
+        for i in todo {
+            let Some(inst) = self.instances.get_mut(i) else {
+                continue;
+            };
             // Read in place: the observer runs at every sample of every run, so it
             // copies no key or view it can read where it is.
             let etcd = match (etcd_same, &inst.last_key) {
@@ -186,7 +193,7 @@ impl SimCluster {
             };
             let unchanged = inst.last_key.as_ref() == Some(&key);
             if let (true, false, Some(last)) = (unchanged, cfg!(debug_assertions), &inst.last_obs) {
-                out.push(last.clone());
+                out.push((i, last.clone()));
                 continue;
             }
             let view = entry.map(|(v, _)| v);
@@ -213,8 +220,12 @@ impl SimCluster {
             let before = inst.last_obs.as_ref().map(Arc::as_ptr);
             let obs = inst.shared(obs);
             changed |= before != Some(Arc::as_ptr(&obs));
-            out.push(obs);
+            out.push((i, obs));
         }
+        self.observed = match seen {
+            true => self.observed.with(out),
+            false => out.into_iter().map(|(_, o)| o).collect(),
+        };
         let last_masters = self.masters.clone();
         let totals = match totals.is_empty() {
             true => vec![global],
@@ -222,7 +233,8 @@ impl SimCluster {
         };
         let masters = self.observe_masters(&totals);
         changed |= !Arc::ptr_eq(&last_masters, &masters);
-        let sample = Sample::new(self.now_ms(), out, self.routed.len(), masters);
+        let instances = self.observed.clone();
+        let sample = Sample::new(self.now_ms(), instances, self.routed.len(), masters);
         (sample, changed)
     }
 
@@ -251,20 +263,23 @@ impl SimCluster {
         &mut self,
         totals: &[Arc<BTreeMap<u16, u64>>],
     ) -> Arc<crate::observe::Masters> {
-        let accepted = totals
-            .iter()
-            .map(|t| t.get(&200).copied().unwrap_or(0))
-            .collect();
+        let accepted = totals.iter().map(|t| t.get(&200).copied().unwrap_or(0));
         let (elected, loadmetrics_revision) = match self.master_cfgs.len() {
             0 | 1 => (None, None),
             _ => self.elected_in_etcd(),
         };
-        let next = crate::observe::Masters {
-            elected,
-            accepted,
-            loadmetrics_revision,
-        };
-        crate::observe::Masters::share(&mut self.masters, next)
+        let last = &self.masters;
+        let same = last.elected == elected
+            && last.loadmetrics_revision == loadmetrics_revision
+            && last.accepted.iter().copied().eq(accepted.clone());
+        if !same {
+            self.masters = Arc::new(crate::observe::Masters {
+                elected,
+                accepted: accepted.collect(),
+                loadmetrics_revision,
+            });
+        }
+        self.masters.clone()
     }
 
     /// The replica the MASTER key names, and the newest LOADMETRICS write's revision
@@ -284,10 +299,7 @@ impl SimCluster {
             .value(format!("{ns}XLLM:SERVICE:MASTER").as_bytes())
             .and_then(|v| std::str::from_utf8(v).ok())
             .and_then(|v| self.topology.master.replica_named(v));
-        let loadmetrics = etcd
-            .list_prefix(format!("{ns}XLLM:LOADMETRICS:").as_bytes())
-            .ok()
-            .and_then(|(_, kvs)| kvs.iter().map(|kv| kv.mod_revision).max());
+        let loadmetrics = etcd.newest_under(format!("{ns}XLLM:LOADMETRICS:").as_bytes());
         self.elected_seen = Some((writes, (elected, loadmetrics)));
         (elected, loadmetrics)
     }

@@ -382,7 +382,7 @@ fn a_violation_shorter_than_a_sample_period_is_found_at_its_event() {
     // At the sample periods the usage was sane: sampling alone would not have seen it.
     let periodic = o.samples.iter().filter(|s| s.event.is_none());
     for s in periodic {
-        let usage = s.instances.first().and_then(|x| x.gpu_cache);
+        let usage = s.instances.get(0).and_then(|x| x.gpu_cache);
         assert!(usage.is_none_or(|u| u <= 1.0), "t={}: {usage:?}", s.t_ms);
     }
     // The violating event is a heartbeat the master accepted at that very millisecond.

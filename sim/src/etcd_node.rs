@@ -93,6 +93,13 @@ impl EtcdNode {
         Ok((data.rev, kvs))
     }
 
+    /// The newest mod revision of a key under `prefix` now, read in place (`None`: no
+    /// key has the prefix).
+    pub fn newest_under(&self, prefix: &[u8]) -> Option<i64> {
+        let data = self.core.data();
+        data.iter_prefix(prefix).map(|kv| kv.mod_revision).max()
+    }
+
     /// The value stored under `key` now, read in place (what a one-key range returns).
     pub fn value(&self, key: &[u8]) -> Option<&[u8]> {
         self.core.data().get(key).map(|kv| kv.value.as_slice())
