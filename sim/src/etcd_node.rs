@@ -268,12 +268,4 @@ impl Server for EtcdNode {
     fn take_notes(&mut self) -> Vec<serde_json::Value> {
         std::mem::take(&mut self.notes)
     }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
 }

@@ -37,28 +37,22 @@
 //!   re-authentication), each endpoint a link of its own to the one etcd
 //!   ([`node::NodeId::EtcdEndpoint`]);
 //! - the master: mock-master's core (`mock_master::core::MasterCore`: gate, heartbeat
-//!   rules, instance table, watch cursor, probe attempts, ticker); it follows etcd
-//!   through a watch (mock-master's request and parser) and probes a deleted instance's
-//!   vLLM over its own link;
-//! - vLLM: mock-vllm's virtual-time core (`mock_vllm::core::VllmCore`: load model,
-//!   health modes, startup delay, crash/restart, `metrics_*`/`completion_*` faults, the
-//!   page of every dialect, `compact` included), under open-loop request load.
-//!
-//! - routing: a load aimed at the master is routed by its core's pick;
-//! - the scenario language on top: `scenarios run --sim` (crate `scenarios`).
-//!
-//! - the master follows etcd by mock-master's own watch plan over its link
-//!   ([`master_watch`]): a dead stream is re-opened, lost data re-listed.
-//!
-//! - with etcd auth on, the master authenticates as mock-master's client does (before
-//!   its first call, once more on a refused token, again after a watch refused for it).
-//!
+//!   rules, instance table, watch cursor, probe attempts, ticker); it follows etcd by
+//!   mock-master's own watch plan over its link ([`master_watch`]: a dead stream is
+//!   re-opened, lost data re-listed), authenticating as mock-master's client does when
+//!   etcd auth is on (before its first call, once more on a refused token, again after
+//!   a watch refused for it), and probes a deleted instance's vLLM over its own link;
+//!   a load aimed at it is routed by its core's pick;
 //! - master replicas ([`node::NodeId::master`]): mock-master's replica mode, each
 //!   replica carrying out its core's election over its own link to etcd (mock-master's
 //!   request bodies and parsers), the elected one writing the LOADMETRICS rounds its
 //!   core plans; a sidecar's heartbeat goes to the replica its target's URL host names
 //!   ([`World::set_master_hosts`]); a server's process is killed and started again with
-//!   [`World::kill_server`] and [`World::start_server`].
+//!   [`World::kill_server`] and [`World::start_server`];
+//! - vLLM: mock-vllm's virtual-time core (`mock_vllm::core::VllmCore`: load model,
+//!   health modes, startup delay, crash/restart, `metrics_*`/`completion_*` faults, the
+//!   page of every dialect, `compact` included), under open-loop request load;
+//! - the scenario language on top: `scenarios run --sim` (crate `scenarios`).
 //!
 //! Not yet: LOADMETRICS written by a single master (no election: the round is planned
 //! and dropped, so that the logs of single-master worlds stay as they were), real etcd

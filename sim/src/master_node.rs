@@ -32,7 +32,7 @@ use mock_master::core::{Command, HeartbeatReply, MasterCore};
 use mock_master::election::{self, Election, Op, Role};
 use mock_master::etcd::{
     create_if_absent_request, delete_request, lease_grant_request, lease_keepalive_request,
-    parse_grant, parse_keepalive, parse_put, parse_txn, parse_watch_message, put_request,
+    parse_grant, parse_keepalive, parse_put, parse_txn, put_request,
 };
 use mock_master::instances::Instances;
 use mock_master::publish::Plan;
@@ -41,7 +41,7 @@ use mock_master::{HeartbeatEvent, MasterEvent};
 use rand::rngs::StdRng;
 use serde_json::{json, Value};
 
-use crate::master_watch::{Effects, Follower};
+use crate::master_watch::{read_watch_line, Effects, Follower};
 use crate::node::{Call, NodeId, Outcome, Reply, Request, Server};
 
 /// Tokens of the election's calls: this plus the election's call id. Election ids
@@ -227,15 +227,21 @@ impl MasterNode {
         // Calls of the last life: their answers find nothing to go to.
         self.elections.clear();
         self.round = None;
-        let mut fx = Effects::default();
-        self.follower.restart(now, relist, &mut fx);
-        self.take_effects(fx);
-        self.collect(now);
+        self.follow(now, |f, _, fx| f.restart(now, relist, fx));
     }
 
-    fn take_effects(&mut self, fx: Effects) {
+    /// Let the follower act at `now` (`step`), then take its calls and notes and the
+    /// core's commands.
+    fn follow(
+        &mut self,
+        now: Duration,
+        step: impl FnOnce(&mut Follower, &mut MasterCore, &mut Effects),
+    ) {
+        let mut fx = Effects::default();
+        step(&mut self.follower, &mut self.core, &mut fx);
         self.calls.extend(fx.calls);
         self.notes.extend(fx.notes.into_iter().map(Note::Value));
+        self.collect(now);
     }
 
     /// Say that instance `name` (`host:port`) is served by the vLLM node `node`.
@@ -263,19 +269,9 @@ impl MasterNode {
 
     /// One line of the watch stream, read by mock-master's own parser into the core.
     pub fn on_watch_line(&mut self, now: Duration, line: &str) {
-        let message = serde_json::from_str(line)
-            .map_err(|e| e.to_string())
-            .and_then(|v| parse_watch_message(&v).map_err(|e| e.to_string()));
-        match message {
-            Ok(resp) => {
-                let verdict = self.core.on_watch_response(now, resp);
-                if !matches!(verdict, mock_master::follow::Verdict::Events(_)) {
-                    self.note(json!({ "watch": format!("{verdict:?}") }));
-                }
-            }
-            Err(e) => self.note(json!({ "watch_error": e })),
-        }
-        self.collect(now);
+        self.follow(now, |_, core, fx| {
+            read_watch_line(now, line, core, &mut fx.notes);
+        });
     }
 
     /// One event of the watch (already decoded), straight into the core.
@@ -546,10 +542,7 @@ impl Server for MasterNode {
                 let _ = self.core.publish_round_unwritten(now);
             }
         }
-        let mut fx = Effects::default();
-        self.follower.on_timer(now, &self.core, &mut fx);
-        self.take_effects(fx);
-        self.collect(now);
+        self.follow(now, |f, core, fx| f.on_timer(now, core, fx));
     }
 
     fn take_notes(&mut self) -> Vec<serde_json::Value> {
@@ -563,10 +556,7 @@ impl Server for MasterNode {
     }
 
     fn on_push(&mut self, now: Duration, _from: NodeId, line: &str) {
-        let mut fx = Effects::default();
-        self.follower.on_line(now, line, &mut self.core, &mut fx);
-        self.take_effects(fx);
-        self.collect(now);
+        self.follow(now, |f, core, fx| f.on_line(now, line, core, fx));
     }
 
     fn on_stream_end(&mut self, now: Duration, _from: NodeId, reason: &str) {
@@ -579,34 +569,19 @@ impl Server for MasterNode {
 
     fn on_outcome(&mut self, now: Duration, token: u64, outcome: Outcome) {
         if Follower::owns(token) {
-            let mut fx = Effects::default();
-            self.follower
-                .on_outcome(now, token, outcome, &mut self.core, &mut fx);
-            self.take_effects(fx);
-            self.collect(now);
-            return;
+            return self.follow(now, |f, core, fx| {
+                f.on_outcome(now, token, outcome, core, fx)
+            });
         }
         if token >= ELECTION_TOKENS {
             self.on_election_outcome(now, token, &outcome);
-            self.collect(now);
-            return;
-        }
-        if token >= PUBLISH_TOKENS {
+        } else if token >= PUBLISH_TOKENS {
             self.on_write_outcome(token, &outcome);
-            self.collect(now);
-            return;
+        } else {
+            let ok = outcome == Outcome::Reply(Reply::Status(200));
+            self.core.on_probe_result(now, token, ok);
         }
-        let ok = outcome == Outcome::Reply(Reply::Status(200));
-        self.core.on_probe_result(now, token, ok);
         self.collect(now);
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
     }
 }
 

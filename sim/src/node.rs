@@ -266,8 +266,10 @@ pub struct Call {
     pub token: u64,
 }
 
-/// A node that answers requests: a fake's core inside its simulated shell.
-pub trait Server {
+/// A node that answers requests: a fake's core inside its simulated shell. A `dyn
+/// Server` is a `dyn Any` too, to inspect it as its own type (`downcast_ref`) or to
+/// change it between events (health modes, faults).
+pub trait Server: std::any::Any {
     /// Serve `request` from `from` at `now`. `None`: the server never answers (a hang);
     /// the caller meets its own timeout.
     fn serve(
@@ -344,12 +346,6 @@ pub trait Server {
 
     /// How one of its calls ended.
     fn on_outcome(&mut self, _now: Duration, _token: u64, _outcome: Outcome) {}
-
-    /// For inspection by tests and reports (`downcast_ref` to the node's type).
-    fn as_any(&self) -> &dyn std::any::Any;
-
-    /// As [`Server::as_any`], to change a node between events (health modes, faults).
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ use sidecar::peers::{master, vllm};
 use sidecar::prom::Format;
 
 use crate::distortion::{Distortion, Start, Verdict};
-use crate::etcd_client::{EtcdCall, EtcdClient, Progress};
+use crate::etcd_client::{EtcdClient, Progress};
 use crate::node::{Body, Failure, NodeId, Outcome, Reply, Request};
 
 /// Which command an exchange answers, and what the answer needs from it.
@@ -52,7 +52,7 @@ pub struct Tag {
     pub kind: Kind,
 }
 
-pub use crate::command_kind::Kind;
+pub use crate::command_kind::{EtcdCall, Kind};
 
 /// What the node wants done after a step.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,9 +88,9 @@ pub struct Timeouts {
 pub struct SidecarNode {
     pub index: u32,
     core: Core,
-    timeouts: Timeouts,
+    /// The driver's timeouts and `/metrics` body cap.
+    cx: Context,
     token: String,
-    metrics_max_bytes: usize,
     /// The sidecar's etcd client: its session and its calls under way.
     etcd: EtcdClient,
     /// Exchanges a finished one led to (an etcd call's next endpoint), not yet polled.
@@ -131,13 +131,15 @@ impl SidecarNode {
         SidecarNode {
             index,
             core: Core::new(core_config, seed, now),
-            timeouts: Timeouts {
-                health: config.health_timeout,
-                scrape: config.scrape_timeout,
-                heartbeat: config.health_timeout,
+            cx: Context {
+                timeouts: Timeouts {
+                    health: config.health_timeout,
+                    scrape: config.scrape_timeout,
+                    heartbeat: config.health_timeout,
+                },
+                metrics_max_bytes: config.metrics_max_bytes,
             },
             token,
-            metrics_max_bytes: config.metrics_max_bytes,
             etcd: EtcdClient::new(config),
             pending: Vec::new(),
             immediate: Vec::new(),
@@ -296,8 +298,8 @@ impl SidecarNode {
 
     /// An exchange of `tag` ended with `outcome` at `now`: the core gets its answer.
     pub fn complete(&mut self, now: Duration, tag: &Tag, outcome: Outcome) {
-        let answer = match EtcdCall::of(tag.kind) {
-            Some(_) => match self.etcd.on_outcome(tag.id, outcome) {
+        let answer = match tag.kind {
+            Kind::Etcd(_) => match self.etcd.on_outcome(tag.id, outcome) {
                 Some(Progress::Done(answer)) => answer,
                 Some(progress) => {
                     self.etcd_progress(progress, tag.clone());
@@ -305,7 +307,7 @@ impl SidecarNode {
                 }
                 None => return, // no such call (the process was restarted meanwhile)
             },
-            None => match answer_of(tag.kind, outcome, &self.context()) {
+            kind => match answer_of(kind, outcome, &self.cx) {
                 Some(answer) => answer,
                 None => return,
             },
@@ -318,13 +320,6 @@ impl SidecarNode {
             None => answer,
         };
         self.handle(now, Input::Answer(tag.id, answer));
-    }
-
-    fn context(&self) -> Context {
-        Context {
-            timeouts: self.timeouts,
-            metrics_max_bytes: self.metrics_max_bytes,
-        }
     }
 
     /// An etcd call's progress as what the driver does: the exchange (after the
@@ -350,17 +345,26 @@ impl SidecarNode {
     }
 
     /// Start an etcd command's call (its steps go out through `pending`).
-    fn etcd_start(&mut self, id: CommandId, kind: Kind, request: EtcdRequest) -> Option<Outgoing> {
-        if let Some(call) = EtcdCall::of(kind) {
-            let progress = self.etcd.start(id, call, &request);
-            self.etcd_progress(progress, Tag { id, kind });
-        }
+    fn etcd_start(
+        &mut self,
+        id: CommandId,
+        call: EtcdCall,
+        request: EtcdRequest,
+    ) -> Option<Outgoing> {
+        let progress = self.etcd.start(id, call, &request);
+        self.etcd_progress(
+            progress,
+            Tag {
+                id,
+                kind: Kind::Etcd(call),
+            },
+        );
         None
     }
 
     fn outgoing(&mut self, command: Command) -> Option<Outgoing> {
         let vllm = NodeId::Vllm(self.index);
-        let t = self.timeouts;
+        let t = self.cx.timeouts;
         let send = |to, request, timeout, id, kind| Outgoing::Send {
             to,
             request,
@@ -370,23 +374,23 @@ impl SidecarNode {
         Some(match command {
             Command::ProbeHealth { id } => send(vllm, Request::Health, t.health, id, Kind::Health),
             Command::GrantLease { id, ttl } => {
-                return self.etcd_start(id, Kind::Grant { ttl }, EtcdRequest::Grant { ttl })
+                return self.etcd_start(id, EtcdCall::Grant { ttl }, EtcdRequest::Grant { ttl })
             }
             Command::PutKey {
                 id,
                 key,
                 value,
                 lease,
-            } => return self.etcd_start(id, Kind::Put, EtcdRequest::Put { key, value, lease }),
+            } => return self.etcd_start(id, EtcdCall::Put, EtcdRequest::Put { key, value, lease }),
             Command::Keepalive { id, lease } => {
-                return self.etcd_start(id, Kind::Keepalive, EtcdRequest::Keepalive { lease })
+                return self.etcd_start(id, EtcdCall::Keepalive, EtcdRequest::Keepalive { lease })
             }
             Command::Revoke { id, lease } => {
-                return self.etcd_start(id, Kind::Revoke, EtcdRequest::Revoke { lease })
+                return self.etcd_start(id, EtcdCall::Revoke, EtcdRequest::Revoke { lease })
             }
             Command::Scrape { id } => send(vllm, Request::Metrics, t.scrape, id, Kind::Scrape),
             Command::ReadMasterKey { id, key } => {
-                return self.etcd_start(id, Kind::MasterRead, EtcdRequest::Range { key })
+                return self.etcd_start(id, EtcdCall::MasterRead, EtcdRequest::Range { key })
             }
             Command::PostHeartbeat { id, body, target } => send(
                 heartbeat_node_in(&self.master_hosts, &target),
@@ -403,12 +407,6 @@ impl SidecarNode {
             Command::Exit { code } => Outgoing::Exit(code),
         })
     }
-}
-
-/// The node a heartbeat for `target` goes to in a world of one master:
-/// [`NodeId::Master`], whatever the target.
-pub fn heartbeat_node(target: &HeartbeatTarget) -> NodeId {
-    heartbeat_node_in(&BTreeMap::new(), target)
 }
 
 /// The node a heartbeat for `target` goes to, given `hosts` (a heartbeat URL's host →
@@ -457,9 +455,7 @@ pub fn answer_of(kind: Kind, outcome: Outcome, cx: &Context) -> Option<Answer> {
             let result = master::classify_heartbeat(exchange, t.heartbeat);
             answers::heartbeat(result.map(|a| a.status))
         }
-        Kind::Grant { .. } | Kind::Put | Kind::Keepalive | Kind::Revoke | Kind::MasterRead => {
-            return None
-        }
+        Kind::Etcd(_) => return None,
     })
 }
 
@@ -542,7 +538,7 @@ mod tests {
                 "heartbeat: no answer within 3s".into()
             ))
         );
-        assert_eq!(answer_of(Kind::Keepalive, t, &cx()), None);
+        assert_eq!(answer_of(Kind::Etcd(EtcdCall::Keepalive), t, &cx()), None);
     }
 
     #[test]

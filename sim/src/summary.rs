@@ -13,15 +13,6 @@ use serde_json::json;
 
 use crate::node::{NodeId, Outcome, Reply, Request};
 
-/// A node's name as the log writes it (its `Display`).
-struct Name(NodeId);
-
-impl Serialize for Name {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&self.0)
-    }
-}
-
 /// A body's size.
 #[derive(Serialize)]
 struct Bytes {
@@ -87,57 +78,52 @@ impl Serialize for OutcomeSummary<'_> {
     }
 }
 
-/// The `send` line: exchange `x` to `to` for the caller's command `cmd`.
+/// The `send` line: exchange `x` to `to` for the caller's command `cmd` (fields in
+/// sorted order, as a `Value` object writes its keys).
+#[derive(Serialize)]
 pub(crate) struct Send<'a> {
-    pub x: u64,
-    pub to: NodeId,
     pub cmd: u64,
+    #[serde(serialize_with = "request_summary")]
     pub request: &'a Request,
-}
-
-impl Serialize for Send<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(4))?;
-        m.serialize_entry("cmd", &self.cmd)?;
-        m.serialize_entry("request", &RequestSummary(self.request))?;
-        m.serialize_entry("to", &Name(self.to))?;
-        m.serialize_entry("x", &self.x)?;
-        m.end()
-    }
+    #[serde(serialize_with = "name")]
+    pub to: NodeId,
+    pub x: u64,
 }
 
 /// The `serve` line: the server's answer to exchange `x` from `from` (`None`: a hang).
+#[derive(Serialize)]
 pub(crate) struct Serve<'a> {
-    pub x: u64,
+    #[serde(serialize_with = "name")]
     pub from: NodeId,
+    #[serde(serialize_with = "reply_summary")]
     pub reply: Option<&'a Reply>,
-}
-
-impl Serialize for Serve<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(3))?;
-        m.serialize_entry("from", &Name(self.from))?;
-        m.serialize_entry("reply", &self.reply.map(ReplySummary))?;
-        m.serialize_entry("x", &self.x)?;
-        m.end()
-    }
+    pub x: u64,
 }
 
 /// The `outcome` line: how exchange `x` of the caller's command `cmd` ended.
+#[derive(Serialize)]
 pub(crate) struct Ended<'a> {
-    pub x: u64,
     pub cmd: u64,
+    #[serde(serialize_with = "outcome_summary")]
     pub outcome: &'a Outcome,
+    pub x: u64,
 }
 
-impl Serialize for Ended<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(3))?;
-        m.serialize_entry("cmd", &self.cmd)?;
-        m.serialize_entry("outcome", &OutcomeSummary(self.outcome))?;
-        m.serialize_entry("x", &self.x)?;
-        m.end()
-    }
+/// A node's name as the log writes it (its `Display`).
+fn name<S: Serializer>(id: &NodeId, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(id)
+}
+
+fn request_summary<S: Serializer>(r: &&Request, s: S) -> Result<S::Ok, S::Error> {
+    RequestSummary(r).serialize(s)
+}
+
+fn reply_summary<S: Serializer>(r: &Option<&Reply>, s: S) -> Result<S::Ok, S::Error> {
+    r.map(ReplySummary).serialize(s)
+}
+
+fn outcome_summary<S: Serializer>(o: &&Outcome, s: S) -> Result<S::Ok, S::Error> {
+    OutcomeSummary(o).serialize(s)
 }
 
 #[cfg(test)]

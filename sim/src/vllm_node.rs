@@ -233,14 +233,6 @@ impl Server for VllmNode {
             _ => Some(Reply::Status(404)),
         }
     }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! refreshes the lease); the answer only reaches a caller still waiting for it. The
 //! caller's timeout is an event of its own.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,28 +48,15 @@ enum Event {
     /// A server's timer, due at `at`.
     ServerWake { id: NodeId, at: Duration },
     /// A request reaches its server (if the link was not reset since it was sent).
-    Arrive {
-        exchange: u64,
-        client: NodeId,
-        server: NodeId,
-        generation: u64,
-        request: Request,
-        /// Arriving again after the server's [`Reply::Deferred`].
-        deferred: bool,
-        /// The server's process when the request was sent ([`World::kill_server`]):
-        /// a request never reaches a later process in the slot.
-        epoch: u64,
-    },
+    Arrive(Arrival),
     /// An answer reaches its caller.
     Return {
         exchange: u64,
         generation: u64,
         reply: Reply,
     },
-    /// The exchange fails.
+    /// The exchange fails (at the caller's timeout: [`Failure::Timeout`]).
     Fail { exchange: u64, failure: Failure },
-    /// The caller's timeout.
-    Timeout { exchange: u64 },
     /// A fault on the link client → server changes.
     SetLink {
         client: NodeId,
@@ -106,6 +94,20 @@ enum Event {
         /// The processes of `from` and `to` when it was sent.
         epochs: (u64, u64),
     },
+}
+
+/// A request on its way to its server.
+struct Arrival {
+    exchange: u64,
+    client: NodeId,
+    server: NodeId,
+    generation: u64,
+    request: Request,
+    /// Arriving again after the server's [`Reply::Deferred`].
+    deferred: bool,
+    /// The server's process when the request was sent ([`World::kill_server`]):
+    /// a request never reaches a later process in the slot.
+    epoch: u64,
 }
 
 /// Who waits for an exchange, and what for.
@@ -214,11 +216,6 @@ impl World {
         }
     }
 
-    /// The table [`World::set_master_hosts`] set (empty unless set).
-    pub fn master_hosts(&self) -> &BTreeMap<String, NodeId> {
-        &self.master_hosts
-    }
-
     /// The process of server `id` now (0 until it is first killed).
     fn epoch(&self, id: NodeId) -> u64 {
         if self.epochs.is_empty() {
@@ -262,18 +259,7 @@ impl World {
         self.stuck_streams
             .retain(|(reader, server)| *reader != id && server.server() != id);
         for reader in slot.node.stream_readers() {
-            let reason = "connection closed";
-            let epoch = self.epoch(reader);
-            self.queue.push_after(
-                now,
-                self.links.base(),
-                Event::StreamEnd {
-                    from: id,
-                    to: reader,
-                    reason,
-                    epoch,
-                },
-            );
+            self.stream_end_after(self.links.base(), id, reader, "connection closed");
         }
         // The streams it read: their servers drop them (no call, note or timer comes
         // of that: nothing to collect from them).
@@ -355,12 +341,12 @@ impl World {
 
     /// The server at `id` as its own type, to inspect it.
     pub fn server_as<T: 'static>(&self, id: NodeId) -> Option<&T> {
-        self.servers.get(id)?.node.as_any().downcast_ref()
+        (self.servers.get(id)?.node.as_ref() as &dyn Any).downcast_ref()
     }
 
     /// The server at `id` as its own type, to change it now (a health mode, a fault).
     pub fn server_as_mut<T: 'static>(&mut self, id: NodeId) -> Option<&mut T> {
-        self.servers.node_mut(id)?.as_any_mut().downcast_mut()
+        (self.servers.node_mut(id)?.as_mut() as &mut dyn Any).downcast_mut()
     }
 
     /// Add a server node (a fake's core in its simulated shell).
@@ -372,33 +358,37 @@ impl World {
     /// Add the next sidecar with `config`; its core's seed is drawn from the world's
     /// generator. Answers its index.
     pub fn add_sidecar(&mut self, config: &Config) -> u32 {
-        let index = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
         let seed = self.rng.gen();
-        let mut node = SidecarNode::new(index, config, seed, self.now);
-        plant(self.planted, &mut node);
-        node.set_master_hosts(self.master_hosts.clone());
-        self.sidecars.push(node);
-        self.log.record(
-            self.now,
-            &NodeId::Sidecar(index).to_string(),
-            "start",
-            || json!({ "seed": seed }),
-        );
-        self.after_sidecar_step(index);
+        let index = self.push_sidecar(config, seed);
+        self.sidecar_started(index, seed);
         index
     }
 
     /// Add the next sidecar as a process not started yet (a scenario starts it later
     /// with [`World::restart_sidecar`]). Answers its index.
     pub fn add_stopped_sidecar(&mut self, config: &Config) -> u32 {
+        let index = self.push_sidecar(config, 0);
+        if let Some(node) = self.sidecars.last_mut() {
+            node.kill();
+            node.ran = false;
+        }
+        index
+    }
+
+    /// The next sidecar slot, its process made with `config` and `seed` (not run yet).
+    fn push_sidecar(&mut self, config: &Config, seed: u64) -> u32 {
         let index = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
-        let mut node = SidecarNode::new(index, config, 0, self.now);
+        let mut node = SidecarNode::new(index, config, seed, self.now);
         plant(self.planted, &mut node);
         node.set_master_hosts(self.master_hosts.clone());
-        node.kill();
-        node.ran = false;
         self.sidecars.push(node);
         index
+    }
+
+    /// Sidecar `index`'s process started now with `seed`: logged, and its first step run.
+    fn sidecar_started(&mut self, index: u32, seed: u64) {
+        self.record(NodeId::Sidecar(index), "start", || json!({ "seed": seed }));
+        self.after_sidecar_step(index);
     }
 
     /// Pause `node` at `at` for `lasting` (see [`crate::pause`]): it handles nothing
@@ -446,12 +436,7 @@ impl World {
         if let Some(node) = self.sidecars.get_mut(index as usize) {
             node.kill();
         }
-        self.log.record(
-            self.now,
-            &NodeId::Sidecar(index).to_string(),
-            "killed",
-            || json!({}),
-        );
+        self.record(NodeId::Sidecar(index), "killed", || json!({}));
     }
 
     /// Start sidecar `index` again now with `config`: a new process, a new core seed
@@ -463,13 +448,7 @@ impl World {
             return;
         };
         let seed = slot.restart(config, seed, self.now);
-        self.log.record(
-            self.now,
-            &NodeId::Sidecar(index).to_string(),
-            "start",
-            || json!({ "seed": seed }),
-        );
-        self.after_sidecar_step(index);
+        self.sidecar_started(index, seed);
     }
 
     /// Set the fault of the link `client` → `server` at `at`.
@@ -488,11 +467,6 @@ impl World {
     pub fn add_load(&mut self, at: Duration, load: Load) {
         self.loads.push(load);
         self.queue.push(at, Event::Arrival(self.loads.len() - 1));
-    }
-
-    /// Set the fault of the link `client` → `server` now.
-    pub fn set_link(&mut self, client: NodeId, server: NodeId, fault: LinkFault) {
-        self.apply_link(client, server, fault);
     }
 
     /// Hand sidecar `index` an outside input at `at`.
@@ -547,17 +521,9 @@ impl World {
             Event::Offer { to, request } => self.offer(to, request),
             Event::Pause { node, until } => self.pause_now(node, until),
             Event::Resume(node) => self.resume(node),
-            Event::Arrive {
-                exchange,
-                client,
-                server,
-                generation,
-                request,
-                deferred,
-                epoch,
-            } => {
-                if self.epoch(server) == epoch {
-                    self.arrive(exchange, client, server, generation, request, deferred)
+            Event::Arrive(a) => {
+                if self.epoch(a.server) == a.epoch {
+                    self.arrive(a)
                 }
             }
             Event::Return {
@@ -574,16 +540,13 @@ impl World {
                 }
             }
             Event::Fail { exchange, failure } => self.finish(exchange, Outcome::Failed(failure)),
-            Event::Timeout { exchange } => self.finish(exchange, Outcome::Failed(Failure::Timeout)),
             Event::SetLink {
                 client,
                 server,
                 fault,
-            } => self.apply_link(client, server, fault),
+            } => self.set_link(client, server, fault),
             Event::Input(i, input) => {
-                let name = NodeId::Sidecar(i).to_string();
-                self.log
-                    .record(self.now, &name, "input", || json!(format!("{input:?}")));
+                self.record(NodeId::Sidecar(i), "input", || format!("{input:?}"));
                 if let Some(node) = self.sidecars.get_mut(i as usize) {
                     node.handle(self.now, input);
                 }
@@ -668,33 +631,18 @@ impl World {
             return;
         }
         let now = self.now;
-        let to = match to {
-            NodeId::Master | NodeId::MasterReplica(_) => {
-                let picked = self
-                    .server_as_mut::<MasterNode>(to)
-                    .and_then(MasterNode::pick);
-                self.record(
-                    to,
-                    "route",
-                    || json!({ "to": picked.map(|n| n.to_string()) }),
-                );
-                match picked {
-                    Some(n) if self.pauses.is_paused(n) => {
-                        let _ = self.pauses.hold(
-                            n,
-                            Event::Offer {
-                                to: n,
-                                request: req,
-                            },
-                        );
-                        return;
-                    }
-                    Some(n) => n,
-                    None => return,
-                }
+        if to.is_master() {
+            let picked = self
+                .server_as_mut::<MasterNode>(to)
+                .and_then(MasterNode::pick);
+            let picked_name = || json!({ "to": picked.map(|n| n.to_string()) });
+            self.record(to, "route", picked_name);
+            // The vLLM picked takes it as an offer of its own (held if it is paused).
+            if let Some(vllm) = picked {
+                self.offer(vllm, req);
             }
-            other => other,
-        };
+            return;
+        }
         match self.server_as_mut::<VllmNode>(to) {
             // An offer changes nothing the world sees (no note, call or timer) until
             // the node is next used: nothing to collect from it now.
@@ -748,10 +696,10 @@ impl World {
                 Some(NodeId::Sidecar(*index))
             }
             Event::ServerWake { id, .. } => Some(*id),
-            Event::Arrive { server, .. } => Some(server.server()),
-            Event::Return { exchange, .. }
-            | Event::Fail { exchange, .. }
-            | Event::Timeout { exchange } => self.exchanges.get(*exchange).map(|x| x.caller.node()),
+            Event::Arrive(a) => Some(a.server.server()),
+            Event::Return { exchange, .. } | Event::Fail { exchange, .. } => {
+                self.exchanges.get(*exchange).map(|x| x.caller.node())
+            }
             Event::StreamEnd { to, .. } | Event::Push { to, .. } => Some(*to),
             _ => None,
         }
@@ -835,14 +783,18 @@ impl World {
         self.next_exchange += 1;
         let client = caller.node();
         let number = caller.number();
-        self.record_typed(client, "send", || summary::Send {
+        self.record(client, "send", || summary::Send {
             x: id,
             to: server,
             cmd: number,
             request: &request,
         });
-        self.queue
-            .push_after(self.now, timeout, Event::Timeout { exchange: id });
+        let failure = Failure::Timeout;
+        let at_timeout = Event::Fail {
+            exchange: id,
+            failure,
+        };
+        self.queue.push_after(self.now, timeout, at_timeout);
         let mut stuck = false;
         if !self.servers.contains(server) {
             self.fail_now(id, Failure::Refused);
@@ -861,7 +813,7 @@ impl World {
                     self.queue.push_after(
                         self.now,
                         d,
-                        Event::Arrive {
+                        Event::Arrive(Arrival {
                             exchange: id,
                             client,
                             server,
@@ -869,7 +821,7 @@ impl World {
                             request,
                             deferred: false,
                             epoch,
-                        },
+                        }),
                     );
                 }
                 Leg::Lost { stuck: s } => stuck = s,
@@ -888,15 +840,15 @@ impl World {
     }
 
     /// A request reaches its server: it acts, and its answer goes back over the link.
-    fn arrive(
-        &mut self,
-        id: u64,
-        client: NodeId,
-        server: NodeId,
-        generation: u64,
-        request: Request,
-        deferred: bool,
-    ) {
+    fn arrive(&mut self, a: Arrival) {
+        let Arrival {
+            exchange: id,
+            client,
+            server,
+            generation,
+            deferred,
+            ..
+        } = a;
         if self.generation(client, server) != generation {
             return; // the connection was reset while the request was on its way
         }
@@ -910,10 +862,10 @@ impl World {
             return;
         };
         let reply = match deferred {
-            false => node.serve(now, client, &request, &mut self.rng),
-            true => node.serve_deferred(now, client, &request, &mut self.rng),
+            false => node.serve(now, client, &a.request, &mut self.rng),
+            true => node.serve_deferred(now, client, &a.request, &mut self.rng),
         };
-        self.record_typed(node_id, "serve", || summary::Serve {
+        self.record(node_id, "serve", || summary::Serve {
             x: id,
             from: client,
             reply: reply.as_ref(),
@@ -921,29 +873,18 @@ impl World {
         self.after_server_step(node_id);
         let (extra, reply) = match reply {
             None => return, // a hang: the caller meets its timeout
-            Some(Reply::Reset) => {
-                self.fail_now(id, Failure::Reset);
-                return;
-            }
+            Some(Reply::Reset) => return self.fail_now(id, Failure::Reset),
             // Only as a server's own answer (a crashed vLLM).
-            Some(Reply::Refused) => {
-                self.fail_now(id, Failure::Refused);
-                return;
-            }
+            Some(Reply::Refused) => return self.fail_now(id, Failure::Refused),
             Some(Reply::Slow { after, reply }) => (after, *reply),
             Some(Reply::Deferred { after }) => {
-                let again = Event::Arrive {
-                    exchange: id,
-                    client,
-                    server,
-                    generation,
-                    request,
+                let again = Arrival {
                     deferred: true,
                     // The process the request reached (checked before it was served).
                     epoch: self.epoch(server),
+                    ..a
                 };
-                self.queue.push_after(now, after, again);
-                return;
+                return self.queue.push_after(now, after, Event::Arrive(again));
             }
             Some(reply) => (Duration::ZERO, reply),
         };
@@ -984,7 +925,7 @@ impl World {
         };
         let now = self.now;
         let number = x.caller.number();
-        self.record_typed(x.caller.node(), "outcome", || summary::Ended {
+        self.record(x.caller.node(), "outcome", || summary::Ended {
             x: id,
             cmd: number,
             outcome: &outcome,
@@ -1005,7 +946,8 @@ impl World {
         }
     }
 
-    fn apply_link(&mut self, client: NodeId, server: NodeId, fault: LinkFault) {
+    /// Set the fault of the link `client` → `server` now.
+    pub fn set_link(&mut self, client: NodeId, server: NodeId, fault: LinkFault) {
         self.log.record(self.now, "links", "set", || {
             json!({ "client": client.to_string(), "server": server.to_string(), "fault": fault })
         });
@@ -1046,18 +988,27 @@ impl World {
             node.on_link_reset(now, client);
         }
         if self.servers.contains(client) {
-            let epoch = self.epoch(client);
-            self.queue.push_after(
-                now,
-                Duration::ZERO,
-                Event::StreamEnd {
-                    from: server,
-                    to: client,
-                    reason,
-                    epoch,
-                },
-            );
+            self.stream_end_after(Duration::ZERO, server, client, reason);
         }
+    }
+
+    /// The streams `from` → `to` end `after` from now, for `reason` (news only to the
+    /// process `to` runs now).
+    fn stream_end_after(
+        &mut self,
+        after: Duration,
+        from: NodeId,
+        to: NodeId,
+        reason: &'static str,
+    ) {
+        let epoch = self.epoch(to);
+        let end = Event::StreamEnd {
+            from,
+            to,
+            reason,
+            epoch,
+        };
+        self.queue.push_after(self.now, after, end);
     }
 
     fn server_wakes(&mut self, id: NodeId, at: Duration) {
@@ -1078,42 +1029,23 @@ impl World {
     fn after_server_step(&mut self, id: NodeId) {
         self.stepped.push(id);
         self.log_server_notes(id);
-        let calls = match self.servers.node_mut(id) {
-            Some(node) => node.take_calls(),
-            None => Vec::new(),
+        let Some(node) = self.servers.node_mut(id) else {
+            return;
         };
+        let (calls, pushes, ended) = (
+            node.take_calls(),
+            node.take_pushes(),
+            node.take_stream_ends(),
+        );
         for call in calls {
-            self.send(
-                Caller::Server(id, call.token),
-                call.to,
-                call.request,
-                call.timeout,
-            );
+            let caller = Caller::Server(id, call.token);
+            self.send(caller, call.to, call.request, call.timeout);
         }
-        let pushes = match self.servers.node_mut(id) {
-            Some(node) => node.take_pushes(),
-            None => Vec::new(),
-        };
         for (to, line) in pushes {
             self.push_line(id, to, line);
         }
-        let ended = match self.servers.node_mut(id) {
-            Some(node) => node.take_stream_ends(),
-            None => Vec::new(),
-        };
         for to in ended {
-            let reason = "stream ended";
-            let epoch = self.epoch(to);
-            self.queue.push_after(
-                self.now,
-                self.links.base(),
-                Event::StreamEnd {
-                    from: id,
-                    to,
-                    reason,
-                    epoch,
-                },
-            );
+            self.stream_end_after(self.links.base(), id, to, "stream ended");
         }
         self.schedule_server_wake(id);
     }
@@ -1163,30 +1095,19 @@ impl World {
         }
     }
 
-    /// [`World::record`] with a typed detail (see [`EventLog::record_serialize`]).
-    fn record_typed<D: serde::Serialize>(
+    /// Log an event of `node` now (see [`EventLog::record`]); its name is
+    /// only written out when the log writes lines (a counting log only counts).
+    fn record<D: serde::Serialize>(
         &mut self,
         node: NodeId,
         kind: &str,
         detail: impl FnOnce() -> D,
     ) {
-        if self.log.writes() {
-            let name = node.to_string();
-            self.log.record_serialize(self.now, &name, kind, detail);
-        } else {
-            self.log.record_serialize(self.now, "", kind, detail);
-        }
-    }
-
-    /// Log an event of `node` now; its name is only written out when the log writes
-    /// lines (a counting log only counts).
-    fn record(&mut self, node: NodeId, kind: &str, detail: impl FnOnce() -> serde_json::Value) {
-        if self.log.writes() {
-            let name = node.to_string();
-            self.log.record(self.now, &name, kind, detail);
-        } else {
-            self.log.record(self.now, "", kind, detail);
-        }
+        let name = match self.log.writes() {
+            true => node.to_string(),
+            false => String::new(),
+        };
+        self.log.record(self.now, &name, kind, detail);
     }
 
     fn schedule_server_wake(&mut self, id: NodeId) {

@@ -16,14 +16,6 @@ impl Server for Fixed {
     fn serve(&mut self, _: Duration, _: NodeId, _: &Request, _: &mut StdRng) -> Option<Reply> {
         self.0.clone()
     }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
 }
 
 fn config() -> Config {
@@ -209,14 +201,6 @@ impl Server for Held {
     ) -> Option<Reply> {
         self.acted.push(now);
         Some(Reply::Status(503))
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
     }
 }
 
