@@ -68,12 +68,13 @@ impl EtcdNode {
 
     /// End `reader`'s watch streams (a master that restarts drops its watch).
     pub fn close_watches(&mut self, reader: NodeId) {
-        let (gone, kept): (Vec<_>, Vec<_>) =
-            self.watches.drain(..).partition(|(r, _, _)| *r == reader);
-        self.watches = kept;
-        for (_, stream, _) in gone {
-            self.core.watch_close(&stream);
-        }
+        self.watches.retain(|(r, stream, _)| {
+            let gone = *r == reader;
+            if gone {
+                self.core.watch_close(stream);
+            }
+            !gone
+        });
     }
 
     /// Every key under `prefix` and the store's revision: what a listing range reads,
@@ -113,14 +114,9 @@ impl EtcdNode {
         if data.revision_before_last(n).is_some_and(|r| r > after) {
             return None;
         }
-        let mut keys = Vec::with_capacity(n);
-        for e in data.last_events(n)? {
-            if e.revision() <= after {
-                return None;
-            }
-            keys.push(e.kv.key.as_slice());
-        }
-        Some(keys)
+        data.last_events(n)?
+            .map(|e| (e.revision() > after).then_some(e.kv.key.as_slice()))
+            .collect()
     }
 
     /// The store's count of key-value writes (`Store::kv_writes`): unchanged, every

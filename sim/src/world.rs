@@ -69,8 +69,8 @@ enum Event {
     Act(Action),
     /// The next request of load `n` arrives.
     Arrival(usize),
-    /// A load's request reaches `to` (the master: to be routed by it), held while `to`
-    /// was paused.
+    /// A load's request reaches `to` (the master: to be routed by it); held while `to`
+    /// is paused.
     Offer { to: NodeId, request: Req },
     /// `node` stops running until `until` (see [`crate::pause`]).
     Pause { node: NodeId, until: Duration },
@@ -616,20 +616,17 @@ impl World {
         }
         let (to, req) = (load.to, load.request());
         let gap = load.next_gap(&mut self.rng);
-        self.offer(to, req);
+        self.step(Event::Offer { to, request: req });
         self.queue.push(self.now + gap, Event::Arrival(n));
     }
 
     /// A load's request reaches `to`: a vLLM takes it; a master replica routes it by its
     /// pick to the vLLM it names (none, or no master there: the request is dropped, as
-    /// nothing is routable). A paused node holds it until it resumes. A load aimed at
+    /// nothing is routable). A paused node holds it until it resumes (the offer is an
+    /// event of its own: [`World::step`] holds it). A load aimed at
     /// [`NodeId::Master`] is routed by replica 0, one aimed at
     /// [`NodeId::master`]`(k)` by replica `k`.
     fn offer(&mut self, to: NodeId, req: Req) {
-        if self.pauses.is_paused(to) {
-            let _ = self.pauses.hold(to, Event::Offer { to, request: req });
-            return;
-        }
         let now = self.now;
         if to.is_master() {
             let picked = self
@@ -639,7 +636,10 @@ impl World {
             self.record(to, "route", picked_name);
             // The vLLM picked takes it as an offer of its own (held if it is paused).
             if let Some(vllm) = picked {
-                self.offer(vllm, req);
+                self.step(Event::Offer {
+                    to: vllm,
+                    request: req,
+                });
             }
             return;
         }
@@ -700,7 +700,9 @@ impl World {
             Event::Return { exchange, .. } | Event::Fail { exchange, .. } => {
                 self.exchanges.get(*exchange).map(|x| x.caller.node())
             }
-            Event::StreamEnd { to, .. } | Event::Push { to, .. } => Some(*to),
+            Event::StreamEnd { to, .. } | Event::Push { to, .. } | Event::Offer { to, .. } => {
+                Some(*to)
+            }
             _ => None,
         }
     }
@@ -963,7 +965,6 @@ impl World {
             OnChange::Nothing => {}
             OnChange::ResetOpen => {
                 self.end_streams(client, server, "connection reset");
-                *self.generations.entry((client, server)).or_default() += 1;
                 for (id, _) in on_link {
                     self.fail_now(id, Failure::Reset);
                 }
@@ -971,7 +972,6 @@ impl World {
             OnChange::CloseStuck => {
                 if stuck_stream {
                     self.end_streams(client, server, "connection closed");
-                    *self.generations.entry((client, server)).or_default() += 1;
                 }
                 for (id, _) in on_link.into_iter().filter(|(_, stuck)| *stuck) {
                     self.fail_now(id, Failure::Closed);
@@ -981,8 +981,10 @@ impl World {
     }
 
     /// The connection of the streams between `client` and `server` is gone: the
-    /// server forgets them now, the client learns it as a stream end.
+    /// server forgets them now, the client learns it as a stream end, and what was on
+    /// its way over the link is lost (a new generation).
     fn end_streams(&mut self, client: NodeId, server: NodeId, reason: &'static str) {
+        *self.generations.entry((client, server)).or_default() += 1;
         let now = self.now;
         if let Some(node) = self.servers.node_mut(server) {
             node.on_link_reset(now, client);
