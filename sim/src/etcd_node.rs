@@ -12,7 +12,6 @@ use mock_etcd::faults::FaultDecision;
 use mock_etcd::store::KeyRange;
 use mock_etcd::{Config, EtcdCore, Fault, LineSink, WatchStream};
 use mock_kit::FaultRegistry;
-use rand::rngs::StdRng;
 use serde_json::json;
 
 use crate::node::{NodeId, Reply, Request, Server};
@@ -185,13 +184,7 @@ impl EtcdNode {
 }
 
 impl Server for EtcdNode {
-    fn serve(
-        &mut self,
-        now: Duration,
-        from: NodeId,
-        request: &Request,
-        _: &mut StdRng,
-    ) -> Option<Reply> {
+    fn serve(&mut self, now: Duration, from: NodeId, request: &Request) -> Option<Reply> {
         let path = match request {
             Request::Etcd { path, .. } => *path,
             Request::WatchOpen { .. } => "/v3/watch",
@@ -217,13 +210,7 @@ impl Server for EtcdNode {
         }
     }
 
-    fn serve_deferred(
-        &mut self,
-        now: Duration,
-        from: NodeId,
-        request: &Request,
-        _: &mut StdRng,
-    ) -> Option<Reply> {
+    fn serve_deferred(&mut self, now: Duration, from: NodeId, request: &Request) -> Option<Reply> {
         self.act(now, from, request)
     }
 

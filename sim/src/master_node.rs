@@ -38,7 +38,6 @@ use mock_master::instances::Instances;
 use mock_master::publish::Plan;
 use mock_master::Config;
 use mock_master::{HeartbeatEvent, MasterEvent};
-use rand::rngs::StdRng;
 use serde_json::{json, Value};
 
 use crate::master_watch::{read_watch_line, Effects, Follower};
@@ -478,13 +477,7 @@ impl MasterNode {
 }
 
 impl Server for MasterNode {
-    fn serve(
-        &mut self,
-        now: Duration,
-        from: NodeId,
-        request: &Request,
-        _: &mut StdRng,
-    ) -> Option<Reply> {
+    fn serve(&mut self, now: Duration, from: NodeId, request: &Request) -> Option<Reply> {
         let Request::Heartbeat { body, token } = request else {
             return Some(Reply::Status(404));
         };
@@ -503,13 +496,7 @@ impl Server for MasterNode {
         Some(self.answer(now, refused, body))
     }
 
-    fn serve_deferred(
-        &mut self,
-        now: Duration,
-        from: NodeId,
-        request: &Request,
-        _: &mut StdRng,
-    ) -> Option<Reply> {
+    fn serve_deferred(&mut self, now: Duration, from: NodeId, request: &Request) -> Option<Reply> {
         let Request::Heartbeat { body, .. } = request else {
             return Some(Reply::Status(404));
         };

@@ -10,7 +10,6 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-use rand::rngs::StdRng;
 use serde::Serialize;
 
 /// A node of the cluster. Ordered, so that tables keyed by it walk the same way on every
@@ -272,24 +271,12 @@ pub struct Call {
 pub trait Server: std::any::Any {
     /// Serve `request` from `from` at `now`. `None`: the server never answers (a hang);
     /// the caller meets its own timeout.
-    fn serve(
-        &mut self,
-        now: Duration,
-        from: NodeId,
-        request: &Request,
-        rng: &mut StdRng,
-    ) -> Option<Reply>;
+    fn serve(&mut self, now: Duration, from: NodeId, request: &Request) -> Option<Reply>;
 
     /// Serve a request whose [`Reply::Deferred`] delay has passed: as
     /// [`Server::serve`], without its fault this time.
-    fn serve_deferred(
-        &mut self,
-        now: Duration,
-        from: NodeId,
-        request: &Request,
-        rng: &mut StdRng,
-    ) -> Option<Reply> {
-        self.serve(now, from, request, rng)
+    fn serve_deferred(&mut self, now: Duration, from: NodeId, request: &Request) -> Option<Reply> {
+        self.serve(now, from, request)
     }
 
     /// When the node next needs [`Server::on_timer`]; `None`: never by itself.

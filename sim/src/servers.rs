@@ -126,7 +126,6 @@ mod tests {
             _: Duration,
             _: NodeId,
             _: &crate::node::Request,
-            _: &mut rand::rngs::StdRng,
         ) -> Option<crate::node::Reply> {
             None
         }

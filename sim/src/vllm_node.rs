@@ -26,7 +26,6 @@ use std::time::Duration;
 use mock_vllm::core::{Answer, Delivery, Submitted, VllmCore};
 use mock_vllm::validate::{Api, Req};
 use mock_vllm::{Config, Dialect, Fault, Health};
-use rand::rngs::StdRng;
 
 use crate::node::{Body, NodeId, Reply, Request, Server};
 
@@ -214,13 +213,7 @@ impl VllmNode {
 }
 
 impl Server for VllmNode {
-    fn serve(
-        &mut self,
-        now: Duration,
-        _: NodeId,
-        request: &Request,
-        _: &mut StdRng,
-    ) -> Option<Reply> {
+    fn serve(&mut self, now: Duration, _: NodeId, request: &Request) -> Option<Reply> {
         self.advance(now);
         match request {
             Request::Health => match self.core.health(now) {
@@ -238,11 +231,9 @@ impl Server for VllmNode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
 
     fn serve(v: &mut VllmNode, s: u64, r: Request) -> Option<Reply> {
-        let mut rng = StdRng::seed_from_u64(0);
-        v.serve(Duration::from_secs(s), NodeId::Sidecar(0), &r, &mut rng)
+        v.serve(Duration::from_secs(s), NodeId::Sidecar(0), &r)
     }
 
     #[test]

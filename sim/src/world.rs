@@ -864,8 +864,8 @@ impl World {
             return;
         };
         let reply = match deferred {
-            false => node.serve(now, client, &a.request, &mut self.rng),
-            true => node.serve_deferred(now, client, &a.request, &mut self.rng),
+            false => node.serve(now, client, &a.request),
+            true => node.serve_deferred(now, client, &a.request),
         };
         self.record(node_id, "serve", || summary::Serve {
             x: id,
