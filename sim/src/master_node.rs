@@ -4,9 +4,9 @@
 //!
 //! The node only carries things: a heartbeat's token header and body bytes in, its
 //! status out (held back by an armed latency fault); etcd's watch lines read by
-//! mock-master's own parser ([`parse_watch_message`]) into the core; the core's probe
-//! commands sent at their time as `GET /health` to the instance's vLLM node, their
-//! outcome (200 or not) handed back.
+//! mock-master's own parser ([`mock_master::etcd::parse_watch_message`]) into the core;
+//! the core's probe commands sent at their time as `GET /health` to the instance's vLLM
+//! node, their outcome (200 or not) handed back.
 //!
 //! It follows etcd as mock-master's watcher task does, by mock-master's own plan
 //! ([`crate::master_watch::Follower`]): a listing, then a watch over its link to etcd,

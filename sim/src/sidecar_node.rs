@@ -344,68 +344,57 @@ impl SidecarNode {
         }
     }
 
-    /// Start an etcd command's call (its steps go out through `pending`).
-    fn etcd_start(
-        &mut self,
-        id: CommandId,
-        call: EtcdCall,
-        request: EtcdRequest,
-    ) -> Option<Outgoing> {
-        let progress = self.etcd.start(id, call, &request);
-        self.etcd_progress(
-            progress,
-            Tag {
-                id,
-                kind: Kind::Etcd(call),
-            },
-        );
-        None
-    }
-
+    /// The command as the driver runs it: an exchange, a line, the exit; `None` for an
+    /// etcd command, whose call's steps go out through `pending`.
     fn outgoing(&mut self, command: Command) -> Option<Outgoing> {
         let vllm = NodeId::Vllm(self.index);
         let t = self.cx.timeouts;
-        let send = |to, request, timeout, id, kind| Outgoing::Send {
-            to,
-            request,
-            timeout,
-            tag: Tag { id, kind },
+        let send = |to, request, timeout, id, kind| {
+            let tag = Tag { id, kind };
+            Some(Outgoing::Send {
+                to,
+                request,
+                timeout,
+                tag,
+            })
         };
-        Some(match command {
-            Command::ProbeHealth { id } => send(vllm, Request::Health, t.health, id, Kind::Health),
+        let (id, call, request) = match command {
+            Command::ProbeHealth { id } => {
+                return send(vllm, Request::Health, t.health, id, Kind::Health)
+            }
+            Command::Scrape { id } => {
+                return send(vllm, Request::Metrics, t.scrape, id, Kind::Scrape)
+            }
+            Command::PostHeartbeat { id, body, target } => {
+                let to = heartbeat_node_in(&self.master_hosts, &target);
+                let token = self.token.clone();
+                let request = Request::Heartbeat { body, token };
+                return send(to, request, t.heartbeat, id, Kind::Heartbeat);
+            }
+            Command::LogServedModel => return Some(Outgoing::LogServedModel),
+            Command::Note(note) => return Some(Outgoing::Note(note)),
+            Command::Exit { code } => return Some(Outgoing::Exit(code)),
             Command::GrantLease { id, ttl } => {
-                return self.etcd_start(id, EtcdCall::Grant { ttl }, EtcdRequest::Grant { ttl })
+                (id, EtcdCall::Grant { ttl }, EtcdRequest::Grant { ttl })
             }
             Command::PutKey {
                 id,
                 key,
                 value,
                 lease,
-            } => return self.etcd_start(id, EtcdCall::Put, EtcdRequest::Put { key, value, lease }),
+            } => (id, EtcdCall::Put, EtcdRequest::Put { key, value, lease }),
             Command::Keepalive { id, lease } => {
-                return self.etcd_start(id, EtcdCall::Keepalive, EtcdRequest::Keepalive { lease })
+                (id, EtcdCall::Keepalive, EtcdRequest::Keepalive { lease })
             }
-            Command::Revoke { id, lease } => {
-                return self.etcd_start(id, EtcdCall::Revoke, EtcdRequest::Revoke { lease })
-            }
-            Command::Scrape { id } => send(vllm, Request::Metrics, t.scrape, id, Kind::Scrape),
+            Command::Revoke { id, lease } => (id, EtcdCall::Revoke, EtcdRequest::Revoke { lease }),
             Command::ReadMasterKey { id, key } => {
-                return self.etcd_start(id, EtcdCall::MasterRead, EtcdRequest::Range { key })
+                (id, EtcdCall::MasterRead, EtcdRequest::Range { key })
             }
-            Command::PostHeartbeat { id, body, target } => send(
-                heartbeat_node_in(&self.master_hosts, &target),
-                Request::Heartbeat {
-                    body,
-                    token: self.token.clone(),
-                },
-                t.heartbeat,
-                id,
-                Kind::Heartbeat,
-            ),
-            Command::LogServedModel => Outgoing::LogServedModel,
-            Command::Note(note) => Outgoing::Note(note),
-            Command::Exit { code } => Outgoing::Exit(code),
-        })
+        };
+        let progress = self.etcd.start(id, call, &request);
+        let kind = Kind::Etcd(call);
+        self.etcd_progress(progress, Tag { id, kind });
+        None
     }
 }
 

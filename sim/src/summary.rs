@@ -34,47 +34,36 @@ fn one<S: Serializer, V: Serialize>(s: S, key: &str, value: &V) -> Result<S::Ok,
 }
 
 /// A request without its heartbeat body.
-struct RequestSummary<'a>(&'a Request);
-
-impl Serialize for RequestSummary<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.0 {
-            Request::Heartbeat { body, .. } => one(s, "heartbeat", &Bytes { bytes: body.len() }),
-            // The path only: the body is base64 (or a password), the token a secret.
-            Request::Etcd { path, .. } => one(s, "etcd", path),
-            // Unit variants and single-field ones: the derived form is the `Value`'s.
-            other => other.serialize(s),
-        }
+fn request_summary<S: Serializer>(r: &&Request, s: S) -> Result<S::Ok, S::Error> {
+    match r {
+        Request::Heartbeat { body, .. } => one(s, "heartbeat", &Bytes { bytes: body.len() }),
+        // The path only: the body is base64 (or a password), the token a secret.
+        Request::Etcd { path, .. } => one(s, "etcd", path),
+        // Unit variants and single-field ones: the derived form is the `Value`'s.
+        other => other.serialize(s),
     }
 }
 
-/// An answer without its page or gateway body.
-struct ReplySummary<'a>(&'a Reply);
-
-impl Serialize for ReplySummary<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let sized = |bytes: usize, status: &u16| BytesStatus {
-            bytes,
-            status: *status,
-        };
-        match self.0 {
-            Reply::Gateway { status, body } => one(s, "gateway", &sized(body.len(), status)),
-            Reply::Page { status, body, .. } => one(s, "page", &sized(body.len(), status)),
-            slow @ Reply::Slow { .. } => json!(slow).serialize(s),
-            other => other.serialize(s),
-        }
+/// An answer without its page or gateway body (`None`: a hang).
+fn reply_summary<S: Serializer>(r: &Option<&Reply>, s: S) -> Result<S::Ok, S::Error> {
+    let sized = |bytes: usize, status: &u16| BytesStatus {
+        bytes,
+        status: *status,
+    };
+    match r {
+        None => s.serialize_none(),
+        Some(Reply::Gateway { status, body }) => one(s, "gateway", &sized(body.len(), status)),
+        Some(Reply::Page { status, body, .. }) => one(s, "page", &sized(body.len(), status)),
+        Some(slow @ Reply::Slow { .. }) => json!(slow).serialize(s),
+        Some(other) => other.serialize(s),
     }
 }
 
 /// How an exchange ended.
-struct OutcomeSummary<'a>(&'a Outcome);
-
-impl Serialize for OutcomeSummary<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.0 {
-            Outcome::Reply(r) => ReplySummary(r).serialize(s),
-            Outcome::Failed(f) => s.collect_str(&format_args!("{f:?}")),
-        }
+fn outcome_summary<S: Serializer>(o: &&Outcome, s: S) -> Result<S::Ok, S::Error> {
+    match o {
+        Outcome::Reply(r) => reply_summary(&Some(r), s),
+        Outcome::Failed(f) => s.collect_str(&format_args!("{f:?}")),
     }
 }
 
@@ -112,18 +101,6 @@ pub(crate) struct Ended<'a> {
 /// A node's name as the log writes it (its `Display`).
 fn name<S: Serializer>(id: &NodeId, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(id)
-}
-
-fn request_summary<S: Serializer>(r: &&Request, s: S) -> Result<S::Ok, S::Error> {
-    RequestSummary(r).serialize(s)
-}
-
-fn reply_summary<S: Serializer>(r: &Option<&Reply>, s: S) -> Result<S::Ok, S::Error> {
-    r.map(ReplySummary).serialize(s)
-}
-
-fn outcome_summary<S: Serializer>(o: &&Outcome, s: S) -> Result<S::Ok, S::Error> {
-    OutcomeSummary(o).serialize(s)
 }
 
 #[cfg(test)]

@@ -57,12 +57,8 @@ enum Event {
     },
     /// The exchange fails (at the caller's timeout: [`Failure::Timeout`]).
     Fail { exchange: u64, failure: Failure },
-    /// A fault on the link client → server changes.
-    SetLink {
-        client: NodeId,
-        server: NodeId,
-        fault: LinkFault,
-    },
+    /// The fault on the link client → server (the first two) changes.
+    SetLink(NodeId, NodeId, LinkFault),
     /// Outside input for a sidecar (shutdown, drain, undrain).
     Input(u32, Input),
     /// A scripted action.
@@ -453,14 +449,7 @@ impl World {
 
     /// Set the fault of the link `client` → `server` at `at`.
     pub fn set_link_at(&mut self, at: Duration, client: NodeId, server: NodeId, fault: LinkFault) {
-        self.queue.push(
-            at,
-            Event::SetLink {
-                client,
-                server,
-                fault,
-            },
-        );
+        self.queue.push(at, Event::SetLink(client, server, fault));
     }
 
     /// Start `load` at `at` (its arrivals drawn from the world's generator).
@@ -540,11 +529,7 @@ impl World {
                 }
             }
             Event::Fail { exchange, failure } => self.finish(exchange, Outcome::Failed(failure)),
-            Event::SetLink {
-                client,
-                server,
-                fault,
-            } => self.set_link(client, server, fault),
+            Event::SetLink(client, server, fault) => self.set_link(client, server, fault),
             Event::Input(i, input) => {
                 self.record(NodeId::Sidecar(i), "input", || format!("{input:?}"));
                 if let Some(node) = self.sidecars.get_mut(i as usize) {
