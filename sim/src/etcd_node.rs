@@ -57,7 +57,7 @@ impl EtcdNode {
                 self.ended.push(reader);
             }
         }
-        self.refresh_next();
+        self.next = self.core.next_expiry();
     }
 
     /// The gateway faults (arm with `add_at(now, ..)`: the node's time is virtual).
@@ -145,10 +145,6 @@ impl EtcdNode {
         &mut self.core
     }
 
-    fn refresh_next(&mut self) {
-        self.next = self.core.next_expiry();
-    }
-
     /// The request acted on (past its faults).
     fn act(&mut self, now: Duration, from: NodeId, request: &Request) -> Option<Reply> {
         let reply = match request {
@@ -178,7 +174,7 @@ impl EtcdNode {
             }
             _ => return Some(Reply::Status(404)),
         };
-        self.refresh_next();
+        self.next = self.core.next_expiry();
         Some(reply)
     }
 }
@@ -237,7 +233,7 @@ impl Server for EtcdNode {
         for lease in self.core.expire_due(now) {
             self.notes.push(json!({ "lease_expired": lease.id }));
         }
-        self.refresh_next();
+        self.next = self.core.next_expiry();
     }
 
     fn take_pushes(&mut self) -> Vec<(NodeId, String)> {

@@ -121,8 +121,9 @@ pub struct MasterNode {
     held: Vec<(Duration, NodeId, Option<HeartbeatReply>)>,
     /// The bound of each etcd call (mock-master's `etcd_timeout`).
     etcd_timeout: Duration,
-    /// Election calls under way, by token: what they asked.
-    elections: BTreeMap<u64, Op>,
+    /// Election calls under way, by token: what they asked, and the call's name (as
+    /// mock-master's `elect` names it).
+    elections: BTreeMap<u64, (Op, &'static str)>,
     /// The LOADMETRICS round under way (replica mode), if any.
     round: Option<Round>,
     /// The next LOADMETRICS write's token.
@@ -298,37 +299,39 @@ impl MasterNode {
     /// makes them.
     fn send_election_calls(&mut self) {
         for election::Call { id, op } in self.core.take_election_calls() {
-            let (path, body) = match &op {
-                Op::Grant { ttl_secs, .. } => ("/v3/lease/grant", lease_grant_request(*ttl_secs)),
-                Op::PutService { key, value, lease } => (
-                    "/v3/kv/put",
-                    put_request(key.as_bytes(), value.as_bytes(), Some(*lease)),
-                ),
-                Op::CreateMaster { key, value, lease } => (
-                    "/v3/kv/txn",
-                    create_if_absent_request(key.as_bytes(), value.as_bytes(), *lease),
-                ),
+            // The path and body, and the call's name in `etcd_error` notes.
+            let (path, body, name) = match &op {
+                Op::Grant { ttl_secs, .. } => {
+                    let body = lease_grant_request(*ttl_secs);
+                    ("/v3/lease/grant", body, "lease_grant")
+                }
+                Op::PutService { key, value, lease } => {
+                    let body = put_request(key.as_bytes(), value.as_bytes(), Some(*lease));
+                    ("/v3/kv/put", body, "put_service")
+                }
+                Op::CreateMaster { key, value, lease } => {
+                    let body = create_if_absent_request(key.as_bytes(), value.as_bytes(), *lease);
+                    ("/v3/kv/txn", body, "txn_master")
+                }
                 Op::KeepAlive { lease, .. } => {
-                    ("/v3/lease/keepalive", lease_keepalive_request(*lease))
+                    let body = lease_keepalive_request(*lease);
+                    ("/v3/lease/keepalive", body, "lease_keepalive")
                 }
             };
             let token = ELECTION_TOKENS.saturating_add(id);
             self.etcd_call(path, body, token);
-            self.elections.insert(token, op);
+            self.elections.insert(token, (op, name));
         }
     }
 
     /// An election call's outcome read as mock-master's client reads it, into the core.
     fn on_election_outcome(&mut self, now: Duration, token: u64, outcome: &Outcome) {
-        let Some(op) = self.elections.remove(&token) else {
+        let Some((op, name)) = self.elections.remove(&token) else {
             return; // a call of a life before a restart
         };
         let outcome = election_outcome(&op, outcome);
         if let election::Outcome::Failed { error } = &outcome {
-            self.note(event_note(&MasterEvent::EtcdError {
-                op: op_name(&op),
-                error,
-            }));
+            self.note(event_note(&MasterEvent::EtcdError { op: name, error }));
         }
         self.core
             .on_election_result(now, token - ELECTION_TOKENS, outcome);
@@ -620,15 +623,5 @@ fn election_outcome(op: &Op, outcome: &Outcome) -> election::Outcome {
             Ok(ttl_secs) => election::Outcome::Alive { ttl_secs },
             Err(e) => failed(e.0),
         },
-    }
-}
-
-/// The call's name in `etcd_error` notes (mock-master's `elect` names).
-fn op_name(op: &Op) -> &'static str {
-    match op {
-        Op::Grant { .. } => "lease_grant",
-        Op::PutService { .. } => "put_service",
-        Op::CreateMaster { .. } => "txn_master",
-        Op::KeepAlive { .. } => "lease_keepalive",
     }
 }

@@ -74,15 +74,6 @@ pub enum Outgoing {
     Exit(i32),
 }
 
-/// The driver's per-call timeouts to vLLM and the master, from the sidecar's config
-/// (an etcd attempt's timeout is its call plan's: [`crate::etcd_client`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Timeouts {
-    pub health: Duration,
-    pub scrape: Duration,
-    pub heartbeat: Duration,
-}
-
 /// One simulated sidecar.
 #[derive(Debug)]
 pub struct SidecarNode {
@@ -132,11 +123,9 @@ impl SidecarNode {
             index,
             core: Core::new(core_config, seed, now),
             cx: Context {
-                timeouts: Timeouts {
-                    health: config.health_timeout,
-                    scrape: config.scrape_timeout,
-                    heartbeat: config.health_timeout,
-                },
+                health: config.health_timeout,
+                scrape: config.scrape_timeout,
+                heartbeat: config.health_timeout,
                 metrics_max_bytes: config.metrics_max_bytes,
             },
             token,
@@ -239,15 +228,9 @@ impl SidecarNode {
         }
     }
 
-    /// The commands the core issued, as the driver would run them, in order.
-    pub fn poll(&mut self) -> Vec<Outgoing> {
-        let mut out = Vec::new();
-        self.poll_into(&mut out);
-        out
-    }
-
-    /// [`SidecarNode::poll`] appended to `out` (a caller's reused buffer).
-    pub fn poll_into(&mut self, out: &mut Vec<Outgoing>) {
+    /// The commands the core issued, as the driver would run them, in order, appended
+    /// to `out` (a caller's reused buffer).
+    pub fn poll(&mut self, out: &mut Vec<Outgoing>) {
         out.append(&mut self.pending);
         loop {
             while let Some(command) = self.core.poll_command() {
@@ -348,7 +331,7 @@ impl SidecarNode {
     /// etcd command, whose call's steps go out through `pending`.
     fn outgoing(&mut self, command: Command) -> Option<Outgoing> {
         let vllm = NodeId::Vllm(self.index);
-        let t = self.cx.timeouts;
+        let t = self.cx;
         let send = |to, request, timeout, id, kind| {
             let tag = Tag { id, kind };
             Some(Outgoing::Send {
@@ -414,11 +397,15 @@ pub fn heartbeat_node_in(hosts: &BTreeMap<String, NodeId>, target: &HeartbeatTar
     }
 }
 
-/// What [`answer_of`] needs besides the outcome: the driver's timeouts (named in its
-/// messages) and its `/metrics` body cap (enforced by its reader).
+/// What [`answer_of`] needs besides the outcome, from the sidecar's config: the
+/// driver's per-call timeouts to vLLM and the master (named in its messages; an etcd
+/// attempt's timeout is its call plan's: [`crate::etcd_client`]) and its `/metrics`
+/// body cap (enforced by its reader).
 #[derive(Clone, Copy, Debug)]
 pub struct Context {
-    pub timeouts: Timeouts,
+    pub health: Duration,
+    pub scrape: Duration,
+    pub heartbeat: Duration,
     pub metrics_max_bytes: usize,
 }
 
@@ -428,15 +415,14 @@ pub struct Context {
 /// ([`answers`]) of the exchange as its reader would have seen it. `None` for an etcd
 /// exchange: its call's answer comes from [`crate::etcd_client`], after every step of
 /// the call.
-pub fn answer_of(kind: Kind, outcome: Outcome, cx: &Context) -> Option<Answer> {
-    let t = cx.timeouts;
+pub fn answer_of(kind: Kind, outcome: Outcome, t: &Context) -> Option<Answer> {
     Some(match kind {
         Kind::Health => {
             let exchange = exchange_of(outcome, vllm::HEALTH_BODY_CAP);
             answers::health(vllm::classify_health(exchange, t.health))
         }
         Kind::Scrape => {
-            let exchange = exchange_of(outcome, cx.metrics_max_bytes);
+            let exchange = exchange_of(outcome, t.metrics_max_bytes);
             answers::scrape(vllm::classify_scrape(exchange))
         }
         Kind::Heartbeat => {
@@ -498,11 +484,9 @@ mod tests {
 
     fn cx() -> Context {
         Context {
-            timeouts: Timeouts {
-                health: Duration::from_secs(3),
-                scrape: Duration::from_secs(3),
-                heartbeat: Duration::from_secs(3),
-            },
+            health: Duration::from_secs(3),
+            scrape: Duration::from_secs(3),
+            heartbeat: Duration::from_secs(3),
             metrics_max_bytes: 10,
         }
     }

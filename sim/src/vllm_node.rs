@@ -78,11 +78,9 @@ impl VllmNode {
             seed,
             ..Config::default()
         };
-        match VllmNode::new(cfg, now) {
-            Ok(node) => node,
-            // The defaults are valid; a failure here is a mock-vllm bug.
-            Err(e) => panic!("mock-vllm's default config is invalid: {e}"),
-        }
+        // The defaults are valid; a failure here is a mock-vllm bug.
+        VllmNode::new(cfg, now)
+            .unwrap_or_else(|e| panic!("mock-vllm's default config is invalid: {e}"))
     }
 
     /// The core, to inspect or to change (health mode, faults, crash, restart); the

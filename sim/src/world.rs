@@ -713,7 +713,7 @@ impl World {
             return;
         };
         let mut out = std::mem::take(&mut self.outgoing);
-        node.poll_into(&mut out);
+        node.poll(&mut out);
         let name = NodeId::Sidecar(i);
         for o in out.drain(..) {
             match o {

@@ -63,7 +63,8 @@ fn run_with(
     let mut now = Duration::ZERO;
     // Ten simulated seconds, every command answered at once by its peer.
     while now < Duration::from_secs(10) {
-        let mut outs = sidecar.poll();
+        let mut outs = Vec::new();
+        sidecar.poll(&mut outs);
         while !outs.is_empty() {
             let out = outs.remove(0);
             let Outgoing::Send { request, tag, .. } = out else {
@@ -93,7 +94,7 @@ fn run_with(
                 continue; // a hang: this loop has no timeouts; the world tests them
             };
             sidecar.complete(now, &tag, Outcome::Reply(reply));
-            outs.extend(sidecar.poll());
+            sidecar.poll(&mut outs);
         }
         now = sidecar
             .next_wakeup()
