@@ -53,7 +53,7 @@ pub const ELECTION_TOKENS: u64 = 1 << 61;
 pub const PUBLISH_TOKENS: u64 = 1 << 60;
 
 /// One LOADMETRICS write of a round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Write {
     /// The plan's delete at this index.
     Delete(usize),
@@ -66,9 +66,8 @@ struct Round {
     plan: Plan,
     /// Writes not answered yet, by token.
     pending: BTreeMap<u64, Write>,
-    /// Whether each delete and each put succeeded, once answered (plan order).
-    deleted: Vec<Option<bool>>,
-    put: Vec<Option<bool>>,
+    /// The writes answered, in plan order (deletes first), and whether each succeeded.
+    done: BTreeMap<Write, bool>,
 }
 
 /// A note for the log, kept as what it says until a log that writes asks for it (one
@@ -366,13 +365,12 @@ impl MasterNode {
             self.etcd_call("/v3/kv/put", body, token);
             pending.insert(token, Write::Put(i));
         }
-        let round = Round {
-            deleted: vec![None; plan.deletes.len()],
-            put: vec![None; plan.puts.len()],
+        let done = BTreeMap::new();
+        self.round = Some(Round {
             plan,
             pending,
-        };
-        self.round = Some(round);
+            done,
+        });
         self.end_round_if_done();
     }
 
@@ -391,14 +389,7 @@ impl MasterNode {
         let Some(write) = round.pending.remove(&token) else {
             return;
         };
-        let ok = gateway_object(outcome).is_ok();
-        let slot = match write {
-            Write::Delete(i) => round.deleted.get_mut(i),
-            Write::Put(i) => round.put.get_mut(i),
-        };
-        if let Some(slot) = slot {
-            *slot = Some(ok);
-        }
+        round.done.insert(write, gateway_object(outcome).is_ok());
         self.end_round_if_done();
     }
 
@@ -411,21 +402,20 @@ impl MasterNode {
         let Some(round) = self.round.take() else {
             return;
         };
-        let names = |ok: bool, results: &[Option<bool>], name: &dyn Fn(usize) -> String| {
-            results
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| **r == Some(ok))
-                .map(|(i, _)| name(i))
-                .collect::<Vec<String>>()
-        };
         let plan = &round.plan;
-        let delete_name = |i: usize| plan.deletes.get(i).map(|d| d.0.clone()).unwrap_or_default();
-        let put_name = |i: usize| plan.puts.get(i).map(|p| p.0.clone()).unwrap_or_default();
-        let deleted = names(true, &round.deleted, &delete_name);
-        let put = names(true, &round.put, &put_name);
-        let failed_deletes = names(false, &round.deleted, &delete_name);
-        let failed_puts = names(false, &round.put, &put_name);
+        // The names of the deletes and of the puts that ended `ok`, in plan order.
+        let names = |ok: bool| {
+            let (mut deletes, mut puts) = (Vec::new(), Vec::new());
+            for (write, _) in round.done.iter().filter(|(_, r)| **r == ok) {
+                match *write {
+                    Write::Delete(i) => deletes.extend(plan.deletes.get(i).map(|d| d.0.clone())),
+                    Write::Put(i) => puts.extend(plan.puts.get(i).map(|p| p.0.clone())),
+                }
+            }
+            (deletes, puts)
+        };
+        let (deleted, put) = names(true);
+        let (failed_deletes, failed_puts) = names(false);
         let failed = failed_puts.len() + failed_deletes.len();
         self.note(event_note(&MasterEvent::LoadmetricsPublish {
             put: &put,
