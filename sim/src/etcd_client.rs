@@ -2,9 +2,10 @@
 //! (`sidecar::peers::etcd::plan`: the request bodies, endpoint order and failover,
 //! authentication and one re-authentication on a rejected token), its typed decoding
 //! (`sidecar::peers::etcd::decode`) and the driver's mapping of the result to the core's
-//! answer (`sidecar::driver::answers`), carried out over simulated links. Nothing is
-//! restated here: this only turns the plan's steps into exchanges and their outcomes
-//! into what a transport saw.
+//! answer (`sidecar::driver::answers`), carried out over simulated links (each
+//! endpoint a link of its own to the one etcd: [`crate::node::NodeId::EtcdEndpoint`]).
+//! Nothing is restated here: this only turns the plan's steps into exchanges and their
+//! outcomes into what a transport saw.
 
 use std::time::Duration;
 

@@ -3,7 +3,9 @@
 //! ([`crate::node::Request::Etcd`]) and goes through [`EtcdCore::handle_json`] — the
 //! same decoding, checks, store and answers as the HTTP shell — and its status and body
 //! go back as they are. Leases expire when the core says they fall due
-//! ([`EtcdCore::next_expiry`], [`EtcdCore::expire_due`]), at virtual times.
+//! ([`EtcdCore::next_expiry`], [`EtcdCore::expire_due`]), at virtual times; auth's
+//! simple tokens idle out in virtual time too. A watch stream's lines are pushed to
+//! their reader ([`EtcdNode::watch`]).
 
 use std::sync::Arc;
 use std::time::Duration;
