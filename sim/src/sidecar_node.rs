@@ -283,26 +283,19 @@ impl SidecarNode {
     pub fn complete(&mut self, now: Duration, tag: &Tag, outcome: Outcome) {
         let answer = match tag.kind {
             Kind::Etcd(_) => match self.etcd.on_outcome(tag.id, outcome) {
-                Some(Progress::Done(answer)) => answer,
-                Some(progress) => {
-                    self.etcd_progress(progress, tag.clone());
-                    return;
-                }
-                None => return, // no such call (the process was restarted meanwhile)
+                Some(Progress::Done(answer)) => Some(answer),
+                Some(progress) => return self.etcd_progress(progress, tag.clone()),
+                None => None, // no such call (the process was restarted meanwhile)
             },
-            kind => match answer_of(kind, outcome, &self.cx) {
-                Some(answer) => answer,
-                None => return,
-            },
+            kind => answer_of(kind, outcome, &self.cx),
         };
         let answer = match self.distortion.as_mut() {
-            Some(d) => match d.answer(tag.id, tag.kind, answer) {
-                Some(answer) => answer,
-                None => return,
-            },
+            Some(d) => answer.and_then(|answer| d.answer(tag.id, tag.kind, answer)),
             None => answer,
         };
-        self.handle(now, Input::Answer(tag.id, answer));
+        if let Some(answer) = answer {
+            self.handle(now, Input::Answer(tag.id, answer));
+        }
     }
 
     /// An etcd call's progress as what the driver does: the exchange (after the

@@ -500,9 +500,8 @@ impl World {
     }
 
     fn step(&mut self, event: Event) {
-        let event = match self.held_by_pause(event) {
-            Some(event) => event,
-            None => return,
+        let Some(event) = self.held_by_pause(event) else {
+            return;
         };
         match event {
             Event::SidecarWake { index, at } => self.sidecar_wake(index, at),
@@ -583,8 +582,7 @@ impl World {
                 let sidecars = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
                 self.stepped.extend((0..sidecars).map(NodeId::Sidecar));
                 // The action may have changed a server's timers.
-                let ids: Vec<NodeId> = self.servers.ids();
-                for id in ids {
+                for id in self.servers.ids() {
                     self.after_server_step(id);
                 }
             }
