@@ -135,7 +135,7 @@ impl Follower {
                 self.step(core, fx)
             }
             Stage::Watching { last } if now >= last + WATCH_IDLE => {
-                self.close(fx);
+                self.call(fx, Request::WatchClose);
                 self.ended(now, "no message within the idle timeout".into());
             }
             _ => {}
@@ -271,7 +271,7 @@ impl Follower {
             self.etcd_token = None; // the next open authenticates again
         }
         if let Some(reason) = self.plan.on_message(&verdict) {
-            self.close(fx);
+            self.call(fx, Request::WatchClose);
             self.ended(now, reason);
         }
     }
@@ -287,14 +287,10 @@ impl Follower {
     /// the listing only if `relist`).
     pub fn restart(&mut self, now: Duration, relist: bool, fx: &mut Effects) {
         if let Stage::Watching { .. } = self.stage {
-            self.close(fx);
+            self.call(fx, Request::WatchClose);
         }
         self.plan.restart(relist);
         self.ended(now, RESTART.to_string());
-    }
-
-    fn close(&mut self, fx: &mut Effects) {
-        self.call(fx, Request::WatchClose);
     }
 
     fn ended(&mut self, now: Duration, reason: String) {

@@ -195,8 +195,7 @@ impl Request {
     /// Roughly the bytes on the wire (for bandwidth faults).
     pub fn size(&self) -> usize {
         match self {
-            Request::Health | Request::Metrics => 64,
-            Request::WatchClose => 64,
+            Request::Health | Request::Metrics | Request::WatchClose => 64,
             Request::Etcd { body, .. } => 64 + body.len(),
             Request::Heartbeat { body, .. } | Request::WatchOpen { body, .. } => 64 + body.len(),
         }
