@@ -586,32 +586,29 @@ fn gateway_object(outcome: &Outcome) -> Result<Value, String> {
 
 /// An election call's outcome as `elect::carry_out` reads it.
 fn election_outcome(op: &Op, outcome: &Outcome) -> election::Outcome {
-    let failed = |error: String| election::Outcome::Failed { error };
-    let v = match gateway_object(outcome) {
-        Ok(v) => v,
-        Err(e) => return failed(e),
+    use election::Outcome::{Alive, Granted, Lost, Put, Won};
+    let read = || -> Result<election::Outcome, String> {
+        let v = gateway_object(outcome)?;
+        Ok(match op {
+            Op::Grant { .. } => Granted {
+                lease: parse_grant(&v).map_err(|e| e.0)?,
+            },
+            Op::PutService { .. } => Put {
+                revision: parse_put(&v),
+            },
+            Op::CreateMaster { .. } => match parse_txn(&v).map_err(|e| e.0)? {
+                t if t.succeeded => Won {
+                    revision: t.revision,
+                },
+                t => Lost {
+                    holder: t.value.map(|v| String::from_utf8_lossy(&v).into_owned()),
+                    revision: t.revision,
+                },
+            },
+            Op::KeepAlive { .. } => Alive {
+                ttl_secs: parse_keepalive(&v).map_err(|e| e.0)?,
+            },
+        })
     };
-    match op {
-        Op::Grant { .. } => match parse_grant(&v) {
-            Ok(lease) => election::Outcome::Granted { lease },
-            Err(e) => failed(e.0),
-        },
-        Op::PutService { .. } => election::Outcome::Put {
-            revision: parse_put(&v),
-        },
-        Op::CreateMaster { .. } => match parse_txn(&v) {
-            Ok(t) if t.succeeded => election::Outcome::Won {
-                revision: t.revision,
-            },
-            Ok(t) => election::Outcome::Lost {
-                holder: t.value.map(|v| String::from_utf8_lossy(&v).into_owned()),
-                revision: t.revision,
-            },
-            Err(e) => failed(e.0),
-        },
-        Op::KeepAlive { .. } => match parse_keepalive(&v) {
-            Ok(ttl_secs) => election::Outcome::Alive { ttl_secs },
-            Err(e) => failed(e.0),
-        },
-    }
+    read().unwrap_or_else(|error| election::Outcome::Failed { error })
 }
