@@ -1,10 +1,9 @@
 //! The simulated cluster: virtual time, the event queue, the one seeded generator, the
 //! event log, the links, and the nodes. [`World::run_until`] is the whole engine.
 //!
-//! Every step is a function of the state and the next event: nothing reads a clock,
-//! every random draw comes from [`World`]'s one `StdRng` in event order, and every table
-//! is a `BTreeMap` or a `Vec`, walked in key order. So a seed replays a run exactly, and
-//! the log says so byte for byte.
+//! Every step is a function of the state and the next event, by the crate's determinism
+//! rules (no clock, [`World`]'s one `StdRng` in event order, tables walked in key
+//! order): a seed replays a run exactly, and the log says so byte for byte.
 //!
 //! An exchange is a request over the link client → server and its answer back. The
 //! request reaches the server whatever the caller does meanwhile (a late keepalive still
@@ -1069,13 +1068,11 @@ impl World {
         if !self.log.writes() {
             // Counted, not built: a counting log never reads them.
             for _ in 0..node.drop_notes() {
-                self.log
-                    .record(self.now, "", "note", || serde_json::Value::Null);
+                self.record(id, "note", || serde_json::Value::Null);
             }
             return;
         }
-        let notes = node.take_notes();
-        for note in notes {
+        for note in node.take_notes() {
             self.record(id, "note", || note);
         }
     }
