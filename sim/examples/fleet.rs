@@ -501,7 +501,6 @@ fn page_path(dialect: Dialect) {
     let mut mapper = Mapper::new(CoreConfig::from_config(&config, 0).mapper);
     let mut vllm = VllmNode::with_dialect(dialect, 0, Duration::ZERO);
     let mut master = MasterNode::new(mock_master::Config::default(), Duration::ZERO);
-    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(0);
     let format = if dialect == Dialect::OpenMetrics {
         Format::OpenMetrics
     } else {
@@ -513,8 +512,7 @@ fn page_path(dialect: Dialect) {
     for r in 0..rounds {
         let now = Duration::from_secs(u64::from(r) * 3);
         let t = Instant::now();
-        let Some(Reply::Page { body, .. }) =
-            vllm.serve(now, NodeId::Sidecar(0), &Request::Metrics, &mut rng)
+        let Some(Reply::Page { body, .. }) = vllm.serve(now, NodeId::Sidecar(0), &Request::Metrics)
         else {
             panic!("mock-vllm gave no page");
         };
@@ -527,7 +525,7 @@ fn page_path(dialect: Dialect) {
             body,
             token: String::new(),
         };
-        let _ = master.serve(now, NodeId::Sidecar(0), &request, &mut rng);
+        let _ = master.serve(now, NodeId::Sidecar(0), &request);
         let t3 = Instant::now();
         render += t1 - t;
         map += t2 - t1;
@@ -574,7 +572,7 @@ fn page_digests() {
                 vllm.add_fault(Fault::MetricsNonfinite, Some(1));
             }
             let Some(Reply::Page { body, .. }) =
-                vllm.serve(now, NodeId::Sidecar(0), &Request::Metrics, &mut rng)
+                vllm.serve(now, NodeId::Sidecar(0), &Request::Metrics)
             else {
                 continue;
             };

@@ -8,14 +8,22 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Health,
+    Scrape,
+    Heartbeat,
+    /// An etcd call: its answer comes from the etcd client ([`crate::etcd_client`]),
+    /// after every step of the call.
+    Etcd(EtcdCall),
+}
+
+/// The etcd calls of the sidecar, as the core's answer needs them told apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EtcdCall {
     /// The TTL asked for: the driver answers a grant with it, not etcd's.
     Grant {
         ttl: i64,
     },
     Put,
     Keepalive,
-    Scrape,
-    Heartbeat,
     Revoke,
     /// A read of the MASTER key (`--follow-master`).
     MasterRead,

@@ -2,9 +2,10 @@
 //! (`sidecar::peers::etcd::plan`: the request bodies, endpoint order and failover,
 //! authentication and one re-authentication on a rejected token), its typed decoding
 //! (`sidecar::peers::etcd::decode`) and the driver's mapping of the result to the core's
-//! answer (`sidecar::driver::answers`), carried out over simulated links. Nothing is
-//! restated here: this only turns the plan's steps into exchanges and their outcomes
-//! into what a transport saw.
+//! answer (`sidecar::driver::answers`), carried out over simulated links (each
+//! endpoint a link of its own to the one etcd: [`crate::node::NodeId::EtcdEndpoint`]).
+//! Nothing is restated here: this only turns the plan's steps into exchanges and their
+//! outcomes into what a transport saw.
 
 use std::time::Duration;
 
@@ -15,36 +16,8 @@ use sidecar::peers::etcd::plan::{Call, CallError, Session, Step};
 use sidecar::peers::etcd::{decode, EtcdRequest, Exchange};
 use sidecar::peers::http::display_url;
 
-use crate::command_kind::Kind;
+use crate::command_kind::EtcdCall;
 use crate::node::{Failure, NodeId, Outcome, Reply, Request};
-
-/// The etcd calls of the sidecar, as the core's answer needs them told apart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EtcdCall {
-    /// The TTL asked for: the driver answers a grant with it, not etcd's.
-    Grant {
-        ttl: i64,
-    },
-    Put,
-    Keepalive,
-    Revoke,
-    /// A read of the MASTER key.
-    MasterRead,
-}
-
-impl EtcdCall {
-    /// The etcd call an exchange of `kind` belongs to, if it is one.
-    pub fn of(kind: Kind) -> Option<EtcdCall> {
-        match kind {
-            Kind::Grant { ttl } => Some(EtcdCall::Grant { ttl }),
-            Kind::Put => Some(EtcdCall::Put),
-            Kind::Keepalive => Some(EtcdCall::Keepalive),
-            Kind::Revoke => Some(EtcdCall::Revoke),
-            Kind::MasterRead => Some(EtcdCall::MasterRead),
-            Kind::Health | Kind::Scrape | Kind::Heartbeat => None,
-        }
-    }
-}
 
 /// What a call needs next.
 #[derive(Debug)]

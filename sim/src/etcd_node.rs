@@ -3,7 +3,9 @@
 //! ([`crate::node::Request::Etcd`]) and goes through [`EtcdCore::handle_json`] — the
 //! same decoding, checks, store and answers as the HTTP shell — and its status and body
 //! go back as they are. Leases expire when the core says they fall due
-//! ([`EtcdCore::next_expiry`], [`EtcdCore::expire_due`]), at virtual times.
+//! ([`EtcdCore::next_expiry`], [`EtcdCore::expire_due`]), at virtual times; auth's
+//! simple tokens idle out in virtual time too. A watch stream's lines are pushed to
+//! their reader ([`EtcdNode::watch`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +14,6 @@ use mock_etcd::faults::FaultDecision;
 use mock_etcd::store::KeyRange;
 use mock_etcd::{Config, EtcdCore, Fault, LineSink, WatchStream};
 use mock_kit::FaultRegistry;
-use rand::rngs::StdRng;
 use serde_json::json;
 
 use crate::node::{NodeId, Reply, Request, Server};
@@ -58,7 +59,7 @@ impl EtcdNode {
                 self.ended.push(reader);
             }
         }
-        self.refresh_next();
+        self.next = self.core.next_expiry();
     }
 
     /// The gateway faults (arm with `add_at(now, ..)`: the node's time is virtual).
@@ -68,12 +69,13 @@ impl EtcdNode {
 
     /// End `reader`'s watch streams (a master that restarts drops its watch).
     pub fn close_watches(&mut self, reader: NodeId) {
-        let (gone, kept): (Vec<_>, Vec<_>) =
-            self.watches.drain(..).partition(|(r, _, _)| *r == reader);
-        self.watches = kept;
-        for (_, stream, _) in gone {
-            self.core.watch_close(&stream);
-        }
+        self.watches.retain(|(r, stream, _)| {
+            let gone = *r == reader;
+            if gone {
+                self.core.watch_close(stream);
+            }
+            !gone
+        });
     }
 
     /// Every key under `prefix` and the store's revision: what a listing range reads,
@@ -120,14 +122,9 @@ impl EtcdNode {
         if data.revision_before_last(n).is_some_and(|r| r > after) {
             return None;
         }
-        let mut keys = Vec::with_capacity(n);
-        for e in data.last_events(n)? {
-            if e.revision() <= after {
-                return None;
-            }
-            keys.push(e.kv.key.as_slice());
-        }
-        Some(keys)
+        data.last_events(n)?
+            .map(|e| (e.revision() > after).then_some(e.kv.key.as_slice()))
+            .collect()
     }
 
     /// The store's count of key-value writes (`Store::kv_writes`): unchanged, every
@@ -155,10 +152,6 @@ impl EtcdNode {
     /// The core, to inspect it or apply a fault (expire a lease, lose data).
     pub fn core(&mut self) -> &mut EtcdCore {
         &mut self.core
-    }
-
-    fn refresh_next(&mut self) {
-        self.next = self.core.next_expiry();
     }
 
     /// The request acted on (past its faults).
@@ -190,19 +183,13 @@ impl EtcdNode {
             }
             _ => return Some(Reply::Status(404)),
         };
-        self.refresh_next();
+        self.next = self.core.next_expiry();
         Some(reply)
     }
 }
 
 impl Server for EtcdNode {
-    fn serve(
-        &mut self,
-        now: Duration,
-        from: NodeId,
-        request: &Request,
-        _: &mut StdRng,
-    ) -> Option<Reply> {
+    fn serve(&mut self, now: Duration, from: NodeId, request: &Request) -> Option<Reply> {
         let path = match request {
             Request::Etcd { path, .. } => *path,
             Request::WatchOpen { .. } => "/v3/watch",
@@ -228,13 +215,7 @@ impl Server for EtcdNode {
         }
     }
 
-    fn serve_deferred(
-        &mut self,
-        now: Duration,
-        from: NodeId,
-        request: &Request,
-        _: &mut StdRng,
-    ) -> Option<Reply> {
+    fn serve_deferred(&mut self, now: Duration, from: NodeId, request: &Request) -> Option<Reply> {
         self.act(now, from, request)
     }
 
@@ -261,7 +242,7 @@ impl Server for EtcdNode {
         for lease in self.core.expire_due(now) {
             self.notes.push(json!({ "lease_expired": lease.id }));
         }
-        self.refresh_next();
+        self.next = self.core.next_expiry();
     }
 
     fn take_pushes(&mut self) -> Vec<(NodeId, String)> {
@@ -274,13 +255,5 @@ impl Server for EtcdNode {
 
     fn take_notes(&mut self) -> Vec<serde_json::Value> {
         std::mem::take(&mut self.notes)
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
     }
 }

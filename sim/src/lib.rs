@@ -25,81 +25,34 @@
 //! - ties in time are broken by the order events were scheduled (a sequence number),
 //!   never by the payload.
 //!
-//! # What runs today
+//! # What runs today, and where
 //!
-//! - sidecars: the production core, every command mapped as the driver maps it; killed
-//!   and restarted at will;
-//! - etcd: mock-etcd's core (`mock_etcd::EtcdCore`): the sidecar's calls as gateway JSON
-//!   through `handle_json`, lease expiry at virtual times, watch streams, auth with
-//!   simple tokens that idle out in virtual time;
-//! - each sidecar's etcd client: the production call plan (`sidecar::peers::etcd::plan`:
-//!   the request bodies, endpoint order and failover, authentication and one
-//!   re-authentication), each endpoint a link of its own to the one etcd
-//!   ([`node::NodeId::EtcdEndpoint`]);
-//! - the master: mock-master's core (`mock_master::core::MasterCore`: gate, heartbeat
-//!   rules, instance table, watch cursor, probe attempts, ticker); it follows etcd
-//!   through a watch (mock-master's request and parser) and probes a deleted instance's
-//!   vLLM over its own link;
-//! - vLLM: mock-vllm's virtual-time core (`mock_vllm::core::VllmCore`: load model,
-//!   health modes, startup delay, crash/restart, `metrics_*`/`completion_*` faults, the
-//!   page of every dialect, `compact` included), under open-loop request load.
+//! Each module's own doc says what of its peer runs and how.
 //!
-//! - routing: a load aimed at the master is routed by its core's pick;
-//! - the scenario language on top: `scenarios run --sim` (crate `scenarios`).
-//!
-//! - the master follows etcd by mock-master's own watch plan over its link
-//!   ([`master_watch`]): a dead stream is re-opened, lost data re-listed.
-//!
-//! - with etcd auth on, the master authenticates as mock-master's client does (before
-//!   its first call, once more on a refused token, again after a watch refused for it).
-//!
-//! - master replicas ([`node::NodeId::master`]): mock-master's replica mode, each
-//!   replica carrying out its core's election over its own link to etcd (mock-master's
-//!   request bodies and parsers), the elected one writing the LOADMETRICS rounds its
-//!   core plans; a sidecar's heartbeat goes to the replica its target's URL host names
-//!   ([`World::set_master_hosts`]); a server's process is killed and started again with
-//!   [`World::kill_server`] and [`World::start_server`].
+//! - [`sidecar_node`]: a sidecar, the production core driven as the production driver
+//!   drives it, killed and restarted at will; [`etcd_client`]: its etcd client, the
+//!   production call plan carried out as exchanges.
+//! - [`etcd_node`]: etcd, mock-etcd's core (`mock_etcd::EtcdCore`).
+//! - [`master_node`]: the master, mock-master's core (`mock_master::core::MasterCore`),
+//!   one or several replicas (their election, the LOADMETRICS rounds, heartbeats routed
+//!   by [`World::set_master_hosts`]); [`master_watch`]: how it follows etcd.
+//! - [`vllm_node`]: vLLM, mock-vllm's virtual-time core (`mock_vllm::core::VllmCore`),
+//!   under [`load`], open-loop completions ([`World::add_load`]).
+//! - [`world`]: the engine (time, queue, generator, log, links, nodes, exchanges and
+//!   their timeouts): [`World::run_until`]; the scenario language on top is `scenarios
+//!   run --sim` (crate `scenarios`). Its parts: [`queue`] (events by time and
+//!   sequence), `servers` and `sequential` (its tables, indexed rather than searched),
+//!   [`log`] and `summary` (the event log, one JSON line per event), [`link`] (links
+//!   with the TCP fault proxy's vocabulary), [`pause`] (paused and throttled nodes).
+//! - [`node`]: node ids, the requests and answers between nodes, how an exchange ended,
+//!   and the [`node::Server`] trait a fake's core is wrapped in; [`command_kind`]: which
+//!   sidecar command an exchange carries.
+//! - Test-only: [`distortion`], the one seam through which a sidecar's shell may lie to
+//!   its core or its peers; [`planted`], planted bugs ([`World::plant_bug`]).
 //!
 //! Not yet: LOADMETRICS written by a single master (no election: the round is planned
 //! and dropped, so that the logs of single-master worlds stay as they were), real etcd
 //! members.
-//!
-//! # Layout
-//!
-//! - [`queue`]: the event queue ordered by (time, sequence): [`queue::Queue::push`].
-//! - `servers`, `sequential`: the world's tables (servers by id, exchanges by id),
-//!   indexed rather than searched.
-//! - [`log`]: the event log, one JSON line per event, kept or digested:
-//!   [`log::EventLog::record`]; `summary`: what an exchange's lines say, typed.
-//! - [`link`]: links with the TCP fault proxy's vocabulary, and what a fault does to one
-//!   message and to the exchanges under way: [`link::LinkFault::leg`], [`link::Links::set`].
-//! - [`pause`]: paused and throttled nodes (a stopped process): what reaches one is
-//!   held and handed to it when it resumes: [`pause::Pauses::hold`].
-//! - [`node`]: node ids, the requests and answers between nodes, how an exchange ended
-//!   ([`node::Outcome`]), and the [`node::Server`] trait a fake's core is wrapped in
-//!   (serve, timers, its own calls to other nodes).
-//! - [`sidecar_node`]: one sidecar core driven as the production driver drives it:
-//!   [`sidecar_node::SidecarNode::poll`] (commands → exchanges) and
-//!   [`sidecar_node::answer_of`] (outcomes → the core's answers).
-//! - [`etcd_node`]: the fake etcd: mock-etcd's `EtcdCore`, watch lines pushed to their
-//!   reader ([`etcd_node::EtcdNode::watch`]).
-//! - [`etcd_client`]: the sidecar's etcd client, its call plan's steps carried out as
-//!   exchanges ([`etcd_client::EtcdClient`]).
-//! - [`vllm_node`]: a fake vLLM: mock-vllm's `VllmCore`, its answers as replies
-//!   ([`vllm_node::VllmNode`]).
-//! - [`master_watch`]: how the master follows etcd (mock-master's `WatchPlan` as calls,
-//!   outcomes and timers): [`master_watch::Follower`].
-//! - [`master_node`]: the fake master: mock-master's `MasterCore`, fed heartbeats and
-//!   watch lines ([`master_node::MasterNode::on_watch_line`]), its probes sent as calls.
-//! - [`load`]: open-loop completions on a fake vLLM, validated by mock-vllm's rules:
-//!   [`load::Load::new`], started with [`World::add_load`].
-//! - [`command_kind`]: which sidecar command an exchange carries ([`command_kind::Kind`]).
-//! - [`distortion`]: the one seam through which a sidecar's shell may lie to its core
-//!   or its peers ([`distortion::Distortion`]), test-only.
-//! - [`planted`]: test-only planted bugs (a 409 read as 200, a revoke not sent, …),
-//!   distortions of how the driver runs the core: [`World::plant_bug`].
-//! - [`world`]: the engine (time, queue, generator, log, links, nodes, exchanges and
-//!   their timeouts): [`World::run_until`].
 
 pub mod command_kind;
 pub mod distortion;

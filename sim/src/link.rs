@@ -106,11 +106,6 @@ impl LinkFault {
             },
         }
     }
-
-    /// Setting this fault kills the connections open on the link.
-    pub fn kills_open_connections(&self) -> bool {
-        matches!(self, LinkFault::Reset | LinkFault::Refuse)
-    }
 }
 
 /// What changing a link's fault does to the exchanges under way on it.
@@ -157,7 +152,8 @@ impl Links {
     /// Replace the link's fault; says what becomes of the exchanges under way.
     pub fn set(&mut self, client: NodeId, server: NodeId, fault: LinkFault) -> OnChange {
         let was = self.fault(client, server).clone();
-        let change = if fault.kills_open_connections() {
+        // `reset` and `refuse` kill the connections open on the link.
+        let change = if matches!(fault, LinkFault::Reset | LinkFault::Refuse) {
             OnChange::ResetOpen
         } else if was == LinkFault::Blackhole && fault != LinkFault::Blackhole {
             OnChange::CloseStuck

@@ -102,29 +102,12 @@ impl EventLog {
         }
     }
 
-    /// Record one event at `at`; `detail` is only built when something is written.
-    pub fn record(&mut self, at: Duration, node: &str, kind: &str, detail: impl FnOnce() -> Value) {
-        if !self.write {
-            self.lines += 1;
-            return;
-        }
-        let detail = detail();
-        self.write_line(at, node, kind, &detail);
-        if let Some(records) = &mut self.records {
-            records.push(Record {
-                at,
-                node: node.to_string(),
-                kind: kind.to_string(),
-                detail,
-            });
-        }
-    }
-
-    /// [`EventLog::record`] with a detail of any serializable type, written without
-    /// building a [`Value`] (but for a recording log, which keeps values). The type must
-    /// write what its [`Value`] would: object keys in sorted order (a `Value` object
-    /// sorts them), so that the line is byte for byte the same.
-    pub fn record_serialize<D: Serialize>(
+    /// Record one event at `at`; `detail` is only built when something is written, and
+    /// written without building a [`Value`] (but for a recording log, which keeps
+    /// values). A detail that is not a [`Value`] must write what its [`Value`] would:
+    /// object keys in sorted order (a `Value` object sorts them), so that the line is
+    /// byte for byte the same.
+    pub fn record<D: Serialize>(
         &mut self,
         at: Duration,
         node: &str,
@@ -135,12 +118,20 @@ impl EventLog {
             self.lines += 1;
             return;
         }
-        if self.records.is_some() {
-            let value = serde_json::to_value(detail())
-                .unwrap_or_else(|e| Value::String(format!("log_error: {e}")));
-            return self.record(at, node, kind, || value);
+        if self.records.is_none() {
+            return self.write_line(at, node, kind, &detail());
         }
-        self.write_line(at, node, kind, &detail());
+        let detail = serde_json::to_value(detail())
+            .unwrap_or_else(|e| Value::String(format!("log_error: {e}")));
+        self.write_line(at, node, kind, &detail);
+        if let Some(records) = &mut self.records {
+            records.push(Record {
+                at,
+                node: node.to_string(),
+                kind: kind.to_string(),
+                detail,
+            });
+        }
     }
 
     /// Write, digest, count and maybe keep one line.

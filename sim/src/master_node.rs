@@ -4,9 +4,9 @@
 //!
 //! The node only carries things: a heartbeat's token header and body bytes in, its
 //! status out (held back by an armed latency fault); etcd's watch lines read by
-//! mock-master's own parser ([`parse_watch_message`]) into the core; the core's probe
-//! commands sent at their time as `GET /health` to the instance's vLLM node, their
-//! outcome (200 or not) handed back.
+//! mock-master's own parser ([`mock_master::etcd::parse_watch_message`]) into the core;
+//! the core's probe commands sent at their time as `GET /health` to the instance's vLLM
+//! node, their outcome (200 or not) handed back.
 //!
 //! It follows etcd as mock-master's watcher task does, by mock-master's own plan
 //! ([`crate::master_watch::Follower`]): a listing, then a watch over its link to etcd,
@@ -32,16 +32,15 @@ use mock_master::core::{Command, HeartbeatReply, MasterCore};
 use mock_master::election::{self, Election, Op, Role};
 use mock_master::etcd::{
     create_if_absent_request, delete_request, lease_grant_request, lease_keepalive_request,
-    parse_grant, parse_keepalive, parse_put, parse_txn, parse_watch_message, put_request,
+    parse_grant, parse_keepalive, parse_put, parse_txn, put_request,
 };
 use mock_master::instances::Instances;
 use mock_master::publish::Plan;
 use mock_master::Config;
 use mock_master::{HeartbeatEvent, MasterEvent};
-use rand::rngs::StdRng;
 use serde_json::{json, Value};
 
-use crate::master_watch::{Effects, Follower};
+use crate::master_watch::{read_watch_line, Effects, Follower};
 use crate::node::{Call, NodeId, Outcome, Reply, Request, Server};
 
 /// Tokens of the election's calls: this plus the election's call id. Election ids
@@ -54,7 +53,7 @@ pub const ELECTION_TOKENS: u64 = 1 << 61;
 pub const PUBLISH_TOKENS: u64 = 1 << 60;
 
 /// One LOADMETRICS write of a round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Write {
     /// The plan's delete at this index.
     Delete(usize),
@@ -67,9 +66,8 @@ struct Round {
     plan: Plan,
     /// Writes not answered yet, by token.
     pending: BTreeMap<u64, Write>,
-    /// Whether each delete and each put succeeded, once answered (plan order).
-    deleted: Vec<Option<bool>>,
-    put: Vec<Option<bool>>,
+    /// The writes answered, in plan order (deletes first), and whether each succeeded.
+    done: BTreeMap<Write, bool>,
 }
 
 /// A note for the log, kept as what it says until a log that writes asks for it (one
@@ -122,8 +120,9 @@ pub struct MasterNode {
     held: Vec<(Duration, NodeId, Option<HeartbeatReply>)>,
     /// The bound of each etcd call (mock-master's `etcd_timeout`).
     etcd_timeout: Duration,
-    /// Election calls under way, by token: what they asked.
-    elections: BTreeMap<u64, Op>,
+    /// Election calls under way, by token: what they asked, and the call's name (as
+    /// mock-master's `elect` names it).
+    elections: BTreeMap<u64, (Op, &'static str)>,
     /// The LOADMETRICS round under way (replica mode), if any.
     round: Option<Round>,
     /// The next LOADMETRICS write's token.
@@ -227,15 +226,21 @@ impl MasterNode {
         // Calls of the last life: their answers find nothing to go to.
         self.elections.clear();
         self.round = None;
-        let mut fx = Effects::default();
-        self.follower.restart(now, relist, &mut fx);
-        self.take_effects(fx);
-        self.collect(now);
+        self.follow(now, |f, _, fx| f.restart(now, relist, fx));
     }
 
-    fn take_effects(&mut self, fx: Effects) {
+    /// Let the follower act at `now` (`step`), then take its calls and notes and the
+    /// core's commands.
+    fn follow(
+        &mut self,
+        now: Duration,
+        step: impl FnOnce(&mut Follower, &mut MasterCore, &mut Effects),
+    ) {
+        let mut fx = Effects::default();
+        step(&mut self.follower, &mut self.core, &mut fx);
         self.calls.extend(fx.calls);
         self.notes.extend(fx.notes.into_iter().map(Note::Value));
+        self.collect(now);
     }
 
     /// Say that instance `name` (`host:port`) is served by the vLLM node `node`.
@@ -263,19 +268,9 @@ impl MasterNode {
 
     /// One line of the watch stream, read by mock-master's own parser into the core.
     pub fn on_watch_line(&mut self, now: Duration, line: &str) {
-        let message = serde_json::from_str(line)
-            .map_err(|e| e.to_string())
-            .and_then(|v| parse_watch_message(&v).map_err(|e| e.to_string()));
-        match message {
-            Ok(resp) => {
-                let verdict = self.core.on_watch_response(now, resp);
-                if !matches!(verdict, mock_master::follow::Verdict::Events(_)) {
-                    self.note(json!({ "watch": format!("{verdict:?}") }));
-                }
-            }
-            Err(e) => self.note(json!({ "watch_error": e })),
-        }
-        self.collect(now);
+        self.follow(now, |_, core, fx| {
+            read_watch_line(now, line, core, &mut fx.notes);
+        });
     }
 
     /// One event of the watch (already decoded), straight into the core.
@@ -303,37 +298,39 @@ impl MasterNode {
     /// makes them.
     fn send_election_calls(&mut self) {
         for election::Call { id, op } in self.core.take_election_calls() {
-            let (path, body) = match &op {
-                Op::Grant { ttl_secs, .. } => ("/v3/lease/grant", lease_grant_request(*ttl_secs)),
-                Op::PutService { key, value, lease } => (
-                    "/v3/kv/put",
-                    put_request(key.as_bytes(), value.as_bytes(), Some(*lease)),
-                ),
-                Op::CreateMaster { key, value, lease } => (
-                    "/v3/kv/txn",
-                    create_if_absent_request(key.as_bytes(), value.as_bytes(), *lease),
-                ),
+            // The path and body, and the call's name in `etcd_error` notes.
+            let (path, body, name) = match &op {
+                Op::Grant { ttl_secs, .. } => {
+                    let body = lease_grant_request(*ttl_secs);
+                    ("/v3/lease/grant", body, "lease_grant")
+                }
+                Op::PutService { key, value, lease } => {
+                    let body = put_request(key.as_bytes(), value.as_bytes(), Some(*lease));
+                    ("/v3/kv/put", body, "put_service")
+                }
+                Op::CreateMaster { key, value, lease } => {
+                    let body = create_if_absent_request(key.as_bytes(), value.as_bytes(), *lease);
+                    ("/v3/kv/txn", body, "txn_master")
+                }
                 Op::KeepAlive { lease, .. } => {
-                    ("/v3/lease/keepalive", lease_keepalive_request(*lease))
+                    let body = lease_keepalive_request(*lease);
+                    ("/v3/lease/keepalive", body, "lease_keepalive")
                 }
             };
             let token = ELECTION_TOKENS.saturating_add(id);
             self.etcd_call(path, body, token);
-            self.elections.insert(token, op);
+            self.elections.insert(token, (op, name));
         }
     }
 
     /// An election call's outcome read as mock-master's client reads it, into the core.
     fn on_election_outcome(&mut self, now: Duration, token: u64, outcome: &Outcome) {
-        let Some(op) = self.elections.remove(&token) else {
+        let Some((op, name)) = self.elections.remove(&token) else {
             return; // a call of a life before a restart
         };
         let outcome = election_outcome(&op, outcome);
         if let election::Outcome::Failed { error } = &outcome {
-            self.note(event_note(&MasterEvent::EtcdError {
-                op: op_name(&op),
-                error,
-            }));
+            self.note(event_note(&MasterEvent::EtcdError { op: name, error }));
         }
         self.core
             .on_election_result(now, token - ELECTION_TOKENS, outcome);
@@ -368,13 +365,12 @@ impl MasterNode {
             self.etcd_call("/v3/kv/put", body, token);
             pending.insert(token, Write::Put(i));
         }
-        let round = Round {
-            deleted: vec![None; plan.deletes.len()],
-            put: vec![None; plan.puts.len()],
+        let done = BTreeMap::new();
+        self.round = Some(Round {
             plan,
             pending,
-        };
-        self.round = Some(round);
+            done,
+        });
         self.end_round_if_done();
     }
 
@@ -393,14 +389,7 @@ impl MasterNode {
         let Some(write) = round.pending.remove(&token) else {
             return;
         };
-        let ok = gateway_object(outcome).is_ok();
-        let slot = match write {
-            Write::Delete(i) => round.deleted.get_mut(i),
-            Write::Put(i) => round.put.get_mut(i),
-        };
-        if let Some(slot) = slot {
-            *slot = Some(ok);
-        }
+        round.done.insert(write, gateway_object(outcome).is_ok());
         self.end_round_if_done();
     }
 
@@ -413,21 +402,20 @@ impl MasterNode {
         let Some(round) = self.round.take() else {
             return;
         };
-        let names = |ok: bool, results: &[Option<bool>], name: &dyn Fn(usize) -> String| {
-            results
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| **r == Some(ok))
-                .map(|(i, _)| name(i))
-                .collect::<Vec<String>>()
-        };
         let plan = &round.plan;
-        let delete_name = |i: usize| plan.deletes.get(i).map(|d| d.0.clone()).unwrap_or_default();
-        let put_name = |i: usize| plan.puts.get(i).map(|p| p.0.clone()).unwrap_or_default();
-        let deleted = names(true, &round.deleted, &delete_name);
-        let put = names(true, &round.put, &put_name);
-        let failed_deletes = names(false, &round.deleted, &delete_name);
-        let failed_puts = names(false, &round.put, &put_name);
+        // The names of the deletes and of the puts that ended `ok`, in plan order.
+        let names = |ok: bool| {
+            let (mut deletes, mut puts) = (Vec::new(), Vec::new());
+            for (write, _) in round.done.iter().filter(|(_, r)| **r == ok) {
+                match *write {
+                    Write::Delete(i) => deletes.extend(plan.deletes.get(i).map(|d| d.0.clone())),
+                    Write::Put(i) => puts.extend(plan.puts.get(i).map(|p| p.0.clone())),
+                }
+            }
+            (deletes, puts)
+        };
+        let (deleted, put) = names(true);
+        let (failed_deletes, failed_puts) = names(false);
         let failed = failed_puts.len() + failed_deletes.len();
         self.note(event_note(&MasterEvent::LoadmetricsPublish {
             put: &put,
@@ -482,13 +470,7 @@ impl MasterNode {
 }
 
 impl Server for MasterNode {
-    fn serve(
-        &mut self,
-        now: Duration,
-        from: NodeId,
-        request: &Request,
-        _: &mut StdRng,
-    ) -> Option<Reply> {
+    fn serve(&mut self, now: Duration, from: NodeId, request: &Request) -> Option<Reply> {
         let Request::Heartbeat { body, token } = request else {
             return Some(Reply::Status(404));
         };
@@ -507,13 +489,7 @@ impl Server for MasterNode {
         Some(self.answer(now, refused, body))
     }
 
-    fn serve_deferred(
-        &mut self,
-        now: Duration,
-        from: NodeId,
-        request: &Request,
-        _: &mut StdRng,
-    ) -> Option<Reply> {
+    fn serve_deferred(&mut self, now: Duration, from: NodeId, request: &Request) -> Option<Reply> {
         let Request::Heartbeat { body, .. } = request else {
             return Some(Reply::Status(404));
         };
@@ -546,10 +522,7 @@ impl Server for MasterNode {
                 let _ = self.core.publish_round_unwritten(now);
             }
         }
-        let mut fx = Effects::default();
-        self.follower.on_timer(now, &self.core, &mut fx);
-        self.take_effects(fx);
-        self.collect(now);
+        self.follow(now, |f, core, fx| f.on_timer(now, core, fx));
     }
 
     fn take_notes(&mut self) -> Vec<serde_json::Value> {
@@ -563,10 +536,7 @@ impl Server for MasterNode {
     }
 
     fn on_push(&mut self, now: Duration, _from: NodeId, line: &str) {
-        let mut fx = Effects::default();
-        self.follower.on_line(now, line, &mut self.core, &mut fx);
-        self.take_effects(fx);
-        self.collect(now);
+        self.follow(now, |f, core, fx| f.on_line(now, line, core, fx));
     }
 
     fn on_stream_end(&mut self, now: Duration, _from: NodeId, reason: &str) {
@@ -579,34 +549,19 @@ impl Server for MasterNode {
 
     fn on_outcome(&mut self, now: Duration, token: u64, outcome: Outcome) {
         if Follower::owns(token) {
-            let mut fx = Effects::default();
-            self.follower
-                .on_outcome(now, token, outcome, &mut self.core, &mut fx);
-            self.take_effects(fx);
-            self.collect(now);
-            return;
+            return self.follow(now, |f, core, fx| {
+                f.on_outcome(now, token, outcome, core, fx)
+            });
         }
         if token >= ELECTION_TOKENS {
             self.on_election_outcome(now, token, &outcome);
-            self.collect(now);
-            return;
-        }
-        if token >= PUBLISH_TOKENS {
+        } else if token >= PUBLISH_TOKENS {
             self.on_write_outcome(token, &outcome);
-            self.collect(now);
-            return;
+        } else {
+            let ok = outcome == Outcome::Reply(Reply::Status(200));
+            self.core.on_probe_result(now, token, ok);
         }
-        let ok = outcome == Outcome::Reply(Reply::Status(200));
-        self.core.on_probe_result(now, token, ok);
         self.collect(now);
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
     }
 }
 
@@ -631,42 +586,29 @@ fn gateway_object(outcome: &Outcome) -> Result<Value, String> {
 
 /// An election call's outcome as `elect::carry_out` reads it.
 fn election_outcome(op: &Op, outcome: &Outcome) -> election::Outcome {
-    let failed = |error: String| election::Outcome::Failed { error };
-    let v = match gateway_object(outcome) {
-        Ok(v) => v,
-        Err(e) => return failed(e),
+    use election::Outcome::{Alive, Granted, Lost, Put, Won};
+    let read = || -> Result<election::Outcome, String> {
+        let v = gateway_object(outcome)?;
+        Ok(match op {
+            Op::Grant { .. } => Granted {
+                lease: parse_grant(&v).map_err(|e| e.0)?,
+            },
+            Op::PutService { .. } => Put {
+                revision: parse_put(&v),
+            },
+            Op::CreateMaster { .. } => match parse_txn(&v).map_err(|e| e.0)? {
+                t if t.succeeded => Won {
+                    revision: t.revision,
+                },
+                t => Lost {
+                    holder: t.value.map(|v| String::from_utf8_lossy(&v).into_owned()),
+                    revision: t.revision,
+                },
+            },
+            Op::KeepAlive { .. } => Alive {
+                ttl_secs: parse_keepalive(&v).map_err(|e| e.0)?,
+            },
+        })
     };
-    match op {
-        Op::Grant { .. } => match parse_grant(&v) {
-            Ok(lease) => election::Outcome::Granted { lease },
-            Err(e) => failed(e.0),
-        },
-        Op::PutService { .. } => election::Outcome::Put {
-            revision: parse_put(&v),
-        },
-        Op::CreateMaster { .. } => match parse_txn(&v) {
-            Ok(t) if t.succeeded => election::Outcome::Won {
-                revision: t.revision,
-            },
-            Ok(t) => election::Outcome::Lost {
-                holder: t.value.map(|v| String::from_utf8_lossy(&v).into_owned()),
-                revision: t.revision,
-            },
-            Err(e) => failed(e.0),
-        },
-        Op::KeepAlive { .. } => match parse_keepalive(&v) {
-            Ok(ttl_secs) => election::Outcome::Alive { ttl_secs },
-            Err(e) => failed(e.0),
-        },
-    }
-}
-
-/// The call's name in `etcd_error` notes (mock-master's `elect` names).
-fn op_name(op: &Op) -> &'static str {
-    match op {
-        Op::Grant { .. } => "lease_grant",
-        Op::PutService { .. } => "put_service",
-        Op::CreateMaster { .. } => "txn_master",
-        Op::KeepAlive { .. } => "lease_keepalive",
-    }
+    read().unwrap_or_else(|error| election::Outcome::Failed { error })
 }

@@ -14,6 +14,7 @@ use mock_master::etcd::{
     authenticate_request, parse_range, parse_token, parse_watch_message, range_prefix_request,
     watch_create_request,
 };
+use mock_master::follow::Verdict;
 use mock_master::watch_plan::{Position, WatchPlan, RESTART, WATCH_IDLE};
 use mock_master::MasterEvent;
 use serde_json::{json, Value};
@@ -134,7 +135,7 @@ impl Follower {
                 self.step(core, fx)
             }
             Stage::Watching { last } if now >= last + WATCH_IDLE => {
-                self.close(fx);
+                self.call(fx, Request::WatchClose);
                 self.ended(now, "no message within the idle timeout".into());
             }
             _ => {}
@@ -263,24 +264,14 @@ impl Follower {
             return;
         }
         self.stage = Stage::Watching { last: now };
-        let message = serde_json::from_str(line)
-            .map_err(|e| e.to_string())
-            .and_then(|v| parse_watch_message(&v).map_err(|e| e.to_string()));
-        let verdict = match message {
-            Ok(resp) => core.on_watch_response(now, resp),
-            Err(e) => {
-                fx.notes.push(json!({ "watch_error": e }));
-                return;
-            }
+        let Some(verdict) = read_watch_line(now, line, core, &mut fx.notes) else {
+            return;
         };
-        if !matches!(verdict, mock_master::follow::Verdict::Events(_)) {
-            fx.notes.push(json!({ "watch": format!("{verdict:?}") }));
-        }
-        if let mock_master::follow::Verdict::AuthRefused { .. } = verdict {
+        if let Verdict::AuthRefused { .. } = verdict {
             self.etcd_token = None; // the next open authenticates again
         }
         if let Some(reason) = self.plan.on_message(&verdict) {
-            self.close(fx);
+            self.call(fx, Request::WatchClose);
             self.ended(now, reason);
         }
     }
@@ -296,14 +287,10 @@ impl Follower {
     /// the listing only if `relist`).
     pub fn restart(&mut self, now: Duration, relist: bool, fx: &mut Effects) {
         if let Stage::Watching { .. } = self.stage {
-            self.close(fx);
+            self.call(fx, Request::WatchClose);
         }
         self.plan.restart(relist);
         self.ended(now, RESTART.to_string());
-    }
-
-    fn close(&mut self, fx: &mut Effects) {
-        self.call(fx, Request::WatchClose);
     }
 
     fn ended(&mut self, now: Duration, reason: String) {
@@ -312,26 +299,47 @@ impl Follower {
     }
 }
 
+/// One line of a watch stream, read by mock-master's own parser into `core`: its
+/// verdict (`None`: not a watch message), noted unless it is events.
+pub(crate) fn read_watch_line(
+    now: Duration,
+    line: &str,
+    core: &mut MasterCore,
+    notes: &mut Vec<Value>,
+) -> Option<Verdict> {
+    let message = serde_json::from_str(line)
+        .map_err(|e| e.to_string())
+        .and_then(|v| parse_watch_message(&v).map_err(|e| e.to_string()));
+    match message {
+        Ok(resp) => {
+            let verdict = core.on_watch_response(now, resp);
+            if !matches!(verdict, Verdict::Events(_)) {
+                notes.push(json!({ "watch": format!("{verdict:?}") }));
+            }
+            Some(verdict)
+        }
+        Err(e) => {
+            notes.push(json!({ "watch_error": e }));
+            None
+        }
+    }
+}
+
 /// An authenticate call's outcome as its token, or why there is none.
 fn authenticated(outcome: &Outcome) -> Result<String, String> {
-    match outcome {
-        Outcome::Reply(Reply::Gateway { status: 200, body }) => {
-            let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-            parse_token(&v).ok_or_else(|| "authenticate answered no token".to_string())
-        }
-        Outcome::Reply(Reply::Gateway { status, body }) => {
-            Err(format!("HTTP {status}: {}", String::from_utf8_lossy(body)))
-        }
-        other => Err(format!("{other:?}")),
-    }
+    parse_token(&answer_json(outcome)?).ok_or_else(|| "authenticate answered no token".to_string())
 }
 
 /// A range call's outcome as a listing, or why it is none.
 fn listing(outcome: &Outcome) -> Result<mock_master::etcd::RangeResult, String> {
+    parse_range(&answer_json(outcome)?).map_err(|e| e.to_string())
+}
+
+/// A call's 200 answer as JSON, or why there is none.
+fn answer_json(outcome: &Outcome) -> Result<Value, String> {
     match outcome {
         Outcome::Reply(Reply::Gateway { status: 200, body }) => {
-            let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-            parse_range(&v).map_err(|e| e.to_string())
+            serde_json::from_slice(body).map_err(|e| e.to_string())
         }
         Outcome::Reply(Reply::Gateway { status, body }) => {
             Err(format!("HTTP {status}: {}", String::from_utf8_lossy(body)))

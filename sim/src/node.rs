@@ -10,7 +10,6 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-use rand::rngs::StdRng;
 use serde::Serialize;
 
 /// A node of the cluster. Ordered, so that tables keyed by it walk the same way on every
@@ -196,8 +195,7 @@ impl Request {
     /// Roughly the bytes on the wire (for bandwidth faults).
     pub fn size(&self) -> usize {
         match self {
-            Request::Health | Request::Metrics => 64,
-            Request::WatchClose => 64,
+            Request::Health | Request::Metrics | Request::WatchClose => 64,
             Request::Etcd { body, .. } => 64 + body.len(),
             Request::Heartbeat { body, .. } | Request::WatchOpen { body, .. } => 64 + body.len(),
         }
@@ -266,28 +264,18 @@ pub struct Call {
     pub token: u64,
 }
 
-/// A node that answers requests: a fake's core inside its simulated shell.
-pub trait Server {
+/// A node that answers requests: a fake's core inside its simulated shell. A `dyn
+/// Server` is a `dyn Any` too, to inspect it as its own type (`downcast_ref`) or to
+/// change it between events (health modes, faults).
+pub trait Server: std::any::Any {
     /// Serve `request` from `from` at `now`. `None`: the server never answers (a hang);
     /// the caller meets its own timeout.
-    fn serve(
-        &mut self,
-        now: Duration,
-        from: NodeId,
-        request: &Request,
-        rng: &mut StdRng,
-    ) -> Option<Reply>;
+    fn serve(&mut self, now: Duration, from: NodeId, request: &Request) -> Option<Reply>;
 
     /// Serve a request whose [`Reply::Deferred`] delay has passed: as
     /// [`Server::serve`], without its fault this time.
-    fn serve_deferred(
-        &mut self,
-        now: Duration,
-        from: NodeId,
-        request: &Request,
-        rng: &mut StdRng,
-    ) -> Option<Reply> {
-        self.serve(now, from, request, rng)
+    fn serve_deferred(&mut self, now: Duration, from: NodeId, request: &Request) -> Option<Reply> {
+        self.serve(now, from, request)
     }
 
     /// When the node next needs [`Server::on_timer`]; `None`: never by itself.
@@ -344,12 +332,6 @@ pub trait Server {
 
     /// How one of its calls ended.
     fn on_outcome(&mut self, _now: Duration, _token: u64, _outcome: Outcome) {}
-
-    /// For inspection by tests and reports (`downcast_ref` to the node's type).
-    fn as_any(&self) -> &dyn std::any::Any;
-
-    /// As [`Server::as_any`], to change a node between events (health modes, faults).
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use sidecar::core::{
     AfterRevoke, Answer, Command, CommandId, CoreConfig, HeartbeatTarget, Registration,
 };
 
-use crate::command_kind::Kind;
+use crate::command_kind::{EtcdCall, Kind};
 use crate::distortion::{Distortion, Start, Verdict, STRAY};
 
 /// One class of bug, planted in every sidecar of a world (current and future).
@@ -244,7 +244,7 @@ impl Distortion for Planted {
             }
             (
                 PlantedBug::IgnoreLeaseNotFound,
-                Kind::Keepalive,
+                Kind::Etcd(EtcdCall::Keepalive),
                 Answer::LeaseNotFound | Answer::KeepaliveTtl(0),
             ) => Answer::KeepaliveTtl(self.ttl),
             (_, _, answer) => answer,
@@ -333,7 +333,11 @@ mod tests {
         let a = d.answer(CommandId(1), Kind::Heartbeat, Answer::HeartbeatStatus(409));
         assert_eq!(a, Some(Answer::HeartbeatStatus(409)));
         assert_eq!(
-            d.answer(CommandId(2), Kind::Keepalive, Answer::LeaseNotFound),
+            d.answer(
+                CommandId(2),
+                Kind::Etcd(EtcdCall::Keepalive),
+                Answer::LeaseNotFound
+            ),
             Some(Answer::KeepaliveTtl(6))
         );
     }

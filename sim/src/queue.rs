@@ -80,18 +80,13 @@ impl<E> Queue<E> {
     pub fn push(&mut self, at: Duration, event: E) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                if let Some(s) = self.slots.get_mut(slot as usize) {
-                    *s = Some((at, event));
-                }
-                slot
-            }
-            None => {
-                self.slots.push(Some((at, event)));
-                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
-            }
-        };
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
+        });
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            *s = Some((at, event));
+        }
         self.heap.push(Reverse((nanos(at), seq, slot)));
     }
 

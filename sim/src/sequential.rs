@@ -58,10 +58,7 @@ impl<T> Sequential<T> {
     pub fn remove(&mut self, id: u64) -> Option<T> {
         let i = self.index(id)?;
         let value = self.slots.get_mut(i)?.take();
-        while matches!(self.slots.front(), Some(None)) {
-            self.slots.pop_front();
-            self.base += 1;
-        }
+        self.trim_front();
         value
     }
 
@@ -81,6 +78,11 @@ impl<T> Sequential<T> {
                 *s = None;
             }
         }
+        self.trim_front();
+    }
+
+    /// Drop the removed slots at the front, so that the front is `Some` (or empty).
+    fn trim_front(&mut self) {
         while matches!(self.slots.front(), Some(None)) {
             self.slots.pop_front();
             self.base += 1;

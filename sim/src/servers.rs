@@ -42,12 +42,18 @@ impl Servers {
     }
 
     pub fn get_mut(&mut self, id: NodeId) -> Option<&mut Slot> {
-        match id.server() {
-            NodeId::Sidecar(i) => self.sidecar.get_mut(i as usize)?.as_mut(),
-            NodeId::Vllm(i) => self.vllm.get_mut(i as usize)?.as_mut(),
-            NodeId::Etcd => self.etcd.as_mut(),
-            NodeId::Master => self.master.as_mut(),
-            NodeId::MasterReplica(k) => self.replicas.get_mut(replica(k)?)?.as_mut(),
+        self.place(id.server(), false)?.as_mut()
+    }
+
+    /// Where the server `id` is kept (an etcd endpoint is no place of its own); with
+    /// `grow`, the table grows to hold it.
+    fn place(&mut self, id: NodeId, grow: bool) -> Option<&mut Option<Slot>> {
+        match id {
+            NodeId::Sidecar(i) => at(&mut self.sidecar, i as usize, grow),
+            NodeId::Vllm(i) => at(&mut self.vllm, i as usize, grow),
+            NodeId::Etcd => Some(&mut self.etcd),
+            NodeId::Master => Some(&mut self.master),
+            NodeId::MasterReplica(k) => at(&mut self.replicas, replica(k)?, grow),
             NodeId::EtcdEndpoint(_) => None,
         }
     }
@@ -64,23 +70,9 @@ impl Servers {
     /// Put `node` at `id`. A server it replaces leaves its scheduled timer to it (the
     /// timer event is already queued).
     pub fn insert(&mut self, id: NodeId, node: Box<dyn Server>) {
-        let place = |s: &mut Option<Slot>| {
+        if let Some(s) = self.place(id, true) {
             let wake = s.as_ref().and_then(|s| s.wake);
             *s = Some(Slot { node, wake });
-        };
-        let slot = match id {
-            NodeId::Sidecar(i) => grown(&mut self.sidecar, i as usize),
-            NodeId::Vllm(i) => grown(&mut self.vllm, i as usize),
-            NodeId::Etcd => Some(&mut self.etcd),
-            NodeId::Master => Some(&mut self.master),
-            NodeId::MasterReplica(k) => match replica(k) {
-                Some(at) => grown(&mut self.replicas, at),
-                None => None,
-            },
-            NodeId::EtcdEndpoint(_) => None,
-        };
-        if let Some(s) = slot {
-            place(s);
         }
     }
 
@@ -88,18 +80,7 @@ impl Servers {
     /// a timer event already queued for it finds no slot, or a fresh one that has
     /// not scheduled it.
     pub fn remove(&mut self, id: NodeId) -> Option<Slot> {
-        let slot = match id {
-            NodeId::Sidecar(i) => self.sidecar.get_mut(i as usize),
-            NodeId::Vllm(i) => self.vllm.get_mut(i as usize),
-            NodeId::Etcd => Some(&mut self.etcd),
-            NodeId::Master => Some(&mut self.master),
-            NodeId::MasterReplica(k) => match replica(k) {
-                Some(at) => self.replicas.get_mut(at),
-                None => None,
-            },
-            NodeId::EtcdEndpoint(_) => None,
-        };
-        slot.and_then(Option::take)
+        self.place(id, false)?.take()
     }
 
     /// Every server's id, in `NodeId` order.
@@ -115,11 +96,7 @@ impl Servers {
         ids.extend(indexed(&self.vllm, NodeId::Vllm));
         ids.extend(self.etcd.as_ref().map(|_| NodeId::Etcd));
         ids.extend(self.master.as_ref().map(|_| NodeId::Master));
-        for (at, s) in self.replicas.iter().enumerate() {
-            if s.is_some() {
-                ids.push(NodeId::master(at + 1));
-            }
-        }
+        ids.extend(indexed(&self.replicas, |k| NodeId::master(k as usize + 1)));
         ids
     }
 }
@@ -129,9 +106,9 @@ fn replica(k: u32) -> Option<usize> {
     (k as usize).checked_sub(1)
 }
 
-/// Slot `i` of `v`, which grows to hold it.
-fn grown(v: &mut Vec<Option<Slot>>, i: usize) -> Option<&mut Option<Slot>> {
-    if v.len() <= i {
+/// Slot `i` of `v`; with `grow`, `v` grows to hold it.
+fn at(v: &mut Vec<Option<Slot>>, i: usize, grow: bool) -> Option<&mut Option<Slot>> {
+    if grow && v.len() <= i {
         v.resize_with(i + 1, || None);
     }
     v.get_mut(i)
@@ -149,15 +126,8 @@ mod tests {
             _: Duration,
             _: NodeId,
             _: &crate::node::Request,
-            _: &mut rand::rngs::StdRng,
         ) -> Option<crate::node::Reply> {
             None
-        }
-        fn as_any(&self) -> &dyn std::any::Any {
-            self
-        }
-        fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-            self
         }
     }
 

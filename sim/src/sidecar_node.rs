@@ -42,7 +42,7 @@ use sidecar::peers::{master, vllm};
 use sidecar::prom::Format;
 
 use crate::distortion::{Distortion, Start, Verdict};
-use crate::etcd_client::{EtcdCall, EtcdClient, Progress};
+use crate::etcd_client::{EtcdClient, Progress};
 use crate::node::{Body, Failure, NodeId, Outcome, Reply, Request};
 
 /// Which command an exchange answers, and what the answer needs from it.
@@ -52,7 +52,7 @@ pub struct Tag {
     pub kind: Kind,
 }
 
-pub use crate::command_kind::Kind;
+pub use crate::command_kind::{EtcdCall, Kind};
 
 /// What the node wants done after a step.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,23 +74,14 @@ pub enum Outgoing {
     Exit(i32),
 }
 
-/// The driver's per-call timeouts to vLLM and the master, from the sidecar's config
-/// (an etcd attempt's timeout is its call plan's: [`crate::etcd_client`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Timeouts {
-    pub health: Duration,
-    pub scrape: Duration,
-    pub heartbeat: Duration,
-}
-
 /// One simulated sidecar.
 #[derive(Debug)]
 pub struct SidecarNode {
     pub index: u32,
     core: Core,
-    timeouts: Timeouts,
+    /// The driver's timeouts and `/metrics` body cap.
+    cx: Context,
     token: String,
-    metrics_max_bytes: usize,
     /// The sidecar's etcd client: its session and its calls under way.
     etcd: EtcdClient,
     /// Exchanges a finished one led to (an etcd call's next endpoint), not yet polled.
@@ -131,13 +122,13 @@ impl SidecarNode {
         SidecarNode {
             index,
             core: Core::new(core_config, seed, now),
-            timeouts: Timeouts {
+            cx: Context {
                 health: config.health_timeout,
                 scrape: config.scrape_timeout,
                 heartbeat: config.health_timeout,
+                metrics_max_bytes: config.metrics_max_bytes,
             },
             token,
-            metrics_max_bytes: config.metrics_max_bytes,
             etcd: EtcdClient::new(config),
             pending: Vec::new(),
             immediate: Vec::new(),
@@ -237,15 +228,9 @@ impl SidecarNode {
         }
     }
 
-    /// The commands the core issued, as the driver would run them, in order.
-    pub fn poll(&mut self) -> Vec<Outgoing> {
-        let mut out = Vec::new();
-        self.poll_into(&mut out);
-        out
-    }
-
-    /// [`SidecarNode::poll`] appended to `out` (a caller's reused buffer).
-    pub fn poll_into(&mut self, out: &mut Vec<Outgoing>) {
+    /// The commands the core issued, as the driver would run them, in order, appended
+    /// to `out` (a caller's reused buffer).
+    pub fn poll(&mut self, out: &mut Vec<Outgoing>) {
         out.append(&mut self.pending);
         loop {
             while let Some(command) = self.core.poll_command() {
@@ -296,34 +281,20 @@ impl SidecarNode {
 
     /// An exchange of `tag` ended with `outcome` at `now`: the core gets its answer.
     pub fn complete(&mut self, now: Duration, tag: &Tag, outcome: Outcome) {
-        let answer = match EtcdCall::of(tag.kind) {
-            Some(_) => match self.etcd.on_outcome(tag.id, outcome) {
-                Some(Progress::Done(answer)) => answer,
-                Some(progress) => {
-                    self.etcd_progress(progress, tag.clone());
-                    return;
-                }
-                None => return, // no such call (the process was restarted meanwhile)
+        let answer = match tag.kind {
+            Kind::Etcd(_) => match self.etcd.on_outcome(tag.id, outcome) {
+                Some(Progress::Done(answer)) => Some(answer),
+                Some(progress) => return self.etcd_progress(progress, tag.clone()),
+                None => None, // no such call (the process was restarted meanwhile)
             },
-            None => match answer_of(tag.kind, outcome, &self.context()) {
-                Some(answer) => answer,
-                None => return,
-            },
+            kind => answer_of(kind, outcome, &self.cx),
         };
         let answer = match self.distortion.as_mut() {
-            Some(d) => match d.answer(tag.id, tag.kind, answer) {
-                Some(answer) => answer,
-                None => return,
-            },
+            Some(d) => answer.and_then(|answer| d.answer(tag.id, tag.kind, answer)),
             None => answer,
         };
-        self.handle(now, Input::Answer(tag.id, answer));
-    }
-
-    fn context(&self) -> Context {
-        Context {
-            timeouts: self.timeouts,
-            metrics_max_bytes: self.metrics_max_bytes,
+        if let Some(answer) = answer {
+            self.handle(now, Input::Answer(tag.id, answer));
         }
     }
 
@@ -349,66 +320,58 @@ impl SidecarNode {
         }
     }
 
-    /// Start an etcd command's call (its steps go out through `pending`).
-    fn etcd_start(&mut self, id: CommandId, kind: Kind, request: EtcdRequest) -> Option<Outgoing> {
-        if let Some(call) = EtcdCall::of(kind) {
-            let progress = self.etcd.start(id, call, &request);
-            self.etcd_progress(progress, Tag { id, kind });
-        }
-        None
-    }
-
+    /// The command as the driver runs it: an exchange, a line, the exit; `None` for an
+    /// etcd command, whose call's steps go out through `pending`.
     fn outgoing(&mut self, command: Command) -> Option<Outgoing> {
         let vllm = NodeId::Vllm(self.index);
-        let t = self.timeouts;
-        let send = |to, request, timeout, id, kind| Outgoing::Send {
-            to,
-            request,
-            timeout,
-            tag: Tag { id, kind },
+        let t = self.cx;
+        let send = |to, request, timeout, id, kind| {
+            let tag = Tag { id, kind };
+            Some(Outgoing::Send {
+                to,
+                request,
+                timeout,
+                tag,
+            })
         };
-        Some(match command {
-            Command::ProbeHealth { id } => send(vllm, Request::Health, t.health, id, Kind::Health),
+        let (id, call, request) = match command {
+            Command::ProbeHealth { id } => {
+                return send(vllm, Request::Health, t.health, id, Kind::Health)
+            }
+            Command::Scrape { id } => {
+                return send(vllm, Request::Metrics, t.scrape, id, Kind::Scrape)
+            }
+            Command::PostHeartbeat { id, body, target } => {
+                let to = heartbeat_node_in(&self.master_hosts, &target);
+                let token = self.token.clone();
+                let request = Request::Heartbeat { body, token };
+                return send(to, request, t.heartbeat, id, Kind::Heartbeat);
+            }
+            Command::LogServedModel => return Some(Outgoing::LogServedModel),
+            Command::Note(note) => return Some(Outgoing::Note(note)),
+            Command::Exit { code } => return Some(Outgoing::Exit(code)),
             Command::GrantLease { id, ttl } => {
-                return self.etcd_start(id, Kind::Grant { ttl }, EtcdRequest::Grant { ttl })
+                (id, EtcdCall::Grant { ttl }, EtcdRequest::Grant { ttl })
             }
             Command::PutKey {
                 id,
                 key,
                 value,
                 lease,
-            } => return self.etcd_start(id, Kind::Put, EtcdRequest::Put { key, value, lease }),
+            } => (id, EtcdCall::Put, EtcdRequest::Put { key, value, lease }),
             Command::Keepalive { id, lease } => {
-                return self.etcd_start(id, Kind::Keepalive, EtcdRequest::Keepalive { lease })
+                (id, EtcdCall::Keepalive, EtcdRequest::Keepalive { lease })
             }
-            Command::Revoke { id, lease } => {
-                return self.etcd_start(id, Kind::Revoke, EtcdRequest::Revoke { lease })
-            }
-            Command::Scrape { id } => send(vllm, Request::Metrics, t.scrape, id, Kind::Scrape),
+            Command::Revoke { id, lease } => (id, EtcdCall::Revoke, EtcdRequest::Revoke { lease }),
             Command::ReadMasterKey { id, key } => {
-                return self.etcd_start(id, Kind::MasterRead, EtcdRequest::Range { key })
+                (id, EtcdCall::MasterRead, EtcdRequest::Range { key })
             }
-            Command::PostHeartbeat { id, body, target } => send(
-                heartbeat_node_in(&self.master_hosts, &target),
-                Request::Heartbeat {
-                    body,
-                    token: self.token.clone(),
-                },
-                t.heartbeat,
-                id,
-                Kind::Heartbeat,
-            ),
-            Command::LogServedModel => Outgoing::LogServedModel,
-            Command::Note(note) => Outgoing::Note(note),
-            Command::Exit { code } => Outgoing::Exit(code),
-        })
+        };
+        let progress = self.etcd.start(id, call, &request);
+        let kind = Kind::Etcd(call);
+        self.etcd_progress(progress, Tag { id, kind });
+        None
     }
-}
-
-/// The node a heartbeat for `target` goes to in a world of one master:
-/// [`NodeId::Master`], whatever the target.
-pub fn heartbeat_node(target: &HeartbeatTarget) -> NodeId {
-    heartbeat_node_in(&BTreeMap::new(), target)
 }
 
 /// The node a heartbeat for `target` goes to, given `hosts` (a heartbeat URL's host →
@@ -427,11 +390,15 @@ pub fn heartbeat_node_in(hosts: &BTreeMap<String, NodeId>, target: &HeartbeatTar
     }
 }
 
-/// What [`answer_of`] needs besides the outcome: the driver's timeouts (named in its
-/// messages) and its `/metrics` body cap (enforced by its reader).
+/// What [`answer_of`] needs besides the outcome, from the sidecar's config: the
+/// driver's per-call timeouts to vLLM and the master (named in its messages; an etcd
+/// attempt's timeout is its call plan's: [`crate::etcd_client`]) and its `/metrics`
+/// body cap (enforced by its reader).
 #[derive(Clone, Copy, Debug)]
 pub struct Context {
-    pub timeouts: Timeouts,
+    pub health: Duration,
+    pub scrape: Duration,
+    pub heartbeat: Duration,
     pub metrics_max_bytes: usize,
 }
 
@@ -441,15 +408,14 @@ pub struct Context {
 /// ([`answers`]) of the exchange as its reader would have seen it. `None` for an etcd
 /// exchange: its call's answer comes from [`crate::etcd_client`], after every step of
 /// the call.
-pub fn answer_of(kind: Kind, outcome: Outcome, cx: &Context) -> Option<Answer> {
-    let t = cx.timeouts;
+pub fn answer_of(kind: Kind, outcome: Outcome, t: &Context) -> Option<Answer> {
     Some(match kind {
         Kind::Health => {
             let exchange = exchange_of(outcome, vllm::HEALTH_BODY_CAP);
             answers::health(vllm::classify_health(exchange, t.health))
         }
         Kind::Scrape => {
-            let exchange = exchange_of(outcome, cx.metrics_max_bytes);
+            let exchange = exchange_of(outcome, t.metrics_max_bytes);
             answers::scrape(vllm::classify_scrape(exchange))
         }
         Kind::Heartbeat => {
@@ -457,9 +423,7 @@ pub fn answer_of(kind: Kind, outcome: Outcome, cx: &Context) -> Option<Answer> {
             let result = master::classify_heartbeat(exchange, t.heartbeat);
             answers::heartbeat(result.map(|a| a.status))
         }
-        Kind::Grant { .. } | Kind::Put | Kind::Keepalive | Kind::Revoke | Kind::MasterRead => {
-            return None
-        }
+        Kind::Etcd(_) => return None,
     })
 }
 
@@ -513,11 +477,9 @@ mod tests {
 
     fn cx() -> Context {
         Context {
-            timeouts: Timeouts {
-                health: Duration::from_secs(3),
-                scrape: Duration::from_secs(3),
-                heartbeat: Duration::from_secs(3),
-            },
+            health: Duration::from_secs(3),
+            scrape: Duration::from_secs(3),
+            heartbeat: Duration::from_secs(3),
             metrics_max_bytes: 10,
         }
     }
@@ -542,7 +504,7 @@ mod tests {
                 "heartbeat: no answer within 3s".into()
             ))
         );
-        assert_eq!(answer_of(Kind::Keepalive, t, &cx()), None);
+        assert_eq!(answer_of(Kind::Etcd(EtcdCall::Keepalive), t, &cx()), None);
     }
 
     #[test]

@@ -13,15 +13,6 @@ use serde_json::json;
 
 use crate::node::{NodeId, Outcome, Reply, Request};
 
-/// A node's name as the log writes it (its `Display`).
-struct Name(NodeId);
-
-impl Serialize for Name {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&self.0)
-    }
-}
-
 /// A body's size.
 #[derive(Serialize)]
 struct Bytes {
@@ -43,101 +34,73 @@ fn one<S: Serializer, V: Serialize>(s: S, key: &str, value: &V) -> Result<S::Ok,
 }
 
 /// A request without its heartbeat body.
-struct RequestSummary<'a>(&'a Request);
-
-impl Serialize for RequestSummary<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.0 {
-            Request::Heartbeat { body, .. } => one(s, "heartbeat", &Bytes { bytes: body.len() }),
-            // The path only: the body is base64 (or a password), the token a secret.
-            Request::Etcd { path, .. } => one(s, "etcd", path),
-            // Unit variants and single-field ones: the derived form is the `Value`'s.
-            other => other.serialize(s),
-        }
+fn request_summary<S: Serializer>(r: &&Request, s: S) -> Result<S::Ok, S::Error> {
+    match r {
+        Request::Heartbeat { body, .. } => one(s, "heartbeat", &Bytes { bytes: body.len() }),
+        // The path only: the body is base64 (or a password), the token a secret.
+        Request::Etcd { path, .. } => one(s, "etcd", path),
+        // Unit variants and single-field ones: the derived form is the `Value`'s.
+        other => other.serialize(s),
     }
 }
 
-/// An answer without its page or gateway body.
-struct ReplySummary<'a>(&'a Reply);
-
-impl Serialize for ReplySummary<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let sized = |bytes: usize, status: &u16| BytesStatus {
-            bytes,
-            status: *status,
-        };
-        match self.0 {
-            Reply::Gateway { status, body } => one(s, "gateway", &sized(body.len(), status)),
-            Reply::Page { status, body, .. } => one(s, "page", &sized(body.len(), status)),
-            slow @ Reply::Slow { .. } => json!(slow).serialize(s),
-            other => other.serialize(s),
-        }
+/// An answer without its page or gateway body (`None`: a hang).
+fn reply_summary<S: Serializer>(r: &Option<&Reply>, s: S) -> Result<S::Ok, S::Error> {
+    let sized = |bytes: usize, status: &u16| BytesStatus {
+        bytes,
+        status: *status,
+    };
+    match r {
+        None => s.serialize_none(),
+        Some(Reply::Gateway { status, body }) => one(s, "gateway", &sized(body.len(), status)),
+        Some(Reply::Page { status, body, .. }) => one(s, "page", &sized(body.len(), status)),
+        Some(slow @ Reply::Slow { .. }) => json!(slow).serialize(s),
+        Some(other) => other.serialize(s),
     }
 }
 
 /// How an exchange ended.
-struct OutcomeSummary<'a>(&'a Outcome);
-
-impl Serialize for OutcomeSummary<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.0 {
-            Outcome::Reply(r) => ReplySummary(r).serialize(s),
-            Outcome::Failed(f) => s.collect_str(&format_args!("{f:?}")),
-        }
+fn outcome_summary<S: Serializer>(o: &&Outcome, s: S) -> Result<S::Ok, S::Error> {
+    match o {
+        Outcome::Reply(r) => reply_summary(&Some(r), s),
+        Outcome::Failed(f) => s.collect_str(&format_args!("{f:?}")),
     }
 }
 
-/// The `send` line: exchange `x` to `to` for the caller's command `cmd`.
+/// The `send` line: exchange `x` to `to` for the caller's command `cmd` (fields in
+/// sorted order, as a `Value` object writes its keys).
+#[derive(Serialize)]
 pub(crate) struct Send<'a> {
-    pub x: u64,
-    pub to: NodeId,
     pub cmd: u64,
+    #[serde(serialize_with = "request_summary")]
     pub request: &'a Request,
-}
-
-impl Serialize for Send<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(4))?;
-        m.serialize_entry("cmd", &self.cmd)?;
-        m.serialize_entry("request", &RequestSummary(self.request))?;
-        m.serialize_entry("to", &Name(self.to))?;
-        m.serialize_entry("x", &self.x)?;
-        m.end()
-    }
+    #[serde(serialize_with = "name")]
+    pub to: NodeId,
+    pub x: u64,
 }
 
 /// The `serve` line: the server's answer to exchange `x` from `from` (`None`: a hang).
+#[derive(Serialize)]
 pub(crate) struct Serve<'a> {
-    pub x: u64,
+    #[serde(serialize_with = "name")]
     pub from: NodeId,
+    #[serde(serialize_with = "reply_summary")]
     pub reply: Option<&'a Reply>,
-}
-
-impl Serialize for Serve<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(3))?;
-        m.serialize_entry("from", &Name(self.from))?;
-        m.serialize_entry("reply", &self.reply.map(ReplySummary))?;
-        m.serialize_entry("x", &self.x)?;
-        m.end()
-    }
+    pub x: u64,
 }
 
 /// The `outcome` line: how exchange `x` of the caller's command `cmd` ended.
+#[derive(Serialize)]
 pub(crate) struct Ended<'a> {
-    pub x: u64,
     pub cmd: u64,
+    #[serde(serialize_with = "outcome_summary")]
     pub outcome: &'a Outcome,
+    pub x: u64,
 }
 
-impl Serialize for Ended<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(3))?;
-        m.serialize_entry("cmd", &self.cmd)?;
-        m.serialize_entry("outcome", &OutcomeSummary(self.outcome))?;
-        m.serialize_entry("x", &self.x)?;
-        m.end()
-    }
+/// A node's name as the log writes it (its `Display`).
+fn name<S: Serializer>(id: &NodeId, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(id)
 }
 
 #[cfg(test)]

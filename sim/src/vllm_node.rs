@@ -26,7 +26,6 @@ use std::time::Duration;
 use mock_vllm::core::{Answer, Delivery, Submitted, VllmCore};
 use mock_vllm::validate::{Api, Req};
 use mock_vllm::{Config, Dialect, Fault, Health};
-use rand::rngs::StdRng;
 
 use crate::node::{Body, NodeId, Reply, Request, Server};
 
@@ -79,11 +78,9 @@ impl VllmNode {
             seed,
             ..Config::default()
         };
-        match VllmNode::new(cfg, now) {
-            Ok(node) => node,
-            // The defaults are valid; a failure here is a mock-vllm bug.
-            Err(e) => panic!("mock-vllm's default config is invalid: {e}"),
-        }
+        // The defaults are valid; a failure here is a mock-vllm bug.
+        VllmNode::new(cfg, now)
+            .unwrap_or_else(|e| panic!("mock-vllm's default config is invalid: {e}"))
     }
 
     /// The core, to inspect or to change (health mode, faults, crash, restart); the
@@ -214,13 +211,7 @@ impl VllmNode {
 }
 
 impl Server for VllmNode {
-    fn serve(
-        &mut self,
-        now: Duration,
-        _: NodeId,
-        request: &Request,
-        _: &mut StdRng,
-    ) -> Option<Reply> {
+    fn serve(&mut self, now: Duration, _: NodeId, request: &Request) -> Option<Reply> {
         self.advance(now);
         match request {
             Request::Health => match self.core.health(now) {
@@ -233,24 +224,14 @@ impl Server for VllmNode {
             _ => Some(Reply::Status(404)),
         }
     }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
 
     fn serve(v: &mut VllmNode, s: u64, r: Request) -> Option<Reply> {
-        let mut rng = StdRng::seed_from_u64(0);
-        v.serve(Duration::from_secs(s), NodeId::Sidecar(0), &r, &mut rng)
+        v.serve(Duration::from_secs(s), NodeId::Sidecar(0), &r)
     }
 
     #[test]

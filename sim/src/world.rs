@@ -1,16 +1,16 @@
 //! The simulated cluster: virtual time, the event queue, the one seeded generator, the
 //! event log, the links, and the nodes. [`World::run_until`] is the whole engine.
 //!
-//! Every step is a function of the state and the next event: nothing reads a clock,
-//! every random draw comes from [`World`]'s one `StdRng` in event order, and every table
-//! is a `BTreeMap` or a `Vec`, walked in key order. So a seed replays a run exactly, and
-//! the log says so byte for byte.
+//! Every step is a function of the state and the next event, by the crate's determinism
+//! rules (no clock, [`World`]'s one `StdRng` in event order, tables walked in key
+//! order): a seed replays a run exactly, and the log says so byte for byte.
 //!
 //! An exchange is a request over the link client → server and its answer back. The
 //! request reaches the server whatever the caller does meanwhile (a late keepalive still
 //! refreshes the lease); the answer only reaches a caller still waiting for it. The
 //! caller's timeout is an event of its own.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,42 +47,25 @@ enum Event {
     /// A server's timer, due at `at`.
     ServerWake { id: NodeId, at: Duration },
     /// A request reaches its server (if the link was not reset since it was sent).
-    Arrive {
-        exchange: u64,
-        client: NodeId,
-        server: NodeId,
-        generation: u64,
-        request: Request,
-        /// Arriving again after the server's [`Reply::Deferred`].
-        deferred: bool,
-        /// The server's process when the request was sent ([`World::kill_server`]):
-        /// a request never reaches a later process in the slot.
-        epoch: u64,
-    },
+    Arrive(Arrival),
     /// An answer reaches its caller.
     Return {
         exchange: u64,
         generation: u64,
         reply: Reply,
     },
-    /// The exchange fails.
+    /// The exchange fails (at the caller's timeout: [`Failure::Timeout`]).
     Fail { exchange: u64, failure: Failure },
-    /// The caller's timeout.
-    Timeout { exchange: u64 },
-    /// A fault on the link client → server changes.
-    SetLink {
-        client: NodeId,
-        server: NodeId,
-        fault: LinkFault,
-    },
+    /// The fault on the link client → server (the first two) changes.
+    SetLink(NodeId, NodeId, LinkFault),
     /// Outside input for a sidecar (shutdown, drain, undrain).
     Input(u32, Input),
     /// A scripted action.
     Act(Action),
     /// The next request of load `n` arrives.
     Arrival(usize),
-    /// A load's request reaches `to` (the master: to be routed by it), held while `to`
-    /// was paused.
+    /// A load's request reaches `to` (the master: to be routed by it); held while `to`
+    /// is paused.
     Offer { to: NodeId, request: Req },
     /// `node` stops running until `until` (see [`crate::pause`]).
     Pause { node: NodeId, until: Duration },
@@ -106,6 +89,20 @@ enum Event {
         /// The processes of `from` and `to` when it was sent.
         epochs: (u64, u64),
     },
+}
+
+/// A request on its way to its server.
+struct Arrival {
+    exchange: u64,
+    client: NodeId,
+    server: NodeId,
+    generation: u64,
+    request: Request,
+    /// Arriving again after the server's [`Reply::Deferred`].
+    deferred: bool,
+    /// The server's process when the request was sent ([`World::kill_server`]):
+    /// a request never reaches a later process in the slot.
+    epoch: u64,
 }
 
 /// Who waits for an exchange, and what for.
@@ -214,11 +211,6 @@ impl World {
         }
     }
 
-    /// The table [`World::set_master_hosts`] set (empty unless set).
-    pub fn master_hosts(&self) -> &BTreeMap<String, NodeId> {
-        &self.master_hosts
-    }
-
     /// The process of server `id` now (0 until it is first killed).
     fn epoch(&self, id: NodeId) -> u64 {
         if self.epochs.is_empty() {
@@ -262,18 +254,7 @@ impl World {
         self.stuck_streams
             .retain(|(reader, server)| *reader != id && server.server() != id);
         for reader in slot.node.stream_readers() {
-            let reason = "connection closed";
-            let epoch = self.epoch(reader);
-            self.queue.push_after(
-                now,
-                self.links.base(),
-                Event::StreamEnd {
-                    from: id,
-                    to: reader,
-                    reason,
-                    epoch,
-                },
-            );
+            self.stream_end_after(self.links.base(), id, reader, "connection closed");
         }
         // The streams it read: their servers drop them (no call, note or timer comes
         // of that: nothing to collect from them).
@@ -355,12 +336,12 @@ impl World {
 
     /// The server at `id` as its own type, to inspect it.
     pub fn server_as<T: 'static>(&self, id: NodeId) -> Option<&T> {
-        self.servers.get(id)?.node.as_any().downcast_ref()
+        (self.servers.get(id)?.node.as_ref() as &dyn Any).downcast_ref()
     }
 
     /// The server at `id` as its own type, to change it now (a health mode, a fault).
     pub fn server_as_mut<T: 'static>(&mut self, id: NodeId) -> Option<&mut T> {
-        self.servers.node_mut(id)?.as_any_mut().downcast_mut()
+        (self.servers.node_mut(id)?.as_mut() as &mut dyn Any).downcast_mut()
     }
 
     /// Add a server node (a fake's core in its simulated shell).
@@ -372,33 +353,37 @@ impl World {
     /// Add the next sidecar with `config`; its core's seed is drawn from the world's
     /// generator. Answers its index.
     pub fn add_sidecar(&mut self, config: &Config) -> u32 {
-        let index = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
         let seed = self.rng.gen();
-        let mut node = SidecarNode::new(index, config, seed, self.now);
-        plant(self.planted, &mut node);
-        node.set_master_hosts(self.master_hosts.clone());
-        self.sidecars.push(node);
-        self.log.record(
-            self.now,
-            &NodeId::Sidecar(index).to_string(),
-            "start",
-            || json!({ "seed": seed }),
-        );
-        self.after_sidecar_step(index);
+        let index = self.push_sidecar(config, seed);
+        self.sidecar_started(index, seed);
         index
     }
 
     /// Add the next sidecar as a process not started yet (a scenario starts it later
     /// with [`World::restart_sidecar`]). Answers its index.
     pub fn add_stopped_sidecar(&mut self, config: &Config) -> u32 {
+        let index = self.push_sidecar(config, 0);
+        if let Some(node) = self.sidecars.last_mut() {
+            node.kill();
+            node.ran = false;
+        }
+        index
+    }
+
+    /// The next sidecar slot, its process made with `config` and `seed` (not run yet).
+    fn push_sidecar(&mut self, config: &Config, seed: u64) -> u32 {
         let index = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
-        let mut node = SidecarNode::new(index, config, 0, self.now);
+        let mut node = SidecarNode::new(index, config, seed, self.now);
         plant(self.planted, &mut node);
         node.set_master_hosts(self.master_hosts.clone());
-        node.kill();
-        node.ran = false;
         self.sidecars.push(node);
         index
+    }
+
+    /// Sidecar `index`'s process started now with `seed`: logged, and its first step run.
+    fn sidecar_started(&mut self, index: u32, seed: u64) {
+        self.record(NodeId::Sidecar(index), "start", || json!({ "seed": seed }));
+        self.after_sidecar_step(index);
     }
 
     /// Pause `node` at `at` for `lasting` (see [`crate::pause`]): it handles nothing
@@ -446,12 +431,7 @@ impl World {
         if let Some(node) = self.sidecars.get_mut(index as usize) {
             node.kill();
         }
-        self.log.record(
-            self.now,
-            &NodeId::Sidecar(index).to_string(),
-            "killed",
-            || json!({}),
-        );
+        self.record(NodeId::Sidecar(index), "killed", || json!({}));
     }
 
     /// Start sidecar `index` again now with `config`: a new process, a new core seed
@@ -463,36 +443,18 @@ impl World {
             return;
         };
         let seed = slot.restart(config, seed, self.now);
-        self.log.record(
-            self.now,
-            &NodeId::Sidecar(index).to_string(),
-            "start",
-            || json!({ "seed": seed }),
-        );
-        self.after_sidecar_step(index);
+        self.sidecar_started(index, seed);
     }
 
     /// Set the fault of the link `client` → `server` at `at`.
     pub fn set_link_at(&mut self, at: Duration, client: NodeId, server: NodeId, fault: LinkFault) {
-        self.queue.push(
-            at,
-            Event::SetLink {
-                client,
-                server,
-                fault,
-            },
-        );
+        self.queue.push(at, Event::SetLink(client, server, fault));
     }
 
     /// Start `load` at `at` (its arrivals drawn from the world's generator).
     pub fn add_load(&mut self, at: Duration, load: Load) {
         self.loads.push(load);
         self.queue.push(at, Event::Arrival(self.loads.len() - 1));
-    }
-
-    /// Set the fault of the link `client` → `server` now.
-    pub fn set_link(&mut self, client: NodeId, server: NodeId, fault: LinkFault) {
-        self.apply_link(client, server, fault);
     }
 
     /// Hand sidecar `index` an outside input at `at`.
@@ -537,9 +499,8 @@ impl World {
     }
 
     fn step(&mut self, event: Event) {
-        let event = match self.held_by_pause(event) {
-            Some(event) => event,
-            None => return,
+        let Some(event) = self.held_by_pause(event) else {
+            return;
         };
         match event {
             Event::SidecarWake { index, at } => self.sidecar_wake(index, at),
@@ -547,17 +508,9 @@ impl World {
             Event::Offer { to, request } => self.offer(to, request),
             Event::Pause { node, until } => self.pause_now(node, until),
             Event::Resume(node) => self.resume(node),
-            Event::Arrive {
-                exchange,
-                client,
-                server,
-                generation,
-                request,
-                deferred,
-                epoch,
-            } => {
-                if self.epoch(server) == epoch {
-                    self.arrive(exchange, client, server, generation, request, deferred)
+            Event::Arrive(a) => {
+                if self.epoch(a.server) == a.epoch {
+                    self.arrive(a)
                 }
             }
             Event::Return {
@@ -574,16 +527,9 @@ impl World {
                 }
             }
             Event::Fail { exchange, failure } => self.finish(exchange, Outcome::Failed(failure)),
-            Event::Timeout { exchange } => self.finish(exchange, Outcome::Failed(Failure::Timeout)),
-            Event::SetLink {
-                client,
-                server,
-                fault,
-            } => self.apply_link(client, server, fault),
+            Event::SetLink(client, server, fault) => self.set_link(client, server, fault),
             Event::Input(i, input) => {
-                let name = NodeId::Sidecar(i).to_string();
-                self.log
-                    .record(self.now, &name, "input", || json!(format!("{input:?}")));
+                self.record(NodeId::Sidecar(i), "input", || format!("{input:?}"));
                 if let Some(node) = self.sidecars.get_mut(i as usize) {
                     node.handle(self.now, input);
                 }
@@ -635,8 +581,7 @@ impl World {
                 let sidecars = u32::try_from(self.sidecars.len()).unwrap_or(u32::MAX);
                 self.stepped.extend((0..sidecars).map(NodeId::Sidecar));
                 // The action may have changed a server's timers.
-                let ids: Vec<NodeId> = self.servers.ids();
-                for id in ids {
+                for id in self.servers.ids() {
                     self.after_server_step(id);
                 }
             }
@@ -653,48 +598,33 @@ impl World {
         }
         let (to, req) = (load.to, load.request());
         let gap = load.next_gap(&mut self.rng);
-        self.offer(to, req);
+        self.step(Event::Offer { to, request: req });
         self.queue.push(self.now + gap, Event::Arrival(n));
     }
 
     /// A load's request reaches `to`: a vLLM takes it; a master replica routes it by its
     /// pick to the vLLM it names (none, or no master there: the request is dropped, as
-    /// nothing is routable). A paused node holds it until it resumes. A load aimed at
+    /// nothing is routable). A paused node holds it until it resumes (the offer is an
+    /// event of its own: [`World::step`] holds it). A load aimed at
     /// [`NodeId::Master`] is routed by replica 0, one aimed at
     /// [`NodeId::master`]`(k)` by replica `k`.
     fn offer(&mut self, to: NodeId, req: Req) {
-        if self.pauses.is_paused(to) {
-            let _ = self.pauses.hold(to, Event::Offer { to, request: req });
+        let now = self.now;
+        if to.is_master() {
+            let picked = self
+                .server_as_mut::<MasterNode>(to)
+                .and_then(MasterNode::pick);
+            let picked_name = || json!({ "to": picked.map(|n| n.to_string()) });
+            self.record(to, "route", picked_name);
+            // The vLLM picked takes it as an offer of its own (held if it is paused).
+            if let Some(vllm) = picked {
+                self.step(Event::Offer {
+                    to: vllm,
+                    request: req,
+                });
+            }
             return;
         }
-        let now = self.now;
-        let to = match to {
-            NodeId::Master | NodeId::MasterReplica(_) => {
-                let picked = self
-                    .server_as_mut::<MasterNode>(to)
-                    .and_then(MasterNode::pick);
-                self.record(
-                    to,
-                    "route",
-                    || json!({ "to": picked.map(|n| n.to_string()) }),
-                );
-                match picked {
-                    Some(n) if self.pauses.is_paused(n) => {
-                        let _ = self.pauses.hold(
-                            n,
-                            Event::Offer {
-                                to: n,
-                                request: req,
-                            },
-                        );
-                        return;
-                    }
-                    Some(n) => n,
-                    None => return,
-                }
-            }
-            other => other,
-        };
         match self.server_as_mut::<VllmNode>(to) {
             // An offer changes nothing the world sees (no note, call or timer) until
             // the node is next used: nothing to collect from it now.
@@ -748,11 +678,13 @@ impl World {
                 Some(NodeId::Sidecar(*index))
             }
             Event::ServerWake { id, .. } => Some(*id),
-            Event::Arrive { server, .. } => Some(server.server()),
-            Event::Return { exchange, .. }
-            | Event::Fail { exchange, .. }
-            | Event::Timeout { exchange } => self.exchanges.get(*exchange).map(|x| x.caller.node()),
-            Event::StreamEnd { to, .. } | Event::Push { to, .. } => Some(*to),
+            Event::Arrive(a) => Some(a.server.server()),
+            Event::Return { exchange, .. } | Event::Fail { exchange, .. } => {
+                self.exchanges.get(*exchange).map(|x| x.caller.node())
+            }
+            Event::StreamEnd { to, .. } | Event::Push { to, .. } | Event::Offer { to, .. } => {
+                Some(*to)
+            }
             _ => None,
         }
     }
@@ -778,7 +710,7 @@ impl World {
             return;
         };
         let mut out = std::mem::take(&mut self.outgoing);
-        node.poll_into(&mut out);
+        node.poll(&mut out);
         let name = NodeId::Sidecar(i);
         for o in out.drain(..) {
             match o {
@@ -835,14 +767,18 @@ impl World {
         self.next_exchange += 1;
         let client = caller.node();
         let number = caller.number();
-        self.record_typed(client, "send", || summary::Send {
+        self.record(client, "send", || summary::Send {
             x: id,
             to: server,
             cmd: number,
             request: &request,
         });
-        self.queue
-            .push_after(self.now, timeout, Event::Timeout { exchange: id });
+        let failure = Failure::Timeout;
+        let at_timeout = Event::Fail {
+            exchange: id,
+            failure,
+        };
+        self.queue.push_after(self.now, timeout, at_timeout);
         let mut stuck = false;
         if !self.servers.contains(server) {
             self.fail_now(id, Failure::Refused);
@@ -861,7 +797,7 @@ impl World {
                     self.queue.push_after(
                         self.now,
                         d,
-                        Event::Arrive {
+                        Event::Arrive(Arrival {
                             exchange: id,
                             client,
                             server,
@@ -869,7 +805,7 @@ impl World {
                             request,
                             deferred: false,
                             epoch,
-                        },
+                        }),
                     );
                 }
                 Leg::Lost { stuck: s } => stuck = s,
@@ -888,15 +824,15 @@ impl World {
     }
 
     /// A request reaches its server: it acts, and its answer goes back over the link.
-    fn arrive(
-        &mut self,
-        id: u64,
-        client: NodeId,
-        server: NodeId,
-        generation: u64,
-        request: Request,
-        deferred: bool,
-    ) {
+    fn arrive(&mut self, a: Arrival) {
+        let Arrival {
+            exchange: id,
+            client,
+            server,
+            generation,
+            deferred,
+            ..
+        } = a;
         if self.generation(client, server) != generation {
             return; // the connection was reset while the request was on its way
         }
@@ -910,10 +846,10 @@ impl World {
             return;
         };
         let reply = match deferred {
-            false => node.serve(now, client, &request, &mut self.rng),
-            true => node.serve_deferred(now, client, &request, &mut self.rng),
+            false => node.serve(now, client, &a.request),
+            true => node.serve_deferred(now, client, &a.request),
         };
-        self.record_typed(node_id, "serve", || summary::Serve {
+        self.record(node_id, "serve", || summary::Serve {
             x: id,
             from: client,
             reply: reply.as_ref(),
@@ -921,29 +857,18 @@ impl World {
         self.after_server_step(node_id);
         let (extra, reply) = match reply {
             None => return, // a hang: the caller meets its timeout
-            Some(Reply::Reset) => {
-                self.fail_now(id, Failure::Reset);
-                return;
-            }
+            Some(Reply::Reset) => return self.fail_now(id, Failure::Reset),
             // Only as a server's own answer (a crashed vLLM).
-            Some(Reply::Refused) => {
-                self.fail_now(id, Failure::Refused);
-                return;
-            }
+            Some(Reply::Refused) => return self.fail_now(id, Failure::Refused),
             Some(Reply::Slow { after, reply }) => (after, *reply),
             Some(Reply::Deferred { after }) => {
-                let again = Event::Arrive {
-                    exchange: id,
-                    client,
-                    server,
-                    generation,
-                    request,
+                let again = Arrival {
                     deferred: true,
                     // The process the request reached (checked before it was served).
                     epoch: self.epoch(server),
+                    ..a
                 };
-                self.queue.push_after(now, after, again);
-                return;
+                return self.queue.push_after(now, after, Event::Arrive(again));
             }
             Some(reply) => (Duration::ZERO, reply),
         };
@@ -984,7 +909,7 @@ impl World {
         };
         let now = self.now;
         let number = x.caller.number();
-        self.record_typed(x.caller.node(), "outcome", || summary::Ended {
+        self.record(x.caller.node(), "outcome", || summary::Ended {
             x: id,
             cmd: number,
             outcome: &outcome,
@@ -1005,7 +930,8 @@ impl World {
         }
     }
 
-    fn apply_link(&mut self, client: NodeId, server: NodeId, fault: LinkFault) {
+    /// Set the fault of the link `client` → `server` now.
+    pub fn set_link(&mut self, client: NodeId, server: NodeId, fault: LinkFault) {
         self.log.record(self.now, "links", "set", || {
             json!({ "client": client.to_string(), "server": server.to_string(), "fault": fault })
         });
@@ -1021,7 +947,6 @@ impl World {
             OnChange::Nothing => {}
             OnChange::ResetOpen => {
                 self.end_streams(client, server, "connection reset");
-                *self.generations.entry((client, server)).or_default() += 1;
                 for (id, _) in on_link {
                     self.fail_now(id, Failure::Reset);
                 }
@@ -1029,7 +954,6 @@ impl World {
             OnChange::CloseStuck => {
                 if stuck_stream {
                     self.end_streams(client, server, "connection closed");
-                    *self.generations.entry((client, server)).or_default() += 1;
                 }
                 for (id, _) in on_link.into_iter().filter(|(_, stuck)| *stuck) {
                     self.fail_now(id, Failure::Closed);
@@ -1039,25 +963,36 @@ impl World {
     }
 
     /// The connection of the streams between `client` and `server` is gone: the
-    /// server forgets them now, the client learns it as a stream end.
+    /// server forgets them now, the client learns it as a stream end, and what was on
+    /// its way over the link is lost (a new generation).
     fn end_streams(&mut self, client: NodeId, server: NodeId, reason: &'static str) {
+        *self.generations.entry((client, server)).or_default() += 1;
         let now = self.now;
         if let Some(node) = self.servers.node_mut(server) {
             node.on_link_reset(now, client);
         }
         if self.servers.contains(client) {
-            let epoch = self.epoch(client);
-            self.queue.push_after(
-                now,
-                Duration::ZERO,
-                Event::StreamEnd {
-                    from: server,
-                    to: client,
-                    reason,
-                    epoch,
-                },
-            );
+            self.stream_end_after(Duration::ZERO, server, client, reason);
         }
+    }
+
+    /// The streams `from` → `to` end `after` from now, for `reason` (news only to the
+    /// process `to` runs now).
+    fn stream_end_after(
+        &mut self,
+        after: Duration,
+        from: NodeId,
+        to: NodeId,
+        reason: &'static str,
+    ) {
+        let epoch = self.epoch(to);
+        let end = Event::StreamEnd {
+            from,
+            to,
+            reason,
+            epoch,
+        };
+        self.queue.push_after(self.now, after, end);
     }
 
     fn server_wakes(&mut self, id: NodeId, at: Duration) {
@@ -1078,42 +1013,23 @@ impl World {
     fn after_server_step(&mut self, id: NodeId) {
         self.stepped.push(id);
         self.log_server_notes(id);
-        let calls = match self.servers.node_mut(id) {
-            Some(node) => node.take_calls(),
-            None => Vec::new(),
+        let Some(node) = self.servers.node_mut(id) else {
+            return;
         };
+        let (calls, pushes, ended) = (
+            node.take_calls(),
+            node.take_pushes(),
+            node.take_stream_ends(),
+        );
         for call in calls {
-            self.send(
-                Caller::Server(id, call.token),
-                call.to,
-                call.request,
-                call.timeout,
-            );
+            let caller = Caller::Server(id, call.token);
+            self.send(caller, call.to, call.request, call.timeout);
         }
-        let pushes = match self.servers.node_mut(id) {
-            Some(node) => node.take_pushes(),
-            None => Vec::new(),
-        };
         for (to, line) in pushes {
             self.push_line(id, to, line);
         }
-        let ended = match self.servers.node_mut(id) {
-            Some(node) => node.take_stream_ends(),
-            None => Vec::new(),
-        };
         for to in ended {
-            let reason = "stream ended";
-            let epoch = self.epoch(to);
-            self.queue.push_after(
-                self.now,
-                self.links.base(),
-                Event::StreamEnd {
-                    from: id,
-                    to,
-                    reason,
-                    epoch,
-                },
-            );
+            self.stream_end_after(self.links.base(), id, to, "stream ended");
         }
         self.schedule_server_wake(id);
     }
@@ -1152,41 +1068,28 @@ impl World {
         if !self.log.writes() {
             // Counted, not built: a counting log never reads them.
             for _ in 0..node.drop_notes() {
-                self.log
-                    .record(self.now, "", "note", || serde_json::Value::Null);
+                self.record(id, "note", || serde_json::Value::Null);
             }
             return;
         }
-        let notes = node.take_notes();
-        for note in notes {
+        for note in node.take_notes() {
             self.record(id, "note", || note);
         }
     }
 
-    /// [`World::record`] with a typed detail (see [`EventLog::record_serialize`]).
-    fn record_typed<D: serde::Serialize>(
+    /// Log an event of `node` now (see [`EventLog::record`]); its name is
+    /// only written out when the log writes lines (a counting log only counts).
+    fn record<D: serde::Serialize>(
         &mut self,
         node: NodeId,
         kind: &str,
         detail: impl FnOnce() -> D,
     ) {
-        if self.log.writes() {
-            let name = node.to_string();
-            self.log.record_serialize(self.now, &name, kind, detail);
-        } else {
-            self.log.record_serialize(self.now, "", kind, detail);
-        }
-    }
-
-    /// Log an event of `node` now; its name is only written out when the log writes
-    /// lines (a counting log only counts).
-    fn record(&mut self, node: NodeId, kind: &str, detail: impl FnOnce() -> serde_json::Value) {
-        if self.log.writes() {
-            let name = node.to_string();
-            self.log.record(self.now, &name, kind, detail);
-        } else {
-            self.log.record(self.now, "", kind, detail);
-        }
+        let name = match self.log.writes() {
+            true => node.to_string(),
+            false => String::new(),
+        };
+        self.log.record(self.now, &name, kind, detail);
     }
 
     fn schedule_server_wake(&mut self, id: NodeId) {

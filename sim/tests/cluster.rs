@@ -234,12 +234,10 @@ fn steady_load_runs_in_mock_vllms_core_and_shows_on_its_page() {
     assert_eq!(failed, 0);
     // A Poisson process at 50/s for 10 s: 500 expected; far outside is a broken load.
     assert!((400..=600).contains(&finished), "{finished}");
-    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(0);
     let page = v.serve(
         Duration::from_secs(12),
         NodeId::Sidecar(0),
         &sim::Request::Metrics,
-        &mut rng,
     );
     let Some(sim::Reply::Page { body, .. }) = page else {
         panic!("a page")

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use rand::rngs::StdRng;
 use sidecar::config::Config;
 use sim::node::Server;
 use sim::{EventLog, LinkFault, NodeId, Reply, Request, World};
@@ -13,16 +12,8 @@ use sim::{EventLog, LinkFault, NodeId, Reply, Request, World};
 struct Fixed(Option<Reply>);
 
 impl Server for Fixed {
-    fn serve(&mut self, _: Duration, _: NodeId, _: &Request, _: &mut StdRng) -> Option<Reply> {
+    fn serve(&mut self, _: Duration, _: NodeId, _: &Request) -> Option<Reply> {
         self.0.clone()
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
     }
 }
 
@@ -196,27 +187,13 @@ struct Held {
 }
 
 impl Server for Held {
-    fn serve(&mut self, _: Duration, _: NodeId, _: &Request, _: &mut StdRng) -> Option<Reply> {
+    fn serve(&mut self, _: Duration, _: NodeId, _: &Request) -> Option<Reply> {
         Some(Reply::Deferred { after: self.after })
     }
 
-    fn serve_deferred(
-        &mut self,
-        now: Duration,
-        _: NodeId,
-        _: &Request,
-        _: &mut StdRng,
-    ) -> Option<Reply> {
+    fn serve_deferred(&mut self, now: Duration, _: NodeId, _: &Request) -> Option<Reply> {
         self.acted.push(now);
         Some(Reply::Status(503))
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
     }
 }
 

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use mock_master::InstanceState;
 use mock_vllm::Dialect;
-use rand::SeedableRng;
 use sidecar::config::Config;
 use sim::etcd_node::EtcdNode;
 use sim::master_node::MasterNode;
@@ -42,7 +41,6 @@ fn run_with(
         sidecar_token,
     ])
     .unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     let mut vllm = VllmNode::with_dialect(dialect, 1, Duration::ZERO);
     arm(&mut vllm);
     let mut notes = Vec::new();
@@ -65,7 +63,8 @@ fn run_with(
     let mut now = Duration::ZERO;
     // Ten simulated seconds, every command answered at once by its peer.
     while now < Duration::from_secs(10) {
-        let mut outs = sidecar.poll();
+        let mut outs = Vec::new();
+        sidecar.poll(&mut outs);
         while !outs.is_empty() {
             let out = outs.remove(0);
             let Outgoing::Send { request, tag, .. } = out else {
@@ -73,18 +72,16 @@ fn run_with(
                 continue;
             };
             let reply = match &request {
-                Request::Health | Request::Metrics => {
-                    vllm.serve(now, NodeId::Sidecar(0), &request, &mut rng)
-                }
+                Request::Health | Request::Metrics => vllm.serve(now, NodeId::Sidecar(0), &request),
                 Request::Heartbeat { .. } => {
-                    let r = master.serve(now, NodeId::Sidecar(0), &request, &mut rng);
+                    let r = master.serve(now, NodeId::Sidecar(0), &request);
                     if let Some(Reply::Status(s)) = r {
                         statuses.push(s);
                     }
                     r
                 }
                 Request::Etcd { .. } => {
-                    let r = etcd.serve(now, NodeId::Sidecar(0), &request, &mut rng);
+                    let r = etcd.serve(now, NodeId::Sidecar(0), &request);
                     // The master's watch: etcd's lines, read by mock-master's parser.
                     for (_, line) in etcd.take_pushes() {
                         master.on_watch_line(now, &line);
@@ -97,7 +94,7 @@ fn run_with(
                 continue; // a hang: this loop has no timeouts; the world tests them
             };
             sidecar.complete(now, &tag, Outcome::Reply(reply));
-            outs.extend(sidecar.poll());
+            sidecar.poll(&mut outs);
         }
         now = sidecar
             .next_wakeup()
