@@ -80,3 +80,9 @@ pub mod spec;
 pub mod timeline;
 pub mod topology;
 pub mod verdict;
+
+/// Lock `m`, even if a thread panicked holding it: what it guards is only ever
+/// replaced whole or appended to, so it is never left half-written.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -22,24 +22,15 @@ pub struct Routed(Mutex<Vec<usize>>);
 impl Routed {
     /// Record that the master routed a request to instance `i`.
     pub fn push(&self, i: usize) {
-        match self.0.lock() {
-            Ok(mut g) => g.push(i),
-            Err(p) => p.into_inner().push(i),
-        }
+        crate::lock(&self.0).push(i)
     }
     /// Every instance index recorded so far, oldest first.
     pub fn snapshot(&self) -> Vec<usize> {
-        match self.0.lock() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        crate::lock(&self.0).clone()
     }
     /// How many routed requests are recorded.
     pub fn len(&self) -> usize {
-        match self.0.lock() {
-            Ok(g) => g.len(),
-            Err(p) => p.into_inner().len(),
-        }
+        crate::lock(&self.0).len()
     }
     /// Whether no routed request is recorded yet.
     pub fn is_empty(&self) -> bool {

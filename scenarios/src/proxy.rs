@@ -10,6 +10,12 @@
 //! target. Its [`LinkFault`] applies to new AND open connections (so a partition also
 //! freezes the pooled connections a client already holds). Jitter comes from a seeded RNG
 //! so one scenario seed gives one schedule.
+//!
+//! What each fault does over TCP: `latency` delays every chunk (plus a seeded random
+//! jitter), `bandwidth` caps the bytes per second each way, `blackhole` accepts and
+//! swallows every byte and never answers, `reset` resets open and new connections (RST,
+//! not FIN), `refuse` closes the listening port, and a one-way `partition` drops the
+//! bytes flowing one way while connections stay open.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -17,7 +23,6 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -25,47 +30,12 @@ use tokio::sync::watch;
 
 use mock_kit::{Events, Shutdown};
 
-/// What a link does wrong. `Heal` is the absence of a fault.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum LinkFault {
-    /// Forward normally.
-    Heal,
-    /// Delay every chunk by `ms` plus a uniform random `0..=jitter_ms`.
-    Latency {
-        /// The fixed delay, in ms.
-        ms: u64,
-        /// The most random delay added on top, in ms (default 0).
-        #[serde(default)]
-        jitter_ms: u64,
-    },
-    /// Forward at most this many bytes per second in each direction.
-    Bandwidth {
-        /// The rate, in bytes per second.
-        bytes_per_sec: u64,
-    },
-    /// Accept connections, swallow every byte, never answer.
-    Blackhole,
-    /// Reset open connections and every new one (RST, not FIN).
-    Reset,
-    /// Close the listening port: connects are refused.
-    Refuse,
-    /// Drop bytes flowing one way; connections stay open.
-    Partition {
-        /// Which way bytes are dropped.
-        direction: Direction,
-    },
-}
+use crate::lock;
 
-/// Direction of a one-way partition, from the client's point of view.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Direction {
-    /// Client → target bytes are lost (requests never arrive).
-    ToTarget,
-    /// Target → client bytes are lost (answers never arrive).
-    FromTarget,
-}
+/// What a link does wrong (`Heal`: nothing), and which way a one-way partition drops
+/// bytes: the simulator's words for its links, so a scenario's fault reads the same in
+/// both modes.
+pub use sim::{Direction, LinkFault};
 
 #[derive(Clone, Debug)]
 struct LinkState {
@@ -244,13 +214,6 @@ impl Proxy {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.shutdown.trigger();
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }
 
