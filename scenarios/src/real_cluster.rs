@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use mock_kit::Shutdown;
 
+use crate::cluster::Signal;
 use crate::etcd_view::Gateway;
 use crate::fakes_config::{etcd_config, incarnation_of, master_replica_config, vllm_config};
 use crate::load::{LoadGen, Routed};
@@ -188,20 +189,20 @@ impl ReplicaCounts {
             return Arc::default();
         };
         *seen = c.update(incarnation, counts);
-        match self.seen.as_slice() {
-            [one] => one.clone(),
-            several => Arc::new(sum_counts(several)),
-        }
+        sum_counts(&self.seen)
     }
 }
 
-/// Counts by status, added up.
-fn sum_counts(all: &[Arc<BTreeMap<u16, u64>>]) -> BTreeMap<u16, u64> {
+/// Counts by status, added up (one set of counts is shared as it is).
+fn sum_counts(all: &[Arc<BTreeMap<u16, u64>>]) -> Arc<BTreeMap<u16, u64>> {
+    if let [one] = all {
+        return one.clone();
+    }
     let mut sum = BTreeMap::new();
     for (s, n) in all.iter().flat_map(|c| c.iter()) {
         *sum.entry(*s).or_default() += n;
     }
-    sum
+    Arc::new(sum)
 }
 
 /// A running cluster for one scenario.
@@ -332,9 +333,7 @@ async fn master_proxies(
         let mut port = 0;
         let mut taken = None;
         for (k, t) in targets.iter().enumerate() {
-            let host: std::net::IpAddr = MasterTopology::replica_host(k)
-                .parse()
-                .map_err(|e| format!("master replica {k}'s host: {e}"))?;
+            let host = replica_ip(k)?;
             let label = if targets.len() > 1 {
                 format!("{name}->master#{k}")
             } else {
@@ -369,6 +368,44 @@ async fn master_proxies(
         }
     }
     Err(last)
+}
+
+/// Master replica `k`'s loopback host ([`MasterTopology::replica_host`]).
+fn replica_ip(k: usize) -> Result<std::net::IpAddr, String> {
+    MasterTopology::replica_host(k)
+        .parse()
+        .map_err(|e| format!("master replica {k}'s host: {e}"))
+}
+
+/// A proxy on loopback named `name`, forwarding to `target`.
+async fn link(
+    name: &str,
+    target: SocketAddr,
+    seed: u64,
+    timeline: &Arc<Timeline>,
+) -> Result<Proxy, String> {
+    Proxy::start(name, target, seed, timeline.source(Source::Link))
+        .await
+        .map_err(io("proxy"))
+}
+
+/// `from`'s links to etcd: one proxy `<from>->etcd#<k>` to each endpoint `k`.
+async fn etcd_links(
+    from: &str,
+    targets: &[SocketAddr],
+    next_seed: &mut impl FnMut() -> u64,
+    timeline: &Arc<Timeline>,
+) -> Result<Vec<Proxy>, String> {
+    let mut out = Vec::with_capacity(targets.len());
+    for (k, t) in targets.iter().enumerate() {
+        out.push(link(&format!("{from}->etcd#{k}"), *t, next_seed(), timeline).await?);
+    }
+    Ok(out)
+}
+
+/// The URLs of `proxies`, comma-separated.
+fn urls(proxies: &[Proxy]) -> String {
+    proxies.iter().map(Proxy::url).collect::<Vec<_>>().join(",")
 }
 
 fn io<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
@@ -454,27 +491,12 @@ impl RealCluster {
                 .collect()
         };
 
-        let mut master_links = Vec::new();
-        for (k, t) in targets.iter().enumerate() {
-            master_links.push(
-                Proxy::start(
-                    &format!("master->etcd#{k}"),
-                    *t,
-                    next_seed(),
-                    timeline.source(Source::Link),
-                )
-                .await
-                .map_err(io("proxy"))?,
-            );
-        }
+        let master_links = etcd_links("master", &targets, &mut next_seed, &timeline).await?;
         // Replica 0 first: with several, it is the likeliest to win the first election.
         let mut masters = Vec::new();
         for k in 0..topo.master.replicas.max(1) {
-            let host: std::net::IpAddr = MasterTopology::replica_host(k)
-                .parse()
-                .map_err(|e| format!("master replica {k}'s host: {e}"))?;
             let cfg = mock_master::Config {
-                listen: SocketAddr::new(host, 0),
+                listen: SocketAddr::new(replica_ip(k)?, 0),
                 etcd_endpoints: master_links.iter().map(|p| p.url()).collect(),
                 ..master_replica_config(topo, &namespace, k)
             };
@@ -489,29 +511,17 @@ impl RealCluster {
             let vllm = mock_vllm::start(vcfg, timeline.source(Source::Vllm(&name)))
                 .await
                 .map_err(io("starting fake vLLM"))?;
-            let mut etcd_links = Vec::new();
-            for (k, t) in endpoint_targets.iter().enumerate() {
-                etcd_links.push(
-                    Proxy::start(
-                        &format!("{name}->etcd#{k}"),
-                        *t,
-                        next_seed(),
-                        timeline.source(Source::Link),
-                    )
-                    .await
-                    .map_err(io("proxy"))?,
-                );
-            }
+            let etcd_links =
+                etcd_links(&name, &endpoint_targets, &mut next_seed, &timeline).await?;
             let master_proxies =
                 master_proxies(&name, &master_addrs, &mut next_seed, &timeline).await?;
-            let vllm_link = Proxy::start(
+            let vllm_link = link(
                 &format!("{name}->vllm"),
                 vllm.addr(),
                 next_seed(),
-                timeline.source(Source::Link),
+                &timeline,
             )
-            .await
-            .map_err(io("proxy"))?;
+            .await?;
             let register_addr = vllm.addr().to_string();
             instances.push(Instance {
                 name,
@@ -547,13 +557,8 @@ impl RealCluster {
             masters_seen: Arc::default(),
             master_token_set: None,
         };
-        let starts: Vec<usize> = (0..topo.instances)
-            .filter(|i| topo.instance(*i).start_sidecar)
-            .collect();
-        if !starts.is_empty() {
-            for i in starts {
-                cluster.start_sidecar(i, None)?;
-            }
+        for i in (0..topo.instances).filter(|i| topo.instance(*i).start_sidecar) {
+            cluster.start_sidecar(i, None)?;
         }
         Ok(cluster)
     }
@@ -561,9 +566,8 @@ impl RealCluster {
     /// Instance `i`'s sidecar settings, overrides applied.
     fn sidecar_settings(&self, i: usize) -> Result<SidecarSettings, String> {
         let inst = self.instances.get(i).ok_or("no such instance")?;
-        let etcd: Vec<String> = inst.etcd_links.iter().map(|p| p.url()).collect();
         let peers = Peers {
-            etcd: etcd.join(","),
+            etcd: urls(&inst.etcd_links),
             vllm: inst.vllm_link.url(),
             master: inst
                 .master_proxies
@@ -641,19 +645,11 @@ impl RealCluster {
             ));
             v.push((
                 format!("{} master (via proxy)", inst.name),
-                inst.master_proxies
-                    .iter()
-                    .map(Proxy::url)
-                    .collect::<Vec<_>>()
-                    .join(","),
+                urls(&inst.master_proxies),
             ));
             v.push((
                 format!("{} etcd (via proxy)", inst.name),
-                inst.etcd_links
-                    .iter()
-                    .map(|p| p.url())
-                    .collect::<Vec<_>>()
-                    .join(","),
+                urls(&inst.etcd_links),
             ));
             v.push((format!("{} key", inst.name), inst.key.clone()));
         }
@@ -758,11 +754,7 @@ impl RealCluster {
         // could attribute to an instance (401 has no name).
         let per_replica: Vec<Arc<BTreeMap<u16, u64>>> =
             self.masters.iter_mut().map(MasterReplica::counts).collect();
-        let global = match per_replica.as_slice() {
-            [one] => one.clone(),
-            several => Arc::new(sum_counts(several)),
-        };
-        attribute_unnamed_401(&mut out, &global);
+        attribute_unnamed_401(&mut out, &sum_counts(&per_replica));
         let next = crate::observe::Masters {
             elected: master_value.and_then(|v| self.topology.master.replica_named(&v)),
             accepted: per_replica
@@ -781,11 +773,7 @@ impl RealCluster {
 
     /// Stop every load generator.
     pub(crate) fn stop_loads(&self) {
-        let gens = match self.load.lock() {
-            Ok(mut g) => std::mem::take(&mut *g),
-            Err(p) => std::mem::take(&mut *p.into_inner()),
-        };
-        for g in gens {
+        for g in std::mem::take(&mut *crate::lock(&self.load)) {
             g.stop();
         }
     }
@@ -805,7 +793,7 @@ impl RealCluster {
         self.stop_loads();
         for inst in &self.instances {
             if let Some(p) = inst.sidecar.as_ref() {
-                p.kill_now();
+                p.send(Signal::Kill);
             }
         }
         for inst in &mut self.instances {
@@ -881,6 +869,6 @@ mod tests {
     fn sums_add_up_by_status() {
         let a = Arc::new(counts(&[(200, 1), (409, 2)]));
         let b = Arc::new(counts(&[(200, 3)]));
-        assert_eq!(sum_counts(&[a, b]), counts(&[(200, 4), (409, 2)]));
+        assert_eq!(*sum_counts(&[a, b]), counts(&[(200, 4), (409, 2)]));
     }
 }

@@ -110,14 +110,8 @@ impl Cluster for RealCluster {
     }
 
     fn sidecar_signal(&mut self, i: usize, signal: Signal) -> Result<(), String> {
-        let Some(p) = self.instance(i)?.sidecar.as_ref() else {
-            return Ok(());
-        };
-        match signal {
-            Signal::Term => p.terminate(),
-            Signal::Kill => p.kill_now(),
-            Signal::Drain => p.drain(),
-            Signal::Undrain => p.undrain(),
+        if let Some(p) = self.instance(i)?.sidecar.as_ref() {
+            p.send(signal);
         }
         Ok(())
     }
@@ -345,10 +339,7 @@ impl Cluster for RealCluster {
             self.seed ^ self.timeline.now(),
             self.timeline.source(Source::Load),
         );
-        match self.load.lock() {
-            Ok(mut g) => g.push(gen),
-            Err(p) => p.into_inner().push(gen),
-        }
+        crate::lock(&self.load).push(gen);
         Ok(())
     }
 

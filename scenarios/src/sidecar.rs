@@ -14,6 +14,9 @@ use tokio::sync::watch;
 
 use mock_kit::Events;
 
+use crate::cluster::Signal;
+use crate::lock;
+
 /// The kind of event each line the sidecar writes becomes (in virtual time: each of
 /// its core's notes).
 pub const LOG_EVENT: &str = "log";
@@ -180,8 +183,7 @@ type LastLines = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<Stri
 /// A running (or exited) sidecar process.
 #[derive(Debug)]
 pub struct SidecarProc {
-    pid: Option<u32>,
-    exit: watch::Receiver<Option<i32>>,
+    group: Pauser,
     last_lines: LastLines,
 }
 
@@ -274,8 +276,7 @@ impl SidecarProc {
             let _ = tx.send(Some(code));
         });
         Ok(SidecarProc {
-            pid,
-            exit,
+            group: Pauser { pid, exit },
             last_lines,
         })
     }
@@ -283,15 +284,12 @@ impl SidecarProc {
     /// Its last output lines (at most a dozen), oldest first, each prefixed with its
     /// stream: what it said before it exited.
     pub fn last_lines(&self) -> Vec<String> {
-        match self.last_lines.lock() {
-            Ok(g) => g.iter().cloned().collect(),
-            Err(p) => p.into_inner().iter().cloned().collect(),
-        }
+        lock(&self.last_lines).iter().cloned().collect()
     }
 
     /// Exit code once exited.
     pub fn exit_code(&self) -> Option<i32> {
-        *self.exit.borrow()
+        *self.group.exit.borrow()
     }
 
     /// Whether the process has not exited yet.
@@ -299,64 +297,24 @@ impl SidecarProc {
         self.exit_code().is_none()
     }
 
-    fn signal(&self, sig: i32) {
-        if let (Some(pid), true) = (self.pid, self.running()) {
-            // SAFETY: kill(2) on the process group of a pid we spawned (its leader). The waiter reaps it only after it exited,
-            // and `running()` turns false right then, so the pid is not yet reused.
-            unsafe {
-                libc::kill(-(pid as i32), sig);
-            }
-        }
-    }
-
     /// What stops and continues the process (its group) later, while it runs.
     pub fn pauser(&self) -> Option<Pauser> {
-        Some(Pauser {
-            pid: self.pid?,
-            exit: self.exit.clone(),
-        })
+        self.group.pid.map(|_| self.group.clone())
     }
 
-    /// Send SIGTERM without waiting (the timeline observes what follows).
-    pub fn terminate(&self) {
-        self.signal(libc::SIGTERM);
-    }
-
-    /// Send SIGKILL without waiting.
-    pub fn kill_now(&self) {
-        self.signal(libc::SIGKILL);
-    }
-
-    /// SIGUSR1: drain (revoke the lease, stay deregistered).
-    pub fn drain(&self) {
-        self.signal(libc::SIGUSR1);
-    }
-
-    /// SIGUSR2: undrain (register again).
-    pub fn undrain(&self) {
-        self.signal(libc::SIGUSR2);
-    }
-
-    /// SIGTERM; wait up to `grace` for the exit, then SIGKILL. Answers the exit code.
-    pub async fn stop(&mut self, grace: Duration) -> Option<i32> {
-        self.signal(libc::SIGTERM);
-        // A stopped process acts on the SIGTERM only once continued.
-        self.signal(libc::SIGCONT);
-        if let Some(code) = self.wait(grace).await {
-            return Some(code);
-        }
-        self.kill().await
-    }
-
-    /// SIGKILL and wait for the exit.
-    pub async fn kill(&mut self) -> Option<i32> {
-        self.signal(libc::SIGKILL);
-        self.wait(Duration::from_secs(5)).await
+    /// Send `signal` without waiting (the timeline observes what follows).
+    pub fn send(&self, signal: Signal) {
+        self.group.signal(match signal {
+            Signal::Term => libc::SIGTERM,
+            Signal::Kill => libc::SIGKILL,
+            Signal::Drain => libc::SIGUSR1,
+            Signal::Undrain => libc::SIGUSR2,
+        });
     }
 
     /// Wait up to `timeout` for the exit; answers the exit code, `None` if still running.
     pub async fn wait(&mut self, timeout: Duration) -> Option<i32> {
-        let mut rx = self.exit.clone();
+        let mut rx = self.group.exit.clone();
         let r = tokio::time::timeout(timeout, rx.wait_for(|c| c.is_some())).await;
         match r {
             Ok(Ok(c)) => *c,
@@ -365,38 +323,40 @@ impl SidecarProc {
     }
 }
 
-/// Stops (`SIGSTOP`) and continues (`SIGCONT`) one sidecar's process group, as a
-/// debugger, a VM pause or a spent CPU quota does; nothing once the process exited.
+/// Signals to one sidecar's process group while it runs; nothing once it exited. As a
+/// pauser, it stops (`SIGSTOP`) and continues (`SIGCONT`) the process, as a debugger, a
+/// VM pause or a spent CPU quota does.
 #[derive(Clone, Debug)]
 pub struct Pauser {
-    pid: u32,
-    exit: tokio::sync::watch::Receiver<Option<i32>>,
+    pid: Option<u32>,
+    exit: watch::Receiver<Option<i32>>,
 }
 
 impl Pauser {
+    fn signal(&self, sig: i32) {
+        if let (Some(pid), None) = (self.pid, *self.exit.borrow()) {
+            // SAFETY: kill(2) on the process group of a pid we spawned (its leader), while
+            // its waiter has not seen it exit (it is reaped only after, so the pid is not
+            // yet reused).
+            unsafe {
+                libc::kill(-(pid as i32), sig);
+            }
+        }
+    }
+
     /// Stop (`true`) or continue (`false`) the process.
     pub fn set(&self, stopped: bool) {
-        if self.exit.borrow().is_some() {
-            return;
-        }
-        let sig = if stopped {
+        self.signal(if stopped {
             libc::SIGSTOP
         } else {
             libc::SIGCONT
-        };
-        // SAFETY: kill(2) on the process group of a pid we spawned, while its waiter has
-        // not seen it exit (it is reaped only after, so the pid is not yet reused).
-        unsafe {
-            libc::kill(-(self.pid as i32), sig);
-        }
+        });
     }
 }
 
 impl Drop for SidecarProc {
     fn drop(&mut self) {
-        if self.running() {
-            self.signal(libc::SIGKILL);
-        }
+        self.group.signal(libc::SIGKILL);
     }
 }
 
@@ -410,10 +370,7 @@ async fn pipe_lines(
     while let Ok(Some(line)) = lines.next_line().await {
         let line: String = line.chars().take(4096).collect();
         {
-            let mut g = match last.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
+            let mut g = lock(&last);
             if g.len() == KEPT_LINES {
                 g.pop_front();
             }
