@@ -7,83 +7,33 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::capability::Capability;
-use crate::library;
+use crate::cli::{said, LibraryArgs};
 use crate::profile::{Profile, Program};
-use crate::real_cluster::EtcdChoice;
-use crate::report::default_report_dir;
 use crate::report::{Outcome, Status};
-use crate::run::{etcd_choice, prepare, run_many, RunOptions};
+use crate::run::{prepare, run_many};
 
-/// `scenarios conform`'s arguments.
-#[derive(clap::Args, Debug)]
-pub struct ConformArgs {
-    /// Scenario files, or names of built-in scenarios (default: the whole library).
-    pub files: Vec<String>,
-    /// The sidecar's profile: a TOML file, or a built-in (`vllm-sidecar`,
-    /// `reference-python`). Default: `vllm-sidecar`.
-    #[arg(long, conflicts_with = "sidecar_cmd")]
-    pub profile: Option<String>,
-    /// The sidecar as a command line, given our flags and declaring no capability.
-    #[arg(long)]
-    pub sidecar_cmd: Option<String>,
-    /// fake, real (the Debian etcd binary on loopback) or the URL of an existing etcd.
-    #[arg(long, default_value = "fake")]
-    pub etcd: EtcdChoice,
-    /// With `--etcd real`: members of the real cluster (1 or 3).
-    #[arg(long, default_value = "1", value_parser = ["1", "3"])]
-    pub etcd_cluster: String,
-    /// Report directory (default: `target/scenario-reports/<time>`); the conformance
-    /// report is `conformance.md` and `conformance.html` in it.
-    #[arg(long)]
-    pub report: Option<PathBuf>,
-    /// Scenarios run at once.
-    #[arg(long, default_value_t = 8)]
-    pub jobs: usize,
-}
+/// `scenarios conform`'s arguments: those `run` takes too (without its own).
+pub type ConformArgs = LibraryArgs;
 
 /// `scenarios conform`: exit 0 only when every scenario that applies passed; 1 when one
 /// failed; 2 on bad input (a profile that does not check, an unknown scenario).
 pub async fn conform(args: ConformArgs) -> u8 {
-    let profile = Profile::from_args(&args.profile, &args.sidecar_cmd)
-        .map(|p| p.unwrap_or_else(|| Profile::ours(None)));
-    let list = library::load(&args.files).map_err(|e| e.to_string());
-    let (profile, list) = match (profile, list) {
-        (Ok(p), Ok(l)) => (p, l),
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("scenarios: {e}");
-            return 2;
-        }
+    let Some((list, profile)) = args.load() else {
+        return 2;
     };
-    let report = args.report.clone().unwrap_or_else(default_report_dir);
-    let opts = RunOptions {
-        etcd: etcd_choice(&args.etcd, &args.etcd_cluster),
-        report_dir: Some(report.clone()),
-        ..RunOptions::default()
-    };
-    let opts = match &profile.program {
-        Program::OurBinary(_) => match prepare(opts, &list) {
-            Ok(o) => RunOptions {
-                profile: Some(Arc::new(Profile::ours(o.sidecar_bin.clone()))),
-                ..o
-            },
-            Err(e) => {
-                eprintln!("scenarios: {e}");
-                return 1;
-            }
-        },
-        Program::Command(_) => RunOptions {
-            profile: Some(Arc::new(profile.clone())),
-            ..opts
-        },
+    let opts = args.options(profile.clone());
+    let report = opts.report_dir.clone().unwrap_or_default();
+    let Some(opts) = said(prepare(opts, &list)) else {
+        return 1;
     };
     let outcomes = run_many(&list, &opts, args.jobs, true).await;
+    let profile = profile.unwrap_or_else(|| Profile::ours(None));
     let rerun = rerun_prefix(&args);
     let md = markdown(&profile, &outcomes, &rerun);
     let written = std::fs::create_dir_all(&report)
-        .and_then(|_| std::fs::write(report.join("conformance.md"), &md))
+        .and_then(|_| std::fs::write(report_path(&report), &md))
         .and_then(|_| {
             let page = html(&profile, &outcomes, &rerun);
             std::fs::write(report.join("conformance.html"), page)
@@ -92,11 +42,8 @@ pub async fn conform(args: ConformArgs) -> u8 {
         eprintln!("scenarios: cannot write the conformance report: {e}");
     }
     println!("\n{md}");
-    println!("report: {}", report.join("conformance.md").display());
-    match outcomes.iter().any(|o| o.status == Status::Failed) {
-        true => 1,
-        false => 0,
-    }
+    println!("report: {}", report_path(&report).display());
+    u8::from(count(&outcomes, Status::Failed) > 0)
 }
 
 /// The command that re-runs one scenario against the same sidecar.
@@ -138,7 +85,7 @@ fn why_failed(o: &Outcome) -> String {
 }
 
 /// How many outcomes ended `st`.
-fn count(outcomes: &[Outcome], st: Status) -> usize {
+pub(crate) fn count(outcomes: &[Outcome], st: Status) -> usize {
     outcomes.iter().filter(|o| o.status == st).count()
 }
 

@@ -141,25 +141,14 @@ pub async fn run_scenario(
     outcome
 }
 
-/// `--etcd real --etcd-cluster 3` means a real 3-member cluster.
-pub fn etcd_choice(etcd: &EtcdChoice, members: &str) -> EtcdChoice {
-    match (etcd, members) {
-        (EtcdChoice::Real, "3") => EtcdChoice::Real3,
-        (e, _) => e.clone(),
-    }
-}
-
-/// Locate (or build) our sidecar binary once, before any scenario starts (another
-/// profile's command is found when the profile is read).
+/// Locate (or build) our sidecar binary once, before any scenario starts, when our
+/// sidecar runs (another profile's command is found when the profile is read).
 pub fn prepare(
     mut opts: RunOptions,
     list: &[crate::library::Loaded],
 ) -> Result<RunOptions, String> {
-    if opts.profile.is_some() {
-        return Ok(opts);
-    }
-    let needs_sidecar = list.iter().any(|l| starts_sidecars(&l.scenario));
-    if opts.sidecar_bin.is_none() && needs_sidecar {
+    let ours = (opts.profile.as_ref()).is_none_or(|p| p.program == Program::OurBinary(None));
+    if ours && opts.sidecar_bin.is_none() && list.iter().any(|l| starts_sidecars(&l.scenario)) {
         opts.sidecar_bin = Some(crate::sidecar::locate_binary()?);
     }
     Ok(opts)
