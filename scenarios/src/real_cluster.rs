@@ -214,6 +214,8 @@ pub struct RealCluster {
     pub(crate) seed: u64,
     pub(crate) topology: Topology,
     opts: ClusterOptions,
+    /// The etcd key namespace of this run: the topology's, the scenario name and a
+    /// per-run suffix.
     namespace: String,
     pub(crate) etcd: Etcd,
     etcd_urls: Vec<String>,
@@ -600,24 +602,6 @@ impl RealCluster {
             .map_err(|e| format!("spawning {}: {e}", launch.program.display()))?;
         inst.sidecar = Some(proc);
         Ok(())
-    }
-
-    /// Each instance's registered address, topology order.
-    pub fn addrs(&self) -> Vec<String> {
-        self.instances
-            .iter()
-            .map(|x| x.register_addr.clone())
-            .collect()
-    }
-
-    /// The etcd key namespace of this run: the topology's, the scenario name and a per-run suffix.
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
-    /// The instance index of each request the master routed, in completion order.
-    pub fn routed(&self) -> Vec<usize> {
-        self.routed.snapshot()
     }
 
     /// Every endpoint, for `scenarios up` and reports.

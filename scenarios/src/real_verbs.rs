@@ -97,7 +97,8 @@ impl Cluster for RealCluster {
     }
 
     fn addrs(&self) -> Vec<String> {
-        RealCluster::addrs(self)
+        let addrs = self.instances.iter().map(|x| x.register_addr.clone());
+        addrs.collect()
     }
 
     fn sidecar_output(&self, i: usize) -> Vec<String> {
@@ -329,7 +330,7 @@ impl Cluster for RealCluster {
                 true,
             ),
         };
-        let names = RealCluster::addrs(self);
+        let names = self.addrs();
         let gen = LoadGen::start(
             url,
             route.then(|| (names, self.routed.clone())),
