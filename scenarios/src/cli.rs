@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::conform::count;
+use crate::conform::{any_failed, tally};
 use crate::library::{self, Loaded};
 use crate::profile::Profile;
 use crate::real_cluster::{ClusterOptions, EtcdChoice, EtcdKind, RealCluster};
@@ -187,17 +187,13 @@ pub async fn run(args: RunArgs) -> u8 {
         .max()
         .unwrap_or(0);
     println!(
-        "\n{} scenarios: {} passed, {} failed, {} skipped in {:.1}s wall; largest passing scenario held {largest} instances",
-        outcomes.len(),
-        count(&outcomes, Status::Passed),
-        count(&outcomes, Status::Failed),
-        count(&outcomes, Status::Skipped),
+        "\n{} in {:.1}s wall; largest passing scenario held {largest} instances",
+        tally(&outcomes, "failed"),
         wall.as_secs_f64()
     );
     println!("report: {}", report.display());
     write_junit(args.junit.as_deref(), || crate::report::junit(&outcomes));
-    let failed = outcomes.iter().filter(|o| o.status == Status::Failed);
-    for o in failed.clone() {
+    for o in outcomes.iter().filter(|o| o.status == Status::Failed) {
         println!("\nFAILED {} ({}):", o.name, o.file);
         for v in o.failures() {
             let event = v
@@ -216,7 +212,7 @@ pub async fn run(args: RunArgs) -> u8 {
         );
         println!("  re-run:   {}", o.rerun);
     }
-    u8::from(failed.count() > 0)
+    u8::from(any_failed(&outcomes))
 }
 
 /// `scenarios list`.

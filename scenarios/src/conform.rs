@@ -43,8 +43,11 @@ pub async fn conform(args: ConformArgs) -> u8 {
     }
     println!("\n{md}");
     println!("report: {}", report_path(&report).display());
-    u8::from(count(&outcomes, Status::Failed) > 0)
+    u8::from(any_failed(&outcomes))
 }
+
+/// What a failed scenario is in the report: it violated the contract.
+const VIOLATED: &str = "failed (contract violated)";
 
 /// The command that re-runs one scenario against the same sidecar.
 fn rerun_prefix(args: &ConformArgs) -> String {
@@ -75,18 +78,31 @@ fn names<'a>(caps: impl IntoIterator<Item = &'a Capability>) -> String {
 
 /// The first failing verdict, in one sentence (its detail's first line).
 fn why_failed(o: &Outcome) -> String {
-    match o.failures().next() {
-        Some(v) => {
-            let first = v.detail.lines().next().unwrap_or_default();
-            format!("{}: {first}", v.name)
-        }
-        None => String::new(),
-    }
+    let Some(v) = o.failures().next() else {
+        return String::new();
+    };
+    format!(
+        "{}: {}",
+        v.name,
+        v.detail.lines().next().unwrap_or_default()
+    )
 }
 
-/// How many outcomes ended `st`.
-pub(crate) fn count(outcomes: &[Outcome], st: Status) -> usize {
-    outcomes.iter().filter(|o| o.status == st).count()
+/// `N scenarios: P passed, F <failed>, K skipped`: how the outcomes ended.
+pub(crate) fn tally(outcomes: &[Outcome], failed: &str) -> String {
+    let count = |st: Status| outcomes.iter().filter(|o| o.status == st).count();
+    format!(
+        "{} scenarios: {} passed, {} {failed}, {} skipped",
+        outcomes.len(),
+        count(Status::Passed),
+        count(Status::Failed),
+        count(Status::Skipped)
+    )
+}
+
+/// Whether any outcome failed.
+pub(crate) fn any_failed(outcomes: &[Outcome]) -> bool {
+    outcomes.iter().any(|o| o.status == Status::Failed)
 }
 
 /// Each capability: whether the profile declares it (`yes`/`no`), and the scenarios
@@ -116,7 +132,6 @@ fn capability_rows<'a>(
 /// The conformance report as Markdown.
 pub fn markdown(profile: &Profile, outcomes: &[Outcome], rerun: &str) -> String {
     let mut s = String::new();
-    let count = |st: Status| count(outcomes, st);
     let program = match &profile.program {
         Program::OurBinary(_) => "our vllm-sidecar".to_string(),
         Program::Command(w) => format!("`{}`", w.join(" ")),
@@ -130,14 +145,7 @@ pub fn markdown(profile: &Profile, outcomes: &[Outcome], rerun: &str) -> String 
             false => names(&profile.capabilities),
         }
     );
-    let _ = writeln!(
-        s,
-        "{} scenarios: {} passed, {} failed (contract violated), {} skipped.\n",
-        outcomes.len(),
-        count(Status::Passed),
-        count(Status::Failed),
-        count(Status::Skipped)
-    );
+    let _ = writeln!(s, "{}.\n", tally(outcomes, VIOLATED));
     let _ = writeln!(s, "| scenario | result | note |\n|---|---|---|");
     for o in outcomes {
         let note = match o.status {
@@ -153,13 +161,9 @@ pub fn markdown(profile: &Profile, outcomes: &[Outcome], rerun: &str) -> String 
     for (c, declared, who) in capability_rows(profile, outcomes) {
         let _ = writeln!(s, "| {c} | {declared} | {} |", who.join(", "));
     }
-    let failed: Vec<&Outcome> = outcomes
-        .iter()
-        .filter(|o| o.status == Status::Failed)
-        .collect();
-    if !failed.is_empty() {
+    if any_failed(outcomes) {
         let _ = writeln!(s, "\n## Failures\n");
-        for o in failed {
+        for o in outcomes.iter().filter(|o| o.status == Status::Failed) {
             let _ = writeln!(s, "- **{}**: {}", o.name, why_failed(o));
             let _ = writeln!(s, "  re-run: `{rerun} {} --jobs 1`", o.file);
         }
@@ -204,22 +208,18 @@ pub fn html(profile: &Profile, outcomes: &[Outcome], rerun: &str) -> String {
             esc(&who.join(", "))
         );
     }
-    let count = |st: Status| count(outcomes, st);
     format!(
         r#"<!doctype html><html><head><meta charset="utf-8"><title>conformance: {name}</title><style>
 body{{font-family:sans-serif;margin:20px}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px;vertical-align:top}}
 tr.bad{{background:#fdd}} tr.skip{{color:#777}} tr.ok td:nth-child(2){{color:#080}}
 </style></head><body><h1>Conformance: {name}</h1>
-<p>{n} scenarios: {p} passed, {f} failed (contract violated), {k} skipped.</p>
+<p>{tally}.</p>
 <table><tr><th>scenario</th><th>result</th><th>why it failed, and its re-run</th></tr>{rows}</table>
 <h2>Capabilities</h2><table><tr><th>capability</th><th>declared</th><th>scenarios that needed it</th></tr>{caps}</table>
 </body></html>
 "#,
         name = esc(&profile.name),
-        n = outcomes.len(),
-        p = count(Status::Passed),
-        f = count(Status::Failed),
-        k = count(Status::Skipped),
+        tally = tally(outcomes, VIOLATED),
     )
 }
 

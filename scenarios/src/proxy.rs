@@ -65,25 +65,8 @@ struct Inner {
 }
 
 impl Proxy {
-    /// Listen on `127.0.0.1:0` and forward to `target`.
-    pub async fn start(
-        name: &str,
-        target: SocketAddr,
-        seed: u64,
-        events: Events,
-    ) -> std::io::Result<Proxy> {
-        Proxy::start_on(
-            name,
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-            target,
-            seed,
-            events,
-        )
-        .await
-    }
-
     /// Listen on `listen` (port 0: any free port) and forward to `target`.
-    pub async fn start_on(
+    pub async fn start(
         name: &str,
         listen: SocketAddr,
         target: SocketAddr,
@@ -390,6 +373,10 @@ mod tests {
         addr
     }
 
+    fn loopback() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    }
+
     async fn roundtrip(addr: SocketAddr) -> std::io::Result<Vec<u8>> {
         let mut s = TcpStream::connect(addr).await?;
         s.write_all(b"ping").await?;
@@ -403,7 +390,7 @@ mod tests {
     #[tokio::test]
     async fn forwards_and_applies_faults() {
         let target = echo_server().await;
-        let p = Proxy::start("t", target, 1, Events::none("t"))
+        let p = Proxy::start("t", loopback(), target, 1, Events::none("t"))
             .await
             .unwrap();
         assert_eq!(roundtrip(p.addr()).await.unwrap(), b"ping");
@@ -442,11 +429,11 @@ mod tests {
     async fn start_on_shares_a_port_across_loopback_hosts() {
         let (a, b) = (echo_server().await, echo_server().await);
         let any = SocketAddr::from(([127, 0, 0, 1], 0));
-        let p0 = Proxy::start_on("a", any, a, 1, Events::none("t"))
+        let p0 = Proxy::start("a", any, a, 1, Events::none("t"))
             .await
             .unwrap();
         let port = p0.addr().port();
-        let p1 = Proxy::start_on(
+        let p1 = Proxy::start(
             "b",
             SocketAddr::from(([127, 0, 0, 2], port)),
             b,
@@ -459,14 +446,14 @@ mod tests {
         assert_eq!(roundtrip(p0.addr()).await.unwrap(), b"ping");
         assert_eq!(roundtrip(p1.addr()).await.unwrap(), b"ping");
         // The same address twice is refused.
-        let again = Proxy::start_on("c", p1.addr(), b, 3, Events::none("t")).await;
+        let again = Proxy::start("c", p1.addr(), b, 3, Events::none("t")).await;
         assert!(again.is_err());
     }
 
     #[tokio::test]
     async fn latency_delays_each_way() {
         let target = echo_server().await;
-        let p = Proxy::start("t", target, 1, Events::none("t"))
+        let p = Proxy::start("t", loopback(), target, 1, Events::none("t"))
             .await
             .unwrap();
         p.set(LinkFault::Latency {
@@ -494,7 +481,7 @@ mod tests {
     #[tokio::test]
     async fn reset_kills_open_connections() {
         let target = echo_server().await;
-        let p = Proxy::start("t", target, 1, Events::none("t"))
+        let p = Proxy::start("t", loopback(), target, 1, Events::none("t"))
             .await
             .unwrap();
         let mut s = TcpStream::connect(p.addr()).await.unwrap();

@@ -342,7 +342,7 @@ async fn master_proxies(
                 format!("{name}->master")
             };
             let listen = SocketAddr::new(host, port);
-            match Proxy::start_on(
+            match Proxy::start(
                 &label,
                 listen,
                 *t,
@@ -386,7 +386,8 @@ async fn link(
     seed: u64,
     timeline: &Arc<Timeline>,
 ) -> Result<Proxy, String> {
-    Proxy::start(name, target, seed, timeline.source(Source::Link))
+    let listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    Proxy::start(name, listen, target, seed, timeline.source(Source::Link))
         .await
         .map_err(io("proxy"))
 }
@@ -721,17 +722,14 @@ impl RealCluster {
                 view.map(|v| v.incarnation),
                 view.map_or(&BTreeMap::new(), |v| v.heartbeats),
             );
-            let (sidecar_running, sidecar_exit) = match &inst.sidecar {
-                Some(p) => (p.running(), p.exit_code()),
-                None => (false, None),
-            };
+            let sidecar = inst.sidecar.as_ref();
             let view = view.map(|v| (v, inst.incarnations.intern(v.incarnation)));
             out.push(InstanceObs::from_views(
                 etcd,
                 view,
                 heartbeats,
-                sidecar_running,
-                sidecar_exit,
+                sidecar.is_some_and(SidecarProc::running),
+                sidecar.and_then(SidecarProc::exit_code),
             ));
         }
         // Each replica's answers over the run; their sum holds the answers no replica

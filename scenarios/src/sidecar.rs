@@ -40,17 +40,12 @@ fn locate_uncached() -> Result<PathBuf, String> {
         };
     }
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut profile_dir = exe.parent().map(Path::to_path_buf);
-    while let Some(d) = profile_dir.clone() {
-        if d.file_name()
-            .is_some_and(|n| n == "deps" || n == "examples")
-        {
-            profile_dir = d.parent().map(Path::to_path_buf);
-        } else {
-            break;
-        }
+    // Tests and examples run from `deps/` and `examples/` in the profile's directory.
+    let mut profile_dir = exe.parent();
+    while let Some(d) = profile_dir.filter(|d| d.ends_with("deps") || d.ends_with("examples")) {
+        profile_dir = d.parent();
     }
-    let beside = profile_dir.as_ref().map(|d| d.join("vllm-sidecar"));
+    let beside = profile_dir.map(|d| d.join("vllm-sidecar"));
     if let Some(p) = beside.filter(|p| p.is_file()) {
         // Outside cargo any binary beside the runner is the one shipped with it; under
         // cargo only one newer than every sidecar source (as after `cargo test
@@ -60,7 +55,7 @@ fn locate_uncached() -> Result<PathBuf, String> {
             return Ok(p);
         }
     }
-    build_binary(profile_dir.as_deref())
+    build_binary(profile_dir)
 }
 
 /// Whether `binary` was written after every file the sidecar is built from.
@@ -118,14 +113,9 @@ fn build_binary(profile_dir: Option<&Path>) -> Result<PathBuf, String> {
     cmd.current_dir(&workspace)
         .env("CARGO_TARGET_DIR", &target)
         .args(["build", "-q", "-p", "sidecar", "--bin", "vllm-sidecar"]);
-    match profile.as_str() {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        other => {
-            cmd.args(["--profile", other]);
-        }
+    if profile != "debug" {
+        // `--profile release` is `--release`.
+        cmd.args(["--profile", &profile]);
     }
     let status = cmd
         .status()
