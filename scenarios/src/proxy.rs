@@ -50,14 +50,11 @@ pub struct Proxy {
     inner: Arc<Inner>,
 }
 
-/// A clone of a proxy, handed to a task that heals it later.
-pub type LinkHandle = Proxy;
-
 #[derive(Debug)]
 struct Inner {
     name: String,
     addr: SocketAddr,
-    target: Arc<Mutex<SocketAddr>>,
+    target: SocketAddr,
     state: watch::Sender<LinkState>,
     shutdown: Shutdown,
     events: Events,
@@ -83,7 +80,7 @@ impl Proxy {
             inner: Arc::new(Inner {
                 name: name.to_string(),
                 addr,
-                target: Arc::new(Mutex::new(target)),
+                target,
                 state,
                 shutdown: Shutdown::new(),
                 events,
@@ -94,11 +91,6 @@ impl Proxy {
         Ok(proxy)
     }
 
-    /// The link's name, as events and reports show it.
-    pub fn name(&self) -> &str {
-        &self.inner.name
-    }
-
     /// The address clients dial.
     pub fn addr(&self) -> SocketAddr {
         self.inner.addr
@@ -107,11 +99,6 @@ impl Proxy {
     /// The address clients dial, as an `http://` URL.
     pub fn url(&self) -> String {
         format!("http://{}", self.inner.addr)
-    }
-
-    /// Point the proxy somewhere else (a restarted member on a new port).
-    pub fn retarget(&self, target: SocketAddr) {
-        *lock(&self.inner.target) = target;
     }
 
     /// The fault the link has now (`Heal`: none).
@@ -163,15 +150,10 @@ impl Proxy {
         }
     }
 
-    /// A clone of the proxy, for a task that heals it later.
-    pub fn handle(&self) -> LinkHandle {
-        self.clone()
-    }
-
     fn spawn_acceptor(&self, listener: TcpListener) {
         let mut state = self.inner.state.subscribe();
         let shutdown = self.inner.shutdown.clone();
-        let target = self.inner.target.clone();
+        let to = self.inner.target;
         let rng = self.inner.rng.clone();
         let link = self.inner.state.clone();
         tokio::spawn(async move {
@@ -184,7 +166,6 @@ impl Proxy {
                     changed = state.changed() => if changed.is_err() { return },
                     accepted = listener.accept() => {
                         let Ok((client, _)) = accepted else { continue };
-                        let to = *lock(&target);
                         let conn_rng = StdRng::seed_from_u64(lock(&rng).gen());
                         tokio::spawn(serve_conn(client, to, link.subscribe(), shutdown.clone(), conn_rng));
                     }

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use mock_kit::Shutdown;
 
-use crate::cluster::Signal;
+use crate::cluster::{Cluster, Signal};
 use crate::etcd_view::Gateway;
 use crate::fakes_config::{etcd_config, incarnation_of, master_replica_config, vllm_config};
 use crate::load::{LoadGen, Routed};
@@ -96,11 +96,8 @@ pub enum EtcdKind {
 impl EtcdKind {
     /// Resolve the scenario's need against the runner's choice; `Err` is a skip reason.
     pub fn resolve(need: EtcdNeed, choice: &EtcdChoice) -> Result<EtcdKind, String> {
-        let real_missing = crate::real_etcd::unavailable();
-        let real = |k: EtcdKind| match &real_missing {
-            Some(why) => Err(why.clone()),
-            None => Ok(k),
-        };
+        // Real etcd, unless it cannot run here (why not is the skip reason).
+        let real = |k: EtcdKind| local_etcd::unavailable().map_or(Ok(k), Err);
         match (need, choice) {
             (EtcdNeed::Fake, _) => Ok(EtcdKind::Fake),
             (EtcdNeed::Cluster3, _) => real(EtcdKind::Cluster3),
@@ -698,11 +695,8 @@ impl RealCluster {
                     .collect()
             }
         };
-        let watched = self
-            .masters
-            .iter()
-            .position(|m| m.running && m.master.is_master())
-            .or_else(|| self.masters.iter().position(|m| m.running));
+        let watched =
+            (Cluster::elected_master(self)).or_else(|| self.masters.iter().position(|m| m.running));
         let views: HashMap<String, mock_master::InstanceView> = watched
             .and_then(|k| self.masters.get(k))
             .map(|m| m.master.instances())

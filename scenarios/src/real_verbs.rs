@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::cluster::{Arming, Cluster, DutyCycle, LinkSel, LoadSpec, Signal, Stoppable};
 use crate::load::LoadGen;
 use crate::observe::Sample;
-use crate::proxy::{LinkFault, LinkHandle, Proxy};
+use crate::proxy::{LinkFault, Proxy};
 use crate::real_cluster::{Etcd, Instance, MasterReplica, RealCluster};
 use crate::real_pause::{self, Switch};
 use crate::timeline::{Source, Timeline};
@@ -283,15 +283,15 @@ impl Cluster for RealCluster {
         let Some(d) = heal_after else {
             return Ok(());
         };
-        let owned: Vec<(LinkHandle, LinkFault)> =
-            links.iter().map(|p| (p.handle(), fault.clone())).collect();
+        let owned: Vec<Proxy> = links.into_iter().cloned().collect();
+        let fault = fault.clone();
         let stop = self.stop.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = stop.wait() => {}
                 _ = tokio::time::sleep(d) => {
-                    for (h, f) in owned {
-                        h.heal_if(&f).await;
+                    for p in owned {
+                        p.heal_if(&fault).await;
                     }
                 }
             }

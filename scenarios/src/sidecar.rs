@@ -63,9 +63,8 @@ fn newer_than_sources(binary: &Path) -> bool {
     let Some(built) = modified(binary) else {
         return false;
     };
-    let workspace = match Path::new(env!("CARGO_MANIFEST_DIR")).parent() {
-        Some(w) => w.to_path_buf(),
-        None => return false,
+    let Some(workspace) = workspace() else {
+        return false;
     };
     let mut pending = vec![workspace.join("sidecar/src")];
     let mut sources = vec![
@@ -91,15 +90,17 @@ fn newer_than_sources(binary: &Path) -> bool {
         .all(|s| modified(s).is_some_and(|m| m <= built))
 }
 
+/// The workspace's root directory.
+fn workspace() -> Option<&'static Path> {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent()
+}
+
 fn modified(path: &Path) -> Option<std::time::SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 fn build_binary(profile_dir: Option<&Path>) -> Result<PathBuf, String> {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("no workspace root")?
-        .to_path_buf();
+    let workspace = workspace().ok_or("no workspace root")?;
     let profile = profile_dir
         .and_then(|d| d.file_name())
         .map(|n| n.to_string_lossy().into_owned())
