@@ -16,6 +16,9 @@ use std::time::Duration;
 use local_etcd::{Cluster, Options};
 use mock_kit::Events;
 
+/// Why real etcd cannot run here, if it cannot.
+pub use local_etcd::unavailable;
+
 /// A running real etcd cluster (1 or 3 members).
 pub struct RealEtcd {
     /// Blocking calls on it run in `spawn_blocking`.

@@ -111,7 +111,7 @@ fn build_binary(profile_dir: Option<&Path>) -> Result<PathBuf, String> {
         .unwrap_or_else(|| workspace.join("target"));
     let mut cmd =
         std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.current_dir(&workspace)
+    cmd.current_dir(workspace)
         .env("CARGO_TARGET_DIR", &target)
         .args(["build", "-q", "-p", "sidecar", "--bin", "vllm-sidecar"]);
     if profile != "debug" {
