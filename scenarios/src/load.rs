@@ -77,12 +77,9 @@ impl LoadGen {
         let stop = Shutdown::new();
         let s = stop.clone();
         tokio::spawn(async move {
-            let http = match reqwest::Client::builder()
-                .timeout(Duration::from_secs(20))
-                .build()
-            {
-                Ok(c) => c,
-                Err(_) => return,
+            let http = reqwest::Client::builder().timeout(Duration::from_secs(20));
+            let Ok(http) = http.build() else {
+                return;
             };
             let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
             let start = tokio::time::Instant::now();

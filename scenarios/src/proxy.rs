@@ -195,21 +195,14 @@ async fn serve_conn(
         return;
     }
     let _ = client.set_nodelay(true);
-    let upstream = if matches!(fault, LinkFault::Blackhole) {
-        None
-    } else {
-        match tokio::time::timeout(Duration::from_secs(3), TcpStream::connect(target)).await {
-            Ok(Ok(s)) => Some(s),
-            _ => {
-                // Target down: the client sees a reset, like a dead backend behind a LB.
-                let _ = client.set_zero_linger();
-                return;
-            }
-        }
-    };
-    let Some(upstream) = upstream else {
-        // Blackhole: hold the connection, read and drop, until healed or reset.
-        blackhole(client, state, shutdown, generation).await;
+    if matches!(fault, LinkFault::Blackhole) {
+        // Hold the connection, read and drop, until healed or reset.
+        return blackhole(client, state, shutdown, generation).await;
+    }
+    let connect = tokio::time::timeout(Duration::from_secs(3), TcpStream::connect(target));
+    let Ok(Ok(upstream)) = connect.await else {
+        // Target down: the client sees a reset, like a dead backend behind a LB.
+        let _ = client.set_zero_linger();
         return;
     };
     let _ = upstream.set_nodelay(true);

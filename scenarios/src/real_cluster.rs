@@ -480,16 +480,12 @@ impl RealCluster {
             proxy_seed
         };
         // Sidecars get `etcd_endpoints` endpoints; with several members, one per member.
-        let endpoint_targets: Vec<SocketAddr> = if targets.len() > 1 {
-            targets.clone()
-        } else {
-            targets
-                .iter()
-                .copied()
-                .cycle()
-                .take(topo.etcd_endpoints)
-                .collect()
+        let endpoints = match targets.len() {
+            1 => topo.etcd_endpoints,
+            members => members,
         };
+        let endpoint_targets: Vec<SocketAddr> =
+            targets.iter().copied().cycle().take(endpoints).collect();
 
         let master_links = etcd_links("master", &targets, &mut next_seed, &timeline).await?;
         // Replica 0 first: with several, it is the likeliest to win the first election.
@@ -767,15 +763,11 @@ impl RealCluster {
     pub async fn shutdown(mut self) {
         self.stop.trigger();
         self.stop_loads();
-        for inst in &self.instances {
-            if let Some(p) = inst.sidecar.as_ref() {
-                p.send(Signal::Kill);
-            }
+        for p in self.instances.iter().filter_map(|x| x.sidecar.as_ref()) {
+            p.send(Signal::Kill);
         }
-        for inst in &mut self.instances {
-            if let Some(p) = inst.sidecar.as_mut() {
-                p.wait(Duration::from_secs(5)).await;
-            }
+        for p in self.instances.iter_mut().filter_map(|x| x.sidecar.as_mut()) {
+            p.wait(Duration::from_secs(5)).await;
         }
         let mut stops = Vec::new();
         for inst in &self.instances {

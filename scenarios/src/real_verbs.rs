@@ -25,12 +25,10 @@ impl RealCluster {
     /// The proxies a link selection names.
     fn proxies(&self, sel: &LinkSel) -> Vec<&Proxy> {
         fn picked(ps: &[Proxy], endpoint: Option<usize>) -> Vec<&Proxy> {
-            let on = |k: &usize| endpoint.is_none_or(|e| e == *k);
-            ps.iter()
-                .enumerate()
-                .filter(|(k, _)| on(k))
-                .map(|(_, p)| p)
-                .collect()
+            match endpoint {
+                Some(e) => ps.get(e).into_iter().collect(),
+                None => ps.iter().collect(),
+            }
         }
         if sel.link == LinkKind::MasterEtcd {
             return picked(&self.master_links, sel.endpoint);
@@ -206,14 +204,11 @@ impl Cluster for RealCluster {
             return Err("etcd_kill / etcd_restart need real etcd".into());
         };
         let mut members = r.lock().await;
-        match up {
-            false => members.kill(which).await,
-            true => members.restart(which).await,
-        }
-        .map_err(|e| {
-            let doing = if up { "restarting" } else { "killing" };
-            format!("{doing} etcd member: {e}")
-        })
+        let (done, doing) = match up {
+            false => (members.kill(which).await, "killing"),
+            true => (members.restart(which).await, "restarting"),
+        };
+        done.map_err(|e| format!("{doing} etcd member: {e}"))
     }
 
     async fn master_restart(&mut self, k: usize, relist: bool) -> Result<(), String> {

@@ -259,10 +259,7 @@ impl SidecarProc {
         let (tx, exit) = watch::channel(None);
         // The waiter owns the child and reaps it (SIGCHLD-driven, no polling).
         tokio::spawn(async move {
-            let code = match child.wait().await {
-                Ok(status) => code_of(status),
-                Err(_) => -1,
-            };
+            let code = child.wait().await.map_or(-1, code_of);
             events.emit("exit", serde_json::json!({"code": code}));
             let _ = tx.send(Some(code));
         });
@@ -306,7 +303,7 @@ impl SidecarProc {
     /// Wait up to `timeout` for the exit; answers the exit code, `None` if still running.
     pub async fn wait(&mut self, timeout: Duration) -> Option<i32> {
         let mut rx = self.group.exit.clone();
-        let r = tokio::time::timeout(timeout, rx.wait_for(|c| c.is_some())).await;
+        let r = tokio::time::timeout(timeout, rx.wait_for(Option::is_some)).await;
         match r {
             Ok(Ok(c)) => *c,
             _ => None,
