@@ -210,24 +210,12 @@ async fn serve_conn(
     let (ur, uw) = upstream.into_split();
     let rng = Arc::new(Mutex::new(rng));
     let conn_stop = shutdown.child();
-    let up = tokio::spawn(pump(
-        cr,
-        uw,
-        Direction::ToTarget,
-        state.clone(),
-        conn_stop.clone(),
-        rng.clone(),
-        generation,
-    ));
-    let down = tokio::spawn(pump(
-        ur,
-        cw,
-        Direction::FromTarget,
-        state,
-        conn_stop.clone(),
-        rng,
-        generation,
-    ));
+    let spawn_pump = |from, to, dir| {
+        let (state, stop, rng) = (state.clone(), conn_stop.clone(), rng.clone());
+        tokio::spawn(pump(from, to, dir, state, stop, rng, generation))
+    };
+    let up = spawn_pump(cr, uw, Direction::ToTarget);
+    let down = spawn_pump(ur, cw, Direction::FromTarget);
     let _ = up.await;
     conn_stop.trigger();
     let _ = down.await;
