@@ -81,11 +81,8 @@ fn why_failed(o: &Outcome) -> String {
     let Some(v) = o.failures().next() else {
         return String::new();
     };
-    format!(
-        "{}: {}",
-        v.name,
-        v.detail.lines().next().unwrap_or_default()
-    )
+    let first = v.detail.lines().next().unwrap_or_default();
+    format!("{}: {first}", v.name)
 }
 
 /// `N scenarios: P passed, F <failed>, K skipped`: how the outcomes ended.

@@ -302,7 +302,8 @@ fn settings_table(
             )
         })?;
         // `{ env = "NAME" }`, and nothing else in the table.
-        let env = (v.as_table())
+        let env = v
+            .as_table()
             .filter(|t| t.len() == 1)
             .and_then(|t| t.get("env")?.as_str());
         let m = match (v, env) {

@@ -388,7 +388,7 @@ mod tests {
     /// Two proxies on one port of two loopback hosts, each to its own target, as a
     /// sidecar's links to two master replicas are.
     #[tokio::test]
-    async fn start_on_shares_a_port_across_loopback_hosts() {
+    async fn one_port_is_shared_across_loopback_hosts() {
         let (a, b) = (echo_server().await, echo_server().await);
         let any = SocketAddr::from(([127, 0, 0, 1], 0));
         let p0 = Proxy::start("a", any, a, 1, Events::none("t"))

@@ -692,7 +692,7 @@ impl RealCluster {
             }
         };
         let watched =
-            (Cluster::elected_master(self)).or_else(|| self.masters.iter().position(|m| m.running));
+            Cluster::elected_master(self).or_else(|| self.masters.iter().position(|m| m.running));
         let views: HashMap<String, mock_master::InstanceView> = watched
             .and_then(|k| self.masters.get(k))
             .map(|m| m.master.instances())

@@ -147,7 +147,10 @@ pub fn prepare(
     mut opts: RunOptions,
     list: &[crate::library::Loaded],
 ) -> Result<RunOptions, String> {
-    let ours = (opts.profile.as_ref()).is_none_or(|p| p.program == Program::OurBinary(None));
+    let ours = opts
+        .profile
+        .as_ref()
+        .is_none_or(|p| p.program == Program::OurBinary(None));
     if ours && opts.sidecar_bin.is_none() && list.iter().any(|l| starts_sidecars(&l.scenario)) {
         opts.sidecar_bin = Some(crate::sidecar::locate_binary()?);
     }
