@@ -1,51 +1,117 @@
-//! The runner's commands (`run`, `list`, `up`), called by the thin `main.rs`.
+//! The runner's commands (`run`, `list`, `up`, `explore`) and the flags they share with
+//! `conform`, called by the thin `main.rs`.
 
-use std::path::PathBuf;
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
-use crate::library;
+use crate::conform::{any_failed, tally};
+use crate::library::{self, Loaded};
 use crate::profile::Profile;
 use crate::real_cluster::{ClusterOptions, EtcdChoice, EtcdKind, RealCluster};
 use crate::report::default_report_dir;
 use crate::report::Status;
-use crate::run::{etcd_choice, prepare, run_many, RunOptions};
+use crate::run::{prepare, run_many, RunOptions};
 
-/// The flags of `scenarios run`.
-#[derive(clap::Args, Debug)]
-pub struct RunArgs {
-    /// Scenario files, or names of built-in scenarios (default: the whole library).
-    pub files: Vec<String>,
-    /// Override every scenario's seed.
-    #[arg(long)]
-    pub seed: Option<u64>,
+/// `r`'s value, or `None` once its error was said on stderr (`scenarios: …`).
+pub(crate) fn said<T, E: Display>(r: Result<T, E>) -> Option<T> {
+    r.map_err(|e| eprintln!("scenarios: {e}")).ok()
+}
+
+/// Write JUnit XML to `path`, if one was asked for.
+fn write_junit(path: Option<&Path>, xml: impl FnOnce() -> String) {
+    if let Some(p) = path {
+        said(std::fs::write(p, xml()).map_err(|e| format!("cannot write {}: {e}", p.display())));
+    }
+}
+
+/// Which etcd to run against (`run`, `conform`, `up`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct EtcdArgs {
     /// fake, real (the Debian etcd binary on loopback) or the URL of an existing etcd.
     #[arg(long, default_value = "fake")]
     pub etcd: EtcdChoice,
     /// With `--etcd real`: members of the real cluster (1 or 3).
     #[arg(long, default_value = "1", value_parser = ["1", "3"])]
     pub etcd_cluster: String,
-    /// Report directory (default: `target/scenario-reports/<time>`).
+}
+
+impl EtcdArgs {
+    /// The etcd they name: `--etcd real --etcd-cluster 3` is a real 3-member cluster.
+    pub fn choice(&self) -> EtcdChoice {
+        match (&self.etcd, self.etcd_cluster.as_str()) {
+            (EtcdChoice::Real, "3") => EtcdChoice::Real3,
+            (e, _) => e.clone(),
+        }
+    }
+}
+
+/// The flags of `scenarios conform`, which `run` shares: which scenarios run, against
+/// which sidecar and etcd, reported where.
+#[derive(clap::Args, Debug)]
+pub struct LibraryArgs {
+    /// Scenario files, or names of built-in scenarios (default: the whole library).
+    pub files: Vec<String>,
+    /// Another sidecar (real mode): its profile, a TOML file or a built-in
+    /// (`vllm-sidecar`, `reference-python`). Default: `vllm-sidecar`.
+    #[arg(long, conflicts_with = "sidecar_cmd")]
+    pub profile: Option<String>,
+    /// Another sidecar as a command line (real mode), given our flags and declaring no
+    /// capability.
+    #[arg(long)]
+    pub sidecar_cmd: Option<String>,
+    /// Which etcd.
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+    /// Report directory (default: `target/scenario-reports/<time>`); `conform` writes
+    /// its report there as `conformance.md` and `conformance.html`.
     #[arg(long)]
     pub report: Option<PathBuf>,
-    /// Also write JUnit XML here.
-    #[arg(long)]
-    pub junit: Option<PathBuf>,
     /// Scenarios run at once.
     #[arg(long, default_value_t = 8)]
     pub jobs: usize,
+}
+
+impl LibraryArgs {
+    /// The scenarios and the sidecar's profile (`None`: ours) the flags name, or `None`
+    /// once what does not check was said.
+    pub(crate) fn load(&self) -> Option<(Vec<Loaded>, Option<Profile>)> {
+        let list = said(library::load(&self.files))?;
+        let profile = said(Profile::from_args(&self.profile, &self.sidecar_cmd))?;
+        Some((list, profile))
+    }
+
+    /// How to run the scenarios with `profile`, reporting under `--report` (or a new
+    /// directory).
+    pub(crate) fn options(&self, profile: Option<Profile>) -> RunOptions {
+        RunOptions {
+            etcd: self.etcd.choice(),
+            report_dir: Some(self.report.clone().unwrap_or_else(default_report_dir)),
+            profile: profile.map(Arc::new),
+            ..RunOptions::default()
+        }
+    }
+}
+
+/// The flags of `scenarios run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// The scenarios, the sidecar, the etcd and the report, as `conform` takes them.
+    #[command(flatten)]
+    pub library: LibraryArgs,
+    /// Override every scenario's seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Also write JUnit XML here.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
     /// The vllm-sidecar binary (default: $VLLM_SIDECAR_BIN, next to this binary, or built).
     #[arg(long)]
     pub sidecar_bin: Option<PathBuf>,
-    /// Another sidecar: a profile file or a built-in profile's name (real mode; see
-    /// `conform`).
-    #[arg(long, conflicts_with_all = ["sidecar_cmd", "sim"])]
-    pub profile: Option<String>,
-    /// Another sidecar as a command line, given our flags (real mode).
-    #[arg(long, conflicts_with = "sim")]
-    pub sidecar_cmd: Option<String>,
     /// Run in virtual time: the sidecar's decision core and the fakes' cores in the
     /// deterministic simulator (no processes, no sockets; same seed, same events).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["profile", "sidecar_cmd"])]
     pub sim: bool,
     /// TEST-ONLY, with --sim: plant this bug in every simulated sidecar (see
     /// sim::planted), to replay what `explore --planted-bug` found.
@@ -62,12 +128,9 @@ pub struct UpArgs {
     /// Number of instances (overrides the scenario's).
     #[arg(long)]
     pub instances: Option<usize>,
-    /// fake, real (the Debian etcd binary on loopback) or the URL of an existing etcd.
-    #[arg(long, default_value = "fake")]
-    pub etcd: EtcdChoice,
-    /// With `--etcd real`: members of the real cluster (1 or 3).
-    #[arg(long, default_value = "1", value_parser = ["1", "3"])]
-    pub etcd_cluster: String,
+    /// Which etcd.
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
     /// The vllm-sidecar binary (default: $VLLM_SIDECAR_BIN, next to this binary, or built).
     #[arg(long)]
     pub sidecar_bin: Option<PathBuf>,
@@ -75,48 +138,25 @@ pub struct UpArgs {
 
 /// `scenarios run`: exit code 0 if nothing failed, 1 if something did, 2 on bad input.
 pub async fn run(args: RunArgs) -> u8 {
-    let list = match library::load(&args.files) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("scenarios: {e}");
-            return 2;
-        }
+    let lib = &args.library;
+    let Some((list, profile)) = lib.load() else {
+        return 2;
     };
-    let profile = match Profile::from_args(&args.profile, &args.sidecar_cmd) {
-        Ok(p) => p.map(std::sync::Arc::new),
-        Err(e) => {
-            eprintln!("scenarios: {e}");
-            return 2;
-        }
-    };
-    let report = args.report.clone().unwrap_or_else(default_report_dir);
     let opts = RunOptions {
         seed: args.seed,
-        etcd: etcd_choice(&args.etcd, &args.etcd_cluster),
-        report_dir: Some(report.clone()),
         sidecar_bin: args.sidecar_bin.clone(),
-        profile,
-        sidecar_overrides: Vec::new(),
-        command: "cargo run -p scenarios --".into(),
         planted_bug: args.planted_bug,
-        sample_period: None,
+        ..lib.options(profile)
     };
+    let report = opts.report_dir.clone().unwrap_or_default();
     let started = Instant::now();
     let outcomes = if args.sim {
-        let opts = RunOptions {
-            command: "cargo run -p scenarios --".into(),
-            ..opts
-        };
-        crate::simrun::run_many_sim(&list, &opts, args.jobs.min(2), true)
+        crate::simrun::run_many_sim(&list, &opts, lib.jobs.min(2), true)
     } else {
-        let opts = match prepare(opts, &list) {
-            Ok(o) => o,
-            Err(e) => {
-                eprintln!("scenarios: {e}");
-                return 1;
-            }
+        let Some(opts) = said(prepare(opts, &list)) else {
+            return 1;
         };
-        run_many(&list, &opts, args.jobs, true).await
+        run_many(&list, &opts, lib.jobs, true).await
     };
     let wall = started.elapsed();
     println!();
@@ -140,10 +180,6 @@ pub async fn run(args: RunArgs) -> u8 {
             note
         );
     }
-    let failed: Vec<_> = outcomes
-        .iter()
-        .filter(|o| o.status == Status::Failed)
-        .collect();
     let largest = outcomes
         .iter()
         .filter(|o| o.status == Status::Passed)
@@ -151,131 +187,92 @@ pub async fn run(args: RunArgs) -> u8 {
         .max()
         .unwrap_or(0);
     println!(
-        "\n{} scenarios: {} passed, {} failed, {} skipped in {:.1}s wall; largest passing scenario held {largest} instances",
-        outcomes.len(),
-        outcomes.iter().filter(|o| o.status == Status::Passed).count(),
-        failed.len(),
-        outcomes.iter().filter(|o| o.status == Status::Skipped).count(),
+        "\n{} in {:.1}s wall; largest passing scenario held {largest} instances",
+        tally(&outcomes, "failed"),
         wall.as_secs_f64()
     );
     println!("report: {}", report.display());
-    if let Some(j) = &args.junit {
-        if let Err(e) = std::fs::write(j, crate::report::junit(&outcomes)) {
-            eprintln!("scenarios: cannot write {}: {e}", j.display());
+    write_junit(args.junit.as_deref(), || crate::report::junit(&outcomes));
+    for o in outcomes.iter().filter(|o| o.status == Status::Failed) {
+        println!("\nFAILED {} ({}):", o.name, o.file);
+        for v in o.failures() {
+            let event = v
+                .first_violation_event
+                .map(|n| format!(" (event {n})"))
+                .unwrap_or_default();
+            let at = v
+                .first_violation_ms
+                .map(|t| format!(" at t={:.3}s{event}", t as f64 / 1000.0))
+                .unwrap_or_default();
+            println!("  {} {}{at}: {}", v.kind, v.name, v.detail);
         }
+        println!(
+            "  timeline: {}",
+            report.join(&o.name).join("timeline.html").display()
+        );
+        println!("  re-run:   {}", o.rerun);
     }
-    if failed.is_empty() {
-        0
-    } else {
-        for o in failed {
-            println!("\nFAILED {} ({}):", o.name, o.file);
-            for v in o.failures() {
-                let event = v
-                    .first_violation_event
-                    .map(|n| format!(" (event {n})"))
-                    .unwrap_or_default();
-                let at = v
-                    .first_violation_ms
-                    .map(|t| format!(" at t={:.3}s{event}", t as f64 / 1000.0))
-                    .unwrap_or_default();
-                println!("  {} {}{at}: {}", v.kind, v.name, v.detail);
-            }
-            println!(
-                "  timeline: {}",
-                report.join(&o.name).join("timeline.html").display()
-            );
-            println!("  re-run:   {}", o.rerun);
-        }
-        1
-    }
+    u8::from(any_failed(&outcomes))
 }
 
 /// `scenarios list`.
 pub fn list() -> u8 {
-    match library::builtin() {
-        Ok(l) => {
-            for s in l {
-                let etcd = format!("{:?}", s.scenario.topology.etcd).to_lowercase();
-                let sim = match crate::simrun::unsupported(&s.scenario) {
-                    None => "both".to_string(),
-                    Some(why) => format!("real only ({why})"),
-                };
-                println!(
-                    "{:30} {:>4} inst  etcd={:8} {}\n{:30} modes: {sim}",
-                    s.scenario.name,
-                    s.scenario.topology.instances,
-                    etcd,
-                    s.scenario.description,
-                    ""
-                );
-            }
-            0
-        }
-        Err(e) => {
-            eprintln!("scenarios: {e}");
-            2
-        }
+    let Some(l) = said(library::builtin()) else {
+        return 2;
+    };
+    for s in l {
+        let etcd = format!("{:?}", s.scenario.topology.etcd).to_lowercase();
+        let sim = match crate::simrun::unsupported(&s.scenario) {
+            None => "both".to_string(),
+            Some(why) => format!("real only ({why})"),
+        };
+        println!(
+            "{:30} {:>4} inst  etcd={:8} {}\n{:30} modes: {sim}",
+            s.scenario.name, s.scenario.topology.instances, etcd, s.scenario.description, ""
+        );
     }
+    0
 }
 
 /// `scenarios up`: a cluster to poke at by hand.
 pub async fn up(args: UpArgs) -> u8 {
-    let mut sc = match library::load(std::slice::from_ref(&args.scenario)) {
-        Ok(mut l) if !l.is_empty() => l.remove(0).scenario,
-        Ok(_) => return 2,
-        Err(e) => {
-            eprintln!("scenarios: {e}");
-            return 2;
-        }
+    let loaded = said(library::load(std::slice::from_ref(&args.scenario)));
+    let Some(mut sc) = loaded
+        .and_then(|l| l.into_iter().next())
+        .map(|l| l.scenario)
+    else {
+        return 2;
     };
     if let Some(n) = args.instances {
         sc.topology.instances = n.clamp(1, 500);
         sc.topology.overrides.clear();
     }
-    let choice = etcd_choice(&args.etcd, &args.etcd_cluster);
-    let kind = match EtcdKind::resolve(sc.topology.etcd, &choice) {
-        Ok(k) => k,
-        Err(e) => {
-            eprintln!("scenarios: {e}");
-            return 1;
-        }
+    let choice = args.etcd.choice();
+    let Some(kind) = said(EtcdKind::resolve(sc.topology.etcd, &choice)) else {
+        return 1;
     };
     // Our binary, found (or built) once for every sidecar the cluster starts.
-    let bin = match args.sidecar_bin.clone() {
-        Some(b) => b,
-        None => match crate::sidecar::locate_binary() {
-            Ok(b) => b,
-            Err(e) => {
-                eprintln!("scenarios: {e}");
-                return 1;
-            }
-        },
+    let bin = args.sidecar_bin.clone().map(Ok);
+    let Some(bin) = said(bin.unwrap_or_else(crate::sidecar::locate_binary)) else {
+        return 1;
     };
     let timeline = crate::timeline::Timeline::new();
     let opts = ClusterOptions {
-        etcd: choice.clone(),
-        profile: std::sync::Arc::new(Profile::ours(Some(bin))),
+        etcd: choice,
+        profile: Arc::new(Profile::ours(Some(bin))),
         sidecar_overrides: Vec::new(),
     };
-    let cluster =
-        match RealCluster::start(&sc.name, &sc.topology, sc.seed, kind, opts, timeline).await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("scenarios: {e}");
-                return 1;
-            }
-        };
+    let start = RealCluster::start(&sc.name, &sc.topology, sc.seed, kind, opts, timeline);
+    let Some(cluster) = said(start.await) else {
+        return 1;
+    };
     for (k, v) in cluster.endpoints() {
         println!("{k:28} {v}");
     }
     println!(
         "\nmock control APIs: GET <url>/_mock/state, POST <url>/_mock/faults. Ctrl-C to stop."
     );
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-    }
+    mock_kit::cli::stop_signal().await;
     cluster.shutdown().await;
     0
 }
@@ -367,7 +364,7 @@ pub enum ExploreCommand {
 }
 
 fn default_explore_dir() -> PathBuf {
-    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let root = manifest.parent().unwrap_or(manifest).join("target/explore");
     root.join(format!("run-{}", mock_kit::events::now_ms()))
 }
@@ -385,10 +382,10 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
     let params = crate::explore::generate::Params {
         max_instances: args.instances,
         duration_ms: args.duration.as_millis() as u64,
-        faults: match args.faults {
-            Some(f) => f.0,
-            None => crate::explore::generate::Params::default().faults,
-        },
+        faults: args.faults.map_or_else(
+            || crate::explore::generate::Params::default().faults,
+            |f| f.0,
+        ),
         dialect: args.dialect,
         draw: args.draw,
     };
@@ -416,9 +413,7 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
         eprintln!("scenarios: TEST-ONLY: planted bug `{b}` in every simulated sidecar");
     }
     let summary = sweep(&opts, runner);
-    if let Err(e) = write_summary(&out, &summary) {
-        eprintln!("scenarios: {e}");
-    }
+    said(write_summary(&out, &summary));
     let code = report_summary(&summary, &out, Some(&out), args.junit.as_deref());
     if args.exit_zero {
         0
@@ -431,9 +426,9 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
 /// relative to `root`; the summary was written to `written` (if anywhere).
 fn report_summary(
     s: &crate::explore::summary::Summary,
-    root: &std::path::Path,
-    written: Option<&std::path::Path>,
-    junit: Option<&std::path::Path>,
+    root: &Path,
+    written: Option<&Path>,
+    junit: Option<&Path>,
 ) -> u8 {
     println!("\ncoverage (fault kind x sidecar phase when it hit):");
     print!("{}", s.coverage.table());
@@ -444,36 +439,18 @@ fn report_summary(
     if let Some(dir) = written {
         println!("summary: {}", dir.join("summary.json").display());
     }
-    if let Some(j) = junit {
-        if let Err(e) = std::fs::write(j, s.junit()) {
-            eprintln!("scenarios: cannot write {}: {e}", j.display());
-        }
-    }
-    if s.findings.is_empty() && s.errors.is_empty() {
-        0
-    } else {
-        1
-    }
+    write_junit(junit, || s.junit());
+    u8::from(!s.findings.is_empty() || !s.errors.is_empty())
 }
 
-fn explore_merge(
-    dirs: &[PathBuf],
-    out: Option<&std::path::Path>,
-    junit: Option<&std::path::Path>,
-) -> u8 {
-    let (merged, files) = match crate::explore::summary::merge_dirs(dirs) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("scenarios: {e}");
-            return 2;
-        }
+fn explore_merge(dirs: &[PathBuf], out: Option<&Path>, junit: Option<&Path>) -> u8 {
+    let Some((merged, files)) = said(crate::explore::summary::merge_dirs(dirs)) else {
+        return 2;
     };
     println!("merged {} summaries", files.len());
     if let Some(dir) = out {
-        if let Err(e) = crate::explore::sweep::write_summary(dir, &merged) {
-            eprintln!("scenarios: {e}");
-        }
+        said(crate::explore::sweep::write_summary(dir, &merged));
     }
     // The merged findings' files already name their shard directories.
-    report_summary(&merged, std::path::Path::new(""), out, junit)
+    report_summary(&merged, Path::new(""), out, junit)
 }

@@ -7,83 +7,33 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::capability::Capability;
-use crate::library;
+use crate::cli::{said, LibraryArgs};
 use crate::profile::{Profile, Program};
-use crate::real_cluster::EtcdChoice;
-use crate::report::default_report_dir;
 use crate::report::{Outcome, Status};
-use crate::run::{etcd_choice, prepare, run_many, RunOptions};
+use crate::run::{prepare, run_many};
 
-/// `scenarios conform`'s arguments.
-#[derive(clap::Args, Debug)]
-pub struct ConformArgs {
-    /// Scenario files, or names of built-in scenarios (default: the whole library).
-    pub files: Vec<String>,
-    /// The sidecar's profile: a TOML file, or a built-in (`vllm-sidecar`,
-    /// `reference-python`). Default: `vllm-sidecar`.
-    #[arg(long, conflicts_with = "sidecar_cmd")]
-    pub profile: Option<String>,
-    /// The sidecar as a command line, given our flags and declaring no capability.
-    #[arg(long)]
-    pub sidecar_cmd: Option<String>,
-    /// fake, real (the Debian etcd binary on loopback) or the URL of an existing etcd.
-    #[arg(long, default_value = "fake")]
-    pub etcd: EtcdChoice,
-    /// With `--etcd real`: members of the real cluster (1 or 3).
-    #[arg(long, default_value = "1", value_parser = ["1", "3"])]
-    pub etcd_cluster: String,
-    /// Report directory (default: `target/scenario-reports/<time>`); the conformance
-    /// report is `conformance.md` and `conformance.html` in it.
-    #[arg(long)]
-    pub report: Option<PathBuf>,
-    /// Scenarios run at once.
-    #[arg(long, default_value_t = 8)]
-    pub jobs: usize,
-}
+/// `scenarios conform`'s arguments: those `run` takes too (without its own).
+pub type ConformArgs = LibraryArgs;
 
 /// `scenarios conform`: exit 0 only when every scenario that applies passed; 1 when one
 /// failed; 2 on bad input (a profile that does not check, an unknown scenario).
 pub async fn conform(args: ConformArgs) -> u8 {
-    let profile = Profile::from_args(&args.profile, &args.sidecar_cmd)
-        .map(|p| p.unwrap_or_else(|| Profile::ours(None)));
-    let list = library::load(&args.files).map_err(|e| e.to_string());
-    let (profile, list) = match (profile, list) {
-        (Ok(p), Ok(l)) => (p, l),
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("scenarios: {e}");
-            return 2;
-        }
+    let Some((list, profile)) = args.load() else {
+        return 2;
     };
-    let report = args.report.clone().unwrap_or_else(default_report_dir);
-    let opts = RunOptions {
-        etcd: etcd_choice(&args.etcd, &args.etcd_cluster),
-        report_dir: Some(report.clone()),
-        ..RunOptions::default()
-    };
-    let opts = match &profile.program {
-        Program::OurBinary(_) => match prepare(opts, &list) {
-            Ok(o) => RunOptions {
-                profile: Some(Arc::new(Profile::ours(o.sidecar_bin.clone()))),
-                ..o
-            },
-            Err(e) => {
-                eprintln!("scenarios: {e}");
-                return 1;
-            }
-        },
-        Program::Command(_) => RunOptions {
-            profile: Some(Arc::new(profile.clone())),
-            ..opts
-        },
+    let opts = args.options(profile.clone());
+    let report = opts.report_dir.clone().unwrap_or_default();
+    let Some(opts) = said(prepare(opts, &list)) else {
+        return 1;
     };
     let outcomes = run_many(&list, &opts, args.jobs, true).await;
+    let profile = profile.unwrap_or_else(|| Profile::ours(None));
     let rerun = rerun_prefix(&args);
     let md = markdown(&profile, &outcomes, &rerun);
     let written = std::fs::create_dir_all(&report)
-        .and_then(|_| std::fs::write(report.join("conformance.md"), &md))
+        .and_then(|_| std::fs::write(report_path(&report), &md))
         .and_then(|_| {
             let page = html(&profile, &outcomes, &rerun);
             std::fs::write(report.join("conformance.html"), page)
@@ -92,12 +42,12 @@ pub async fn conform(args: ConformArgs) -> u8 {
         eprintln!("scenarios: cannot write the conformance report: {e}");
     }
     println!("\n{md}");
-    println!("report: {}", report.join("conformance.md").display());
-    match outcomes.iter().any(|o| o.status == Status::Failed) {
-        true => 1,
-        false => 0,
-    }
+    println!("report: {}", report_path(&report).display());
+    u8::from(any_failed(&outcomes))
 }
+
+/// What a failed scenario is in the report: it violated the contract.
+const VIOLATED: &str = "failed (contract violated)";
 
 /// The command that re-runs one scenario against the same sidecar.
 fn rerun_prefix(args: &ConformArgs) -> String {
@@ -128,18 +78,28 @@ fn names<'a>(caps: impl IntoIterator<Item = &'a Capability>) -> String {
 
 /// The first failing verdict, in one sentence (its detail's first line).
 fn why_failed(o: &Outcome) -> String {
-    match o.failures().next() {
-        Some(v) => {
-            let first = v.detail.lines().next().unwrap_or_default();
-            format!("{}: {first}", v.name)
-        }
-        None => String::new(),
-    }
+    let Some(v) = o.failures().next() else {
+        return String::new();
+    };
+    let first = v.detail.lines().next().unwrap_or_default();
+    format!("{}: {first}", v.name)
 }
 
-/// How many outcomes ended `st`.
-fn count(outcomes: &[Outcome], st: Status) -> usize {
-    outcomes.iter().filter(|o| o.status == st).count()
+/// `N scenarios: P passed, F <failed>, K skipped`: how the outcomes ended.
+pub(crate) fn tally(outcomes: &[Outcome], failed: &str) -> String {
+    let count = |st: Status| outcomes.iter().filter(|o| o.status == st).count();
+    format!(
+        "{} scenarios: {} passed, {} {failed}, {} skipped",
+        outcomes.len(),
+        count(Status::Passed),
+        count(Status::Failed),
+        count(Status::Skipped)
+    )
+}
+
+/// Whether any outcome failed.
+pub(crate) fn any_failed(outcomes: &[Outcome]) -> bool {
+    outcomes.iter().any(|o| o.status == Status::Failed)
 }
 
 /// Each capability: whether the profile declares it (`yes`/`no`), and the scenarios
@@ -169,7 +129,6 @@ fn capability_rows<'a>(
 /// The conformance report as Markdown.
 pub fn markdown(profile: &Profile, outcomes: &[Outcome], rerun: &str) -> String {
     let mut s = String::new();
-    let count = |st: Status| count(outcomes, st);
     let program = match &profile.program {
         Program::OurBinary(_) => "our vllm-sidecar".to_string(),
         Program::Command(w) => format!("`{}`", w.join(" ")),
@@ -183,14 +142,7 @@ pub fn markdown(profile: &Profile, outcomes: &[Outcome], rerun: &str) -> String 
             false => names(&profile.capabilities),
         }
     );
-    let _ = writeln!(
-        s,
-        "{} scenarios: {} passed, {} failed (contract violated), {} skipped.\n",
-        outcomes.len(),
-        count(Status::Passed),
-        count(Status::Failed),
-        count(Status::Skipped)
-    );
+    let _ = writeln!(s, "{}.\n", tally(outcomes, VIOLATED));
     let _ = writeln!(s, "| scenario | result | note |\n|---|---|---|");
     for o in outcomes {
         let note = match o.status {
@@ -206,13 +158,9 @@ pub fn markdown(profile: &Profile, outcomes: &[Outcome], rerun: &str) -> String 
     for (c, declared, who) in capability_rows(profile, outcomes) {
         let _ = writeln!(s, "| {c} | {declared} | {} |", who.join(", "));
     }
-    let failed: Vec<&Outcome> = outcomes
-        .iter()
-        .filter(|o| o.status == Status::Failed)
-        .collect();
-    if !failed.is_empty() {
+    if any_failed(outcomes) {
         let _ = writeln!(s, "\n## Failures\n");
-        for o in failed {
+        for o in outcomes.iter().filter(|o| o.status == Status::Failed) {
             let _ = writeln!(s, "- **{}**: {}", o.name, why_failed(o));
             let _ = writeln!(s, "  re-run: `{rerun} {} --jobs 1`", o.file);
         }
@@ -257,22 +205,18 @@ pub fn html(profile: &Profile, outcomes: &[Outcome], rerun: &str) -> String {
             esc(&who.join(", "))
         );
     }
-    let count = |st: Status| count(outcomes, st);
     format!(
         r#"<!doctype html><html><head><meta charset="utf-8"><title>conformance: {name}</title><style>
 body{{font-family:sans-serif;margin:20px}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px;vertical-align:top}}
 tr.bad{{background:#fdd}} tr.skip{{color:#777}} tr.ok td:nth-child(2){{color:#080}}
 </style></head><body><h1>Conformance: {name}</h1>
-<p>{n} scenarios: {p} passed, {f} failed (contract violated), {k} skipped.</p>
+<p>{tally}.</p>
 <table><tr><th>scenario</th><th>result</th><th>why it failed, and its re-run</th></tr>{rows}</table>
 <h2>Capabilities</h2><table><tr><th>capability</th><th>declared</th><th>scenarios that needed it</th></tr>{caps}</table>
 </body></html>
 "#,
         name = esc(&profile.name),
-        n = outcomes.len(),
-        p = count(Status::Passed),
-        f = count(Status::Failed),
-        k = count(Status::Skipped),
+        tally = tally(outcomes, VIOLATED),
     )
 }
 

@@ -24,7 +24,7 @@
 //! - [`sim_cluster`]: the same topology in the `sim` crate's virtual-time world, its
 //!   verbs in [`sim_verbs`]; [`fakes_config`]: how a topology configures the fakes in
 //!   both.
-//! - [`proxy`]: the TCP fault proxy on every link: `Proxy::start(name, target, seed, events)`.
+//! - [`proxy`]: the TCP fault proxy on every link: `Proxy::start(name, listen, target, seed, events)`.
 //! - [`sidecar`]: the real sidecar binary as a child process: `SidecarProc::spawn`.
 //! - [`real_etcd`]: the Debian `etcd` on loopback, 1 or 3 members: `RealEtcd::start(n, events)`.
 //! - [`etcd_view`]: reading registrations through the v3 JSON gateway (the observer's eyes).
@@ -80,3 +80,9 @@ pub mod spec;
 pub mod timeline;
 pub mod topology;
 pub mod verdict;
+
+/// Lock `m`, even if a thread panicked holding it: what it guards is only ever
+/// replaced whole or appended to, so it is never left half-written.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

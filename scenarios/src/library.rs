@@ -3,167 +3,61 @@
 
 use crate::spec::{Scenario, SpecError};
 
+/// The built-in scenarios' files as (file name, text), each `library/<name>.toml`
+/// named once.
+macro_rules! builtin_files {
+    ($($name:literal),* $(,)?) => {
+        &[$((
+            concat!($name, ".toml"),
+            include_str!(concat!("../library/", $name, ".toml")),
+        )),*]
+    };
+}
+
 /// Every built-in scenario: (file name, text).
-pub const BUILTIN: &[(&str, &str)] = &[
-    (
-        "happy-path.toml",
-        include_str!("../library/happy-path.toml"),
-    ),
-    (
-        "drain-undrain.toml",
-        include_str!("../library/drain-undrain.toml"),
-    ),
-    (
-        "etcd-auth-expiry.toml",
-        include_str!("../library/etcd-auth-expiry.toml"),
-    ),
-    (
-        "etcd-cluster3-leader-killed.toml",
-        include_str!("../library/etcd-cluster3-leader-killed.toml"),
-    ),
-    (
-        "etcd-data-loss.toml",
-        include_str!("../library/etcd-data-loss.toml"),
-    ),
-    (
-        "etcd-data-loss-revision-reused.toml",
-        include_str!("../library/etcd-data-loss-revision-reused.toml"),
-    ),
-    (
-        "etcd-data-loss-token-change.toml",
-        include_str!("../library/etcd-data-loss-token-change.toml"),
-    ),
-    (
-        "etcd-failover.toml",
-        include_str!("../library/etcd-failover.toml"),
-    ),
-    (
-        "etcd-failover-dead-first-member.toml",
-        include_str!("../library/etcd-failover-dead-first-member.toml"),
-    ),
-    (
-        "etcd-lease-lost.toml",
-        include_str!("../library/etcd-lease-lost.toml"),
-    ),
-    (
-        "etcd-partition-registration-backoff.toml",
-        include_str!("../library/etcd-partition-registration-backoff.toml"),
-    ),
-    (
-        "etcd-watch-hang-data-loss.toml",
-        include_str!("../library/etcd-watch-hang-data-loss.toml"),
-    ),
-    (
-        "load-routing.toml",
-        include_str!("../library/load-routing.toml"),
-    ),
-    (
-        "many-instances.toml",
-        include_str!("../library/many-instances.toml"),
-    ),
-    (
-        "master-etcd-partition.toml",
-        include_str!("../library/master-etcd-partition.toml"),
-    ),
-    (
-        "master-etcd-refused.toml",
-        include_str!("../library/master-etcd-refused.toml"),
-    ),
-    (
-        "master-etcd-lost-watch-lines.toml",
-        include_str!("../library/master-etcd-lost-watch-lines.toml"),
-    ),
-    (
-        "master-restart.toml",
-        include_str!("../library/master-restart.toml"),
-    ),
-    (
-        "master-unreachable.toml",
-        include_str!("../library/master-unreachable.toml"),
-    ),
-    (
-        "metrics-counter-reset.toml",
-        include_str!("../library/metrics-counter-reset.toml"),
-    ),
-    (
-        "vllm-sleep-wake.toml",
-        include_str!("../library/vllm-sleep-wake.toml"),
-    ),
-    (
-        "metrics-garbage.toml",
-        include_str!("../library/metrics-garbage.toml"),
-    ),
-    (
-        "metrics-truncated-slow.toml",
-        include_str!("../library/metrics-truncated-slow.toml"),
-    ),
-    (
-        "partition-long.toml",
-        include_str!("../library/partition-long.toml"),
-    ),
-    (
-        "partition-short.toml",
-        include_str!("../library/partition-short.toml"),
-    ),
-    ("sigkill.toml", include_str!("../library/sigkill.toml")),
-    ("sigterm.toml", include_str!("../library/sigterm.toml")),
-    (
-        "slow-vllm-start.toml",
-        include_str!("../library/slow-vllm-start.toml"),
-    ),
-    (
-        "startup-gate-backoff-after-vllm-restart.toml",
-        include_str!("../library/startup-gate-backoff-after-vllm-restart.toml"),
-    ),
-    (
-        "lease-given-up-is-revoked.toml",
-        include_str!("../library/lease-given-up-is-revoked.toml"),
-    ),
-    (
-        "startup-gate-vllm-link-cut.toml",
-        include_str!("../library/startup-gate-vllm-link-cut.toml"),
-    ),
-    (
-        "token-mismatch.toml",
-        include_str!("../library/token-mismatch.toml"),
-    ),
-    (
-        "token-rotation.toml",
-        include_str!("../library/token-rotation.toml"),
-    ),
-    ("vllm-dies.toml", include_str!("../library/vllm-dies.toml")),
-    (
-        "vllm-health-hang.toml",
-        include_str!("../library/vllm-health-hang.toml"),
-    ),
-    (
-        "vllm-recovers.toml",
-        include_str!("../library/vllm-recovers.toml"),
-    ),
-    (
-        "master-failover.toml",
-        include_str!("../library/master-failover.toml"),
-    ),
-    (
-        "master-paused.toml",
-        include_str!("../library/master-paused.toml"),
-    ),
-    (
-        "sidecar-paused-within-lease.toml",
-        include_str!("../library/sidecar-paused-within-lease.toml"),
-    ),
-    (
-        "sidecar-paused-past-lease.toml",
-        include_str!("../library/sidecar-paused-past-lease.toml"),
-    ),
-    (
-        "sidecar-throttled.toml",
-        include_str!("../library/sidecar-throttled.toml"),
-    ),
-    (
-        "vllm-paused.toml",
-        include_str!("../library/vllm-paused.toml"),
-    ),
+pub const BUILTIN: &[(&str, &str)] = builtin_files![
+    "happy-path",
+    "drain-undrain",
+    "etcd-auth-expiry",
+    "etcd-cluster3-leader-killed",
+    "etcd-data-loss",
+    "etcd-data-loss-revision-reused",
+    "etcd-data-loss-token-change",
+    "etcd-failover",
+    "etcd-failover-dead-first-member",
+    "etcd-lease-lost",
+    "etcd-partition-registration-backoff",
+    "etcd-watch-hang-data-loss",
+    "load-routing",
+    "many-instances",
+    "master-etcd-partition",
+    "master-etcd-refused",
+    "master-etcd-lost-watch-lines",
+    "master-restart",
+    "master-unreachable",
+    "metrics-counter-reset",
+    "vllm-sleep-wake",
+    "metrics-garbage",
+    "metrics-truncated-slow",
+    "partition-long",
+    "partition-short",
+    "sigkill",
+    "sigterm",
+    "slow-vllm-start",
+    "startup-gate-backoff-after-vllm-restart",
+    "lease-given-up-is-revoked",
+    "startup-gate-vllm-link-cut",
+    "token-mismatch",
+    "token-rotation",
+    "vllm-dies",
+    "vllm-health-hang",
+    "vllm-recovers",
+    "master-failover",
+    "master-paused",
+    "sidecar-paused-within-lease",
+    "sidecar-paused-past-lease",
+    "sidecar-throttled",
+    "vllm-paused",
 ];
 
 /// A parsed scenario and where it came from.
@@ -196,12 +90,14 @@ pub fn load(args: &[String]) -> Result<Vec<Loaded>, SpecError> {
     let mut out = Vec::new();
     for a in args {
         let path = std::path::Path::new(a);
+        let error = |message: String| SpecError {
+            file: a.clone(),
+            line: None,
+            message,
+        };
         if path.is_file() {
-            let text = std::fs::read_to_string(path).map_err(|e| SpecError {
-                file: a.clone(),
-                line: None,
-                message: format!("cannot read: {e}"),
-            })?;
+            let text =
+                std::fs::read_to_string(path).map_err(|e| error(format!("cannot read: {e}")))?;
             let scenario = Scenario::parse(a, &text)?;
             out.push(Loaded {
                 file: a.clone(),
@@ -210,18 +106,15 @@ pub fn load(args: &[String]) -> Result<Vec<Loaded>, SpecError> {
             continue;
         }
         let name = a.trim_start_matches("library/").trim_end_matches(".toml");
-        match all.iter().find(|l| l.scenario.name == name) {
-            Some(l) => out.push(l.clone()),
-            None => {
-                return Err(SpecError {
-                    file: a.clone(),
-                    line: None,
-                    message:
-                        "no such file, and no built-in scenario of that name (see `scenarios list`)"
-                            .to_string(),
-                })
-            }
-        }
+        let found =
+            all.iter()
+                .find(|l| l.scenario.name == name)
+                .ok_or_else(|| {
+                    error(
+                "no such file, and no built-in scenario of that name (see `scenarios list`)".into(),
+            )
+                })?;
+        out.push(found.clone());
     }
     Ok(out)
 }

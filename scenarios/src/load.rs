@@ -22,24 +22,15 @@ pub struct Routed(Mutex<Vec<usize>>);
 impl Routed {
     /// Record that the master routed a request to instance `i`.
     pub fn push(&self, i: usize) {
-        match self.0.lock() {
-            Ok(mut g) => g.push(i),
-            Err(p) => p.into_inner().push(i),
-        }
+        crate::lock(&self.0).push(i)
     }
     /// Every instance index recorded so far, oldest first.
     pub fn snapshot(&self) -> Vec<usize> {
-        match self.0.lock() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        crate::lock(&self.0).clone()
     }
     /// How many routed requests are recorded.
     pub fn len(&self) -> usize {
-        match self.0.lock() {
-            Ok(g) => g.len(),
-            Err(p) => p.into_inner().len(),
-        }
+        crate::lock(&self.0).len()
     }
     /// Whether no routed request is recorded yet.
     pub fn is_empty(&self) -> bool {
@@ -86,12 +77,9 @@ impl LoadGen {
         let stop = Shutdown::new();
         let s = stop.clone();
         tokio::spawn(async move {
-            let http = match reqwest::Client::builder()
-                .timeout(Duration::from_secs(20))
-                .build()
-            {
-                Ok(c) => c,
-                Err(_) => return,
+            let http = reqwest::Client::builder().timeout(Duration::from_secs(20));
+            let Ok(http) = http.build() else {
+                return;
             };
             let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
             let start = tokio::time::Instant::now();

@@ -77,16 +77,22 @@ impl Profile {
         }
     }
 
-    /// Our `vllm-sidecar`, every capability: the default.
-    pub fn ours(bin: Option<PathBuf>) -> Profile {
+    /// A profile named `name` that runs `program` with our flags and nothing more,
+    /// declaring `capabilities`.
+    fn new(name: &str, program: Program, capabilities: Capabilities) -> Profile {
         Profile {
-            name: "vllm-sidecar".into(),
-            program: Program::OurBinary(bin),
+            name: name.to_string(),
+            program,
             settings: BTreeMap::new(),
             args: Vec::new(),
             env: Vec::new(),
-            capabilities: capability::all(),
+            capabilities,
         }
+    }
+
+    /// Our `vllm-sidecar`, every capability: the default.
+    pub fn ours(bin: Option<PathBuf>) -> Profile {
+        Profile::new("vllm-sidecar", Program::OurBinary(bin), capability::all())
     }
 
     /// The upstream Python reference sidecar (`python3 -m vllm_sidecar.sidecar`): our
@@ -96,17 +102,15 @@ impl Profile {
             .into_iter()
             .map(|s| (s, Mapping::Dropped))
             .collect();
+        let words = ["python3", "-m", "vllm_sidecar.sidecar"].map(String::from);
         Profile {
-            name: "reference-python".into(),
-            program: Program::Command(
-                ["python3", "-m", "vllm_sidecar.sidecar"]
-                    .map(String::from)
-                    .to_vec(),
-            ),
             settings,
-            args: Vec::new(),
             env: vec![("PYTHONUNBUFFERED".into(), "1".into())],
-            capabilities: Capabilities::new(),
+            ..Profile::new(
+                "reference-python",
+                Program::Command(words.to_vec()),
+                Capabilities::new(),
+            )
         }
     }
 
@@ -125,17 +129,12 @@ impl Profile {
         let words = shlex::split(line)
             .filter(|w| !w.is_empty())
             .ok_or_else(|| format!("--sidecar-cmd `{line}`: not a command line"))?;
-        let p = Profile {
-            name: "sidecar-cmd".into(),
-            program: Program::Command(words),
-            settings: BTreeMap::new(),
-            args: Vec::new(),
-            env: Vec::new(),
-            capabilities: Capabilities::new(),
-        };
-        p.check_program()
-            .map_err(|e| format!("--sidecar-cmd: {e}"))?;
-        Ok(p)
+        find_command(&words).map_err(|e| format!("--sidecar-cmd: {e}"))?;
+        Ok(Profile::new(
+            "sidecar-cmd",
+            Program::Command(words),
+            Capabilities::new(),
+        ))
     }
 
     /// Read a profile file (or a built-in profile's name).
@@ -149,28 +148,18 @@ impl Profile {
 
     /// Parse and check a profile file's text (`file` names it in errors).
     pub fn parse(file: &str, text: &str) -> Result<Profile, String> {
-        let at = |key: &str, msg: String| match line_of(text, key) {
+        let located = |line: Option<usize>, msg: String| match line {
             Some(l) => format!("{file}:{l}: {msg}"),
             None => format!("{file}: {msg}"),
         };
+        let at = |key: &str, msg: String| located(line_of(text, key), msg);
         let raw: toml::Table = text.parse().map_err(|e: toml::de::Error| {
             let line = e
                 .span()
                 .map(|s| 1 + text[..s.start.min(text.len())].matches('\n').count());
-            let msg = e.message().trim().replace('\n', "; ");
-            match line {
-                Some(l) => format!("{file}:{l}: {msg}"),
-                None => format!("{file}: {msg}"),
-            }
+            located(line, e.message().trim().replace('\n', "; "))
         })?;
-        let mut p = Profile {
-            name: file.to_string(),
-            program: Program::Command(Vec::new()),
-            settings: BTreeMap::new(),
-            args: Vec::new(),
-            env: Vec::new(),
-            capabilities: Capabilities::new(),
-        };
+        let mut p = Profile::new(file, Program::Command(Vec::new()), Capabilities::new());
         for (key, value) in &raw {
             match key.as_str() {
                 "name" => p.name = string(value).ok_or_else(|| at(key, "`name` is a string".into()))?,
@@ -201,7 +190,9 @@ impl Profile {
             return Err(format!("{file}: `command` is missing"));
         }
         p.check_twice(&at)?;
-        p.check_program().map_err(|e| at("command", e))?;
+        if let Program::Command(words) = &p.program {
+            find_command(words).map_err(|e| at("command", e))?;
+        }
         Ok(p)
     }
 
@@ -209,7 +200,7 @@ impl Profile {
     /// them, whichever came last).
     fn check_twice(&self, at: &dyn Fn(&str, String) -> String) -> Result<(), String> {
         let mut seen: BTreeMap<String, Setting> = BTreeMap::new();
-        for s in Setting::ALL {
+        for s in Setting::all() {
             let target = match self.mapping(s) {
                 Mapping::Flag(f) => format!("flag {f}"),
                 Mapping::Env(v) => format!("variable {v}"),
@@ -229,19 +220,6 @@ impl Profile {
         Ok(())
     }
 
-    /// The program must be something that can be run.
-    fn check_program(&self) -> Result<(), String> {
-        match &self.program {
-            Program::OurBinary(_) => Ok(()),
-            Program::Command(words) => {
-                let prog = words.first().ok_or("the command is empty")?;
-                find_program(prog)
-                    .map(|_| ())
-                    .ok_or_else(|| format!("command `{prog}` not found"))
-            }
-        }
-    }
-
     /// How `setting` reaches the sidecar.
     pub fn mapping(&self, setting: Setting) -> Mapping {
         match self.settings.get(&setting) {
@@ -256,11 +234,7 @@ impl Profile {
             Program::OurBinary(Some(p)) => (p.clone(), Vec::new()),
             Program::OurBinary(None) => (locate_binary()?, Vec::new()),
             Program::Command(words) => {
-                let (prog, rest) = words
-                    .split_first()
-                    .ok_or("the profile's command is empty")?;
-                let found =
-                    find_program(prog).ok_or_else(|| format!("command `{prog}` not found"))?;
+                let (found, rest) = find_command(words)?;
                 (found, rest.to_vec())
             }
         };
@@ -277,10 +251,9 @@ impl Profile {
             args.extend(crate::settings::switch_or_pair(f, v));
         }
         let given = |s: &Setting| settings.values.iter().any(|(g, _)| g == s);
-        let unset = Setting::ALL
-            .iter()
+        let unset = Setting::all()
             .filter(|s| !given(s))
-            .filter_map(|s| match self.mapping(*s) {
+            .filter_map(|s| match self.mapping(s) {
                 Mapping::Env(name) => Some(name),
                 _ => None,
             })
@@ -322,25 +295,21 @@ fn settings_table(
     let mut out = BTreeMap::new();
     for (k, v) in table {
         let s = Setting::parse(k).ok_or_else(|| {
-            let known: Vec<&str> = Setting::ALL.iter().map(|s| s.name()).collect();
+            let known: Vec<&str> = Setting::all().map(Setting::name).collect();
             at(
                 k,
                 format!("unknown setting `{k}` (known: {})", known.join(", ")),
             )
         })?;
-        let m = match v {
-            toml::Value::String(f) if f.starts_with('-') => Mapping::Flag(f.clone()),
-            toml::Value::Boolean(false) => Mapping::Dropped,
-            toml::Value::Table(t)
-                if t.len() == 1 && t.get("env").and_then(|e| e.as_str()).is_some() =>
-            {
-                Mapping::Env(
-                    t.get("env")
-                        .and_then(|e| e.as_str())
-                        .unwrap_or_default()
-                        .to_string(),
-                )
-            }
+        // `{ env = "NAME" }`, and nothing else in the table.
+        let env = v
+            .as_table()
+            .filter(|t| t.len() == 1)
+            .and_then(|t| t.get("env")?.as_str());
+        let m = match (v, env) {
+            (_, Some(name)) => Mapping::Env(name.to_string()),
+            (toml::Value::String(f), _) if f.starts_with('-') => Mapping::Flag(f.clone()),
+            (toml::Value::Boolean(false), _) => Mapping::Dropped,
             _ => {
                 return Err(at(
                     k,
@@ -365,6 +334,13 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
                 || l.contains(&format!("\"{key}\""))
         })
         .map(|i| i + 1)
+}
+
+/// A command line's program, found, and the arguments after it.
+fn find_command(words: &[String]) -> Result<(PathBuf, &[String]), String> {
+    let (prog, rest) = words.split_first().ok_or("the command is empty")?;
+    let found = find_program(prog).ok_or_else(|| format!("command `{prog}` not found"))?;
+    Ok((found, rest))
 }
 
 /// `prog` as a path that exists, or found on `$PATH`.

@@ -10,6 +10,12 @@
 //! target. Its [`LinkFault`] applies to new AND open connections (so a partition also
 //! freezes the pooled connections a client already holds). Jitter comes from a seeded RNG
 //! so one scenario seed gives one schedule.
+//!
+//! What each fault does over TCP: `latency` delays every chunk (plus a seeded random
+//! jitter), `bandwidth` caps the bytes per second each way, `blackhole` accepts and
+//! swallows every byte and never answers, `reset` resets open and new connections (RST,
+//! not FIN), `refuse` closes the listening port, and a one-way `partition` drops the
+//! bytes flowing one way while connections stay open.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -17,7 +23,6 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -25,47 +30,12 @@ use tokio::sync::watch;
 
 use mock_kit::{Events, Shutdown};
 
-/// What a link does wrong. `Heal` is the absence of a fault.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum LinkFault {
-    /// Forward normally.
-    Heal,
-    /// Delay every chunk by `ms` plus a uniform random `0..=jitter_ms`.
-    Latency {
-        /// The fixed delay, in ms.
-        ms: u64,
-        /// The most random delay added on top, in ms (default 0).
-        #[serde(default)]
-        jitter_ms: u64,
-    },
-    /// Forward at most this many bytes per second in each direction.
-    Bandwidth {
-        /// The rate, in bytes per second.
-        bytes_per_sec: u64,
-    },
-    /// Accept connections, swallow every byte, never answer.
-    Blackhole,
-    /// Reset open connections and every new one (RST, not FIN).
-    Reset,
-    /// Close the listening port: connects are refused.
-    Refuse,
-    /// Drop bytes flowing one way; connections stay open.
-    Partition {
-        /// Which way bytes are dropped.
-        direction: Direction,
-    },
-}
+use crate::lock;
 
-/// Direction of a one-way partition, from the client's point of view.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Direction {
-    /// Client → target bytes are lost (requests never arrive).
-    ToTarget,
-    /// Target → client bytes are lost (answers never arrive).
-    FromTarget,
-}
+/// What a link does wrong (`Heal`: nothing), and which way a one-way partition drops
+/// bytes: the simulator's words for its links, so a scenario's fault reads the same in
+/// both modes.
+pub use sim::{Direction, LinkFault};
 
 #[derive(Clone, Debug)]
 struct LinkState {
@@ -80,14 +50,11 @@ pub struct Proxy {
     inner: Arc<Inner>,
 }
 
-/// A clone of a proxy, handed to a task that heals it later.
-pub type LinkHandle = Proxy;
-
 #[derive(Debug)]
 struct Inner {
     name: String,
     addr: SocketAddr,
-    target: Arc<Mutex<SocketAddr>>,
+    target: SocketAddr,
     state: watch::Sender<LinkState>,
     shutdown: Shutdown,
     events: Events,
@@ -95,25 +62,8 @@ struct Inner {
 }
 
 impl Proxy {
-    /// Listen on `127.0.0.1:0` and forward to `target`.
-    pub async fn start(
-        name: &str,
-        target: SocketAddr,
-        seed: u64,
-        events: Events,
-    ) -> std::io::Result<Proxy> {
-        Proxy::start_on(
-            name,
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-            target,
-            seed,
-            events,
-        )
-        .await
-    }
-
     /// Listen on `listen` (port 0: any free port) and forward to `target`.
-    pub async fn start_on(
+    pub async fn start(
         name: &str,
         listen: SocketAddr,
         target: SocketAddr,
@@ -130,7 +80,7 @@ impl Proxy {
             inner: Arc::new(Inner {
                 name: name.to_string(),
                 addr,
-                target: Arc::new(Mutex::new(target)),
+                target,
                 state,
                 shutdown: Shutdown::new(),
                 events,
@@ -141,11 +91,6 @@ impl Proxy {
         Ok(proxy)
     }
 
-    /// The link's name, as events and reports show it.
-    pub fn name(&self) -> &str {
-        &self.inner.name
-    }
-
     /// The address clients dial.
     pub fn addr(&self) -> SocketAddr {
         self.inner.addr
@@ -154,11 +99,6 @@ impl Proxy {
     /// The address clients dial, as an `http://` URL.
     pub fn url(&self) -> String {
         format!("http://{}", self.inner.addr)
-    }
-
-    /// Point the proxy somewhere else (a restarted member on a new port).
-    pub fn retarget(&self, target: SocketAddr) {
-        *lock(&self.inner.target) = target;
     }
 
     /// The fault the link has now (`Heal`: none).
@@ -210,15 +150,10 @@ impl Proxy {
         }
     }
 
-    /// A clone of the proxy, for a task that heals it later.
-    pub fn handle(&self) -> LinkHandle {
-        self.clone()
-    }
-
     fn spawn_acceptor(&self, listener: TcpListener) {
         let mut state = self.inner.state.subscribe();
         let shutdown = self.inner.shutdown.clone();
-        let target = self.inner.target.clone();
+        let to = self.inner.target;
         let rng = self.inner.rng.clone();
         let link = self.inner.state.clone();
         tokio::spawn(async move {
@@ -231,7 +166,6 @@ impl Proxy {
                     changed = state.changed() => if changed.is_err() { return },
                     accepted = listener.accept() => {
                         let Ok((client, _)) = accepted else { continue };
-                        let to = *lock(&target);
                         let conn_rng = StdRng::seed_from_u64(lock(&rng).gen());
                         tokio::spawn(serve_conn(client, to, link.subscribe(), shutdown.clone(), conn_rng));
                     }
@@ -244,13 +178,6 @@ impl Proxy {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.shutdown.trigger();
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }
 
@@ -268,21 +195,14 @@ async fn serve_conn(
         return;
     }
     let _ = client.set_nodelay(true);
-    let upstream = if matches!(fault, LinkFault::Blackhole) {
-        None
-    } else {
-        match tokio::time::timeout(Duration::from_secs(3), TcpStream::connect(target)).await {
-            Ok(Ok(s)) => Some(s),
-            _ => {
-                // Target down: the client sees a reset, like a dead backend behind a LB.
-                let _ = client.set_zero_linger();
-                return;
-            }
-        }
-    };
-    let Some(upstream) = upstream else {
-        // Blackhole: hold the connection, read and drop, until healed or reset.
-        blackhole(client, state, shutdown, generation).await;
+    if matches!(fault, LinkFault::Blackhole) {
+        // Hold the connection, read and drop, until healed or reset.
+        return blackhole(client, state, shutdown, generation).await;
+    }
+    let connect = tokio::time::timeout(Duration::from_secs(3), TcpStream::connect(target));
+    let Ok(Ok(upstream)) = connect.await else {
+        // Target down: the client sees a reset, like a dead backend behind a LB.
+        let _ = client.set_zero_linger();
         return;
     };
     let _ = upstream.set_nodelay(true);
@@ -290,24 +210,12 @@ async fn serve_conn(
     let (ur, uw) = upstream.into_split();
     let rng = Arc::new(Mutex::new(rng));
     let conn_stop = shutdown.child();
-    let up = tokio::spawn(pump(
-        cr,
-        uw,
-        Direction::ToTarget,
-        state.clone(),
-        conn_stop.clone(),
-        rng.clone(),
-        generation,
-    ));
-    let down = tokio::spawn(pump(
-        ur,
-        cw,
-        Direction::FromTarget,
-        state,
-        conn_stop.clone(),
-        rng,
-        generation,
-    ));
+    let spawn_pump = |from, to, dir| {
+        let (state, stop, rng) = (state.clone(), conn_stop.clone(), rng.clone());
+        tokio::spawn(pump(from, to, dir, state, stop, rng, generation))
+    };
+    let up = spawn_pump(cr, uw, Direction::ToTarget);
+    let down = spawn_pump(ur, cw, Direction::FromTarget);
     let _ = up.await;
     conn_stop.trigger();
     let _ = down.await;
@@ -427,6 +335,10 @@ mod tests {
         addr
     }
 
+    fn loopback() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    }
+
     async fn roundtrip(addr: SocketAddr) -> std::io::Result<Vec<u8>> {
         let mut s = TcpStream::connect(addr).await?;
         s.write_all(b"ping").await?;
@@ -440,7 +352,7 @@ mod tests {
     #[tokio::test]
     async fn forwards_and_applies_faults() {
         let target = echo_server().await;
-        let p = Proxy::start("t", target, 1, Events::none("t"))
+        let p = Proxy::start("t", loopback(), target, 1, Events::none("t"))
             .await
             .unwrap();
         assert_eq!(roundtrip(p.addr()).await.unwrap(), b"ping");
@@ -476,14 +388,14 @@ mod tests {
     /// Two proxies on one port of two loopback hosts, each to its own target, as a
     /// sidecar's links to two master replicas are.
     #[tokio::test]
-    async fn start_on_shares_a_port_across_loopback_hosts() {
+    async fn one_port_is_shared_across_loopback_hosts() {
         let (a, b) = (echo_server().await, echo_server().await);
         let any = SocketAddr::from(([127, 0, 0, 1], 0));
-        let p0 = Proxy::start_on("a", any, a, 1, Events::none("t"))
+        let p0 = Proxy::start("a", any, a, 1, Events::none("t"))
             .await
             .unwrap();
         let port = p0.addr().port();
-        let p1 = Proxy::start_on(
+        let p1 = Proxy::start(
             "b",
             SocketAddr::from(([127, 0, 0, 2], port)),
             b,
@@ -496,14 +408,14 @@ mod tests {
         assert_eq!(roundtrip(p0.addr()).await.unwrap(), b"ping");
         assert_eq!(roundtrip(p1.addr()).await.unwrap(), b"ping");
         // The same address twice is refused.
-        let again = Proxy::start_on("c", p1.addr(), b, 3, Events::none("t")).await;
+        let again = Proxy::start("c", p1.addr(), b, 3, Events::none("t")).await;
         assert!(again.is_err());
     }
 
     #[tokio::test]
     async fn latency_delays_each_way() {
         let target = echo_server().await;
-        let p = Proxy::start("t", target, 1, Events::none("t"))
+        let p = Proxy::start("t", loopback(), target, 1, Events::none("t"))
             .await
             .unwrap();
         p.set(LinkFault::Latency {
@@ -531,7 +443,7 @@ mod tests {
     #[tokio::test]
     async fn reset_kills_open_connections() {
         let target = echo_server().await;
-        let p = Proxy::start("t", target, 1, Events::none("t"))
+        let p = Proxy::start("t", loopback(), target, 1, Events::none("t"))
             .await
             .unwrap();
         let mut s = TcpStream::connect(p.addr()).await.unwrap();

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use mock_kit::Shutdown;
 
+use crate::cluster::{Cluster, Signal};
 use crate::etcd_view::Gateway;
 use crate::fakes_config::{etcd_config, incarnation_of, master_replica_config, vllm_config};
 use crate::load::{LoadGen, Routed};
@@ -95,11 +96,8 @@ pub enum EtcdKind {
 impl EtcdKind {
     /// Resolve the scenario's need against the runner's choice; `Err` is a skip reason.
     pub fn resolve(need: EtcdNeed, choice: &EtcdChoice) -> Result<EtcdKind, String> {
-        let real_missing = crate::real_etcd::unavailable();
-        let real = |k: EtcdKind| match &real_missing {
-            Some(why) => Err(why.clone()),
-            None => Ok(k),
-        };
+        // Real etcd, unless it cannot run here (why not is the skip reason).
+        let real = |k: EtcdKind| local_etcd::unavailable().map_or(Ok(k), Err);
         match (need, choice) {
             (EtcdNeed::Fake, _) => Ok(EtcdKind::Fake),
             (EtcdNeed::Cluster3, _) => real(EtcdKind::Cluster3),
@@ -188,20 +186,20 @@ impl ReplicaCounts {
             return Arc::default();
         };
         *seen = c.update(incarnation, counts);
-        match self.seen.as_slice() {
-            [one] => one.clone(),
-            several => Arc::new(sum_counts(several)),
-        }
+        sum_counts(&self.seen)
     }
 }
 
-/// Counts by status, added up.
-fn sum_counts(all: &[Arc<BTreeMap<u16, u64>>]) -> BTreeMap<u16, u64> {
+/// Counts by status, added up (one set of counts is shared as it is).
+fn sum_counts(all: &[Arc<BTreeMap<u16, u64>>]) -> Arc<BTreeMap<u16, u64>> {
+    if let [one] = all {
+        return one.clone();
+    }
     let mut sum = BTreeMap::new();
     for (s, n) in all.iter().flat_map(|c| c.iter()) {
         *sum.entry(*s).or_default() += n;
     }
-    sum
+    Arc::new(sum)
 }
 
 /// A running cluster for one scenario.
@@ -213,6 +211,8 @@ pub struct RealCluster {
     pub(crate) seed: u64,
     pub(crate) topology: Topology,
     opts: ClusterOptions,
+    /// The etcd key namespace of this run: the topology's, the scenario name and a
+    /// per-run suffix.
     namespace: String,
     pub(crate) etcd: Etcd,
     etcd_urls: Vec<String>,
@@ -332,16 +332,14 @@ async fn master_proxies(
         let mut port = 0;
         let mut taken = None;
         for (k, t) in targets.iter().enumerate() {
-            let host: std::net::IpAddr = MasterTopology::replica_host(k)
-                .parse()
-                .map_err(|e| format!("master replica {k}'s host: {e}"))?;
+            let host = replica_ip(k)?;
             let label = if targets.len() > 1 {
                 format!("{name}->master#{k}")
             } else {
                 format!("{name}->master")
             };
             let listen = SocketAddr::new(host, port);
-            match Proxy::start_on(
+            match Proxy::start(
                 &label,
                 listen,
                 *t,
@@ -369,6 +367,45 @@ async fn master_proxies(
         }
     }
     Err(last)
+}
+
+/// Master replica `k`'s loopback host ([`MasterTopology::replica_host`]).
+fn replica_ip(k: usize) -> Result<std::net::IpAddr, String> {
+    MasterTopology::replica_host(k)
+        .parse()
+        .map_err(|e| format!("master replica {k}'s host: {e}"))
+}
+
+/// A proxy on loopback named `name`, forwarding to `target`.
+async fn link(
+    name: &str,
+    target: SocketAddr,
+    seed: u64,
+    timeline: &Arc<Timeline>,
+) -> Result<Proxy, String> {
+    let listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    Proxy::start(name, listen, target, seed, timeline.source(Source::Link))
+        .await
+        .map_err(io("proxy"))
+}
+
+/// `from`'s links to etcd: one proxy `<from>->etcd#<k>` to each endpoint `k`.
+async fn etcd_links(
+    from: &str,
+    targets: &[SocketAddr],
+    next_seed: &mut impl FnMut() -> u64,
+    timeline: &Arc<Timeline>,
+) -> Result<Vec<Proxy>, String> {
+    let mut out = Vec::with_capacity(targets.len());
+    for (k, t) in targets.iter().enumerate() {
+        out.push(link(&format!("{from}->etcd#{k}"), *t, next_seed(), timeline).await?);
+    }
+    Ok(out)
+}
+
+/// The URLs of `proxies`, comma-separated.
+fn urls(proxies: &[Proxy]) -> String {
+    proxies.iter().map(Proxy::url).collect::<Vec<_>>().join(",")
 }
 
 fn io<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
@@ -443,38 +480,19 @@ impl RealCluster {
             proxy_seed
         };
         // Sidecars get `etcd_endpoints` endpoints; with several members, one per member.
-        let endpoint_targets: Vec<SocketAddr> = if targets.len() > 1 {
-            targets.clone()
-        } else {
-            targets
-                .iter()
-                .copied()
-                .cycle()
-                .take(topo.etcd_endpoints)
-                .collect()
+        let endpoints = match targets.len() {
+            1 => topo.etcd_endpoints,
+            members => members,
         };
+        let endpoint_targets: Vec<SocketAddr> =
+            targets.iter().copied().cycle().take(endpoints).collect();
 
-        let mut master_links = Vec::new();
-        for (k, t) in targets.iter().enumerate() {
-            master_links.push(
-                Proxy::start(
-                    &format!("master->etcd#{k}"),
-                    *t,
-                    next_seed(),
-                    timeline.source(Source::Link),
-                )
-                .await
-                .map_err(io("proxy"))?,
-            );
-        }
+        let master_links = etcd_links("master", &targets, &mut next_seed, &timeline).await?;
         // Replica 0 first: with several, it is the likeliest to win the first election.
         let mut masters = Vec::new();
         for k in 0..topo.master.replicas.max(1) {
-            let host: std::net::IpAddr = MasterTopology::replica_host(k)
-                .parse()
-                .map_err(|e| format!("master replica {k}'s host: {e}"))?;
             let cfg = mock_master::Config {
-                listen: SocketAddr::new(host, 0),
+                listen: SocketAddr::new(replica_ip(k)?, 0),
                 etcd_endpoints: master_links.iter().map(|p| p.url()).collect(),
                 ..master_replica_config(topo, &namespace, k)
             };
@@ -489,29 +507,17 @@ impl RealCluster {
             let vllm = mock_vllm::start(vcfg, timeline.source(Source::Vllm(&name)))
                 .await
                 .map_err(io("starting fake vLLM"))?;
-            let mut etcd_links = Vec::new();
-            for (k, t) in endpoint_targets.iter().enumerate() {
-                etcd_links.push(
-                    Proxy::start(
-                        &format!("{name}->etcd#{k}"),
-                        *t,
-                        next_seed(),
-                        timeline.source(Source::Link),
-                    )
-                    .await
-                    .map_err(io("proxy"))?,
-                );
-            }
+            let etcd_links =
+                etcd_links(&name, &endpoint_targets, &mut next_seed, &timeline).await?;
             let master_proxies =
                 master_proxies(&name, &master_addrs, &mut next_seed, &timeline).await?;
-            let vllm_link = Proxy::start(
+            let vllm_link = link(
                 &format!("{name}->vllm"),
                 vllm.addr(),
                 next_seed(),
-                timeline.source(Source::Link),
+                &timeline,
             )
-            .await
-            .map_err(io("proxy"))?;
+            .await?;
             let register_addr = vllm.addr().to_string();
             instances.push(Instance {
                 name,
@@ -547,13 +553,8 @@ impl RealCluster {
             masters_seen: Arc::default(),
             master_token_set: None,
         };
-        let starts: Vec<usize> = (0..topo.instances)
-            .filter(|i| topo.instance(*i).start_sidecar)
-            .collect();
-        if !starts.is_empty() {
-            for i in starts {
-                cluster.start_sidecar(i, None)?;
-            }
+        for i in (0..topo.instances).filter(|i| topo.instance(*i).start_sidecar) {
+            cluster.start_sidecar(i, None)?;
         }
         Ok(cluster)
     }
@@ -561,9 +562,8 @@ impl RealCluster {
     /// Instance `i`'s sidecar settings, overrides applied.
     fn sidecar_settings(&self, i: usize) -> Result<SidecarSettings, String> {
         let inst = self.instances.get(i).ok_or("no such instance")?;
-        let etcd: Vec<String> = inst.etcd_links.iter().map(|p| p.url()).collect();
         let peers = Peers {
-            etcd: etcd.join(","),
+            etcd: urls(&inst.etcd_links),
             vllm: inst.vllm_link.url(),
             master: inst
                 .master_proxies
@@ -598,24 +598,6 @@ impl RealCluster {
         Ok(())
     }
 
-    /// Each instance's registered address, topology order.
-    pub fn addrs(&self) -> Vec<String> {
-        self.instances
-            .iter()
-            .map(|x| x.register_addr.clone())
-            .collect()
-    }
-
-    /// The etcd key namespace of this run: the topology's, the scenario name and a per-run suffix.
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
-    /// The instance index of each request the master routed, in completion order.
-    pub fn routed(&self) -> Vec<usize> {
-        self.routed.snapshot()
-    }
-
     /// Every endpoint, for `scenarios up` and reports.
     pub fn endpoints(&self) -> Vec<(String, String)> {
         let mut v = vec![
@@ -641,19 +623,11 @@ impl RealCluster {
             ));
             v.push((
                 format!("{} master (via proxy)", inst.name),
-                inst.master_proxies
-                    .iter()
-                    .map(Proxy::url)
-                    .collect::<Vec<_>>()
-                    .join(","),
+                urls(&inst.master_proxies),
             ));
             v.push((
                 format!("{} etcd (via proxy)", inst.name),
-                inst.etcd_links
-                    .iter()
-                    .map(|p| p.url())
-                    .collect::<Vec<_>>()
-                    .join(","),
+                urls(&inst.etcd_links),
             ));
             v.push((format!("{} key", inst.name), inst.key.clone()));
         }
@@ -717,11 +691,8 @@ impl RealCluster {
                     .collect()
             }
         };
-        let watched = self
-            .masters
-            .iter()
-            .position(|m| m.running && m.master.is_master())
-            .or_else(|| self.masters.iter().position(|m| m.running));
+        let watched =
+            Cluster::elected_master(self).or_else(|| self.masters.iter().position(|m| m.running));
         let views: HashMap<String, mock_master::InstanceView> = watched
             .and_then(|k| self.masters.get(k))
             .map(|m| m.master.instances())
@@ -741,28 +712,21 @@ impl RealCluster {
                 view.map(|v| v.incarnation),
                 view.map_or(&BTreeMap::new(), |v| v.heartbeats),
             );
-            let (sidecar_running, sidecar_exit) = match &inst.sidecar {
-                Some(p) => (p.running(), p.exit_code()),
-                None => (false, None),
-            };
+            let sidecar = inst.sidecar.as_ref();
             let view = view.map(|v| (v, inst.incarnations.intern(v.incarnation)));
             out.push(InstanceObs::from_views(
                 etcd,
                 view,
                 heartbeats,
-                sidecar_running,
-                sidecar_exit,
+                sidecar.is_some_and(SidecarProc::running),
+                sidecar.and_then(SidecarProc::exit_code),
             ));
         }
         // Each replica's answers over the run; their sum holds the answers no replica
         // could attribute to an instance (401 has no name).
         let per_replica: Vec<Arc<BTreeMap<u16, u64>>> =
             self.masters.iter_mut().map(MasterReplica::counts).collect();
-        let global = match per_replica.as_slice() {
-            [one] => one.clone(),
-            several => Arc::new(sum_counts(several)),
-        };
-        attribute_unnamed_401(&mut out, &global);
+        attribute_unnamed_401(&mut out, &sum_counts(&per_replica));
         let next = crate::observe::Masters {
             elected: master_value.and_then(|v| self.topology.master.replica_named(&v)),
             accepted: per_replica
@@ -781,11 +745,7 @@ impl RealCluster {
 
     /// Stop every load generator.
     pub(crate) fn stop_loads(&self) {
-        let gens = match self.load.lock() {
-            Ok(mut g) => std::mem::take(&mut *g),
-            Err(p) => std::mem::take(&mut *p.into_inner()),
-        };
-        for g in gens {
+        for g in std::mem::take(&mut *crate::lock(&self.load)) {
             g.stop();
         }
     }
@@ -803,15 +763,11 @@ impl RealCluster {
     pub async fn shutdown(mut self) {
         self.stop.trigger();
         self.stop_loads();
-        for inst in &self.instances {
-            if let Some(p) = inst.sidecar.as_ref() {
-                p.kill_now();
-            }
+        for p in self.instances.iter().filter_map(|x| x.sidecar.as_ref()) {
+            p.send(Signal::Kill);
         }
-        for inst in &mut self.instances {
-            if let Some(p) = inst.sidecar.as_mut() {
-                p.wait(Duration::from_secs(5)).await;
-            }
+        for p in self.instances.iter_mut().filter_map(|x| x.sidecar.as_mut()) {
+            p.wait(Duration::from_secs(5)).await;
         }
         let mut stops = Vec::new();
         for inst in &self.instances {
@@ -881,6 +837,6 @@ mod tests {
     fn sums_add_up_by_status() {
         let a = Arc::new(counts(&[(200, 1), (409, 2)]));
         let b = Arc::new(counts(&[(200, 3)]));
-        assert_eq!(sum_counts(&[a, b]), counts(&[(200, 4), (409, 2)]));
+        assert_eq!(*sum_counts(&[a, b]), counts(&[(200, 4), (409, 2)]));
     }
 }

@@ -17,9 +17,7 @@ use local_etcd::{Cluster, Options};
 use mock_kit::Events;
 
 /// Why real etcd cannot run here, if it cannot.
-pub fn unavailable() -> Option<String> {
-    local_etcd::unavailable()
-}
+pub use local_etcd::unavailable;
 
 /// A running real etcd cluster (1 or 3 members).
 pub struct RealEtcd {
@@ -91,17 +89,8 @@ impl RealEtcd {
 
     /// Index of the current leader, asked of the live members.
     pub async fn leader(&self) -> Option<usize> {
-        for (&client, _) in self.clients.iter().zip(&self.live).filter(|(_, l)| **l) {
-            let Ok(r) = self
-                .http
-                .post(format!("http://{client}/v3/maintenance/status"))
-                .body("{}")
-                .send()
-                .await
-            else {
-                continue;
-            };
-            let Ok(v) = r.json::<serde_json::Value>().await else {
+        for &client in self.live_clients() {
+            let Some(v) = self.status(client).await else {
                 continue;
             };
             let leader = v.get("leader").and_then(json_u64);
@@ -111,31 +100,38 @@ impl RealEtcd {
                     return self.clients.iter().position(|x| *x == client);
                 }
                 // Ask the others who they are.
-                for (i, other) in self
-                    .clients
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| self.live.get(*i) == Some(&true))
-                {
-                    let Ok(r) = self
-                        .http
-                        .post(format!("http://{other}/v3/maintenance/status"))
-                        .body("{}")
-                        .send()
-                        .await
-                    else {
-                        continue;
-                    };
-                    let Ok(v) = r.json::<serde_json::Value>().await else {
+                for &other in self.live_clients() {
+                    let Some(v) = self.status(other).await else {
                         continue;
                     };
                     if v.pointer("/header/member_id").and_then(json_u64) == Some(leader) {
-                        return Some(i);
+                        return self.clients.iter().position(|x| *x == other);
                     }
                 }
             }
         }
         None
+    }
+
+    /// The client addresses of the members this run has not killed.
+    fn live_clients(&self) -> impl Iterator<Item = &SocketAddr> {
+        self.clients
+            .iter()
+            .zip(&self.live)
+            .filter(|(_, l)| **l)
+            .map(|(c, _)| c)
+    }
+
+    /// A member's `/v3/maintenance/status` answer, if it gives one.
+    async fn status(&self, client: SocketAddr) -> Option<serde_json::Value> {
+        let r = self
+            .http
+            .post(format!("http://{client}/v3/maintenance/status"))
+            .body("{}")
+            .send()
+            .await
+            .ok()?;
+        r.json().await.ok()
     }
 
     /// Kill a member (SIGKILL). `which` is `"leader"` or an index. Answers the index.

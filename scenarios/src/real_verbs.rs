@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::cluster::{Arming, Cluster, DutyCycle, LinkSel, LoadSpec, Signal, Stoppable};
 use crate::load::LoadGen;
 use crate::observe::Sample;
-use crate::proxy::{LinkFault, LinkHandle, Proxy};
+use crate::proxy::{LinkFault, Proxy};
 use crate::real_cluster::{Etcd, Instance, MasterReplica, RealCluster};
 use crate::real_pause::{self, Switch};
 use crate::timeline::{Source, Timeline};
@@ -25,12 +25,10 @@ impl RealCluster {
     /// The proxies a link selection names.
     fn proxies(&self, sel: &LinkSel) -> Vec<&Proxy> {
         fn picked(ps: &[Proxy], endpoint: Option<usize>) -> Vec<&Proxy> {
-            let on = |k: &usize| endpoint.is_none_or(|e| e == *k);
-            ps.iter()
-                .enumerate()
-                .filter(|(k, _)| on(k))
-                .map(|(_, p)| p)
-                .collect()
+            match endpoint {
+                Some(e) => ps.get(e).into_iter().collect(),
+                None => ps.iter().collect(),
+            }
         }
         if sel.link == LinkKind::MasterEtcd {
             return picked(&self.master_links, sel.endpoint);
@@ -97,7 +95,8 @@ impl Cluster for RealCluster {
     }
 
     fn addrs(&self) -> Vec<String> {
-        RealCluster::addrs(self)
+        let addrs = self.instances.iter().map(|x| x.register_addr.clone());
+        addrs.collect()
     }
 
     fn sidecar_output(&self, i: usize) -> Vec<String> {
@@ -110,14 +109,8 @@ impl Cluster for RealCluster {
     }
 
     fn sidecar_signal(&mut self, i: usize, signal: Signal) -> Result<(), String> {
-        let Some(p) = self.instance(i)?.sidecar.as_ref() else {
-            return Ok(());
-        };
-        match signal {
-            Signal::Term => p.terminate(),
-            Signal::Kill => p.kill_now(),
-            Signal::Drain => p.drain(),
-            Signal::Undrain => p.undrain(),
+        if let Some(p) = self.instance(i)?.sidecar.as_ref() {
+            p.send(signal);
         }
         Ok(())
     }
@@ -211,14 +204,11 @@ impl Cluster for RealCluster {
             return Err("etcd_kill / etcd_restart need real etcd".into());
         };
         let mut members = r.lock().await;
-        match up {
-            false => members.kill(which).await,
-            true => members.restart(which).await,
-        }
-        .map_err(|e| {
-            let doing = if up { "restarting" } else { "killing" };
-            format!("{doing} etcd member: {e}")
-        })
+        let (done, doing) = match up {
+            false => (members.kill(which).await, "killing"),
+            true => (members.restart(which).await, "restarting"),
+        };
+        done.map_err(|e| format!("{doing} etcd member: {e}"))
     }
 
     async fn master_restart(&mut self, k: usize, relist: bool) -> Result<(), String> {
@@ -288,15 +278,15 @@ impl Cluster for RealCluster {
         let Some(d) = heal_after else {
             return Ok(());
         };
-        let owned: Vec<(LinkHandle, LinkFault)> =
-            links.iter().map(|p| (p.handle(), fault.clone())).collect();
+        let owned: Vec<Proxy> = links.into_iter().cloned().collect();
+        let fault = fault.clone();
         let stop = self.stop.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = stop.wait() => {}
                 _ = tokio::time::sleep(d) => {
-                    for (h, f) in owned {
-                        h.heal_if(&f).await;
+                    for p in owned {
+                        p.heal_if(&fault).await;
                     }
                 }
             }
@@ -335,7 +325,7 @@ impl Cluster for RealCluster {
                 true,
             ),
         };
-        let names = RealCluster::addrs(self);
+        let names = self.addrs();
         let gen = LoadGen::start(
             url,
             route.then(|| (names, self.routed.clone())),
@@ -345,10 +335,7 @@ impl Cluster for RealCluster {
             self.seed ^ self.timeline.now(),
             self.timeline.source(Source::Load),
         );
-        match self.load.lock() {
-            Ok(mut g) => g.push(gen),
-            Err(p) => p.into_inner().push(gen),
-        }
+        crate::lock(&self.load).push(gen);
         Ok(())
     }
 

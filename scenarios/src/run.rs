@@ -141,25 +141,17 @@ pub async fn run_scenario(
     outcome
 }
 
-/// `--etcd real --etcd-cluster 3` means a real 3-member cluster.
-pub fn etcd_choice(etcd: &EtcdChoice, members: &str) -> EtcdChoice {
-    match (etcd, members) {
-        (EtcdChoice::Real, "3") => EtcdChoice::Real3,
-        (e, _) => e.clone(),
-    }
-}
-
-/// Locate (or build) our sidecar binary once, before any scenario starts (another
-/// profile's command is found when the profile is read).
+/// Locate (or build) our sidecar binary once, before any scenario starts, when our
+/// sidecar runs (another profile's command is found when the profile is read).
 pub fn prepare(
     mut opts: RunOptions,
     list: &[crate::library::Loaded],
 ) -> Result<RunOptions, String> {
-    if opts.profile.is_some() {
-        return Ok(opts);
-    }
-    let needs_sidecar = list.iter().any(|l| starts_sidecars(&l.scenario));
-    if opts.sidecar_bin.is_none() && needs_sidecar {
+    let ours = opts
+        .profile
+        .as_ref()
+        .is_none_or(|p| p.program == Program::OurBinary(None));
+    if ours && opts.sidecar_bin.is_none() && list.iter().any(|l| starts_sidecars(&l.scenario)) {
         opts.sidecar_bin = Some(crate::sidecar::locate_binary()?);
     }
     Ok(opts)
@@ -193,20 +185,12 @@ pub async fn run_many(
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let sem = Arc::new(tokio::sync::Semaphore::new(jobs.max(1)));
-    let mut order: Vec<usize> = (0..list.len()).collect();
-    order.sort_by_key(|i| {
-        std::cmp::Reverse(
-            list.get(*i)
-                .map(|l| l.scenario.topology.instances)
-                .unwrap_or(0),
-        )
-    });
+    let mut order: Vec<(usize, crate::library::Loaded)> =
+        list.iter().cloned().enumerate().collect();
+    order.sort_by_key(|(_, l)| std::cmp::Reverse(l.scenario.topology.instances));
     let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut handles = Vec::new();
-    for i in order {
-        let Some(l) = list.get(i).cloned() else {
-            continue;
-        };
+    for (i, l) in order {
         let (sem, opts, multi, total, failed) = (
             sem.clone(),
             opts.clone(),
@@ -252,14 +236,14 @@ pub async fn run_many(
             }),
         ));
     }
-    let mut out: Vec<(usize, Outcome)> = Vec::new();
-    for (i, h) in handles {
+    handles.sort_by_key(|(i, _)| *i);
+    let mut out = Vec::new();
+    for (_, h) in handles {
         match h.await {
-            Ok(o) => out.push((i, o)),
+            Ok(o) => out.push(o),
             Err(e) => tracing::error!(error = %e, "scenario task panicked"),
         }
     }
     total.finish_and_clear();
-    out.sort_by_key(|(i, _)| *i);
-    out.into_iter().map(|(_, o)| o).collect()
+    out
 }

@@ -49,88 +49,66 @@ pub enum Setting {
     Model,
 }
 
+/// Every setting, in declaration order (the order our flags are given), with the name
+/// profiles use and the flag our `vllm-sidecar` takes it by.
+const TABLE: [(Setting, &str, &str); 19] = [
+    (Setting::EtcdEndpoints, "etcd_endpoints", "--etcd-endpoints"),
+    (Setting::EtcdNamespace, "etcd_namespace", "--etcd-namespace"),
+    (Setting::EtcdTimeout, "etcd_timeout", "--etcd-timeout"),
+    (Setting::EtcdUsername, "etcd_username", "--etcd-username"),
+    (Setting::EtcdPassword, "etcd_password", "--etcd-password"),
+    (Setting::VllmUrl, "vllm_url", "--vllm-url"),
+    (Setting::RegisterAddr, "register_addr", "--register-addr"),
+    (Setting::InstanceType, "instance_type", "--instance-type"),
+    (Setting::InstanceName, "instance_name", "--instance-name"),
+    (Setting::LeaseTtl, "lease_ttl", "--lease-ttl"),
+    (
+        Setting::KeepaliveInterval,
+        "keepalive_interval",
+        "--keepalive-interval",
+    ),
+    (Setting::HealthTimeout, "health_timeout", "--health-timeout"),
+    (
+        Setting::HealthFailThreshold,
+        "health_fail_threshold",
+        "--health-fail-threshold",
+    ),
+    (Setting::MasterUrl, "master_url", "--xllm-service-url"),
+    (
+        Setting::HeartbeatInterval,
+        "heartbeat_interval",
+        "--heartbeat-interval",
+    ),
+    (Setting::InternalToken, "internal_token", "--internal-token"),
+    (Setting::LogFormat, "log_format", "--log-format"),
+    (Setting::LogLevel, "log_level", "--log-level"),
+    (Setting::Model, "model", "--model"),
+];
+
 impl Setting {
     /// Every setting, in the order our flags are given.
-    pub const ALL: [Setting; 19] = [
-        Setting::EtcdEndpoints,
-        Setting::EtcdNamespace,
-        Setting::EtcdTimeout,
-        Setting::EtcdUsername,
-        Setting::EtcdPassword,
-        Setting::VllmUrl,
-        Setting::RegisterAddr,
-        Setting::InstanceType,
-        Setting::InstanceName,
-        Setting::LeaseTtl,
-        Setting::KeepaliveInterval,
-        Setting::HealthTimeout,
-        Setting::HealthFailThreshold,
-        Setting::MasterUrl,
-        Setting::HeartbeatInterval,
-        Setting::InternalToken,
-        Setting::LogFormat,
-        Setting::LogLevel,
-        Setting::Model,
-    ];
+    pub fn all() -> impl Iterator<Item = Setting> {
+        TABLE.iter().map(|(s, _, _)| *s)
+    }
 
     /// The name profiles use (`lease_ttl`).
     pub fn name(self) -> &'static str {
-        match self {
-            Setting::EtcdEndpoints => "etcd_endpoints",
-            Setting::EtcdNamespace => "etcd_namespace",
-            Setting::EtcdTimeout => "etcd_timeout",
-            Setting::EtcdUsername => "etcd_username",
-            Setting::EtcdPassword => "etcd_password",
-            Setting::VllmUrl => "vllm_url",
-            Setting::RegisterAddr => "register_addr",
-            Setting::InstanceType => "instance_type",
-            Setting::InstanceName => "instance_name",
-            Setting::LeaseTtl => "lease_ttl",
-            Setting::KeepaliveInterval => "keepalive_interval",
-            Setting::HealthTimeout => "health_timeout",
-            Setting::HealthFailThreshold => "health_fail_threshold",
-            Setting::MasterUrl => "master_url",
-            Setting::HeartbeatInterval => "heartbeat_interval",
-            Setting::InternalToken => "internal_token",
-            Setting::LogFormat => "log_format",
-            Setting::LogLevel => "log_level",
-            Setting::Model => "model",
-        }
+        TABLE[self as usize].1
     }
 
     /// The flag our `vllm-sidecar` takes it by.
     pub fn our_flag(self) -> &'static str {
-        match self {
-            Setting::EtcdEndpoints => "--etcd-endpoints",
-            Setting::EtcdNamespace => "--etcd-namespace",
-            Setting::EtcdTimeout => "--etcd-timeout",
-            Setting::EtcdUsername => "--etcd-username",
-            Setting::EtcdPassword => "--etcd-password",
-            Setting::VllmUrl => "--vllm-url",
-            Setting::RegisterAddr => "--register-addr",
-            Setting::InstanceType => "--instance-type",
-            Setting::InstanceName => "--instance-name",
-            Setting::LeaseTtl => "--lease-ttl",
-            Setting::KeepaliveInterval => "--keepalive-interval",
-            Setting::HealthTimeout => "--health-timeout",
-            Setting::HealthFailThreshold => "--health-fail-threshold",
-            Setting::MasterUrl => "--xllm-service-url",
-            Setting::HeartbeatInterval => "--heartbeat-interval",
-            Setting::InternalToken => "--internal-token",
-            Setting::LogFormat => "--log-format",
-            Setting::LogLevel => "--log-level",
-            Setting::Model => "--model",
-        }
+        TABLE[self as usize].2
     }
 
     /// The setting a profile names `name`.
     pub fn parse(name: &str) -> Option<Setting> {
-        Setting::ALL.into_iter().find(|s| s.name() == name)
+        Setting::all().find(|s| s.name() == name)
     }
 
     /// The setting our flag `flag` gives, if it is one.
     pub fn of_our_flag(flag: &str) -> Option<Setting> {
-        Setting::ALL.into_iter().find(|s| s.our_flag() == flag)
+        Setting::all().find(|s| s.our_flag() == flag)
     }
 }
 
@@ -262,6 +240,18 @@ pub(crate) fn switch_or_pair(flag: &str, value: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_is_in_declaration_order() {
+        for (i, s) in Setting::all().enumerate() {
+            assert_eq!(s as usize, i, "{s:?}");
+        }
+        assert_eq!(
+            Setting::of_our_flag("--xllm-service-url"),
+            Some(Setting::MasterUrl)
+        );
+        assert_eq!(Setting::parse("lease_ttl"), Some(Setting::LeaseTtl));
+    }
 
     #[test]
     fn a_flag_before_another_flag_is_a_switch() {

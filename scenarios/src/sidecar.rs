@@ -14,6 +14,9 @@ use tokio::sync::watch;
 
 use mock_kit::Events;
 
+use crate::cluster::Signal;
+use crate::lock;
+
 /// The kind of event each line the sidecar writes becomes (in virtual time: each of
 /// its core's notes).
 pub const LOG_EVENT: &str = "log";
@@ -37,17 +40,12 @@ fn locate_uncached() -> Result<PathBuf, String> {
         };
     }
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut profile_dir = exe.parent().map(Path::to_path_buf);
-    while let Some(d) = profile_dir.clone() {
-        if d.file_name()
-            .is_some_and(|n| n == "deps" || n == "examples")
-        {
-            profile_dir = d.parent().map(Path::to_path_buf);
-        } else {
-            break;
-        }
+    // Tests and examples run from `deps/` and `examples/` in the profile's directory.
+    let mut profile_dir = exe.parent();
+    while let Some(d) = profile_dir.filter(|d| d.ends_with("deps") || d.ends_with("examples")) {
+        profile_dir = d.parent();
     }
-    let beside = profile_dir.as_ref().map(|d| d.join("vllm-sidecar"));
+    let beside = profile_dir.map(|d| d.join("vllm-sidecar"));
     if let Some(p) = beside.filter(|p| p.is_file()) {
         // Outside cargo any binary beside the runner is the one shipped with it; under
         // cargo only one newer than every sidecar source (as after `cargo test
@@ -57,7 +55,7 @@ fn locate_uncached() -> Result<PathBuf, String> {
             return Ok(p);
         }
     }
-    build_binary(profile_dir.as_deref())
+    build_binary(profile_dir)
 }
 
 /// Whether `binary` was written after every file the sidecar is built from.
@@ -65,9 +63,8 @@ fn newer_than_sources(binary: &Path) -> bool {
     let Some(built) = modified(binary) else {
         return false;
     };
-    let workspace = match Path::new(env!("CARGO_MANIFEST_DIR")).parent() {
-        Some(w) => w.to_path_buf(),
-        None => return false,
+    let Some(workspace) = workspace() else {
+        return false;
     };
     let mut pending = vec![workspace.join("sidecar/src")];
     let mut sources = vec![
@@ -93,15 +90,17 @@ fn newer_than_sources(binary: &Path) -> bool {
         .all(|s| modified(s).is_some_and(|m| m <= built))
 }
 
+/// The workspace's root directory.
+fn workspace() -> Option<&'static Path> {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent()
+}
+
 fn modified(path: &Path) -> Option<std::time::SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 fn build_binary(profile_dir: Option<&Path>) -> Result<PathBuf, String> {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("no workspace root")?
-        .to_path_buf();
+    let workspace = workspace().ok_or("no workspace root")?;
     let profile = profile_dir
         .and_then(|d| d.file_name())
         .map(|n| n.to_string_lossy().into_owned())
@@ -112,17 +111,12 @@ fn build_binary(profile_dir: Option<&Path>) -> Result<PathBuf, String> {
         .unwrap_or_else(|| workspace.join("target"));
     let mut cmd =
         std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.current_dir(&workspace)
+    cmd.current_dir(workspace)
         .env("CARGO_TARGET_DIR", &target)
         .args(["build", "-q", "-p", "sidecar", "--bin", "vllm-sidecar"]);
-    match profile.as_str() {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        other => {
-            cmd.args(["--profile", other]);
-        }
+    if profile != "debug" {
+        // `--profile release` is `--release`.
+        cmd.args(["--profile", &profile]);
     }
     let status = cmd
         .status()
@@ -180,8 +174,7 @@ type LastLines = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<Stri
 /// A running (or exited) sidecar process.
 #[derive(Debug)]
 pub struct SidecarProc {
-    pid: Option<u32>,
-    exit: watch::Receiver<Option<i32>>,
+    group: Pauser,
     last_lines: LastLines,
 }
 
@@ -266,16 +259,12 @@ impl SidecarProc {
         let (tx, exit) = watch::channel(None);
         // The waiter owns the child and reaps it (SIGCHLD-driven, no polling).
         tokio::spawn(async move {
-            let code = match child.wait().await {
-                Ok(status) => code_of(status),
-                Err(_) => -1,
-            };
+            let code = child.wait().await.map_or(-1, code_of);
             events.emit("exit", serde_json::json!({"code": code}));
             let _ = tx.send(Some(code));
         });
         Ok(SidecarProc {
-            pid,
-            exit,
+            group: Pauser { pid, exit },
             last_lines,
         })
     }
@@ -283,15 +272,12 @@ impl SidecarProc {
     /// Its last output lines (at most a dozen), oldest first, each prefixed with its
     /// stream: what it said before it exited.
     pub fn last_lines(&self) -> Vec<String> {
-        match self.last_lines.lock() {
-            Ok(g) => g.iter().cloned().collect(),
-            Err(p) => p.into_inner().iter().cloned().collect(),
-        }
+        lock(&self.last_lines).iter().cloned().collect()
     }
 
     /// Exit code once exited.
     pub fn exit_code(&self) -> Option<i32> {
-        *self.exit.borrow()
+        *self.group.exit.borrow()
     }
 
     /// Whether the process has not exited yet.
@@ -299,65 +285,25 @@ impl SidecarProc {
         self.exit_code().is_none()
     }
 
-    fn signal(&self, sig: i32) {
-        if let (Some(pid), true) = (self.pid, self.running()) {
-            // SAFETY: kill(2) on the process group of a pid we spawned (its leader). The waiter reaps it only after it exited,
-            // and `running()` turns false right then, so the pid is not yet reused.
-            unsafe {
-                libc::kill(-(pid as i32), sig);
-            }
-        }
-    }
-
     /// What stops and continues the process (its group) later, while it runs.
     pub fn pauser(&self) -> Option<Pauser> {
-        Some(Pauser {
-            pid: self.pid?,
-            exit: self.exit.clone(),
-        })
+        self.group.pid.map(|_| self.group.clone())
     }
 
-    /// Send SIGTERM without waiting (the timeline observes what follows).
-    pub fn terminate(&self) {
-        self.signal(libc::SIGTERM);
-    }
-
-    /// Send SIGKILL without waiting.
-    pub fn kill_now(&self) {
-        self.signal(libc::SIGKILL);
-    }
-
-    /// SIGUSR1: drain (revoke the lease, stay deregistered).
-    pub fn drain(&self) {
-        self.signal(libc::SIGUSR1);
-    }
-
-    /// SIGUSR2: undrain (register again).
-    pub fn undrain(&self) {
-        self.signal(libc::SIGUSR2);
-    }
-
-    /// SIGTERM; wait up to `grace` for the exit, then SIGKILL. Answers the exit code.
-    pub async fn stop(&mut self, grace: Duration) -> Option<i32> {
-        self.signal(libc::SIGTERM);
-        // A stopped process acts on the SIGTERM only once continued.
-        self.signal(libc::SIGCONT);
-        if let Some(code) = self.wait(grace).await {
-            return Some(code);
-        }
-        self.kill().await
-    }
-
-    /// SIGKILL and wait for the exit.
-    pub async fn kill(&mut self) -> Option<i32> {
-        self.signal(libc::SIGKILL);
-        self.wait(Duration::from_secs(5)).await
+    /// Send `signal` without waiting (the timeline observes what follows).
+    pub fn send(&self, signal: Signal) {
+        self.group.signal(match signal {
+            Signal::Term => libc::SIGTERM,
+            Signal::Kill => libc::SIGKILL,
+            Signal::Drain => libc::SIGUSR1,
+            Signal::Undrain => libc::SIGUSR2,
+        });
     }
 
     /// Wait up to `timeout` for the exit; answers the exit code, `None` if still running.
     pub async fn wait(&mut self, timeout: Duration) -> Option<i32> {
-        let mut rx = self.exit.clone();
-        let r = tokio::time::timeout(timeout, rx.wait_for(|c| c.is_some())).await;
+        let mut rx = self.group.exit.clone();
+        let r = tokio::time::timeout(timeout, rx.wait_for(Option::is_some)).await;
         match r {
             Ok(Ok(c)) => *c,
             _ => None,
@@ -365,38 +311,40 @@ impl SidecarProc {
     }
 }
 
-/// Stops (`SIGSTOP`) and continues (`SIGCONT`) one sidecar's process group, as a
-/// debugger, a VM pause or a spent CPU quota does; nothing once the process exited.
+/// Signals to one sidecar's process group while it runs; nothing once it exited. As a
+/// pauser, it stops (`SIGSTOP`) and continues (`SIGCONT`) the process, as a debugger, a
+/// VM pause or a spent CPU quota does.
 #[derive(Clone, Debug)]
 pub struct Pauser {
-    pid: u32,
-    exit: tokio::sync::watch::Receiver<Option<i32>>,
+    pid: Option<u32>,
+    exit: watch::Receiver<Option<i32>>,
 }
 
 impl Pauser {
+    fn signal(&self, sig: i32) {
+        if let (Some(pid), None) = (self.pid, *self.exit.borrow()) {
+            // SAFETY: kill(2) on the process group of a pid we spawned (its leader), while
+            // its waiter has not seen it exit (it is reaped only after, so the pid is not
+            // yet reused).
+            unsafe {
+                libc::kill(-(pid as i32), sig);
+            }
+        }
+    }
+
     /// Stop (`true`) or continue (`false`) the process.
     pub fn set(&self, stopped: bool) {
-        if self.exit.borrow().is_some() {
-            return;
-        }
-        let sig = if stopped {
+        self.signal(if stopped {
             libc::SIGSTOP
         } else {
             libc::SIGCONT
-        };
-        // SAFETY: kill(2) on the process group of a pid we spawned, while its waiter has
-        // not seen it exit (it is reaped only after, so the pid is not yet reused).
-        unsafe {
-            libc::kill(-(self.pid as i32), sig);
-        }
+        });
     }
 }
 
 impl Drop for SidecarProc {
     fn drop(&mut self) {
-        if self.running() {
-            self.signal(libc::SIGKILL);
-        }
+        self.group.signal(libc::SIGKILL);
     }
 }
 
@@ -410,10 +358,7 @@ async fn pipe_lines(
     while let Ok(Some(line)) = lines.next_line().await {
         let line: String = line.chars().take(4096).collect();
         {
-            let mut g = match last.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
+            let mut g = lock(&last);
             if g.len() == KEPT_LINES {
                 g.pop_front();
             }

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use scenarios::cli::EtcdArgs;
 use scenarios::conform::{conform, report_path, ConformArgs};
 use scenarios::real_cluster::EtcdChoice;
 
@@ -12,8 +13,10 @@ fn args(files: &[&str], profile: &Path, report: &Path) -> ConformArgs {
         files: files.iter().map(|f| f.to_string()).collect(),
         profile: Some(profile.display().to_string()),
         sidecar_cmd: None,
-        etcd: EtcdChoice::Fake,
-        etcd_cluster: "1".into(),
+        etcd: EtcdArgs {
+            etcd: EtcdChoice::Fake,
+            etcd_cluster: "1".into(),
+        },
         report: Some(report.to_path_buf()),
         jobs: 8,
     }
