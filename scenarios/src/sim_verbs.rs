@@ -311,9 +311,6 @@ impl Cluster for SimCluster {
         fault: &LinkFault,
         heal_after: Option<Duration>,
     ) -> Result<(), String> {
-        let fault: sim::LinkFault = serde_json::to_value(fault)
-            .and_then(serde_json::from_value)
-            .map_err(|e| format!("link fault: {e}"))?;
         let now = self.world.now();
         for (me, server) in self.link_pairs(sel) {
             self.world.set_link(me, server, fault.clone());
