@@ -118,33 +118,6 @@ pub fn attribute_unnamed_401(out: &mut [InstanceObs], global: &BTreeMap<u16, u64
     }
 }
 
-/// [`attribute_unnamed_401`] for one instance sampled again and again: the counts it
-/// answered last are answered again (shared, not copied) while the instance's counts
-/// and the master's 401 count stay the same, as they do between most samples.
-#[derive(Debug, Default, Clone)]
-pub struct Unnamed401 {
-    /// (counts given, 401 count, counts answered).
-    last: Option<(Counts, u64, Counts)>,
-}
-
-/// Heartbeat answers by status, shared.
-type Counts = Arc<BTreeMap<u16, u64>>;
-
-impl Unnamed401 {
-    /// `counts` with 401 counted `n` times.
-    pub fn apply(&mut self, counts: Arc<BTreeMap<u16, u64>>, n: u64) -> Arc<BTreeMap<u16, u64>> {
-        if let Some((from, m, out)) = &self.last {
-            if *m == n && Arc::ptr_eq(from, &counts) {
-                return out.clone();
-            }
-        }
-        let mut out = counts.clone();
-        Arc::make_mut(&mut out).insert(401, n);
-        self.last = Some((counts, n, out.clone()));
-        out
-    }
-}
-
 /// Master states as observed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -526,25 +499,6 @@ mod tests {
         let again = ids.intern("i0-a");
         assert!(!Arc::ptr_eq(&a, &again));
         assert_eq!(a, again);
-    }
-
-    #[test]
-    fn unnamed_401_kept_is_what_attribute_unnamed_401_writes() {
-        let mut kept = Unnamed401::default();
-        let a = Arc::new(BTreeMap::from([(200u16, 3u64)]));
-        let b = Arc::new(BTreeMap::from([(200u16, 4u64), (401, 1)]));
-        for (counts, n) in [(&a, 1), (&a, 1), (&a, 2), (&b, 2), (&b, 2), (&a, 2)] {
-            let mut obs = [InstanceObs {
-                heartbeats: counts.clone(),
-                sidecar_running: true,
-                ..Default::default()
-            }];
-            attribute_unnamed_401(&mut obs, &BTreeMap::from([(401, n)]));
-            assert_eq!(kept.apply(counts.clone(), n), obs[0].heartbeats);
-        }
-        let first = kept.apply(a.clone(), 7);
-        assert!(Arc::ptr_eq(&first, &kept.apply(a.clone(), 7)));
-        assert_eq!(a[&200], 3);
     }
 
     #[test]

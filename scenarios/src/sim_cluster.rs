@@ -24,7 +24,7 @@ use sim::{EventLog, NodeId, World};
 
 use crate::fakes_config::{etcd_config, incarnation_of, master_replica_config, vllm_config};
 use crate::observe::{
-    Cumulative, Incarnation, Incarnations, InstanceObs, Observations, Unnamed401,
+    Cumulative, Incarnation, Incarnations, InstanceObs, Observations,
 };
 use crate::settings::{Peers, SidecarSettings};
 use crate::sidecar::LOG_EVENT;
@@ -32,6 +32,7 @@ use crate::timeline::{Source, Timeline};
 use crate::topology::{EtcdNeed, MasterTopology, Topology};
 
 /// One instance: its names, its sidecar's settings and what the observer keeps.
+#[derive(Default)]
 pub(crate) struct SimInstance {
     pub(crate) name: String,
     pub(crate) register_addr: String,
@@ -50,8 +51,6 @@ pub(crate) struct SimInstance {
     /// With several master replicas: its heartbeat answers at each replica (their sum
     /// is its count, whichever replica answered).
     pub(crate) replica_counts: Vec<Cumulative>,
-    /// Its counts with the master's unnamed 401s, as last sampled.
-    pub(crate) unnamed_401: Unnamed401,
     pub(crate) incarnations: Incarnations,
     /// The last etcd value observed and the incarnation read from it (a value changes
     /// once per registration; it is sampled every few tens of milliseconds).
@@ -193,17 +192,7 @@ impl SimCluster {
                 name: spec.name,
                 register_addr,
                 token: spec.token,
-                started: false,
-                ever_registered: false,
-                flag_error: false,
-                flag_message: None,
-                counts: Cumulative::default(),
-                replica_counts: Vec::new(),
-                unnamed_401: Unnamed401::default(),
-                incarnations: Incarnations::default(),
-                last_value: None,
-                last_obs: None,
-                last_key: None,
+                ..SimInstance::default()
             });
         }
         let addr_index = instances

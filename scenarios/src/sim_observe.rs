@@ -139,8 +139,7 @@ impl SimCluster {
                 .map(|k| self.world.server_as::<MasterNode>(NodeId::master(k)))
                 .collect(),
         };
-        // What `attribute_unnamed_401` does, each instance's result kept from sample to
-        // sample (it copied every instance's counts on every sample once a 401 was seen).
+        // What `attribute_unnamed_401` does, for the instances built again.
         let unnamed_401 = global.get(&401).copied();
         // etcd's keys unchanged since the last sample: each instance's value is as read.
         let writes = etcd.map(EtcdNode::kv_writes);
@@ -205,10 +204,10 @@ impl SimCluster {
                 false => replicas_heartbeats(&nodes, inst),
             };
             let view = view.map(|v| (v, inst.incarnations.intern(v.incarnation)));
-            let heartbeats = match key.unnamed_401 {
-                Some(n) => inst.unnamed_401.apply(heartbeats, n),
-                None => heartbeats,
-            };
+            let mut heartbeats = heartbeats;
+            if let Some(n) = key.unnamed_401 {
+                Arc::make_mut(&mut heartbeats).insert(401, n);
+            }
             let obs = InstanceObs::from_views(key.etcd.clone(), view, heartbeats, running, exit);
             // Debug builds take this path every time and check that an unchanged key
             // made an unchanged observation.
