@@ -83,7 +83,7 @@ impl LoadAction {
     }
 
     /// Starts the load, or ends every load.
-    pub fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
+    pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         match self {
             LoadAction::Load {
                 instance,
