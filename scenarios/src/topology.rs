@@ -243,6 +243,11 @@ pub struct InstanceOverride {
 /// Which instance(s) an action touches.
 pub type Target = String;
 
+/// `all`, the default target of actions that may name one instance.
+pub fn all_target() -> Target {
+    "all".into()
+}
+
 /// The indices an action's target names among `count` instances: every one for `all`,
 /// else the one so named (none if it does not exist).
 pub fn target_indices(count: usize, target: &str) -> Vec<usize> {

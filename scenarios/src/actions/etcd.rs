@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::words;
-use crate::cluster::{Arming, Cluster};
+use crate::cluster::Cluster;
 use crate::dur::Dur;
 use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::topology::{target_indices, EtcdNeed, Target, Topology};
@@ -118,18 +118,15 @@ impl EtcdAction {
     /// Checks what the syntax cannot: the fake etcd for its faults, three real members for kill
     /// and restart, a known instance or member.
     pub fn check(&self, topo: &Topology) -> Result<(), String> {
+        let key = words::key(self);
         match self {
-            EtcdAction::Fault { .. } => topo.needs_fake_etcd("etcd_fault"),
-            EtcdAction::ClearFaults(b) => {
-                words::flag(*b, "etcd_clear_faults").and(topo.needs_fake_etcd("etcd_clear_faults"))
+            EtcdAction::ClearFaults(b) | EtcdAction::ReleaseHung(b) => {
+                words::flag(*b, &key).and(topo.needs_fake_etcd(&key))
             }
-            EtcdAction::ReleaseHung(b) => {
-                words::flag(*b, "etcd_release_hung").and(topo.needs_fake_etcd("etcd_release_hung"))
+            EtcdAction::ExpireLease(t) => {
+                topo.check_target(t, true).and(topo.needs_fake_etcd(&key))
             }
-            EtcdAction::ExpireLease(t) => topo
-                .check_target(t, true)
-                .and(topo.needs_fake_etcd("etcd_expire_lease")),
-            EtcdAction::LoseData { .. } => topo.needs_fake_etcd("etcd_lose_data"),
+            EtcdAction::Fault { .. } | EtcdAction::LoseData { .. } => topo.needs_fake_etcd(&key),
             EtcdAction::Kill(m) | EtcdAction::Restart(m) => {
                 if topo.etcd != EtcdNeed::Cluster3 {
                     return Err("etcd_kill / etcd_restart need topology.etcd = \"cluster3\"".into());
@@ -150,11 +147,7 @@ impl EtcdAction {
         match self {
             EtcdAction::Fault {
                 fault, duration, ..
-            } => format!(
-                "etcd: {}{}",
-                words::compact(fault),
-                words::for_dur(duration)
-            ),
+            } => words::fault("etcd", fault, duration),
             _ => words::plain(self),
         }
     }
@@ -166,13 +159,7 @@ impl EtcdAction {
                 fault,
                 count,
                 duration,
-            } => {
-                let arm = Arming {
-                    count: *count,
-                    lasting: duration.map(|d| d.0),
-                };
-                c.etcd_fault(etcd_fault(fault), arm)?
-            }
+            } => c.etcd_fault(etcd_fault(fault), super::arming(count, duration))?,
             EtcdAction::ClearFaults(_) => c.etcd_clear_faults()?,
             EtcdAction::ReleaseHung(_) => c.etcd_release_hung()?,
             EtcdAction::ExpireLease(t) if t == "all" => c.etcd_expire_all_leases()?,
@@ -196,13 +183,8 @@ impl EtcdAction {
     /// Why the simulation cannot do this action: killing or restarting a member needs real
     /// etcd processes.
     pub fn sim_unsupported(&self) -> Option<String> {
-        let why = match self {
-            EtcdAction::Kill(_) | EtcdAction::Restart(_) => {
-                "etcd_kill / etcd_restart need real etcd members (processes)"
-            }
-            _ => return None,
-        };
-        Some(why.to_string())
+        matches!(self, EtcdAction::Kill(_) | EtcdAction::Restart(_))
+            .then(|| "etcd_kill / etcd_restart need real etcd members (processes)".to_string())
     }
 
     /// Opens or closes the fault episodes this action causes (see the module's summary).

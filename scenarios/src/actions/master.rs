@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::words;
-use crate::cluster::{Arming, Cluster};
+use crate::cluster::Cluster;
 use crate::dur::Dur;
 use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::topology::Topology;
@@ -129,11 +129,7 @@ impl MasterAction {
         match self {
             MasterAction::Fault {
                 fault, duration, ..
-            } => format!(
-                "master: {}{}",
-                words::compact(fault),
-                words::for_dur(duration)
-            ),
+            } => words::fault("master", fault, duration),
             _ => words::plain(self),
         }
     }
@@ -161,13 +157,7 @@ impl MasterAction {
                 fault,
                 count,
                 duration,
-            } => {
-                let arm = Arming {
-                    count: *count,
-                    lasting: duration.map(|d| d.0),
-                };
-                c.master_fault(master_fault(fault), arm)?
-            }
+            } => c.master_fault(master_fault(fault), super::arming(count, duration))?,
             MasterAction::ClearFaults(_) => c.master_clear_faults()?,
         }
         Ok(None)
