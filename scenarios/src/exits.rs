@@ -24,16 +24,12 @@ pub fn unexpected(
     for (i, words) in last_words {
         let Some(name) = names.get(*i) else { continue };
         if let Some((t_ms, code)) = first_unasked_exit(*i, samples, eps) {
-            out.push(Verdict {
-                kind: VerdictKind::Exit,
-                name: format!("{name} sidecar exited"),
-                passed: false,
-                t_ms: Some(t_ms),
-                first_violation_ms: Some(t_ms),
-                first_violation_event: None,
-                detail: describe(name, t_ms, code, words),
-                skipped: None,
-            });
+            out.push(Verdict::failed(
+                VerdictKind::Exit,
+                format!("{name} sidecar exited"),
+                Some(t_ms),
+                describe(name, t_ms, code, words),
+            ));
         }
     }
     out

@@ -72,18 +72,15 @@ pub fn step_verdict(
     now: u64,
     hold: Option<(Dur, Option<u64>)>,
 ) -> Verdict {
-    let mut v = Verdict {
-        kind,
-        name,
-        passed: met.is_some(),
-        t_ms: Some(met.unwrap_or(now)),
-        first_violation_ms: None,
-        first_violation_event: None,
-        detail: match met {
-            Some(t) => format!("held at t={:.2}s", t as f64 / 1000.0),
-            None => format!("not within {:?}: {}", within, describe(cond)),
+    let mut v = match met {
+        Some(t) => Verdict {
+            t_ms: Some(t),
+            ..Verdict::passed(kind, name, format!("held at t={:.2}s", t as f64 / 1000.0))
         },
-        skipped: None,
+        None => {
+            let detail = format!("not within {:?}: {}", within, describe(cond));
+            Verdict::failed(kind, name, Some(now), detail)
+        }
     };
     match hold {
         Some((hold, Some(broke))) if met.is_some() => {
@@ -98,9 +95,6 @@ pub fn step_verdict(
             v.detail.push_str(&format!(", and kept holding for {hold}"))
         }
         _ => {}
-    }
-    if !v.passed {
-        v.first_violation_ms = v.first_violation_ms.or(v.t_ms);
     }
     v
 }
@@ -120,15 +114,9 @@ impl ActionRecord {
             Ok(d) => (None, d),
             Err(e) => (Some(e), None),
         };
-        let failed = error.as_ref().map(|e| Verdict {
-            kind: VerdictKind::Action,
-            name: format!("step {step}: {label}"),
-            passed: false,
-            t_ms: Some(t_ms),
-            first_violation_ms: Some(t_ms),
-            first_violation_event: None,
-            detail: e.clone(),
-            skipped: None,
+        let failed = error.as_ref().map(|e| {
+            let name = format!("step {step}: {label}");
+            Verdict::failed(VerdictKind::Action, name, Some(t_ms), e.clone())
         });
         let record = ActionRecord {
             step,
@@ -208,8 +196,8 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// A check not made, for `why`.
-    pub fn skipped(kind: VerdictKind, name: String, why: String) -> Verdict {
+    /// A check that held (nothing failed, at no time in particular).
+    pub fn passed(kind: VerdictKind, name: String, detail: String) -> Verdict {
         Verdict {
             kind,
             name,
@@ -217,8 +205,26 @@ impl Verdict {
             t_ms: None,
             first_violation_ms: None,
             first_violation_event: None,
-            detail: format!("skipped: {why}"),
-            skipped: Some(why),
+            detail,
+            skipped: None,
+        }
+    }
+
+    /// A check that failed, first at `t_ms`.
+    pub fn failed(kind: VerdictKind, name: String, t_ms: Option<u64>, detail: String) -> Verdict {
+        Verdict {
+            passed: false,
+            t_ms,
+            first_violation_ms: t_ms,
+            ..Verdict::passed(kind, name, detail)
+        }
+    }
+
+    /// A check not made, for `why`.
+    pub fn skipped(kind: VerdictKind, name: String, why: String) -> Verdict {
+        Verdict {
+            skipped: Some(why.clone()),
+            ..Verdict::passed(kind, name, format!("skipped: {why}"))
         }
     }
 }
@@ -299,14 +305,11 @@ impl Ctx<'_> {
 
 /// Whether the condition holds now.
 pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
-    let Some(i) = condition_instance(c).and_then(|n| ctx.idx(n)).or(match c {
-        Condition::AllActive(_)
-        | Condition::NewMaster(_)
-        | Condition::MasterHeartbeats { .. }
-        | Condition::LoadmetricsWritten(_) => Some(usize::MAX),
-        _ => None,
-    }) else {
-        return false;
+    // The instance's index (none named: the cluster as a whole); an unknown one never holds.
+    let i = match c.instance().map(|n| ctx.idx(n)) {
+        Some(Some(i)) => i,
+        Some(None) => return false,
+        None => usize::MAX,
     };
     match c {
         Condition::AllActive(_) => ctx
@@ -321,14 +324,11 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
         Condition::Incarnations {
             at_least, at_most, ..
         } => {
-            let mut seen: Vec<&str> = Vec::new();
-            for s in ctx.samples {
-                if let Some(inc) = s.instances.get(i).and_then(|o| o.etcd.as_deref()) {
-                    if !seen.contains(&inc) {
-                        seen.push(inc);
-                    }
-                }
-            }
+            let seen: std::collections::BTreeSet<&str> = ctx
+                .samples
+                .iter()
+                .filter_map(|s| s.instances.get(i)?.etcd.as_deref())
+                .collect();
             at_least.is_none_or(|n| seen.len() >= n) && at_most.is_none_or(|n| seen.len() <= n)
         }
         Condition::Heartbeat {
@@ -404,24 +404,6 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
             let hits = window.iter().filter(|r| **r == i).count();
             (hits as f64) <= at_most * (*last as f64)
         }
-    }
-}
-
-fn condition_instance(c: &Condition) -> Option<&str> {
-    match c {
-        Condition::State { instance, .. }
-        | Condition::Registered(instance)
-        | Condition::Unregistered(instance)
-        | Condition::Incarnations { instance, .. }
-        | Condition::Heartbeat { instance, .. }
-        | Condition::HeartbeatStatus { instance, .. }
-        | Condition::Exited { instance, .. }
-        | Condition::Log { instance, .. }
-        | Condition::RoutedShare { instance, .. } => Some(instance),
-        Condition::AllActive(_)
-        | Condition::NewMaster(_)
-        | Condition::MasterHeartbeats { .. }
-        | Condition::LoadmetricsWritten(_) => None,
     }
 }
 
