@@ -167,7 +167,8 @@ pub fn write_dir(
     Ok(())
 }
 
-fn esc(s: &str) -> String {
+/// Text escaped for HTML and XML.
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -232,33 +233,31 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
     for (i, name) in names.iter().take(shown).enumerate() {
         let y = top + lane * i as f64;
         let _ = write!(svg, r#"<text x="4" y="{}">{}</text>"#, y + 12.0, esc(name));
-        let mut prev: Option<(u64, Option<ObservedState>, bool, u64)> = None;
+        // The bar being drawn: since when, which (state, registered); heartbeats so far.
+        let mut prev: Option<(u64, (Option<ObservedState>, bool), u64)> = None;
         for s in &o.samples {
             let Some(obs) = s.instances.get(i) else {
                 continue;
             };
             let cur = (obs.state, obs.etcd.is_some());
-            match prev {
-                Some((t0, st, reg, hb)) => {
-                    if (st, reg) != cur || s.t_ms == end {
-                        bar(&mut svg, x(t0), x(s.t_ms), y, lane, st, reg);
-                        prev = Some((s.t_ms, cur.0, cur.1, hb));
-                    }
-                    if obs.accepted() > hb {
-                        let _ = write!(
-                            svg,
-                            r##"<line x1="{0}" y1="{1}" x2="{0}" y2="{2}" stroke="#124" stroke-width="1"/>"##,
-                            x(s.t_ms),
-                            y + 1.0,
-                            y + 4.0
-                        );
-                    }
-                    if let Some(p) = prev.as_mut() {
-                        p.3 = obs.accepted();
-                    }
-                }
-                None => prev = Some((s.t_ms, cur.0, cur.1, obs.accepted())),
+            let Some((t0, was, hb)) = prev.as_mut() else {
+                prev = Some((s.t_ms, cur, obs.accepted()));
+                continue;
+            };
+            if *was != cur || s.t_ms == end {
+                bar(&mut svg, x(*t0), x(s.t_ms), y, lane, *was);
+                (*t0, *was) = (s.t_ms, cur);
             }
+            if obs.accepted() > *hb {
+                let _ = write!(
+                    svg,
+                    r##"<line x1="{0}" y1="{1}" x2="{0}" y2="{2}" stroke="#124" stroke-width="1"/>"##,
+                    x(s.t_ms),
+                    y + 1.0,
+                    y + 4.0
+                );
+            }
+            *hb = obs.accepted();
         }
     }
     // Awaits: a mark on the axis.
@@ -338,8 +337,7 @@ fn bar(
     x1: f64,
     y: f64,
     lane: f64,
-    st: Option<ObservedState>,
-    reg: bool,
+    (st, reg): (Option<ObservedState>, bool),
 ) {
     let color = match st {
         Some(ObservedState::Active) => "#3b3",
@@ -394,14 +392,8 @@ fn nice_step(end_ms: u64) -> u64 {
 
 /// JUnit XML for a set of outcomes.
 pub fn junit(outcomes: &[Outcome]) -> String {
-    let failures = outcomes
-        .iter()
-        .filter(|o| o.status == Status::Failed)
-        .count();
-    let skipped = outcomes
-        .iter()
-        .filter(|o| o.status == Status::Skipped)
-        .count();
+    let count = |status| outcomes.iter().filter(|o| o.status == status).count();
+    let (failures, skipped) = (count(Status::Failed), count(Status::Skipped));
     let total: f64 = outcomes.iter().map(|o| o.wall_ms as f64 / 1000.0).sum();
     let mut s = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"scenarios\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\" time=\"{total:.3}\">\n",

@@ -81,13 +81,6 @@ impl Default for Params {
     }
 }
 
-impl Params {
-    /// The same parameters under another draw.
-    pub fn with_draw(self, draw: Draw) -> Params {
-        Params { draw, ..self }
-    }
-}
-
 /// Parse `--faults a,b,c` (names from [`FAULT_KINDS`]).
 pub fn parse_fault_list(list: &str) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
@@ -603,7 +596,13 @@ mod tests {
         }
         assert!(alone > 5 && many_of_one > 0, "{alone} {many_of_one}");
         // The same seed's cluster under both draws; no mix under the uniform one.
-        let u = generate(7, &Params::default().with_draw(Draw::Uniform));
+        let u = generate(
+            7,
+            &Params {
+                draw: Draw::Uniform,
+                ..Params::default()
+            },
+        );
         assert_eq!(u.topo, generate(7, &p).topo);
         assert_eq!(u.mix, None);
     }

@@ -19,6 +19,7 @@ use super::coverage::Coverage;
 use super::recovery_stats::RecoveryStats;
 use super::schedule::Size;
 use super::swarm::{Draw, Mix};
+use crate::report::esc;
 
 /// `--shard K/N`: this process runs seeds `start + K + N·j`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -210,11 +211,8 @@ impl Summary {
         self.timing.wall_ms = self.timing.wall_ms.max(other.timing.wall_ms);
         self.timing.jobs += other.timing.jobs;
         self.timing.schedules_per_minute += other.timing.schedules_per_minute;
-        self.timing.first_finding_ms =
-            match (self.timing.first_finding_ms, other.timing.first_finding_ms) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+        let firsts = [self.timing.first_finding_ms, other.timing.first_finding_ms];
+        self.timing.first_finding_ms = firsts.into_iter().flatten().min();
         Ok(())
     }
 
@@ -281,12 +279,6 @@ impl Summary {
 
     /// JUnit XML: one test case per finding, and one for the sweep.
     pub fn junit(&self) -> String {
-        let esc = |s: &str| {
-            s.replace('&', "&amp;")
-                .replace('<', "&lt;")
-                .replace('>', "&gt;")
-                .replace('"', "&quot;")
-        };
         let mut s = format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"scenarios-explore\" tests=\"{}\" failures=\"{}\" time=\"{:.3}\">\n",
             self.findings.len() + 1,

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -388,15 +388,15 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
                     bar.set_message(format!("{n} violation(s)"));
                 }
                 bar.inc(1);
-                match results.lock() {
-                    Ok(mut g) => g.push(r),
-                    Err(p) => p.into_inner().push(r),
-                }
+                results
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(r);
             });
         }
     });
     bar.finish_and_clear();
-    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut results = results.into_inner().unwrap_or_else(PoisonError::into_inner);
     results.sort_by_key(|r| r.seed);
     let mut s = summarize(opts, results, started.elapsed());
     let first = first_finding_ms.load(Ordering::Relaxed);
