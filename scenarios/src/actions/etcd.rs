@@ -9,9 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::words;
+use super::{words, Armed};
 use crate::cluster::Cluster;
-use crate::dur::Dur;
 use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::topology::{target_indices, EtcdNeed, Target, Topology};
 
@@ -22,16 +21,7 @@ pub enum EtcdAction {
     /// Arm a fault on the fake etcd's gateway:
     /// `etcd_fault = { fault = { hang = { path = "*" } }, duration = "4s" }`.
     #[serde(rename = "etcd_fault")]
-    Fault {
-        /// What the gateway does to matching requests.
-        fault: EtcdFault,
-        /// Fire at most this many times (`None`: no limit).
-        #[serde(default)]
-        count: Option<u64>,
-        /// Disarm after this long (`None`: until `etcd_clear_faults`).
-        #[serde(default)]
-        duration: Option<Dur>,
-    },
+    Fault(Armed<EtcdFault>),
     /// Clear every fake etcd fault and let hung requests go: `etcd_clear_faults = true`.
     #[serde(rename = "etcd_clear_faults")]
     ClearFaults(bool),
@@ -126,7 +116,7 @@ impl EtcdAction {
             EtcdAction::ExpireLease(t) => {
                 topo.check_target(t, true).and(topo.needs_fake_etcd(&key))
             }
-            EtcdAction::Fault { .. } | EtcdAction::LoseData { .. } => topo.needs_fake_etcd(&key),
+            EtcdAction::Fault(_) | EtcdAction::LoseData { .. } => topo.needs_fake_etcd(&key),
             EtcdAction::Kill(m) | EtcdAction::Restart(m) => {
                 if topo.etcd != EtcdNeed::Cluster3 {
                     return Err("etcd_kill / etcd_restart need topology.etcd = \"cluster3\"".into());
@@ -145,9 +135,7 @@ impl EtcdAction {
     /// A short label for reports: `etcd: {hang:{path:*}} for 4s`, or the action's compact TOML.
     pub fn describe(&self) -> String {
         match self {
-            EtcdAction::Fault {
-                fault, duration, ..
-            } => words::fault("etcd", fault, duration),
+            EtcdAction::Fault(f) => f.label("etcd"),
             _ => words::plain(self),
         }
     }
@@ -155,11 +143,7 @@ impl EtcdAction {
     /// Answers the member actually killed or restarted, or the leases expired.
     pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         match self {
-            EtcdAction::Fault {
-                fault,
-                count,
-                duration,
-            } => c.etcd_fault(etcd_fault(fault), super::arming(count, duration))?,
+            EtcdAction::Fault(f) => c.etcd_fault(etcd_fault(&f.fault), f.arming())?,
             EtcdAction::ClearFaults(_) => c.etcd_clear_faults()?,
             EtcdAction::ReleaseHung(_) => c.etcd_release_hung()?,
             EtcdAction::ExpireLease(t) if t == "all" => c.etcd_expire_all_leases()?,
@@ -191,15 +175,13 @@ impl EtcdAction {
     pub fn episodes(&self, book: &mut EpisodeBook<'_>) {
         let t = book.t();
         match self {
-            EtcdAction::Fault {
-                fault, duration, ..
-            } => {
-                let dur = duration.map(|d| d.as_ms());
+            EtcdAction::Fault(f) => {
+                let dur = f.duration.map(|d| d.as_ms());
                 let recovery = book.etcd_recovery_ms();
                 // A fault on the master's listing or watch blinds it: its view may lag.
                 let on_master = ["/v3/watch", "/v3/kv/range"]
                     .iter()
-                    .any(|p| mock_etcd::faults::path_matches(fault.path(), p));
+                    .any(|p| mock_etcd::faults::path_matches(f.fault.path(), p));
                 book.open(EpisodeKey::EtcdFault(t), Scope::All, dur, |e| {
                     e.excuses_registration = true;
                     e.extra_grace_ms = recovery;

@@ -137,6 +137,33 @@ impl Action {
     }
 }
 
+/// A fault of etcd or of the master as a step arms it:
+/// `{ fault = { latency = { ms = 500 } }, count = 3, duration = "4s" }`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Armed<F> {
+    /// What the fault does.
+    pub fault: F,
+    /// Fire at most this many times (`None`: no limit).
+    #[serde(default)]
+    pub count: Option<u64>,
+    /// Disarm after this long (`None`: until the family's `*_clear_faults`).
+    #[serde(default)]
+    pub duration: Option<Dur>,
+}
+
+impl<F: Serialize> Armed<F> {
+    /// The arming as the cluster's verbs take it.
+    fn arming(&self) -> Arming {
+        arming(&self.count, &self.duration)
+    }
+
+    /// A label for reports: `etcd: {hang:{path:*}} for 4s`.
+    fn label(&self, who: &str) -> String {
+        words::fault(who, &self.fault, &self.duration)
+    }
+}
+
 /// A fault armed for `count` uses and/or `duration`, as the cluster's verbs take it
 /// (the vLLM, etcd and master faults alike).
 fn arming(count: &Option<u64>, duration: &Option<Dur>) -> Arming {
