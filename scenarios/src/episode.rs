@@ -351,9 +351,7 @@ impl<'a> EpisodeBook<'a> {
         }
         self.eps
     }
-}
 
-impl EpisodeBook<'_> {
     /// Stretch each episode with `outlasts_faults_ms` past the faults overlapping it
     /// (and those overlapping the stretch, until nothing changes; an open fault leaves
     /// it open).

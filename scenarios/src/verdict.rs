@@ -58,6 +58,36 @@ impl ActionRecord {
             serde_json::json!({"step": step, "label": label, "action": action}),
         );
     }
+
+    /// Step `step`'s action as done at `t_ms` with `result` (both modes): its record,
+    /// and the failed `action` verdict when it could not be done.
+    pub fn done(
+        step: usize,
+        t_ms: u64,
+        label: String,
+        action: &Action,
+        result: Result<Option<String>, String>,
+        sidecar_states: std::collections::BTreeMap<String, String>,
+    ) -> (ActionRecord, Option<Verdict>) {
+        let (error, detail) = match result {
+            Ok(d) => (None, d),
+            Err(e) => (Some(e), None),
+        };
+        let failed = error.as_ref().map(|e| {
+            let name = format!("step {step}: {label}");
+            Verdict::failed(VerdictKind::Action, name, Some(t_ms), e.clone())
+        });
+        let record = ActionRecord {
+            step,
+            t_ms,
+            label,
+            action: action.clone(),
+            error,
+            detail,
+            sidecar_states,
+        };
+        (record, failed)
+    }
 }
 
 /// A step's condition, judged (both runners): it first held at `met` (`None`: not by
@@ -97,38 +127,6 @@ pub fn step_verdict(
         _ => {}
     }
     v
-}
-
-impl ActionRecord {
-    /// Step `step`'s action as done at `t_ms` with `result` (both modes): its record,
-    /// and the failed `action` verdict when it could not be done.
-    pub fn done(
-        step: usize,
-        t_ms: u64,
-        label: String,
-        action: &Action,
-        result: Result<Option<String>, String>,
-        sidecar_states: std::collections::BTreeMap<String, String>,
-    ) -> (ActionRecord, Option<Verdict>) {
-        let (error, detail) = match result {
-            Ok(d) => (None, d),
-            Err(e) => (Some(e), None),
-        };
-        let failed = error.as_ref().map(|e| {
-            let name = format!("step {step}: {label}");
-            Verdict::failed(VerdictKind::Action, name, Some(t_ms), e.clone())
-        });
-        let record = ActionRecord {
-            step,
-            t_ms,
-            label,
-            action: action.clone(),
-            error,
-            detail,
-            sidecar_states,
-        };
-        (record, failed)
-    }
 }
 
 /// What a verdict judges.
@@ -283,23 +281,16 @@ impl Ctx<'_> {
     }
 
     fn latest(&self, i: usize) -> Option<&InstanceObs> {
-        self.samples
-            .last()
-            .and_then(|s| s.instances.get(i))
-            .map(|o| &**o)
+        self.samples.last()?.instances.get(i).map(|o| &**o)
     }
 
-    fn baseline_masters(&self) -> Option<&crate::observe::Masters> {
-        self.samples
-            .get(self.from.saturating_sub(1))
-            .map(|s| &*s.masters)
+    /// The last sample before the step began.
+    fn base(&self) -> Option<&Sample> {
+        self.samples.get(self.from.saturating_sub(1))
     }
 
     fn baseline(&self, i: usize) -> Option<&InstanceObs> {
-        self.samples
-            .get(self.from.saturating_sub(1))
-            .and_then(|s| s.instances.get(i))
-            .map(|o| &**o)
+        self.base()?.instances.get(i).map(|o| &**o)
     }
 }
 
@@ -375,7 +366,7 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
             })
         }
         Condition::NewMaster(_) => {
-            let before = ctx.baseline_masters().and_then(|m| m.elected);
+            let before = ctx.base().and_then(|s| s.masters.elected);
             let now = ctx.samples.last().and_then(|s| s.masters.elected);
             now.is_some() && now != before
         }
@@ -383,13 +374,13 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
             let Some(k) = ctx.samples.last().and_then(|s| s.masters.elected) else {
                 return false;
             };
-            let base = ctx.baseline_masters().map_or(0, |m| m.accepted_by(k));
+            let base = ctx.base().map_or(0, |s| s.masters.accepted_by(k));
             ctx.samples
                 .last()
                 .is_some_and(|s| s.masters.accepted_by(k) >= base + at_least)
         }
         Condition::LoadmetricsWritten(_) => {
-            let base = ctx.baseline_masters().and_then(|m| m.loadmetrics_revision);
+            let base = ctx.base().and_then(|s| s.masters.loadmetrics_revision);
             let now = ctx
                 .samples
                 .last()

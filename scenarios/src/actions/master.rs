@@ -140,7 +140,10 @@ impl MasterAction {
                 c.master_kill(k).await?;
                 return Ok(Some(format!("replica {k}")));
             }
-            MasterAction::Token(tok) => c.master_token(token_of(tok))?,
+            // `""` switches the token check off.
+            MasterAction::Token(tok) => {
+                c.master_token(Some(tok.clone()).filter(|t| !t.is_empty()))?
+            }
             MasterAction::Fault(f) => c.master_fault(master_fault(&f.fault), f.arming())?,
             MasterAction::ClearFaults(_) => c.master_clear_faults()?,
         }
@@ -185,11 +188,6 @@ impl MasterAction {
 /// the MASTER key and the round trips).
 pub fn follow_window_ms(topo: &Topology) -> u64 {
     topo.master.election_ttl.as_ms() + topo.heartbeat_interval.as_ms() + 1000
-}
-
-/// `""` switches the token check off.
-fn token_of(tok: &str) -> Option<String> {
-    Some(tok.to_string()).filter(|t| !t.is_empty())
 }
 
 fn master_fault(f: &MasterFault) -> mock_master::Fault {

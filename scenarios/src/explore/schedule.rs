@@ -146,7 +146,7 @@ pub struct Schedule {
 }
 
 /// How big a schedule is, for reports and the shrinker's goal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Size {
     /// Number of faults.
     pub faults: usize,

@@ -43,11 +43,7 @@ impl Shard {
 
     /// How many of the first `total` seeds of the sweep belong to this shard.
     pub fn len_of(&self, total: u64) -> u64 {
-        if total <= self.index {
-            0
-        } else {
-            (total - self.index).div_ceil(self.count)
-        }
+        total.saturating_sub(self.index).div_ceil(self.count)
     }
 }
 

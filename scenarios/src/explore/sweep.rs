@@ -60,7 +60,7 @@ pub struct SweepOptions {
 }
 
 /// What one seed gave.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct SeedResult {
     seed: u64,
     size: super::schedule::Size,
@@ -178,10 +178,7 @@ fn explore_seed(seed: u64, opts: &SweepOptions, runner: &Runner) -> SeedResult {
             .iter()
             .flat_map(|m| m.kinds.iter().map(|k| k.kind.clone()))
             .collect(),
-        coverage: Coverage::default(),
-        recovery: Vec::new(),
-        finding: None,
-        error: None,
+        ..SeedResult::default()
     };
     let file = format!("explore-{seed}.toml");
     let outcome = match run(&schedule, runner, &opts.run_options(None), &file, &[]) {
