@@ -461,8 +461,7 @@ pub fn describe(c: &Condition) -> String {
 /// Time to recover from each fault: from its end until every instance that should be
 /// routable (sidecar running, vLLM not down) is ACTIVE and registered.
 pub fn recoveries(samples: &[Sample], eps: &[Episode]) -> Vec<Recovery> {
-    let mut out = Vec::new();
-    for e in eps.iter().filter(|e| e.is_fault) {
+    let recovery = |e: &Episode| {
         let end = e.end_ms;
         let recovered = end.and_then(|end| {
             samples
@@ -482,16 +481,13 @@ pub fn recoveries(samples: &[Sample], eps: &[Episode]) -> Vec<Recovery> {
                 })
                 .map(|s| s.t_ms)
         });
-        out.push(Recovery {
+        Recovery {
             fault: e.label.clone(),
             start_ms: e.start_ms,
             end_ms: end,
             recovered_ms: recovered,
-            time_to_recover_ms: match (end, recovered) {
-                (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-                _ => None,
-            },
-        });
-    }
-    out
+            time_to_recover_ms: end.zip(recovered).map(|(a, b)| b.saturating_sub(a)),
+        }
+    };
+    eps.iter().filter(|e| e.is_fault).map(recovery).collect()
 }

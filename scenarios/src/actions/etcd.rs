@@ -81,17 +81,6 @@ pub enum EtcdFault {
     },
 }
 
-impl EtcdFault {
-    /// The gateway path the fault applies to (a pattern: `*` or a prefix ending in `*`).
-    pub fn path(&self) -> &str {
-        match self {
-            EtcdFault::Fail { path, .. }
-            | EtcdFault::Latency { path, .. }
-            | EtcdFault::Hang { path } => path,
-        }
-    }
-}
-
 fn default_fail_status() -> u16 {
     503
 }
@@ -148,10 +137,10 @@ impl EtcdAction {
             EtcdAction::ReleaseHung(_) => c.etcd_release_hung()?,
             EtcdAction::ExpireLease(t) if t == "all" => c.etcd_expire_all_leases()?,
             EtcdAction::ExpireLease(t) => {
-                let mut expired = Vec::new();
-                for i in target_indices(c.topology().instances, t) {
-                    expired.push(c.etcd_expire_lease(i)?);
-                }
+                let expired = target_indices(c.topology().instances, t)
+                    .into_iter()
+                    .map(|i| c.etcd_expire_lease(i))
+                    .collect::<Result<Vec<_>, _>>()?;
                 return Ok(Some(format!("expired {expired:?}")));
             }
             EtcdAction::LoseData { reset_revision } => c.etcd_lose_data(*reset_revision)?,
@@ -179,9 +168,10 @@ impl EtcdAction {
                 let dur = f.duration.map(|d| d.as_ms());
                 let recovery = book.etcd_recovery_ms();
                 // A fault on the master's listing or watch blinds it: its view may lag.
+                let fault = etcd_fault(&f.fault);
                 let on_master = ["/v3/watch", "/v3/kv/range"]
                     .iter()
-                    .any(|p| mock_etcd::faults::path_matches(f.fault.path(), p));
+                    .any(|p| fault.matches(p));
                 book.open(EpisodeKey::EtcdFault(t), Scope::All, dur, |e| {
                     e.excuses_registration = true;
                     e.extra_grace_ms = recovery;

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::coverage::Coverage;
 use super::recovery_stats::RecoveryStats;
 use super::schedule::Size;
+use super::shrink::Violation;
 use super::swarm::{Draw, Mix};
 use crate::report::esc;
 
@@ -87,15 +88,9 @@ pub struct SweepParams {
 pub struct Finding {
     /// The seed whose schedule broke the invariant.
     pub seed: u64,
-    /// The verdict's name of the invariant broken (`registered_when_healthy`, …).
-    pub invariant: String,
-    /// What was seen, as the shrunk run's verdict says it.
-    pub detail: String,
-    /// When the shrunk run first broke it, in ms since the start.
-    pub t_ms: Option<u64>,
-    /// The event of the shrunk run that first broke it, by its number in the run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event: Option<u64>,
+    /// The invariant broken, as the shrunk run broke it (its fields inline in the JSON).
+    #[serde(flatten)]
+    pub violation: Violation,
     /// The size of the schedule as drawn.
     pub original: Size,
     /// The size of the shrunk schedule.
@@ -254,7 +249,7 @@ impl Summary {
                     s,
                     "{:>8}  {:28} {:34} {:34} {}",
                     f.seed,
-                    f.invariant,
+                    f.violation.invariant,
                     f.original.to_string(),
                     f.shrunk.to_string(),
                     out_dir.join(&f.file).display()
@@ -291,9 +286,9 @@ impl Summary {
                 s,
                 "  <testcase classname=\"explore\" name=\"seed {} {}\"><failure message=\"{}\">{}\nshrunk: {}\nreplay: cargo run -p scenarios -- run --sim {}</failure></testcase>",
                 f.seed,
-                esc(&f.invariant),
-                esc(&f.detail),
-                esc(&f.detail),
+                esc(&f.violation.invariant),
+                esc(&f.violation.detail),
+                esc(&f.violation.detail),
                 f.shrunk,
                 esc(&f.file)
             );

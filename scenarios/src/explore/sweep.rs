@@ -241,10 +241,7 @@ fn write_finding(
     std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(Finding {
         seed: original.seed,
-        invariant: v.invariant.clone(),
-        detail: v.detail.clone(),
-        t_ms: v.t_ms,
-        event: v.event,
+        violation: v.clone(),
         original: original.size(),
         shrunk: s.size(),
         file: rel,
@@ -417,12 +414,11 @@ fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> S
         simulated_ms += r.size.duration_ms;
         instance_ms += r.size.duration_ms * r.size.instances as u64;
         findings.extend(r.finding.clone());
-        if let Some(e) = &r.error {
-            errors.push(RunError {
-                seed: r.seed,
-                error: e.clone(),
-            });
-        }
+        let error = |e: &String| RunError {
+            seed: r.seed,
+            error: e.clone(),
+        };
+        errors.extend(r.error.iter().map(error));
     }
     let n = results.len() as u64;
     let minutes = wall.as_secs_f64() / 60.0;
