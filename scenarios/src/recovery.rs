@@ -129,13 +129,9 @@ fn kind_of(e: &Episode, records: &[ActionRecord]) -> String {
     let opened_by = records
         .iter()
         .find(|r| r.t_ms == e.start_ms && r.label == e.label);
-    if let Some(r) = opened_by {
-        if let Ok(v) = serde_json::to_value(&r.action) {
-            let kind = crate::explore::schedule::action_kind(&v);
-            if !kind.is_empty() {
-                return kind.to_string();
-            }
-        }
+    let kind = opened_by.map_or(String::new(), |r| crate::actions::words::key(&r.action));
+    if !kind.is_empty() {
+        return kind;
     }
     match e.key() {
         EpisodeKey::StartUp(_) => "start_up",

@@ -314,8 +314,7 @@ impl Scenario {
     /// Every capability the scenario as a whole needs: declared, or implied by a drain
     /// action or an OpenMetrics dialect.
     pub fn needs(&self) -> Capabilities {
-        use crate::actions::{sidecar::SidecarAction, Action};
-        use crate::topology::Dialect;
+        use crate::actions::sidecar::SidecarAction;
         let mut c: Capabilities = self.requires.iter().copied().collect();
         let drains = self.steps.iter().any(|s| {
             matches!(
