@@ -275,10 +275,8 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
     }
     svg.push_str("</svg>");
 
-    let mut rows = String::new();
-    for v in &o.verdicts {
-        let _ = write!(
-            rows,
+    let row = |v: &Verdict| {
+        format!(
             "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             if v.passed { "ok" } else { "bad" },
             if v.passed { "PASS" } else { "FAIL" },
@@ -288,12 +286,11 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
                 .map(|t| format!("{:.2}s", t as f64 / 1000.0))
                 .unwrap_or_default(),
             esc(&v.detail)
-        );
-    }
-    let mut rec = String::new();
-    for r in &o.recoveries {
-        let _ = write!(
-            rec,
+        )
+    };
+    let rows: String = o.verdicts.iter().map(row).collect();
+    let recovery = |r: &Recovery| {
+        format!(
             "<tr><td>{}</td><td>{:.2}s</td><td>{}</td><td>{}</td></tr>",
             esc(&r.fault),
             r.start_ms as f64 / 1000.0,
@@ -303,8 +300,9 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
             r.time_to_recover_ms
                 .map(|t| format!("{t} ms"))
                 .unwrap_or_else(|| "not recovered".into())
-        );
-    }
+        )
+    };
+    let rec: String = o.recoveries.iter().map(recovery).collect();
     format!(
         r#"<!doctype html><html><head><meta charset="utf-8"><title>{name}</title><style>
 body{{font-family:sans-serif;margin:20px}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}
