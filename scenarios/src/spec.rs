@@ -393,63 +393,56 @@ impl Scenario {
 
     fn check_file(&self) -> Result<(), String> {
         let t = &self.topology;
-        must(!self.name.trim().is_empty(), "`name` is empty")?;
-        let unknown = self
+        if self.name.trim().is_empty() {
+            return Err("`name` is empty".into());
+        }
+        let names = Invariants::NAMES;
+        if let Some(k) = self
             .invariants
             .requires
             .keys()
-            .find(|k| !Invariants::NAMES.contains(&k.as_str()));
-        if let Some(k) = unknown {
-            let known = Invariants::NAMES.join(", ");
+            .find(|k| !names.contains(&k.as_str()))
+        {
+            let known = names.join(", ");
             return Err(format!(
                 "[invariants] requires: `{k}` is no invariant (known: {known})"
             ));
         }
-        must(
-            (1..=MAX_SIM_INSTANCES).contains(&t.instances),
-            format!(
-                "topology.instances = {} (allowed 1..={MAX_SIM_INSTANCES}; real mode runs at most {MAX_REAL_INSTANCES})",
-                t.instances
-            ),
-        )?;
-        must(
-            (1..=4).contains(&t.etcd_endpoints),
-            format!(
-                "topology.etcd_endpoints = {} (allowed 1..=4)",
-                t.etcd_endpoints
-            ),
-        )?;
-        must(
-            t.lease_ttl > 0,
-            "topology.lease_ttl must be at least 1 (seconds)",
-        )?;
-        must(
-            !t.keepalive_interval.0.is_zero() && !t.heartbeat_interval.0.is_zero(),
-            "topology intervals must be > 0",
-        )?;
-        must(
-            (1..=5).contains(&t.master.replicas),
-            "topology.master.replicas must be 1 to 5",
-        )?;
-        must(
-            t.master.replicas <= 1 || t.master.election_ttl.0 >= Duration::from_secs(1),
-            "topology.master.election_ttl must be at least 1s (etcd's TTLs are whole seconds)",
-        )?;
-        must(
-            ["DEFAULT", "PREFILL", "DECODE", "MIX"].contains(&t.instance_type.as_str()),
-            format!(
-                "topology.instance_type `{}`: use DEFAULT, PREFILL, DECODE or MIX",
-                t.instance_type
-            ),
-        )?;
-        must(
-            t.etcd_user.is_some() == t.etcd_password.is_some(),
-            "topology.etcd_user and etcd_password go together",
-        )?;
-        must(
-            (t.etcd_user.is_none() && t.etcd_token_ttl.is_none()) || t.etcd == EtcdNeed::Fake,
-            "etcd auth settings need topology.etcd = \"fake\"",
-        )?;
+        let n = t.instances;
+        if !(1..=MAX_SIM_INSTANCES).contains(&n) {
+            return Err(format!("topology.instances = {n} (allowed 1..={MAX_SIM_INSTANCES}; real mode runs at most {MAX_REAL_INSTANCES})"));
+        }
+        let n = t.etcd_endpoints;
+        if !(1..=4).contains(&n) {
+            return Err(format!("topology.etcd_endpoints = {n} (allowed 1..=4)"));
+        }
+        if t.lease_ttl == 0 {
+            return Err("topology.lease_ttl must be at least 1 (seconds)".into());
+        }
+        if t.keepalive_interval.0.is_zero() || t.heartbeat_interval.0.is_zero() {
+            return Err("topology intervals must be > 0".into());
+        }
+        if !(1..=5).contains(&t.master.replicas) {
+            return Err("topology.master.replicas must be 1 to 5".into());
+        }
+        if t.master.replicas > 1 && t.master.election_ttl.0 < Duration::from_secs(1) {
+            return Err(
+                "topology.master.election_ttl must be at least 1s (etcd's TTLs are whole seconds)"
+                    .into(),
+            );
+        }
+        let it = &t.instance_type;
+        if !["DEFAULT", "PREFILL", "DECODE", "MIX"].contains(&it.as_str()) {
+            return Err(format!(
+                "topology.instance_type `{it}`: use DEFAULT, PREFILL, DECODE or MIX"
+            ));
+        }
+        if t.etcd_user.is_some() != t.etcd_password.is_some() {
+            return Err("topology.etcd_user and etcd_password go together".into());
+        }
+        if (t.etcd_user.is_some() || t.etcd_token_ttl.is_some()) && t.etcd != EtcdNeed::Fake {
+            return Err("etcd auth settings need topology.etcd = \"fake\"".into());
+        }
         let names = self.instance_names();
         match t.overrides.iter().find(|o| !names.contains(&o.name)) {
             Some(o) => Err(format!(
@@ -464,24 +457,24 @@ impl Scenario {
     fn check_step(&self, step: &Step) -> Result<(), String> {
         let (acts, awaits) = (step.action.is_some(), step.expect.is_some());
         let waits = awaits || step.when.is_some();
-        must(
-            !(acts && awaits),
-            "a step has either `action` or `await`, not both",
-        )?;
-        must(acts || awaits, "a step needs `action` or `await`")?;
-        must(
-            step.when.is_none() || acts,
-            "`when` goes with an `action` (use `await` to check a condition)",
-        )?;
-        must(
-            !waits || step.within.is_some(),
-            "`await` and `when` need a deadline: `within = \"3s\"`",
-        )?;
-        must(
-            waits || step.within.is_none(),
-            "`within` without `await` or `when`",
-        )?;
-        must(step.hold.is_none() || awaits, "`hold` goes with `await`")?;
+        let fault = if acts && awaits {
+            Some("a step has either `action` or `await`, not both")
+        } else if !acts && !awaits {
+            Some("a step needs `action` or `await`")
+        } else if step.when.is_some() && !acts {
+            Some("`when` goes with an `action` (use `await` to check a condition)")
+        } else if waits && step.within.is_none() {
+            Some("`await` and `when` need a deadline: `within = \"3s\"`")
+        } else if !waits && step.within.is_some() {
+            Some("`within` without `await` or `when`")
+        } else if step.hold.is_some() && !awaits {
+            Some("`hold` goes with `await`")
+        } else {
+            None
+        };
+        if let Some(fault) = fault {
+            return Err(fault.into());
+        }
         for c in step.expect.iter().chain(&step.when) {
             self.check_condition(c)?;
         }
@@ -535,11 +528,6 @@ impl Condition {
             | Condition::LoadmetricsWritten(_) => None,
         }
     }
-}
-
-/// `Ok`, or the error `message`.
-fn must(ok: bool, message: impl Into<String>) -> Result<(), String> {
-    ok.then_some(()).ok_or_else(|| message.into())
 }
 
 /// 1-based line of a byte offset.
