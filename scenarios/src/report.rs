@@ -191,9 +191,7 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
         left + width + 20.0
     );
     // Time axis.
-    let step = nice_step(end);
-    let mut t = 0;
-    while t <= end {
+    for t in (0..=end).step_by(nice_step(end) as usize) {
         let _ = write!(
             svg,
             r##"<line x1="{0}" y1="{top}" x2="{0}" y2="{1}" stroke="#eee"/><text x="{0}" y="{2}" text-anchor="middle">{3}s</text>"##,
@@ -202,7 +200,6 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
             top - 8.0,
             t as f64 / 1000.0
         );
-        t += step;
     }
     // Faults, shaded over the lanes they touch.
     for (k, e) in faults.iter().enumerate() {

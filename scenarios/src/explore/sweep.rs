@@ -269,17 +269,14 @@ fn header_lines(
         .planted_bug
         .map(|b| format!(" --planted-bug {b}"))
         .unwrap_or_default();
+    let (seed, path) = (original.seed, path.display());
     let mut header = vec![
         format!(
             "Found by `scenarios explore`: invariant `{}` violated{at}.",
             v.invariant
         ),
         format!("  {}", v.detail),
-        format!(
-            "Seed {}: {}",
-            original.seed,
-            explore_command(opts, original.seed)
-        ),
+        format!("Seed {seed}: {}", explore_command(opts, seed)),
         format!("Original schedule: {}.", original.size()),
         format!(
             "Shrunk ({} runs) to: {}; first seen as: {}",
@@ -288,12 +285,9 @@ fn header_lines(
             first.detail
         ),
         "Replay in virtual time (deterministic, same verdicts every run):".into(),
-        format!(
-            "  cargo run -p scenarios -- run --sim {}{planted}",
-            path.display()
-        ),
+        format!("  cargo run -p scenarios -- run --sim {path}{planted}"),
         "Replay in real time (real processes; timings differ, may need a few seeds):".into(),
-        format!("  cargo run -p scenarios -- run {}", path.display()),
+        format!("  cargo run -p scenarios -- run {path}"),
     ];
     if let Some(m) = &original.mix {
         header.push(format!("Drawn by the swarm draw: {}.", m.describe()));
