@@ -46,14 +46,10 @@ impl fmt::Display for Dur {
 /// Parse `"1.5s"`, `"300ms"`, `"2m"`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => s.split_at(i),
-        None => {
-            return Err(format!(
-                "duration `{s}` needs a unit: ms, s or m (e.g. \"1.5s\")"
-            ))
-        }
-    };
+    let unit_at = s
+        .find(|c: char| c.is_ascii_alphabetic())
+        .ok_or_else(|| format!("duration `{s}` needs a unit: ms, s or m (e.g. \"1.5s\")"))?;
+    let (num, unit) = s.split_at(unit_at);
     let n: f64 = num
         .trim()
         .parse()

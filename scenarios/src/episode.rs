@@ -143,23 +143,14 @@ impl<'a> EpisodeBook<'a> {
     /// A book with the start-up episodes: every instance registers for the first time,
     /// and a sidecar whose token differs from the master's is expected to get 401s.
     pub fn new(topo: &'a Topology) -> EpisodeBook<'a> {
-        let names = topo.instance_names();
-        let sidecar_tokens = names
-            .iter()
-            .map(|n| {
-                topo.overrides
-                    .iter()
-                    .find(|o| &o.name == n)
-                    .and_then(|o| o.token.clone())
-                    .or_else(|| topo.token.clone())
-            })
-            .collect();
         let mut book = EpisodeBook {
             topo,
-            names,
+            names: topo.instance_names(),
             eps: Vec::new(),
             master_token: topo.token.clone(),
-            sidecar_tokens,
+            sidecar_tokens: (0..topo.instances)
+                .map(|i| topo.instance(i).token)
+                .collect(),
             t: 0,
             label: String::new(),
             detail: None,
@@ -170,18 +161,11 @@ impl<'a> EpisodeBook<'a> {
 
     fn start_up(&mut self) {
         let topo = self.topo;
-        for (i, n) in self.names.clone().iter().enumerate() {
-            let o = topo.overrides.iter().find(|o| &o.name == n);
-            let delay = o
-                .and_then(|o| o.vllm_startup_delay)
-                .unwrap_or(topo.vllm_startup_delay)
-                .as_ms();
-            let starts = o
-                .and_then(|o| o.start_sidecar)
-                .unwrap_or(topo.start_sidecars);
-            let label = format!("start-up {n}");
+        for i in 0..topo.instances {
+            let spec = topo.instance(i);
+            let delay = spec.vllm_startup_delay.as_ms();
             self.open_as(
-                label,
+                format!("start-up {}", spec.name),
                 EpisodeKey::StartUp(i),
                 Scope::Instance(i),
                 Some(delay),
@@ -191,8 +175,7 @@ impl<'a> EpisodeBook<'a> {
                     e.is_fault = false;
                 },
             );
-            let sidecar_token = self.sidecar_tokens.get(i).cloned().flatten();
-            if starts && !tokens_match(topo.token.as_deref(), sidecar_token.as_deref()) {
+            if spec.start_sidecar && !tokens_match(topo.token.as_deref(), spec.token.as_deref()) {
                 self.open_token_mismatch(i);
             }
         }
@@ -295,6 +278,15 @@ impl<'a> EpisodeBook<'a> {
         self.close_where(|k| k == key);
     }
 
+    /// End the open episode keyed `key(scope)` now; for [`Scope::All`], every open
+    /// episode with a key of that kind, whatever its scope.
+    pub fn close_scope(&mut self, scope: Scope, key: fn(Scope) -> EpisodeKey) {
+        let key = key(scope);
+        let kind = std::mem::discriminant(&key);
+        let all = scope == Scope::All;
+        self.close_where(|k| *k == key || (all && std::mem::discriminant(k) == kind));
+    }
+
     /// End every open episode whose key `which` picks now.
     pub fn close_where(&mut self, which: impl Fn(&EpisodeKey) -> bool) {
         let t = self.t;
@@ -359,9 +351,7 @@ impl<'a> EpisodeBook<'a> {
         }
         self.eps
     }
-}
 
-impl EpisodeBook<'_> {
     /// Stretch each episode with `outlasts_faults_ms` past the faults overlapping it
     /// (and those overlapping the stretch, until nothing changes; an open fault leaves
     /// it open).

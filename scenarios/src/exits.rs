@@ -20,23 +20,17 @@ pub fn unexpected(
     last_words: &[(usize, Vec<String>)],
 ) -> Vec<Verdict> {
     let names = sc.instance_names();
-    let mut out = Vec::new();
-    for (i, words) in last_words {
-        let Some(name) = names.get(*i) else { continue };
-        if let Some((t_ms, code)) = first_unasked_exit(*i, samples, eps) {
-            out.push(Verdict {
-                kind: VerdictKind::Exit,
-                name: format!("{name} sidecar exited"),
-                passed: false,
-                t_ms: Some(t_ms),
-                first_violation_ms: Some(t_ms),
-                first_violation_event: None,
-                detail: describe(name, t_ms, code, words),
-                skipped: None,
-            });
-        }
-    }
-    out
+    let unasked = |(i, words): &(usize, Vec<String>)| {
+        let name = names.get(*i)?;
+        let (t_ms, code) = first_unasked_exit(*i, samples, eps)?;
+        Some(Verdict::failed(
+            VerdictKind::Exit,
+            format!("{name} sidecar exited"),
+            Some(t_ms),
+            describe(name, t_ms, code, words),
+        ))
+    };
+    last_words.iter().filter_map(unasked).collect()
 }
 
 /// When instance `i`'s sidecar was first seen exited without a stop or kill asked for

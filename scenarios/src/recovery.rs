@@ -129,13 +129,9 @@ fn kind_of(e: &Episode, records: &[ActionRecord]) -> String {
     let opened_by = records
         .iter()
         .find(|r| r.t_ms == e.start_ms && r.label == e.label);
-    if let Some(r) = opened_by {
-        if let Ok(v) = serde_json::to_value(&r.action) {
-            let kind = crate::explore::schedule::action_kind(&v);
-            if !kind.is_empty() {
-                return kind.to_string();
-            }
-        }
+    let kind = opened_by.map_or(String::new(), |r| crate::actions::words::key(&r.action));
+    if !kind.is_empty() {
+        return kind;
     }
     match e.key() {
         EpisodeKey::StartUp(_) => "start_up",
@@ -275,20 +271,12 @@ pub fn verdict(sc: &Scenario, samples: &[Sample], checks: &[RecoveryCheck]) -> V
     let Some(c) = failed else {
         let worst = checks.iter().filter_map(|c| c.time_to_recover_ms).max();
         let bound = Timers::of(&sc.topology).bound_ms();
-        return Verdict {
-            kind: VerdictKind::Invariant,
-            name: INVARIANT.into(),
-            passed: true,
-            t_ms: None,
-            first_violation_ms: None,
-            first_violation_event: None,
-            detail: format!(
-                "held ({} recoveries judged, slowest {} ms, bound {bound} ms without 409s)",
-                checks.len(),
-                worst.map_or("-".into(), |w| w.to_string())
-            ),
-            skipped: None,
-        };
+        let detail = format!(
+            "held ({} recoveries judged, slowest {} ms, bound {bound} ms without 409s)",
+            checks.len(),
+            worst.map_or("-".into(), |w| w.to_string())
+        );
+        return Verdict::passed(VerdictKind::Invariant, INVARIANT.into(), detail);
     };
     let deadline = c.end_ms + c.bound_ms;
     let i = sc.instance_names().iter().position(|n| *n == c.instance);
@@ -305,19 +293,16 @@ pub fn verdict(sc: &Scenario, samples: &[Sample], checks: &[RecoveryCheck]) -> V
             )
         })
         .unwrap_or_default();
-    Verdict {
-        kind: VerdictKind::Invariant,
-        name: INVARIANT.into(),
-        passed: false,
-        t_ms: Some(deadline),
-        first_violation_ms: Some(deadline),
-        first_violation_event: None,
-        detail: format!(
-            "{}: not back (ACTIVE, one incarnation, heartbeating) within {} ms of the end of `{}` at t={} ms; at t={deadline} ms: {seen}",
-            c.instance, c.bound_ms, c.fault, c.end_ms
-        ),
-        skipped: None,
-    }
+    let detail = format!(
+        "{}: not back (ACTIVE, one incarnation, heartbeating) within {} ms of the end of `{}` at t={} ms; at t={deadline} ms: {seen}",
+        c.instance, c.bound_ms, c.fault, c.end_ms
+    );
+    Verdict::failed(
+        VerdictKind::Invariant,
+        INVARIANT.into(),
+        Some(deadline),
+        detail,
+    )
 }
 
 #[cfg(test)]

@@ -167,7 +167,8 @@ pub fn write_dir(
     Ok(())
 }
 
-fn esc(s: &str) -> String {
+/// Text escaped for HTML and XML.
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -190,9 +191,7 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
         left + width + 20.0
     );
     // Time axis.
-    let step = nice_step(end);
-    let mut t = 0;
-    while t <= end {
+    for t in (0..=end).step_by(nice_step(end) as usize) {
         let _ = write!(
             svg,
             r##"<line x1="{0}" y1="{top}" x2="{0}" y2="{1}" stroke="#eee"/><text x="{0}" y="{2}" text-anchor="middle">{3}s</text>"##,
@@ -201,7 +200,6 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
             top - 8.0,
             t as f64 / 1000.0
         );
-        t += step;
     }
     // Faults, shaded over the lanes they touch.
     for (k, e) in faults.iter().enumerate() {
@@ -232,33 +230,31 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
     for (i, name) in names.iter().take(shown).enumerate() {
         let y = top + lane * i as f64;
         let _ = write!(svg, r#"<text x="4" y="{}">{}</text>"#, y + 12.0, esc(name));
-        let mut prev: Option<(u64, Option<ObservedState>, bool, u64)> = None;
+        // The bar being drawn: since when, which (state, registered); heartbeats so far.
+        let mut prev: Option<(u64, (Option<ObservedState>, bool), u64)> = None;
         for s in &o.samples {
             let Some(obs) = s.instances.get(i) else {
                 continue;
             };
             let cur = (obs.state, obs.etcd.is_some());
-            match prev {
-                Some((t0, st, reg, hb)) => {
-                    if (st, reg) != cur || s.t_ms == end {
-                        bar(&mut svg, x(t0), x(s.t_ms), y, lane, st, reg);
-                        prev = Some((s.t_ms, cur.0, cur.1, hb));
-                    }
-                    if obs.accepted() > hb {
-                        let _ = write!(
-                            svg,
-                            r##"<line x1="{0}" y1="{1}" x2="{0}" y2="{2}" stroke="#124" stroke-width="1"/>"##,
-                            x(s.t_ms),
-                            y + 1.0,
-                            y + 4.0
-                        );
-                    }
-                    if let Some(p) = prev.as_mut() {
-                        p.3 = obs.accepted();
-                    }
-                }
-                None => prev = Some((s.t_ms, cur.0, cur.1, obs.accepted())),
+            let Some((t0, was, hb)) = prev.as_mut() else {
+                prev = Some((s.t_ms, cur, obs.accepted()));
+                continue;
+            };
+            if *was != cur || s.t_ms == end {
+                bar(&mut svg, x(*t0), x(s.t_ms), y, lane, *was);
+                (*t0, *was) = (s.t_ms, cur);
             }
+            if obs.accepted() > *hb {
+                let _ = write!(
+                    svg,
+                    r##"<line x1="{0}" y1="{1}" x2="{0}" y2="{2}" stroke="#124" stroke-width="1"/>"##,
+                    x(s.t_ms),
+                    y + 1.0,
+                    y + 4.0
+                );
+            }
+            *hb = obs.accepted();
         }
     }
     // Awaits: a mark on the axis.
@@ -276,10 +272,8 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
     }
     svg.push_str("</svg>");
 
-    let mut rows = String::new();
-    for v in &o.verdicts {
-        let _ = write!(
-            rows,
+    let row = |v: &Verdict| {
+        format!(
             "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             if v.passed { "ok" } else { "bad" },
             if v.passed { "PASS" } else { "FAIL" },
@@ -289,12 +283,11 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
                 .map(|t| format!("{:.2}s", t as f64 / 1000.0))
                 .unwrap_or_default(),
             esc(&v.detail)
-        );
-    }
-    let mut rec = String::new();
-    for r in &o.recoveries {
-        let _ = write!(
-            rec,
+        )
+    };
+    let rows: String = o.verdicts.iter().map(row).collect();
+    let recovery = |r: &Recovery| {
+        format!(
             "<tr><td>{}</td><td>{:.2}s</td><td>{}</td><td>{}</td></tr>",
             esc(&r.fault),
             r.start_ms as f64 / 1000.0,
@@ -304,8 +297,9 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
             r.time_to_recover_ms
                 .map(|t| format!("{t} ms"))
                 .unwrap_or_else(|| "not recovered".into())
-        );
-    }
+        )
+    };
+    let rec: String = o.recoveries.iter().map(recovery).collect();
     format!(
         r#"<!doctype html><html><head><meta charset="utf-8"><title>{name}</title><style>
 body{{font-family:sans-serif;margin:20px}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}
@@ -338,8 +332,7 @@ fn bar(
     x1: f64,
     y: f64,
     lane: f64,
-    st: Option<ObservedState>,
-    reg: bool,
+    (st, reg): (Option<ObservedState>, bool),
 ) {
     let color = match st {
         Some(ObservedState::Active) => "#3b3",
@@ -394,14 +387,8 @@ fn nice_step(end_ms: u64) -> u64 {
 
 /// JUnit XML for a set of outcomes.
 pub fn junit(outcomes: &[Outcome]) -> String {
-    let failures = outcomes
-        .iter()
-        .filter(|o| o.status == Status::Failed)
-        .count();
-    let skipped = outcomes
-        .iter()
-        .filter(|o| o.status == Status::Skipped)
-        .count();
+    let count = |status| outcomes.iter().filter(|o| o.status == status).count();
+    let (failures, skipped) = (count(Status::Failed), count(Status::Skipped));
     let total: f64 = outcomes.iter().map(|o| o.wall_ms as f64 / 1000.0).sum();
     let mut s = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"scenarios\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\" time=\"{total:.3}\">\n",

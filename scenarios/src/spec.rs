@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::actions::words::flag;
 use crate::capability::{Capabilities, Capability};
 
 pub use crate::actions::Action;
@@ -313,8 +314,7 @@ impl Scenario {
     /// Every capability the scenario as a whole needs: declared, or implied by a drain
     /// action or an OpenMetrics dialect.
     pub fn needs(&self) -> Capabilities {
-        use crate::actions::{sidecar::SidecarAction, Action};
-        use crate::topology::Dialect;
+        use crate::actions::sidecar::SidecarAction;
         let mut c: Capabilities = self.requires.iter().copied().collect();
         let drains = self.steps.iter().any(|s| {
             matches!(
@@ -382,169 +382,150 @@ impl Scenario {
             .unwrap_or_else(|| self.topology.keepalive_interval.0 * 2 + Duration::from_secs(2))
     }
 
+    /// Checks what serde cannot: an error of the file as a whole, or of step `i`.
     fn validate(&self) -> Result<(), (Option<usize>, String)> {
-        let t = &self.topology;
-        if self.name.trim().is_empty() {
-            return Err((None, "`name` is empty".into()));
-        }
-        if let Some(k) = self
-            .invariants
-            .requires
-            .keys()
-            .find(|k| !Invariants::NAMES.contains(&k.as_str()))
-        {
-            return Err((
-                None,
-                format!(
-                    "[invariants] requires: `{k}` is no invariant (known: {})",
-                    Invariants::NAMES.join(", ")
-                ),
-            ));
-        }
-        if !(1..=MAX_SIM_INSTANCES).contains(&t.instances) {
-            return Err((
-                None,
-                format!(
-                    "topology.instances = {} (allowed 1..={MAX_SIM_INSTANCES}; real mode runs at most {MAX_REAL_INSTANCES})",
-                    t.instances
-                ),
-            ));
-        }
-        if !(1..=4).contains(&t.etcd_endpoints) {
-            return Err((
-                None,
-                format!(
-                    "topology.etcd_endpoints = {} (allowed 1..=4)",
-                    t.etcd_endpoints
-                ),
-            ));
-        }
-        if t.lease_ttl == 0 {
-            return Err((
-                None,
-                "topology.lease_ttl must be at least 1 (seconds)".into(),
-            ));
-        }
-        if t.keepalive_interval.0.is_zero() || t.heartbeat_interval.0.is_zero() {
-            return Err((None, "topology intervals must be > 0".into()));
-        }
-        if !(1..=5).contains(&t.master.replicas) {
-            return Err((None, "topology.master.replicas must be 1 to 5".into()));
-        }
-        if t.master.replicas > 1 && t.master.election_ttl.0 < std::time::Duration::from_secs(1) {
-            return Err((
-                None,
-                "topology.master.election_ttl must be at least 1s (etcd's TTLs are whole seconds)"
-                    .into(),
-            ));
-        }
-        if !["DEFAULT", "PREFILL", "DECODE", "MIX"].contains(&t.instance_type.as_str()) {
-            return Err((
-                None,
-                format!(
-                    "topology.instance_type `{}`: use DEFAULT, PREFILL, DECODE or MIX",
-                    t.instance_type
-                ),
-            ));
-        }
-        if t.etcd_user.is_some() != t.etcd_password.is_some() {
-            return Err((
-                None,
-                "topology.etcd_user and etcd_password go together".into(),
-            ));
-        }
-        if (t.etcd_user.is_some() || t.etcd_token_ttl.is_some()) && t.etcd != EtcdNeed::Fake {
-            return Err((
-                None,
-                "etcd auth settings need topology.etcd = \"fake\"".into(),
-            ));
-        }
-        let names = self.instance_names();
-        let known = |n: &str| names.iter().any(|x| x == n);
-        for o in &t.overrides {
-            if !known(&o.name) {
-                return Err((
-                    None,
-                    format!(
-                        "[[topology.instance]] `{}` is not an instance (have i0..i{})",
-                        o.name,
-                        t.instances - 1
-                    ),
-                ));
-            }
-        }
+        self.check_file().map_err(|m| (None, m))?;
         for (i, step) in self.steps.iter().enumerate() {
-            let err = |m: String| Err((Some(i), m));
-            match (&step.action, &step.expect) {
-                (Some(_), Some(_)) => {
-                    return err("a step has either `action` or `await`, not both".into())
-                }
-                (None, None) => return err("a step needs `action` or `await`".into()),
-                _ => {}
-            }
-            if step.when.is_some() && step.action.is_none() {
-                return err(
-                    "`when` goes with an `action` (use `await` to check a condition)".into(),
-                );
-            }
-            if (step.expect.is_some() || step.when.is_some()) && step.within.is_none() {
-                return err("`await` and `when` need a deadline: `within = \"3s\"`".into());
-            }
-            if step.within.is_some() && step.expect.is_none() && step.when.is_none() {
-                return err("`within` without `await` or `when`".into());
-            }
-            if step.hold.is_some() && step.expect.is_none() {
-                return err("`hold` goes with `await`".into());
-            }
-            for c in step.expect.iter().chain(step.when.iter()) {
-                if let Err(m) = self.check_condition(c) {
-                    return err(m);
-                }
-            }
-            if let Some(a) = &step.action {
-                if let Err(m) = a.check(&self.topology) {
-                    return err(m);
-                }
-            }
+            self.check_step(step).map_err(|m| (Some(i), m))?;
         }
         Ok(())
     }
 
+    fn check_file(&self) -> Result<(), String> {
+        let t = &self.topology;
+        if self.name.trim().is_empty() {
+            return Err("`name` is empty".into());
+        }
+        let names = Invariants::NAMES;
+        if let Some(k) = self
+            .invariants
+            .requires
+            .keys()
+            .find(|k| !names.contains(&k.as_str()))
+        {
+            let known = names.join(", ");
+            return Err(format!(
+                "[invariants] requires: `{k}` is no invariant (known: {known})"
+            ));
+        }
+        let n = t.instances;
+        if !(1..=MAX_SIM_INSTANCES).contains(&n) {
+            return Err(format!("topology.instances = {n} (allowed 1..={MAX_SIM_INSTANCES}; real mode runs at most {MAX_REAL_INSTANCES})"));
+        }
+        let n = t.etcd_endpoints;
+        if !(1..=4).contains(&n) {
+            return Err(format!("topology.etcd_endpoints = {n} (allowed 1..=4)"));
+        }
+        if t.lease_ttl == 0 {
+            return Err("topology.lease_ttl must be at least 1 (seconds)".into());
+        }
+        if t.keepalive_interval.0.is_zero() || t.heartbeat_interval.0.is_zero() {
+            return Err("topology intervals must be > 0".into());
+        }
+        if !(1..=5).contains(&t.master.replicas) {
+            return Err("topology.master.replicas must be 1 to 5".into());
+        }
+        if t.master.replicas > 1 && t.master.election_ttl.0 < Duration::from_secs(1) {
+            return Err(
+                "topology.master.election_ttl must be at least 1s (etcd's TTLs are whole seconds)"
+                    .into(),
+            );
+        }
+        let it = &t.instance_type;
+        if !["DEFAULT", "PREFILL", "DECODE", "MIX"].contains(&it.as_str()) {
+            return Err(format!(
+                "topology.instance_type `{it}`: use DEFAULT, PREFILL, DECODE or MIX"
+            ));
+        }
+        if t.etcd_user.is_some() != t.etcd_password.is_some() {
+            return Err("topology.etcd_user and etcd_password go together".into());
+        }
+        if (t.etcd_user.is_some() || t.etcd_token_ttl.is_some()) && t.etcd != EtcdNeed::Fake {
+            return Err("etcd auth settings need topology.etcd = \"fake\"".into());
+        }
+        let names = self.instance_names();
+        match t.overrides.iter().find(|o| !names.contains(&o.name)) {
+            Some(o) => Err(format!(
+                "[[topology.instance]] `{}` is not an instance (have i0..i{})",
+                o.name,
+                t.instances - 1
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn check_step(&self, step: &Step) -> Result<(), String> {
+        let (acts, awaits) = (step.action.is_some(), step.expect.is_some());
+        let waits = awaits || step.when.is_some();
+        let fault = if acts && awaits {
+            Some("a step has either `action` or `await`, not both")
+        } else if !acts && !awaits {
+            Some("a step needs `action` or `await`")
+        } else if step.when.is_some() && !acts {
+            Some("`when` goes with an `action` (use `await` to check a condition)")
+        } else if waits && step.within.is_none() {
+            Some("`await` and `when` need a deadline: `within = \"3s\"`")
+        } else if !waits && step.within.is_some() {
+            Some("`within` without `await` or `when`")
+        } else if step.hold.is_some() && !awaits {
+            Some("`hold` goes with `await`")
+        } else {
+            None
+        };
+        if let Some(fault) = fault {
+            return Err(fault.into());
+        }
+        for c in step.expect.iter().chain(&step.when) {
+            self.check_condition(c)?;
+        }
+        match &step.action {
+            Some(a) => a.check(&self.topology),
+            None => Ok(()),
+        }
+    }
+
     fn check_condition(&self, c: &Condition) -> Result<(), String> {
         match c {
-            Condition::State { instance, .. }
-            | Condition::Registered(instance)
-            | Condition::Unregistered(instance)
-            | Condition::Heartbeat { instance, .. }
-            | Condition::HeartbeatStatus { instance, .. }
-            | Condition::Exited { instance, .. }
-            | Condition::Log { instance, .. }
-            | Condition::RoutedShare { instance, .. } => {
-                self.topology.check_target(instance, false)
-            }
             Condition::Incarnations {
                 at_least: None,
                 at_most: None,
                 ..
             } => Err("`incarnations` needs `at_least` or `at_most`".into()),
-            Condition::Incarnations { instance, .. } => self.topology.check_target(instance, false),
-            Condition::AllActive(true)
-            | Condition::NewMaster(true)
-            | Condition::LoadmetricsWritten(true) => Ok(()),
-            Condition::NewMaster(false) => {
-                Err("`new_master = false` means nothing; write `new_master = true`".into())
+            Condition::AllActive(false) => {
+                Err("`all_active = false` means nothing; use `all_active = true`".into())
             }
-            Condition::LoadmetricsWritten(false) => Err(
-                "`loadmetrics_written = false` means nothing; write `loadmetrics_written = true`"
-                    .into(),
-            ),
+            Condition::AllActive(true) => Ok(()),
+            Condition::NewMaster(b) => flag(*b, "new_master"),
+            Condition::LoadmetricsWritten(b) => flag(*b, "loadmetrics_written"),
             Condition::MasterHeartbeats { .. } if self.topology.master.replicas < 2 => {
                 Err("`master_heartbeats` needs `topology.master.replicas` of 2 or more".into())
             }
             Condition::MasterHeartbeats { .. } => Ok(()),
-            Condition::AllActive(false) => {
-                Err("`all_active = false` means nothing; use `all_active = true`".into())
-            }
+            _ => match c.instance() {
+                Some(instance) => self.topology.check_target(instance, false),
+                None => Ok(()),
+            },
+        }
+    }
+}
+
+impl Condition {
+    /// The instance the condition is about (`None`: the cluster or the master as a whole).
+    pub fn instance(&self) -> Option<&str> {
+        match self {
+            Condition::State { instance, .. }
+            | Condition::Registered(instance)
+            | Condition::Unregistered(instance)
+            | Condition::Incarnations { instance, .. }
+            | Condition::Heartbeat { instance, .. }
+            | Condition::HeartbeatStatus { instance, .. }
+            | Condition::Exited { instance, .. }
+            | Condition::Log { instance, .. }
+            | Condition::RoutedShare { instance, .. } => Some(instance),
+            Condition::AllActive(_)
+            | Condition::NewMaster(_)
+            | Condition::MasterHeartbeats { .. }
+            | Condition::LoadmetricsWritten(_) => None,
         }
     }
 }

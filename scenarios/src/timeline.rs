@@ -73,31 +73,26 @@ pub struct Timeline {
     /// Virtual time in ms (simulation): `None` means the wall clock.
     virtual_now: Option<AtomicU64>,
     events: Mutex<Vec<Event>>,
-    dropped: Mutex<u64>,
 }
 
 impl Timeline {
     /// A timeline on the wall clock, t0 now.
     pub fn new() -> Arc<Timeline> {
-        let now = mock_kit::events::now_ms();
-        Arc::new(Timeline {
-            t0_ms: AtomicU64::new(now),
-            made_ms: now,
-            virtual_now: None,
-            events: Mutex::new(Vec::new()),
-            dropped: Mutex::new(0),
-        })
+        Timeline::made_at(mock_kit::events::now_ms(), None)
     }
 
     /// A timeline in virtual time (the simulator's): t0 is 0, events carry virtual
     /// milliseconds, and [`Timeline::now`] is what [`Timeline::set_now`] last said.
     pub fn virtual_time() -> Arc<Timeline> {
+        Timeline::made_at(0, Some(AtomicU64::new(0)))
+    }
+
+    fn made_at(now: u64, virtual_now: Option<AtomicU64>) -> Arc<Timeline> {
         Arc::new(Timeline {
-            t0_ms: AtomicU64::new(0),
-            made_ms: 0,
-            virtual_now: Some(AtomicU64::new(0)),
+            t0_ms: AtomicU64::new(now),
+            made_ms: now,
+            virtual_now,
             events: Mutex::new(Vec::new()),
-            dropped: Mutex::new(0),
         })
     }
 
@@ -165,11 +160,6 @@ impl Timeline {
         v
     }
 
-    /// Events not stored because the timeline was full.
-    pub fn dropped(&self) -> u64 {
-        *lock(&self.dropped)
-    }
-
     /// Write `events.jsonl`: one event per line, `t_ms` relative to t0 added.
     pub fn write_jsonl(&self, w: &mut impl Write) -> std::io::Result<()> {
         for e in self.snapshot() {
@@ -188,19 +178,14 @@ impl Timeline {
 
 impl EventSink for Timeline {
     fn emit(&self, event: Event) {
+        // Past the cap, events are not stored.
         let mut g = lock(&self.events);
-        if g.len() >= MAX_EVENTS {
-            drop(g);
-            *lock(&self.dropped) += 1;
-            return;
+        if g.len() < MAX_EVENTS {
+            g.push(event);
         }
-        g.push(event);
     }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -125,9 +125,8 @@ pub struct Topology {
     pub sidecar_args: Vec<String>,
     /// The fake master's timers.
     pub master: MasterTopology,
-    /// Per-instance overrides.
-    #[serde(rename = "instance")]
     /// Per-instance settings (`[[topology.instance]]`).
+    #[serde(rename = "instance")]
     pub overrides: Vec<InstanceOverride>,
 }
 
@@ -225,9 +224,8 @@ pub struct InstanceOverride {
     #[serde(default)]
     /// Its vLLM's dialect.
     pub dialect: Option<Dialect>,
-    /// The token this sidecar sends (`""` for none), when it differs from the master's.
     #[serde(default)]
-    /// Its sidecar's token.
+    /// The token its sidecar sends (`""` for none), when it differs from the master's.
     pub token: Option<String>,
     #[serde(default)]
     /// Its vLLM's start-up delay.
@@ -242,6 +240,11 @@ pub struct InstanceOverride {
 
 /// Which instance(s) an action touches.
 pub type Target = String;
+
+/// `all`, the default target of actions that may name one instance.
+pub fn all_target() -> Target {
+    "all".into()
+}
 
 /// The indices an action's target names among `count` instances: every one for `all`,
 /// else the one so named (none if it does not exist).

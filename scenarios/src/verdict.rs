@@ -58,6 +58,36 @@ impl ActionRecord {
             serde_json::json!({"step": step, "label": label, "action": action}),
         );
     }
+
+    /// Step `step`'s action as done at `t_ms` with `result` (both modes): its record,
+    /// and the failed `action` verdict when it could not be done.
+    pub fn done(
+        step: usize,
+        t_ms: u64,
+        label: String,
+        action: &Action,
+        result: Result<Option<String>, String>,
+        sidecar_states: std::collections::BTreeMap<String, String>,
+    ) -> (ActionRecord, Option<Verdict>) {
+        let (error, detail) = match result {
+            Ok(d) => (None, d),
+            Err(e) => (Some(e), None),
+        };
+        let failed = error.as_ref().map(|e| {
+            let name = format!("step {step}: {label}");
+            Verdict::failed(VerdictKind::Action, name, Some(t_ms), e.clone())
+        });
+        let record = ActionRecord {
+            step,
+            t_ms,
+            label,
+            action: action.clone(),
+            error,
+            detail,
+            sidecar_states,
+        };
+        (record, failed)
+    }
 }
 
 /// A step's condition, judged (both runners): it first held at `met` (`None`: not by
@@ -72,18 +102,15 @@ pub fn step_verdict(
     now: u64,
     hold: Option<(Dur, Option<u64>)>,
 ) -> Verdict {
-    let mut v = Verdict {
-        kind,
-        name,
-        passed: met.is_some(),
-        t_ms: Some(met.unwrap_or(now)),
-        first_violation_ms: None,
-        first_violation_event: None,
-        detail: match met {
-            Some(t) => format!("held at t={:.2}s", t as f64 / 1000.0),
-            None => format!("not within {:?}: {}", within, describe(cond)),
+    let mut v = match met {
+        Some(t) => Verdict {
+            t_ms: Some(t),
+            ..Verdict::passed(kind, name, format!("held at t={:.2}s", t as f64 / 1000.0))
         },
-        skipped: None,
+        None => {
+            let detail = format!("not within {:?}: {}", within, describe(cond));
+            Verdict::failed(kind, name, Some(now), detail)
+        }
     };
     match hold {
         Some((hold, Some(broke))) if met.is_some() => {
@@ -99,48 +126,7 @@ pub fn step_verdict(
         }
         _ => {}
     }
-    if !v.passed {
-        v.first_violation_ms = v.first_violation_ms.or(v.t_ms);
-    }
     v
-}
-
-impl ActionRecord {
-    /// Step `step`'s action as done at `t_ms` with `result` (both modes): its record,
-    /// and the failed `action` verdict when it could not be done.
-    pub fn done(
-        step: usize,
-        t_ms: u64,
-        label: String,
-        action: &Action,
-        result: Result<Option<String>, String>,
-        sidecar_states: std::collections::BTreeMap<String, String>,
-    ) -> (ActionRecord, Option<Verdict>) {
-        let (error, detail) = match result {
-            Ok(d) => (None, d),
-            Err(e) => (Some(e), None),
-        };
-        let failed = error.as_ref().map(|e| Verdict {
-            kind: VerdictKind::Action,
-            name: format!("step {step}: {label}"),
-            passed: false,
-            t_ms: Some(t_ms),
-            first_violation_ms: Some(t_ms),
-            first_violation_event: None,
-            detail: e.clone(),
-            skipped: None,
-        });
-        let record = ActionRecord {
-            step,
-            t_ms,
-            label,
-            action: action.clone(),
-            error,
-            detail,
-            sidecar_states,
-        };
-        (record, failed)
-    }
 }
 
 /// What a verdict judges.
@@ -208,8 +194,8 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// A check not made, for `why`.
-    pub fn skipped(kind: VerdictKind, name: String, why: String) -> Verdict {
+    /// A check that held (nothing failed, at no time in particular).
+    pub fn passed(kind: VerdictKind, name: String, detail: String) -> Verdict {
         Verdict {
             kind,
             name,
@@ -217,8 +203,26 @@ impl Verdict {
             t_ms: None,
             first_violation_ms: None,
             first_violation_event: None,
-            detail: format!("skipped: {why}"),
-            skipped: Some(why),
+            detail,
+            skipped: None,
+        }
+    }
+
+    /// A check that failed, first at `t_ms`.
+    pub fn failed(kind: VerdictKind, name: String, t_ms: Option<u64>, detail: String) -> Verdict {
+        Verdict {
+            passed: false,
+            t_ms,
+            first_violation_ms: t_ms,
+            ..Verdict::passed(kind, name, detail)
+        }
+    }
+
+    /// A check not made, for `why`.
+    pub fn skipped(kind: VerdictKind, name: String, why: String) -> Verdict {
+        Verdict {
+            skipped: Some(why.clone()),
+            ..Verdict::passed(kind, name, format!("skipped: {why}"))
         }
     }
 }
@@ -277,36 +281,26 @@ impl Ctx<'_> {
     }
 
     fn latest(&self, i: usize) -> Option<&InstanceObs> {
-        self.samples
-            .last()
-            .and_then(|s| s.instances.get(i))
-            .map(|o| &**o)
+        self.samples.last()?.instances.get(i).map(|o| &**o)
     }
 
-    fn baseline_masters(&self) -> Option<&crate::observe::Masters> {
-        self.samples
-            .get(self.from.saturating_sub(1))
-            .map(|s| &*s.masters)
+    /// The last sample before the step began.
+    fn base(&self) -> Option<&Sample> {
+        self.samples.get(self.from.saturating_sub(1))
     }
 
     fn baseline(&self, i: usize) -> Option<&InstanceObs> {
-        self.samples
-            .get(self.from.saturating_sub(1))
-            .and_then(|s| s.instances.get(i))
-            .map(|o| &**o)
+        self.base()?.instances.get(i).map(|o| &**o)
     }
 }
 
 /// Whether the condition holds now.
 pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
-    let Some(i) = condition_instance(c).and_then(|n| ctx.idx(n)).or(match c {
-        Condition::AllActive(_)
-        | Condition::NewMaster(_)
-        | Condition::MasterHeartbeats { .. }
-        | Condition::LoadmetricsWritten(_) => Some(usize::MAX),
-        _ => None,
-    }) else {
-        return false;
+    // The instance's index (none named: the cluster as a whole); an unknown one never holds.
+    let i = match c.instance().map(|n| ctx.idx(n)) {
+        Some(Some(i)) => i,
+        Some(None) => return false,
+        None => usize::MAX,
     };
     match c {
         Condition::AllActive(_) => ctx
@@ -321,14 +315,11 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
         Condition::Incarnations {
             at_least, at_most, ..
         } => {
-            let mut seen: Vec<&str> = Vec::new();
-            for s in ctx.samples {
-                if let Some(inc) = s.instances.get(i).and_then(|o| o.etcd.as_deref()) {
-                    if !seen.contains(&inc) {
-                        seen.push(inc);
-                    }
-                }
-            }
+            let seen: std::collections::BTreeSet<&str> = ctx
+                .samples
+                .iter()
+                .filter_map(|s| s.instances.get(i)?.etcd.as_deref())
+                .collect();
             at_least.is_none_or(|n| seen.len() >= n) && at_most.is_none_or(|n| seen.len() <= n)
         }
         Condition::Heartbeat {
@@ -375,7 +366,7 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
             })
         }
         Condition::NewMaster(_) => {
-            let before = ctx.baseline_masters().and_then(|m| m.elected);
+            let before = ctx.base().and_then(|s| s.masters.elected);
             let now = ctx.samples.last().and_then(|s| s.masters.elected);
             now.is_some() && now != before
         }
@@ -383,13 +374,13 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
             let Some(k) = ctx.samples.last().and_then(|s| s.masters.elected) else {
                 return false;
             };
-            let base = ctx.baseline_masters().map_or(0, |m| m.accepted_by(k));
+            let base = ctx.base().map_or(0, |s| s.masters.accepted_by(k));
             ctx.samples
                 .last()
                 .is_some_and(|s| s.masters.accepted_by(k) >= base + at_least)
         }
         Condition::LoadmetricsWritten(_) => {
-            let base = ctx.baseline_masters().and_then(|m| m.loadmetrics_revision);
+            let base = ctx.base().and_then(|s| s.masters.loadmetrics_revision);
             let now = ctx
                 .samples
                 .last()
@@ -404,24 +395,6 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
             let hits = window.iter().filter(|r| **r == i).count();
             (hits as f64) <= at_most * (*last as f64)
         }
-    }
-}
-
-fn condition_instance(c: &Condition) -> Option<&str> {
-    match c {
-        Condition::State { instance, .. }
-        | Condition::Registered(instance)
-        | Condition::Unregistered(instance)
-        | Condition::Incarnations { instance, .. }
-        | Condition::Heartbeat { instance, .. }
-        | Condition::HeartbeatStatus { instance, .. }
-        | Condition::Exited { instance, .. }
-        | Condition::Log { instance, .. }
-        | Condition::RoutedShare { instance, .. } => Some(instance),
-        Condition::AllActive(_)
-        | Condition::NewMaster(_)
-        | Condition::MasterHeartbeats { .. }
-        | Condition::LoadmetricsWritten(_) => None,
     }
 }
 
@@ -488,8 +461,7 @@ pub fn describe(c: &Condition) -> String {
 /// Time to recover from each fault: from its end until every instance that should be
 /// routable (sidecar running, vLLM not down) is ACTIVE and registered.
 pub fn recoveries(samples: &[Sample], eps: &[Episode]) -> Vec<Recovery> {
-    let mut out = Vec::new();
-    for e in eps.iter().filter(|e| e.is_fault) {
+    let recovery = |e: &Episode| {
         let end = e.end_ms;
         let recovered = end.and_then(|end| {
             samples
@@ -509,16 +481,13 @@ pub fn recoveries(samples: &[Sample], eps: &[Episode]) -> Vec<Recovery> {
                 })
                 .map(|s| s.t_ms)
         });
-        out.push(Recovery {
+        Recovery {
             fault: e.label.clone(),
             start_ms: e.start_ms,
             end_ms: end,
             recovered_ms: recovered,
-            time_to_recover_ms: match (end, recovered) {
-                (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-                _ => None,
-            },
-        });
-    }
-    out
+            time_to_recover_ms: end.zip(recovered).map(|(a, b)| b.saturating_sub(a)),
+        }
+    };
+    eps.iter().filter(|e| e.is_fault).map(recovery).collect()
 }

@@ -65,7 +65,7 @@ fn finds_and_shrinks(bug: PlantedBug, seeds: std::ops::Range<u64>, invariant: &s
     let f = s
         .findings
         .iter()
-        .find(|f| f.invariant == invariant)
+        .find(|f| f.violation.invariant == invariant)
         .unwrap_or_else(|| panic!("{bug}: no `{invariant}` finding in {:?}", s.findings));
     assert!(f.shrunk.faults <= 3, "{f:?}");
     assert!(f.shrunk.instances <= 3, "{f:?}");

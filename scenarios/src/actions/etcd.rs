@@ -9,9 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::words;
-use crate::cluster::{Arming, Cluster};
-use crate::dur::Dur;
+use super::{words, Armed};
+use crate::cluster::Cluster;
 use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::topology::{target_indices, EtcdNeed, Target, Topology};
 
@@ -22,16 +21,7 @@ pub enum EtcdAction {
     /// Arm a fault on the fake etcd's gateway:
     /// `etcd_fault = { fault = { hang = { path = "*" } }, duration = "4s" }`.
     #[serde(rename = "etcd_fault")]
-    Fault {
-        /// What the gateway does to matching requests.
-        fault: EtcdFault,
-        /// Fire at most this many times (`None`: no limit).
-        #[serde(default)]
-        count: Option<u64>,
-        /// Disarm after this long (`None`: until `etcd_clear_faults`).
-        #[serde(default)]
-        duration: Option<Dur>,
-    },
+    Fault(Armed<EtcdFault>),
     /// Clear every fake etcd fault and let hung requests go: `etcd_clear_faults = true`.
     #[serde(rename = "etcd_clear_faults")]
     ClearFaults(bool),
@@ -91,17 +81,6 @@ pub enum EtcdFault {
     },
 }
 
-impl EtcdFault {
-    /// The gateway path the fault applies to (a pattern: `*` or a prefix ending in `*`).
-    pub fn path(&self) -> &str {
-        match self {
-            EtcdFault::Fail { path, .. }
-            | EtcdFault::Latency { path, .. }
-            | EtcdFault::Hang { path } => path,
-        }
-    }
-}
-
 fn default_fail_status() -> u16 {
     503
 }
@@ -118,18 +97,15 @@ impl EtcdAction {
     /// Checks what the syntax cannot: the fake etcd for its faults, three real members for kill
     /// and restart, a known instance or member.
     pub fn check(&self, topo: &Topology) -> Result<(), String> {
+        let key = words::key(self);
         match self {
-            EtcdAction::Fault { .. } => topo.needs_fake_etcd("etcd_fault"),
-            EtcdAction::ClearFaults(b) => {
-                words::flag(*b, "etcd_clear_faults").and(topo.needs_fake_etcd("etcd_clear_faults"))
+            EtcdAction::ClearFaults(b) | EtcdAction::ReleaseHung(b) => {
+                words::flag(*b, &key).and(topo.needs_fake_etcd(&key))
             }
-            EtcdAction::ReleaseHung(b) => {
-                words::flag(*b, "etcd_release_hung").and(topo.needs_fake_etcd("etcd_release_hung"))
+            EtcdAction::ExpireLease(t) => {
+                topo.check_target(t, true).and(topo.needs_fake_etcd(&key))
             }
-            EtcdAction::ExpireLease(t) => topo
-                .check_target(t, true)
-                .and(topo.needs_fake_etcd("etcd_expire_lease")),
-            EtcdAction::LoseData { .. } => topo.needs_fake_etcd("etcd_lose_data"),
+            EtcdAction::Fault(_) | EtcdAction::LoseData { .. } => topo.needs_fake_etcd(&key),
             EtcdAction::Kill(m) | EtcdAction::Restart(m) => {
                 if topo.etcd != EtcdNeed::Cluster3 {
                     return Err("etcd_kill / etcd_restart need topology.etcd = \"cluster3\"".into());
@@ -148,13 +124,7 @@ impl EtcdAction {
     /// A short label for reports: `etcd: {hang:{path:*}} for 4s`, or the action's compact TOML.
     pub fn describe(&self) -> String {
         match self {
-            EtcdAction::Fault {
-                fault, duration, ..
-            } => format!(
-                "etcd: {}{}",
-                words::compact(fault),
-                words::for_dur(duration)
-            ),
+            EtcdAction::Fault(f) => f.label("etcd"),
             _ => words::plain(self),
         }
     }
@@ -162,25 +132,15 @@ impl EtcdAction {
     /// Answers the member actually killed or restarted, or the leases expired.
     pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         match self {
-            EtcdAction::Fault {
-                fault,
-                count,
-                duration,
-            } => {
-                let arm = Arming {
-                    count: *count,
-                    lasting: duration.map(|d| d.0),
-                };
-                c.etcd_fault(etcd_fault(fault), arm)?
-            }
+            EtcdAction::Fault(f) => c.etcd_fault(etcd_fault(&f.fault), f.arming())?,
             EtcdAction::ClearFaults(_) => c.etcd_clear_faults()?,
             EtcdAction::ReleaseHung(_) => c.etcd_release_hung()?,
             EtcdAction::ExpireLease(t) if t == "all" => c.etcd_expire_all_leases()?,
             EtcdAction::ExpireLease(t) => {
-                let mut expired = Vec::new();
-                for i in target_indices(c.topology().instances, t) {
-                    expired.push(c.etcd_expire_lease(i)?);
-                }
+                let expired = target_indices(c.topology().instances, t)
+                    .into_iter()
+                    .map(|i| c.etcd_expire_lease(i))
+                    .collect::<Result<Vec<_>, _>>()?;
                 return Ok(Some(format!("expired {expired:?}")));
             }
             EtcdAction::LoseData { reset_revision } => c.etcd_lose_data(*reset_revision)?,
@@ -196,28 +156,22 @@ impl EtcdAction {
     /// Why the simulation cannot do this action: killing or restarting a member needs real
     /// etcd processes.
     pub fn sim_unsupported(&self) -> Option<String> {
-        let why = match self {
-            EtcdAction::Kill(_) | EtcdAction::Restart(_) => {
-                "etcd_kill / etcd_restart need real etcd members (processes)"
-            }
-            _ => return None,
-        };
-        Some(why.to_string())
+        matches!(self, EtcdAction::Kill(_) | EtcdAction::Restart(_))
+            .then(|| "etcd_kill / etcd_restart need real etcd members (processes)".to_string())
     }
 
     /// Opens or closes the fault episodes this action causes (see the module's summary).
     pub fn episodes(&self, book: &mut EpisodeBook<'_>) {
         let t = book.t();
         match self {
-            EtcdAction::Fault {
-                fault, duration, ..
-            } => {
-                let dur = duration.map(|d| d.as_ms());
+            EtcdAction::Fault(f) => {
+                let dur = f.duration.map(|d| d.as_ms());
                 let recovery = book.etcd_recovery_ms();
                 // A fault on the master's listing or watch blinds it: its view may lag.
+                let fault = etcd_fault(&f.fault);
                 let on_master = ["/v3/watch", "/v3/kv/range"]
                     .iter()
-                    .any(|p| mock_etcd::faults::path_matches(fault.path(), p));
+                    .any(|p| fault.matches(p));
                 book.open(EpisodeKey::EtcdFault(t), Scope::All, dur, |e| {
                     e.excuses_registration = true;
                     e.extra_grace_ms = recovery;

@@ -23,25 +23,26 @@ use crate::topology::{target_indices, Target, Topology};
 pub enum LinkAction {
     /// A fault on one link of the cluster; `duration` heals it automatically.
     #[serde(rename = "link")]
-    Fault {
-        /// Which link: `sidecar_etcd`, `sidecar_master`, `sidecar_vllm` or `master_etcd`.
-        link: LinkKind,
-        /// Whose link: an instance name or `all` (the default; ignored for `master_etcd`).
-        #[serde(default = "all_target")]
-        instance: Target,
-        /// Only this etcd endpoint of the sidecar (index), default all.
-        #[serde(default)]
-        endpoint: Option<usize>,
-        /// The fault to set (`heal` clears it).
-        fault: LinkFault,
-        /// Heal after this long (`None`: until a `heal`).
-        #[serde(default)]
-        duration: Option<Dur>,
-    },
+    Fault(LinkStep),
 }
 
-fn all_target() -> String {
-    "all".into()
+/// What a `link` action says: which link, whose, the fault and for how long.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkStep {
+    /// Which link: `sidecar_etcd`, `sidecar_master`, `sidecar_vllm` or `master_etcd`.
+    pub link: LinkKind,
+    /// Whose link: an instance name or `all` (the default; ignored for `master_etcd`).
+    #[serde(default = "crate::topology::all_target")]
+    pub instance: Target,
+    /// Only this etcd endpoint of the sidecar (index), default all.
+    #[serde(default)]
+    pub endpoint: Option<usize>,
+    /// The fault to set (`heal` clears it).
+    pub fault: LinkFault,
+    /// Heal after this long (`None`: until a `heal`).
+    #[serde(default)]
+    pub duration: Option<Dur>,
 }
 
 pub use crate::topology::LinkKind;
@@ -49,24 +50,19 @@ pub use crate::topology::LinkKind;
 impl LinkAction {
     /// The instance whose link it is (a name or `all`).
     pub fn instance(&self) -> Option<&str> {
-        let LinkAction::Fault { instance, .. } = self;
-        Some(instance)
+        let LinkAction::Fault(step) = self;
+        Some(&step.instance)
     }
 
     /// Checks the instance exists and `endpoint` names an etcd endpoint of an etcd link.
     pub fn check(&self, topo: &Topology) -> Result<(), String> {
-        let LinkAction::Fault {
-            instance,
-            link,
-            endpoint,
-            ..
-        } = self;
-        topo.check_target(instance, true)?;
-        if let Some(e) = endpoint {
-            if *link != LinkKind::SidecarEtcd && *link != LinkKind::MasterEtcd {
+        let LinkAction::Fault(f) = self;
+        topo.check_target(&f.instance, true)?;
+        if let Some(e) = f.endpoint {
+            if f.link != LinkKind::SidecarEtcd && f.link != LinkKind::MasterEtcd {
                 return Err("`endpoint` applies to etcd links only".into());
             }
-            if *e >= topo.etcd_endpoints.max(topo.etcd_members()) {
+            if e >= topo.etcd_endpoints.max(topo.etcd_members()) {
                 return Err(format!("endpoint {e} does not exist"));
             }
         }
@@ -75,57 +71,45 @@ impl LinkAction {
 
     /// `link sidecar_etcd i0: blackhole for 4s`.
     pub fn describe(&self) -> String {
-        let LinkAction::Fault {
-            link,
-            instance,
-            endpoint,
-            fault,
-            duration,
-        } = self;
-        let link = words::compact(link);
-        let ep = endpoint
+        let LinkAction::Fault(f) = self;
+        let link = words::compact(&f.link);
+        let ep = f
+            .endpoint
             .map(|e| format!(" endpoint {e}"))
             .unwrap_or_default();
         let who = if link == "master_etcd" {
             String::new()
         } else {
-            format!(" {instance}")
+            format!(" {}", f.instance)
         };
-        format!(
-            "link {link}{who}{ep}: {}{}",
-            words::compact(fault),
-            words::for_dur(duration)
-        )
+        words::fault(&format!("link {link}{who}{ep}"), &f.fault, &f.duration)
     }
 
     /// Sets the fault on the selected links, to heal after `duration` (never for `heal` itself).
     pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
-        let LinkAction::Fault {
-            link,
-            instance,
-            endpoint,
-            fault,
-            duration,
-        } = self;
+        let LinkAction::Fault(f) = self;
         let sel = LinkSel {
-            link: *link,
-            instances: target_indices(c.topology().instances, instance),
-            endpoint: *endpoint,
+            link: f.link,
+            instances: target_indices(c.topology().instances, &f.instance),
+            endpoint: f.endpoint,
         };
-        let heal_after = duration.map(|d| d.0).filter(|_| *fault != LinkFault::Heal);
-        c.link_fault(&sel, fault, heal_after).await?;
+        let heal_after = f
+            .duration
+            .map(|d| d.0)
+            .filter(|_| f.fault != LinkFault::Heal);
+        c.link_fault(&sel, &f.fault, heal_after).await?;
         Ok(None)
     }
 
     /// Opens the link's episodes, or closes them for `heal` (see the module's summary).
     pub fn episodes(&self, book: &mut EpisodeBook<'_>) {
-        let LinkAction::Fault {
+        let LinkAction::Fault(LinkStep {
             link,
             instance,
             endpoint,
             fault,
             duration,
-        } = self;
+        }) = self;
         let scopes = if *link == LinkKind::MasterEtcd {
             vec![Scope::All]
         } else {

@@ -67,23 +67,22 @@ impl LoadAction {
     pub fn describe(&self) -> String {
         match self {
             LoadAction::Load {
-                instance: Some(i),
+                instance,
                 rps,
                 duration,
                 ..
-            } => format!("load {rps} rps on {i} for {duration}"),
-            LoadAction::Load {
-                instance: None,
-                rps,
-                duration,
-                ..
-            } => format!("load {rps} rps via the master for {duration}"),
+            } => {
+                let to = instance
+                    .as_ref()
+                    .map_or("via the master".into(), |i| format!("on {i}"));
+                format!("load {rps} rps {to} for {duration}")
+            }
             LoadAction::LoadOff(_) => words::plain(self),
         }
     }
 
     /// Starts the load, or ends every load.
-    pub fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
+    pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         match self {
             LoadAction::Load {
                 instance,
@@ -91,15 +90,12 @@ impl LoadAction {
                 duration,
                 max_tokens,
             } => {
-                let instance = match instance {
-                    Some(t) => Some(
-                        target_indices(c.topology().instances, t)
-                            .into_iter()
-                            .next()
-                            .ok_or("no such instance")?,
-                    ),
-                    None => None,
-                };
+                let count = c.topology().instances;
+                let first = |t: &Target| target_indices(count, t).first().copied();
+                let instance = instance
+                    .as_ref()
+                    .map(|t| first(t).ok_or("no such instance"))
+                    .transpose()?;
                 c.load_start(LoadSpec {
                     instance,
                     rps: *rps,

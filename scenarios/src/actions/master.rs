@@ -6,9 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::words;
-use crate::cluster::{Arming, Cluster};
-use crate::dur::Dur;
+use super::{words, Armed};
+use crate::cluster::Cluster;
 use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::topology::Topology;
 
@@ -38,16 +37,7 @@ pub enum MasterAction {
     /// Arm a heartbeat fault on the fake master:
     /// `master_fault = { fault = { heartbeat_status = { status = 503 } }, duration = "2s" }`.
     #[serde(rename = "master_fault")]
-    Fault {
-        /// What the master does to heartbeats.
-        fault: MasterFault,
-        /// Fire at most this many times (`None`: no limit).
-        #[serde(default)]
-        count: Option<u64>,
-        /// Disarm after this long (`None`: until `master_clear_faults`).
-        #[serde(default)]
-        duration: Option<Dur>,
-    },
+    Fault(Armed<MasterFault>),
     /// Clear every master fault: `master_clear_faults = true`.
     #[serde(rename = "master_clear_faults")]
     ClearFaults(bool),
@@ -119,7 +109,7 @@ impl MasterAction {
             }
             MasterAction::Kill(r) => exists(&Some(r.clone())),
             MasterAction::Restart { replica, .. } => exists(replica),
-            MasterAction::Token(_) | MasterAction::Fault { .. } => Ok(()),
+            MasterAction::Token(_) | MasterAction::Fault(_) => Ok(()),
         }
     }
 
@@ -127,13 +117,7 @@ impl MasterAction {
     /// compact TOML.
     pub fn describe(&self) -> String {
         match self {
-            MasterAction::Fault {
-                fault, duration, ..
-            } => format!(
-                "master: {}{}",
-                words::compact(fault),
-                words::for_dur(duration)
-            ),
+            MasterAction::Fault(f) => f.label("master"),
             _ => words::plain(self),
         }
     }
@@ -156,18 +140,11 @@ impl MasterAction {
                 c.master_kill(k).await?;
                 return Ok(Some(format!("replica {k}")));
             }
-            MasterAction::Token(tok) => c.master_token(token_of(tok))?,
-            MasterAction::Fault {
-                fault,
-                count,
-                duration,
-            } => {
-                let arm = Arming {
-                    count: *count,
-                    lasting: duration.map(|d| d.0),
-                };
-                c.master_fault(master_fault(fault), arm)?
+            // `""` switches the token check off.
+            MasterAction::Token(tok) => {
+                c.master_token(Some(tok.clone()).filter(|t| !t.is_empty()))?
             }
+            MasterAction::Fault(f) => c.master_fault(master_fault(&f.fault), f.arming())?,
             MasterAction::ClearFaults(_) => c.master_clear_faults()?,
         }
         Ok(None)
@@ -194,8 +171,8 @@ impl MasterAction {
                 book.set_master_token(tok);
                 book.recheck_tokens();
             }
-            MasterAction::Fault { duration, .. } => {
-                let dur = duration.map(|d| d.as_ms());
+            MasterAction::Fault(f) => {
+                let dur = f.duration.map(|d| d.as_ms());
                 book.open(EpisodeKey::MasterFault(t), Scope::All, dur, |_| {});
             }
             MasterAction::ClearFaults(_) => {
@@ -211,11 +188,6 @@ impl MasterAction {
 /// the MASTER key and the round trips).
 pub fn follow_window_ms(topo: &Topology) -> u64 {
     topo.master.election_ttl.as_ms() + topo.heartbeat_interval.as_ms() + 1000
-}
-
-/// `""` switches the token check off.
-fn token_of(tok: &str) -> Option<String> {
-    Some(tok.to_string()).filter(|t| !t.is_empty())
 }
 
 fn master_fault(f: &MasterFault) -> mock_master::Fault {

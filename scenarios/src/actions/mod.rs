@@ -18,15 +18,16 @@ mod parse;
 pub mod pause;
 pub mod sidecar;
 pub mod vllm;
-mod words;
+pub(crate) mod words;
 
 use std::fmt;
 use std::sync::OnceLock;
 
-use serde::de::{self, IgnoredAny, MapAccess, Visitor};
+use serde::de::{self, DeserializeOwned, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::cluster::Cluster;
+use crate::cluster::{Arming, Cluster};
+use crate::dur::Dur;
 use crate::episode::EpisodeBook;
 use crate::topology::Topology;
 use etcd::EtcdAction;
@@ -36,6 +37,22 @@ use master::MasterAction;
 use pause::PauseAction;
 use sidecar::SidecarAction;
 use vllm::VllmAction;
+
+/// `$body` with `$a` bound to the family's own action, whichever the family: the one
+/// place an [`Action`] is matched family by family.
+macro_rules! each_family {
+    ($action:expr, $a:ident => $body:expr) => {
+        match $action {
+            Action::Sidecar($a) => $body,
+            Action::Vllm($a) => $body,
+            Action::Etcd($a) => $body,
+            Action::Master($a) => $body,
+            Action::Link($a) => $body,
+            Action::Pause($a) => $body,
+            Action::Load($a) => $body,
+        }
+    };
+}
 
 /// Something the runner does to the cluster. Written with one key naming the action,
 /// whatever its family: `action = { vllm_health = { instance = "i0", health = "down" } }`.
@@ -84,42 +101,18 @@ impl Action {
     /// What the scenario file cannot say by its syntax alone: the instance exists, the
     /// etcd kind supports the action, the values make sense.
     pub fn check(&self, topo: &Topology) -> Result<(), String> {
-        match self {
-            Action::Sidecar(a) => a.check(topo),
-            Action::Vllm(a) => a.check(topo),
-            Action::Etcd(a) => a.check(topo),
-            Action::Master(a) => a.check(topo),
-            Action::Link(a) => a.check(topo),
-            Action::Pause(a) => a.check(topo),
-            Action::Load(a) => a.check(topo),
-        }
+        each_family!(self, a => a.check(topo))
     }
 
     /// A short human description, for reports: `link sidecar_etcd i0: blackhole for 4s`.
     pub fn describe(&self) -> String {
-        match self {
-            Action::Sidecar(a) => a.describe(),
-            Action::Vllm(a) => a.describe(),
-            Action::Etcd(a) => a.describe(),
-            Action::Master(a) => a.describe(),
-            Action::Link(a) => a.describe(),
-            Action::Pause(a) => a.describe(),
-            Action::Load(a) => a.describe(),
-        }
+        each_family!(self, a => a.describe())
     }
 
     /// The instance the action acts on (a name or `all`); `None`: the cluster as a whole
     /// (etcd, the master, routed load).
     pub fn instance(&self) -> Option<&str> {
-        match self {
-            Action::Sidecar(a) => a.instance(),
-            Action::Vllm(a) => a.instance(),
-            Action::Etcd(a) => a.instance(),
-            Action::Master(a) => a.instance(),
-            Action::Link(a) => a.instance(),
-            Action::Pause(a) => a.instance(),
-            Action::Load(a) => a.instance(),
-        }
+        each_family!(self, a => a.instance())
     }
 
     /// Why the simulation cannot do this action, if it cannot (the scenario is skipped
@@ -133,30 +126,50 @@ impl Action {
 
     /// Do it, now. Answers a detail worth recording (e.g. which etcd member died).
     pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
-        let detail = match self {
-            Action::Sidecar(a) => a.apply(c),
-            Action::Vllm(a) => a.apply(c).await,
-            Action::Etcd(a) => a.apply(c).await,
-            Action::Master(a) => a.apply(c).await,
-            Action::Link(a) => a.apply(c).await,
-            Action::Pause(a) => a.apply(c),
-            Action::Load(a) => a.apply(c),
-        }?;
+        let detail = each_family!(self, a => a.apply(c).await)?;
         c.settle();
         Ok(detail)
     }
 
     /// Open or close the fault episodes this action (as executed) causes.
     pub fn episodes(&self, book: &mut EpisodeBook<'_>) {
-        match self {
-            Action::Sidecar(a) => a.episodes(book),
-            Action::Vllm(a) => a.episodes(book),
-            Action::Etcd(a) => a.episodes(book),
-            Action::Master(a) => a.episodes(book),
-            Action::Link(a) => a.episodes(book),
-            Action::Pause(a) => a.episodes(book),
-            Action::Load(a) => a.episodes(book),
-        }
+        each_family!(self, a => a.episodes(book))
+    }
+}
+
+/// A fault of etcd or of the master as a step arms it:
+/// `{ fault = { latency = { ms = 500 } }, count = 3, duration = "4s" }`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Armed<F> {
+    /// What the fault does.
+    pub fault: F,
+    /// Fire at most this many times (`None`: no limit).
+    #[serde(default)]
+    pub count: Option<u64>,
+    /// Disarm after this long (`None`: until the family's `*_clear_faults`).
+    #[serde(default)]
+    pub duration: Option<Dur>,
+}
+
+impl<F: Serialize> Armed<F> {
+    /// The arming as the cluster's verbs take it.
+    fn arming(&self) -> Arming {
+        arming(&self.count, &self.duration)
+    }
+
+    /// A label for reports: `etcd: {hang:{path:*}} for 4s`.
+    fn label(&self, who: &str) -> String {
+        words::fault(who, &self.fault, &self.duration)
+    }
+}
+
+/// A fault armed for `count` uses and/or `duration`, as the cluster's verbs take it
+/// (the vLLM, etcd and master faults alike).
+fn arming(count: &Option<u64>, duration: &Option<Dur>) -> Arming {
+    Arming {
+        count: *count,
+        lasting: duration.map(|d| d.0),
     }
 }
 
@@ -180,24 +193,14 @@ impl<'de> Visitor<'de> for OneKey {
         let Some(key) = map.next_key::<String>()? else {
             return Err(de::Error::invalid_length(0, &self));
         };
-        let is = |keys: &[&str]| keys.contains(&key.as_str());
-        let action = if is(parse::keys::<SidecarAction>()) {
-            SidecarAction::deserialize(parse::rest(key, &mut map)).map(Action::Sidecar)
-        } else if is(parse::keys::<VllmAction>()) {
-            VllmAction::deserialize(parse::rest(key, &mut map)).map(Action::Vllm)
-        } else if is(parse::keys::<EtcdAction>()) {
-            EtcdAction::deserialize(parse::rest(key, &mut map)).map(Action::Etcd)
-        } else if is(parse::keys::<MasterAction>()) {
-            MasterAction::deserialize(parse::rest(key, &mut map)).map(Action::Master)
-        } else if is(parse::keys::<LinkAction>()) {
-            LinkAction::deserialize(parse::rest(key, &mut map)).map(Action::Link)
-        } else if is(parse::keys::<PauseAction>()) {
-            PauseAction::deserialize(parse::rest(key, &mut map)).map(Action::Pause)
-        } else if is(parse::keys::<LoadAction>()) {
-            LoadAction::deserialize(parse::rest(key, &mut map)).map(Action::Load)
-        } else {
-            return Err(de::Error::unknown_variant(&key, Action::keys()));
-        }?;
+        let action = read(&key, &mut map, Action::Sidecar)
+            .or_else(|| read(&key, &mut map, Action::Vllm))
+            .or_else(|| read(&key, &mut map, Action::Etcd))
+            .or_else(|| read(&key, &mut map, Action::Master))
+            .or_else(|| read(&key, &mut map, Action::Link))
+            .or_else(|| read(&key, &mut map, Action::Pause))
+            .or_else(|| read(&key, &mut map, Action::Load))
+            .unwrap_or_else(|| Err(de::Error::unknown_variant(&key, Action::keys())))?;
         if map.next_key::<IgnoredAny>()?.is_some() {
             return Err(de::Error::custom(
                 "an action is a table with one key: one action per step",
@@ -205,6 +208,16 @@ impl<'de> Visitor<'de> for OneKey {
         }
         Ok(action)
     }
+}
+
+/// The action keyed `key`, if family `F` has that key: read by `F`'s enum and `wrap`ped.
+fn read<'de, F: DeserializeOwned, M: MapAccess<'de>>(
+    key: &str,
+    map: &mut M,
+    wrap: fn(F) -> Action,
+) -> Option<Result<Action, M::Error>> {
+    let ours = parse::keys::<F>().contains(&key);
+    ours.then(|| F::deserialize(parse::rest(key.to_string(), map)).map(wrap))
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ pub enum PauseAction {
         /// Which process: `sidecar`, `vllm` or `master`.
         process: ProcessKind,
         /// Whose (an instance name or `all`, the default; ignored for the master).
-        #[serde(default = "all_target")]
+        #[serde(default = "crate::topology::all_target")]
         instance: Target,
         /// How long it stays stopped.
         duration: Dur,
@@ -53,7 +53,7 @@ pub enum PauseAction {
         /// Which process: `sidecar`, `vllm` or `master`.
         process: ProcessKind,
         /// Whose (an instance name or `all`, the default; ignored for the master).
-        #[serde(default = "all_target")]
+        #[serde(default = "crate::topology::all_target")]
         instance: Target,
         /// How long the throttle lasts.
         duration: Dur,
@@ -64,10 +64,6 @@ pub enum PauseAction {
         #[serde(default = "default_period")]
         period: Dur,
     },
-}
-
-fn all_target() -> String {
-    "all".into()
 }
 
 fn default_run() -> Dur {
@@ -148,7 +144,7 @@ impl PauseAction {
     }
 
     /// Stops each selected process (the cluster continues it when the time is up).
-    pub fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
+    pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         let (process, instance, duration, duty) = self.parts();
         let nodes: Vec<Stoppable> = match process {
             ProcessKind::Master => vec![Stoppable::Master],

@@ -64,7 +64,7 @@ impl SidecarAction {
     }
 
     /// Signals only: the timeline (awaits on exit and on the key) observes the rest.
-    pub fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
+    pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         let (target, signal) = match self {
             SidecarAction::Start { instance, token } => {
                 for i in target_indices(c.topology().instances, instance) {

@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::words;
-use crate::cluster::{Arming, Cluster};
+use crate::cluster::Cluster;
 use crate::dur::Dur;
 use crate::episode::{EpisodeBook, EpisodeKey, Scope};
 use crate::topology::{target_indices, Target, Topology};
@@ -73,17 +73,9 @@ fn default_sleep_level() -> u8 {
     1
 }
 
-/// How a fake vLLM's `/health` answers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Health {
-    /// 200.
-    Up,
-    /// 503.
-    Down,
-    /// No answer until the prober gives up.
-    Hang,
-}
+/// How a fake vLLM's `/health` answers: `up` (200), `down` (503) or `hang` (no answer
+/// until the prober gives up); the fake's own value, in both modes.
+pub use mock_vllm::Health;
 
 /// Faults of the fake vLLM (see `mock-vllm`).
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -172,11 +164,7 @@ impl VllmAction {
                 fault,
                 duration,
                 ..
-            } => format!(
-                "vllm {instance}: {}{}",
-                words::compact(fault),
-                words::for_dur(duration)
-            ),
+            } => words::fault(&format!("vllm {instance}"), fault, duration),
             _ => words::plain(self),
         }
     }
@@ -186,19 +174,13 @@ impl VllmAction {
         let instance = self.instance().unwrap_or_default();
         for i in target_indices(c.topology().instances, instance) {
             match self {
-                VllmAction::Health { health, .. } => c.vllm_health(i, health_mode(*health))?,
+                VllmAction::Health { health, .. } => c.vllm_health(i, *health)?,
                 VllmAction::Fault {
                     fault,
                     count,
                     duration,
                     ..
-                } => {
-                    let arm = Arming {
-                        count: *count,
-                        lasting: duration.map(|d| d.0),
-                    };
-                    c.vllm_fault(i, vllm_fault(fault), arm)?
-                }
+                } => c.vllm_fault(i, vllm_fault(fault), super::arming(count, duration))?,
                 VllmAction::ClearFaults(_) => c.vllm_clear_faults(i)?,
                 VllmAction::Crash(_) => c.vllm_crash(i).await?,
                 VllmAction::Restart(_) => c.vllm_restart(i).await?,
@@ -218,12 +200,8 @@ impl VllmAction {
         for s in book.scopes(instance) {
             match self {
                 VllmAction::Health { health, .. } => {
-                    let key = EpisodeKey::VllmHealth(s);
                     if *health == Health::Up {
-                        book.close(&key);
-                        if s == Scope::All {
-                            book.close_where(|k| matches!(k, EpisodeKey::VllmHealth(_)));
-                        }
+                        book.close_scope(s, EpisodeKey::VllmHealth);
                     } else {
                         // A probe sent into a hang is answered by its timeout only, so
                         // the sidecar may see vLLM back up to `--health-timeout` late.
@@ -231,7 +209,7 @@ impl VllmAction {
                             Health::Hang => book.topology().health_timeout.as_ms(),
                             _ => 0,
                         };
-                        book.open(key, s, None, |e| {
+                        book.open(EpisodeKey::VllmHealth(s), s, None, |e| {
                             e.excuses_registration = true;
                             e.vllm_down = true;
                             e.extra_grace_ms = late;
@@ -244,12 +222,7 @@ impl VllmAction {
                         e.vllm_down = true;
                     });
                 }
-                VllmAction::Restart(_) => {
-                    book.close(&EpisodeKey::VllmCrash(s));
-                    if s == Scope::All {
-                        book.close_where(|k| matches!(k, EpisodeKey::VllmCrash(_)));
-                    }
-                }
+                VllmAction::Restart(_) => book.close_scope(s, EpisodeKey::VllmCrash),
                 VllmAction::Fault {
                     fault, duration, ..
                 } => {
@@ -280,22 +253,9 @@ impl VllmAction {
                         e.excuses_registration = true;
                     });
                 }
-                VllmAction::Wake(_) => {
-                    book.close(&EpisodeKey::VllmSleep(s));
-                    if s == Scope::All {
-                        book.close_where(|k| matches!(k, EpisodeKey::VllmSleep(_)));
-                    }
-                }
+                VllmAction::Wake(_) => book.close_scope(s, EpisodeKey::VllmSleep),
             }
         }
-    }
-}
-
-fn health_mode(h: Health) -> mock_vllm::Health {
-    match h {
-        Health::Up => mock_vllm::Health::Up,
-        Health::Down => mock_vllm::Health::Down,
-        Health::Hang => mock_vllm::Health::Hang,
     }
 }
 

@@ -21,6 +21,11 @@ pub fn for_dur(d: &Option<Dur>) -> String {
     d.map(|d| format!(" for {d}")).unwrap_or_default()
 }
 
+/// A fault's label: `etcd: {hang:{path:*}} for 4s`.
+pub fn fault(who: &str, fault: &impl Serialize, duration: &Option<Dur>) -> String {
+    format!("{who}: {}{}", compact(fault), for_dur(duration))
+}
+
 /// An action's label from its TOML: `{a:{b:1}}` reads `a {b:1}` (only the outer braces
 /// go), at most 90 characters.
 pub fn plain(action: &impl Serialize) -> String {
@@ -31,6 +36,14 @@ pub fn plain(action: &impl Serialize) -> String {
         .unwrap_or(&s)
         .replacen(':', " ", 1);
     s.chars().take(90).collect()
+}
+
+/// An action's key, as its TOML writes it: `etcd_fault` (none for a unit variant).
+pub fn key(action: &impl Serialize) -> String {
+    let v = serde_json::to_value(action).unwrap_or_default();
+    v.as_object()
+        .and_then(|o| o.keys().next().cloned())
+        .unwrap_or_default()
 }
 
 /// An action written `what = true` (the value carries nothing; `false` would mislead).

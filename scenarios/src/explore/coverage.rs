@@ -54,11 +54,9 @@ impl Coverage {
     /// the gaps show).
     pub fn table(&self) -> String {
         let mut phases: Vec<String> = PHASES.iter().map(|p| p.to_string()).collect();
-        for row in self.0.values() {
-            for p in row.keys() {
-                if !phases.contains(p) {
-                    phases.push(p.clone());
-                }
+        for p in self.0.values().flat_map(|row| row.keys()) {
+            if !phases.contains(p) {
+                phases.push(p.clone());
             }
         }
         let width = self.0.keys().map(String::len).max().unwrap_or(4).max(10);

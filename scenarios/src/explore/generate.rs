@@ -81,13 +81,6 @@ impl Default for Params {
     }
 }
 
-impl Params {
-    /// The same parameters under another draw.
-    pub fn with_draw(self, draw: Draw) -> Params {
-        Params { draw, ..self }
-    }
-}
-
 /// Parse `--faults a,b,c` (names from [`FAULT_KINDS`]).
 pub fn parse_fault_list(list: &str) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
@@ -327,14 +320,7 @@ fn fault(rng: &mut StdRng, p: &Params, mix: Option<&Mix>, topo: &Topo) -> Option
             )
         }
         "etcd_fault" => etcd_fault(rng, at_ms, end_at, &d),
-        "etcd_expire_lease" => {
-            let who = if rng.gen_bool(0.15) {
-                "all".into()
-            } else {
-                inst
-            };
-            plain(json!({"etcd_expire_lease": who}))
-        }
+        "etcd_expire_lease" => plain(json!({"etcd_expire_lease": or_all(rng, 0.15, inst)})),
         "etcd_lose_data" => plain(json!({"etcd_lose_data": {"reset_revision": rng.gen_bool(0.5)}})),
         "master_restart" => plain(json!({"master_restart": {"relist": rng.gen_bool(0.5)}})),
         "master_token" => {
@@ -371,6 +357,15 @@ fn fault(rng: &mut StdRng, p: &Params, mix: Option<&Mix>, topo: &Topo) -> Option
         "throttle" => plain(throttle(rng, inst, &d)),
         _ => return None,
     })
+}
+
+/// `all` with probability `p`, else `inst`.
+fn or_all(rng: &mut StdRng, p: f64, inst: String) -> String {
+    if rng.gen_bool(p) {
+        "all".into()
+    } else {
+        inst
+    }
 }
 
 /// Which process a pause or a throttle stops: mostly a sidecar (whose lease is at
@@ -491,11 +486,7 @@ fn link(rng: &mut StdRng, inst: String, d: &str) -> Value {
         5 => json!({"partition": {"direction": "to_target"}}),
         _ => json!({"partition": {"direction": "from_target"}}),
     };
-    let who = if rng.gen_bool(0.1) {
-        "all".into()
-    } else {
-        inst
-    };
+    let who = or_all(rng, 0.1, inst);
     json!({"link": {"link": kind, "instance": who, "fault": fault, "duration": d}})
 }
 
@@ -603,7 +594,13 @@ mod tests {
         }
         assert!(alone > 5 && many_of_one > 0, "{alone} {many_of_one}");
         // The same seed's cluster under both draws; no mix under the uniform one.
-        let u = generate(7, &Params::default().with_draw(Draw::Uniform));
+        let u = generate(
+            7,
+            &Params {
+                draw: Draw::Uniform,
+                ..Params::default()
+            },
+        );
         assert_eq!(u.topo, generate(7, &p).topo);
         assert_eq!(u.mix, None);
     }

@@ -113,6 +113,20 @@ impl Fault {
         out.dedup();
         out
     }
+
+    /// The same fault with `edit` applied to its action and its end action (`None` from
+    /// `edit`: drop the fault).
+    fn edited(&self, edit: impl Fn(&Value) -> Option<Value>) -> Option<Fault> {
+        let end = match &self.end {
+            Some((t, a)) => Some((*t, edit(a)?)),
+            None => None,
+        };
+        Some(Fault {
+            at_ms: self.at_ms,
+            action: edit(&self.action)?,
+            end,
+        })
+    }
 }
 
 /// A whole schedule: what `explore` runs for one seed.
@@ -132,7 +146,7 @@ pub struct Schedule {
 }
 
 /// How big a schedule is, for reports and the shrinker's goal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Size {
     /// Number of faults.
     pub faults: usize,
@@ -239,18 +253,7 @@ impl Schedule {
         let faults = self
             .faults
             .iter()
-            .filter_map(|f| {
-                let action = retarget(&f.action, &rename)?;
-                let end = match &f.end {
-                    Some((t, a)) => Some((*t, retarget(a, &rename)?)),
-                    None => None,
-                };
-                Some(Fault {
-                    at_ms: f.at_ms,
-                    action,
-                    end,
-                })
-            })
+            .filter_map(|f| f.edited(|a| retarget(a, &rename)))
             .collect();
         Schedule {
             topo: Topo {
@@ -270,17 +273,9 @@ impl Schedule {
             if let Some(link) = a.get_mut("link").and_then(Value::as_object_mut) {
                 link.remove("endpoint");
             }
-            a
+            Some(a)
         };
-        let faults = self
-            .faults
-            .iter()
-            .map(|f| Fault {
-                at_ms: f.at_ms,
-                action: strip(&f.action),
-                end: f.end.as_ref().map(|(t, a)| (*t, strip(a))),
-            })
-            .collect();
+        let faults = self.faults.iter().filter_map(|f| f.edited(strip)).collect();
         Schedule {
             topo: Topo {
                 etcd_endpoints: 1,
@@ -407,11 +402,7 @@ impl Schedule {
 
 /// A duration as the scenario language writes it: `"12s"`, `"1500ms"`.
 pub fn dur(ms: u64) -> String {
-    if ms.is_multiple_of(1000) {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
-    }
+    crate::dur::Dur::ms(ms).to_string()
 }
 
 /// A TOML basic string.

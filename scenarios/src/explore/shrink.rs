@@ -83,14 +83,12 @@ impl Shrinker<'_> {
         let found = (self.judge)(&candidate)
             .into_iter()
             .find(|v| v.invariant == self.invariant);
-        match found {
-            Some(v) => {
-                self.best = candidate;
-                self.violation = v;
-                true
-            }
-            None => false,
-        }
+        let Some(v) = found else {
+            return false;
+        };
+        self.best = candidate;
+        self.violation = v;
+        true
     }
 
     fn cut_after_violation(&mut self) -> bool {

@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 use super::coverage::Coverage;
 use super::recovery_stats::RecoveryStats;
 use super::schedule::Size;
+use super::shrink::Violation;
 use super::swarm::{Draw, Mix};
+use crate::report::esc;
 
 /// `--shard K/N`: this process runs seeds `start + K + N·j`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,11 +44,7 @@ impl Shard {
 
     /// How many of the first `total` seeds of the sweep belong to this shard.
     pub fn len_of(&self, total: u64) -> u64 {
-        if total <= self.index {
-            0
-        } else {
-            (total - self.index).div_ceil(self.count)
-        }
+        total.saturating_sub(self.index).div_ceil(self.count)
     }
 }
 
@@ -90,15 +88,9 @@ pub struct SweepParams {
 pub struct Finding {
     /// The seed whose schedule broke the invariant.
     pub seed: u64,
-    /// The verdict's name of the invariant broken (`registered_when_healthy`, …).
-    pub invariant: String,
-    /// What was seen, as the shrunk run's verdict says it.
-    pub detail: String,
-    /// When the shrunk run first broke it, in ms since the start.
-    pub t_ms: Option<u64>,
-    /// The event of the shrunk run that first broke it, by its number in the run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event: Option<u64>,
+    /// The invariant broken, as the shrunk run broke it (its fields inline in the JSON).
+    #[serde(flatten)]
+    pub violation: Violation,
     /// The size of the schedule as drawn.
     pub original: Size,
     /// The size of the shrunk schedule.
@@ -210,11 +202,8 @@ impl Summary {
         self.timing.wall_ms = self.timing.wall_ms.max(other.timing.wall_ms);
         self.timing.jobs += other.timing.jobs;
         self.timing.schedules_per_minute += other.timing.schedules_per_minute;
-        self.timing.first_finding_ms =
-            match (self.timing.first_finding_ms, other.timing.first_finding_ms) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+        let firsts = [self.timing.first_finding_ms, other.timing.first_finding_ms];
+        self.timing.first_finding_ms = firsts.into_iter().flatten().min();
         Ok(())
     }
 
@@ -260,7 +249,7 @@ impl Summary {
                     s,
                     "{:>8}  {:28} {:34} {:34} {}",
                     f.seed,
-                    f.invariant,
+                    f.violation.invariant,
                     f.original.to_string(),
                     f.shrunk.to_string(),
                     out_dir.join(&f.file).display()
@@ -281,12 +270,6 @@ impl Summary {
 
     /// JUnit XML: one test case per finding, and one for the sweep.
     pub fn junit(&self) -> String {
-        let esc = |s: &str| {
-            s.replace('&', "&amp;")
-                .replace('<', "&lt;")
-                .replace('>', "&gt;")
-                .replace('"', "&quot;")
-        };
         let mut s = format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"scenarios-explore\" tests=\"{}\" failures=\"{}\" time=\"{:.3}\">\n",
             self.findings.len() + 1,
@@ -303,9 +286,9 @@ impl Summary {
                 s,
                 "  <testcase classname=\"explore\" name=\"seed {} {}\"><failure message=\"{}\">{}\nshrunk: {}\nreplay: cargo run -p scenarios -- run --sim {}</failure></testcase>",
                 f.seed,
-                esc(&f.invariant),
-                esc(&f.detail),
-                esc(&f.detail),
+                esc(&f.violation.invariant),
+                esc(&f.violation.detail),
+                esc(&f.violation.detail),
                 f.shrunk,
                 esc(&f.file)
             );

@@ -31,19 +31,15 @@ impl Draw {
     pub fn legacy() -> Draw {
         Draw::Uniform
     }
-
-    /// The flag's spelling (`swarm`, `uniform`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Draw::Swarm => "swarm",
-            Draw::Uniform => "uniform",
-        }
-    }
 }
 
+/// The flag's spelling (`swarm`, `uniform`).
 impl std::fmt::Display for Draw {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        f.write_str(match self {
+            Draw::Swarm => "swarm",
+            Draw::Uniform => "uniform",
+        })
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -60,7 +60,7 @@ pub struct SweepOptions {
 }
 
 /// What one seed gave.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct SeedResult {
     seed: u64,
     size: super::schedule::Size,
@@ -178,10 +178,7 @@ fn explore_seed(seed: u64, opts: &SweepOptions, runner: &Runner) -> SeedResult {
             .iter()
             .flat_map(|m| m.kinds.iter().map(|k| k.kind.clone()))
             .collect(),
-        coverage: Coverage::default(),
-        recovery: Vec::new(),
-        finding: None,
-        error: None,
+        ..SeedResult::default()
     };
     let file = format!("explore-{seed}.toml");
     let outcome = match run(&schedule, runner, &opts.run_options(None), &file, &[]) {
@@ -244,10 +241,7 @@ fn write_finding(
     std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(Finding {
         seed: original.seed,
-        invariant: v.invariant.clone(),
-        detail: v.detail.clone(),
-        t_ms: v.t_ms,
-        event: v.event,
+        violation: v.clone(),
         original: original.size(),
         shrunk: s.size(),
         file: rel,
@@ -275,17 +269,14 @@ fn header_lines(
         .planted_bug
         .map(|b| format!(" --planted-bug {b}"))
         .unwrap_or_default();
+    let (seed, path) = (original.seed, path.display());
     let mut header = vec![
         format!(
             "Found by `scenarios explore`: invariant `{}` violated{at}.",
             v.invariant
         ),
         format!("  {}", v.detail),
-        format!(
-            "Seed {}: {}",
-            original.seed,
-            explore_command(opts, original.seed)
-        ),
+        format!("Seed {seed}: {}", explore_command(opts, seed)),
         format!("Original schedule: {}.", original.size()),
         format!(
             "Shrunk ({} runs) to: {}; first seen as: {}",
@@ -294,12 +285,9 @@ fn header_lines(
             first.detail
         ),
         "Replay in virtual time (deterministic, same verdicts every run):".into(),
-        format!(
-            "  cargo run -p scenarios -- run --sim {}{planted}",
-            path.display()
-        ),
+        format!("  cargo run -p scenarios -- run --sim {path}{planted}"),
         "Replay in real time (real processes; timings differ, may need a few seeds):".into(),
-        format!("  cargo run -p scenarios -- run {}", path.display()),
+        format!("  cargo run -p scenarios -- run {path}"),
     ];
     if let Some(m) = &original.mix {
         header.push(format!("Drawn by the swarm draw: {}.", m.describe()));
@@ -388,15 +376,15 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
                     bar.set_message(format!("{n} violation(s)"));
                 }
                 bar.inc(1);
-                match results.lock() {
-                    Ok(mut g) => g.push(r),
-                    Err(p) => p.into_inner().push(r),
-                }
+                results
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(r);
             });
         }
     });
     bar.finish_and_clear();
-    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut results = results.into_inner().unwrap_or_else(PoisonError::into_inner);
     results.sort_by_key(|r| r.seed);
     let mut s = summarize(opts, results, started.elapsed());
     let first = first_finding_ms.load(Ordering::Relaxed);
@@ -420,12 +408,11 @@ fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> S
         simulated_ms += r.size.duration_ms;
         instance_ms += r.size.duration_ms * r.size.instances as u64;
         findings.extend(r.finding.clone());
-        if let Some(e) = &r.error {
-            errors.push(RunError {
-                seed: r.seed,
-                error: e.clone(),
-            });
-        }
+        let error = |e: &String| RunError {
+            seed: r.seed,
+            error: e.clone(),
+        };
+        errors.extend(r.error.iter().map(error));
     }
     let n = results.len() as u64;
     let minutes = wall.as_secs_f64() / 60.0;
