@@ -307,16 +307,8 @@ impl Outcome {
     /// The cluster could not be set up (`what` failed with `error`).
     pub fn setup_failed(mut self, what: &str, error: String) -> Outcome {
         self.status = Status::Failed;
-        self.verdicts.push(Verdict {
-            kind: VerdictKind::Setup,
-            name: what.to_string(),
-            passed: false,
-            t_ms: None,
-            first_violation_ms: None,
-            first_violation_event: None,
-            detail: error,
-            skipped: None,
-        });
+        let failed = Verdict::failed(VerdictKind::Setup, what.to_string(), None, error);
+        self.verdicts.push(failed);
         self
     }
 

@@ -155,17 +155,19 @@ impl At {
 }
 
 fn verdict(name: &str, violation: Option<(At, String)>, ok: String) -> Verdict {
-    let at = violation.as_ref().map(|v| v.0);
-    Verdict {
-        kind: VerdictKind::Invariant,
-        name: name.into(),
-        passed: violation.is_none(),
-        t_ms: at.map(|a| a.t_ms),
-        first_violation_ms: at.map(|a| a.t_ms),
-        first_violation_event: at.and_then(|a| a.event),
-        detail: violation.map(|v| v.1).unwrap_or(ok),
-        skipped: None,
+    let (kind, name) = (VerdictKind::Invariant, name.to_string());
+    match violation {
+        None => Verdict::passed(kind, name, ok),
+        Some((at, why)) => Verdict {
+            first_violation_event: at.event,
+            ..Verdict::failed(kind, name, Some(at.t_ms), why)
+        },
     }
+}
+
+/// `name` violated first at sample `s`, for `why`.
+fn violated(name: &str, s: &Sample, why: String) -> Verdict {
+    verdict(name, Some((At::of(s), why)), String::new())
 }
 
 fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
@@ -249,14 +251,7 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
                 })
             };
             if o.etcd.is_none() && !excused() {
-                return verdict(
-                    "registered_when_healthy",
-                    Some((
-                        At::of(s),
-                        format!("{} had no etcd key at t={} ms although vLLM was healthy, its sidecar running and nothing disturbed registration for {} ms", names[i], s.t_ms, grace),
-                    )),
-                    String::new(),
-                );
+                return violated("registered_when_healthy", s, format!("{} had no etcd key at t={} ms although vLLM was healthy, its sidecar running and nothing disturbed registration for {} ms", names[i], s.t_ms, grace));
             }
         }
         judged.done(todo);
@@ -369,17 +364,10 @@ fn single_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
                     .get_mut(i)
                     .map_or(s.t_ms, |x| *x.get_or_insert(s.t_ms));
                 if s.t_ms - start > grace {
-                    return verdict(
-                        "single_incarnation",
-                        Some((
-                            At::of(s),
-                            format!(
+                    return violated("single_incarnation", s, format!(
                                 "{}: etcd has incarnation {:?} but the master routes to {:?} since t={} ms",
                                 names[i], o.etcd, o.master_incarnation, start
-                            ),
-                        )),
-                        String::new(),
-                    );
+                            ));
                 }
             } else if let Some(x) = since.get_mut(i) {
                 *x = None;
@@ -429,11 +417,7 @@ fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
             };
             if let Some((newer, t_newer)) = seen.get(pos + 1) {
                 if s.t_ms > t_newer + grace && !master_excused(eps, s.t_ms, grace) {
-                    return verdict(
-                        "no_stale_heartbeat_accepted",
-                        Some((At::of(s), format!("{}: heartbeats of incarnation {m} still accepted at t={} ms, superseded by {newer} at t={t_newer} ms", names[i], s.t_ms))),
-                        String::new(),
-                    );
+                    return violated("no_stale_heartbeat_accepted", s, format!("{}: heartbeats of incarnation {m} still accepted at t={} ms, superseded by {newer} at t={t_newer} ms", names[i], s.t_ms));
                 }
             }
         }
@@ -536,16 +520,13 @@ fn heartbeats_sane(sc: &Scenario, samples: &[Sample]) -> Verdict {
                 || o.ttft_ms.is_some_and(|x| !(0..=86_400_000).contains(&x))
                 || o.tbt_ms.is_some_and(|x| !(0..=86_400_000).contains(&x));
             if bad {
-                return verdict(
+                return violated(
                     "heartbeats_sane",
-                    Some((
-                        At::of(s),
-                        format!(
-                            "{}: master stored waiting={:?} gpu_cache={:?} ttft={:?} tbt={:?}",
-                            names[i], o.waiting, o.gpu_cache, o.ttft_ms, o.tbt_ms
-                        ),
-                    )),
-                    String::new(),
+                    s,
+                    format!(
+                        "{}: master stored waiting={:?} gpu_cache={:?} ttft={:?} tbt={:?}",
+                        names[i], o.waiting, o.gpu_cache, o.ttft_ms, o.tbt_ms
+                    ),
                 );
             }
         }
@@ -587,7 +568,7 @@ fn revoked_on_stop(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdic
             // The same incarnation (a sidecar started again since registers a new one).
             if after.instances.get(i).and_then(|o| o.etcd.as_ref()) == Some(inc) {
                 let why = format!("{name}: key of incarnation {inc} still in etcd at t={} ms, {} ms after its sidecar was stopped or drained at t={t} ms (a sidecar revokes its lease on both)", after.t_ms, after.t_ms - t);
-                return verdict("revoked_on_stop", Some((At::of(after), why)), String::new());
+                return violated("revoked_on_stop", after, why);
             }
         }
     }
@@ -629,14 +610,7 @@ fn heartbeats_to_elected_master(sc: &Scenario, samples: &[Sample], eps: &[Episod
         let stray = (0..s.masters.accepted.len())
             .find(|&j| j != k && s.masters.accepted_by(j) > prev.masters.accepted_by(j));
         if let Some(j) = stray {
-            return verdict(
-                name,
-                Some((
-                    At::of(s),
-                    format!("replica {j} accepted a heartbeat at t≈{} ms while replica {k} has been the elected master since t={changed_at} ms (longer than the {window} ms follow window): that load never reaches routing", s.t_ms),
-                )),
-                String::new(),
-            );
+            return violated(name, s, format!("replica {j} accepted a heartbeat at t≈{} ms while replica {k} has been the elected master since t={changed_at} ms (longer than the {window} ms follow window): that load never reaches routing", s.t_ms));
         }
     }
     verdict(
@@ -680,11 +654,7 @@ fn conflict_ends_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode])
             judged.again(i, is_over);
             if is_over && !master_disturbed() {
                 let why = format!("{}: the master answered 409 {} times since t={from} ms while etcd kept {} (a sidecar answered 409 registers a new incarnation instead of posting the old one again)", names[i], now.2 - base, inc.unwrap_or("no key"));
-                return verdict(
-                    "conflict_ends_incarnation",
-                    Some((At::of(s), why)),
-                    String::new(),
-                );
+                return violated("conflict_ends_incarnation", s, why);
             }
         }
         judged.done(todo);

@@ -23,9 +23,7 @@ use sim::vllm_node::VllmNode;
 use sim::{EventLog, NodeId, World};
 
 use crate::fakes_config::{etcd_config, incarnation_of, master_replica_config, vllm_config};
-use crate::observe::{
-    Cumulative, Incarnation, Incarnations, InstanceObs, Observations,
-};
+use crate::observe::{Cumulative, Incarnation, Incarnations, InstanceObs, Observations};
 use crate::settings::{Peers, SidecarSettings};
 use crate::sidecar::LOG_EVENT;
 use crate::timeline::{Source, Timeline};
@@ -412,19 +410,6 @@ impl SimCluster {
             (k, d) => (k.to_string(), d),
         };
         (source, kind, detail)
-    }
-
-    /// Each instance's registered address, topology order.
-    pub fn addrs(&self) -> Vec<String> {
-        self.instances
-            .iter()
-            .map(|x| x.register_addr.clone())
-            .collect()
-    }
-
-    /// The instance index of each request the master routed, oldest first.
-    pub fn routed(&self) -> &[usize] {
-        &self.routed
     }
 
     /// What instance `i`'s sidecar is doing, for the coverage of a fault search.

@@ -100,11 +100,12 @@ impl Cluster for SimCluster {
     }
 
     fn routed(&self) -> Cow<'_, [usize]> {
-        Cow::Borrowed(SimCluster::routed(self))
+        Cow::Borrowed(&self.routed)
     }
 
     fn addrs(&self) -> Vec<String> {
-        SimCluster::addrs(self)
+        let addrs = self.instances.iter().map(|x| x.register_addr.clone());
+        addrs.collect()
     }
 
     fn sidecar_phases(&self, instances: &[usize]) -> BTreeMap<String, String> {
