@@ -13,8 +13,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::clock::Now;
+use crate::health::Health;
 use crate::process::cpu_seconds;
-use crate::state::{Health, Shared};
+use crate::state::Shared;
 use crate::waveform::Waveform;
 
 pub(crate) fn routes(shared: Arc<Shared>) -> Router {

@@ -28,11 +28,11 @@ use rand::SeedableRng;
 
 use crate::config::Config;
 use crate::faults::Fault;
+use crate::health::Health;
 use crate::latency::{Latency, PrefixMemory};
 use crate::metrics::{EngineView, Runtime, Snapshot};
 use crate::process::ProcessView;
 use crate::sched::Scheduler;
-use crate::state::Health;
 use crate::stats::{Buckets, EngineStats, FinishReason, HttpStats};
 use crate::validate::Req;
 use crate::waveform::Waveform;

@@ -13,7 +13,7 @@ use mock_kit::FakeEvent;
 use serde_json::{json, Value};
 
 use crate::faults::Fault;
-use crate::state::Health;
+use crate::health::Health;
 
 /// One event of mock-vllm.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -11,7 +11,8 @@ use rand::Rng;
 use serde_json::json;
 
 use crate::clock::epoch_secs;
-use crate::state::{lock, Health, Shared};
+use crate::health::Health;
+use crate::state::{lock, Shared};
 
 pub(crate) async fn health(State(shared): State<Arc<Shared>>) -> Response {
     if shared.starting(crate::clock::Now::read()) {

@@ -26,8 +26,9 @@ use crate::clock::Now;
 use crate::config::Config;
 use crate::event::{Lifecycle, VllmEvent};
 use crate::faults::Fault;
+use crate::health::Health;
 use crate::process::cpu_seconds;
-use crate::state::{Health, Shared};
+use crate::state::Shared;
 use crate::waveform::Waveform;
 
 struct Running {

@@ -13,7 +13,6 @@ use bytes::Bytes;
 use mock_kit::{Events, FaultRegistry, Shutdown};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::clock::Now;
@@ -24,34 +23,7 @@ use crate::faults::Fault;
 use crate::stats::{FinishReason, HttpStats};
 use crate::waveform::Waveform;
 
-/// What `/health` does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Health {
-    Up,
-    /// 503.
-    Down,
-    /// Never answers.
-    Hang,
-}
-
-impl Health {
-    pub(crate) fn code(self) -> u8 {
-        match self {
-            Health::Up => 0,
-            Health::Down => 1,
-            Health::Hang => 2,
-        }
-    }
-
-    fn from_code(c: u8) -> Self {
-        match c {
-            1 => Health::Down,
-            2 => Health::Hang,
-            _ => Health::Up,
-        }
-    }
-}
+use crate::health::Health;
 
 /// Engine state that a restart throws away.
 pub(crate) struct Core {

@@ -6,12 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::conform::{any_failed, tally};
 use crate::library::{self, Loaded};
 use crate::profile::Profile;
 use crate::real_cluster::{ClusterOptions, EtcdChoice, EtcdKind, RealCluster};
 use crate::report::default_report_dir;
-use crate::report::Status;
+use crate::report::{any_failed, tally, Status};
 use crate::run::{prepare, run_many, RunOptions};
 
 /// `r`'s value, or `None` once its error was said on stderr (`scenarios: …`).

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::capability::Capability;
 use crate::cli::{said, LibraryArgs};
 use crate::profile::{Profile, Program};
-use crate::report::{Outcome, Status};
+use crate::report::{any_failed, tally, Outcome, Status};
 use crate::run::{prepare, run_many};
 
 /// `scenarios conform`'s arguments: those `run` takes too (without its own).
@@ -83,23 +83,6 @@ fn why_failed(o: &Outcome) -> String {
     };
     let first = v.detail.lines().next().unwrap_or_default();
     format!("{}: {first}", v.name)
-}
-
-/// `N scenarios: P passed, F <failed>, K skipped`: how the outcomes ended.
-pub(crate) fn tally(outcomes: &[Outcome], failed: &str) -> String {
-    let count = |st: Status| outcomes.iter().filter(|o| o.status == st).count();
-    format!(
-        "{} scenarios: {} passed, {} {failed}, {} skipped",
-        outcomes.len(),
-        count(Status::Passed),
-        count(Status::Failed),
-        count(Status::Skipped)
-    )
-}
-
-/// Whether any outcome failed.
-pub(crate) fn any_failed(outcomes: &[Outcome]) -> bool {
-    outcomes.iter().any(|o| o.status == Status::Failed)
 }
 
 /// Each capability: whether the profile declares it (`yes`/`no`), and the scenarios

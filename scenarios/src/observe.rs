@@ -190,11 +190,13 @@ impl Observations {
     }
 
     /// These observations with `changes` (index, observation) made; an index past the
-    /// end is left out.
+    /// end is left out, and so is an observation already held there (shared).
     pub fn with(&self, changes: impl IntoIterator<Item = (usize, Arc<InstanceObs>)>) -> Self {
         let mut next = self.clone();
-        for (i, o) in changes.into_iter().filter(|(i, _)| *i < self.len()) {
-            *next.slot(i) = o;
+        for (i, o) in changes {
+            if next.get(i).is_some_and(|held| !Arc::ptr_eq(held, &o)) {
+                *next.slot(i) = o;
+            }
         }
         if next.diff.len() > Self::DIFF_MAX.min(next.len() / 2) {
             next = next.iter().cloned().collect();
@@ -347,10 +349,23 @@ pub struct Masters {
 }
 
 impl Masters {
-    /// `next`, shared with the last sample's (`last`) when it is the same.
-    pub fn share(last: &mut Arc<Masters>, next: Masters) -> Arc<Masters> {
-        if **last != next {
-            *last = Arc::new(next);
+    /// The replicas as given, shared with the last sample's (`last`) when they are the
+    /// same (compared before anything is built: most samples see no change).
+    pub fn share(
+        last: &mut Arc<Masters>,
+        elected: Option<usize>,
+        accepted: impl Iterator<Item = u64> + Clone,
+        loadmetrics_revision: Option<i64>,
+    ) -> Arc<Masters> {
+        let same = last.elected == elected
+            && last.loadmetrics_revision == loadmetrics_revision
+            && last.accepted.iter().copied().eq(accepted.clone());
+        if !same {
+            *last = Arc::new(Masters {
+                elected,
+                accepted: accepted.collect(),
+                loadmetrics_revision,
+            });
         }
         last.clone()
     }

@@ -727,20 +727,14 @@ impl RealCluster {
         let per_replica: Vec<Arc<BTreeMap<u16, u64>>> =
             self.masters.iter_mut().map(MasterReplica::counts).collect();
         attribute_unnamed_401(&mut out, &sum_counts(&per_replica));
-        let next = crate::observe::Masters {
-            elected: master_value.and_then(|v| self.topology.master.replica_named(&v)),
-            accepted: per_replica
-                .iter()
-                .map(|c| c.get(&200).copied().unwrap_or(0))
-                .collect(),
-            loadmetrics_revision: load_rev,
-        };
-        Sample::new(
-            t_ms,
-            out.into_iter().map(Arc::new).collect(),
-            self.routed.len(),
-            crate::observe::Masters::share(&mut self.masters_seen, next),
-        )
+        let elected = master_value.and_then(|v| self.topology.master.replica_named(&v));
+        let accepted = per_replica
+            .iter()
+            .map(|c| c.get(&200).copied().unwrap_or(0));
+        let last = &mut self.masters_seen;
+        let masters = crate::observe::Masters::share(last, elected, accepted, load_rev);
+        let instances = out.into_iter().map(Arc::new).collect();
+        Sample::new(t_ms, instances, self.routed.len(), masters)
     }
 
     /// Stop every load generator.

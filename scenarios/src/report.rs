@@ -429,3 +429,20 @@ pub fn junit(outcomes: &[Outcome]) -> String {
     s.push_str("</testsuite>\n");
     s
 }
+
+/// `N scenarios: P passed, F <failed>, K skipped`: how the outcomes ended.
+pub fn tally(outcomes: &[Outcome], failed: &str) -> String {
+    let count = |st: Status| outcomes.iter().filter(|o| o.status == st).count();
+    format!(
+        "{} scenarios: {} passed, {} {failed}, {} skipped",
+        outcomes.len(),
+        count(Status::Passed),
+        count(Status::Failed),
+        count(Status::Skipped)
+    )
+}
+
+/// Whether any outcome failed.
+pub fn any_failed(outcomes: &[Outcome]) -> bool {
+    outcomes.iter().any(|o| o.status == Status::Failed)
+}

@@ -87,7 +87,7 @@ impl SimCluster {
     /// answer that without reading the cores; debug builds read them and check that
     /// nothing changed unseen.
     pub fn observe(&mut self) -> Sample {
-        let seen = self.instances.iter().all(|x| x.last_obs.is_some());
+        let seen = self.observed.len() == self.instances.len();
         if seen && !cfg!(debug_assertions) {
             return self.as_last_observed();
         }
@@ -267,18 +267,8 @@ impl SimCluster {
             0 | 1 => (None, None),
             _ => self.elected_in_etcd(),
         };
-        let last = &self.masters;
-        let same = last.elected == elected
-            && last.loadmetrics_revision == loadmetrics_revision
-            && last.accepted.iter().copied().eq(accepted.clone());
-        if !same {
-            self.masters = Arc::new(crate::observe::Masters {
-                elected,
-                accepted: accepted.collect(),
-                loadmetrics_revision,
-            });
-        }
-        self.masters.clone()
+        let last = &mut self.masters;
+        crate::observe::Masters::share(last, elected, accepted, loadmetrics_revision)
     }
 
     /// The replica the MASTER key names, and the newest LOADMETRICS write's revision

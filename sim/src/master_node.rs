@@ -27,7 +27,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use mock_kit::FakeEvent;
 use mock_master::core::{Command, HeartbeatReply, MasterCore};
 use mock_master::election::{self, Election, Op, Role};
 use mock_master::etcd::{
@@ -38,9 +37,9 @@ use mock_master::instances::Instances;
 use mock_master::publish::Plan;
 use mock_master::Config;
 use mock_master::{HeartbeatEvent, MasterEvent};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::master_watch::{read_watch_line, Effects, Follower};
+use crate::master_watch::{event_note, read_watch_line, Effects, Follower};
 use crate::node::{Call, NodeId, Outcome, Reply, Request, Server};
 
 /// Tokens of the election's calls: this plus the election's call id. Election ids
@@ -91,13 +90,6 @@ impl Note {
             }),
         }
     }
-}
-
-/// A master event as a node's note, `{kind: detail}`: the kind and detail the real
-/// shell emits.
-pub(crate) fn event_note(event: &MasterEvent<'_>) -> serde_json::Value {
-    let kind = event.kind();
-    json!({ kind: event.detail() })
 }
 
 /// A simulated mock-master.

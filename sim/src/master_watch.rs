@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use mock_kit::FakeEvent;
 use mock_master::core::MasterCore;
 use mock_master::etcd::{
     authenticate_request, parse_range, parse_token, parse_watch_message, range_prefix_request,
@@ -19,7 +20,6 @@ use mock_master::watch_plan::{Position, WatchPlan, RESTART, WATCH_IDLE};
 use mock_master::MasterEvent;
 use serde_json::{json, Value};
 
-use crate::master_node::event_note;
 use crate::node::{Call, NodeId, Outcome, Reply, Request};
 
 /// Tokens of the follower's calls (the master's probes use small numbers; its
@@ -346,6 +346,13 @@ fn answer_json(outcome: &Outcome) -> Result<Value, String> {
         }
         other => Err(format!("{other:?}")),
     }
+}
+
+/// A master event as a node's note, `{kind: detail}`: the kind and detail the real
+/// shell emits.
+pub(crate) fn event_note(event: &MasterEvent<'_>) -> serde_json::Value {
+    let kind = event.kind();
+    json!({ kind: event.detail() })
 }
 
 #[cfg(test)]
