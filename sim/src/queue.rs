@@ -72,10 +72,6 @@ fn nanos(at: Duration) -> u64 {
 }
 
 impl<E> Queue<E> {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// Schedule `event` at `at`, after every event already scheduled for `at`.
     pub fn push(&mut self, at: Duration, event: E) {
         let seq = self.next_seq;
@@ -143,12 +139,6 @@ impl<E> Queue<E> {
         best
     }
 
-    /// The earliest event, with its time and sequence number.
-    pub fn pop(&mut self) -> Option<(Duration, u64, E)> {
-        let (source, _) = self.earliest()?;
-        self.pop_from(source)
-    }
-
     /// The earliest event, which waits in `source`.
     fn pop_from(&mut self, source: Source) -> Option<(Duration, u64, E)> {
         if let Source::Lane(i) = source {
@@ -156,9 +146,8 @@ impl<E> Queue<E> {
             return Some((at, seq, event));
         }
         let Reverse((_, seq, slot)) = self.heap.pop()?;
-        let Some((at, event)) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
-            return self.pop(); // unreachable: every key has its event
-        };
+        // Every key has its event.
+        let (at, event) = self.slots.get_mut(slot as usize)?.take()?;
         self.free.push(slot);
         Some((at, seq, event))
     }
@@ -167,33 +156,22 @@ impl<E> Queue<E> {
     pub fn pop_due(&mut self, until: Duration) -> Option<(Duration, u64, E)> {
         let (source, (t, _)) = self.earliest()?;
         // Nanoseconds saturate: compare exact times when they might.
-        if t > nanos(until) || (t == u64::MAX && self.peek_time()? > until) {
+        if t > nanos(until) || (t == u64::MAX && self.time_in(source)? > until) {
             return None;
         }
         // The earliest was just found: pop it without looking again.
         self.pop_from(source)
     }
 
-    /// When the earliest event is due.
-    pub fn peek_time(&self) -> Option<Duration> {
-        match self.earliest()?.0 {
+    /// When the earliest event, which waits in `source`, is due.
+    fn time_in(&self, source: Source) -> Option<Duration> {
+        match source {
             Source::Lane(i) => self.lanes.get(i)?.items.front().map(|x| x.2),
             Source::Heap => {
                 let Reverse((_, _, slot)) = self.heap.peek()?;
-                self.slots
-                    .get(*slot as usize)
-                    .and_then(|s| s.as_ref())
-                    .map(|(at, _)| *at)
+                self.slots.get(*slot as usize)?.as_ref().map(|(at, _)| *at)
             }
         }
-    }
-
-    pub fn len(&self) -> usize {
-        self.heap.len() + self.lanes.iter().map(|l| l.items.len()).sum::<usize>()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -203,16 +181,24 @@ mod tests {
 
     #[test]
     fn earliest_first_and_ties_in_scheduling_order() {
-        let mut q = Queue::new();
+        let mut q = Queue::default();
         let ms = Duration::from_millis;
         q.push(ms(5), "b");
         q.push(ms(1), "a");
         q.push(ms(5), "c");
         q.push(ms(5), "d");
-        assert_eq!(q.peek_time(), Some(ms(1)));
-        let order: Vec<_> = std::iter::from_fn(|| q.pop()).map(|(_, _, e)| e).collect();
-        assert_eq!(order, ["a", "b", "c", "d"]);
-        assert!(q.is_empty());
+        assert!(q.pop_due(ms(0)).is_none());
+        let order: Vec<_> = std::iter::from_fn(|| q.pop_due(Duration::MAX)).collect();
+        let at = [ms(1), ms(5), ms(5), ms(5)];
+        assert_eq!(
+            order,
+            [
+                (at[0], 1, "a"),
+                (at[1], 0, "b"),
+                (at[2], 2, "c"),
+                (at[3], 3, "d")
+            ]
+        );
     }
 
     /// Against a sorted list, with pushes while draining: into the current bucket,
@@ -221,7 +207,7 @@ mod tests {
     fn pops_in_time_then_sequence_order_with_pushes_between_pops() {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
-        let mut q = Queue::new();
+        let mut q = Queue::default();
         let mut expected: Vec<(Duration, u64)> = Vec::new();
         let mut seq = 0;
         let mut push = |q: &mut Queue<u64>, at: Duration, expected: &mut Vec<_>| {
@@ -235,9 +221,8 @@ mod tests {
         }
         let mut popped = Vec::new();
         let mut now = Duration::ZERO;
-        while let Some(at) = q.peek_time() {
-            let (t, s, e) = q.pop().unwrap();
-            assert_eq!((t, s), (at, e));
+        while let Some((t, s, e)) = q.pop_due(Duration::MAX) {
+            assert_eq!(s, e);
             popped.push((t, s));
             now = t;
             if popped.len() < 2000 {
@@ -250,7 +235,6 @@ mod tests {
                 push(&mut q, at, &mut expected);
             }
         }
-        assert!(q.is_empty());
         assert!(now > Duration::ZERO);
         // Each pop is the least of what was queued at the time: with pushes into the
         // past, that is not a sorted list overall, so compare pop by pop.
@@ -279,7 +263,7 @@ mod tests {
     fn lanes_and_heap_pop_in_one_time_then_sequence_order() {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
-        let mut q = Queue::new();
+        let mut q = Queue::default();
         let mut queued: Vec<(Duration, u64)> = Vec::new();
         let us = Duration::from_micros;
         let delays: Vec<Duration> = (0..12).map(|k| us(k * 700)).collect();
@@ -306,14 +290,12 @@ mod tests {
             }
             queued.sort();
             let Some(first) = queued.first().copied() else {
-                assert!(q.is_empty());
+                assert!(q.pop_due(Duration::MAX).is_none());
                 q.push(now + us(1), seq);
                 queued.push((now + us(1), seq));
                 seq += 1;
                 continue;
             };
-            assert_eq!(q.len(), queued.len());
-            assert_eq!(q.peek_time(), Some(first.0));
             assert!(q.pop_due(first.0 - us(1).min(first.0)).is_none() || first.0.is_zero());
             let (t, _, e) = q.pop_due(first.0).unwrap();
             assert_eq!((t, e), first);
@@ -321,5 +303,8 @@ mod tests {
             now = t;
             popped += 1;
         }
+        // Nothing lost: what is left is what was queued.
+        let left = std::iter::from_fn(|| q.pop_due(Duration::MAX)).count();
+        assert_eq!(left, queued.len());
     }
 }

@@ -178,7 +178,7 @@ impl World {
     pub fn new(seed: u64, log: EventLog) -> World {
         World {
             now: Duration::ZERO,
-            queue: Queue::new(),
+            queue: Queue::default(),
             rng: StdRng::seed_from_u64(seed),
             log,
             links: Links::new(Duration::from_micros(200)),
