@@ -83,11 +83,8 @@ impl LinkFault {
         match self {
             LinkFault::Heal => Leg::Deliver(base),
             LinkFault::Latency { ms, jitter_ms } => {
-                let extra = if *jitter_ms > 0 {
-                    rng.gen_range(0..=*jitter_ms)
-                } else {
-                    0
-                };
+                let extra = (*jitter_ms > 0).then(|| rng.gen_range(0..=*jitter_ms));
+                let extra = extra.unwrap_or(0);
                 Leg::Deliver(base + Duration::from_millis(ms.saturating_add(extra)))
             }
             LinkFault::Bandwidth { bytes_per_sec } => {

@@ -160,16 +160,6 @@ impl MasterNode {
         self.core.is_master()
     }
 
-    /// The replica's election (replica mode only), to inspect: holder, registration.
-    pub fn election(&self) -> Option<&Election> {
-        self.core.election()
-    }
-
-    /// A LOADMETRICS round's writes under way.
-    pub fn publishing(&self) -> bool {
-        self.round.is_some()
-    }
-
     /// A heartbeat past its gate answered (the gate's refusal, else the body's verdict),
     /// counted and noted as mock-master's shell does.
     fn answer(&mut self, now: Duration, refused: Option<HeartbeatReply>, body: &str) -> Reply {
@@ -388,10 +378,7 @@ impl MasterNode {
     /// Every write of the round answered: the shell's `loadmetrics_publish` event, and
     /// what failed back to the core for the next round.
     fn end_round_if_done(&mut self) {
-        if self.round.as_ref().is_none_or(|r| !r.pending.is_empty()) {
-            return;
-        }
-        let Some(round) = self.round.take() else {
+        let Some(round) = self.round.take_if(|r| r.pending.is_empty()) else {
             return;
         };
         let plan = &round.plan;
@@ -466,12 +453,9 @@ impl Server for MasterNode {
         let Request::Heartbeat { body, token } = request else {
             return Some(Reply::Status(404));
         };
-        let tokens: Vec<&[u8]> = if token.is_empty() {
-            Vec::new()
-        } else {
-            vec![token.as_bytes()]
-        };
-        let (delay, refused) = self.core.heartbeat_gate(now, &tokens);
+        // No token header when the sidecar has no token.
+        let token = (!token.is_empty()).then_some(token.as_bytes());
+        let (delay, refused) = self.core.heartbeat_gate(now, token.as_slice());
         if let Some(after) = delay {
             // Those past due were dropped with their callers (the world never served them).
             self.held.retain(|h| h.0 >= now);

@@ -18,44 +18,22 @@ pub(crate) struct Slot {
     pub wake: Option<Duration>,
 }
 
-/// Servers by id.
+/// Servers by id: a table per kind of node, in `NodeId` order (sidecars, vLLMs, etcd,
+/// master, master replicas), each indexed by the id's number (see [`place`]).
 #[derive(Default)]
 pub(crate) struct Servers {
-    sidecar: Vec<Option<Slot>>,
-    vllm: Vec<Option<Slot>>,
-    etcd: Option<Slot>,
-    master: Option<Slot>,
-    /// Master replicas `k` ≥ 1, at index `k - 1`.
-    replicas: Vec<Option<Slot>>,
+    tables: [Vec<Option<Slot>>; 5],
 }
 
 impl Servers {
     pub fn get(&self, id: NodeId) -> Option<&Slot> {
-        match id.server() {
-            NodeId::Sidecar(i) => self.sidecar.get(i as usize)?.as_ref(),
-            NodeId::Vllm(i) => self.vllm.get(i as usize)?.as_ref(),
-            NodeId::Etcd => self.etcd.as_ref(),
-            NodeId::Master => self.master.as_ref(),
-            NodeId::MasterReplica(k) => self.replicas.get(replica(k)?)?.as_ref(),
-            NodeId::EtcdEndpoint(_) => None,
-        }
+        let (table, i) = place(id.server())?;
+        self.tables.get(table)?.get(i)?.as_ref()
     }
 
     pub fn get_mut(&mut self, id: NodeId) -> Option<&mut Slot> {
-        self.place(id.server(), false)?.as_mut()
-    }
-
-    /// Where the server `id` is kept (an etcd endpoint is no place of its own); with
-    /// `grow`, the table grows to hold it.
-    fn place(&mut self, id: NodeId, grow: bool) -> Option<&mut Option<Slot>> {
-        match id {
-            NodeId::Sidecar(i) => at(&mut self.sidecar, i as usize, grow),
-            NodeId::Vllm(i) => at(&mut self.vllm, i as usize, grow),
-            NodeId::Etcd => Some(&mut self.etcd),
-            NodeId::Master => Some(&mut self.master),
-            NodeId::MasterReplica(k) => at(&mut self.replicas, replica(k)?, grow),
-            NodeId::EtcdEndpoint(_) => None,
-        }
+        let (table, i) = place(id.server())?;
+        self.tables.get_mut(table)?.get_mut(i)?.as_mut()
     }
 
     /// The server itself.
@@ -70,7 +48,16 @@ impl Servers {
     /// Put `node` at `id`. A server it replaces leaves its scheduled timer to it (the
     /// timer event is already queued).
     pub fn insert(&mut self, id: NodeId, node: Box<dyn Server>) {
-        if let Some(s) = self.place(id, true) {
+        let Some((table, i)) = place(id) else {
+            return;
+        };
+        let Some(v) = self.tables.get_mut(table) else {
+            return;
+        };
+        if v.len() <= i {
+            v.resize_with(i + 1, || None);
+        }
+        if let Some(s) = v.get_mut(i) {
             let wake = s.as_ref().and_then(|s| s.wake);
             *s = Some(Slot { node, wake });
         }
@@ -80,38 +67,44 @@ impl Servers {
     /// a timer event already queued for it finds no slot, or a fresh one that has
     /// not scheduled it.
     pub fn remove(&mut self, id: NodeId) -> Option<Slot> {
-        self.place(id, false)?.take()
+        let (table, i) = place(id)?;
+        self.tables.get_mut(table)?.get_mut(i)?.take()
     }
 
     /// Every server's id, in `NodeId` order.
     pub fn ids(&self) -> Vec<NodeId> {
-        let indexed = |v: &[Option<Slot>], make: fn(u32) -> NodeId| -> Vec<NodeId> {
-            v.iter()
-                .enumerate()
-                .filter(|(_, s)| s.is_some())
-                .map(|(i, _)| make(u32::try_from(i).unwrap_or(u32::MAX)))
-                .collect()
-        };
-        let mut ids = indexed(&self.sidecar, NodeId::Sidecar);
-        ids.extend(indexed(&self.vllm, NodeId::Vllm));
-        ids.extend(self.etcd.as_ref().map(|_| NodeId::Etcd));
-        ids.extend(self.master.as_ref().map(|_| NodeId::Master));
-        ids.extend(indexed(&self.replicas, |k| NodeId::master(k as usize + 1)));
+        let mut ids = Vec::new();
+        for (table, v) in self.tables.iter().enumerate() {
+            let kept = v.iter().enumerate().filter(|(_, s)| s.is_some());
+            ids.extend(kept.map(|(i, _)| id_at(table, i)));
+        }
         ids
     }
 }
 
-/// Where master replica `k` ≥ 1 is kept (`None` for 0, which is no replica id).
-fn replica(k: u32) -> Option<usize> {
-    (k as usize).checked_sub(1)
+/// Where the server `id` is kept: its table and its index there (`None` for an etcd
+/// endpoint, no place of its own, and for replica 0, which is no replica id).
+fn place(id: NodeId) -> Option<(usize, usize)> {
+    Some(match id {
+        NodeId::Sidecar(i) => (0, i as usize),
+        NodeId::Vllm(i) => (1, i as usize),
+        NodeId::Etcd => (2, 0),
+        NodeId::Master => (3, 0),
+        NodeId::MasterReplica(k) => (4, (k as usize).checked_sub(1)?),
+        NodeId::EtcdEndpoint(_) => return None,
+    })
 }
 
-/// Slot `i` of `v`; with `grow`, `v` grows to hold it.
-fn at(v: &mut Vec<Option<Slot>>, i: usize, grow: bool) -> Option<&mut Option<Slot>> {
-    if grow && v.len() <= i {
-        v.resize_with(i + 1, || None);
+/// The id of the server kept at index `i` of `table` ([`place`]'s inverse).
+fn id_at(table: usize, i: usize) -> NodeId {
+    let n = u32::try_from(i).unwrap_or(u32::MAX);
+    match table {
+        0 => NodeId::Sidecar(n),
+        1 => NodeId::Vllm(n),
+        2 => NodeId::Etcd,
+        3 => NodeId::Master,
+        _ => NodeId::master(i + 1),
     }
-    v.get_mut(i)
 }
 
 #[cfg(test)]
