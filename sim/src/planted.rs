@@ -184,7 +184,7 @@ impl Planted {
 impl Distortion for Planted {
     /// A swallowed keepalive or revoke is answered as done; a heartbeat is remembered
     /// for the stale loop, or sent with its cache usage as a percentage.
-    fn command(&mut self, command: Command, reg: &Registration) -> Verdict {
+    fn command(&mut self, mut command: Command, reg: &Registration) -> Verdict {
         let unhealthy = self.health_failed || self.scrape_failed;
         let exiting = matches!(
             reg,
@@ -193,36 +193,33 @@ impl Distortion for Planted {
                 ..
             }
         );
-        match (self.bug, command) {
-            (PlantedBug::HeartbeatAfterLeaseLost, Command::PostHeartbeat { id, body, target }) => {
+        match (self.bug, &mut command) {
+            (PlantedBug::HeartbeatAfterLeaseLost, Command::PostHeartbeat { body, .. }) => {
                 if let Some(lease) = reg.registered() {
                     self.last_beat = Some((lease.incarnation.clone(), body.clone()));
                     self.zombie_at = None;
                 }
-                Verdict::Run(Command::PostHeartbeat { id, body, target })
             }
             (PlantedBug::NoKeepaliveWhileUnhealthy, Command::Keepalive { id, .. }) if unhealthy => {
-                Verdict::Answered(id, Answer::KeepaliveTtl(self.ttl))
+                return Verdict::Answered(*id, Answer::KeepaliveTtl(self.ttl));
             }
             (PlantedBug::NoRevokeOnShutdown, Command::Revoke { id, .. }) if exiting => {
-                Verdict::Answered(id, Answer::RevokeDone)
+                return Verdict::Answered(*id, Answer::RevokeDone);
             }
-            (
-                PlantedBug::HeartbeatsHeldAfterReregister,
-                Command::PostHeartbeat { id, body, target },
-            ) => {
+            (PlantedBug::HeartbeatsHeldAfterReregister, Command::PostHeartbeat { id, .. }) => {
                 let incarnation = reg.registered().map(|l| l.incarnation.clone());
                 if incarnation.is_some_and(|inc| self.hold(&inc)) {
-                    return Verdict::Answered(id, Answer::HeartbeatStatus(200));
+                    return Verdict::Answered(*id, Answer::HeartbeatStatus(200));
                 }
-                Verdict::Run(Command::PostHeartbeat { id, body, target })
             }
-            (PlantedBug::CacheUsageAsPercent, Command::PostHeartbeat { id, body, target }) => {
-                let body = cache_as_percent(&body).unwrap_or(body);
-                Verdict::Run(Command::PostHeartbeat { id, body, target })
+            (PlantedBug::CacheUsageAsPercent, Command::PostHeartbeat { body, .. }) => {
+                if let Some(percent) = cache_as_percent(body) {
+                    *body = percent;
+                }
             }
-            (_, command) => Verdict::Run(command),
+            _ => {}
         }
+        Verdict::Run(command)
     }
 
     /// Every answer is watched (the last probe's and scrape's health); a 409 or a lost
