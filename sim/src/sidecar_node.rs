@@ -258,9 +258,8 @@ impl SidecarNode {
             if self.immediate.is_empty() {
                 break;
             }
-            let now = self.now;
             for (id, answer) in std::mem::take(&mut self.immediate) {
-                self.handle(now, Input::Answer(id, answer));
+                self.handle(self.now, Input::Answer(id, answer));
             }
         }
         out.extend(self.unasked());

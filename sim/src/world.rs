@@ -236,7 +236,6 @@ impl World {
         let Some(slot) = self.servers.remove(id) else {
             return;
         };
-        let now = self.now;
         self.end_pause(id);
         *self.epochs.entry(id).or_default() += 1;
         self.record(id, "killed", || json!({}));
@@ -260,7 +259,7 @@ impl World {
         // of that: nothing to collect from them).
         for other in self.servers.ids() {
             if let Some(node) = self.servers.node_mut(other) {
-                node.on_link_reset(now, id);
+                node.on_link_reset(self.now, id);
             }
         }
     }
@@ -314,9 +313,8 @@ impl World {
 
     /// End every load now (requests already submitted run their course).
     pub fn end_loads(&mut self) {
-        let now = self.now;
         for load in &mut self.loads {
-            load.until = load.until.min(now);
+            load.until = load.until.min(self.now);
         }
     }
 
@@ -545,14 +543,13 @@ impl World {
                 if self.epoch(to) != epoch {
                     return; // a stream of a process gone since
                 }
-                let now = self.now;
                 self.record(
                     to,
                     "stream_end",
                     || json!({ "from": from.to_string(), "reason": reason }),
                 );
                 if let Some(node) = self.servers.node_mut(to) {
-                    node.on_stream_end(now, from, reason);
+                    node.on_stream_end(self.now, from, reason);
                 }
                 self.after_server_step(to);
             }
@@ -569,9 +566,8 @@ impl World {
                 if (self.epoch(from), self.epoch(to)) != epochs {
                     return; // sent by or to a process gone since
                 }
-                let now = self.now;
                 if let Some(node) = self.servers.node_mut(to) {
-                    node.on_push(now, from, &line);
+                    node.on_push(self.now, from, &line);
                 }
                 self.after_server_step(to);
             }
@@ -690,7 +686,6 @@ impl World {
     }
 
     fn sidecar_wake(&mut self, i: u32, at: Duration) {
-        let now = self.now;
         let Some(node) = self.sidecars.get_mut(i as usize) else {
             return;
         };
@@ -698,8 +693,8 @@ impl World {
             return; // superseded by a later schedule
         }
         node.wake_at = None;
-        node.last_timer = Some(now);
-        node.handle(now, Input::Timer);
+        node.last_timer = Some(self.now);
+        node.handle(self.now, Input::Timer);
         self.after_sidecar_step(i);
     }
 
@@ -839,15 +834,14 @@ impl World {
         if deferred && self.exchanges.get(id).is_none() {
             return; // its caller gave up while the server held it: never served
         }
-        let now = self.now;
         // The link is `server`'s (an etcd endpoint's own); the node is the one behind it.
         let node_id = server.server();
         let Some(node) = self.servers.node_mut(node_id) else {
             return;
         };
         let reply = match deferred {
-            false => node.serve(now, client, &a.request),
-            true => node.serve_deferred(now, client, &a.request),
+            false => node.serve(self.now, client, &a.request),
+            true => node.serve_deferred(self.now, client, &a.request),
         };
         self.record(node_id, "serve", || summary::Serve {
             x: id,
@@ -868,7 +862,7 @@ impl World {
                     epoch: self.epoch(server),
                     ..a
                 };
-                return self.queue.push_after(now, after, Event::Arrive(again));
+                return self.queue.push_after(self.now, after, Event::Arrive(again));
             }
             Some(reply) => (Duration::ZERO, reply),
         };
@@ -880,7 +874,7 @@ impl World {
             &mut self.rng,
         ) {
             Leg::Deliver(d) => self.queue.push_after(
-                now,
+                self.now,
                 extra + d,
                 Event::Return {
                     exchange: id,
@@ -907,7 +901,6 @@ impl World {
         let Some(x) = self.exchanges.remove(id) else {
             return;
         };
-        let now = self.now;
         let number = x.caller.number();
         self.record(x.caller.node(), "outcome", || summary::Ended {
             x: id,
@@ -917,13 +910,13 @@ impl World {
         match x.caller {
             Caller::Sidecar(i, tag) => {
                 if let Some(node) = self.sidecars.get_mut(i as usize) {
-                    node.complete(now, &tag, outcome);
+                    node.complete(self.now, &tag, outcome);
                 }
                 self.after_sidecar_step(i);
             }
             Caller::Server(id, token) => {
                 if let Some(node) = self.servers.node_mut(id) {
-                    node.on_outcome(now, token, outcome);
+                    node.on_outcome(self.now, token, outcome);
                 }
                 self.after_server_step(id);
             }
@@ -967,9 +960,8 @@ impl World {
     /// its way over the link is lost (a new generation).
     fn end_streams(&mut self, client: NodeId, server: NodeId, reason: &'static str) {
         *self.generations.entry((client, server)).or_default() += 1;
-        let now = self.now;
         if let Some(node) = self.servers.node_mut(server) {
-            node.on_link_reset(now, client);
+            node.on_link_reset(self.now, client);
         }
         if self.servers.contains(client) {
             self.stream_end_after(Duration::ZERO, server, client, reason);
@@ -996,7 +988,6 @@ impl World {
     }
 
     fn server_wakes(&mut self, id: NodeId, at: Duration) {
-        let now = self.now;
         let Some(slot) = self.servers.get_mut(id) else {
             return;
         };
@@ -1004,7 +995,7 @@ impl World {
             return;
         }
         slot.wake = None;
-        slot.node.on_timer(now);
+        slot.node.on_timer(self.now);
         self.after_server_step(id);
     }
 
@@ -1093,7 +1084,6 @@ impl World {
     }
 
     fn schedule_server_wake(&mut self, id: NodeId) {
-        let now = self.now;
         let Some(slot) = self.servers.get_mut(id) else {
             return;
         };
@@ -1101,7 +1091,7 @@ impl World {
             slot.wake = None;
             return;
         };
-        let at = at.max(now);
+        let at = at.max(self.now);
         if slot.wake != Some(at) {
             slot.wake = Some(at);
             self.queue.push(at, Event::ServerWake { id, at });
