@@ -7,6 +7,7 @@
 //! simple tokens idle out in virtual time too. A watch stream's lines are pushed to
 //! their reader ([`EtcdNode::watch`]).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -224,10 +225,8 @@ impl Server for EtcdNode {
     }
 
     fn stream_readers(&self) -> Vec<NodeId> {
-        let mut readers: Vec<NodeId> = self.watches.iter().map(|w| w.0).collect();
-        readers.sort();
-        readers.dedup();
-        readers
+        let readers: BTreeSet<NodeId> = self.watches.iter().map(|w| w.0).collect();
+        readers.into_iter().collect()
     }
 
     fn on_link_reset(&mut self, _now: Duration, peer: NodeId) {

@@ -39,7 +39,7 @@ use mock_master::Config;
 use mock_master::{HeartbeatEvent, MasterEvent};
 use serde_json::Value;
 
-use crate::master_watch::{event_note, read_watch_line, Effects, Follower};
+use crate::master_watch::{event_note, read_watch_line, Effects, Follower, TOKEN_BASE};
 use crate::node::{Call, NodeId, Outcome, Reply, Request, Server};
 
 /// Tokens of the election's calls: this plus the election's call id. Election ids
@@ -524,7 +524,7 @@ impl Server for MasterNode {
     }
 
     fn on_outcome(&mut self, now: Duration, token: u64, outcome: Outcome) {
-        if Follower::owns(token) {
+        if token >= TOKEN_BASE {
             return self.follow(now, |f, core, fx| {
                 f.on_outcome(now, token, outcome, core, fx)
             });

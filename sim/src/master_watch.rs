@@ -95,11 +95,6 @@ impl Follower {
         }
     }
 
-    /// Whether a call's token is the follower's.
-    pub fn owns(token: u64) -> bool {
-        token >= TOKEN_BASE
-    }
-
     /// The etcd simple token it holds (etcd auth on and authenticated), which the
     /// master's other etcd calls present too, as mock-master's one client does.
     pub fn etcd_token(&self) -> Option<&str> {

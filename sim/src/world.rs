@@ -758,58 +758,47 @@ impl World {
 
     /// Start an exchange from `caller` to `server`.
     fn send(&mut self, caller: Caller, server: NodeId, request: Request, timeout: Duration) {
-        let id = self.next_exchange;
+        let exchange = self.next_exchange;
         self.next_exchange += 1;
         let client = caller.node();
         let number = caller.number();
         self.record(client, "send", || summary::Send {
-            x: id,
+            x: exchange,
             to: server,
             cmd: number,
             request: &request,
         });
         let failure = Failure::Timeout;
-        let at_timeout = Event::Fail {
-            exchange: id,
-            failure,
+        self.queue
+            .push_after(self.now, timeout, Event::Fail { exchange, failure });
+        let size = request.size();
+        let leg = match self.servers.contains(server) {
+            true => self
+                .links
+                .leg(client, server, Direction::ToTarget, size, &mut self.rng),
+            // Nothing listens: no link is crossed.
+            false => Leg::Refused,
         };
-        self.queue.push_after(self.now, timeout, at_timeout);
-        let mut stuck = false;
-        if !self.servers.contains(server) {
-            self.fail_now(id, Failure::Refused);
-        } else {
-            let leg = self.links.leg(
-                client,
-                server,
-                Direction::ToTarget,
-                request.size(),
-                &mut self.rng,
-            );
-            match leg {
-                Leg::Deliver(d) => {
-                    let generation = self.generation(client, server);
-                    let epoch = self.epoch(server);
-                    self.queue.push_after(
-                        self.now,
-                        d,
-                        Event::Arrive(Arrival {
-                            exchange: id,
-                            client,
-                            server,
-                            generation,
-                            request,
-                            deferred: false,
-                            epoch,
-                        }),
-                    );
-                }
-                Leg::Lost { stuck: s } => stuck = s,
-                Leg::Reset => self.fail_now(id, Failure::Reset),
-                Leg::Refused => self.fail_now(id, Failure::Refused),
+        let stuck = matches!(leg, Leg::Lost { stuck: true });
+        match leg {
+            Leg::Deliver(d) => {
+                let arrival = Arrival {
+                    exchange,
+                    client,
+                    server,
+                    generation: self.generation(client, server),
+                    request,
+                    deferred: false,
+                    epoch: self.epoch(server),
+                };
+                self.queue.push_after(self.now, d, Event::Arrive(arrival));
             }
+            Leg::Lost { .. } => {}
+            Leg::Reset => self.fail_now(exchange, Failure::Reset),
+            Leg::Refused => self.fail_now(exchange, Failure::Refused),
         }
         self.exchanges.insert(
-            id,
+            exchange,
             Exchange {
                 caller,
                 server,
@@ -820,32 +809,25 @@ impl World {
 
     /// A request reaches its server: it acts, and its answer goes back over the link.
     fn arrive(&mut self, a: Arrival) {
-        let Arrival {
-            exchange: id,
-            client,
-            server,
-            generation,
-            deferred,
-            ..
-        } = a;
-        if self.generation(client, server) != generation {
+        if self.generation(a.client, a.server) != a.generation {
             return; // the connection was reset while the request was on its way
         }
-        if deferred && self.exchanges.get(id).is_none() {
+        let id = a.exchange;
+        if a.deferred && self.exchanges.get(id).is_none() {
             return; // its caller gave up while the server held it: never served
         }
         // The link is `server`'s (an etcd endpoint's own); the node is the one behind it.
-        let node_id = server.server();
+        let node_id = a.server.server();
         let Some(node) = self.servers.node_mut(node_id) else {
             return;
         };
-        let reply = match deferred {
-            false => node.serve(self.now, client, &a.request),
-            true => node.serve_deferred(self.now, client, &a.request),
+        let reply = match a.deferred {
+            false => node.serve(self.now, a.client, &a.request),
+            true => node.serve_deferred(self.now, a.client, &a.request),
         };
         self.record(node_id, "serve", || summary::Serve {
             x: id,
-            from: client,
+            from: a.client,
             reply: reply.as_ref(),
         });
         self.after_server_step(node_id);
@@ -859,7 +841,7 @@ impl World {
                 let again = Arrival {
                     deferred: true,
                     // The process the request reached (checked before it was served).
-                    epoch: self.epoch(server),
+                    epoch: self.epoch(a.server),
                     ..a
                 };
                 return self.queue.push_after(self.now, after, Event::Arrive(again));
@@ -867,8 +849,8 @@ impl World {
             Some(reply) => (Duration::ZERO, reply),
         };
         match self.links.leg(
-            client,
-            server,
+            a.client,
+            a.server,
             Direction::FromTarget,
             reply.size(),
             &mut self.rng,
@@ -878,7 +860,7 @@ impl World {
                 extra + d,
                 Event::Return {
                     exchange: id,
-                    generation,
+                    generation: a.generation,
                     reply,
                 },
             ),
