@@ -120,7 +120,7 @@ pub enum OnChange {
 pub struct Links {
     faults: BTreeMap<(NodeId, NodeId), LinkFault>,
     /// The one-way delay of a healthy link.
-    base: Duration,
+    pub base: Duration,
 }
 
 impl Links {
@@ -129,14 +129,6 @@ impl Links {
             faults: BTreeMap::new(),
             base,
         }
-    }
-
-    pub fn base(&self) -> Duration {
-        self.base
-    }
-
-    pub fn set_base(&mut self, base: Duration) {
-        self.base = base;
     }
 
     /// The fault on the link from `client` to `server`.

@@ -253,7 +253,7 @@ impl World {
         self.stuck_streams
             .retain(|(reader, server)| *reader != id && server.server() != id);
         for reader in slot.node.stream_readers() {
-            self.stream_end_after(self.links.base(), id, reader, "connection closed");
+            self.stream_end_after(self.links.base, id, reader, "connection closed");
         }
         // The streams it read: their servers drop them (no call, note or timer comes
         // of that: nothing to collect from them).
@@ -279,7 +279,7 @@ impl World {
     /// The one-way delay of every healthy link (default 0.2 ms). Call it before the run
     /// starts: the links' faults are kept.
     pub fn set_link_delay(&mut self, delay: Duration) {
-        self.links.set_base(delay);
+        self.links.base = delay;
     }
 
     /// Test-only: plant `bug` in every sidecar, current and future (see
@@ -1002,7 +1002,7 @@ impl World {
             self.push_line(id, to, line);
         }
         for to in ended {
-            self.stream_end_after(self.links.base(), id, to, "stream ended");
+            self.stream_end_after(self.links.base, id, to, "stream ended");
         }
         self.schedule_server_wake(id);
     }
