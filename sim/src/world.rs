@@ -731,21 +731,20 @@ impl World {
         let Some(node) = self.sidecars.get_mut(i as usize) else {
             return;
         };
-        match node.next_wakeup() {
-            Some(at) => {
-                // A core that asks for "now" again right after a timer at "now" would
-                // spin the driver; here it is woken a millisecond later instead.
-                let at = if at <= self.now && node.last_timer == Some(self.now) {
-                    self.now + Duration::from_millis(1)
-                } else {
-                    at.max(self.now)
-                };
-                if node.wake_at != Some(at) {
-                    node.wake_at = Some(at);
-                    self.queue.push(at, Event::SidecarWake { index: i, at });
-                }
-            }
-            None => node.wake_at = None,
+        let Some(at) = node.next_wakeup() else {
+            node.wake_at = None;
+            return;
+        };
+        // A core that asks for "now" again right after a timer at "now" would spin the
+        // driver; here it is woken a millisecond later instead.
+        let at = if at <= self.now && node.last_timer == Some(self.now) {
+            self.now + Duration::from_millis(1)
+        } else {
+            at.max(self.now)
+        };
+        if node.wake_at != Some(at) {
+            node.wake_at = Some(at);
+            self.queue.push(at, Event::SidecarWake { index: i, at });
         }
     }
 
@@ -1018,19 +1017,14 @@ impl World {
             self.stuck_streams.insert((to, from));
         }
         if let Leg::Deliver(d) = leg {
-            let generation = self.generation(to, from);
-            let epochs = (self.epoch(from), self.epoch(to));
-            self.queue.push_after(
-                self.now,
-                d,
-                Event::Push {
-                    from,
-                    to,
-                    generation,
-                    line,
-                    epochs,
-                },
-            );
+            let push = Event::Push {
+                from,
+                to,
+                generation: self.generation(to, from),
+                line,
+                epochs: (self.epoch(from), self.epoch(to)),
+            };
+            self.queue.push_after(self.now, d, push);
         }
     }
 
