@@ -118,6 +118,15 @@ pub fn attribute_unnamed_401(out: &mut [InstanceObs], global: &BTreeMap<u16, u64
     }
 }
 
+/// Heartbeat answers by status, summed over several counts (each replica's).
+pub fn sum_counts<'a>(all: impl IntoIterator<Item = &'a BTreeMap<u16, u64>>) -> BTreeMap<u16, u64> {
+    let mut sum = BTreeMap::new();
+    for (status, n) in all.into_iter().flatten() {
+        *sum.entry(*status).or_default() += n;
+    }
+    sum
+}
+
 /// Master states as observed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]

@@ -15,7 +15,7 @@ use sim::etcd_node::EtcdNode;
 use sim::master_node::MasterNode;
 use sim::NodeId;
 
-use crate::observe::{Cumulative, InstanceObs, Sample};
+use crate::observe::{sum_counts, Cumulative, InstanceObs, Sample};
 use crate::sim_cluster::{ElectedInEtcd, ObsKey, SimCluster, SimInstance};
 
 /// What the last event may have changed of the observation.
@@ -28,15 +28,6 @@ enum Changed {
     /// Anything: etcd's keys, an entry gone from the master, the master's unnamed
     /// answers, the replicas.
     Any,
-}
-
-/// Heartbeat answers by status, summed over every replica's `totals`.
-fn sum_counts(totals: &[Arc<BTreeMap<u16, u64>>]) -> BTreeMap<u16, u64> {
-    let mut sum = BTreeMap::new();
-    for (status, n) in totals.iter().flat_map(|t| t.iter()) {
-        *sum.entry(*status).or_insert(0) += n;
-    }
-    sum
 }
 
 /// Every replica's stamp of `addr`'s entry and which replica is viewed, folded into one
@@ -63,19 +54,16 @@ fn replicas_heartbeats(
     let none = BTreeMap::new();
     inst.replica_counts
         .resize_with(nodes.len(), Cumulative::default);
-    let mut sum = BTreeMap::new();
-    for (node, counts) in nodes.iter().zip(inst.replica_counts.iter_mut()) {
-        let entry = node.and_then(|m| m.instances().get_with_rev(&inst.register_addr));
-        let view = entry.map(|(v, _)| v);
-        let total = counts.update(
-            view.map(|v| v.incarnation),
-            view.map_or(&none, |v| v.heartbeats),
-        );
-        for (status, n) in total.iter() {
-            *sum.entry(*status).or_insert(0) += n;
-        }
-    }
-    Arc::new(sum)
+    let counts = nodes.iter().zip(inst.replica_counts.iter_mut());
+    let totals: Vec<_> = counts
+        .map(|(node, counts)| {
+            let entry = node.and_then(|m| m.instances().get_with_rev(&inst.register_addr));
+            let view = entry.map(|(v, _)| v);
+            let now = view.map_or(&none, |v| v.heartbeats);
+            counts.update(view.map(|v| v.incarnation), now)
+        })
+        .collect();
+    Arc::new(sum_counts(totals.iter().map(|t| &**t)))
 }
 
 impl SimCluster {
@@ -123,7 +111,7 @@ impl SimCluster {
             0 | 1 => Vec::new(),
             _ => self.replica_totals(),
         };
-        let summed = (replicas > 1).then(|| sum_counts(&totals));
+        let summed = (replicas > 1).then(|| sum_counts(totals.iter().map(|t| &**t)));
         let etcd = self.world.server_as::<EtcdNode>(NodeId::Etcd);
         self.viewed = self.view_replica();
         let view = NodeId::master(self.viewed.unwrap_or(0));
