@@ -12,7 +12,7 @@ use crate::capability::Capability;
 use crate::cli::{said, LibraryArgs};
 use crate::profile::{Profile, Program};
 use crate::report::{any_failed, tally, Outcome, Status};
-use crate::run::{prepare, run_many};
+use crate::run::{prepare, run_many, RERUN_COMMAND};
 
 /// `scenarios conform`'s arguments: those `run` takes too (without its own).
 pub type ConformArgs = LibraryArgs;
@@ -56,7 +56,7 @@ fn rerun_prefix(args: &ConformArgs) -> String {
         (Some(p), None) => format!(" --profile {p}"),
         (None, None) => String::new(),
     };
-    format!("cargo run -p scenarios -- conform{who}")
+    format!("{RERUN_COMMAND} conform{who}")
 }
 
 /// One scenario's result as the report's first column says it.

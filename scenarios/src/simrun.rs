@@ -28,7 +28,10 @@ pub fn unsupported(sc: &Scenario) -> Option<String> {
 pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome {
     let started = Instant::now();
     let seed = opts.seed.unwrap_or(sc.seed);
-    let rerun = format!("{} run --sim {} --seed {seed}", opts.command, file);
+    let rerun = format!(
+        "{} run --sim {file} --seed {seed}",
+        crate::run::RERUN_COMMAND
+    );
     let outcome = engine::outcome(sc, file, seed, "simulated", rerun);
     if let Some(why) = unsupported(sc) {
         return outcome.skip(why);
