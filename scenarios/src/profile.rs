@@ -222,10 +222,8 @@ impl Profile {
 
     /// How `setting` reaches the sidecar.
     pub fn mapping(&self, setting: Setting) -> Mapping {
-        match self.settings.get(&setting) {
-            Some(m) => m.clone(),
-            None => Mapping::Flag(setting.our_flag().to_string()),
-        }
+        let ours = || Mapping::Flag(setting.our_flag().to_string());
+        self.settings.get(&setting).cloned().unwrap_or_else(ours)
     }
 
     /// The process to start for one sidecar with `settings`.
