@@ -94,11 +94,8 @@ fn capability_rows<'a>(
     Capability::ALL
         .into_iter()
         .map(|c| {
-            let declared = if profile.capabilities.contains(&c) {
-                "yes"
-            } else {
-                "no"
-            };
+            let has = profile.capabilities.contains(&c);
+            let declared = if has { "yes" } else { "no" };
             let who = outcomes
                 .iter()
                 .filter(|o| o.lacking.contains(&c))

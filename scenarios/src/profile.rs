@@ -245,9 +245,7 @@ impl Profile {
                 Mapping::Dropped => {}
             }
         }
-        for (f, v) in &settings.extra {
-            args.extend(crate::settings::switch_or_pair(f, v));
-        }
+        args.extend(settings.extra_args());
         let given = |s: &Setting| settings.values.iter().any(|(g, _)| g == s);
         let unset = Setting::all()
             .filter(|s| !given(s))

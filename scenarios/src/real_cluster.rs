@@ -614,22 +614,14 @@ impl RealCluster {
         let load_prefix = format!("{ns}XLLM:LOADMETRICS:");
         // The MASTER key's value and the newest LOADMETRICS write (several replicas only:
         // one master elects nothing, and its observation stays as it always was).
-        let mut master_value: Option<String> = None;
-        let mut load_rev: Option<i64> = None;
-        let etcd_vals: HashMap<String, String> = match &self.etcd {
-            Etcd::Fake(e) => {
-                if several {
-                    master_value = e.get(&master_key).map(|(v, _)| v);
-                    load_rev = e.max_mod_revision(&load_prefix);
-                }
-                self.instances
-                    .iter()
-                    .filter_map(|inst| e.get(&inst.key).map(|(v, _)| (inst.key.clone(), v)))
-                    .collect()
-            }
+        let (master_value, load_rev) = match &self.etcd {
+            Etcd::Fake(_) if !several => (None, None),
+            Etcd::Fake(e) => (
+                e.get(&master_key).map(|(v, _)| v),
+                e.max_mod_revision(&load_prefix),
+            ),
             _ => {
-                let prefix = format!("{ns}XLLM:");
-                match self.gateway.range_prefix(&prefix).await {
+                match self.gateway.range_prefix(&format!("{ns}XLLM:")).await {
                     Ok(kvs) => {
                         let kvs = kvs.into_iter();
                         self.last_etcd = kvs
@@ -644,18 +636,17 @@ impl RealCluster {
                         .emit("etcd_read_failed", serde_json::json!({"error": e})),
                 }
                 let kvs = &self.last_etcd;
-                if several {
-                    master_value = kvs.get(&master_key).map(|(v, _)| v.clone());
-                    load_rev = kvs
-                        .iter()
-                        .filter(|(k, _)| k.starts_with(&load_prefix))
-                        .map(|(_, (_, rev))| *rev)
-                        .max();
-                }
-                kvs.iter()
-                    .map(|(k, (v, _))| (k.clone(), v.clone()))
-                    .collect()
+                let loads = kvs.iter().filter(|(k, _)| k.starts_with(&load_prefix));
+                let newest = loads.map(|(_, (_, rev))| *rev).max();
+                let master = kvs.get(&master_key).map(|(v, _)| v.clone());
+                (master.filter(|_| several), newest.filter(|_| several))
             }
+        };
+        // A key's value as etcd holds it (as last read, for a real one).
+        let (etcd, last_etcd) = (&self.etcd, &self.last_etcd);
+        let etcd_value = |key: &str| match etcd {
+            Etcd::Fake(e) => e.get(key).map(|(v, _)| v),
+            _ => last_etcd.get(key).map(|(v, _)| v.clone()),
         };
         let watched =
             Cluster::elected_master(self).or_else(|| self.masters.iter().position(|m| m.running));
@@ -668,9 +659,7 @@ impl RealCluster {
             .collect();
         let mut out = Vec::with_capacity(self.instances.len());
         for inst in &mut self.instances {
-            let etcd = etcd_vals
-                .get(&inst.key)
-                .map(|v| inst.incarnations.intern(&incarnation_of(v)));
+            let etcd = etcd_value(&inst.key).map(|v| inst.incarnations.intern(&incarnation_of(&v)));
             let view = views.get(&inst.register_addr);
             let view = view.map(mock_master::InstanceView::borrowed);
             let heartbeats = inst.counts.update(

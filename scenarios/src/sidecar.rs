@@ -57,10 +57,7 @@ fn locate_uncached() -> Result<PathBuf, String> {
 
 /// Whether `binary` was written after every file the sidecar is built from.
 fn newer_than_sources(binary: &Path) -> bool {
-    let Some(built) = modified(binary) else {
-        return false;
-    };
-    let Some(workspace) = workspace() else {
+    let (Some(built), Some(workspace)) = (modified(binary), workspace()) else {
         return false;
     };
     let mut pending = vec![workspace.join("sidecar/src")];
