@@ -205,10 +205,8 @@ pub async fn run(args: RunArgs) -> u8 {
                 .unwrap_or_default();
             println!("  {} {}{at}: {}", v.kind, v.name, v.detail);
         }
-        println!(
-            "  timeline: {}",
-            report.join(&o.name).join("timeline.html").display()
-        );
+        let timeline = report.join(&o.name).join("timeline.html");
+        println!("  timeline: {}", timeline.display());
         println!("  re-run:   {}", o.rerun);
     }
     u8::from(any_failed(&outcomes))

@@ -285,7 +285,7 @@ impl MasterReplica {
         if let Some(t) = token {
             self.cfg.token = t;
         }
-        let mut tries = 0;
+        let (listen, mut tries) = (self.cfg.listen, 0);
         let master = loop {
             match mock_master::start(self.cfg.clone(), timeline.source(Source::Master)).await {
                 Ok(m) => break m,
@@ -293,12 +293,7 @@ impl MasterReplica {
                     tries += 1;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                Err(e) => {
-                    return Err(format!(
-                        "starting master replica on {} again: {e}",
-                        self.cfg.listen
-                    ))
-                }
+                Err(e) => return Err(format!("starting master replica on {listen} again: {e}")),
             }
         };
         self.master = master;

@@ -120,11 +120,7 @@ impl RealEtcd {
     pub async fn kill(&mut self, which: &str) -> std::io::Result<usize> {
         let i = self.resolve(which).await?;
         blocking(&self.cluster, move |c| c.kill(i)).await?;
-        if let Some(live) = self.live.get_mut(i) {
-            *live = false;
-        }
-        self.events
-            .emit("member_killed", serde_json::json!({"member": i}));
+        self.mark(i, false, "member_killed");
         Ok(i)
     }
 
@@ -140,13 +136,17 @@ impl RealEtcd {
         };
         if self.live.get(i) == Some(&false) {
             blocking(&self.cluster, move |c| c.restart(i)).await?;
-            if let Some(live) = self.live.get_mut(i) {
-                *live = true;
-            }
-            self.events
-                .emit("member_restarted", serde_json::json!({"member": i}));
+            self.mark(i, true, "member_restarted");
         }
         Ok(i)
+    }
+
+    /// Member `i` is now `live` (or not), as the timeline's `event` says.
+    fn mark(&mut self, i: usize, live: bool, event: &str) {
+        if let Some(l) = self.live.get_mut(i) {
+            *l = live;
+        }
+        self.events.emit(event, serde_json::json!({"member": i}));
     }
 
     async fn resolve(&self, which: &str) -> std::io::Result<usize> {

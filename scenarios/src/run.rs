@@ -78,10 +78,8 @@ pub async fn run_scenario(
         Ok(k) => k,
         Err(why) => return outcome.skip(why),
     };
-    let mut outcome = Outcome {
-        etcd: kind.as_str().to_string(),
-        ..outcome
-    };
+    let mut outcome = outcome;
+    outcome.etcd = kind.as_str().to_string();
     let say = |m: String| {
         if let Some(p) = &progress {
             p.set_message(m);
