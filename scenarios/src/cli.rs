@@ -205,10 +205,8 @@ pub async fn run(args: RunArgs) -> u8 {
                 .unwrap_or_default();
             println!("  {} {}{at}: {}", v.kind, v.name, v.detail);
         }
-        println!(
-            "  timeline: {}",
-            report.join(&o.name).join("timeline.html").display()
-        );
+        let timeline = report.join(&o.name).join("timeline.html");
+        println!("  timeline: {}", timeline.display());
         println!("  re-run:   {}", o.rerun);
     }
     u8::from(any_failed(&outcomes))
@@ -362,14 +360,9 @@ pub enum ExploreCommand {
     },
 }
 
-fn default_explore_dir() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let root = manifest.parent().unwrap_or(manifest).join("target/explore");
-    root.join(format!("run-{}", mock_kit::events::now_ms()))
-}
-
 /// `scenarios explore`: exit 0 if nothing was found, 1 if something was, 2 on bad input.
 pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 {
+    use crate::explore::generate::Params;
     use crate::explore::sweep::{sweep, write_summary, Budget, SweepOptions};
     if let Some(ExploreCommand::Merge { dirs, out, junit }) = args.command {
         return explore_merge(&dirs, out.as_deref(), junit.as_deref());
@@ -378,22 +371,19 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
         eprintln!("scenarios: explore needs --instances >= 1 and --duration >= 1s");
         return 2;
     }
-    let params = crate::explore::generate::Params {
+    let params = Params {
         max_instances: args.instances,
         duration_ms: args.duration.as_millis() as u64,
-        faults: args.faults.map_or_else(
-            || crate::explore::generate::Params::default().faults,
-            |f| f.0,
-        ),
+        faults: args
+            .faults
+            .map_or_else(|| Params::default().faults, |f| f.0),
         dialect: args.dialect,
         draw: args.draw,
     };
-    let out = args.out.unwrap_or_else(default_explore_dir);
-    let jobs = args.jobs.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
+    let new_dir = || crate::new_run_dir("target/explore");
+    let out = args.out.unwrap_or_else(new_dir);
+    let cores = || std::thread::available_parallelism().map_or(1, usize::from);
+    let jobs = args.jobs.unwrap_or_else(cores);
     let opts = SweepOptions {
         params,
         budget: match args.time {

@@ -12,7 +12,7 @@ use crate::capability::Capability;
 use crate::cli::{said, LibraryArgs};
 use crate::profile::{Profile, Program};
 use crate::report::{any_failed, tally, Outcome, Status};
-use crate::run::{prepare, run_many};
+use crate::run::{prepare, run_many, RERUN_COMMAND};
 
 /// `scenarios conform`'s arguments: those `run` takes too (without its own).
 pub type ConformArgs = LibraryArgs;
@@ -56,7 +56,7 @@ fn rerun_prefix(args: &ConformArgs) -> String {
         (Some(p), None) => format!(" --profile {p}"),
         (None, None) => String::new(),
     };
-    format!("cargo run -p scenarios -- conform{who}")
+    format!("{RERUN_COMMAND} conform{who}")
 }
 
 /// One scenario's result as the report's first column says it.
@@ -94,11 +94,8 @@ fn capability_rows<'a>(
     Capability::ALL
         .into_iter()
         .map(|c| {
-            let declared = if profile.capabilities.contains(&c) {
-                "yes"
-            } else {
-                "no"
-            };
+            let has = profile.capabilities.contains(&c);
+            let declared = if has { "yes" } else { "no" };
             let who = outcomes
                 .iter()
                 .filter(|o| o.lacking.contains(&c))

@@ -81,6 +81,13 @@ pub mod timeline;
 pub mod topology;
 pub mod verdict;
 
+/// A new run's directory under the workspace: `<under>/run-<now in ms>`.
+pub(crate) fn new_run_dir(under: &str) -> std::path::PathBuf {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest.parent().unwrap_or(manifest).join(under);
+    root.join(format!("run-{}", mock_kit::events::now_ms()))
+}
+
 /// Lock `m`, even if a thread panicked holding it: what it guards is only ever
 /// replaced whole or appended to, so it is never left half-written.
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -106,15 +106,9 @@ pub fn load(args: &[String]) -> Result<Vec<Loaded>, SpecError> {
             continue;
         }
         let name = a.trim_start_matches("library/").trim_end_matches(".toml");
-        let found =
-            all.iter()
-                .find(|l| l.scenario.name == name)
-                .ok_or_else(|| {
-                    error(
-                "no such file, and no built-in scenario of that name (see `scenarios list`)".into(),
-            )
-                })?;
-        out.push(found.clone());
+        let found = all.iter().find(|l| l.scenario.name == name);
+        let unknown = "no such file, and no built-in scenario of that name (see `scenarios list`)";
+        out.push(found.ok_or_else(|| error(unknown.into()))?.clone());
     }
     Ok(out)
 }

@@ -103,13 +103,9 @@ impl LoadGen {
                 let route = route.clone();
                 tokio::spawn(async move {
                     if let Ok(r) = req.send().await {
-                        let to = r
-                            .headers()
-                            .get("x-routed-to")
-                            .and_then(|v| v.to_str().ok())
-                            .map(str::to_string);
+                        let to = r.headers().get("x-routed-to").and_then(|v| v.to_str().ok());
                         if let (Some((names, routed)), Some(to)) = (route, to) {
-                            if let Some(i) = names.iter().position(|n| *n == to) {
+                            if let Some(i) = names.iter().position(|n| n == to) {
                                 routed.push(i);
                             }
                         }

@@ -222,10 +222,8 @@ impl Profile {
 
     /// How `setting` reaches the sidecar.
     pub fn mapping(&self, setting: Setting) -> Mapping {
-        match self.settings.get(&setting) {
-            Some(m) => m.clone(),
-            None => Mapping::Flag(setting.our_flag().to_string()),
-        }
+        let ours = || Mapping::Flag(setting.our_flag().to_string());
+        self.settings.get(&setting).cloned().unwrap_or_else(ours)
     }
 
     /// The process to start for one sidecar with `settings`.
@@ -247,9 +245,7 @@ impl Profile {
                 Mapping::Dropped => {}
             }
         }
-        for (f, v) in &settings.extra {
-            args.extend(crate::settings::switch_or_pair(f, v));
-        }
+        args.extend(settings.extra_args());
         let given = |s: &Setting| settings.values.iter().any(|(g, _)| g == s);
         let unset = Setting::all()
             .filter(|s| !given(s))

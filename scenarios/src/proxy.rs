@@ -188,8 +188,7 @@ async fn serve_conn(
     shutdown: Shutdown,
     rng: StdRng,
 ) {
-    let generation = state.borrow().generation;
-    let fault = state.borrow().fault.clone();
+    let LinkState { fault, generation } = state.borrow().clone();
     if matches!(fault, LinkFault::Reset | LinkFault::Refuse) {
         let _ = client.set_zero_linger();
         return;
@@ -272,17 +271,13 @@ async fn pump(
             }
             n = from.read(&mut buf) => match n { Ok(0) | Err(_) => break, Ok(n) => n },
         };
-        let fault = {
-            let s = state.borrow();
-            if s.generation != generation {
-                drop(s);
-                reset(from, to);
-                return;
-            }
-            s.fault.clone()
-        };
+        let now = state.borrow().clone();
+        if now.generation != generation {
+            reset(from, to);
+            return;
+        }
         let chunk = buf.get(..n).unwrap_or(&[]);
-        match fault {
+        match now.fault {
             LinkFault::Heal | LinkFault::Reset | LinkFault::Refuse => {}
             LinkFault::Blackhole => continue,
             LinkFault::Partition { direction } if direction == dir => continue,

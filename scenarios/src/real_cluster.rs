@@ -39,9 +39,10 @@ use crate::timeline::{Source, Timeline};
 use crate::topology::{EtcdNeed, MasterTopology, Topology};
 
 /// Which etcd the runner was asked for (`--etcd`, `--etcd-cluster`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum EtcdChoice {
     /// The in-process fake etcd (`--etcd fake`, the default).
+    #[default]
     Fake,
     /// The Debian `etcd` binary on loopback, one member (`--etcd real`).
     Real,
@@ -284,7 +285,7 @@ impl MasterReplica {
         if let Some(t) = token {
             self.cfg.token = t;
         }
-        let mut tries = 0;
+        let (listen, mut tries) = (self.cfg.listen, 0);
         let master = loop {
             match mock_master::start(self.cfg.clone(), timeline.source(Source::Master)).await {
                 Ok(m) => break m,
@@ -292,12 +293,7 @@ impl MasterReplica {
                     tries += 1;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                Err(e) => {
-                    return Err(format!(
-                        "starting master replica on {} again: {e}",
-                        self.cfg.listen
-                    ))
-                }
+                Err(e) => return Err(format!("starting master replica on {listen} again: {e}")),
             }
         };
         self.master = master;
@@ -318,55 +314,68 @@ impl MasterReplica {
 /// the replicas' hosts has the first one's port taken.
 const PROXY_PORT_TRIES: usize = 8;
 
-/// Instance `name`'s proxies to each master replica (`targets`, replica order): replica
-/// 0's on `127.0.0.1` at a free port, each other's on its host at the same port.
-async fn master_proxies(
-    name: &str,
-    targets: &[SocketAddr],
-    next_seed: &mut impl FnMut() -> u64,
-    timeline: &Arc<Timeline>,
-) -> Result<Vec<Proxy>, String> {
-    let mut last = String::from("no master replicas");
-    for _ in 0..PROXY_PORT_TRIES {
-        let mut out: Vec<Proxy> = Vec::with_capacity(targets.len());
-        let mut port = 0;
-        let mut taken = None;
-        for (k, t) in targets.iter().enumerate() {
-            let host = replica_ip(k)?;
-            let label = if targets.len() > 1 {
-                format!("{name}->master#{k}")
-            } else {
-                format!("{name}->master")
-            };
-            let listen = SocketAddr::new(host, port);
-            match Proxy::start(
-                &label,
-                listen,
-                *t,
-                next_seed(),
-                timeline.source(Source::Link),
-            )
-            .await
-            {
-                Ok(p) => {
-                    port = p.addr().port();
-                    out.push(p);
-                }
-                Err(e) => {
-                    taken = Some(format!("proxy on {listen}: {e}"));
-                    break;
-                }
-            }
-        }
-        match taken {
-            None => return Ok(out),
-            Some(why) => {
-                out.iter().for_each(Proxy::stop);
-                last = why;
-            }
-        }
+/// What the cluster's proxies are made with: the seed of each, drawn in turn from the
+/// run's seed, and the timeline their events go to.
+struct Links<'a> {
+    seed: u64,
+    timeline: &'a Arc<Timeline>,
+}
+
+impl Links<'_> {
+    /// A proxy named `name` on `listen` (port 0: any free port), forwarding to `target`.
+    async fn open(
+        &mut self,
+        name: &str,
+        listen: SocketAddr,
+        target: SocketAddr,
+    ) -> std::io::Result<Proxy> {
+        self.seed = self.seed.wrapping_add(1442695040888963407);
+        let events = self.timeline.source(Source::Link);
+        Proxy::start(name, listen, target, self.seed, events).await
     }
-    Err(last)
+
+    /// A proxy on loopback named `name`, forwarding to `target`.
+    async fn link(&mut self, name: &str, target: SocketAddr) -> Result<Proxy, String> {
+        let listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        self.open(name, listen, target).await.map_err(io("proxy"))
+    }
+
+    /// `from`'s links to etcd: one proxy `<from>->etcd#<k>` to each endpoint `k`.
+    async fn etcd(&mut self, from: &str, targets: &[SocketAddr]) -> Result<Vec<Proxy>, String> {
+        let mut out = Vec::with_capacity(targets.len());
+        for (k, t) in targets.iter().enumerate() {
+            out.push(self.link(&format!("{from}->etcd#{k}"), *t).await?);
+        }
+        Ok(out)
+    }
+
+    /// Instance `name`'s proxies to each master replica (`targets`, replica order):
+    /// replica 0's on `127.0.0.1` at a free port, each other's on its host at the same
+    /// port.
+    async fn masters(&mut self, name: &str, targets: &[SocketAddr]) -> Result<Vec<Proxy>, String> {
+        let mut last = String::from("no master replicas");
+        'tries: for _ in 0..PROXY_PORT_TRIES {
+            let mut out: Vec<Proxy> = Vec::with_capacity(targets.len());
+            for (k, t) in targets.iter().enumerate() {
+                let label = match targets.len() {
+                    1 => format!("{name}->master"),
+                    _ => format!("{name}->master#{k}"),
+                };
+                let port = out.first().map_or(0, |p| p.addr().port());
+                let listen = SocketAddr::new(replica_ip(k)?, port);
+                match self.open(&label, listen, *t).await {
+                    Ok(p) => out.push(p),
+                    Err(e) => {
+                        out.iter().for_each(Proxy::stop);
+                        last = format!("proxy on {listen}: {e}");
+                        continue 'tries;
+                    }
+                }
+            }
+            return Ok(out);
+        }
+        Err(last)
+    }
 }
 
 /// Master replica `k`'s loopback host ([`MasterTopology::replica_host`]).
@@ -376,39 +385,13 @@ fn replica_ip(k: usize) -> Result<std::net::IpAddr, String> {
         .map_err(|e| format!("master replica {k}'s host: {e}"))
 }
 
-/// A proxy on loopback named `name`, forwarding to `target`.
-async fn link(
-    name: &str,
-    target: SocketAddr,
-    seed: u64,
-    timeline: &Arc<Timeline>,
-) -> Result<Proxy, String> {
-    let listen = SocketAddr::from(([127, 0, 0, 1], 0));
-    Proxy::start(name, listen, target, seed, timeline.source(Source::Link))
-        .await
-        .map_err(io("proxy"))
-}
-
-/// `from`'s links to etcd: one proxy `<from>->etcd#<k>` to each endpoint `k`.
-async fn etcd_links(
-    from: &str,
-    targets: &[SocketAddr],
-    next_seed: &mut impl FnMut() -> u64,
-    timeline: &Arc<Timeline>,
-) -> Result<Vec<Proxy>, String> {
-    let mut out = Vec::with_capacity(targets.len());
-    for (k, t) in targets.iter().enumerate() {
-        out.push(link(&format!("{from}->etcd#{k}"), *t, next_seed(), timeline).await?);
-    }
-    Ok(out)
-}
-
 /// The URLs of `proxies`, comma-separated.
 fn urls(proxies: &[Proxy]) -> String {
     proxies.iter().map(Proxy::url).collect::<Vec<_>>().join(",")
 }
 
-fn io<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
+/// An error as a message that says what was being done: `<what>: <error>`.
+pub(crate) fn io<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
@@ -445,39 +428,32 @@ impl RealCluster {
             name,
             seed ^ (timeline.t0_ms() << 8) ^ u64::from(std::process::id())
         );
-        let (etcd, targets): (Etcd, Vec<SocketAddr>) = match kind {
+        let (targets, etcd): (Vec<SocketAddr>, Etcd) = match kind {
             EtcdKind::Fake => {
-                let cfg = etcd_config(topo);
-                let e = mock_etcd::start(cfg, timeline.source(Source::Etcd))
+                let e = mock_etcd::start(etcd_config(topo), timeline.source(Source::Etcd))
                     .await
                     .map_err(io("starting fake etcd"))?;
-                let a = e.addr();
-                (Etcd::Fake(e), vec![a])
+                (vec![e.addr()], Etcd::Fake(e))
             }
             EtcdKind::Real | EtcdKind::Cluster3 => {
                 let n = if kind == EtcdKind::Cluster3 { 3 } else { 1 };
                 let r = RealEtcd::start(n, timeline.source(Source::Etcd))
                     .await
                     .map_err(io("starting real etcd"))?;
-                let a = r.client_addrs();
-                (Etcd::Real(tokio::sync::Mutex::new(r)), a)
+                (r.client_addrs(), Etcd::Real(tokio::sync::Mutex::new(r)))
             }
             EtcdKind::External => {
                 let EtcdChoice::Url(urls) = &opts.etcd else {
                     return Err("external etcd without a URL".into());
                 };
-                let a = urls
-                    .iter()
-                    .map(|u| addr_of(u))
-                    .collect::<Result<Vec<_>, _>>()?;
-                (Etcd::External, a)
+                let addrs = urls.iter().map(|u| addr_of(u));
+                (addrs.collect::<Result<_, _>>()?, Etcd::External)
             }
         };
         let etcd_urls: Vec<String> = targets.iter().map(|a| format!("http://{a}")).collect();
-        let mut proxy_seed = seed.wrapping_mul(6364136223846793005);
-        let mut next_seed = || {
-            proxy_seed = proxy_seed.wrapping_add(1442695040888963407);
-            proxy_seed
+        let mut links = Links {
+            seed: seed.wrapping_mul(6364136223846793005),
+            timeline: &timeline,
         };
         // Sidecars get `etcd_endpoints` endpoints; with several members, one per member.
         let endpoints = match targets.len() {
@@ -487,7 +463,7 @@ impl RealCluster {
         let endpoint_targets: Vec<SocketAddr> =
             targets.iter().copied().cycle().take(endpoints).collect();
 
-        let master_links = etcd_links("master", &targets, &mut next_seed, &timeline).await?;
+        let master_links = links.etcd("master", &targets).await?;
         // Replica 0 first: with several, it is the likeliest to win the first election.
         let mut masters = Vec::new();
         for k in 0..topo.master.replicas.max(1) {
@@ -503,21 +479,13 @@ impl RealCluster {
         let mut instances = Vec::new();
         for (i, spec) in (0..topo.instances).map(|i| (i, topo.instance(i))) {
             let name = spec.name;
-            let vcfg = vllm_config(topo, i, seed);
-            let vllm = mock_vllm::start(vcfg, timeline.source(Source::Vllm(&name)))
+            let events = timeline.source(Source::Vllm(&name));
+            let vllm = mock_vllm::start(vllm_config(topo, i, seed), events)
                 .await
                 .map_err(io("starting fake vLLM"))?;
-            let etcd_links =
-                etcd_links(&name, &endpoint_targets, &mut next_seed, &timeline).await?;
-            let master_proxies =
-                master_proxies(&name, &master_addrs, &mut next_seed, &timeline).await?;
-            let vllm_link = link(
-                &format!("{name}->vllm"),
-                vllm.addr(),
-                next_seed(),
-                &timeline,
-            )
-            .await?;
+            let etcd_links = links.etcd(&name, &endpoint_targets).await?;
+            let master_proxies = links.masters(&name, &master_addrs).await?;
+            let vllm_link = links.link(&format!("{name}->vllm"), vllm.addr()).await?;
             let register_addr = vllm.addr().to_string();
             instances.push(Instance {
                 name,
@@ -581,10 +549,8 @@ impl RealCluster {
 
     /// Start instance `i`'s sidecar as the profile says (with another token, if given).
     pub(crate) fn start_sidecar(&mut self, i: usize, token: Option<String>) -> Result<(), String> {
-        if let Some(t) = token {
-            if let Some(inst) = self.instances.get_mut(i) {
-                inst.token = Some(t);
-            }
+        if let (Some(t), Some(inst)) = (token, self.instances.get_mut(i)) {
+            inst.token = Some(t);
         }
         let launch = self.opts.profile.launch(&self.sidecar_settings(i)?)?;
         let inst = self.instances.get_mut(i).ok_or("no such instance")?;
@@ -616,20 +582,17 @@ impl RealCluster {
             }
         }
         for inst in &self.instances {
-            v.push((format!("{} vLLM", inst.name), inst.vllm.url()));
-            v.push((
-                format!("{} vLLM (via proxy)", inst.name),
-                inst.vllm_link.url(),
-            ));
-            v.push((
-                format!("{} master (via proxy)", inst.name),
-                urls(&inst.master_proxies),
-            ));
-            v.push((
-                format!("{} etcd (via proxy)", inst.name),
-                urls(&inst.etcd_links),
-            ));
-            v.push((format!("{} key", inst.name), inst.key.clone()));
+            let name = &inst.name;
+            v.extend([
+                (format!("{name} vLLM"), inst.vllm.url()),
+                (format!("{name} vLLM (via proxy)"), inst.vllm_link.url()),
+                (
+                    format!("{name} master (via proxy)"),
+                    urls(&inst.master_proxies),
+                ),
+                (format!("{name} etcd (via proxy)"), urls(&inst.etcd_links)),
+                (format!("{name} key"), inst.key.clone()),
+            ]);
         }
         v
     }
@@ -646,50 +609,39 @@ impl RealCluster {
         let load_prefix = format!("{ns}XLLM:LOADMETRICS:");
         // The MASTER key's value and the newest LOADMETRICS write (several replicas only:
         // one master elects nothing, and its observation stays as it always was).
-        let mut master_value: Option<String> = None;
-        let mut load_rev: Option<i64> = None;
-        let etcd_vals: HashMap<String, String> = match &self.etcd {
-            Etcd::Fake(e) => {
-                if several {
-                    master_value = e.get(&master_key).map(|(v, _)| v);
-                    load_rev = e.max_mod_revision(&load_prefix);
-                }
-                self.instances
-                    .iter()
-                    .filter_map(|inst| e.get(&inst.key).map(|(v, _)| (inst.key.clone(), v)))
-                    .collect()
-            }
+        let (master_value, load_rev) = match &self.etcd {
+            Etcd::Fake(_) if !several => (None, None),
+            Etcd::Fake(e) => (
+                e.get(&master_key).map(|(v, _)| v),
+                e.max_mod_revision(&load_prefix),
+            ),
             _ => {
-                let prefix = format!("{ns}XLLM:");
-                let kvs = match self.gateway.range_prefix(&prefix).await {
+                match self.gateway.range_prefix(&format!("{ns}XLLM:")).await {
                     Ok(kvs) => {
+                        let kvs = kvs.into_iter();
                         self.last_etcd = kvs
-                            .into_iter()
                             .map(|kv| (kv.key, (kv.value, kv.mod_revision)))
                             .collect();
-                        &self.last_etcd
                     }
                     // An unreadable etcd (killed member, overload) is not an empty one:
                     // keep the last view rather than report every key gone.
-                    Err(e) => {
-                        self.timeline
-                            .source(Source::Observer)
-                            .emit("etcd_read_failed", serde_json::json!({"error": e}));
-                        &self.last_etcd
-                    }
-                };
-                if several {
-                    master_value = kvs.get(&master_key).map(|(v, _)| v.clone());
-                    load_rev = kvs
-                        .iter()
-                        .filter(|(k, _)| k.starts_with(&load_prefix))
-                        .map(|(_, (_, rev))| *rev)
-                        .max();
+                    Err(e) => self
+                        .timeline
+                        .source(Source::Observer)
+                        .emit("etcd_read_failed", serde_json::json!({"error": e})),
                 }
-                kvs.iter()
-                    .map(|(k, (v, _))| (k.clone(), v.clone()))
-                    .collect()
+                let kvs = &self.last_etcd;
+                let loads = kvs.iter().filter(|(k, _)| k.starts_with(&load_prefix));
+                let newest = loads.map(|(_, (_, rev))| *rev).max();
+                let master = kvs.get(&master_key).map(|(v, _)| v.clone());
+                (master.filter(|_| several), newest.filter(|_| several))
             }
+        };
+        // A key's value as etcd holds it (as last read, for a real one).
+        let (etcd, last_etcd) = (&self.etcd, &self.last_etcd);
+        let etcd_value = |key: &str| match etcd {
+            Etcd::Fake(e) => e.get(key).map(|(v, _)| v),
+            _ => last_etcd.get(key).map(|(v, _)| v.clone()),
         };
         let watched =
             Cluster::elected_master(self).or_else(|| self.masters.iter().position(|m| m.running));
@@ -702,9 +654,7 @@ impl RealCluster {
             .collect();
         let mut out = Vec::with_capacity(self.instances.len());
         for inst in &mut self.instances {
-            let etcd = etcd_vals
-                .get(&inst.key)
-                .map(|v| inst.incarnations.intern(&incarnation_of(v)));
+            let etcd = etcd_value(&inst.key).map(|v| inst.incarnations.intern(&incarnation_of(&v)));
             let view = views.get(&inst.register_addr);
             let view = view.map(mock_master::InstanceView::borrowed);
             let heartbeats = inst.counts.update(

@@ -87,39 +87,21 @@ impl RealEtcd {
         self.clients.clone()
     }
 
-    /// Index of the current leader, asked of the live members.
+    /// Index of the current leader, asked of the live members: the first leader one of
+    /// them names that one of them is.
     pub async fn leader(&self) -> Option<usize> {
-        for &client in self.live_clients() {
-            let Some(v) = self.status(client).await else {
-                continue;
-            };
-            let leader = v.get("leader").and_then(json_u64);
-            let me = v.pointer("/header/member_id").and_then(json_u64);
-            if let Some(leader) = leader.filter(|l| *l != 0) {
-                if leader == me.unwrap_or(0) {
-                    return self.clients.iter().position(|x| *x == client);
-                }
-                // Ask the others who they are.
-                for &other in self.live_clients() {
-                    let Some(v) = self.status(other).await else {
-                        continue;
-                    };
-                    if v.pointer("/header/member_id").and_then(json_u64) == Some(leader) {
-                        return self.clients.iter().position(|x| *x == other);
-                    }
-                }
+        // Each live member that answers: its index, its id and the leader it names.
+        let mut answers = Vec::new();
+        let live = self.clients.iter().zip(&self.live).enumerate();
+        for (i, (client, _)) in live.filter(|(_, (_, l))| **l) {
+            if let Some(v) = self.status(*client).await {
+                let id = |at: &str| v.pointer(at).and_then(json_u64);
+                answers.push((i, id("/header/member_id"), id("/leader")));
             }
         }
-        None
-    }
-
-    /// The client addresses of the members this run has not killed.
-    fn live_clients(&self) -> impl Iterator<Item = &SocketAddr> {
-        self.clients
-            .iter()
-            .zip(&self.live)
-            .filter(|(_, l)| **l)
-            .map(|(c, _)| c)
+        let mut leaders = answers.iter().filter_map(|(_, _, l)| l.filter(|l| *l != 0));
+        let is = |l: u64| answers.iter().find(|(_, me, _)| *me == Some(l));
+        leaders.find_map(is).map(|(i, _, _)| *i)
     }
 
     /// A member's `/v3/maintenance/status` answer, if it gives one.
@@ -138,11 +120,7 @@ impl RealEtcd {
     pub async fn kill(&mut self, which: &str) -> std::io::Result<usize> {
         let i = self.resolve(which).await?;
         blocking(&self.cluster, move |c| c.kill(i)).await?;
-        if let Some(live) = self.live.get_mut(i) {
-            *live = false;
-        }
-        self.events
-            .emit("member_killed", serde_json::json!({"member": i}));
+        self.mark(i, false, "member_killed");
         Ok(i)
     }
 
@@ -158,13 +136,17 @@ impl RealEtcd {
         };
         if self.live.get(i) == Some(&false) {
             blocking(&self.cluster, move |c| c.restart(i)).await?;
-            if let Some(live) = self.live.get_mut(i) {
-                *live = true;
-            }
-            self.events
-                .emit("member_restarted", serde_json::json!({"member": i}));
+            self.mark(i, true, "member_restarted");
         }
         Ok(i)
+    }
+
+    /// Member `i` is now `live` (or not), as the timeline's `event` says.
+    fn mark(&mut self, i: usize, live: bool, event: &str) {
+        if let Some(l) = self.live.get_mut(i) {
+            *l = live;
+        }
+        self.events.emit(event, serde_json::json!({"member": i}));
     }
 
     async fn resolve(&self, which: &str) -> std::io::Result<usize> {

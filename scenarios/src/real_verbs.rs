@@ -9,7 +9,7 @@ use crate::cluster::{Arming, Cluster, DutyCycle, LinkSel, LoadSpec, Signal, Stop
 use crate::load::LoadGen;
 use crate::observe::Sample;
 use crate::proxy::{LinkFault, Proxy};
-use crate::real_cluster::{Etcd, Instance, MasterReplica, RealCluster};
+use crate::real_cluster::{io, Etcd, Instance, MasterReplica, RealCluster};
 use crate::real_pause::{self, Switch};
 use crate::timeline::{Source, Timeline};
 use crate::topology::LinkKind;
@@ -116,8 +116,7 @@ impl Cluster for RealCluster {
     }
 
     fn vllm_health(&mut self, i: usize, health: mock_vllm::Health) -> Result<(), String> {
-        self.instance(i)?.vllm.set_health(health);
-        Ok(())
+        self.instance(i).map(|x| x.vllm.set_health(health))
     }
 
     fn vllm_fault(&mut self, i: usize, f: mock_vllm::Fault, arm: Arming) -> Result<(), String> {
@@ -129,8 +128,7 @@ impl Cluster for RealCluster {
     }
 
     fn vllm_clear_faults(&mut self, i: usize) -> Result<(), String> {
-        self.instance(i)?.vllm.faults().clear();
-        Ok(())
+        self.instance(i).map(|x| x.vllm.faults().clear())
     }
 
     async fn vllm_crash(&mut self, i: usize) -> Result<(), String> {
@@ -140,24 +138,19 @@ impl Cluster for RealCluster {
 
     async fn vllm_restart(&mut self, i: usize) -> Result<(), String> {
         let vllm = &self.instance(i)?.vllm;
-        vllm.restart()
-            .await
-            .map_err(|e| format!("restarting vLLM: {e}"))
+        vllm.restart().await.map_err(io("restarting vLLM"))
     }
 
     fn vllm_counter_reset(&mut self, i: usize) -> Result<(), String> {
-        self.instance(i)?.vllm.counter_reset();
-        Ok(())
+        self.instance(i).map(|x| x.vllm.counter_reset())
     }
 
     fn vllm_sleep(&mut self, i: usize, level: u8) -> Result<(), String> {
-        self.instance(i)?.vllm.sleep(level);
-        Ok(())
+        self.instance(i).map(|x| x.vllm.sleep(level))
     }
 
     fn vllm_wake(&mut self, i: usize) -> Result<(), String> {
-        self.instance(i)?.vllm.wake();
-        Ok(())
+        self.instance(i).map(|x| x.vllm.wake())
     }
 
     fn etcd_fault(&mut self, f: mock_etcd::Fault, arm: Arming) -> Result<(), String> {
@@ -173,8 +166,7 @@ impl Cluster for RealCluster {
     }
 
     fn etcd_release_hung(&mut self) -> Result<(), String> {
-        self.fake_etcd()?.release_hung();
-        Ok(())
+        self.fake_etcd().map(|e| e.release_hung())
     }
 
     fn etcd_expire_lease(&mut self, i: usize) -> Result<i64, String> {
@@ -190,13 +182,11 @@ impl Cluster for RealCluster {
     }
 
     fn etcd_expire_all_leases(&mut self) -> Result<(), String> {
-        self.fake_etcd()?.expire_all_leases();
-        Ok(())
+        self.fake_etcd().map(|e| e.expire_all_leases())
     }
 
     fn etcd_lose_data(&mut self, reset_revision: bool) -> Result<(), String> {
-        self.fake_etcd()?.lose_data(reset_revision);
-        Ok(())
+        self.fake_etcd().map(|e| e.lose_data(reset_revision))
     }
 
     async fn etcd_member(&mut self, which: &str, up: bool) -> Result<usize, String> {
@@ -208,7 +198,7 @@ impl Cluster for RealCluster {
             false => (members.kill(which).await, "killing"),
             true => (members.restart(which).await, "restarting"),
         };
-        done.map_err(|e| format!("{doing} etcd member: {e}"))
+        done.map_err(io(&format!("{doing} etcd member")))
     }
 
     async fn master_restart(&mut self, k: usize, relist: bool) -> Result<(), String> {
@@ -242,9 +232,8 @@ impl Cluster for RealCluster {
     }
 
     fn master_token(&mut self, token: Option<String>) -> Result<(), String> {
-        for m in self.running_masters() {
-            m.set_token(token.clone());
-        }
+        self.running_masters()
+            .for_each(|m| m.set_token(token.clone()));
         self.master_token_set = Some(token);
         Ok(())
     }
@@ -257,9 +246,7 @@ impl Cluster for RealCluster {
     }
 
     fn master_clear_faults(&mut self) -> Result<(), String> {
-        for m in self.running_masters() {
-            m.faults().clear();
-        }
+        self.running_masters().for_each(|m| m.faults().clear());
         Ok(())
     }
 
@@ -271,9 +258,7 @@ impl Cluster for RealCluster {
     ) -> Result<(), String> {
         let links = self.proxies(sel);
         for p in &links {
-            p.set(fault.clone())
-                .await
-                .map_err(|e| format!("link: {e}"))?;
+            p.set(fault.clone()).await.map_err(io("link"))?;
         }
         let Some(d) = heal_after else {
             return Ok(());

@@ -128,12 +128,7 @@ impl Outcome {
 
 /// Where a run's reports go unless told: `target/scenario-reports/run-<ms>`.
 pub fn default_report_dir() -> PathBuf {
-    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let root = manifest
-        .parent()
-        .unwrap_or(manifest)
-        .join("target/scenario-reports");
-    root.join(format!("run-{}", mock_kit::events::now_ms()))
+    crate::new_run_dir("target/scenario-reports")
 }
 
 /// Write one scenario's report directory.

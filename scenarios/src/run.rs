@@ -20,8 +20,12 @@ use crate::report::{Outcome, Status};
 use crate::spec::Scenario;
 use crate::timeline::Timeline;
 
-/// How to run scenarios.
-#[derive(Clone, Debug)]
+/// How the runner is invoked, as the commands that re-run a scenario print it.
+pub const RERUN_COMMAND: &str = "cargo run -p scenarios --";
+
+/// How to run scenarios (by default: each with its seed, on the fake etcd, no report, our
+/// sidecar).
+#[derive(Clone, Debug, Default)]
 pub struct RunOptions {
     /// Run every scenario with this seed instead of its own (`--seed`).
     pub seed: Option<u64>,
@@ -36,30 +40,12 @@ pub struct RunOptions {
     pub profile: Option<Arc<Profile>>,
     /// Test-only: a deliberately wrong sidecar configuration.
     pub sidecar_overrides: Vec<(String, String)>,
-    /// How the runner was invoked, to print the exact re-run command.
-    pub command: String,
     /// Test-only, simulation only: a bug planted in every simulated sidecar (see
     /// `sim::planted`), to show that `explore` finds its class of bug.
     pub planted_bug: Option<sim::planted::PlantedBug>,
     /// Simulation only: sample the cluster this often instead of the usual period
     /// (50 ms, 200 ms above 50 instances). `explore` samples every 200 ms.
     pub sample_period: Option<Duration>,
-}
-
-impl Default for RunOptions {
-    fn default() -> Self {
-        RunOptions {
-            seed: None,
-            etcd: EtcdChoice::Fake,
-            report_dir: None,
-            sidecar_bin: None,
-            profile: None,
-            sidecar_overrides: Vec::new(),
-            command: "cargo run -p scenarios --".into(),
-            planted_bug: None,
-            sample_period: None,
-        }
-    }
 }
 
 /// Run one scenario to its verdicts. `file` names it (a path, or `library/<name>.toml`).
@@ -72,8 +58,8 @@ pub async fn run_scenario(
     let started = Instant::now();
     let seed = opts.seed.unwrap_or(sc.seed);
     let rerun = format!(
-        "{} run {} --seed {seed} --etcd {}",
-        opts.command, file, opts.etcd
+        "{RERUN_COMMAND} run {file} --seed {seed} --etcd {}",
+        opts.etcd
     );
     let outcome = engine::outcome(sc, file, seed, "", rerun);
     if sc.topology.instances > crate::spec::MAX_REAL_INSTANCES {
@@ -83,10 +69,8 @@ pub async fn run_scenario(
             crate::spec::MAX_REAL_INSTANCES
         ));
     }
-    let profile = match &opts.profile {
-        Some(p) => p.clone(),
-        None => Arc::new(Profile::ours(opts.sidecar_bin.clone())),
-    };
+    let ours = || Arc::new(Profile::ours(opts.sidecar_bin.clone()));
+    let profile = opts.profile.clone().unwrap_or_else(ours);
     if let Some(why) = capability::missing(&sc.needs(), &profile.capabilities) {
         return outcome.skip_lacking(sc, &profile.capabilities, why);
     }
@@ -94,10 +78,8 @@ pub async fn run_scenario(
         Ok(k) => k,
         Err(why) => return outcome.skip(why),
     };
-    let mut outcome = Outcome {
-        etcd: kind.as_str().to_string(),
-        ..outcome
-    };
+    let mut outcome = outcome;
+    outcome.etcd = kind.as_str().to_string();
     let say = |m: String| {
         if let Some(p) = &progress {
             p.set_message(m);
@@ -184,7 +166,8 @@ pub async fn run_many(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} scenarios {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let sem = Arc::new(tokio::sync::Semaphore::new(jobs.max(1)));
+    let jobs = jobs.max(1);
+    let sem = Arc::new(tokio::sync::Semaphore::new(jobs));
     let mut order: Vec<(usize, crate::library::Loaded)> =
         list.iter().cloned().enumerate().collect();
     order.sort_by_key(|(_, l)| std::cmp::Reverse(l.scenario.topology.instances));
@@ -203,11 +186,8 @@ pub async fn run_many(
             tokio::spawn(async move {
                 // A big scenario runs alone: it needs the whole machine.
                 let heavy = l.scenario.topology.instances > HEAVY_INSTANCES;
-                let _permit = if heavy {
-                    sem.acquire_many_owned(jobs.max(1) as u32).await
-                } else {
-                    sem.acquire_many_owned(1).await
-                };
+                let permits = if heavy { jobs as u32 } else { 1 };
+                let _permit = sem.acquire_many_owned(permits).await;
                 let bar = multi.insert_before(&total, ProgressBar::new_spinner());
                 bar.set_style(
                     ProgressStyle::with_template("  {spinner} {prefix:28} {elapsed:>4} {wide_msg}")

@@ -216,24 +216,18 @@ impl SidecarSettings {
 
     /// The command-line arguments our `vllm-sidecar` takes for these settings.
     pub fn our_flags(&self) -> Vec<String> {
-        let named = self.values.iter().map(|(s, v)| (s.our_flag(), v.as_str()));
-        let mut out: Vec<String> = named
-            .flat_map(|(k, v)| [k.to_string(), v.to_string()])
-            .collect();
-        for (f, v) in &self.extra {
-            out.extend(switch_or_pair(f, v));
-        }
-        out
+        let named = self.values.iter();
+        let named = named.flat_map(|(s, v)| [s.our_flag().to_string(), v.clone()]);
+        named.chain(self.extra_args()).collect()
     }
-}
 
-/// An extra flag as arguments: the flag alone when its value is empty (a switch), else
-/// the flag and its value.
-pub(crate) fn switch_or_pair(flag: &str, value: &str) -> Vec<String> {
-    if value.is_empty() {
-        vec![flag.to_string()]
-    } else {
-        vec![flag.to_string(), value.to_string()]
+    /// The extra flags as arguments: a flag alone when its value is empty (a switch),
+    /// else the flag and its value.
+    pub(crate) fn extra_args(&self) -> impl Iterator<Item = String> + '_ {
+        self.extra.iter().flat_map(|(flag, v)| {
+            let value = Some(v).filter(|v| !v.is_empty());
+            std::iter::once(flag).chain(value).cloned()
+        })
     }
 }
 

@@ -33,11 +33,8 @@ pub fn locate_binary() -> Result<PathBuf, String> {
 fn locate_uncached() -> Result<PathBuf, String> {
     if let Ok(p) = std::env::var("VLLM_SIDECAR_BIN") {
         let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("VLLM_SIDECAR_BIN={} is not a file", p.display()))
-        };
+        let why = || format!("VLLM_SIDECAR_BIN={} is not a file", p.display());
+        return p.is_file().then(|| p.clone()).ok_or_else(why);
     }
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     // Tests and examples run from `deps/` and `examples/` in the profile's directory.
@@ -60,10 +57,7 @@ fn locate_uncached() -> Result<PathBuf, String> {
 
 /// Whether `binary` was written after every file the sidecar is built from.
 fn newer_than_sources(binary: &Path) -> bool {
-    let Some(built) = modified(binary) else {
-        return false;
-    };
-    let Some(workspace) = workspace() else {
+    let (Some(built), Some(workspace)) = (modified(binary), workspace()) else {
         return false;
     };
     let mut pending = vec![workspace.join("sidecar/src")];
@@ -127,14 +121,8 @@ fn build_binary(profile_dir: Option<&Path>) -> Result<PathBuf, String> {
         ));
     }
     let p = target.join(&profile).join("vllm-sidecar");
-    if p.is_file() {
-        Ok(p)
-    } else {
-        Err(format!(
-            "built vllm-sidecar but {} does not exist",
-            p.display()
-        ))
-    }
+    let why = || format!("built vllm-sidecar but {} does not exist", p.display());
+    p.is_file().then(|| p.clone()).ok_or_else(why)
 }
 
 /// Have the kernel SIGKILL the child if the runner dies (a killed test run must not leave
@@ -241,20 +229,10 @@ impl SidecarProc {
         events.emit("spawn", serde_json::json!({"pid": pid, "args": args}));
         let last_lines = LastLines::default();
         if let Some(out) = child.stdout.take() {
-            tokio::spawn(pipe_lines(
-                out,
-                events.clone(),
-                "stdout",
-                last_lines.clone(),
-            ));
+            pipe_lines(out, "stdout", &events, &last_lines);
         }
         if let Some(err) = child.stderr.take() {
-            tokio::spawn(pipe_lines(
-                err,
-                events.clone(),
-                "stderr",
-                last_lines.clone(),
-            ));
+            pipe_lines(err, "stderr", &events, &last_lines);
         }
         let (tx, exit) = watch::channel(None);
         // The waiter owns the child and reaps it (SIGCHLD-driven, no polling).
@@ -303,11 +281,9 @@ impl SidecarProc {
     /// Wait up to `timeout` for the exit; answers the exit code, `None` if still running.
     pub async fn wait(&mut self, timeout: Duration) -> Option<i32> {
         let mut rx = self.group.exit.clone();
-        let r = tokio::time::timeout(timeout, rx.wait_for(Option::is_some)).await;
-        match r {
-            Ok(Ok(c)) => *c,
-            _ => None,
-        }
+        let exited = tokio::time::timeout(timeout, rx.wait_for(Option::is_some)).await;
+        let code = exited.ok()?.ok()?;
+        *code
     }
 }
 
@@ -348,26 +324,31 @@ impl Drop for SidecarProc {
     }
 }
 
-async fn pipe_lines(
-    r: impl tokio::io::AsyncRead + Unpin,
-    events: Events,
+/// Read `r`'s lines (the process's `stream`) in a task: each becomes a `log` event and
+/// one of its last lines.
+fn pipe_lines(
+    r: impl tokio::io::AsyncRead + Unpin + Send + 'static,
     stream: &'static str,
-    last: LastLines,
+    events: &Events,
+    last: &LastLines,
 ) {
-    let mut lines = BufReader::new(r).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        let line: String = line.chars().take(4096).collect();
-        {
-            let mut g = lock(&last);
-            if g.len() == KEPT_LINES {
-                g.pop_front();
+    let (events, last) = (events.clone(), last.clone());
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(r).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let line: String = line.chars().take(4096).collect();
+            {
+                let mut g = lock(&last);
+                if g.len() == KEPT_LINES {
+                    g.pop_front();
+                }
+                g.push_back(format!("{stream}: {line}"));
             }
-            g.push_back(format!("{stream}: {line}"));
+            let detail = match serde_json::from_str::<serde_json::Value>(&line) {
+                Ok(v @ serde_json::Value::Object(_)) => v,
+                _ => serde_json::json!({"line": line, "stream": stream}),
+            };
+            events.emit(LOG_EVENT, detail);
         }
-        let detail = match serde_json::from_str::<serde_json::Value>(&line) {
-            Ok(v @ serde_json::Value::Object(_)) => v,
-            _ => serde_json::json!({"line": line, "stream": stream}),
-        };
-        events.emit(LOG_EVENT, detail);
-    }
+    });
 }

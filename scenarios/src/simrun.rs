@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::capability;
 use crate::engine;
 use crate::report::Outcome;
-use crate::run::RunOptions;
+use crate::run::{RunOptions, RERUN_COMMAND};
 use crate::sim_cluster::{self, SimCluster};
 use crate::spec::Scenario;
 use crate::timeline::Timeline;
@@ -28,7 +28,7 @@ pub fn unsupported(sc: &Scenario) -> Option<String> {
 pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome {
     let started = Instant::now();
     let seed = opts.seed.unwrap_or(sc.seed);
-    let rerun = format!("{} run --sim {} --seed {seed}", opts.command, file);
+    let rerun = format!("{RERUN_COMMAND} run --sim {file} --seed {seed}");
     let outcome = engine::outcome(sc, file, seed, "simulated", rerun);
     if let Some(why) = unsupported(sc) {
         return outcome.skip(why);
