@@ -29,7 +29,9 @@ use crate::cluster::{Cluster, Signal};
 use crate::etcd_view::Gateway;
 use crate::fakes_config::{etcd_config, incarnation_of, master_replica_config, vllm_config};
 use crate::load::{LoadGen, Routed};
-use crate::observe::{attribute_unnamed_401, Cumulative, Incarnations, InstanceObs, Sample};
+use crate::observe::{
+    attribute_unnamed_401, sum_counts, Cumulative, Incarnations, InstanceObs, Sample,
+};
 use crate::profile::Profile;
 use crate::proxy::Proxy;
 use crate::real_etcd::RealEtcd;
@@ -187,20 +189,8 @@ impl ReplicaCounts {
             return Arc::default();
         };
         *seen = c.update(incarnation, counts);
-        sum_counts(&self.seen)
+        Arc::new(sum_counts(self.seen.iter().map(|c| &**c)))
     }
-}
-
-/// Counts by status, added up (one set of counts is shared as it is).
-fn sum_counts(all: &[Arc<BTreeMap<u16, u64>>]) -> Arc<BTreeMap<u16, u64>> {
-    if let [one] = all {
-        return one.clone();
-    }
-    let mut sum = BTreeMap::new();
-    for (s, n) in all.iter().flat_map(|c| c.iter()) {
-        *sum.entry(*s).or_default() += n;
-    }
-    Arc::new(sum)
 }
 
 /// A running cluster for one scenario.
@@ -676,7 +666,7 @@ impl RealCluster {
         // could attribute to an instance (401 has no name).
         let per_replica: Vec<Arc<BTreeMap<u16, u64>>> =
             self.masters.iter_mut().map(MasterReplica::counts).collect();
-        attribute_unnamed_401(&mut out, &sum_counts(&per_replica));
+        attribute_unnamed_401(&mut out, &sum_counts(per_replica.iter().map(|c| &**c)));
         let elected = master_value.and_then(|v| self.topology.master.replica_named(&v));
         let accepted = per_replica
             .iter()
@@ -781,6 +771,6 @@ mod tests {
     fn sums_add_up_by_status() {
         let a = Arc::new(counts(&[(200, 1), (409, 2)]));
         let b = Arc::new(counts(&[(200, 3)]));
-        assert_eq!(*sum_counts(&[a, b]), counts(&[(200, 4), (409, 2)]));
+        assert_eq!(sum_counts([&*a, &*b]), counts(&[(200, 4), (409, 2)]));
     }
 }
