@@ -137,37 +137,20 @@ pub fn check(
     out
 }
 
-/// Where a violation was first seen: the sample's time and, in virtual time, the event
-/// that made it.
-#[derive(Clone, Copy)]
-struct At {
-    t_ms: u64,
-    event: Option<u64>,
-}
-
-impl At {
-    fn of(s: &Sample) -> At {
-        At {
-            t_ms: s.t_ms,
-            event: s.event,
-        }
-    }
-}
-
-fn verdict(name: &str, violation: Option<(At, String)>, ok: String) -> Verdict {
-    let (kind, name) = (VerdictKind::Invariant, name.to_string());
-    match violation {
-        None => Verdict::passed(kind, name, ok),
-        Some((at, why)) => Verdict {
-            first_violation_event: at.event,
-            ..Verdict::failed(kind, name, Some(at.t_ms), why)
-        },
-    }
+/// `name` held; `ok` says how much was judged.
+fn held(name: &str, ok: String) -> Verdict {
+    Verdict::passed(VerdictKind::Invariant, name.to_string(), ok)
 }
 
 /// `name` violated first at sample `s`, for `why`.
+/// `name` violated first at sample `s` (the event that made it, in virtual time), for
+/// `why`.
 fn violated(name: &str, s: &Sample, why: String) -> Verdict {
-    verdict(name, Some((At::of(s), why)), String::new())
+    let failed = Verdict::failed(VerdictKind::Invariant, name.to_string(), Some(s.t_ms), why);
+    Verdict {
+        first_violation_event: s.event,
+        ..failed
+    }
 }
 
 fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
@@ -256,9 +239,8 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
         }
         judged.done(todo);
     }
-    verdict(
+    held(
         "registered_when_healthy",
-        None,
         format!("held ({checked} observations judged, grace {grace} ms)"),
     )
 }
@@ -375,11 +357,7 @@ fn single_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
         }
         judged.done(todo);
     }
-    verdict(
-        "single_incarnation",
-        None,
-        format!("held (grace {grace} ms)"),
-    )
+    held("single_incarnation", format!("held (grace {grace} ms)"))
 }
 
 fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
@@ -423,9 +401,9 @@ fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
         }
     }
     if let Some(v) = heartbeat_after_long_stop(sc, samples, eps) {
-        return verdict("no_stale_heartbeat_accepted", Some(v), String::new());
+        return violated("no_stale_heartbeat_accepted", v.0, v.1);
     }
-    verdict("no_stale_heartbeat_accepted", None, "held".into())
+    held("no_stale_heartbeat_accepted", "held".into())
 }
 
 /// After a sidecar was stopped for longer than its lease's TTL, the master accepts no
@@ -433,11 +411,11 @@ fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
 /// continues: the sidecar's clock says that lease has run out, whatever its last
 /// keepalive answer said. A heartbeat the master accepted while it still believed that
 /// incarnation is one of it (a newer one would be refused until its key is seen).
-fn heartbeat_after_long_stop(
+fn heartbeat_after_long_stop<'a>(
     sc: &Scenario,
-    samples: &[Sample],
+    samples: &'a [Sample],
     eps: &[Episode],
-) -> Option<(At, String)> {
+) -> Option<(&'a Sample, String)> {
     let names = sc.instance_names();
     let ttl_ms = sc.topology.lease_ttl.saturating_mul(1000);
     for e in eps.iter().filter(|e| e.outlives_lease) {
@@ -469,7 +447,7 @@ fn heartbeat_after_long_stop(
             for s in after {
                 let Some(o) = at(s) else { continue };
                 if o.accepted() > accepted && o.master_incarnation.as_ref() == Some(&old) {
-                    return Some((At::of(s), format!("{name}: a heartbeat of incarnation {old} was accepted at t≈{} ms, after the sidecar was stopped {} ms (longer than its lease's TTL) until t={end} ms", s.t_ms, end - e.start_ms)));
+                    return Some((s, format!("{name}: a heartbeat of incarnation {old} was accepted at t≈{} ms, after the sidecar was stopped {} ms (longer than its lease's TTL) until t={end} ms", s.t_ms, end - e.start_ms)));
                 }
                 accepted = o.accepted();
             }
@@ -495,17 +473,14 @@ fn no_401(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
                 .iter()
                 .any(|e| e.token_mismatch && overlaps(e, prev_t.saturating_sub(grace), s.t_ms));
             if !excused {
-                return verdict(
-                    "no_401_when_tokens_match",
-                    Some((At::of(s), format!("a heartbeat was answered 401 at t≈{} ms while every sidecar's token matched the master's", s.t_ms))),
-                    String::new(),
-                );
+                let why = format!("a heartbeat was answered 401 at t≈{} ms while every sidecar's token matched the master's", s.t_ms);
+                return violated("no_401_when_tokens_match", s, why);
             }
         }
         prev = n;
         prev_t = s.t_ms;
     }
-    verdict("no_401_when_tokens_match", None, "held".into())
+    held("no_401_when_tokens_match", "held".into())
 }
 
 fn heartbeats_sane(sc: &Scenario, samples: &[Sample]) -> Verdict {
@@ -531,7 +506,7 @@ fn heartbeats_sane(sc: &Scenario, samples: &[Sample]) -> Verdict {
             }
         }
     }
-    verdict("heartbeats_sane", None, "held".into())
+    held("heartbeats_sane", "held".into())
 }
 
 /// After a graceful stop or a drain the key must go at once: a revoke takes one etcd round trip,
@@ -573,7 +548,7 @@ fn revoked_on_stop(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdic
         }
     }
     let ok = format!("held ({checked} stop(s) or drain(s) checked, within {within} ms)");
-    verdict("revoked_on_stop", None, ok)
+    held("revoked_on_stop", ok)
 }
 
 /// Conflicts (409) per incarnation: a sidecar told its incarnation is unknown registers
@@ -613,9 +588,8 @@ fn heartbeats_to_elected_master(sc: &Scenario, samples: &[Sample], eps: &[Episod
             return violated(name, s, format!("replica {j} accepted a heartbeat at t≈{} ms while replica {k} has been the elected master since t={changed_at} ms (longer than the {window} ms follow window): that load never reaches routing", s.t_ms));
         }
     }
-    verdict(
+    held(
         name,
-        None,
         format!(
             "held ({judged} changes of the replicas' counts judged, follow window {window} ms)"
         ),
@@ -659,7 +633,7 @@ fn conflict_ends_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode])
         }
         judged.done(todo);
     }
-    verdict("conflict_ends_incarnation", None, "held".into())
+    held("conflict_ends_incarnation", "held".into())
 }
 
 #[cfg(test)]
