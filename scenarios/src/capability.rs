@@ -8,6 +8,28 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+/// `as_str` for an enum of unit variants, each the name serde writes it by (listed
+/// here, as `Variant => "name"`), and `Display` by that name.
+macro_rules! named {
+    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Its name as files and reports write it (serde's name for it).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name),+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use named;
+
 /// One improvement or extension a sidecar may lack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -39,31 +61,20 @@ impl Capability {
         Capability::FollowsMaster,
     ];
 
-    /// Its name as profiles and scenario files write it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Capability::Drain => "drain",
-            Capability::OneIncarnationThroughShortBlackout => {
-                "one_incarnation_through_short_blackout"
-            }
-            Capability::RevokesGivenUpLease => "revokes_given_up_lease",
-            Capability::Openmetrics => "openmetrics",
-            Capability::LogWording => "log_wording",
-            Capability::FollowsMaster => "follows_master",
-        }
-    }
-
     /// The capability named `s`.
     pub fn parse(s: &str) -> Option<Capability> {
         Capability::ALL.into_iter().find(|c| c.as_str() == s)
     }
 }
 
-impl std::fmt::Display for Capability {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+named!(Capability {
+    Drain => "drain",
+    OneIncarnationThroughShortBlackout => "one_incarnation_through_short_blackout",
+    RevokesGivenUpLease => "revokes_given_up_lease",
+    Openmetrics => "openmetrics",
+    LogWording => "log_wording",
+    FollowsMaster => "follows_master",
+});
 
 /// A set of capabilities.
 pub type Capabilities = BTreeSet<Capability>;

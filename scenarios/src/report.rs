@@ -25,22 +25,11 @@ pub enum Status {
     Skipped,
 }
 
-impl Status {
-    /// The status as reports write it: `passed`, `failed`, `skipped`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Passed => "passed",
-            Status::Failed => "failed",
-            Status::Skipped => "skipped",
-        }
-    }
-}
-
-impl std::fmt::Display for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+crate::capability::named!(Status {
+    Passed => "passed",
+    Failed => "failed",
+    Skipped => "skipped",
+});
 
 /// One instance's start-up: when its key was first seen in etcd, from t = 0 (the
 /// cluster ready, its sidecar spawned); `None`: never during the run.

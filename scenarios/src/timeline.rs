@@ -140,7 +140,7 @@ impl Timeline {
 
     /// Number of events so far (a cursor for [`Timeline::any_since`]).
     pub fn len(&self) -> usize {
-        lock(&self.events).len()
+        crate::lock(&self.events).len()
     }
 
     /// Whether no event was stored yet.
@@ -150,12 +150,12 @@ impl Timeline {
 
     /// Whether any event from `from` onwards satisfies `f`.
     pub fn any_since(&self, from: usize, mut f: impl FnMut(&Event) -> bool) -> bool {
-        lock(&self.events).iter().skip(from).any(&mut f)
+        crate::lock(&self.events).iter().skip(from).any(&mut f)
     }
 
     /// Every event stored so far, sorted by time.
     pub fn snapshot(&self) -> Vec<Event> {
-        let mut v = lock(&self.events).clone();
+        let mut v = crate::lock(&self.events).clone();
         v.sort_by_key(|e| e.at_ms);
         v
     }
@@ -179,13 +179,9 @@ impl Timeline {
 impl EventSink for Timeline {
     fn emit(&self, event: Event) {
         // Past the cap, events are not stored.
-        let mut g = lock(&self.events);
+        let mut g = crate::lock(&self.events);
         if g.len() < MAX_EVENTS {
             g.push(event);
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

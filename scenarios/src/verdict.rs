@@ -147,25 +147,14 @@ pub enum VerdictKind {
     Exit,
 }
 
-impl VerdictKind {
-    /// The kind as reports write it: `await`, `when`, `action`, `invariant`, `setup`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VerdictKind::Await => "await",
-            VerdictKind::When => "when",
-            VerdictKind::Action => "action",
-            VerdictKind::Invariant => "invariant",
-            VerdictKind::Setup => "setup",
-            VerdictKind::Exit => "exit",
-        }
-    }
-}
-
-impl std::fmt::Display for VerdictKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+crate::capability::named!(VerdictKind {
+    Await => "await",
+    When => "when",
+    Action => "action",
+    Invariant => "invariant",
+    Setup => "setup",
+    Exit => "exit",
+});
 
 /// One judged item of the report.
 #[derive(Clone, Debug, Serialize)]

@@ -92,7 +92,8 @@ pub struct Fault {
 impl Fault {
     /// The action's kind: its variant name (`vllm_health`, `link`, …).
     pub fn kind(&self) -> &str {
-        action_kind(&self.action)
+        let keys = self.action.as_object().and_then(|o| o.keys().next());
+        keys.map_or("", String::as_str)
     }
 
     /// When the fault is over (its end action, or its `duration`).
@@ -181,14 +182,6 @@ const BARE_TARGET: [&str; 10] = [
     "vllm_clear_faults",
     "etcd_expire_lease",
 ];
-
-/// `{"<kind>": …}` → `<kind>`.
-pub fn action_kind(action: &Value) -> &str {
-    action
-        .as_object()
-        .and_then(|o| o.keys().next())
-        .map_or("", String::as_str)
-}
 
 /// The instance (or `all`) an action targets, if it targets one.
 fn target(action: &Value) -> Option<String> {

@@ -152,17 +152,12 @@ fn run_error(o: &Outcome) -> Option<String> {
 pub fn coverage_of(o: &Outcome) -> Coverage {
     let mut c = Coverage::default();
     for r in &o.actions {
-        let Ok(v) = serde_json::to_value(r) else {
-            continue;
-        };
-        let kind = super::schedule::action_kind(&v["action"]).to_string();
+        let kind = crate::actions::words::key(&r.action);
         if kind.is_empty() || kind == "load_off" {
             continue;
         }
-        if let Some(states) = v["sidecar_states"].as_object() {
-            for phase in states.values().filter_map(|p| p.as_str()) {
-                c.add(&kind, phase);
-            }
+        for phase in r.sidecar_states.values() {
+            c.add(&kind, phase);
         }
     }
     c
@@ -376,10 +371,7 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
                     bar.set_message(format!("{n} violation(s)"));
                 }
                 bar.inc(1);
-                results
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(r);
+                crate::lock(&results).push(r);
             });
         }
     });
