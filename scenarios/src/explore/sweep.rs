@@ -410,11 +410,7 @@ fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> S
     let minutes = wall.as_secs_f64() / 60.0;
     Summary {
         params: SweepParams {
-            max_instances: opts.params.max_instances,
-            duration_ms: opts.params.duration_ms,
-            faults: opts.params.faults.clone(),
-            dialect: opts.params.dialect.clone(),
-            draw: opts.params.draw,
+            draws: opts.params.clone(),
             planted_bug: opts.planted_bug.map(|b| b.to_string()),
             seed_start: opts.seed_start,
         },
