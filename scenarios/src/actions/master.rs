@@ -191,10 +191,9 @@ pub fn follow_window_ms(topo: &Topology) -> u64 {
 }
 
 fn master_fault(f: &MasterFault) -> mock_master::Fault {
-    match f {
-        MasterFault::HeartbeatStatus { status } => {
-            mock_master::Fault::HeartbeatStatus { status: *status }
-        }
-        MasterFault::Latency { ms } => mock_master::Fault::Latency { ms: *ms },
+    use mock_master::Fault as F;
+    match *f {
+        MasterFault::HeartbeatStatus { status } => F::HeartbeatStatus { status },
+        MasterFault::Latency { ms } => F::Latency { ms },
     }
 }
