@@ -9,7 +9,7 @@ use std::time::Instant;
 use crate::library::{self, Loaded};
 use crate::profile::Profile;
 use crate::real_cluster::{ClusterOptions, EtcdChoice, EtcdKind, RealCluster};
-use crate::report::default_report_dir;
+use crate::report::default_dir;
 use crate::report::{any_failed, tally, Status};
 use crate::run::{prepare, run_many, RunOptions};
 
@@ -84,9 +84,10 @@ impl LibraryArgs {
     /// How to run the scenarios with `profile`, reporting under `--report` (or a new
     /// directory).
     pub(crate) fn options(&self, profile: Option<Profile>) -> RunOptions {
+        let report = self.report.clone();
         RunOptions {
             etcd: self.etcd.choice(),
-            report_dir: Some(self.report.clone().unwrap_or_else(default_report_dir)),
+            report_dir: Some(report.unwrap_or_else(|| default_dir("scenario-reports"))),
             profile: profile.map(Arc::new),
             ..RunOptions::default()
         }
@@ -362,12 +363,6 @@ pub enum ExploreCommand {
     },
 }
 
-fn default_explore_dir() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let root = manifest.parent().unwrap_or(manifest).join("target/explore");
-    root.join(format!("run-{}", mock_kit::events::now_ms()))
-}
-
 /// `scenarios explore`: exit 0 if nothing was found, 1 if something was, 2 on bad input.
 pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 {
     use crate::explore::sweep::{sweep, write_summary, Budget, SweepOptions};
@@ -388,7 +383,7 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
         dialect: args.dialect,
         draw: args.draw,
     };
-    let out = args.out.unwrap_or_else(default_explore_dir);
+    let out = args.out.unwrap_or_else(|| default_dir("explore"));
     let jobs = args.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())

@@ -115,14 +115,14 @@ impl Outcome {
     }
 }
 
-/// Where a run's reports go unless told: `target/scenario-reports/run-<ms>`.
-pub fn default_report_dir() -> PathBuf {
-    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let root = manifest
-        .parent()
-        .unwrap_or(manifest)
-        .join("target/scenario-reports");
-    root.join(format!("run-{}", mock_kit::events::now_ms()))
+/// Where a command writes unless told: `target/<under>/run-<ms>` in the workspace
+/// (`scenario-reports` for a run's reports, `explore` for a sweep).
+pub fn default_dir(under: &str) -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target = manifest.parent().unwrap_or(manifest).join("target");
+    target
+        .join(under)
+        .join(format!("run-{}", mock_kit::events::now_ms()))
 }
 
 /// Write one scenario's report directory.
