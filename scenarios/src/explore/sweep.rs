@@ -93,19 +93,16 @@ fn run(
     file: &str,
     header: &[String],
 ) -> Result<(Outcome, String), String> {
-    let text = s.to_toml(&description(s), header);
-    let sc = Scenario::parse(file, &text).map_err(|e| format!("generated an invalid file: {e}"))?;
-    Ok((runner(&sc, file, opts), text))
-}
-
-fn description(s: &Schedule) -> String {
-    format!(
+    let description = format!(
         "explore seed {}: {} fault(s) on {} instance(s) over {}",
         s.seed,
         s.faults.len(),
         s.topo.instances,
         dur(s.duration_ms)
-    )
+    );
+    let text = s.to_toml(&description, header);
+    let sc = Scenario::parse(file, &text).map_err(|e| format!("generated an invalid file: {e}"))?;
+    Ok((runner(&sc, file, opts), text))
 }
 
 /// The failed invariants of a run.
@@ -316,16 +313,14 @@ fn explore_command(opts: &SweepOptions, seed: u64) -> String {
     cmd
 }
 
-fn progress_bar(opts: &SweepOptions) -> ProgressBar {
+/// A bar of `seeds` seeds (`None`: as many as the time allows).
+fn progress_bar(opts: &SweepOptions, seeds: Option<u64>) -> ProgressBar {
     let target = if opts.progress {
         ProgressDrawTarget::stderr()
     } else {
         ProgressDrawTarget::hidden()
     };
-    let bar = match opts.budget {
-        Budget::Seeds(n) => ProgressBar::with_draw_target(Some(opts.shard.len_of(n)), target),
-        Budget::Time(_) => ProgressBar::with_draw_target(None, target),
-    };
+    let bar = ProgressBar::with_draw_target(seeds, target);
     bar.set_style(
         ProgressStyle::with_template(
             "{elapsed_precise} [{bar:30}] {pos}/{len} seeds {per_sec} {msg}",
@@ -343,11 +338,11 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
     let found = AtomicUsize::new(0);
     let first_finding_ms = AtomicU64::new(u64::MAX);
     let results: Mutex<Vec<SeedResult>> = Mutex::new(Vec::new());
-    let bar = progress_bar(opts);
-    let limit = match opts.budget {
-        Budget::Seeds(n) => opts.shard.len_of(n),
-        Budget::Time(_) => u64::MAX,
+    let seeds = match opts.budget {
+        Budget::Seeds(n) => Some(opts.shard.len_of(n)),
+        Budget::Time(_) => None,
     };
+    let bar = progress_bar(opts, seeds);
     std::thread::scope(|scope| {
         for _ in 0..opts.jobs.max(1) {
             scope.spawn(|| loop {
@@ -357,7 +352,7 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
                     }
                 }
                 let j = next.fetch_add(1, Ordering::Relaxed);
-                if j >= limit {
+                if seeds.is_some_and(|n| j >= n) {
                     return;
                 }
                 let r = explore_seed(opts.shard.seed(opts.seed_start, j), opts, runner);
