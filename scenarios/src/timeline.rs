@@ -51,17 +51,6 @@ impl std::fmt::Display for Source<'_> {
     }
 }
 
-impl Source<'_> {
-    /// Whether an event's `source` text names this source.
-    pub fn is(&self, source: &str) -> bool {
-        match self {
-            Source::Vllm(name) => source.strip_prefix("vllm:") == Some(name),
-            Source::Sidecar(name) => source.strip_prefix("sidecar:") == Some(name),
-            other => source == other.to_string(),
-        }
-    }
-}
-
 /// The shared sink of a run.
 #[derive(Debug)]
 pub struct Timeline {

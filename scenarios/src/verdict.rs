@@ -337,8 +337,9 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
             // The master's heartbeat events name the instance when it read the body; an
             // answer given before that (401, an injected fault) names none and counts for all.
             let addr = ctx.addrs.get(i).map(String::as_str).unwrap_or("");
+            let master = Source::Master.to_string();
             ctx.timeline.any_since(ctx.cursor, |e| {
-                Source::Master.is(&e.source)
+                e.source == master
                     && HeartbeatEvent::read(&e.kind, &e.detail)
                         .is_some_and(|h| h.status == *status && h.name.is_none_or(|n| n == addr))
             })
@@ -348,8 +349,9 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
         }),
         Condition::Log { instance, contains } => {
             let needle = contains.to_lowercase();
+            let sidecar = Source::Sidecar(instance).to_string();
             ctx.timeline.any_since(ctx.cursor, |e| {
-                Source::Sidecar(instance).is(&e.source)
+                e.source == sidecar
                     && e.kind == LOG_EVENT
                     && e.detail.to_string().to_lowercase().contains(&needle)
             })
