@@ -130,17 +130,11 @@ fn run_error(o: &Outcome) -> Option<String> {
             o.skip_reason.clone().unwrap_or_default()
         ));
     }
+    // Not these: the run goes on through them and is judged.
+    use VerdictKind::{Action, Exit, Invariant};
     o.verdicts
         .iter()
-        .find(|v| {
-            ![
-                VerdictKind::Invariant,
-                VerdictKind::Action,
-                VerdictKind::Exit,
-            ]
-            .contains(&v.kind)
-                && !v.passed
-        })
+        .find(|v| !v.passed && !matches!(v.kind, Invariant | Action | Exit))
         .map(|v| format!("{} {}: {}", v.kind, v.name, v.detail))
 }
 
@@ -434,17 +428,12 @@ fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> S
 
 /// Write `summary.json` and `coverage.json` into `dir`.
 pub fn write_summary(dir: &Path, s: &Summary) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let write = |name: &str, text: String| {
+    fn write(dir: &Path, name: &str, v: &impl serde::Serialize) -> Result<(), String> {
         let p = dir.join(name);
+        let text = serde_json::to_string_pretty(v).unwrap_or_default();
         std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))
-    };
-    write(
-        "summary.json",
-        serde_json::to_string_pretty(s).unwrap_or_default(),
-    )?;
-    write(
-        "coverage.json",
-        serde_json::to_string_pretty(&s.coverage).unwrap_or_default(),
-    )
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    write(dir, "summary.json", s)?;
+    write(dir, "coverage.json", &s.coverage)
 }
