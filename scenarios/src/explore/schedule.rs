@@ -267,37 +267,30 @@ impl Schedule {
     /// `i0, i1, …`; faults on the others are dropped.
     pub fn keep_instances(&self, keep: &[usize]) -> Schedule {
         let rename = |i: usize| keep.iter().position(|k| *k == i);
-        let faults = self
-            .faults
-            .iter()
-            .filter_map(|f| f.edited(|a| retarget(a, &rename)))
-            .collect();
-        Schedule {
-            topo: Topo {
-                instances: keep.len().max(1),
-                ..self.topo.clone()
-            },
-            faults,
-            ..self.clone()
-        }
+        let mut s = self.edit_faults(|a| retarget(a, &rename));
+        s.topo.instances = keep.len().max(1);
+        s
     }
 
     /// The same schedule with one etcd endpoint: link faults aimed at one endpoint then
     /// hit the only one.
     pub fn single_etcd_endpoint(&self) -> Schedule {
-        let strip = |a: &Value| {
+        let mut s = self.edit_faults(|a| {
             let mut a = a.clone();
             if let Some(link) = a.get_mut("link").and_then(Value::as_object_mut) {
                 link.remove("endpoint");
             }
             Some(a)
-        };
-        let faults = self.faults.iter().filter_map(|f| f.edited(strip)).collect();
+        });
+        s.topo.etcd_endpoints = 1;
+        s
+    }
+
+    /// The same schedule with `edit` applied to each fault's actions (see
+    /// [`Fault::edited`]).
+    fn edit_faults(&self, edit: impl Fn(&Value) -> Option<Value>) -> Schedule {
+        let faults = self.faults.iter().filter_map(|f| f.edited(&edit)).collect();
         Schedule {
-            topo: Topo {
-                etcd_endpoints: 1,
-                ..self.topo.clone()
-            },
             faults,
             ..self.clone()
         }
