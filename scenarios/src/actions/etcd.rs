@@ -124,7 +124,7 @@ impl EtcdAction {
     /// A short label for reports: `etcd: {hang:{path:*}} for 4s`, or the action's compact TOML.
     pub fn describe(&self) -> String {
         match self {
-            EtcdAction::Fault(f) => f.label("etcd"),
+            EtcdAction::Fault(f) => words::fault("etcd", &f.fault, &f.duration),
             _ => words::plain(self),
         }
     }

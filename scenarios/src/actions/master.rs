@@ -117,7 +117,7 @@ impl MasterAction {
     /// compact TOML.
     pub fn describe(&self) -> String {
         match self {
-            MasterAction::Fault(f) => f.label("master"),
+            MasterAction::Fault(f) => words::fault("master", &f.fault, &f.duration),
             _ => words::plain(self),
         }
     }
