@@ -8,16 +8,24 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-/// `as_str` for an enum of unit variants, each the name serde writes it by (listed
-/// here, as `Variant => "name"`), and `Display` by that name.
+/// For an enum of unit variants, each listed with the name serde writes it by
+/// (`Variant => "name"`): `ALL`, `as_str`, `parse` by that name, and `Display` by it.
 macro_rules! named {
     ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
         impl $ty {
+            /// Every variant, in order.
+            pub const ALL: [$ty; [$($name),+].len()] = [$($ty::$variant),+];
+
             /// Its name as files and reports write it (serde's name for it).
             pub fn as_str(self) -> &'static str {
                 match self {
                     $($ty::$variant => $name),+
                 }
+            }
+
+            /// The variant named `s`.
+            pub fn parse(s: &str) -> Option<$ty> {
+                $ty::ALL.into_iter().find(|v| v.as_str() == s)
             }
         }
 
@@ -48,23 +56,6 @@ pub enum Capability {
     /// Follows the elected master of several xllm-service replicas (reads
     /// `XLLM:SERVICE:MASTER`) instead of posting to one fixed URL.
     FollowsMaster,
-}
-
-impl Capability {
-    /// Every capability.
-    pub const ALL: [Capability; 6] = [
-        Capability::Drain,
-        Capability::OneIncarnationThroughShortBlackout,
-        Capability::RevokesGivenUpLease,
-        Capability::Openmetrics,
-        Capability::LogWording,
-        Capability::FollowsMaster,
-    ];
-
-    /// The capability named `s`.
-    pub fn parse(s: &str) -> Option<Capability> {
-        Capability::ALL.into_iter().find(|c| c.as_str() == s)
-    }
 }
 
 named!(Capability {
