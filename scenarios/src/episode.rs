@@ -23,10 +23,7 @@ pub enum Scope {
 impl Scope {
     /// Whether it disturbs instance `i`.
     pub fn covers(self, i: usize) -> bool {
-        match self {
-            Scope::All => true,
-            Scope::Instance(j) => i == j,
-        }
+        self == Scope::All || self == Scope::Instance(i)
     }
 }
 
