@@ -261,6 +261,7 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
     }
     svg.push_str("</svg>");
 
+    let secs = |t: u64| format!("{:.2}s", t as f64 / 1000.0);
     let row = |v: &Verdict| {
         format!(
             "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -268,21 +269,17 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
             if v.passed { "PASS" } else { "FAIL" },
             v.kind,
             esc(&v.name),
-            v.t_ms
-                .map(|t| format!("{:.2}s", t as f64 / 1000.0))
-                .unwrap_or_default(),
+            v.t_ms.map(secs).unwrap_or_default(),
             esc(&v.detail)
         )
     };
     let rows: String = o.verdicts.iter().map(row).collect();
     let recovery = |r: &Recovery| {
         format!(
-            "<tr><td>{}</td><td>{:.2}s</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&r.fault),
-            r.start_ms as f64 / 1000.0,
-            r.end_ms
-                .map(|t| format!("{:.2}s", t as f64 / 1000.0))
-                .unwrap_or_else(|| "never".into()),
+            secs(r.start_ms),
+            r.end_ms.map(secs).unwrap_or_else(|| "never".into()),
             r.time_to_recover_ms
                 .map(|t| format!("{t} ms"))
                 .unwrap_or_else(|| "not recovered".into())

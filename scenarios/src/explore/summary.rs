@@ -177,9 +177,7 @@ impl Summary {
         self.shards.extend(other.shards.iter().copied());
         self.shards.sort_by_key(|s| (s.count, s.index));
         self.shards.dedup();
-        let mut seeds: Vec<u64> = expand(&self.seeds);
-        seeds.extend(expand(&other.seeds));
-        self.seeds = ranges(seeds);
+        self.seeds = ranges([expand(&self.seeds), expand(&other.seeds)].concat());
         self.schedules += other.schedules;
         self.simulated_ms += other.simulated_ms;
         self.instance_ms += other.instance_ms;
