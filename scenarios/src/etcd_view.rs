@@ -103,12 +103,12 @@ impl Gateway {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use mock_master::etcd::prefix_range_end as prefix_end;
 
     #[test]
     fn prefix_end_increments_last_byte() {
-        assert_eq!(mock_master::etcd::prefix_range_end(b"a/"), b"a0".to_vec());
-        assert_eq!(mock_master::etcd::prefix_range_end(b"a\xff"), b"b".to_vec());
-        assert_eq!(mock_master::etcd::prefix_range_end(b""), vec![0]);
+        assert_eq!(prefix_end(b"a/"), b"a0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b""), vec![0]);
     }
 }
