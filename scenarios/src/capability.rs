@@ -8,6 +8,36 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+/// For an enum of unit variants, each listed with the name serde writes it by
+/// (`Variant => "name"`): `ALL`, `as_str`, `parse` by that name, and `Display` by it.
+macro_rules! named {
+    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Every variant, in order.
+            pub const ALL: [$ty; [$($name),+].len()] = [$($ty::$variant),+];
+
+            /// Its name as files and reports write it (serde's name for it).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name),+
+                }
+            }
+
+            /// The variant named `s`.
+            pub fn parse(s: &str) -> Option<$ty> {
+                $ty::ALL.into_iter().find(|v| v.as_str() == s)
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use named;
+
 /// One improvement or extension a sidecar may lack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -28,42 +58,14 @@ pub enum Capability {
     FollowsMaster,
 }
 
-impl Capability {
-    /// Every capability.
-    pub const ALL: [Capability; 6] = [
-        Capability::Drain,
-        Capability::OneIncarnationThroughShortBlackout,
-        Capability::RevokesGivenUpLease,
-        Capability::Openmetrics,
-        Capability::LogWording,
-        Capability::FollowsMaster,
-    ];
-
-    /// Its name as profiles and scenario files write it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Capability::Drain => "drain",
-            Capability::OneIncarnationThroughShortBlackout => {
-                "one_incarnation_through_short_blackout"
-            }
-            Capability::RevokesGivenUpLease => "revokes_given_up_lease",
-            Capability::Openmetrics => "openmetrics",
-            Capability::LogWording => "log_wording",
-            Capability::FollowsMaster => "follows_master",
-        }
-    }
-
-    /// The capability named `s`.
-    pub fn parse(s: &str) -> Option<Capability> {
-        Capability::ALL.into_iter().find(|c| c.as_str() == s)
-    }
-}
-
-impl std::fmt::Display for Capability {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+named!(Capability {
+    Drain => "drain",
+    OneIncarnationThroughShortBlackout => "one_incarnation_through_short_blackout",
+    RevokesGivenUpLease => "revokes_given_up_lease",
+    Openmetrics => "openmetrics",
+    LogWording => "log_wording",
+    FollowsMaster => "follows_master",
+});
 
 /// A set of capabilities.
 pub type Capabilities = BTreeSet<Capability>;

@@ -9,8 +9,7 @@ use std::time::Instant;
 use crate::library::{self, Loaded};
 use crate::profile::Profile;
 use crate::real_cluster::{ClusterOptions, EtcdChoice, EtcdKind, RealCluster};
-use crate::report::default_report_dir;
-use crate::report::{any_failed, tally, Status};
+use crate::report::{any_failed, default_report_dir, tally, Status};
 use crate::run::{prepare, run_many, RunOptions};
 
 /// `r`'s value, or `None` once its error was said on stderr (`scenarios: …`).
@@ -84,9 +83,10 @@ impl LibraryArgs {
     /// How to run the scenarios with `profile`, reporting under `--report` (or a new
     /// directory).
     pub(crate) fn options(&self, profile: Option<Profile>) -> RunOptions {
+        let report = self.report.clone();
         RunOptions {
             etcd: self.etcd.choice(),
-            report_dir: Some(self.report.clone().unwrap_or_else(default_report_dir)),
+            report_dir: Some(report.unwrap_or_else(default_report_dir)),
             profile: profile.map(Arc::new),
             ..RunOptions::default()
         }

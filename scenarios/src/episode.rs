@@ -23,10 +23,7 @@ pub enum Scope {
 impl Scope {
     /// Whether it disturbs instance `i`.
     pub fn covers(self, i: usize) -> bool {
-        match self {
-            Scope::All => true,
-            Scope::Instance(j) => i == j,
-        }
+        self == Scope::All || self == Scope::Instance(i)
     }
 }
 
@@ -211,15 +208,10 @@ impl<'a> EpisodeBook<'a> {
     /// The scopes a target names: `all`, or the one instance (none if unknown).
     pub fn scopes(&self, target: &str) -> Vec<Scope> {
         if target == "all" {
-            vec![Scope::All]
-        } else {
-            self.names
-                .iter()
-                .position(|n| n == target)
-                .map(Scope::Instance)
-                .into_iter()
-                .collect()
+            return vec![Scope::All];
         }
+        let i = self.names.iter().position(|n| n == target);
+        i.map(Scope::Instance).into_iter().collect()
     }
 
     /// Open an episode under the current action's label; one already open under the

@@ -21,9 +21,6 @@ pub struct Kv {
     pub mod_revision: i64,
 }
 
-/// The smallest key greater than every key with this prefix (the master's rule, shared).
-pub use mock_master::etcd::prefix_range_end as prefix_end;
-
 /// A gateway client over a list of endpoints (first answering wins).
 #[derive(Clone, Debug)]
 pub struct Gateway {
@@ -43,10 +40,8 @@ impl Gateway {
 
     /// Every key under `prefix`.
     pub async fn range_prefix(&self, prefix: &str) -> Result<Vec<Kv>, String> {
-        let body = serde_json::json!({
-            "key": B64.encode(prefix.as_bytes()),
-            "range_end": B64.encode(prefix_end(prefix.as_bytes())),
-        });
+        // The master's request: the same range end for a prefix.
+        let body = mock_master::etcd::range_prefix_request(prefix.as_bytes());
         let mut last = String::from("no endpoints");
         for ep in &self.endpoints {
             let r = self
@@ -71,13 +66,12 @@ impl Gateway {
                 _ => continue,
             };
             let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
-            let mut out = Vec::new();
-            for kv in v
+            let kvs = v
                 .get("kvs")
                 .and_then(|k| k.as_array())
                 .into_iter()
-                .flatten()
-            {
+                .flatten();
+            let kv = |kv: &serde_json::Value| {
                 let dec = |f: &str| {
                     kv.get(f)
                         .and_then(|x| x.as_str())
@@ -94,14 +88,14 @@ impl Gateway {
                         })
                         .unwrap_or(0)
                 };
-                out.push(Kv {
+                Kv {
                     key: dec("key"),
                     value: dec("value"),
                     lease: int("lease"),
                     mod_revision: int("mod_revision"),
-                });
-            }
-            return Ok(out);
+                }
+            };
+            return Ok(kvs.map(kv).collect());
         }
         Err(last)
     }
@@ -109,7 +103,7 @@ impl Gateway {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use mock_master::etcd::prefix_range_end as prefix_end;
 
     #[test]
     fn prefix_end_increments_last_byte() {

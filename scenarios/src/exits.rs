@@ -72,12 +72,10 @@ fn describe(name: &str, t_ms: u64, code: i32, words: &[String]) -> String {
         "the sidecar of {name} {how} at t={:.2}s, and no stop or kill was asked for",
         t_ms as f64 / 1000.0
     );
-    match words.len() {
-        0 => d.push_str("; it wrote nothing"),
-        _ => {
-            d.push_str("; its last output:\n");
-            d.push_str(&words.join("\n"));
-        }
+    if words.is_empty() {
+        d.push_str("; it wrote nothing");
+    } else {
+        d.push_str(&format!("; its last output:\n{}", words.join("\n")));
     }
     d
 }

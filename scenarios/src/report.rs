@@ -25,22 +25,11 @@ pub enum Status {
     Skipped,
 }
 
-impl Status {
-    /// The status as reports write it: `passed`, `failed`, `skipped`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Passed => "passed",
-            Status::Failed => "failed",
-            Status::Skipped => "skipped",
-        }
-    }
-}
-
-impl std::fmt::Display for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+crate::capability::named!(Status {
+    Passed => "passed",
+    Failed => "failed",
+    Skipped => "skipped",
+});
 
 /// One instance's start-up: when its key was first seen in etcd, from t = 0 (the
 /// cluster ready, its sidecar spawned); `None`: never during the run.
@@ -267,6 +256,7 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
     }
     svg.push_str("</svg>");
 
+    let secs = |t: u64| format!("{:.2}s", t as f64 / 1000.0);
     let row = |v: &Verdict| {
         format!(
             "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -274,21 +264,17 @@ pub fn html(sc: &Scenario, o: &Outcome) -> String {
             if v.passed { "PASS" } else { "FAIL" },
             v.kind,
             esc(&v.name),
-            v.t_ms
-                .map(|t| format!("{:.2}s", t as f64 / 1000.0))
-                .unwrap_or_default(),
+            v.t_ms.map(secs).unwrap_or_default(),
             esc(&v.detail)
         )
     };
     let rows: String = o.verdicts.iter().map(row).collect();
     let recovery = |r: &Recovery| {
         format!(
-            "<tr><td>{}</td><td>{:.2}s</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&r.fault),
-            r.start_ms as f64 / 1000.0,
-            r.end_ms
-                .map(|t| format!("{:.2}s", t as f64 / 1000.0))
-                .unwrap_or_else(|| "never".into()),
+            secs(r.start_ms),
+            r.end_ms.map(secs).unwrap_or_else(|| "never".into()),
             r.time_to_recover_ms
                 .map(|t| format!("{t} ms"))
                 .unwrap_or_else(|| "not recovered".into())

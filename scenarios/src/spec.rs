@@ -62,33 +62,27 @@ fn default_seed() -> u64 {
 }
 
 /// One line of the timeline: wait (for a time and/or a condition), then act or check.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Step {
     /// Label in reports (defaults to a description of the step).
-    #[serde(default)]
     pub name: Option<String>,
     /// Not before this time since the scenario started.
-    #[serde(default)]
     pub at: Option<Dur>,
     /// Act only once this holds (fails the step if it does not within `within`).
-    #[serde(default)]
     pub when: Option<Condition>,
     /// What to do to the cluster: `action = { sidecar_kill = "i0" }`.
-    #[serde(default)]
     pub action: Option<Action>,
     /// Check that this holds within `within` (a verdict in the report).
-    #[serde(default, rename = "await")]
+    #[serde(rename = "await")]
     pub expect: Option<Condition>,
     /// The condition must then keep holding this long (e.g. "registration kept").
-    #[serde(default)]
     pub hold: Option<Dur>,
     /// Deadline for `when` / `await`, counted from when the step begins.
-    #[serde(default)]
     pub within: Option<Dur>,
     /// Capabilities this step needs (a sidecar whose profile lacks one skips the step,
     /// the rest of the scenario runs); a `log` condition adds `log_wording`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub requires: Vec<Capability>,
 }
 

@@ -51,17 +51,6 @@ impl std::fmt::Display for Source<'_> {
     }
 }
 
-impl Source<'_> {
-    /// Whether an event's `source` text names this source.
-    pub fn is(&self, source: &str) -> bool {
-        match self {
-            Source::Vllm(name) => source.strip_prefix("vllm:") == Some(name),
-            Source::Sidecar(name) => source.strip_prefix("sidecar:") == Some(name),
-            other => source == other.to_string(),
-        }
-    }
-}
-
 /// The shared sink of a run.
 #[derive(Debug)]
 pub struct Timeline {
@@ -140,7 +129,7 @@ impl Timeline {
 
     /// Number of events so far (a cursor for [`Timeline::any_since`]).
     pub fn len(&self) -> usize {
-        lock(&self.events).len()
+        crate::lock(&self.events).len()
     }
 
     /// Whether no event was stored yet.
@@ -150,12 +139,12 @@ impl Timeline {
 
     /// Whether any event from `from` onwards satisfies `f`.
     pub fn any_since(&self, from: usize, mut f: impl FnMut(&Event) -> bool) -> bool {
-        lock(&self.events).iter().skip(from).any(&mut f)
+        crate::lock(&self.events).iter().skip(from).any(&mut f)
     }
 
     /// Every event stored so far, sorted by time.
     pub fn snapshot(&self) -> Vec<Event> {
-        let mut v = lock(&self.events).clone();
+        let mut v = crate::lock(&self.events).clone();
         v.sort_by_key(|e| e.at_ms);
         v
     }
@@ -179,13 +168,9 @@ impl Timeline {
 impl EventSink for Timeline {
     fn emit(&self, event: Event) {
         // Past the cap, events are not stored.
-        let mut g = lock(&self.events);
+        let mut g = crate::lock(&self.events);
         if g.len() < MAX_EVENTS {
             g.push(event);
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

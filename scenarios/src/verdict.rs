@@ -147,25 +147,14 @@ pub enum VerdictKind {
     Exit,
 }
 
-impl VerdictKind {
-    /// The kind as reports write it: `await`, `when`, `action`, `invariant`, `setup`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VerdictKind::Await => "await",
-            VerdictKind::When => "when",
-            VerdictKind::Action => "action",
-            VerdictKind::Invariant => "invariant",
-            VerdictKind::Setup => "setup",
-            VerdictKind::Exit => "exit",
-        }
-    }
-}
-
-impl std::fmt::Display for VerdictKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+crate::capability::named!(VerdictKind {
+    Await => "await",
+    When => "when",
+    Action => "action",
+    Invariant => "invariant",
+    Setup => "setup",
+    Exit => "exit",
+});
 
 /// One judged item of the report.
 #[derive(Clone, Debug, Serialize)]
@@ -348,8 +337,9 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
             // The master's heartbeat events name the instance when it read the body; an
             // answer given before that (401, an injected fault) names none and counts for all.
             let addr = ctx.addrs.get(i).map(String::as_str).unwrap_or("");
+            let master = Source::Master.to_string();
             ctx.timeline.any_since(ctx.cursor, |e| {
-                Source::Master.is(&e.source)
+                e.source == master
                     && HeartbeatEvent::read(&e.kind, &e.detail)
                         .is_some_and(|h| h.status == *status && h.name.is_none_or(|n| n == addr))
             })
@@ -359,8 +349,9 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
         }),
         Condition::Log { instance, contains } => {
             let needle = contains.to_lowercase();
+            let sidecar = Source::Sidecar(instance).to_string();
             ctx.timeline.any_since(ctx.cursor, |e| {
-                Source::Sidecar(instance).is(&e.source)
+                e.source == sidecar
                     && e.kind == LOG_EVENT
                     && e.detail.to_string().to_lowercase().contains(&needle)
             })

@@ -124,7 +124,7 @@ impl EtcdAction {
     /// A short label for reports: `etcd: {hang:{path:*}} for 4s`, or the action's compact TOML.
     pub fn describe(&self) -> String {
         match self {
-            EtcdAction::Fault(f) => f.label("etcd"),
+            EtcdAction::Fault(f) => words::fault("etcd", &f.fault, &f.duration),
             _ => words::plain(self),
         }
     }
@@ -242,24 +242,20 @@ impl EtcdAction {
 
 /// A scenario's etcd fault as the fake's own fault value (both modes).
 pub fn etcd_fault(f: &EtcdFault) -> mock_etcd::Fault {
-    match f {
+    use mock_etcd::Fault as F;
+    match f.clone() {
         EtcdFault::Fail {
             path,
             status,
             grpc_code,
             message,
-        } => mock_etcd::Fault::Fail {
-            path: path.clone(),
-            status: *status,
+        } => F::Fail {
+            path,
+            status,
             grpc_code: grpc_code.unwrap_or(14),
-            message: message
-                .clone()
-                .unwrap_or_else(|| "etcdserver: request timed out".into()),
+            message: message.unwrap_or_else(|| "etcdserver: request timed out".into()),
         },
-        EtcdFault::Latency { path, ms } => mock_etcd::Fault::Latency {
-            path: path.clone(),
-            ms: *ms,
-        },
-        EtcdFault::Hang { path } => mock_etcd::Fault::Hang { path: path.clone() },
+        EtcdFault::Latency { path, ms } => F::Latency { path, ms },
+        EtcdFault::Hang { path } => F::Hang { path },
     }
 }

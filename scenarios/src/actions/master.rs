@@ -117,7 +117,7 @@ impl MasterAction {
     /// compact TOML.
     pub fn describe(&self) -> String {
         match self {
-            MasterAction::Fault(f) => f.label("master"),
+            MasterAction::Fault(f) => words::fault("master", &f.fault, &f.duration),
             _ => words::plain(self),
         }
     }
@@ -191,10 +191,9 @@ pub fn follow_window_ms(topo: &Topology) -> u64 {
 }
 
 fn master_fault(f: &MasterFault) -> mock_master::Fault {
-    match f {
-        MasterFault::HeartbeatStatus { status } => {
-            mock_master::Fault::HeartbeatStatus { status: *status }
-        }
-        MasterFault::Latency { ms } => mock_master::Fault::Latency { ms: *ms },
+    use mock_master::Fault as F;
+    match *f {
+        MasterFault::HeartbeatStatus { status } => F::HeartbeatStatus { status },
+        MasterFault::Latency { ms } => F::Latency { ms },
     }
 }

@@ -157,11 +157,6 @@ impl<F: Serialize> Armed<F> {
     fn arming(&self) -> Arming {
         arming(&self.count, &self.duration)
     }
-
-    /// A label for reports: `etcd: {hang:{path:*}} for 4s`.
-    fn label(&self, who: &str) -> String {
-        words::fault(who, &self.fault, &self.duration)
-    }
 }
 
 /// A fault armed for `count` uses and/or `duration`, as the cluster's verbs take it

@@ -146,16 +146,11 @@ impl PauseAction {
     /// Stops each selected process (the cluster continues it when the time is up).
     pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         let (process, instance, duration, duty) = self.parts();
+        let instances = target_indices(c.topology().instances, instance).into_iter();
         let nodes: Vec<Stoppable> = match process {
             ProcessKind::Master => vec![Stoppable::Master],
-            ProcessKind::Sidecar => target_indices(c.topology().instances, instance)
-                .into_iter()
-                .map(Stoppable::Sidecar)
-                .collect(),
-            ProcessKind::Vllm => target_indices(c.topology().instances, instance)
-                .into_iter()
-                .map(Stoppable::Vllm)
-                .collect(),
+            ProcessKind::Sidecar => instances.map(Stoppable::Sidecar).collect(),
+            ProcessKind::Vllm => instances.map(Stoppable::Vllm).collect(),
         };
         for node in nodes {
             c.pause(node, duration.0, duty)?;

@@ -65,20 +65,15 @@ impl SidecarAction {
 
     /// Signals only: the timeline (awaits on exit and on the key) observes the rest.
     pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
-        let (target, signal) = match self {
-            SidecarAction::Start { instance, token } => {
-                for i in target_indices(c.topology().instances, instance) {
-                    c.sidecar_start(i, token.clone())?;
-                }
-                return Ok(None);
+        let instance = self.instance().unwrap_or_default();
+        for i in target_indices(c.topology().instances, instance) {
+            match self {
+                SidecarAction::Start { token, .. } => c.sidecar_start(i, token.clone())?,
+                SidecarAction::Stop(_) => c.sidecar_signal(i, Signal::Term)?,
+                SidecarAction::Kill(_) => c.sidecar_signal(i, Signal::Kill)?,
+                SidecarAction::Drain(_) => c.sidecar_signal(i, Signal::Drain)?,
+                SidecarAction::Undrain(_) => c.sidecar_signal(i, Signal::Undrain)?,
             }
-            SidecarAction::Stop(t) => (t, Signal::Term),
-            SidecarAction::Kill(t) => (t, Signal::Kill),
-            SidecarAction::Drain(t) => (t, Signal::Drain),
-            SidecarAction::Undrain(t) => (t, Signal::Undrain),
-        };
-        for i in target_indices(c.topology().instances, target) {
-            c.sidecar_signal(i, signal)?;
         }
         Ok(None)
     }

@@ -96,7 +96,7 @@ pub enum VllmFault {
     /// `/metrics` ends its page early.
     MetricsTruncate {
         /// Where the page is cut.
-        at_bytes: u64,
+        at_bytes: usize,
     },
     /// `/metrics` mixes lines that are no exposition format into its page.
     MetricsGarbage {
@@ -108,7 +108,7 @@ pub enum VllmFault {
     /// `/metrics` sends a page this large.
     MetricsHuge {
         /// The page's size.
-        bytes: u64,
+        bytes: usize,
     },
     /// `/metrics` serves the same page again and again.
     MetricsStale,
@@ -267,16 +267,14 @@ pub fn vllm_fault(f: &VllmFault) -> mock_vllm::Fault {
         VllmFault::MetricsHang => F::MetricsHang,
         VllmFault::MetricsSlow { bytes_per_sec } => F::MetricsSlow { bytes_per_sec },
         VllmFault::MetricsTruncate { at_bytes } => F::MetricsTruncate {
-            at_bytes: at_bytes as usize,
+            at_bytes,
             abort: false,
         },
         VllmFault::MetricsGarbage { lines } => F::MetricsGarbage {
             lines: lines as usize,
         },
         VllmFault::MetricsNonfinite => F::MetricsNonfinite,
-        VllmFault::MetricsHuge { bytes } => F::MetricsHuge {
-            bytes: bytes as usize,
-        },
+        VllmFault::MetricsHuge { bytes } => F::MetricsHuge { bytes },
         VllmFault::MetricsStale => F::MetricsStale,
         VllmFault::CompletionFail { fraction, status } => F::CompletionFail { fraction, status },
         VllmFault::CompletionHang => F::CompletionHang,

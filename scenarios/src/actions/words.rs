@@ -16,14 +16,10 @@ pub fn compact(x: &impl Serialize) -> String {
     }
 }
 
-/// ` for 4s`, or nothing without a duration.
-pub fn for_dur(d: &Option<Dur>) -> String {
-    d.map(|d| format!(" for {d}")).unwrap_or_default()
-}
-
-/// A fault's label: `etcd: {hang:{path:*}} for 4s`.
+/// A fault's label: `etcd: {hang:{path:*}} for 4s` (no ` for` without a duration).
 pub fn fault(who: &str, fault: &impl Serialize, duration: &Option<Dur>) -> String {
-    format!("{who}: {}{}", compact(fault), for_dur(duration))
+    let lasting = duration.map(|d| format!(" for {d}")).unwrap_or_default();
+    format!("{who}: {}{lasting}", compact(fault))
 }
 
 /// An action's label from its TOML: `{a:{b:1}}` reads `a {b:1}` (only the outer braces

@@ -54,18 +54,20 @@ pub const DIALECTS: [&str; 7] = [
     "compact",
 ];
 
-/// What a sweep draws from.
-#[derive(Clone, Debug, PartialEq)]
+/// What a sweep draws from (also a summary's record of it: the flags it was given).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Params {
-    /// At most this many instances (at least half of it).
+    /// At most this many instances, at least half of it (`--instances`).
     pub max_instances: usize,
-    /// Each schedule's simulated length (ms).
+    /// Each schedule's simulated length, in ms (`--duration`).
     pub duration_ms: u64,
-    /// Fault kinds allowed (a subset of [`FAULT_KINDS`]).
+    /// Fault kinds allowed, a subset of [`FAULT_KINDS`] (`--faults`).
     pub faults: Vec<String>,
-    /// One dialect for every schedule; `None`: drawn per seed.
+    /// One dialect for every schedule (`--dialect`); `None`: drawn per seed.
     pub dialect: Option<String>,
-    /// How each schedule's faults are drawn from the allowed kinds.
+    /// How each schedule's faults are drawn from the allowed kinds (`--draw`); older
+    /// summaries: uniform.
+    #[serde(default = "Draw::legacy")]
     pub draw: Draw,
 }
 

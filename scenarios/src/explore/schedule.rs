@@ -55,6 +55,30 @@ pub const ETCD_USER: &str = "xllm";
 pub const ETCD_PASSWORD: &str = "pw";
 
 impl Topo {
+    /// The `[topology]` keys a schedule sets when they differ from the library's
+    /// defaults, as TOML values (`None`: not set), in the order the file writes them.
+    fn settings(&self) -> [(&'static str, Option<String>); 10] {
+        let ms = |v: u64| format!("\"{}\"", dur(v));
+        [
+            ("lease_ttl", Some(self.lease_ttl.to_string())),
+            ("keepalive_interval", Some(ms(self.keepalive_ms))),
+            ("heartbeat_interval", Some(ms(self.heartbeat_ms))),
+            ("health_timeout", Some(ms(self.health_timeout_ms))),
+            (
+                "health_fail_threshold",
+                Some(self.health_fail_threshold.to_string()),
+            ),
+            ("etcd_timeout", Some(ms(self.etcd_timeout_ms))),
+            ("etcd_endpoints", Some(self.etcd_endpoints.to_string())),
+            ("token", self.token.as_deref().map(quote)),
+            (
+                "kv_capacity_tokens",
+                self.kv_capacity_tokens.map(|k| k.to_string()),
+            ),
+            ("link_delay", self.link_delay_ms.map(ms)),
+        ]
+    }
+
     /// The library's defaults (`spec::Topology::default()`), the shrinker's target.
     pub fn library_default(instances: usize) -> Topo {
         let d = crate::spec::Topology::default();
@@ -92,7 +116,8 @@ pub struct Fault {
 impl Fault {
     /// The action's kind: its variant name (`vllm_health`, `link`, …).
     pub fn kind(&self) -> &str {
-        action_kind(&self.action)
+        let keys = self.action.as_object().and_then(|o| o.keys().next());
+        keys.map_or("", String::as_str)
     }
 
     /// When the fault is over (its end action, or its `duration`).
@@ -182,14 +207,6 @@ const BARE_TARGET: [&str; 10] = [
     "etcd_expire_lease",
 ];
 
-/// `{"<kind>": …}` → `<kind>`.
-pub fn action_kind(action: &Value) -> &str {
-    action
-        .as_object()
-        .and_then(|o| o.keys().next())
-        .map_or("", String::as_str)
-}
-
 /// The instance (or `all`) an action targets, if it targets one.
 fn target(action: &Value) -> Option<String> {
     let (kind, inner) = action.as_object()?.iter().next()?;
@@ -250,37 +267,30 @@ impl Schedule {
     /// `i0, i1, …`; faults on the others are dropped.
     pub fn keep_instances(&self, keep: &[usize]) -> Schedule {
         let rename = |i: usize| keep.iter().position(|k| *k == i);
-        let faults = self
-            .faults
-            .iter()
-            .filter_map(|f| f.edited(|a| retarget(a, &rename)))
-            .collect();
-        Schedule {
-            topo: Topo {
-                instances: keep.len().max(1),
-                ..self.topo.clone()
-            },
-            faults,
-            ..self.clone()
-        }
+        let mut s = self.edit_faults(|a| retarget(a, &rename));
+        s.topo.instances = keep.len().max(1);
+        s
     }
 
     /// The same schedule with one etcd endpoint: link faults aimed at one endpoint then
     /// hit the only one.
     pub fn single_etcd_endpoint(&self) -> Schedule {
-        let strip = |a: &Value| {
+        let mut s = self.edit_faults(|a| {
             let mut a = a.clone();
             if let Some(link) = a.get_mut("link").and_then(Value::as_object_mut) {
                 link.remove("endpoint");
             }
             Some(a)
-        };
-        let faults = self.faults.iter().filter_map(|f| f.edited(strip)).collect();
+        });
+        s.topo.etcd_endpoints = 1;
+        s
+    }
+
+    /// The same schedule with `edit` applied to each fault's actions (see
+    /// [`Fault::edited`]).
+    fn edit_faults(&self, edit: impl Fn(&Value) -> Option<Value>) -> Schedule {
+        let faults = self.faults.iter().filter_map(|f| f.edited(&edit)).collect();
         Schedule {
-            topo: Topo {
-                etcd_endpoints: 1,
-                ..self.topo.clone()
-            },
             faults,
             ..self.clone()
         }
@@ -332,52 +342,16 @@ impl Schedule {
     /// `[topology]`, writing only what differs from the library's defaults.
     fn topology_toml(&self) -> String {
         let t = &self.topo;
-        let d = Topo::library_default(t.instances);
         let mut s = format!(
             "[topology]\ninstances = {}\netcd = \"fake\"\ndialect = {}\n",
             t.instances,
             quote(&t.dialect)
         );
-        let mut field = |name: &str, v: u64, dv: u64, ms: bool| {
-            if v != dv {
-                let v = if ms {
-                    format!("\"{}\"", dur(v))
-                } else {
-                    v.to_string()
-                };
+        let defaults = Topo::library_default(t.instances).settings();
+        for ((name, v), (_, dv)) in t.settings().into_iter().zip(defaults) {
+            if let Some(v) = v.filter(|v| Some(v) != dv.as_ref()) {
                 let _ = writeln!(s, "{name} = {v}");
             }
-        };
-        field("lease_ttl", t.lease_ttl, d.lease_ttl, false);
-        field("keepalive_interval", t.keepalive_ms, d.keepalive_ms, true);
-        field("heartbeat_interval", t.heartbeat_ms, d.heartbeat_ms, true);
-        field(
-            "health_timeout",
-            t.health_timeout_ms,
-            d.health_timeout_ms,
-            true,
-        );
-        field(
-            "health_fail_threshold",
-            t.health_fail_threshold.into(),
-            d.health_fail_threshold.into(),
-            false,
-        );
-        field("etcd_timeout", t.etcd_timeout_ms, d.etcd_timeout_ms, true);
-        field(
-            "etcd_endpoints",
-            t.etcd_endpoints as u64,
-            d.etcd_endpoints as u64,
-            false,
-        );
-        if let Some(tok) = &t.token {
-            let _ = writeln!(s, "token = {}", quote(tok));
-        }
-        if let Some(k) = t.kv_capacity_tokens {
-            let _ = writeln!(s, "kv_capacity_tokens = {k}");
-        }
-        if let Some(ms) = t.link_delay_ms {
-            let _ = writeln!(s, "link_delay = \"{}\"", dur(ms));
         }
         if let Some(ms) = t.etcd_token_ttl_ms {
             let _ = writeln!(

@@ -149,9 +149,7 @@ impl Shrinker<'_> {
             }
             chunk /= 2;
         }
-        let mut i = self.best.faults.len();
-        while i > 0 {
-            i -= 1;
+        for i in (0..self.best.faults.len()).rev() {
             let mut c = self.best.clone();
             if i < c.faults.len() {
                 c.faults.remove(i);

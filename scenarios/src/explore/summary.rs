@@ -16,10 +16,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::coverage::Coverage;
+use super::generate::Params;
 use super::recovery_stats::RecoveryStats;
 use super::schedule::Size;
 use super::shrink::Violation;
-use super::swarm::{Draw, Mix};
+use super::swarm::Mix;
 use crate::report::esc;
 
 /// `--shard K/N`: this process runs seeds `start + K + N·j`.
@@ -66,17 +67,9 @@ impl std::str::FromStr for Shard {
 /// What a sweep searched: shards of one sweep must agree on it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SweepParams {
-    /// At most this many instances per schedule (`--instances`).
-    pub max_instances: usize,
-    /// Simulated length of each schedule, in ms (`--duration`).
-    pub duration_ms: u64,
-    /// The fault kinds drawn from (`--faults`).
-    pub faults: Vec<String>,
-    /// The one metrics dialect of every schedule (`--dialect`); `None`: drawn per seed.
-    pub dialect: Option<String>,
-    /// How each schedule's faults were drawn (`--draw`); older summaries: uniform.
-    #[serde(default = "Draw::legacy")]
-    pub draw: Draw,
+    /// What its schedules were drawn from (its fields inline in the JSON).
+    #[serde(flatten)]
+    pub draws: Params,
     /// The bug planted in every simulated sidecar (`--planted-bug`), if any.
     pub planted_bug: Option<String>,
     /// The sweep's first seed (`--seed-start`).
@@ -184,9 +177,7 @@ impl Summary {
         self.shards.extend(other.shards.iter().copied());
         self.shards.sort_by_key(|s| (s.count, s.index));
         self.shards.dedup();
-        let mut seeds: Vec<u64> = expand(&self.seeds);
-        seeds.extend(expand(&other.seeds));
-        self.seeds = ranges(seeds);
+        self.seeds = ranges([expand(&self.seeds), expand(&other.seeds)].concat());
         self.schedules += other.schedules;
         self.simulated_ms += other.simulated_ms;
         self.instance_ms += other.instance_ms;
@@ -368,17 +359,20 @@ pub fn merge_dirs(dirs: &[PathBuf]) -> Result<(Summary, Vec<PathBuf>), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::explore::swarm::Draw;
 
     fn summary(shard: Shard, seeds: &[u64]) -> Summary {
         let mut coverage = Coverage::default();
         coverage.add("link", "registered");
         Summary {
             params: SweepParams {
-                max_instances: 3,
-                duration_ms: 60_000,
-                faults: vec!["link".into()],
-                dialect: None,
-                draw: Draw::Swarm,
+                draws: Params {
+                    max_instances: 3,
+                    duration_ms: 60_000,
+                    faults: vec!["link".into()],
+                    dialect: None,
+                    draw: Draw::Swarm,
+                },
                 planted_bug: None,
                 seed_start: 0,
             },
@@ -420,7 +414,7 @@ mod tests {
         assert_eq!(a.coverage.0["link"]["registered"], 2);
         assert_eq!(a.kinds_on["link"], 6);
         let mut other = summary(Shard::WHOLE, &[9]);
-        other.params.duration_ms = 1;
+        other.params.draws.duration_ms = 1;
         assert!(a.merge(&other).is_err());
     }
 
@@ -471,7 +465,7 @@ mod tests {
         v.as_object_mut().unwrap().remove("recovery");
         v.as_object_mut().unwrap().remove("kinds_on");
         let old: Summary = serde_json::from_value(v).unwrap();
-        assert_eq!(old.params.draw, Draw::Uniform);
+        assert_eq!(old.params.draws.draw, Draw::Uniform);
         assert!(old.recovery.0.is_empty());
     }
 

@@ -33,15 +33,11 @@ impl Draw {
     }
 }
 
-/// The flag's spelling (`swarm`, `uniform`).
-impl std::fmt::Display for Draw {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Draw::Swarm => "swarm",
-            Draw::Uniform => "uniform",
-        })
-    }
-}
+// The flag's spelling, also serde's.
+crate::capability::named!(Draw {
+    Swarm => "swarm",
+    Uniform => "uniform",
+});
 
 /// One enabled fault kind and how hard it hits.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

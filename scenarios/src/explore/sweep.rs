@@ -93,19 +93,16 @@ fn run(
     file: &str,
     header: &[String],
 ) -> Result<(Outcome, String), String> {
-    let text = s.to_toml(&description(s), header);
-    let sc = Scenario::parse(file, &text).map_err(|e| format!("generated an invalid file: {e}"))?;
-    Ok((runner(&sc, file, opts), text))
-}
-
-fn description(s: &Schedule) -> String {
-    format!(
+    let description = format!(
         "explore seed {}: {} fault(s) on {} instance(s) over {}",
         s.seed,
         s.faults.len(),
         s.topo.instances,
         dur(s.duration_ms)
-    )
+    );
+    let text = s.to_toml(&description, header);
+    let sc = Scenario::parse(file, &text).map_err(|e| format!("generated an invalid file: {e}"))?;
+    Ok((runner(&sc, file, opts), text))
 }
 
 /// The failed invariants of a run.
@@ -133,17 +130,11 @@ fn run_error(o: &Outcome) -> Option<String> {
             o.skip_reason.clone().unwrap_or_default()
         ));
     }
+    // Not these: the run goes on through them and is judged.
+    use VerdictKind::{Action, Exit, Invariant};
     o.verdicts
         .iter()
-        .find(|v| {
-            ![
-                VerdictKind::Invariant,
-                VerdictKind::Action,
-                VerdictKind::Exit,
-            ]
-            .contains(&v.kind)
-                && !v.passed
-        })
+        .find(|v| !v.passed && !matches!(v.kind, Invariant | Action | Exit))
         .map(|v| format!("{} {}: {}", v.kind, v.name, v.detail))
 }
 
@@ -152,17 +143,12 @@ fn run_error(o: &Outcome) -> Option<String> {
 pub fn coverage_of(o: &Outcome) -> Coverage {
     let mut c = Coverage::default();
     for r in &o.actions {
-        let Ok(v) = serde_json::to_value(r) else {
-            continue;
-        };
-        let kind = super::schedule::action_kind(&v["action"]).to_string();
+        let kind = crate::actions::words::key(&r.action);
         if kind.is_empty() || kind == "load_off" {
             continue;
         }
-        if let Some(states) = v["sidecar_states"].as_object() {
-            for phase in states.values().filter_map(|p| p.as_str()) {
-                c.add(&kind, phase);
-            }
+        for phase in r.sidecar_states.values() {
+            c.add(&kind, phase);
         }
     }
     c
@@ -321,16 +307,14 @@ fn explore_command(opts: &SweepOptions, seed: u64) -> String {
     cmd
 }
 
-fn progress_bar(opts: &SweepOptions) -> ProgressBar {
+/// A bar of `seeds` seeds (`None`: as many as the time allows).
+fn progress_bar(opts: &SweepOptions, seeds: Option<u64>) -> ProgressBar {
     let target = if opts.progress {
         ProgressDrawTarget::stderr()
     } else {
         ProgressDrawTarget::hidden()
     };
-    let bar = match opts.budget {
-        Budget::Seeds(n) => ProgressBar::with_draw_target(Some(opts.shard.len_of(n)), target),
-        Budget::Time(_) => ProgressBar::with_draw_target(None, target),
-    };
+    let bar = ProgressBar::with_draw_target(seeds, target);
     bar.set_style(
         ProgressStyle::with_template(
             "{elapsed_precise} [{bar:30}] {pos}/{len} seeds {per_sec} {msg}",
@@ -348,11 +332,11 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
     let found = AtomicUsize::new(0);
     let first_finding_ms = AtomicU64::new(u64::MAX);
     let results: Mutex<Vec<SeedResult>> = Mutex::new(Vec::new());
-    let bar = progress_bar(opts);
-    let limit = match opts.budget {
-        Budget::Seeds(n) => opts.shard.len_of(n),
-        Budget::Time(_) => u64::MAX,
+    let seeds = match opts.budget {
+        Budget::Seeds(n) => Some(opts.shard.len_of(n)),
+        Budget::Time(_) => None,
     };
+    let bar = progress_bar(opts, seeds);
     std::thread::scope(|scope| {
         for _ in 0..opts.jobs.max(1) {
             scope.spawn(|| loop {
@@ -362,7 +346,7 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
                     }
                 }
                 let j = next.fetch_add(1, Ordering::Relaxed);
-                if j >= limit {
+                if seeds.is_some_and(|n| j >= n) {
                     return;
                 }
                 let r = explore_seed(opts.shard.seed(opts.seed_start, j), opts, runner);
@@ -376,10 +360,7 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
                     bar.set_message(format!("{n} violation(s)"));
                 }
                 bar.inc(1);
-                results
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(r);
+                crate::lock(&results).push(r);
             });
         }
     });
@@ -418,11 +399,7 @@ fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> S
     let minutes = wall.as_secs_f64() / 60.0;
     Summary {
         params: SweepParams {
-            max_instances: opts.params.max_instances,
-            duration_ms: opts.params.duration_ms,
-            faults: opts.params.faults.clone(),
-            dialect: opts.params.dialect.clone(),
-            draw: opts.params.draw,
+            draws: opts.params.clone(),
             planted_bug: opts.planted_bug.map(|b| b.to_string()),
             seed_start: opts.seed_start,
         },
@@ -451,17 +428,12 @@ fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> S
 
 /// Write `summary.json` and `coverage.json` into `dir`.
 pub fn write_summary(dir: &Path, s: &Summary) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let write = |name: &str, text: String| {
+    fn write(dir: &Path, name: &str, v: &impl serde::Serialize) -> Result<(), String> {
         let p = dir.join(name);
+        let text = serde_json::to_string_pretty(v).unwrap_or_default();
         std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))
-    };
-    write(
-        "summary.json",
-        serde_json::to_string_pretty(s).unwrap_or_default(),
-    )?;
-    write(
-        "coverage.json",
-        serde_json::to_string_pretty(&s.coverage).unwrap_or_default(),
-    )
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    write(dir, "summary.json", s)?;
+    write(dir, "coverage.json", &s.coverage)
 }
