@@ -20,6 +20,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
+use crate::watch_message::WatchMessage;
+
 /// Largest unparsed watch backlog kept in memory; beyond it the stream is dropped and
 /// re-opened (a message that large is not something etcd sends).
 const MAX_WATCH_BUFFER: usize = 64 * 1024 * 1024;
@@ -607,7 +609,7 @@ pub struct WatchStream {
     token: Option<String>,
 }
 
-/// Splits a byte stream into JSON values, however the bytes were chunked (the gateway
+/// Splits a byte stream into watch messages, however the bytes were chunked (the gateway
 /// writes one object per line, but the transport may split or join them).
 #[derive(Debug, Default)]
 pub struct Framer {
@@ -623,14 +625,14 @@ impl Framer {
         Ok(())
     }
 
-    /// The next complete JSON value, if the buffer holds one.
-    pub fn next_value(&mut self) -> Result<Option<Value>, EtcdError> {
-        let mut it = serde_json::Deserializer::from_slice(&self.buf).into_iter::<Value>();
+    /// The next complete message, if the buffer holds one.
+    pub fn next_message(&mut self) -> Result<Option<WatchMessage>, EtcdError> {
+        let mut it = serde_json::Deserializer::from_slice(&self.buf).into_iter::<WatchMessage>();
         match it.next() {
-            Some(Ok(v)) => {
+            Some(Ok(m)) => {
                 let used = it.byte_offset();
                 self.buf.drain(..used);
-                Ok(Some(v))
+                Ok(Some(m))
             }
             Some(Err(e)) if e.is_eof() => Ok(None),
             Some(Err(e)) => Err(err(format!("watch stream is not JSON: {e}"))),
@@ -661,8 +663,8 @@ impl WatchStream {
     /// the idle timeout is an error (the caller re-opens the watch).
     pub async fn next(&mut self) -> Result<Option<WatchResponse>, EtcdError> {
         loop {
-            if let Some(v) = self.frames.next_value()? {
-                return parse_watch_message(&v).map(Some);
+            if let Some(m) = self.frames.next_message()? {
+                return m.into_response().map(Some);
             }
             let chunk = tokio::time::timeout(self.idle, self.response.chunk())
                 .await
@@ -676,8 +678,11 @@ impl WatchStream {
     }
 }
 
-/// Decode one watch message: `{"result":{...}}`, or `{"error":...}` (an error).
-pub fn parse_watch_message(v: &Value) -> Result<WatchResponse, EtcdError> {
+/// Decode one watch message from its tree: `{"result":{...}}`, or `{"error":...}` (an
+/// error). The oracle [`crate::watch_message`] is tested against: it reads the same
+/// messages from their text without building the tree.
+#[cfg(test)]
+pub(crate) fn parse_watch_message(v: &Value) -> Result<WatchResponse, EtcdError> {
     if let Some(e) = v.get("error") {
         return Err(err(format!("watch error: {e}")));
     }
@@ -806,8 +811,8 @@ mod tests {
             let mut got = Vec::new();
             for chunk in text.as_bytes().chunks(size) {
                 f.push(chunk).unwrap();
-                while let Some(v) = f.next_value().unwrap() {
-                    got.push(parse_watch_message(&v).unwrap());
+                while let Some(m) = f.next_message().unwrap() {
+                    got.push(m.into_response().unwrap());
                 }
             }
             assert_eq!(got.len(), 2, "chunk size {size}");
@@ -816,7 +821,7 @@ mod tests {
         }
         let mut f = Framer::default();
         f.push(b"{\"result\": nope}").unwrap();
-        assert!(f.next_value().is_err());
+        assert!(f.next_message().is_err());
     }
 
     #[test]

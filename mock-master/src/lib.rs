@@ -111,6 +111,7 @@ pub mod server;
 pub mod state;
 pub mod views;
 pub mod watch;
+pub mod watch_message;
 pub mod watch_plan;
 
 use std::collections::BTreeMap;

@@ -4,7 +4,7 @@
 //!
 //! The node only carries things: a heartbeat's token header and body bytes in, its
 //! status out (held back by an armed latency fault); etcd's watch lines read by
-//! mock-master's own parser ([`mock_master::etcd::parse_watch_message`]) into the core;
+//! mock-master's own parser ([`mock_master::watch_message::parse_watch_line`]) into the core;
 //! the core's probe commands sent at their time as `GET /health` to the instance's vLLM
 //! node, their outcome (200 or not) handed back.
 //!

@@ -12,10 +12,10 @@ use std::time::Duration;
 use mock_kit::FakeEvent;
 use mock_master::core::MasterCore;
 use mock_master::etcd::{
-    authenticate_request, parse_range, parse_token, parse_watch_message, range_prefix_request,
-    watch_create_request,
+    authenticate_request, parse_range, parse_token, range_prefix_request, watch_create_request,
 };
 use mock_master::follow::Verdict;
+use mock_master::watch_message::parse_watch_line;
 use mock_master::watch_plan::{Position, WatchPlan, RESTART, WATCH_IDLE};
 use mock_master::MasterEvent;
 use serde_json::{json, Value};
@@ -302,10 +302,7 @@ pub(crate) fn read_watch_line(
     core: &mut MasterCore,
     notes: &mut Vec<Value>,
 ) -> Option<Verdict> {
-    let message = serde_json::from_str(line)
-        .map_err(|e| e.to_string())
-        .and_then(|v| parse_watch_message(&v).map_err(|e| e.to_string()));
-    match message {
+    match parse_watch_line(line) {
         Ok(resp) => {
             let verdict = core.on_watch_response(now, resp);
             if !matches!(verdict, Verdict::Events(_)) {
