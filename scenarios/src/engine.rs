@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::capability::{self, Capabilities};
 use crate::cluster::Cluster;
+use crate::invariants::Judges;
 use crate::observe::Sample;
 use crate::report::{Outcome, Status};
 use crate::spec::{Condition, Invariants, Scenario, Step};
@@ -30,20 +31,31 @@ pub struct Played {
     pub records: Vec<ActionRecord>,
     /// Every sample of the cluster taken during the run, oldest first.
     pub samples: Vec<Sample>,
+    /// The invariants, judged on the samples of the run but its last few.
+    pub judges: Judges,
     /// When the play ended (two sample periods after the last step), in ms since the start.
     pub end_ms: u64,
     /// The last output lines of each sidecar seen exited during the run.
     pub last_words: Vec<(usize, Vec<String>)>,
 }
 
-/// A cluster with the samples taken of it so far and the time of the next one.
+/// A cluster with the samples taken of it so far and the time of the next one, and the
+/// invariants judged on them as the run goes.
 struct Run<'c, C> {
+    sc: &'c Scenario,
     cluster: &'c mut C,
     samples: Vec<Sample>,
     period_ms: u64,
     next_sample_ms: u64,
     addrs: Vec<String>,
+    judges: Judges,
+    /// Every action done so far, in order.
+    records: Vec<ActionRecord>,
 }
+
+/// How many samples wait before the invariants judge them: few enough that they are
+/// still in the processor's caches (a run in virtual time takes one at every change).
+const JUDGE_EVERY: usize = 256;
 
 impl<C: Cluster> Run<'_, C> {
     /// Let the cluster run to `to_ms`, observing it at every sample time on the way,
@@ -54,6 +66,12 @@ impl<C: Cluster> Run<'_, C> {
             self.cluster.advance_to(self.next_sample_ms).await;
             let s = self.cluster.observe().await;
             self.push(s);
+            if self.judges.behind(&self.samples) >= JUDGE_EVERY {
+                // No action runs inside this loop: those before now are all recorded.
+                let now = self.cluster.now_ms();
+                let (sc, records) = (self.sc, &self.records);
+                self.judges.catch_up(sc, &self.samples, records, now);
+            }
             // An observation in real time takes time: a late one delays the next.
             let now = self.cluster.now_ms();
             self.next_sample_ms += self.period_ms;
@@ -188,14 +206,16 @@ pub async fn play<C: Cluster>(
 ) -> Played {
     let addrs = cluster.addrs();
     let mut run = Run {
+        sc,
         cluster,
         samples: Vec::new(),
         period_ms: period_ms.max(1),
         next_sample_ms: 0,
         addrs,
+        judges: Judges::new(sc, caps),
+        records: Vec::new(),
     };
     let mut verdicts = Vec::new();
-    let mut records = Vec::new();
     let n_steps = sc.steps.len();
     for (i, step) in sc.steps.iter().enumerate() {
         let label = step.name.clone().unwrap_or_else(|| step_label(step));
@@ -230,7 +250,7 @@ pub async fn play<C: Cluster>(
         if let Some(action) = &step.action {
             let (record, failed) = run.act(i + 1, label, action).await;
             verdicts.extend(failed);
-            records.push(record);
+            run.records.push(record);
         }
     }
     // Two more sample periods, so the last step's effects are observed.
@@ -246,11 +266,13 @@ pub async fn play<C: Cluster>(
         })
         .map(|i| (i, run.cluster.sidecar_output(i)))
         .collect();
+    let end_ms = run.now();
     Played {
         verdicts,
-        records,
-        end_ms: run.now(),
+        records: run.records,
+        end_ms,
         samples: run.samples,
+        judges: run.judges,
         last_words,
     }
 }
@@ -320,13 +342,9 @@ impl Outcome {
         self.verdicts = crate::exits::unexpected(sc, &played.samples, &eps, &played.last_words);
         self.verdicts.extend(played.verdicts);
         self.recovery_checks = crate::recovery::checks(sc, &played.samples, &eps, &played.records);
-        self.verdicts.extend(crate::invariants::check(
-            sc,
-            &played.samples,
-            &eps,
-            &self.recovery_checks,
-            caps,
-        ));
+        let recoveries = &self.recovery_checks;
+        let invariants = played.judges.finish(sc, &played.samples, &eps, recoveries);
+        self.verdicts.extend(invariants);
         let step_needs = sc.steps.iter().flat_map(|s| s.needs());
         let inv_needs = Invariants::NAMES
             .iter()

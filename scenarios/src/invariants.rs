@@ -1,9 +1,17 @@
-//! The invariants: properties of the whole run, judged after it on every sample and
-//! every fault episode ([`crate::episode`]), the same way in both modes. In virtual
-//! time there is a sample at every event that changes what is observed, so the first
-//! violating sample is the violating event's; each pass judges an observation when it
-//! changes, and again at every sample only while its verdict can change with time alone
-//! (a missing key's grace running out).
+//! The invariants: properties of the whole run, judged on every sample and every fault
+//! episode ([`crate::episode`]), the same way in both modes. In virtual time there is a
+//! sample at every event that changes what is observed, so the first violating sample
+//! is the violating event's; each judge looks at an observation when it changes, and
+//! again at every sample only while its verdict can change with time alone (a missing
+//! key's grace running out).
+//!
+//! Most invariants are judged as the run goes ([`Judges::catch_up`]), a few hundred
+//! samples behind it, while those samples are fresh in memory; each judge keeps what it
+//! needs of the past. A sample is judged with the episodes of the actions done by then:
+//! an episode starts when its action runs and whatever ends it comes later, so an open
+//! episode covers that sample as its final form does. Those that look ahead of a
+//! sample (a key still there some time after a stop, a heartbeat after a long stop, the
+//! time to recover) are judged after the run.
 //!
 //! Why each fires only outside the excusing episodes plus a grace: a fault may break a
 //! property for a while (a partitioned sidecar cannot stay registered); what must never
@@ -11,9 +19,9 @@
 
 use crate::capability::{self, Capabilities};
 use crate::episode::{Episode, EpisodeKey};
-use crate::observe::{Incarnation, InstanceObs, ObservedState, Sample};
+use crate::observe::{Incarnation, InstanceObs, Masters, ObservedState, Sample};
 use crate::spec::{Invariants, Scenario};
-use crate::verdict::{overlaps, Verdict, VerdictKind};
+use crate::verdict::{overlaps, ActionRecord, Verdict, VerdictKind};
 use std::sync::Arc;
 
 /// The instances of `s` whose observations are not the previous sample's (every one
@@ -86,6 +94,222 @@ impl Judged {
     }
 }
 
+/// An invariant judged one sample at a time, oldest first, with the episodes known by
+/// that sample's time.
+trait Judge: Send {
+    /// The episodes changed (an action was recorded, or the run ended).
+    fn on_episodes(&mut self, _eps: &[Episode]) {}
+
+    /// Why sample `s` violates the invariant, if it does.
+    fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String>;
+
+    /// What a verdict that held says was judged.
+    fn held(&self) -> String;
+}
+
+/// Where each switched-on invariant's verdict comes from, in [`Invariants::NAMES`] order.
+enum Slot {
+    /// Not judged: a capability it needs is lacking.
+    Skipped(Verdict),
+    /// Judged sample by sample; its first violation, once found.
+    Streamed(&'static str, Box<dyn Judge>, Option<Verdict>),
+    /// Judged after the run, on every sample.
+    After(&'static str),
+}
+
+/// Every invariant a scenario switches on, judged as the run goes: hand it the samples
+/// and the actions so far ([`Judges::catch_up`]), then the whole run
+/// ([`Judges::finish`]).
+pub struct Judges {
+    slots: Vec<Slot>,
+    /// The episodes of the first `records` actions.
+    eps: Vec<Episode>,
+    records: usize,
+    /// How many samples were judged.
+    judged: usize,
+}
+
+impl Judges {
+    /// The judges of the invariants `sc` switches on; one that needs a capability `caps`
+    /// lacks is skipped with that reason.
+    pub fn new(sc: &Scenario, caps: &Capabilities) -> Judges {
+        let inv = &sc.invariants;
+        let on = [
+            inv.registered_when_healthy,
+            inv.single_incarnation,
+            inv.no_stale_heartbeat_accepted,
+            inv.no_401_when_tokens_match,
+            inv.heartbeats_sane,
+            inv.revoked_on_stop,
+            inv.conflict_ends_incarnation,
+            inv.heartbeats_to_elected_master,
+            inv.recovers_within_bound,
+        ];
+        // One master elects nothing: there is no other replica to post to.
+        let one_master = sc.topology.master.replicas < 2;
+        let mut slots = Vec::new();
+        for (name, on) in Invariants::NAMES.into_iter().zip(on) {
+            if !on || (name == "heartbeats_to_elected_master" && one_master) {
+                continue;
+            }
+            if let Some(why) = capability::missing(&inv.needs(name), caps) {
+                let skipped = Verdict::skipped(VerdictKind::Invariant, name.to_string(), why);
+                slots.push(Slot::Skipped(skipped));
+                continue;
+            }
+            slots.push(match judge_of(name, sc) {
+                Some(judge) => Slot::Streamed(name, judge, None),
+                None => Slot::After(name),
+            });
+        }
+        let eps = crate::verdict::episodes(sc, &[], u64::MAX);
+        let mut judges = Judges {
+            slots,
+            eps,
+            records: 0,
+            judged: 0,
+        };
+        judges.episodes_changed();
+        judges
+    }
+
+    /// Judge the samples not judged yet that were taken before `before_ms`, with the
+    /// episodes of `records` (every action done so far: none is done before that time
+    /// any more).
+    pub fn catch_up(
+        &mut self,
+        sc: &Scenario,
+        samples: &[Sample],
+        records: &[ActionRecord],
+        before_ms: u64,
+    ) {
+        if records.len() != self.records {
+            self.eps = crate::verdict::episodes(sc, records, u64::MAX);
+            self.records = records.len();
+            self.episodes_changed();
+        }
+        let todo = samples.get(self.judged..).unwrap_or(&[]);
+        let due = todo.partition_point(|s| s.t_ms < before_ms);
+        self.judge(todo.get(..due).unwrap_or(&[]));
+    }
+
+    /// How many samples wait to be judged.
+    pub fn behind(&self, samples: &[Sample]) -> usize {
+        samples.len().saturating_sub(self.judged)
+    }
+
+    /// Judge what is left of the run (`samples`, with its final episodes `eps`), and
+    /// answer every verdict in order; `recoveries` are the faults' times to recover.
+    pub fn finish(
+        mut self,
+        sc: &Scenario,
+        samples: &[Sample],
+        eps: &[Episode],
+        recoveries: &[crate::recovery::RecoveryCheck],
+    ) -> Vec<Verdict> {
+        self.eps = eps.to_vec();
+        self.episodes_changed();
+        self.judge(samples.get(self.judged..).unwrap_or(&[]));
+        let mut out = Vec::with_capacity(self.slots.len());
+        for slot in self.slots {
+            out.push(match slot {
+                Slot::Skipped(v) => v,
+                Slot::Streamed(_, _, Some(failed)) => failed,
+                Slot::Streamed(name, judge, None) => match name {
+                    "no_stale_heartbeat_accepted" => match heartbeat_after_long_stop(sc, samples, eps) {
+                        Some((s, why)) => violated(name, s, why),
+                        None => held(name, judge.held()),
+                    },
+                    _ => held(name, judge.held()),
+                },
+                Slot::After(crate::recovery::INVARIANT) => {
+                    crate::recovery::verdict(sc, samples, recoveries)
+                }
+                Slot::After(_) => revoked_on_stop(sc, samples, eps),
+            });
+        }
+        out
+    }
+
+    fn episodes_changed(&mut self) {
+        for slot in &mut self.slots {
+            if let Slot::Streamed(_, judge, None) = slot {
+                judge.on_episodes(&self.eps);
+            }
+        }
+    }
+
+    /// Judge `samples`, the ones after those judged so far.
+    fn judge(&mut self, samples: &[Sample]) {
+        for slot in &mut self.slots {
+            let Slot::Streamed(name, judge, failed @ None) = slot else {
+                continue;
+            };
+            for s in samples {
+                if let Some(why) = judge.on_sample(s, &self.eps) {
+                    *failed = Some(violated(name, s, why));
+                    break;
+                }
+            }
+        }
+        self.judged += samples.len();
+    }
+}
+
+/// The judge of invariant `name`, if it is judged sample by sample.
+fn judge_of(name: &str, sc: &Scenario) -> Option<Box<dyn Judge>> {
+    let names = sc.instance_names();
+    let n = names.len();
+    let incarnation_grace = sc.invariants.incarnation_grace.as_ms();
+    Some(match name {
+        "registered_when_healthy" => Box::new(Registered {
+            grace: sc.registered_grace().as_millis() as u64,
+            // A sidecar still in its start-up gate polls /health with a backoff capped
+            // at the lease TTL (the reference's behaviour): after vLLM comes back, it
+            // may take that long, plus a probe, to notice.
+            gate_ms: sc.topology.lease_ttl.saturating_mul(1000) + sc.topology.health_timeout.as_ms(),
+            checked: 0,
+            last_down: vec![Some(0); n],
+            in_gate: vec![true; n],
+            left_behind: vec![None; n],
+            restarts: Restarts::new(n),
+            judged: Judged::new(n),
+            names,
+        }),
+        "single_incarnation" => Box::new(SingleIncarnation {
+            grace: incarnation_grace,
+            since: vec![None; n],
+            judged: Judged::new(n),
+            names,
+        }),
+        "no_stale_heartbeat_accepted" => Box::new(NoStaleHeartbeat {
+            grace: incarnation_grace,
+            first_seen: vec![Vec::new(); n],
+            prev_accepted: vec![0; n],
+            names,
+        }),
+        "no_401_when_tokens_match" => Box::new(No401 {
+            grace: sc.topology.heartbeat_interval.as_ms() + 1000,
+            prev: 0,
+            prev_t: 0,
+            n: 0,
+        }),
+        "heartbeats_sane" => Box::new(HeartbeatsSane { names }),
+        "conflict_ends_incarnation" => Box::new(ConflictEndsIncarnation {
+            since: vec![None; n],
+            judged: Judged::new(n),
+            names,
+        }),
+        "heartbeats_to_elected_master" => Box::new(ToElectedMaster {
+            window: crate::actions::master::follow_window_ms(&sc.topology),
+            since: None,
+            judged: 0,
+            prev: None,
+        }),
+        _ => return None,
+    })
+}
+
 /// Judge every invariant the scenario switches on over the whole run; one that needs
 /// a capability `caps` lacks is skipped with that reason.
 pub fn check(
@@ -95,46 +319,7 @@ pub fn check(
     recoveries: &[crate::recovery::RecoveryCheck],
     caps: &Capabilities,
 ) -> Vec<Verdict> {
-    let inv = &sc.invariants;
-    let on = [
-        inv.registered_when_healthy,
-        inv.single_incarnation,
-        inv.no_stale_heartbeat_accepted,
-        inv.no_401_when_tokens_match,
-        inv.heartbeats_sane,
-        inv.revoked_on_stop,
-        inv.conflict_ends_incarnation,
-        inv.heartbeats_to_elected_master,
-        inv.recovers_within_bound,
-    ];
-    let mut out = Vec::new();
-    for (name, on) in Invariants::NAMES.into_iter().zip(on) {
-        // One master elects nothing: there is no other replica to post to.
-        let one_master = sc.topology.master.replicas < 2;
-        if !on || (name == "heartbeats_to_elected_master" && one_master) {
-            continue;
-        }
-        if let Some(why) = capability::missing(&inv.needs(name), caps) {
-            out.push(Verdict::skipped(
-                VerdictKind::Invariant,
-                name.to_string(),
-                why,
-            ));
-            continue;
-        }
-        out.push(match name {
-            "registered_when_healthy" => registered_when_healthy(sc, samples, eps),
-            "single_incarnation" => single_incarnation(sc, samples, eps),
-            "no_stale_heartbeat_accepted" => no_stale_heartbeat(sc, samples, eps),
-            "no_401_when_tokens_match" => no_401(sc, samples, eps),
-            "heartbeats_sane" => heartbeats_sane(sc, samples),
-            "revoked_on_stop" => revoked_on_stop(sc, samples, eps),
-            "conflict_ends_incarnation" => conflict_ends_incarnation(sc, samples, eps),
-            crate::recovery::INVARIANT => crate::recovery::verdict(sc, samples, recoveries),
-            _ => heartbeats_to_elected_master(sc, samples, eps),
-        });
-    }
-    out
+    Judges::new(sc, caps).finish(sc, samples, eps, recoveries)
 }
 
 /// `name` held; `ok` says how much was judged.
@@ -153,68 +338,77 @@ fn violated(name: &str, s: &Sample, why: String) -> Verdict {
     }
 }
 
-fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
-    let grace = sc.registered_grace().as_millis() as u64;
-    // A sidecar still in its start-up gate polls /health with a backoff capped at the
-    // lease TTL (the reference's behaviour): after vLLM comes back, it may take that
-    // long, plus a probe, to notice.
-    let gate_ms = sc.topology.lease_ttl.saturating_mul(1000) + sc.topology.health_timeout.as_ms();
-    let names = sc.instance_names();
-    let mut checked = 0u64;
-    // Last time each instance's sidecar was seen not running.
-    let mut last_down: Vec<Option<u64>> = vec![Some(0); names.len()];
-    // Whether it has not registered since it was last seen starting (in its gate).
-    let mut in_gate: Vec<bool> = vec![true; names.len()];
-    // The key's incarnation when the sidecar was last seen not running: a sidecar killed
-    // without revoking leaves its key until the lease runs out, which is no registration
-    // of the one started after it.
-    let mut left_behind: Vec<Option<&Incarnation>> = vec![None; names.len()];
-    // A stop and a start between two samples is never seen not running.
-    let mut restarts = Restarts::new(eps, names.len());
-    // An instance without its key, or whose sidecar is not running, is judged at every
-    // sample (its grace runs out with time); one with both, only when it changes.
-    let mut judged = Judged::new(names.len());
-    for s in samples {
-        let todo = judged.of(s, restarts.due(s.t_ms));
+/// A sidecar running with vLLM healthy has its key, unless a fault excuses its absence
+/// (or did within the grace).
+struct Registered {
+    grace: u64,
+    gate_ms: u64,
+    names: Vec<String>,
+    checked: u64,
+    /// Last time each instance's sidecar was seen not running.
+    last_down: Vec<Option<u64>>,
+    /// Whether it has not registered since it was last seen starting (in its gate).
+    in_gate: Vec<bool>,
+    /// The key's incarnation when the sidecar was last seen not running: a sidecar
+    /// killed without revoking leaves its key until the lease runs out, which is no
+    /// registration of the one started after it.
+    left_behind: Vec<Option<Incarnation>>,
+    /// A stop and a start between two samples is never seen not running.
+    restarts: Restarts,
+    /// An instance without its key, or whose sidecar is not running, is judged at every
+    /// sample (its grace runs out with time); one with both, only when it changes.
+    judged: Judged,
+}
+
+impl Judge for Registered {
+    fn on_episodes(&mut self, eps: &[Episode]) {
+        self.restarts.update(eps);
+    }
+
+    fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
+        let grace = self.grace;
+        let todo = self.judged.of(s, self.restarts.due(s.t_ms));
+        let mut why = None;
         for &i in &todo {
             let Some(o) = s.instances.get(i) else {
                 continue;
             };
-            judged.again(i, !o.sidecar_running || o.etcd.is_none());
+            self.judged.again(i, !o.sidecar_running || o.etcd.is_none());
             let from = s.t_ms.saturating_sub(grace);
-            if let Some((t, before)) = restarts.passed(i, s.t_ms, o.etcd.as_ref()) {
-                if let Some(d) = last_down.get_mut(i) {
+            if let Some((t, before)) = self.restarts.passed(i, s.t_ms, o.etcd.as_ref()) {
+                if let Some(d) = self.last_down.get_mut(i) {
                     *d = Some(d.map_or(t, |d| d.max(t)));
                 }
-                if let Some(g) = in_gate.get_mut(i) {
+                if let Some(g) = self.in_gate.get_mut(i) {
                     *g = true;
                 }
-                if let Some(l) = left_behind.get_mut(i) {
+                if let Some(l) = self.left_behind.get_mut(i) {
                     *l = before;
                 }
             }
-            let gate = in_gate.get_mut(i);
-            let left = left_behind.get_mut(i);
+            let gate = self.in_gate.get_mut(i);
+            let left = self.left_behind.get_mut(i);
             if !o.sidecar_running {
-                if let Some(d) = last_down.get_mut(i) {
+                if let Some(d) = self.last_down.get_mut(i) {
                     *d = Some(s.t_ms);
                 }
                 if let Some(g) = gate {
                     *g = true;
                 }
                 if let Some(l) = left {
-                    *l = o.etcd.as_ref();
+                    *l = o.etcd.clone();
                 }
                 continue;
             }
             let gated = match (gate, left) {
                 (Some(g), Some(l)) => {
-                    *g &= o.etcd.is_none() || o.etcd.as_ref() == *l;
+                    *g &= o.etcd.is_none() || o.etcd == *l;
                     *g
                 }
                 _ => false,
             };
-            let down_lately = last_down
+            let down_lately = self
+                .last_down
                 .get(i)
                 .copied()
                 .flatten()
@@ -222,9 +416,10 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
             if down_lately || s.t_ms < grace {
                 continue;
             }
-            checked += 1;
+            self.checked += 1;
             // A key present holds whatever the faults; only a missing one needs an excuse
             // (looked for only then: most samples have their key).
+            let gate_ms = self.gate_ms;
             let excused = || {
                 eps.iter().any(|e| {
                     let extra = e.extra_grace_ms + if gated && e.vllm_down { gate_ms } else { 0 };
@@ -234,33 +429,54 @@ fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -
                 })
             };
             if o.etcd.is_none() && !excused() {
-                return violated("registered_when_healthy", s, format!("{} had no etcd key at t={} ms although vLLM was healthy, its sidecar running and nothing disturbed registration for {} ms", names[i], s.t_ms, grace));
+                let name = self.names.get(i).map_or("?", String::as_str);
+                why = Some(format!("{name} had no etcd key at t={} ms although vLLM was healthy, its sidecar running and nothing disturbed registration for {grace} ms", s.t_ms));
+                break;
             }
         }
-        judged.done(todo);
+        self.judged.done(todo);
+        why
     }
-    held(
-        "registered_when_healthy",
-        format!("held ({checked} observations judged, grace {grace} ms)"),
-    )
+
+    fn held(&self) -> String {
+        format!(
+            "held ({} observations judged, grace {} ms)",
+            self.checked, self.grace
+        )
+    }
 }
 
 /// When each instance's sidecar was stopped or started by an action (from the episodes
 /// those actions open), walked sample by sample with the key each sample showed.
-struct Restarts<'a> {
+///
+/// Episodes only ever start at or after the samples already walked, so the times
+/// known later extend those known before: the places reached stay valid.
+struct Restarts {
     /// Per instance, oldest first.
     times: Vec<Vec<u64>>,
     /// Per instance, the first time not yet passed.
     next: Vec<usize>,
     /// Per instance, the key the last sample showed.
-    key: Vec<Option<&'a Incarnation>>,
+    key: Vec<Option<Incarnation>>,
     /// Every (time, instance), oldest first, and the first not yet due.
     all: Vec<(u64, usize)>,
     cursor: usize,
 }
 
-impl<'a> Restarts<'a> {
-    fn new(eps: &[Episode], instances: usize) -> Restarts<'a> {
+impl Restarts {
+    fn new(instances: usize) -> Restarts {
+        Restarts {
+            times: vec![Vec::new(); instances],
+            next: vec![0; instances],
+            key: vec![None; instances],
+            all: Vec::new(),
+            cursor: 0,
+        }
+    }
+
+    /// The stops and starts of `eps`.
+    fn update(&mut self, eps: &[Episode]) {
+        let instances = self.times.len();
         let mut times = vec![Vec::new(); instances];
         for e in eps {
             let scope = match e.key() {
@@ -278,13 +494,8 @@ impl<'a> Restarts<'a> {
             .flat_map(|i| times.get(i).into_iter().flatten().map(move |&t| (t, i)))
             .collect();
         all.sort_unstable();
-        Restarts {
-            times,
-            next: vec![0; instances],
-            key: vec![None; instances],
-            all,
-            cursor: 0,
-        }
+        self.times = times;
+        self.all = all;
     }
 
     /// The instances with a stop or start due by `t_ms` since the last call.
@@ -306,9 +517,14 @@ impl<'a> Restarts<'a> {
         &mut self,
         i: usize,
         t_ms: u64,
-        key: Option<&'a Incarnation>,
-    ) -> Option<(u64, Option<&'a Incarnation>)> {
-        let before = std::mem::replace(self.key.get_mut(i)?, key);
+        key: Option<&Incarnation>,
+    ) -> Option<(u64, Option<Incarnation>)> {
+        let slot = self.key.get_mut(i)?;
+        // Most samples show the key the last one did: nothing is copied then.
+        let before = match (slot.as_ref(), key) {
+            (Some(last), Some(now)) if Arc::ptr_eq(last, now) => None,
+            _ => Some(std::mem::replace(slot, key.cloned())),
+        };
         let times = self.times.get(i)?;
         let next = self.next.get_mut(i)?;
         let mut latest = None;
@@ -316,7 +532,8 @@ impl<'a> Restarts<'a> {
             latest = Some(t);
             *next += 1;
         }
-        latest.map(|t| (t, before))
+        let t = latest?;
+        Some((t, before.unwrap_or_else(|| key.cloned())))
     }
 }
 
@@ -325,52 +542,68 @@ fn master_excused(eps: &[Episode], t: u64, grace: u64) -> bool {
         .any(|e| e.excuses_master && overlaps(e, t.saturating_sub(grace + 3000), t))
 }
 
-fn single_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
-    let grace = sc.invariants.incarnation_grace.as_ms();
-    let names = sc.instance_names();
-    // Per instance: since when etcd and the master disagree (a vector: this is read for
-    // every instance of every sample).
-    let mut since: Vec<Option<u64>> = vec![None; names.len()];
-    // A split instance is judged at every sample (its grace runs out with time).
-    let mut judged = Judged::new(names.len());
-    for s in samples {
-        let todo = judged.of(s, std::iter::empty());
+/// etcd and the master agree on an instance's incarnation, but for a grace.
+struct SingleIncarnation {
+    grace: u64,
+    names: Vec<String>,
+    /// Per instance: since when etcd and the master disagree.
+    since: Vec<Option<u64>>,
+    /// A split instance is judged at every sample (its grace runs out with time).
+    judged: Judged,
+}
+
+impl Judge for SingleIncarnation {
+    fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
+        let grace = self.grace;
+        let todo = self.judged.of(s, std::iter::empty());
+        let mut why = None;
         for &i in &todo {
             let Some(o) = s.instances.get(i) else {
                 continue;
             };
             let split = matches!((&o.etcd, &o.master_incarnation, o.state), (Some(e), Some(m), Some(st)) if e != m && st != ObservedState::Suspect);
-            judged.again(i, split);
+            self.judged.again(i, split);
             if split && !master_excused(eps, s.t_ms, grace) {
-                let start = since
+                let start = self
+                    .since
                     .get_mut(i)
                     .map_or(s.t_ms, |x| *x.get_or_insert(s.t_ms));
                 if s.t_ms - start > grace {
-                    return violated("single_incarnation", s, format!(
-                                "{}: etcd has incarnation {:?} but the master routes to {:?} since t={} ms",
-                                names[i], o.etcd, o.master_incarnation, start
-                            ));
+                    let name = self.names.get(i).map_or("?", String::as_str);
+                    why = Some(format!(
+                        "{name}: etcd has incarnation {:?} but the master routes to {:?} since t={start} ms",
+                        o.etcd, o.master_incarnation
+                    ));
+                    break;
                 }
-            } else if let Some(x) = since.get_mut(i) {
+            } else if let Some(x) = self.since.get_mut(i) {
                 *x = None;
             }
         }
-        judged.done(todo);
+        self.judged.done(todo);
+        why
     }
-    held("single_incarnation", format!("held (grace {grace} ms)"))
+
+    fn held(&self) -> String {
+        format!("held (grace {} ms)", self.grace)
+    }
 }
 
-fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
-    let grace = sc.invariants.incarnation_grace.as_ms();
-    let names = sc.instance_names();
-    // Per instance: incarnations in order of first sighting in etcd.
-    let mut first_seen: Vec<Vec<(Incarnation, u64)>> = vec![Vec::new(); names.len()];
-    let mut prev_accepted = vec![0u64; names.len()];
-    for s in samples {
+/// The master accepts no heartbeat of an incarnation etcd superseded, but for a grace.
+struct NoStaleHeartbeat {
+    grace: u64,
+    names: Vec<String>,
+    /// Per instance: incarnations in order of first sighting in etcd.
+    first_seen: Vec<Vec<(Incarnation, u64)>>,
+    prev_accepted: Vec<u64>,
+}
+
+impl Judge for NoStaleHeartbeat {
+    fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
         // Unchanged: its incarnation is already seen and its accepted count did not grow,
         // so nothing below changes or fires.
         for (i, o) in changed_in(s) {
-            let Some(seen) = first_seen.get_mut(i) else {
+            let Some(seen) = self.first_seen.get_mut(i) else {
                 continue;
             };
             // Most samples show the incarnation last seen: no search then.
@@ -380,8 +613,8 @@ fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
                 }
             }
             let accepted = o.accepted();
-            let grew = accepted > prev_accepted.get(i).copied().unwrap_or(0);
-            if let Some(p) = prev_accepted.get_mut(i) {
+            let grew = accepted > self.prev_accepted.get(i).copied().unwrap_or(0);
+            if let Some(p) = self.prev_accepted.get_mut(i) {
                 *p = accepted;
             }
             let Some(m) = &o.master_incarnation else {
@@ -394,16 +627,18 @@ fn no_stale_heartbeat(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Ver
                 continue;
             };
             if let Some((newer, t_newer)) = seen.get(pos + 1) {
-                if s.t_ms > t_newer + grace && !master_excused(eps, s.t_ms, grace) {
-                    return violated("no_stale_heartbeat_accepted", s, format!("{}: heartbeats of incarnation {m} still accepted at t={} ms, superseded by {newer} at t={t_newer} ms", names[i], s.t_ms));
+                if s.t_ms > t_newer + self.grace && !master_excused(eps, s.t_ms, self.grace) {
+                    let name = self.names.get(i).map_or("?", String::as_str);
+                    return Some(format!("{name}: heartbeats of incarnation {m} still accepted at t={} ms, superseded by {newer} at t={t_newer} ms", s.t_ms));
                 }
             }
         }
+        None
     }
-    if let Some(v) = heartbeat_after_long_stop(sc, samples, eps) {
-        return violated("no_stale_heartbeat_accepted", v.0, v.1);
+
+    fn held(&self) -> String {
+        "held".into()
     }
-    held("no_stale_heartbeat_accepted", "held".into())
 }
 
 /// After a sidecar was stopped for longer than its lease's TTL, the master accepts no
@@ -456,57 +691,70 @@ fn heartbeat_after_long_stop<'a>(
     None
 }
 
-fn no_401(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
-    // The master answers 401 before it reads the body, so a 401 names no instance: the
-    // count is cluster-wide, and excused only while some sidecar's token mismatches.
-    let grace = sc.topology.heartbeat_interval.as_ms() + 1000;
-    let mut prev = 0u64;
-    let mut prev_t = 0u64;
-    // The highest instance count so far (each only grows: counts are over the run).
-    let mut n = 0u64;
-    for s in samples {
-        for (_, o) in changed_in(s) {
-            n = n.max(o.status_count(401));
-        }
-        if n > prev {
-            let excused = eps
-                .iter()
-                .any(|e| e.token_mismatch && overlaps(e, prev_t.saturating_sub(grace), s.t_ms));
-            if !excused {
-                let why = format!("a heartbeat was answered 401 at t≈{} ms while every sidecar's token matched the master's", s.t_ms);
-                return violated("no_401_when_tokens_match", s, why);
-            }
-        }
-        prev = n;
-        prev_t = s.t_ms;
-    }
-    held("no_401_when_tokens_match", "held".into())
+/// No heartbeat is answered 401 while every sidecar's token matches the master's.
+struct No401 {
+    grace: u64,
+    prev: u64,
+    prev_t: u64,
+    /// The highest instance count so far (each only grows: counts are over the run).
+    n: u64,
 }
 
-fn heartbeats_sane(sc: &Scenario, samples: &[Sample]) -> Verdict {
-    let names = sc.instance_names();
-    for s in samples {
-        // Judged on the observation alone: an unchanged one passed already.
-        for (i, o) in changed_in(s) {
-            let bad = o
-                .gpu_cache
-                .is_some_and(|g| !g.is_finite() || !(0.0..=1.0).contains(&g))
-                || o.waiting.is_some_and(|w| w > 10_000_000)
-                || o.ttft_ms.is_some_and(|x| !(0..=86_400_000).contains(&x))
-                || o.tbt_ms.is_some_and(|x| !(0..=86_400_000).contains(&x));
-            if bad {
-                return violated(
-                    "heartbeats_sane",
-                    s,
-                    format!(
-                        "{}: master stored waiting={:?} gpu_cache={:?} ttft={:?} tbt={:?}",
-                        names[i], o.waiting, o.gpu_cache, o.ttft_ms, o.tbt_ms
-                    ),
-                );
+impl Judge for No401 {
+    fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
+        // The master answers 401 before it reads the body, so a 401 names no instance:
+        // the count is cluster-wide, and excused only while some sidecar's token
+        // mismatches.
+        for (_, o) in changed_in(s) {
+            self.n = self.n.max(o.status_count(401));
+        }
+        if self.n > self.prev {
+            let from = self.prev_t.saturating_sub(self.grace);
+            let excused = eps
+                .iter()
+                .any(|e| e.token_mismatch && overlaps(e, from, s.t_ms));
+            if !excused {
+                return Some(format!("a heartbeat was answered 401 at t≈{} ms while every sidecar's token matched the master's", s.t_ms));
             }
         }
+        self.prev = self.n;
+        self.prev_t = s.t_ms;
+        None
     }
-    held("heartbeats_sane", "held".into())
+
+    fn held(&self) -> String {
+        "held".into()
+    }
+}
+
+/// What the master stored of each heartbeat is in range.
+struct HeartbeatsSane {
+    names: Vec<String>,
+}
+
+impl Judge for HeartbeatsSane {
+    fn on_sample(&mut self, s: &Sample, _eps: &[Episode]) -> Option<String> {
+        // Judged on the observation alone: an unchanged one passed already.
+        let (i, o) = changed_in(s).find(|(_, o)| insane(o))?;
+        let name = self.names.get(i).map_or("?", String::as_str);
+        Some(format!(
+            "{name}: master stored waiting={:?} gpu_cache={:?} ttft={:?} tbt={:?}",
+            o.waiting, o.gpu_cache, o.ttft_ms, o.tbt_ms
+        ))
+    }
+
+    fn held(&self) -> String {
+        "held".into()
+    }
+}
+
+/// Load or latency out of any range a heartbeat can carry.
+fn insane(o: &InstanceObs) -> bool {
+    o.gpu_cache
+        .is_some_and(|g| !g.is_finite() || !(0.0..=1.0).contains(&g))
+        || o.waiting.is_some_and(|w| w > 10_000_000)
+        || o.ttft_ms.is_some_and(|x| !(0..=86_400_000).contains(&x))
+        || o.tbt_ms.is_some_and(|x| !(0..=86_400_000).contains(&x))
 }
 
 /// After a graceful stop or a drain the key must go at once: a revoke takes one etcd round trip,
@@ -551,71 +799,80 @@ fn revoked_on_stop(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdic
     held("revoked_on_stop", ok)
 }
 
+/// With several replicas: once the follow window has passed since the elected replica
+/// last changed, a heartbeat accepted by any other replica is one the master's routing
+/// never sees (a standby answers 200 too).
+struct ToElectedMaster {
+    window: u64,
+    /// The elected replica and since when.
+    since: Option<(Option<usize>, u64)>,
+    judged: u64,
+    /// The previous sample's replicas.
+    prev: Option<Arc<Masters>>,
+}
+
+impl Judge for ToElectedMaster {
+    fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
+        let prev = self.prev.replace(s.masters.clone())?;
+        let elected = s.masters.elected;
+        let changed_at = match self.since {
+            Some((e, t)) if e == elected => t,
+            _ => {
+                self.since = Some((elected, s.t_ms));
+                s.t_ms
+            }
+        };
+        let k = elected?;
+        if Arc::ptr_eq(&prev, &s.masters)
+            || s.t_ms < changed_at + self.window
+            || master_excused(eps, s.t_ms, 0)
+        {
+            return None;
+        }
+        self.judged += 1;
+        let stray = (0..s.masters.accepted.len())
+            .find(|&j| j != k && s.masters.accepted_by(j) > prev.accepted_by(j))?;
+        Some(format!("replica {stray} accepted a heartbeat at t≈{} ms while replica {k} has been the elected master since t={changed_at} ms (longer than the {} ms follow window): that load never reaches routing", s.t_ms, self.window))
+    }
+
+    fn held(&self) -> String {
+        format!(
+            "held ({} changes of the replicas' counts judged, follow window {} ms)",
+            self.judged, self.window
+        )
+    }
+}
+
 /// Conflicts (409) per incarnation: a sidecar told its incarnation is unknown registers
 /// a new one and posts that; it never keeps posting the old one. Counted from the
 /// sample where etcd shows an incarnation (or no key) until etcd shows another; more
 /// than [`MAX_CONFLICTS`] is a violation, unless the master restarted or was faulted
 /// (it may then answer anything) since the count began.
-/// With several replicas: once the follow window has passed since the elected replica
-/// last changed, a heartbeat accepted by any other replica is one the master's routing
-/// never sees (a standby answers 200 too).
-fn heartbeats_to_elected_master(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
-    let name = "heartbeats_to_elected_master";
-    let window = crate::actions::master::follow_window_ms(&sc.topology);
-    let mut since: Option<(Option<usize>, u64)> = None;
-    let mut judged = 0u64;
-    for pair in samples.windows(2) {
-        let [prev, s] = pair else { continue };
-        let elected = s.masters.elected;
-        let changed_at = match since {
-            Some((e, t)) if e == elected => t,
-            _ => {
-                since = Some((elected, s.t_ms));
-                s.t_ms
-            }
-        };
-        let Some(k) = elected else { continue };
-        if Arc::ptr_eq(&prev.masters, &s.masters)
-            || s.t_ms < changed_at + window
-            || master_excused(eps, s.t_ms, 0)
-        {
-            continue;
-        }
-        judged += 1;
-        let stray = (0..s.masters.accepted.len())
-            .find(|&j| j != k && s.masters.accepted_by(j) > prev.masters.accepted_by(j));
-        if let Some(j) = stray {
-            return violated(name, s, format!("replica {j} accepted a heartbeat at t≈{} ms while replica {k} has been the elected master since t={changed_at} ms (longer than the {window} ms follow window): that load never reaches routing", s.t_ms));
-        }
-    }
-    held(
-        name,
-        format!(
-            "held ({judged} changes of the replicas' counts judged, follow window {window} ms)"
-        ),
-    )
+struct ConflictEndsIncarnation {
+    names: Vec<String>,
+    /// Per instance: the incarnation in etcd, since when, and the 409 count then.
+    since: Vec<Option<(Option<Incarnation>, u64, u64)>>,
+    /// An instance whose count since then was over the limit at its last change is
+    /// judged at every sample (an unchanged observation may fire once nothing excuses
+    /// it).
+    judged: Judged,
 }
 
-fn conflict_ends_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
-    const MAX_CONFLICTS: u64 = 3;
-    let names = sc.instance_names();
-    // Per instance: the incarnation in etcd, since when, and the 409 count then.
-    let mut since: Vec<Option<(Option<&str>, u64, u64)>> = vec![None; names.len()];
-    // An instance whose count since then was over the limit at its last change is
-    // judged at every sample (an unchanged observation may fire once nothing excuses it).
-    let mut judged = Judged::new(names.len());
-    for s in samples {
-        let todo = judged.of(s, std::iter::empty());
+impl Judge for ConflictEndsIncarnation {
+    fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
+        const MAX_CONFLICTS: u64 = 3;
+        let todo = self.judged.of(s, std::iter::empty());
+        let mut why = None;
         for &i in &todo {
-            let (Some(slot), Some(o)) = (since.get_mut(i), s.instances.get(i)) else {
+            let (Some(slot), Some(o)) = (self.since.get_mut(i), s.instances.get(i)) else {
                 continue;
             };
-            let now = (o.etcd.as_deref(), s.t_ms, o.status_count(409));
-            let (inc, from, base) = match *slot {
-                Some(x) if x.0 == now.0 => x,
+            let count = o.status_count(409);
+            let (from, base) = match slot {
+                Some((inc, from, base)) if *inc == o.etcd => (*from, *base),
                 _ => {
-                    *slot = Some(now);
-                    now
+                    *slot = Some((o.etcd.clone(), s.t_ms, count));
+                    (s.t_ms, count)
                 }
             };
             let master_disturbed = || {
@@ -624,16 +881,47 @@ fn conflict_ends_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode])
                         && overlaps(e, from, s.t_ms)
                 })
             };
-            let is_over = now.2 - base > MAX_CONFLICTS;
-            judged.again(i, is_over);
+            let is_over = count - base > MAX_CONFLICTS;
+            self.judged.again(i, is_over);
             if is_over && !master_disturbed() {
-                let why = format!("{}: the master answered 409 {} times since t={from} ms while etcd kept {} (a sidecar answered 409 registers a new incarnation instead of posting the old one again)", names[i], now.2 - base, inc.unwrap_or("no key"));
-                return violated("conflict_ends_incarnation", s, why);
+                let name = self.names.get(i).map_or("?", String::as_str);
+                let inc = o.etcd.as_deref().unwrap_or("no key");
+                why = Some(format!("{name}: the master answered 409 {} times since t={from} ms while etcd kept {inc} (a sidecar answered 409 registers a new incarnation instead of posting the old one again)", count - base));
+                break;
             }
         }
-        judged.done(todo);
+        self.judged.done(todo);
+        why
     }
-    held("conflict_ends_incarnation", "held".into())
+
+    fn held(&self) -> String {
+        "held".into()
+    }
+}
+
+/// Judge `samples` with `judge` of invariant `name`, as [`Judges`] does.
+#[cfg(test)]
+fn judge_run(name: &str, sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
+    let Some(mut judge) = judge_of(name, sc) else {
+        return revoked_on_stop(sc, samples, eps);
+    };
+    judge.on_episodes(eps);
+    for s in samples {
+        if let Some(why) = judge.on_sample(s, eps) {
+            return violated(name, s, why);
+        }
+    }
+    held(name, judge.held())
+}
+
+#[cfg(test)]
+fn registered_when_healthy(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
+    judge_run("registered_when_healthy", sc, samples, eps)
+}
+
+#[cfg(test)]
+fn conflict_ends_incarnation(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
+    judge_run("conflict_ends_incarnation", sc, samples, eps)
 }
 
 #[cfg(test)]
