@@ -24,7 +24,7 @@ use crate::topology::target_indices;
 use crate::verdict::{self, ActionRecord, Ctx, Verdict, VerdictKind};
 
 /// What playing a scenario produced, before it is judged as a whole.
-pub struct Played {
+pub struct Played<'a> {
     /// The verdict of every `when`, `expect` and failed action, in step order.
     pub verdicts: Vec<Verdict>,
     /// Every action as executed, in step order.
@@ -32,7 +32,7 @@ pub struct Played {
     /// Every sample of the cluster taken during the run, oldest first.
     pub samples: Vec<Sample>,
     /// The invariants, judged on the samples of the run but its last few.
-    pub judges: Judges,
+    pub judges: Judges<'a>,
     /// When the play ended (two sample periods after the last step), in ms since the start.
     pub end_ms: u64,
     /// The last output lines of each sidecar seen exited during the run.
@@ -41,14 +41,13 @@ pub struct Played {
 
 /// A cluster with the samples taken of it so far and the time of the next one, and the
 /// invariants judged on them as the run goes.
-struct Run<'c, C> {
-    sc: &'c Scenario,
+struct Run<'s, 'c, C> {
     cluster: &'c mut C,
     samples: Vec<Sample>,
     period_ms: u64,
     next_sample_ms: u64,
     addrs: Vec<String>,
-    judges: Judges,
+    judges: Judges<'s>,
     /// Every action done so far, in order.
     records: Vec<ActionRecord>,
 }
@@ -57,7 +56,7 @@ struct Run<'c, C> {
 /// still in the processor's caches (a run in virtual time takes one at every change).
 const JUDGE_EVERY: usize = 256;
 
-impl<C: Cluster> Run<'_, C> {
+impl<C: Cluster> Run<'_, '_, C> {
     /// Let the cluster run to `to_ms`, observing it at every sample time on the way,
     /// and at every change where the mode sees changes (virtual time).
     async fn advance_to(&mut self, to_ms: u64) {
@@ -69,8 +68,7 @@ impl<C: Cluster> Run<'_, C> {
             if self.judges.behind(&self.samples) >= JUDGE_EVERY {
                 // No action runs inside this loop: those before now are all recorded.
                 let now = self.cluster.now_ms();
-                let (sc, records) = (self.sc, &self.records);
-                self.judges.catch_up(sc, &self.samples, records, now);
+                self.judges.catch_up(&self.samples, &self.records, now);
             }
             // An observation in real time takes time: a late one delays the next.
             let now = self.cluster.now_ms();
@@ -197,16 +195,15 @@ impl<C: Cluster> Run<'_, C> {
 
 /// Play every step of `sc` on `cluster`, observing it every `period_ms`; `progress` is
 /// told which step runs.
-pub async fn play<C: Cluster>(
-    sc: &Scenario,
+pub async fn play<'a, C: Cluster>(
+    sc: &'a Scenario,
     cluster: &mut C,
     caps: &Capabilities,
     period_ms: u64,
     progress: &(dyn Fn(String) + Sync),
-) -> Played {
+) -> Played<'a> {
     let addrs = cluster.addrs();
     let mut run = Run {
-        sc,
         cluster,
         samples: Vec::new(),
         period_ms: period_ms.max(1),

@@ -335,7 +335,7 @@ impl<'a> EpisodeBook<'a> {
 
     /// The episodes, none ending after the run did.
     pub fn finish(mut self, end_ms: u64) -> Vec<Episode> {
-        self.outlast_faults();
+        outlast_faults(&mut self.eps);
         for e in &mut self.eps {
             if let Some(end) = e.end_ms {
                 e.end_ms = Some(end.min(end_ms.max(e.start_ms)));
@@ -344,39 +344,45 @@ impl<'a> EpisodeBook<'a> {
         self.eps
     }
 
-    /// Stretch each episode with `outlasts_faults_ms` past the faults overlapping it
-    /// (and those overlapping the stretch, until nothing changes; an open fault leaves
-    /// it open).
-    fn outlast_faults(&mut self) {
-        for i in 0..self.eps.len() {
-            let Some(e) = self.eps.get(i) else { break };
-            let by = e.outlasts_faults_ms;
-            if by == 0 {
-                continue;
+    /// The episodes of the actions recorded so far, as [`EpisodeBook::finish`] answers
+    /// them for a run that goes on: an episode still open may end later.
+    pub fn so_far(&self) -> Vec<Episode> {
+        let mut eps = self.eps.clone();
+        outlast_faults(&mut eps);
+        eps
+    }
+}
+
+/// Stretch each episode with `outlasts_faults_ms` past the faults overlapping it (and
+/// those overlapping the stretch, until nothing changes; an open fault leaves it open).
+fn outlast_faults(eps: &mut [Episode]) {
+    for i in 0..eps.len() {
+        let Some(e) = eps.get(i) else { break };
+        let by = e.outlasts_faults_ms;
+        if by == 0 {
+            continue;
+        }
+        let (start, mut end) = (e.start_ms, e.end_ms);
+        loop {
+            let blockers = eps
+                .iter()
+                .filter(|o| (o.is_fault || o.token_mismatch) && o.outlasts_faults_ms == 0);
+            let stretched = blockers
+                .filter(|o| {
+                    o.start_ms <= end.unwrap_or(u64::MAX) && o.end_ms.is_none_or(|x| x >= start)
+                })
+                .map(|o| o.end_ms.map(|x| x + by))
+                .fold(end, |acc, x| match (acc, x) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    _ => None,
+                });
+            if stretched == end {
+                break;
             }
-            let (start, mut end) = (e.start_ms, e.end_ms);
-            loop {
-                let blockers = self
-                    .eps
-                    .iter()
-                    .filter(|o| (o.is_fault || o.token_mismatch) && o.outlasts_faults_ms == 0);
-                let stretched = blockers
-                    .filter(|o| {
-                        o.start_ms <= end.unwrap_or(u64::MAX) && o.end_ms.is_none_or(|x| x >= start)
-                    })
-                    .map(|o| o.end_ms.map(|x| x + by))
-                    .fold(end, |acc, x| match (acc, x) {
-                        (Some(a), Some(b)) => Some(a.max(b)),
-                        _ => None,
-                    });
-                if stretched == end {
-                    break;
-                }
-                end = stretched;
-            }
-            if let Some(e) = self.eps.get_mut(i) {
-                e.end_ms = end;
-            }
+            end = stretched;
+        }
+        if let Some(e) = eps.get_mut(i) {
+            e.end_ms = end;
         }
     }
 }

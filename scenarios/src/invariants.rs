@@ -18,7 +18,7 @@
 //! happen is the property staying broken with no fault to explain it.
 
 use crate::capability::{self, Capabilities};
-use crate::episode::{Episode, EpisodeKey};
+use crate::episode::{Episode, EpisodeBook, EpisodeKey};
 use crate::observe::{Incarnation, InstanceObs, Masters, ObservedState, Sample};
 use crate::spec::{Invariants, Scenario};
 use crate::verdict::{overlaps, ActionRecord, Verdict, VerdictKind};
@@ -120,19 +120,20 @@ enum Slot {
 /// Every invariant a scenario switches on, judged as the run goes: hand it the samples
 /// and the actions so far ([`Judges::catch_up`]), then the whole run
 /// ([`Judges::finish`]).
-pub struct Judges {
+pub struct Judges<'a> {
     slots: Vec<Slot>,
-    /// The episodes of the first `records` actions.
+    /// The episodes of the first `records` actions, written in `book`.
+    book: EpisodeBook<'a>,
     eps: Vec<Episode>,
     records: usize,
     /// How many samples were judged.
     judged: usize,
 }
 
-impl Judges {
+impl<'a> Judges<'a> {
     /// The judges of the invariants `sc` switches on; one that needs a capability `caps`
     /// lacks is skipped with that reason.
-    pub fn new(sc: &Scenario, caps: &Capabilities) -> Judges {
+    pub fn new(sc: &'a Scenario, caps: &Capabilities) -> Judges<'a> {
         let inv = &sc.invariants;
         let on = [
             inv.registered_when_healthy,
@@ -162,10 +163,11 @@ impl Judges {
                 None => Slot::After(name),
             });
         }
-        let eps = crate::verdict::episodes(sc, &[], u64::MAX);
+        let book = EpisodeBook::new(&sc.topology);
         let mut judges = Judges {
             slots,
-            eps,
+            eps: book.so_far(),
+            book,
             records: 0,
             judged: 0,
         };
@@ -176,16 +178,13 @@ impl Judges {
     /// Judge the samples not judged yet that were taken before `before_ms`, with the
     /// episodes of `records` (every action done so far: none is done before that time
     /// any more).
-    pub fn catch_up(
-        &mut self,
-        sc: &Scenario,
-        samples: &[Sample],
-        records: &[ActionRecord],
-        before_ms: u64,
-    ) {
-        if records.len() != self.records {
-            self.eps = crate::verdict::episodes(sc, records, u64::MAX);
+    pub fn catch_up(&mut self, samples: &[Sample], records: &[ActionRecord], before_ms: u64) {
+        if let Some(new) = records.get(self.records..).filter(|r| !r.is_empty()) {
+            for r in new {
+                crate::verdict::record_episodes(&mut self.book, r);
+            }
             self.records = records.len();
+            self.eps = self.book.so_far();
             self.episodes_changed();
         }
         let todo = samples.get(self.judged..).unwrap_or(&[]);
@@ -216,10 +215,12 @@ impl Judges {
                 Slot::Skipped(v) => v,
                 Slot::Streamed(_, _, Some(failed)) => failed,
                 Slot::Streamed(name, judge, None) => match name {
-                    "no_stale_heartbeat_accepted" => match heartbeat_after_long_stop(sc, samples, eps) {
-                        Some((s, why)) => violated(name, s, why),
-                        None => held(name, judge.held()),
-                    },
+                    "no_stale_heartbeat_accepted" => {
+                        match heartbeat_after_long_stop(sc, samples, eps) {
+                            Some((s, why)) => violated(name, s, why),
+                            None => held(name, judge.held()),
+                        }
+                    }
                     _ => held(name, judge.held()),
                 },
                 Slot::After(crate::recovery::INVARIANT) => {
@@ -267,7 +268,8 @@ fn judge_of(name: &str, sc: &Scenario) -> Option<Box<dyn Judge>> {
             // A sidecar still in its start-up gate polls /health with a backoff capped
             // at the lease TTL (the reference's behaviour): after vLLM comes back, it
             // may take that long, plus a probe, to notice.
-            gate_ms: sc.topology.lease_ttl.saturating_mul(1000) + sc.topology.health_timeout.as_ms(),
+            gate_ms: sc.topology.lease_ttl.saturating_mul(1000)
+                + sc.topology.health_timeout.as_ms(),
             checked: 0,
             last_down: vec![Some(0); n],
             in_gate: vec![true; n],

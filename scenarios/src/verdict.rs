@@ -235,11 +235,18 @@ pub struct Recovery {
 /// Derive episodes from the executed actions (and the topology's start-up).
 pub fn episodes(sc: &Scenario, records: &[ActionRecord], end_ms: u64) -> Vec<Episode> {
     let mut book = EpisodeBook::new(&sc.topology);
-    for r in records.iter().filter(|r| r.error.is_none()) {
-        book.action(r.t_ms, &r.label, r.detail.as_deref());
-        r.action.episodes(&mut book);
+    for r in records {
+        record_episodes(&mut book, r);
     }
     book.finish(end_ms)
+}
+
+/// Write the episodes action `r` opens and closes into `book` (none if it failed).
+pub fn record_episodes(book: &mut EpisodeBook<'_>, r: &ActionRecord) {
+    if r.error.is_none() {
+        book.action(r.t_ms, &r.label, r.detail.as_deref());
+        r.action.episodes(book);
+    }
 }
 
 pub(crate) fn overlaps(e: &Episode, from: u64, to: u64) -> bool {
