@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 use crate::codec::{is_false, is_zero, ser_i64, Header};
 use crate::requests::CreateRequest;
@@ -34,8 +35,26 @@ pub struct WatchResponse<'a> {
     pub events: Vec<WireEvent<'a>>,
 }
 
+/// An event as a watcher is sent it.
+pub enum WireEvent<'a> {
+    /// Written from the event.
+    Fields(EventFields<'a>),
+    /// Written already for another watcher of the revision: its text, copied as it is.
+    Written(&'a RawValue),
+}
+
+impl Serialize for WireEvent<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            WireEvent::Fields(fields) => fields.serialize(s),
+            WireEvent::Written(text) => text.serialize(s),
+        }
+    }
+}
+
+/// `Event` in etcd's field order.
 #[derive(Serialize)]
-pub struct WireEvent<'a> {
+pub struct EventFields<'a> {
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
     pub kind: Option<&'static str>,
     pub kv: &'a KeyValue,
@@ -75,7 +94,7 @@ impl Spec {
     }
 
     pub fn wire<'a>(&self, ev: &'a Event) -> WireEvent<'a> {
-        WireEvent {
+        WireEvent::Fields(EventFields {
             kind: (ev.kind == EventKind::Delete).then_some("DELETE"),
             kv: &ev.kv,
             prev_kv: if self.prev_kv {
@@ -83,7 +102,7 @@ impl Spec {
             } else {
                 None
             },
-        }
+        })
     }
 }
 
@@ -161,12 +180,18 @@ impl Registry {
             return;
         }
         let header = self.header(rev);
+        let written = self.write_shared(events);
         let mut overflowed: Vec<u64> = Vec::new();
         for w in &self.watchers {
+            let prev_kv = usize::from(w.spec.prev_kv);
             let evs: Vec<WireEvent<'_>> = events
                 .iter()
-                .filter(|e| w.spec.wants(e))
-                .map(|e| w.spec.wire(e))
+                .enumerate()
+                .filter(|(_, e)| w.spec.wants(e))
+                .map(|(k, e)| {
+                    let text = written.get(k).and_then(|t| t[prev_kv].as_deref());
+                    text.map_or_else(|| w.spec.wire(e), WireEvent::Written)
+                })
                 .collect();
             if evs.is_empty() {
                 continue;
@@ -191,6 +216,27 @@ impl Registry {
             }
             self.watchers.retain(|w| !overflowed.contains(&w.stream));
         }
+    }
+
+    /// With several watchers, each of `events` written once for each `prev_kv` choice
+    /// (indexed by it) of the watchers that want it, to be copied into every line: a
+    /// revision's events usually go to every watcher of their prefix. With one, none.
+    fn write_shared(&self, events: &[Arc<Event>]) -> Vec<[Option<Box<RawValue>>; 2]> {
+        if self.watchers.len() < 2 {
+            return Vec::new();
+        }
+        let mut written: Vec<[Option<Box<RawValue>>; 2]> =
+            events.iter().map(|_| [None, None]).collect();
+        for w in &self.watchers {
+            let prev_kv = usize::from(w.spec.prev_kv);
+            for (e, text) in events.iter().zip(written.iter_mut()) {
+                let slot = &mut text[prev_kv];
+                if slot.is_none() && w.spec.wants(e) {
+                    *slot = serde_json::value::to_raw_value(&w.spec.wire(e)).ok();
+                }
+            }
+        }
+        written
     }
 
     /// Forget every watcher (the data they watched is gone).

@@ -268,6 +268,71 @@ fn watch_events_go_to_the_sink_in_revision_order() {
     assert!(c.data().watchers.is_empty());
 }
 
+/// The lines of one watcher per `(range start, range end, prev_kv)` in `specs`, all on
+/// one core, after the same writes (a put, a put over it, a delete).
+fn watch_lines(specs: &[(&str, &str, bool)]) -> Vec<Vec<String>> {
+    let mut c = core();
+    let sinks: Vec<Arc<LineSink>> = specs
+        .iter()
+        .map(|(from, to, prev_kv)| {
+            let sink = Arc::new(LineSink::default());
+            let as_sink: Arc<dyn WatchSink> = sink.clone();
+            let mut ws = c.watch_open(None, as_sink, secs(0.0));
+            let create = format!(
+                r#"{{"create_request":{{"key":"{}","range_end":"{}","prev_kv":{prev_kv}}}}}"#,
+                b64(from),
+                b64(to)
+            );
+            c.watch_json(&mut ws, create.as_bytes()).unwrap();
+            sink
+        })
+        .collect();
+    let put = |k: &str, v: &str| format!(r#"{{"key":"{}","value":"{}"}}"#, b64(k), b64(v));
+    call(
+        &mut c,
+        "/v3/kv/put",
+        None,
+        &put("/xllm/a", "one"),
+        secs(0.1),
+    );
+    call(
+        &mut c,
+        "/v3/kv/put",
+        None,
+        &put("/xllm/a", "two"),
+        secs(0.2),
+    );
+    call(
+        &mut c,
+        "/v3/kv/put",
+        None,
+        &put("/xllm/b", "é\"x"),
+        secs(0.3),
+    );
+    let del = format!(r#"{{"key":"{}"}}"#, b64("/xllm/a"));
+    call(&mut c, "/v3/kv/deleterange", None, &del, secs(0.4));
+    sinks.iter().map(|s| s.drain()).collect()
+}
+
+#[test]
+fn every_watcher_of_a_revision_gets_the_lines_it_would_get_alone() {
+    let specs = [
+        ("/xllm/", "/xllm0", true),
+        ("/xllm/", "/xllm0", false),
+        ("/xllm/b", "/xllm/c", true),
+        ("/xllm/", "/xllm0", true),
+    ];
+    let together = watch_lines(&specs);
+    for (k, spec) in specs.iter().enumerate() {
+        let alone = watch_lines(&[*spec]);
+        assert_eq!(alone.len(), 1);
+        assert!(alone[0].len() >= 2, "{spec:?}: {:?}", alone[0]);
+        assert_eq!(together[k], alone[0], "watcher {k} {spec:?}");
+    }
+    assert!(together[0].iter().any(|l| l.contains("prev_kv")));
+    assert!(!together[1].iter().any(|l| l.contains("prev_kv")));
+}
+
 #[test]
 fn tokens_expire_after_idle_time_at_the_times_given() {
     let mut c = with_users(Duration::from_secs(2));
