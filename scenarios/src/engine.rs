@@ -29,10 +29,13 @@ pub struct Played<'a> {
     pub verdicts: Vec<Verdict>,
     /// Every action as executed, in step order.
     pub records: Vec<ActionRecord>,
-    /// Every sample of the cluster taken during the run, oldest first.
+    /// The cluster at each instant something changed (the last sample of the instant),
+    /// and at each sample period, oldest first.
     pub samples: Vec<Sample>,
-    /// The invariants, judged on the samples of the run but its last few.
+    /// The invariants, judged on every sample but the last few (`waiting`).
     pub judges: Judges<'a>,
+    /// The samples the invariants are still to judge, oldest first.
+    pub waiting: Vec<Sample>,
     /// When the play ended (two sample periods after the last step), in ms since the start.
     pub end_ms: u64,
     /// The last output lines of each sidecar seen exited during the run.
@@ -41,13 +44,23 @@ pub struct Played<'a> {
 
 /// A cluster with the samples taken of it so far and the time of the next one, and the
 /// invariants judged on them as the run goes.
+///
+/// In virtual time many events run at one instant (timers set alike fall due together),
+/// and each may change what is observed: the invariants judge every one of those
+/// samples, while the run keeps the last of each instant, the state it left. Where a
+/// step begins or an action runs, the sample before is kept whatever its instant, so
+/// what a step compares with and what an action found stay as they were.
 struct Run<'s, 'c, C> {
     cluster: &'c mut C,
     samples: Vec<Sample>,
+    /// The samples before this index are kept as they are.
+    kept_before: usize,
     period_ms: u64,
     next_sample_ms: u64,
     addrs: Vec<String>,
     judges: Judges<'s>,
+    /// Every sample taken since the oldest the invariants are still to judge.
+    waiting: Vec<Sample>,
     /// Every action done so far, in order.
     records: Vec<ActionRecord>,
 }
@@ -65,10 +78,11 @@ impl<C: Cluster> Run<'_, '_, C> {
             self.cluster.advance_to(self.next_sample_ms).await;
             let s = self.cluster.observe().await;
             self.push(s);
-            if self.judges.behind(&self.samples) >= JUDGE_EVERY {
+            if self.waiting.len() >= JUDGE_EVERY {
                 // No action runs inside this loop: those before now are all recorded.
                 let now = self.cluster.now_ms();
-                self.judges.catch_up(&self.samples, &self.records, now);
+                let judged = self.judges.catch_up(&self.waiting, &self.records, now);
+                self.waiting.drain(..judged);
             }
             // An observation in real time takes time: a late one delays the next.
             let now = self.cluster.now_ms();
@@ -88,10 +102,23 @@ impl<C: Cluster> Run<'_, '_, C> {
         }
     }
 
-    /// Keep sample `s`, noting what changed since the last one.
+    /// Hand sample `s` to the invariants, noting what changed since the last sample,
+    /// and keep it (in place of the last kept one when that was of the same instant).
     fn push(&mut self, mut s: Sample) {
-        s.mark_changes(self.samples.last());
+        s.mark_changes(self.waiting.last());
+        self.waiting.push(s.clone());
+        let same_instant = self.samples.last().is_some_and(|last| last.t_ms == s.t_ms);
+        if same_instant && self.samples.len() > self.kept_before {
+            // A sample at a period shows the state the instant's last event made.
+            let last_event = self.samples.pop().and_then(|last| last.event);
+            s.event = s.event.or(last_event);
+        }
         self.samples.push(s);
+    }
+
+    /// Keep the samples taken so far as they are.
+    fn keep_all(&mut self) {
+        self.kept_before = self.samples.len();
     }
 
     /// Run to the next sample (a condition can only change on a sample).
@@ -140,6 +167,7 @@ impl<C: Cluster> Run<'_, '_, C> {
             None => VerdictKind::When,
         };
         let cursor = self.cluster.timeline().len();
+        self.keep_all();
         let from = self.samples.len();
         let within = step.within.map(|d| d.0).unwrap_or(Duration::from_secs(10));
         let deadline = self.now() + within.as_millis() as u64;
@@ -185,6 +213,7 @@ impl<C: Cluster> Run<'_, '_, C> {
             Some(t) => target_indices(n, t),
         };
         let phases = self.cluster.sidecar_phases(&targets);
+        self.keep_all();
         let result = action.apply(&mut *self.cluster).await;
         if let Some(s) = self.cluster.change_now().await {
             self.push(s);
@@ -206,10 +235,12 @@ pub async fn play<'a, C: Cluster>(
     let mut run = Run {
         cluster,
         samples: Vec::new(),
+        kept_before: 0,
         period_ms: period_ms.max(1),
         next_sample_ms: 0,
         addrs,
         judges: Judges::new(sc, caps),
+        waiting: Vec::new(),
         records: Vec::new(),
     };
     let mut verdicts = Vec::new();
@@ -270,6 +301,7 @@ pub async fn play<'a, C: Cluster>(
         end_ms,
         samples: run.samples,
         judges: run.judges,
+        waiting: run.waiting,
         last_words,
     }
 }
@@ -340,7 +372,8 @@ impl Outcome {
         self.verdicts.extend(played.verdicts);
         self.recovery_checks = crate::recovery::checks(sc, &played.samples, &eps, &played.records);
         let recoveries = &self.recovery_checks;
-        let invariants = played.judges.finish(sc, &played.samples, &eps, recoveries);
+        let (waiting, kept) = (&played.waiting, &played.samples);
+        let invariants = played.judges.finish(sc, waiting, kept, &eps, recoveries);
         self.verdicts.extend(invariants);
         let step_needs = sc.steps.iter().flat_map(|s| s.needs());
         let inv_needs = Invariants::NAMES

@@ -105,6 +105,12 @@ trait Judge: Send {
 
     /// What a verdict that held says was judged.
     fn held(&self) -> String;
+
+    /// The verdict of invariant `name` when no sample violated it: held, unless the
+    /// judge found a violation it reports only then.
+    fn verdict(&self, name: &str) -> Verdict {
+        held(name, self.held())
+    }
 }
 
 /// Where each switched-on invariant's verdict comes from, in [`Invariants::NAMES`] order.
@@ -113,8 +119,8 @@ enum Slot {
     Skipped(Verdict),
     /// Judged sample by sample; its first violation, once found.
     Streamed(&'static str, Box<dyn Judge>, Option<Verdict>),
-    /// Judged after the run, on every sample.
-    After(&'static str),
+    /// Judged after the run, on the samples kept (the time to recover).
+    After,
 }
 
 /// Every invariant a scenario switches on, judged as the run goes: hand it the samples
@@ -126,8 +132,6 @@ pub struct Judges<'a> {
     book: EpisodeBook<'a>,
     eps: Vec<Episode>,
     records: usize,
-    /// How many samples were judged.
-    judged: usize,
 }
 
 impl<'a> Judges<'a> {
@@ -160,7 +164,7 @@ impl<'a> Judges<'a> {
             }
             slots.push(match judge_of(name, sc) {
                 Some(judge) => Slot::Streamed(name, judge, None),
-                None => Slot::After(name),
+                None => Slot::After,
             });
         }
         let book = EpisodeBook::new(&sc.topology);
@@ -169,16 +173,20 @@ impl<'a> Judges<'a> {
             eps: book.so_far(),
             book,
             records: 0,
-            judged: 0,
         };
         judges.episodes_changed();
         judges
     }
 
-    /// Judge the samples not judged yet that were taken before `before_ms`, with the
-    /// episodes of `records` (every action done so far: none is done before that time
-    /// any more).
-    pub fn catch_up(&mut self, samples: &[Sample], records: &[ActionRecord], before_ms: u64) {
+    /// Judge the first of `waiting` (the samples not judged yet, oldest first): those
+    /// taken before `before_ms`, with the episodes of `records` (every action done so
+    /// far: none is done before that time any more). Answers how many were judged.
+    pub fn catch_up(
+        &mut self,
+        waiting: &[Sample],
+        records: &[ActionRecord],
+        before_ms: u64,
+    ) -> usize {
         if let Some(new) = records.get(self.records..).filter(|r| !r.is_empty()) {
             for r in new {
                 crate::verdict::record_episodes(&mut self.book, r);
@@ -187,46 +195,32 @@ impl<'a> Judges<'a> {
             self.eps = self.book.so_far();
             self.episodes_changed();
         }
-        let todo = samples.get(self.judged..).unwrap_or(&[]);
-        let due = todo.partition_point(|s| s.t_ms < before_ms);
-        self.judge(todo.get(..due).unwrap_or(&[]));
+        let due = waiting.partition_point(|s| s.t_ms < before_ms);
+        self.judge(waiting.get(..due).unwrap_or(&[]));
+        due
     }
 
-    /// How many samples wait to be judged.
-    pub fn behind(&self, samples: &[Sample]) -> usize {
-        samples.len().saturating_sub(self.judged)
-    }
-
-    /// Judge what is left of the run (`samples`, with its final episodes `eps`), and
-    /// answer every verdict in order; `recoveries` are the faults' times to recover.
+    /// Judge the samples left (`waiting`) with the run's final episodes `eps`, and
+    /// answer every verdict in order. Those judged after the run read `kept`, the
+    /// samples the run kept; `recoveries` are the faults' times to recover.
     pub fn finish(
         mut self,
         sc: &Scenario,
-        samples: &[Sample],
+        waiting: &[Sample],
+        kept: &[Sample],
         eps: &[Episode],
         recoveries: &[crate::recovery::RecoveryCheck],
     ) -> Vec<Verdict> {
         self.eps = eps.to_vec();
         self.episodes_changed();
-        self.judge(samples.get(self.judged..).unwrap_or(&[]));
+        self.judge(waiting);
         let mut out = Vec::with_capacity(self.slots.len());
         for slot in self.slots {
             out.push(match slot {
                 Slot::Skipped(v) => v,
                 Slot::Streamed(_, _, Some(failed)) => failed,
-                Slot::Streamed(name, judge, None) => match name {
-                    "no_stale_heartbeat_accepted" => {
-                        match heartbeat_after_long_stop(sc, samples, eps) {
-                            Some((s, why)) => violated(name, s, why),
-                            None => held(name, judge.held()),
-                        }
-                    }
-                    _ => held(name, judge.held()),
-                },
-                Slot::After(crate::recovery::INVARIANT) => {
-                    crate::recovery::verdict(sc, samples, recoveries)
-                }
-                Slot::After(_) => revoked_on_stop(sc, samples, eps),
+                Slot::Streamed(name, judge, None) => judge.verdict(name),
+                Slot::After => crate::recovery::verdict(sc, kept, recoveries),
             });
         }
         out
@@ -253,7 +247,6 @@ impl<'a> Judges<'a> {
                 }
             }
         }
-        self.judged += samples.len();
     }
 }
 
@@ -288,6 +281,16 @@ fn judge_of(name: &str, sc: &Scenario) -> Option<Box<dyn Judge>> {
             grace: incarnation_grace,
             first_seen: vec![Vec::new(); n],
             prev_accepted: vec![0; n],
+            long_stops: LongStops::new(sc, n),
+            late: None,
+            names,
+        }),
+        "revoked_on_stop" => Box::new(RevokedOnStop {
+            within: (sc.topology.lease_ttl.saturating_mul(1000) / 3).clamp(500, 2000),
+            etcd: vec![None; n],
+            stops: Vec::new(),
+            seen: 0,
+            checked: 0,
             names,
         }),
         "no_401_when_tokens_match" => Box::new(No401 {
@@ -321,7 +324,7 @@ pub fn check(
     recoveries: &[crate::recovery::RecoveryCheck],
     caps: &Capabilities,
 ) -> Vec<Verdict> {
-    Judges::new(sc, caps).finish(sc, samples, eps, recoveries)
+    Judges::new(sc, caps).finish(sc, samples, samples, eps, recoveries)
 }
 
 /// `name` held; `ok` says how much was judged.
@@ -598,10 +601,23 @@ struct NoStaleHeartbeat {
     /// Per instance: incarnations in order of first sighting in etcd.
     first_seen: Vec<Vec<(Incarnation, u64)>>,
     prev_accepted: Vec<u64>,
+    long_stops: LongStops,
+    /// The first heartbeat after a long stop that was accepted for the incarnation from
+    /// before it: reported if nothing else violates the invariant.
+    late: Option<Verdict>,
 }
 
 impl Judge for NoStaleHeartbeat {
+    fn on_episodes(&mut self, eps: &[Episode]) {
+        self.long_stops.on_episodes(eps);
+    }
+
     fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
+        if self.late.is_none() {
+            let why = self.long_stops.on_sample(s, eps, &self.prev_accepted);
+            let name = "no_stale_heartbeat_accepted";
+            self.late = why.map(|why| violated(name, s, why));
+        }
         // Unchanged: its incarnation is already seen and its accepted count did not grow,
         // so nothing below changes or fires.
         for (i, o) in changed_in(s) {
@@ -641,6 +657,10 @@ impl Judge for NoStaleHeartbeat {
     fn held(&self) -> String {
         "held".into()
     }
+
+    fn verdict(&self, name: &str) -> Verdict {
+        self.late.clone().unwrap_or_else(|| held(name, self.held()))
+    }
 }
 
 /// After a sidecar was stopped for longer than its lease's TTL, the master accepts no
@@ -648,49 +668,79 @@ impl Judge for NoStaleHeartbeat {
 /// continues: the sidecar's clock says that lease has run out, whatever its last
 /// keepalive answer said. A heartbeat the master accepted while it still believed that
 /// incarnation is one of it (a newer one would be refused until its key is seen).
-fn heartbeat_after_long_stop<'a>(
-    sc: &Scenario,
-    samples: &'a [Sample],
-    eps: &[Episode],
-) -> Option<(&'a Sample, String)> {
-    let names = sc.instance_names();
-    let ttl_ms = sc.topology.lease_ttl.saturating_mul(1000);
-    for e in eps.iter().filter(|e| e.outlives_lease) {
-        let Some(end) = e.end_ms else { continue };
-        for (i, name) in names.iter().enumerate().filter(|(i, _)| e.scope.covers(*i)) {
-            let at = |s: &Sample| s.instances.get(i).cloned();
-            let Some(before) = samples
-                .iter()
-                .rev()
-                .find(|s| s.t_ms <= e.start_ms)
-                .and_then(at)
-            else {
+struct LongStops {
+    names: Vec<String>,
+    ttl_ms: u64,
+    /// Each instance's incarnation at the master as last seen.
+    master: Vec<Option<Incarnation>>,
+    /// The episodes that outlive a lease, by their place in the episodes, each with
+    /// the incarnation every instance had at the master when it began, once passed.
+    stops: Vec<(usize, Option<Vec<Option<Incarnation>>>)>,
+}
+
+impl LongStops {
+    fn new(sc: &Scenario, n: usize) -> LongStops {
+        LongStops {
+            names: sc.instance_names(),
+            ttl_ms: sc.topology.lease_ttl.saturating_mul(1000),
+            master: vec![None; n],
+            stops: Vec::new(),
+        }
+    }
+
+    /// The stops among `eps` (episodes are only ever added, in order).
+    fn on_episodes(&mut self, eps: &[Episode]) {
+        let known = self.stops.last().map_or(0, |(k, _)| k + 1);
+        let new = eps.iter().enumerate().skip(known);
+        let stops = new
+            .filter(|(_, e)| e.outlives_lease)
+            .map(|(k, _)| (k, None));
+        self.stops.extend(stops);
+    }
+
+    /// Why sample `s` shows such a heartbeat, if it does; `accepted` is each instance's
+    /// accepted count at the sample before.
+    fn on_sample(&mut self, s: &Sample, eps: &[Episode], accepted: &[u64]) -> Option<String> {
+        // What the master held when each stop began: as last seen before this sample.
+        for (k, before) in &mut self.stops {
+            if before.is_none() && eps.get(*k).is_some_and(|e| s.t_ms > e.start_ms) {
+                *before = Some(self.master.clone());
+            }
+        }
+        for (i, o) in changed_in(s) {
+            if let Some(m) = self.master.get_mut(i) {
+                m.clone_from(&o.master_incarnation);
+            }
+        }
+        for (k, before) in &self.stops {
+            let (Some(e), Some(before)) = (eps.get(*k), before) else {
                 continue;
             };
-            let Some(old) = before.master_incarnation.clone() else {
+            let Some(end) = e.end_ms else {
                 continue;
             };
             // From the instant it continues: what it does then is judged, whatever was
             // accepted while it was stopped (heartbeats it sent before the stop).
-            let mut accepted = samples
+            if s.t_ms < end || s.t_ms > end + self.ttl_ms {
+                continue;
+            }
+            for (i, old) in before
                 .iter()
-                .rev()
-                .find(|s| s.t_ms < end)
-                .and_then(at)
-                .map_or(0, |o| o.accepted());
-            let after = samples
-                .iter()
-                .filter(|s| s.t_ms >= end && s.t_ms <= end + ttl_ms);
-            for s in after {
-                let Some(o) = at(s) else { continue };
-                if o.accepted() > accepted && o.master_incarnation.as_ref() == Some(&old) {
-                    return Some((s, format!("{name}: a heartbeat of incarnation {old} was accepted at t≈{} ms, after the sidecar was stopped {} ms (longer than its lease's TTL) until t={end} ms", s.t_ms, end - e.start_ms)));
+                .enumerate()
+                .filter(|(i, _)| e.scope.covers(*i))
+            {
+                let (Some(old), Some(o)) = (old, s.instances.get(i)) else {
+                    continue;
+                };
+                let grew = o.accepted() > accepted.get(i).copied().unwrap_or(0);
+                if grew && o.master_incarnation.as_ref() == Some(old) {
+                    let name = self.names.get(i).map_or("?", String::as_str);
+                    return Some(format!("{name}: a heartbeat of incarnation {old} was accepted at t≈{} ms, after the sidecar was stopped {} ms (longer than its lease's TTL) until t={end} ms", s.t_ms, end - e.start_ms));
                 }
-                accepted = o.accepted();
             }
         }
+        None
     }
-    None
 }
 
 /// No heartbeat is answered 401 while every sidecar's token matches the master's.
@@ -764,41 +814,76 @@ fn insane(o: &InstanceObs) -> bool {
 /// Judged a third of the TTL after the stop (clamped to 0.5–2 s), when a key the sidecar
 /// did not revoke is still there (a keepalive is at most a third of the TTL old, with
 /// the timers operators use); any other fault on the instance meanwhile excuses it.
-fn revoked_on_stop(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
-    let names = sc.instance_names();
-    let within = (sc.topology.lease_ttl.saturating_mul(1000) / 3).clamp(500, 2000);
-    let mut checked = 0u64;
-    for stop in eps.iter().filter(|e| e.expects_revoke) {
-        let t = stop.start_ms;
-        let before = samples.iter().rev().find(|s| s.t_ms <= t);
-        let Some(after) = samples.iter().find(|s| s.t_ms >= t + within) else {
-            continue;
-        };
-        let disturbed = |i: usize| {
-            eps.iter().any(|e| {
-                e.is_fault && !e.expects_revoke && e.scope.covers(i) && overlaps(e, t, after.t_ms)
-            })
-        };
-        for (i, name) in names.iter().enumerate() {
-            let Some(inc) = before
-                .and_then(|s| s.instances.get(i))
-                .and_then(|o| o.etcd.as_ref())
-            else {
-                continue;
-            };
-            if !stop.scope.covers(i) || disturbed(i) {
-                continue;
-            }
-            checked += 1;
-            // The same incarnation (a sidecar started again since registers a new one).
-            if after.instances.get(i).and_then(|o| o.etcd.as_ref()) == Some(inc) {
-                let why = format!("{name}: key of incarnation {inc} still in etcd at t={} ms, {} ms after its sidecar was stopped or drained at t={t} ms (a sidecar revokes its lease on both)", after.t_ms, after.t_ms - t);
-                return violated("revoked_on_stop", after, why);
+struct RevokedOnStop {
+    within: u64,
+    names: Vec<String>,
+    /// Each instance's key as last seen.
+    etcd: Vec<Option<Incarnation>>,
+    /// The stops and drains not judged yet, by their place in the episodes, each with
+    /// every instance's key when it began, once passed.
+    stops: Vec<(usize, Option<Vec<Option<Incarnation>>>)>,
+    /// How many episodes were looked at for stops.
+    seen: usize,
+    checked: u64,
+}
+
+impl Judge for RevokedOnStop {
+    fn on_episodes(&mut self, eps: &[Episode]) {
+        let new = eps.iter().enumerate().skip(self.seen);
+        let stops = new
+            .filter(|(_, e)| e.expects_revoke)
+            .map(|(k, _)| (k, None));
+        self.stops.extend(stops);
+        self.seen = eps.len();
+    }
+
+    fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
+        for (k, before) in &mut self.stops {
+            if before.is_none() && eps.get(*k).is_some_and(|e| s.t_ms > e.start_ms) {
+                *before = Some(self.etcd.clone());
             }
         }
+        for (i, o) in changed_in(s) {
+            if let Some(k) = self.etcd.get_mut(i) {
+                k.clone_from(&o.etcd);
+            }
+        }
+        let mut why = None;
+        let within = self.within;
+        let due = |(k, _): &(usize, _)| eps.get(*k).is_some_and(|e| s.t_ms >= e.start_ms + within);
+        let judged: Vec<_> = self.stops.iter().filter(|x| due(x)).cloned().collect();
+        self.stops.retain(|x| !due(x));
+        for (k, before) in judged {
+            let Some(stop) = eps.get(k) else { continue };
+            let t = stop.start_ms;
+            let disturbed = |i: usize| {
+                eps.iter().any(|e| {
+                    e.is_fault && !e.expects_revoke && e.scope.covers(i) && overlaps(e, t, s.t_ms)
+                })
+            };
+            let keys = before.unwrap_or_default();
+            for (i, inc) in keys.iter().enumerate() {
+                let Some(inc) = inc else { continue };
+                if !stop.scope.covers(i) || disturbed(i) {
+                    continue;
+                }
+                self.checked += 1;
+                // The same incarnation (a sidecar started again since registers a new one).
+                if s.instances.get(i).and_then(|o| o.etcd.as_ref()) == Some(inc) {
+                    let name = self.names.get(i).map_or("?", String::as_str);
+                    why = why.or(Some(format!("{name}: key of incarnation {inc} still in etcd at t={} ms, {} ms after its sidecar was stopped or drained at t={t} ms (a sidecar revokes its lease on both)", s.t_ms, s.t_ms - t)));
+                }
+            }
+        }
+        why
     }
-    let ok = format!("held ({checked} stop(s) or drain(s) checked, within {within} ms)");
-    held("revoked_on_stop", ok)
+
+    fn held(&self) -> String {
+        format!(
+            "held ({} stop(s) or drain(s) checked, within {} ms)",
+            self.checked, self.within
+        )
+    }
 }
 
 /// With several replicas: once the follow window has passed since the elected replica
@@ -905,7 +990,7 @@ impl Judge for ConflictEndsIncarnation {
 #[cfg(test)]
 fn judge_run(name: &str, sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
     let Some(mut judge) = judge_of(name, sc) else {
-        return revoked_on_stop(sc, samples, eps);
+        return held(name, "not judged sample by sample".into());
     };
     judge.on_episodes(eps);
     for s in samples {
@@ -913,7 +998,12 @@ fn judge_run(name: &str, sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> 
             return violated(name, s, why);
         }
     }
-    held(name, judge.held())
+    judge.verdict(name)
+}
+
+#[cfg(test)]
+fn revoked_on_stop(sc: &Scenario, samples: &[Sample], eps: &[Episode]) -> Verdict {
+    judge_run("revoked_on_stop", sc, samples, eps)
 }
 
 #[cfg(test)]
