@@ -105,7 +105,10 @@ impl<C: Cluster> Run<'_, '_, C> {
     /// Hand sample `s` to the invariants, noting what changed since the last sample,
     /// and keep it (in place of the last kept one when that was of the same instant).
     fn push(&mut self, mut s: Sample) {
-        s.mark_changes(self.waiting.last());
+        // Virtual time tells what changed; real time is compared with the last sample.
+        if s.changed.is_none() {
+            s.mark_changes(self.waiting.last());
+        }
         self.waiting.push(s.clone());
         let same_instant = self.samples.last().is_some_and(|last| last.t_ms == s.t_ms);
         if same_instant && self.samples.len() > self.kept_before {

@@ -91,12 +91,14 @@ impl SimCluster {
     /// The last observation, at the time now.
     fn as_last_observed(&self) -> Sample {
         let instances = self.observed.clone();
-        Sample::new(
+        let mut sample = Sample::new(
             self.now_ms(),
             instances,
             self.routed.len(),
             self.masters.clone(),
-        )
+        );
+        sample.changed = Some(Vec::new());
+        sample
     }
 
     /// [`SimCluster::observe`] where only the instances `only` names may have changed
@@ -133,7 +135,6 @@ impl SimCluster {
         let writes = etcd.map(EtcdNode::kv_writes);
         let etcd_same = writes.is_some() && writes == self.etcd_writes;
         self.etcd_writes = writes;
-        let mut changed = false;
         // Once every instance was observed, only those `only` names are built again; the
         // rest are the last observation's, shared.
         let seen = self.observed.len() == self.instances.len();
@@ -147,6 +148,8 @@ impl SimCluster {
             None => (0..self.instances.len()).collect(),
         };
         let mut out = Vec::with_capacity(todo.len());
+        // The instances whose observations are not the last sample's.
+        let mut moved = Vec::new();
         for i in todo {
             let Some(inst) = self.instances.get_mut(i) else {
                 continue;
@@ -206,7 +209,9 @@ impl SimCluster {
             inst.last_key = Some(key);
             let before = inst.last_obs.as_ref().map(Arc::as_ptr);
             let obs = inst.shared(obs);
-            changed |= before != Some(Arc::as_ptr(&obs));
+            if before != Some(Arc::as_ptr(&obs)) {
+                moved.push(i as u32);
+            }
             out.push((i, obs));
         }
         self.observed = match seen {
@@ -219,9 +224,10 @@ impl SimCluster {
             false => totals,
         };
         let masters = self.observe_masters(&totals);
-        changed |= !Arc::ptr_eq(&last_masters, &masters);
+        let changed = !moved.is_empty() || !Arc::ptr_eq(&last_masters, &masters);
         let instances = self.observed.clone();
-        let sample = Sample::new(self.now_ms(), instances, self.routed.len(), masters);
+        let mut sample = Sample::new(self.now_ms(), instances, self.routed.len(), masters);
+        sample.changed = seen.then_some(moved);
         (sample, changed)
     }
 
