@@ -8,7 +8,8 @@
 //! within a period in real time. Where the mode sees changes (virtual time), it is also
 //! observed at every event that changes what is observed ([`Cluster::next_change`]):
 //! the invariants see every state the cluster was in, while the steps keep the period's
-//! pace (an await is judged at each period, so the steps run when they always did).
+//! pace (an await is judged at each period, so the steps run when they always did), and
+//! the run keeps the state each instant left.
 
 use std::path::Path;
 use std::time::Duration;
