@@ -134,6 +134,9 @@ pub struct SimCluster {
     /// etcd's count of writes when the MASTER and LOADMETRICS keys were last read, and
     /// what they showed (the elected replica, the newest LOADMETRICS revision).
     pub(crate) elected_seen: Option<(u64, ElectedInEtcd)>,
+    /// The MASTER key, the LOADMETRICS prefix, and each replica's service name (what
+    /// the MASTER key holds), in replica order.
+    pub(crate) election_keys: (Vec<u8>, Vec<u8>, Vec<String>),
     /// Instance index by registered address (the name the master knows it by).
     pub(crate) addr_index: HashMap<String, usize>,
     /// The master replica whose view the last observation read.
@@ -203,6 +206,7 @@ impl SimCluster {
             .enumerate()
             .map(|(i, x)| (x.key.as_bytes().to_vec(), i))
             .collect();
+        let election_keys = election_keys(&namespace, topo);
         let mut cluster = SimCluster {
             world,
             timeline,
@@ -218,6 +222,7 @@ impl SimCluster {
             etcd_writes: None,
             master_seen: Vec::new(),
             elected_seen: None,
+            election_keys,
             addr_index,
             key_index,
             viewed: None,
@@ -456,6 +461,18 @@ impl SimCluster {
 }
 
 /// Instance `i`'s address as the master and etcd know it (never dialled).
+/// The keys the elected replica is read from under `namespace`, and the replicas'
+/// service names (see [`SimCluster::election_keys`]).
+fn election_keys(namespace: &str, topo: &Topology) -> (Vec<u8>, Vec<u8>, Vec<String>) {
+    let ns = mock_master::normalize_namespace(namespace);
+    let replicas = (0..topo.master.replicas).map(crate::topology::MasterTopology::service_name);
+    (
+        format!("{ns}XLLM:SERVICE:MASTER").into_bytes(),
+        format!("{ns}XLLM:LOADMETRICS:").into_bytes(),
+        replicas.collect(),
+    )
+}
+
 fn sim_addr(i: usize) -> String {
     format!(
         "10.{}.{}.{}:8000",

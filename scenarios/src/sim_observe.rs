@@ -277,12 +277,11 @@ impl SimCluster {
                 return elected;
             }
         }
-        let ns = mock_master::normalize_namespace(&self.namespace);
+        let (master_key, loadmetrics_prefix, replicas) = &self.election_keys;
         let elected = etcd
-            .value(format!("{ns}XLLM:SERVICE:MASTER").as_bytes())
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| self.topology.master.replica_named(v));
-        let loadmetrics = etcd.newest_under(format!("{ns}XLLM:LOADMETRICS:").as_bytes());
+            .value(master_key)
+            .and_then(|v| replicas.iter().position(|name| name.as_bytes() == v));
+        let loadmetrics = etcd.newest_under(loadmetrics_prefix);
         self.elected_seen = Some((writes, (elected, loadmetrics)));
         (elected, loadmetrics)
     }
