@@ -9,9 +9,8 @@
 //! samples behind it, while those samples are fresh in memory; each judge keeps what it
 //! needs of the past. A sample is judged with the episodes of the actions done by then:
 //! an episode starts when its action runs and whatever ends it comes later, so an open
-//! episode covers that sample as its final form does. Those that look ahead of a
-//! sample (a key still there some time after a stop, a heartbeat after a long stop, the
-//! time to recover) are judged after the run.
+//! episode covers that sample as its final form does. The time to recover, which looks
+//! ahead of a sample to a fault's bound, is judged after the run on the samples kept.
 //!
 //! Why each fires only outside the excusing episodes plus a grace: a fault may break a
 //! property for a while (a partitioned sidecar cannot stay registered); what must never
