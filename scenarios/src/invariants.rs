@@ -286,9 +286,7 @@ fn judge_of(name: &str, sc: &Scenario) -> Option<Box<dyn Judge>> {
         }),
         "revoked_on_stop" => Box::new(RevokedOnStop {
             within: (sc.topology.lease_ttl.saturating_mul(1000) / 3).clamp(500, 2000),
-            etcd: vec![None; n],
-            stops: Vec::new(),
-            seen: 0,
+            stops: AtStart::new(n, |e| e.expects_revoke, |o| &o.etcd),
             checked: 0,
             names,
         }),
@@ -314,9 +312,10 @@ fn judge_of(name: &str, sc: &Scenario) -> Option<Box<dyn Judge>> {
     })
 }
 
-/// Judge every invariant the scenario switches on over the whole run; one that needs
-/// a capability `caps` lacks is skipped with that reason.
-pub fn check(
+/// Judge every invariant the scenario switches on over the whole run, as [`Judges`]
+/// does; one that needs a capability `caps` lacks is skipped with that reason.
+#[cfg(test)]
+fn check(
     sc: &Scenario,
     samples: &[Sample],
     eps: &[Episode],
@@ -331,7 +330,6 @@ fn held(name: &str, ok: String) -> Verdict {
     Verdict::passed(VerdictKind::Invariant, name.to_string(), ok)
 }
 
-/// `name` violated first at sample `s`, for `why`.
 /// `name` violated first at sample `s` (the event that made it, in virtual time), for
 /// `why`.
 fn violated(name: &str, s: &Sample, why: String) -> Verdict {
@@ -670,11 +668,9 @@ impl Judge for NoStaleHeartbeat {
 struct LongStops {
     names: Vec<String>,
     ttl_ms: u64,
-    /// Each instance's incarnation at the master as last seen.
-    master: Vec<Option<Incarnation>>,
-    /// The episodes that outlive a lease, by their place in the episodes, each with
-    /// the incarnation every instance had at the master when it began, once passed.
-    stops: Vec<(usize, Option<Vec<Option<Incarnation>>>)>,
+    /// The stops that outlive a lease, with the incarnation the master held of each
+    /// instance when they began.
+    stops: AtStart,
 }
 
 impl LongStops {
@@ -682,36 +678,19 @@ impl LongStops {
         LongStops {
             names: sc.instance_names(),
             ttl_ms: sc.topology.lease_ttl.saturating_mul(1000),
-            master: vec![None; n],
-            stops: Vec::new(),
+            stops: AtStart::new(n, |e| e.outlives_lease, |o| &o.master_incarnation),
         }
     }
 
-    /// The stops among `eps` (episodes are only ever added, in order).
     fn on_episodes(&mut self, eps: &[Episode]) {
-        let known = self.stops.last().map_or(0, |(k, _)| k + 1);
-        let new = eps.iter().enumerate().skip(known);
-        let stops = new
-            .filter(|(_, e)| e.outlives_lease)
-            .map(|(k, _)| (k, None));
-        self.stops.extend(stops);
+        self.stops.on_episodes(eps);
     }
 
     /// Why sample `s` shows such a heartbeat, if it does; `accepted` is each instance's
     /// accepted count at the sample before.
     fn on_sample(&mut self, s: &Sample, eps: &[Episode], accepted: &[u64]) -> Option<String> {
-        // What the master held when each stop began: as last seen before this sample.
-        for (k, before) in &mut self.stops {
-            if before.is_none() && eps.get(*k).is_some_and(|e| s.t_ms > e.start_ms) {
-                *before = Some(self.master.clone());
-            }
-        }
-        for (i, o) in changed_in(s) {
-            if let Some(m) = self.master.get_mut(i) {
-                m.clone_from(&o.master_incarnation);
-            }
-        }
-        for (k, before) in &self.stops {
+        self.stops.on_sample(s, eps);
+        for (k, before) in &self.stops.taken {
             let (Some(e), Some(before)) = (eps.get(*k), before) else {
                 continue;
             };
@@ -739,6 +718,61 @@ impl LongStops {
             }
         }
         None
+    }
+}
+
+/// The episodes of one kind, each with what every instance showed of one field when it
+/// began: as last seen before the first sample after its start.
+struct AtStart {
+    /// Which episodes are taken.
+    kind: fn(&Episode) -> bool,
+    /// Which field of an observation is kept.
+    field: fn(&InstanceObs) -> &Option<Incarnation>,
+    /// How many episodes were looked at (episodes are only ever added, in order).
+    seen: usize,
+    /// Each instance's field as last seen.
+    last: Vec<Option<Incarnation>>,
+    /// The episodes taken, by their place in the episodes, each with `last` as it was
+    /// when the episode began, once a sample passed its start.
+    taken: Vec<(usize, Option<Vec<Option<Incarnation>>>)>,
+}
+
+impl AtStart {
+    fn new(
+        instances: usize,
+        kind: fn(&Episode) -> bool,
+        field: fn(&InstanceObs) -> &Option<Incarnation>,
+    ) -> AtStart {
+        AtStart {
+            kind,
+            field,
+            seen: 0,
+            last: vec![None; instances],
+            taken: Vec::new(),
+        }
+    }
+
+    fn on_episodes(&mut self, eps: &[Episode]) {
+        let new = eps.iter().enumerate().skip(self.seen);
+        let kind = self.kind;
+        let taken = new.filter(|(_, e)| kind(e)).map(|(k, _)| (k, None));
+        self.taken.extend(taken);
+        self.seen = eps.len();
+    }
+
+    /// Before sample `s` is judged: each episode begun by its time keeps the field as
+    /// last seen; then the field is `s`'s.
+    fn on_sample(&mut self, s: &Sample, eps: &[Episode]) {
+        for (k, before) in &mut self.taken {
+            if before.is_none() && eps.get(*k).is_some_and(|e| s.t_ms > e.start_ms) {
+                *before = Some(self.last.clone());
+            }
+        }
+        for (i, o) in changed_in(s) {
+            if let Some(last) = self.last.get_mut(i) {
+                last.clone_from((self.field)(o));
+            }
+        }
     }
 }
 
@@ -816,42 +850,29 @@ fn insane(o: &InstanceObs) -> bool {
 struct RevokedOnStop {
     within: u64,
     names: Vec<String>,
-    /// Each instance's key as last seen.
-    etcd: Vec<Option<Incarnation>>,
-    /// The stops and drains not judged yet, by their place in the episodes, each with
-    /// every instance's key when it began, once passed.
-    stops: Vec<(usize, Option<Vec<Option<Incarnation>>>)>,
-    /// How many episodes were looked at for stops.
-    seen: usize,
+    /// The stops and drains not judged yet, with each instance's key when they began.
+    stops: AtStart,
     checked: u64,
 }
 
 impl Judge for RevokedOnStop {
     fn on_episodes(&mut self, eps: &[Episode]) {
-        let new = eps.iter().enumerate().skip(self.seen);
-        let stops = new
-            .filter(|(_, e)| e.expects_revoke)
-            .map(|(k, _)| (k, None));
-        self.stops.extend(stops);
-        self.seen = eps.len();
+        self.stops.on_episodes(eps);
     }
 
     fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
-        for (k, before) in &mut self.stops {
-            if before.is_none() && eps.get(*k).is_some_and(|e| s.t_ms > e.start_ms) {
-                *before = Some(self.etcd.clone());
-            }
-        }
-        for (i, o) in changed_in(s) {
-            if let Some(k) = self.etcd.get_mut(i) {
-                k.clone_from(&o.etcd);
-            }
-        }
+        self.stops.on_sample(s, eps);
         let mut why = None;
         let within = self.within;
         let due = |(k, _): &(usize, _)| eps.get(*k).is_some_and(|e| s.t_ms >= e.start_ms + within);
-        let judged: Vec<_> = self.stops.iter().filter(|x| due(x)).cloned().collect();
-        self.stops.retain(|x| !due(x));
+        let judged: Vec<_> = self
+            .stops
+            .taken
+            .iter()
+            .filter(|x| due(x))
+            .cloned()
+            .collect();
+        self.stops.taken.retain(|x| !due(x));
         for (k, before) in judged {
             let Some(stop) = eps.get(k) else { continue };
             let t = stop.start_ms;
