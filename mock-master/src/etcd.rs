@@ -20,6 +20,9 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
+pub use crate::etcd_answer::{
+    EtcdError, EventKind, KeyValue, RangeResult, WatchEvent, WatchResponse,
+};
 use crate::watch_message::WatchMessage;
 
 /// Largest unparsed watch backlog kept in memory; beyond it the stream is dropped and
@@ -28,61 +31,8 @@ const MAX_WATCH_BUFFER: usize = 64 * 1024 * 1024;
 /// Largest range/put/delete answer read.
 const MAX_BODY: usize = 64 * 1024 * 1024;
 
-/// Why an etcd call failed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EtcdError(pub String);
-
-impl std::fmt::Display for EtcdError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for EtcdError {}
-
 fn err(msg: impl Into<String>) -> EtcdError {
     EtcdError(msg.into())
-}
-
-/// One key as the gateway reports it, decoded.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct KeyValue {
-    pub key: Vec<u8>,
-    pub value: Vec<u8>,
-    pub mod_revision: i64,
-}
-
-/// A consistent listing: every key under a prefix at `revision`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RangeResult {
-    pub revision: i64,
-    pub kvs: Vec<KeyValue>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
-    Put,
-    Delete,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct WatchEvent {
-    pub kind: EventKind,
-    pub kv: KeyValue,
-    pub prev_kv: Option<KeyValue>,
-}
-
-/// One message of a watch stream.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct WatchResponse {
-    /// `header.revision` (0 when absent).
-    pub revision: i64,
-    pub created: bool,
-    pub canceled: bool,
-    /// Set when the watch was canceled because its start revision was compacted away.
-    pub compact_revision: i64,
-    pub cancel_reason: String,
-    pub events: Vec<WatchEvent>,
 }
 
 /// A user name and password for etcd auth. `Debug` never shows the password.

@@ -91,6 +91,7 @@ pub mod elect;
 pub mod election;
 pub mod error;
 pub mod etcd;
+pub mod etcd_answer;
 pub mod event;
 pub mod fault;
 pub mod follow;

@@ -21,7 +21,7 @@ use base64::Engine as _;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use crate::etcd::{EtcdError, EventKind, KeyValue, WatchEvent, WatchResponse};
+use crate::etcd_answer::{EtcdError, EventKind, KeyValue, WatchEvent, WatchResponse};
 
 /// A watch message as read, before it is judged ([`WatchMessage::into_response`]).
 #[derive(Debug, Default)]
