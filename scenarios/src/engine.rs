@@ -110,14 +110,21 @@ impl<C: Cluster> Run<'_, '_, C> {
         if s.changed.is_none() {
             s.mark_changes(self.waiting.last());
         }
-        self.waiting.push(s.clone());
-        let same_instant = self.samples.last().is_some_and(|last| last.t_ms == s.t_ms);
+        // Only the invariants read what changed.
+        let mut kept = Sample {
+            changed: None,
+            instances: s.instances.clone(),
+            masters: s.masters.clone(),
+            ..s
+        };
+        self.waiting.push(s);
+        let same_instant = self.samples.last().is_some_and(|last| last.t_ms == kept.t_ms);
         if same_instant && self.samples.len() > self.kept_before {
             // A sample at a period shows the state the instant's last event made.
             let last_event = self.samples.pop().and_then(|last| last.event);
-            s.event = s.event.or(last_event);
+            kept.event = kept.event.or(last_event);
         }
-        self.samples.push(s);
+        self.samples.push(kept);
     }
 
     /// Keep the samples taken so far as they are.

@@ -161,8 +161,9 @@ impl ObservedState {
 #[derive(Clone, Debug, Default)]
 pub struct Observations {
     base: Arc<[Arc<InstanceObs>]>,
-    /// The instances that differ from `base`, by index, ascending.
-    diff: Vec<(u32, Arc<InstanceObs>)>,
+    /// The instances that differ from `base`, by index, ascending (shared too: a sample
+    /// and its copies hold one list).
+    diff: Arc<[(u32, Arc<InstanceObs>)]>,
 }
 
 impl Observations {
@@ -201,29 +202,37 @@ impl Observations {
     /// These observations with `changes` (index, observation) made; an index past the
     /// end is left out, and so is an observation already held there (shared).
     pub fn with(&self, changes: impl IntoIterator<Item = (usize, Arc<InstanceObs>)>) -> Self {
-        let mut next = self.clone();
+        let mut diff = self.diff.to_vec();
+        let mut changed = false;
         for (i, o) in changes {
-            if next.get(i).is_some_and(|held| !Arc::ptr_eq(held, &o)) {
-                *next.slot(i) = o;
+            let Some(held) = self.base.get(i) else {
+                continue;
+            };
+            match diff.binary_search_by_key(&i, |(j, _)| *j as usize) {
+                Ok(k) => {
+                    if let Some((_, held)) = diff.get_mut(k).filter(|(_, h)| !Arc::ptr_eq(h, &o)) {
+                        *held = o;
+                        changed = true;
+                    }
+                }
+                Err(k) if !Arc::ptr_eq(held, &o) => {
+                    diff.insert(k, (i as u32, o));
+                    changed = true;
+                }
+                Err(_) => {}
             }
         }
-        if next.diff.len() > Self::DIFF_MAX.min(next.len() / 2) {
-            next = next.iter().cloned().collect();
-        }
-        next
-    }
-
-    /// Instance `i`'s entry in `diff`, made from `base` if it has none (`i` < `len`).
-    fn slot(&mut self, i: usize) -> &mut Arc<InstanceObs> {
-        let k = match self.diff.binary_search_by_key(&i, |(j, _)| *j as usize) {
-            Ok(k) => k,
-            Err(k) => {
-                let o = self.base[i].clone();
-                self.diff.insert(k, (i as u32, o));
-                k
-            }
+        let next = Observations {
+            base: self.base.clone(),
+            diff: match changed {
+                true => diff.into(),
+                false => self.diff.clone(),
+            },
         };
-        &mut self.diff[k].1
+        match next.diff.len() > Self::DIFF_MAX.min(next.len() / 2) {
+            true => next.iter().cloned().collect(),
+            false => next,
+        }
     }
 
     /// The instances whose observations differ from `other`'s (compared as shared
@@ -240,7 +249,7 @@ impl Observations {
             let mut maybe: Vec<u32> = self
                 .diff
                 .iter()
-                .chain(&other.diff)
+                .chain(other.diff.iter())
                 .map(|(i, _)| *i)
                 .collect();
             maybe.sort_unstable();
@@ -260,7 +269,7 @@ impl From<Vec<Arc<InstanceObs>>> for Observations {
     fn from(all: Vec<Arc<InstanceObs>>) -> Self {
         Observations {
             base: all.into(),
-            diff: Vec::new(),
+            diff: Arc::default(),
         }
     }
 }
@@ -283,11 +292,21 @@ impl std::ops::Index<usize> for Observations {
     }
 }
 
+/// Tests replace an instance's observation in place.
+#[cfg(test)]
 impl std::ops::IndexMut<usize> for Observations {
     /// Instance `i`'s observation, to replace; panics past the end, as a slice does.
     fn index_mut(&mut self, i: usize) -> &mut Arc<InstanceObs> {
-        assert!(i < self.len(), "instance {i} of {}", self.len());
-        self.slot(i)
+        let k = match self.diff.binary_search_by_key(&i, |(j, _)| *j as usize) {
+            Ok(k) => k,
+            Err(k) => {
+                let mut diff = self.diff.to_vec();
+                diff.insert(k, (i as u32, self.base[i].clone()));
+                self.diff = diff.into();
+                k
+            }
+        };
+        &mut Arc::make_mut(&mut self.diff)[k].1
     }
 }
 
@@ -455,12 +474,11 @@ impl Cumulative {
                 self.last.insert(*s, *n);
             }
         }
-        // Rebuilt in place where no sample holds the last total (copied where one does).
-        let total = Arc::make_mut(&mut self.total);
-        total.clone_from(&self.base);
+        let mut total = self.base.clone();
         for (s, n) in &self.last {
             *total.entry(*s).or_default() += n;
         }
+        self.total = Arc::new(total);
         self.total.clone()
     }
 }
@@ -499,7 +517,7 @@ mod tests {
             assert_eq!(before.changed_since(&before), Some(vec![]));
         }
         assert!(o.diff.len() <= Observations::DIFF_MAX);
-        o[5] = obs(5);
+        o = o.with([(5, obs(5))]);
         assert_eq!(
             o.changed_since(&Observations::from(all.clone())),
             Some(vec![5])

@@ -105,7 +105,7 @@ impl SimCluster {
     /// since the last observation, in etcd or at the master (`None`: any may have); the
     /// others are as last observed. Also answers whether anything differs from the last
     /// observation.
-    fn observe_only(&mut self, only: Option<&[usize]>) -> (Sample, bool) {
+    fn observe_only(&mut self, only: Option<Vec<usize>>) -> (Sample, bool) {
         let none = BTreeMap::new();
         let replicas = self.master_cfgs.len();
         // One master: its counts are the cluster's (`global` below), no replica's apart.
@@ -139,8 +139,7 @@ impl SimCluster {
         // rest are the last observation's, shared.
         let seen = self.observed.len() == self.instances.len();
         let todo: Vec<usize> = match only.filter(|_| seen) {
-            Some(only) => {
-                let mut only = only.to_vec();
+            Some(mut only) => {
                 only.sort_unstable();
                 only.dedup();
                 only
@@ -301,7 +300,7 @@ impl SimCluster {
             self.timeline.set_now(self.now_ms());
             self.drain_records();
             self.take_routed();
-            let (mut sample, changed) = self.observe_only(only.as_deref());
+            let (mut sample, changed) = self.observe_only(only);
             if changed {
                 sample.event = Some(self.world.events());
                 return Some(sample);
