@@ -18,8 +18,13 @@
 //! exactly where the real master leaves it: on the last finite value, or on none.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::Value;
 
 use crate::pbjson::LoadMetrics;
+use crate::watch_message::Skip;
 
 /// The key for `name`'s published load.
 pub fn key(namespace: &str, name: &str) -> String {
@@ -42,13 +47,76 @@ pub fn name_of<'k>(namespace: &str, key: &'k [u8]) -> Option<&'k str> {
 /// object with a non-negative integer `waiting_requests_num` and a number
 /// `gpu_cache_usage_perc`, as every reader of the prefix then keeps what it had.
 pub fn parse_value(value: &[u8]) -> Option<LoadMetrics> {
-    let v: serde_json::Value = serde_json::from_slice(value).ok()?;
-    let usage = v.get("gpu_cache_usage_perc")?.as_f64()?;
+    let read: ReadBack = serde_json::from_slice(value).ok()?;
+    let usage = read.usage?.as_f64()?;
     Some(LoadMetrics {
-        waiting_requests_num: v.get("waiting_requests_num")?.as_u64()?,
+        waiting_requests_num: read.waiting?.as_u64()?,
         // Narrowed back to the heartbeat's float.
         gpu_cache_usage_perc: usage as f32,
     })
+}
+
+/// A published value's two fields as a parsed JSON object holds them: each its last
+/// occurrence, of any type. The other fields are parsed and dropped, so a text a JSON
+/// parser refuses is refused, and a standby reads every value once, without building
+/// the object.
+#[derive(Default)]
+struct ReadBack {
+    usage: Option<Value>,
+    waiting: Option<Value>,
+}
+
+impl<'de> Deserialize<'de> for ReadBack {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ReadBack;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ReadBack, A::Error> {
+                let mut read = ReadBack::default();
+                while let Some(field) = map.next_key::<Field>()? {
+                    match field {
+                        Field::Usage => read.usage = Some(map.next_value()?),
+                        Field::Waiting => read.waiting = Some(map.next_value()?),
+                        Field::Other => {
+                            map.next_value::<Skip>()?;
+                        }
+                    }
+                }
+                Ok(read)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A published value's field name.
+enum Field {
+    Usage,
+    Waiting,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Field {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Field;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Field, E> {
+                Ok(match v {
+                    "gpu_cache_usage_perc" => Field::Usage,
+                    "waiting_requests_num" => Field::Waiting,
+                    _ => Field::Other,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A published value's fields in the order a `serde_json::Value` object writes them
@@ -226,5 +294,73 @@ mod tests {
         );
         assert_eq!(p.skipped, ["c"]);
         assert!(plan("", HashMap::new(), HashSet::new()).is_empty());
+    }
+
+    /// The reading through a parsed tree, the oracle [`parse_value`] is held to.
+    fn through_tree(value: &[u8]) -> Option<LoadMetrics> {
+        let v: serde_json::Value = serde_json::from_slice(value).ok()?;
+        let usage = v.get("gpu_cache_usage_perc")?.as_f64()?;
+        Some(LoadMetrics {
+            waiting_requests_num: v.get("waiting_requests_num")?.as_u64()?,
+            gpu_cache_usage_perc: usage as f32,
+        })
+    }
+
+    /// Objects with the two fields (and others) of any type, the same key twice, nested
+    /// values, escapes; and text that is no JSON.
+    fn published_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let names = prop_oneof![
+            3 => Just("\"waiting_requests_num\""),
+            2 => Just("\"gpu_cache_usage_perc\""),
+            1 => Just("\"gpu_cache_usage_\\u0070erc\""),
+            1 => Just("\"x\""),
+        ];
+        let leaf = prop_oneof![
+            8 => (0u64..5).prop_map(|n| n.to_string()),
+            4 => (-1e6f64..1e6).prop_map(|x| format!("{x:?}")),
+            1 => any::<f64>().prop_map(|x| format!("{x:?}")),
+            1 => any::<u64>().prop_map(|n| n.to_string()),
+            1 => any::<i64>().prop_map(|n| n.to_string()),
+            1 => Just("null".to_string()),
+            1 => any::<bool>().prop_map(|b| b.to_string()),
+            1 => Just("1e400".to_string()),
+            1 => Just("2.0".to_string()),
+            1 => Just("\"7\"".to_string()),
+            1 => Just("\"\\ud800\"".to_string()),
+            1 => Just("{".to_string()),
+        ];
+        let array =
+            prop::collection::vec(leaf.clone(), 0..3).prop_map(|v| format!("[{}]", v.join(",")));
+        let value = prop_oneof![6 => leaf, 1 => array];
+        prop::collection::vec((names, value), 0..5).prop_map(|kv| {
+            let fields: Vec<String> = kv.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
+            format!("{{{}}}", fields.join(","))
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// Any text reads as the tree reading reads it.
+        #[test]
+        fn values_read_back_as_the_tree_reads_them(text in published_text()) {
+            proptest::prop_assert_eq!(parse_value(text.as_bytes()), through_tree(text.as_bytes()));
+        }
+    }
+
+    #[test]
+    fn a_value_read_back_takes_the_last_of_a_field_named_twice() {
+        let text =
+            br#"{"waiting_requests_num":"x","gpu_cache_usage_perc":1,"waiting_requests_num":4}"#;
+        let read = parse_value(text);
+        assert_eq!(read, through_tree(text));
+        assert_eq!(read.map(|m| m.waiting_requests_num), Some(4));
+        for not_json in [
+            &b"[1]"[..],
+            b"5",
+            br#"{"x": 1e400, "waiting_requests_num": 1, "gpu_cache_usage_perc": 0}"#,
+        ] {
+            assert_eq!(parse_value(not_json), None);
+        }
     }
 }

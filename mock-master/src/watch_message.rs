@@ -240,7 +240,7 @@ macro_rules! read_any {
 
 /// A value not read: parsed as JSON (through `deserialize_any`, as a read value is)
 /// and dropped.
-struct Skip;
+pub(crate) struct Skip;
 
 struct SkipV;
 
@@ -573,6 +573,29 @@ impl<'de> Visitor<'de> for MessageV {
 
 read_any!(WatchMessage, MessageV);
 
+/// Whether `text` is one JSON object, as a parser that builds it would accept it:
+/// what the master's etcd client takes for an answer.
+pub fn is_object(text: &[u8]) -> bool {
+    struct Object;
+    impl<'de> Deserialize<'de> for Object {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Object;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Object, A::Error> {
+                    while map.next_entry::<Skip, Skip>()?.is_some() {}
+                    Ok(Object)
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+    serde_json::from_slice::<Object>(text).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -645,6 +668,13 @@ mod tests {
         fn reads_as_the_tree_reads(text in json_text()) {
             prop_assert_eq!(parse_watch_line(&text), through_tree(&text));
         }
+
+        /// An object is what parses to an object tree.
+        #[test]
+        fn objects_are_what_parse_to_object_trees(text in json_text()) {
+            let tree = serde_json::from_str::<Value>(&text);
+            prop_assert_eq!(is_object(text.as_bytes()), matches!(tree, Ok(Value::Object(_))));
+        }
     }
 
     #[test]
@@ -660,6 +690,7 @@ mod tests {
             r#"{1: 2}"#,
         ];
         for text in cases {
+            assert!(!is_object(text.as_bytes()), "{text:?}");
             let read = parse_watch_line(text);
             assert!(read.is_err(), "{text:?} read as {read:?}");
             assert_eq!(read, through_tree(text), "{text:?}");
