@@ -118,7 +118,10 @@ impl<C: Cluster> Run<'_, '_, C> {
             ..s
         };
         self.waiting.push(s);
-        let same_instant = self.samples.last().is_some_and(|last| last.t_ms == kept.t_ms);
+        let same_instant = self
+            .samples
+            .last()
+            .is_some_and(|last| last.t_ms == kept.t_ms);
         if same_instant && self.samples.len() > self.kept_before {
             // A sample at a period shows the state the instant's last event made.
             let last_event = self.samples.pop().and_then(|last| last.event);

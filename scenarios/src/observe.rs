@@ -158,7 +158,7 @@ impl ObservedState {
 /// with other samples plus the few instances that differ from it. A run keeps a sample at
 /// every change, and a change touches one instance or two: each sample then holds those,
 /// not a copy of the whole cluster, and two samples of one run compare by what differs.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Observations {
     base: Arc<[Arc<InstanceObs>]>,
     /// The instances that differ from `base`, by index, ascending (shared too: a sample
@@ -269,8 +269,18 @@ impl From<Vec<Arc<InstanceObs>>> for Observations {
     fn from(all: Vec<Arc<InstanceObs>>) -> Self {
         Observations {
             base: all.into(),
-            diff: Arc::default(),
+            // Its own empty list, not the process-wide one (see `Default`).
+            diff: Vec::new().into(),
         }
+    }
+}
+
+/// No instance. Not `Arc::default()`: an empty shared slice made so is one static for
+/// the whole process, and its count would be written by every run's thread at every
+/// copy of a sample.
+impl Default for Observations {
+    fn default() -> Self {
+        Observations::from(Vec::new())
     }
 }
 
