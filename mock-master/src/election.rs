@@ -247,6 +247,13 @@ impl Election {
         format!("{}{SERVICE_PREFIX}{}", s.namespace, s.service_name)
     }
 
+    /// Whether `key` is `<ns>XLLM:SERVICE:<name>` (read where it lies: every event of the
+    /// watch is asked about two keys).
+    fn is_service_key(&self, key: &[u8], name: &str) -> bool {
+        let rest = key.strip_prefix(self.settings.namespace.as_bytes());
+        rest.and_then(|k| k.strip_prefix(SERVICE_PREFIX.as_bytes())) == Some(name.as_bytes())
+    }
+
     /// The calls to make, in order, since the last call.
     pub fn take_calls(&mut self) -> Vec<Call> {
         std::mem::take(&mut self.calls)
@@ -527,7 +534,7 @@ impl Election {
     /// service key's changes matter; others are ignored.
     pub fn on_watch_event(&mut self, now: Duration, ev: &WatchEvent) {
         let rev = ev.kv.mod_revision;
-        if ev.kv.key == self.master_key().as_bytes() {
+        if self.is_service_key(&ev.kv.key, MASTER_NAME) {
             if rev != 0 && rev <= self.known {
                 return;
             }
@@ -536,7 +543,7 @@ impl Election {
                 EventKind::Delete => self.master_gone("the MASTER key was deleted"),
                 EventKind::Put => self.master_is(text(&ev.kv.value)),
             }
-        } else if ev.kv.key == self.service_key().as_bytes()
+        } else if self.is_service_key(&ev.kv.key, &self.settings.service_name)
             && ev.kind == EventKind::Delete
             && rev > self.service_rev
         {
@@ -617,4 +624,34 @@ impl Election {
 
 fn text(value: &[u8]) -> String {
     String::from_utf8_lossy(value).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_service_key_is_the_namespace_the_prefix_and_the_name_exactly() {
+        let e = Election::new(Settings {
+            namespace: "/ns/".into(),
+            service_name: "10.0.0.1:9999".into(),
+            ttl: Duration::from_secs(3),
+        });
+        for (key, name, is) in [
+            ("/ns/XLLM:SERVICE:MASTER", MASTER_NAME, true),
+            ("/ns/XLLM:SERVICE:10.0.0.1:9999", "10.0.0.1:9999", true),
+            ("/ns/XLLM:SERVICE:MASTER2", MASTER_NAME, false),
+            ("/ns/XLLM:SERVICE:MASTE", MASTER_NAME, false),
+            ("/other/XLLM:SERVICE:MASTER", MASTER_NAME, false),
+            ("XLLM:SERVICE:MASTER", MASTER_NAME, false),
+            ("/ns/XLLM:LOADMETRICS:MASTER", MASTER_NAME, false),
+        ] {
+            assert_eq!(e.is_service_key(key.as_bytes(), name), is, "{key}");
+            let built = match name {
+                MASTER_NAME => e.master_key(),
+                _ => e.service_key(),
+            };
+            assert_eq!(key == built, is, "{key}");
+        }
+    }
 }
