@@ -202,7 +202,10 @@ impl Observations {
     /// These observations with `changes` (index, observation) made; an index past the
     /// end is left out, and so is an observation already held there (shared).
     pub fn with(&self, changes: impl IntoIterator<Item = (usize, Arc<InstanceObs>)>) -> Self {
-        let mut diff = self.diff.to_vec();
+        let changes = changes.into_iter();
+        // Room for the changes, so that inserting them does not grow the list again.
+        let mut diff = Vec::with_capacity(self.diff.len() + changes.size_hint().0);
+        diff.extend_from_slice(&self.diff);
         let mut changed = false;
         for (i, o) in changes {
             let Some(held) = self.base.get(i) else {
