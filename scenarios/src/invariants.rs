@@ -266,7 +266,7 @@ fn judge_of(name: &str, sc: &Scenario) -> Option<Box<dyn Judge>> {
             gate_ms: sc.topology.lease_ttl.saturating_mul(1000)
                 + sc.topology.health_timeout.as_ms(),
             checked: 0,
-            seen: vec![SeenDown::default(); n],
+            seen: vec![Seen::default(); n],
             restarts: Restarts::new(n),
             judged: Judged::new(n),
             names,
@@ -349,7 +349,7 @@ struct Registered {
     gate_ms: u64,
     names: Vec<String>,
     checked: u64,
-    seen: Vec<SeenDown>,
+    seen: Vec<Seen>,
     /// A stop and a start between two samples is never seen not running.
     restarts: Restarts,
     /// An instance without its key, or whose sidecar is not running, is judged at every
@@ -357,15 +357,18 @@ struct Registered {
     judged: Judged,
 }
 
-/// What [`Registered`] keeps of an instance's sidecar last seen not running.
+/// What [`Registered`] keeps of an instance.
 #[derive(Clone, Default)]
-struct SeenDown {
-    /// When it was (0 before it ever was).
+struct Seen {
+    /// The key the last sample showed.
+    key: Option<Incarnation>,
+    /// When its sidecar was last seen not running (0 before it ever was).
     last_down: u64,
     /// Whether it registered since it was last seen starting (out of its start-up gate).
     registered: bool,
-    /// The key's incarnation then: a sidecar killed without revoking leaves its key
-    /// until the lease runs out, which is no registration of the one started after it.
+    /// The key when its sidecar was last seen not running: a sidecar killed without
+    /// revoking leaves its key until the lease runs out, which is no registration of
+    /// the one started after it.
     left_behind: Option<Incarnation>,
 }
 
@@ -380,11 +383,12 @@ impl Judge for Registered {
         self.judged.first(todo, s, |judged, i, o| {
             let seen = self.seen.get_mut(i)?;
             judged.again(i, !o.sidecar_running || o.etcd.is_none());
-            if let Some((t, before)) = self.restarts.passed(i, o.etcd.as_ref()) {
+            if let Some(t) = self.restarts.passed(i) {
                 seen.last_down = seen.last_down.max(t);
                 seen.registered = false;
-                seen.left_behind = before;
+                seen.left_behind = seen.key.clone();
             }
+            seen.key.clone_from(&o.etcd);
             if !o.sidecar_running {
                 seen.last_down = s.t_ms;
                 seen.registered = false;
@@ -425,7 +429,7 @@ impl Judge for Registered {
 }
 
 /// When each instance's sidecar was stopped or started by an action (from the episodes
-/// those actions open), walked sample by sample with the key each sample showed.
+/// those actions open), walked sample by sample.
 ///
 /// Episodes only ever start at or after the samples already walked, so the times
 /// known later extend those known before: the place reached stays valid.
@@ -435,8 +439,6 @@ struct Restarts {
     cursor: usize,
     /// Per instance, the latest stop or start due since it was last judged.
     due: Vec<Option<u64>>,
-    /// Per instance, the key the last sample showed.
-    key: Vec<Option<Incarnation>>,
 }
 
 impl Restarts {
@@ -445,13 +447,12 @@ impl Restarts {
             all: Vec::new(),
             cursor: 0,
             due: vec![None; instances],
-            key: vec![None; instances],
         }
     }
 
     /// The stops and starts of `eps`.
     fn update(&mut self, eps: &[Episode]) {
-        let instances = 0..self.key.len();
+        let instances = 0..self.due.len();
         self.all.clear();
         for e in eps {
             let scope = match e.key() {
@@ -480,21 +481,9 @@ impl Restarts {
             .map(|&(_, i)| i)
     }
 
-    /// At a sample showing `key` for instance `i`: the latest stop or start due since
-    /// the last sample, and the key the last sample showed (`None`: none since).
-    fn passed(
-        &mut self,
-        i: usize,
-        key: Option<&Incarnation>,
-    ) -> Option<(u64, Option<Incarnation>)> {
-        let slot = self.key.get_mut(i)?;
-        // Most samples show the key the last one did: nothing is copied then.
-        let before = match (slot.as_ref(), key) {
-            (Some(last), Some(now)) if Arc::ptr_eq(last, now) => None,
-            _ => Some(std::mem::replace(slot, key.cloned())),
-        };
-        let t = self.due.get_mut(i)?.take()?;
-        Some((t, before.unwrap_or_else(|| key.cloned())))
+    /// The latest stop or start of instance `i` due since it was last judged.
+    fn passed(&mut self, i: usize) -> Option<u64> {
+        self.due.get_mut(i)?.take()
     }
 }
 
