@@ -56,9 +56,15 @@ impl Judged {
         }
     }
 
-    /// The instances of `s` to judge, in order, plus `more`; judge them with
-    /// [`Judged::first`].
-    fn of(&mut self, s: &Sample, more: impl Iterator<Item = usize>) -> Vec<usize> {
+    /// The first violation `judge` finds among the instances of `s` to judge, in order:
+    /// those whose observation changed, those asked for again, and `more`. `judge` sees
+    /// each with its observation, and this to ask for it again.
+    fn first(
+        &mut self,
+        s: &Sample,
+        more: impl Iterator<Item = usize>,
+        mut judge: impl FnMut(&mut Judged, usize, &InstanceObs) -> Option<String>,
+    ) -> Option<String> {
         let mut todo = std::mem::take(&mut self.todo);
         todo.clear();
         todo.extend(changed_in(s).map(|(i, _)| i));
@@ -68,17 +74,6 @@ impl Judged {
         todo.extend(self.listed.iter().copied().chain(more));
         todo.sort_unstable();
         todo.dedup();
-        todo
-    }
-
-    /// The first violation `judge` finds among `todo` (from [`Judged::of`]), in order;
-    /// it sees each instance with its observation in `s`, and this to ask for it again.
-    fn first(
-        &mut self,
-        todo: Vec<usize>,
-        s: &Sample,
-        mut judge: impl FnMut(&mut Judged, usize, &InstanceObs) -> Option<String>,
-    ) -> Option<String> {
         let why = todo
             .iter()
             .find_map(|&i| judge(self, i, s.instances.get(i)?));
@@ -267,7 +262,8 @@ fn judge_of(name: &str, sc: &Scenario) -> Option<Box<dyn Judge>> {
                 + sc.topology.health_timeout.as_ms(),
             checked: 0,
             seen: vec![Seen::default(); n],
-            restarts: Restarts::new(n),
+            restarts: Vec::new(),
+            next_restart: 0,
             judged: Judged::new(n),
             names,
         }),
@@ -350,8 +346,13 @@ struct Registered {
     names: Vec<String>,
     checked: u64,
     seen: Vec<Seen>,
-    /// A stop and a start between two samples is never seen not running.
-    restarts: Restarts,
+    /// Every stop and start of a sidecar by an action (from the episodes those actions
+    /// open) as (time, instance), oldest first: a stop and a start between two samples
+    /// is never seen not running. Episodes only ever start at or after the samples
+    /// already judged, so the times known later extend those known before.
+    restarts: Vec<(u64, usize)>,
+    /// The first of `restarts` not yet due.
+    next_restart: usize,
     /// An instance without its key, or whose sidecar is not running, is judged at every
     /// sample (its grace runs out with time); one with both, only when it changes.
     judged: Judged,
@@ -370,20 +371,41 @@ struct Seen {
     /// revoking leaves its key until the lease runs out, which is no registration of
     /// the one started after it.
     left_behind: Option<Incarnation>,
+    /// The latest stop or start due since it was last judged.
+    restarted: Option<u64>,
 }
 
 impl Judge for Registered {
     fn on_episodes(&mut self, eps: &[Episode]) {
-        self.restarts.update(eps);
+        let instances = 0..self.seen.len();
+        self.restarts.clear();
+        for e in eps {
+            let scope = match e.key() {
+                EpisodeKey::SidecarDown(scope) | EpisodeKey::SidecarStart(scope, _) => *scope,
+                _ => continue,
+            };
+            let covered = instances.clone().filter(|&i| scope.covers(i));
+            self.restarts.extend(covered.map(|i| (e.start_ms, i)));
+        }
+        self.restarts.sort_unstable();
     }
 
     fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
         let (grace, gate_ms) = (self.grace, self.gate_ms);
-        let todo = self.judged.of(s, self.restarts.due(s.t_ms));
-        self.judged.first(todo, s, |judged, i, o| {
+        // The instances with a stop or start due by now are judged too.
+        let from = self.next_restart;
+        let due_now = |r: &&(u64, usize)| r.0 <= s.t_ms;
+        while let Some(&(t, i)) = self.restarts.get(self.next_restart).filter(due_now) {
+            if let Some(seen) = self.seen.get_mut(i) {
+                seen.restarted = Some(t);
+            }
+            self.next_restart += 1;
+        }
+        let due = self.restarts.get(from..self.next_restart).unwrap_or(&[]);
+        self.judged.first(s, due.iter().map(|&(_, i)| i), |judged, i, o| {
             let seen = self.seen.get_mut(i)?;
             judged.again(i, !o.sidecar_running || o.etcd.is_none());
-            if let Some(t) = self.restarts.passed(i) {
+            if let Some(t) = seen.restarted.take() {
                 seen.last_down = seen.last_down.max(t);
                 seen.registered = false;
                 seen.left_behind = seen.key.clone();
@@ -428,65 +450,6 @@ impl Judge for Registered {
     }
 }
 
-/// When each instance's sidecar was stopped or started by an action (from the episodes
-/// those actions open), walked sample by sample.
-///
-/// Episodes only ever start at or after the samples already walked, so the times
-/// known later extend those known before: the place reached stays valid.
-struct Restarts {
-    /// Every (time, instance), oldest first, and the first not yet due.
-    all: Vec<(u64, usize)>,
-    cursor: usize,
-    /// Per instance, the latest stop or start due since it was last judged.
-    due: Vec<Option<u64>>,
-}
-
-impl Restarts {
-    fn new(instances: usize) -> Restarts {
-        Restarts {
-            all: Vec::new(),
-            cursor: 0,
-            due: vec![None; instances],
-        }
-    }
-
-    /// The stops and starts of `eps`.
-    fn update(&mut self, eps: &[Episode]) {
-        let instances = 0..self.due.len();
-        self.all.clear();
-        for e in eps {
-            let scope = match e.key() {
-                EpisodeKey::SidecarDown(scope) | EpisodeKey::SidecarStart(scope, _) => *scope,
-                _ => continue,
-            };
-            let covered = instances.clone().filter(|&i| scope.covers(i));
-            self.all.extend(covered.map(|i| (e.start_ms, i)));
-        }
-        self.all.sort_unstable();
-    }
-
-    /// The instances with a stop or start due by `t_ms` since the last call.
-    fn due(&mut self, t_ms: u64) -> impl Iterator<Item = usize> + '_ {
-        let from = self.cursor;
-        while let Some(&(t, i)) = self.all.get(self.cursor).filter(|&&(t, _)| t <= t_ms) {
-            if let Some(due) = self.due.get_mut(i) {
-                *due = Some(t);
-            }
-            self.cursor += 1;
-        }
-        self.all
-            .get(from..self.cursor)
-            .unwrap_or(&[])
-            .iter()
-            .map(|&(_, i)| i)
-    }
-
-    /// The latest stop or start of instance `i` due since it was last judged.
-    fn passed(&mut self, i: usize) -> Option<u64> {
-        self.due.get_mut(i)?.take()
-    }
-}
-
 fn master_excused(eps: &[Episode], t: u64, grace: u64) -> bool {
     eps.iter()
         .any(|e| e.excuses_master && overlaps(e, t.saturating_sub(grace + 3000), t))
@@ -505,8 +468,7 @@ struct SingleIncarnation {
 impl Judge for SingleIncarnation {
     fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
         let grace = self.grace;
-        let todo = self.judged.of(s, std::iter::empty());
-        self.judged.first(todo, s, |judged, i, o| {
+        self.judged.first(s, std::iter::empty(), |judged, i, o| {
             let split = matches!((&o.etcd, &o.master_incarnation, o.state), (Some(e), Some(m), Some(st)) if e != m && st != ObservedState::Suspect);
             judged.again(i, split);
             let since = self.since.get_mut(i)?;
@@ -871,8 +833,7 @@ struct ConflictEndsIncarnation {
 impl Judge for ConflictEndsIncarnation {
     fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
         const MAX_CONFLICTS: u64 = 3;
-        let todo = self.judged.of(s, std::iter::empty());
-        self.judged.first(todo, s, |judged, i, o| {
+        self.judged.first(s, std::iter::empty(), |judged, i, o| {
             let slot = self.since.get_mut(i)?;
             let count = o.status_count(409);
             let (from, base) = match slot {
