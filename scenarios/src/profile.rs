@@ -207,14 +207,9 @@ impl Profile {
                 Mapping::Dropped => continue,
             };
             if let Some(first) = seen.insert(target.clone(), s) {
-                return Err(at(
-                    s.name(),
-                    format!(
-                        "settings `{}` and `{}` are both mapped to {target}",
-                        first.name(),
-                        s.name()
-                    ),
-                ));
+                let (a, b) = (first.name(), s.name());
+                let why = format!("settings `{a}` and `{b}` are both mapped to {target}");
+                return Err(at(b, why));
             }
         }
         Ok(())

@@ -160,10 +160,8 @@ impl Summary {
     /// Add another shard's summary of the same sweep.
     pub fn merge(&mut self, other: &Summary) -> Result<(), String> {
         if self.params != other.params {
-            return Err(format!(
-                "summaries of different sweeps: {:?} vs {:?}",
-                self.params, other.params
-            ));
+            let (a, b) = (&self.params, &other.params);
+            return Err(format!("summaries of different sweeps: {a:?} vs {b:?}"));
         }
         self.shards.extend(other.shards.iter().copied());
         self.shards.sort_by_key(|s| (s.count, s.index));
