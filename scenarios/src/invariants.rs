@@ -152,24 +152,19 @@ impl<'a> Judges<'a> {
         ];
         // One master elects nothing: there is no other replica to post to.
         let one_master = sc.topology.master.replicas < 2;
-        let mut slots = Vec::new();
-        for (name, on) in Invariants::NAMES.into_iter().zip(on) {
-            if !on || (name == "heartbeats_to_elected_master" && one_master) {
-                continue;
+        let switched_on = |&(name, on): &(&str, bool)| {
+            on && !(one_master && name == "heartbeats_to_elected_master")
+        };
+        let slot_of = |(name, _)| match capability::missing(&inv.needs(name), caps) {
+            Some(why) => Slot::Skipped(Verdict::skipped(VerdictKind::Invariant, name.into(), why)),
+            None => {
+                judge_of(name, sc).map_or(Slot::After, |judge| Slot::Streamed(name, judge, None))
             }
-            if let Some(why) = capability::missing(&inv.needs(name), caps) {
-                let skipped = Verdict::skipped(VerdictKind::Invariant, name.to_string(), why);
-                slots.push(Slot::Skipped(skipped));
-                continue;
-            }
-            slots.push(match judge_of(name, sc) {
-                Some(judge) => Slot::Streamed(name, judge, None),
-                None => Slot::After,
-            });
-        }
+        };
+        let names = Invariants::NAMES.into_iter().zip(on).filter(switched_on);
         let book = EpisodeBook::new(&sc.topology);
         let mut judges = Judges {
-            slots,
+            slots: names.map(slot_of).collect(),
             eps: book.so_far(),
             book,
             records: 0,
@@ -237,12 +232,8 @@ impl<'a> Judges<'a> {
             let Slot::Streamed(name, judge, failed @ None) = slot else {
                 continue;
             };
-            for s in samples {
-                if let Some(why) = judge.on_sample(s, &self.eps) {
-                    *failed = Some(violated(name, s, why));
-                    break;
-                }
-            }
+            let violation = |s| Some(violated(name, s, judge.on_sample(s, &self.eps)?));
+            *failed = samples.iter().find_map(violation);
         }
     }
 }
