@@ -5,6 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// A duration written `"1.5s"`, `"300ms"`, `"2m"` or as a number of seconds.
@@ -78,21 +79,15 @@ impl<'de> Deserialize<'de> for Dur {
             Num(f64),
             Text(String),
         }
-        let raw = Raw::deserialize(d).map_err(|_| {
-            serde::de::Error::custom(
-                "expected a duration: a string like \"1.5s\" or \"300ms\", or seconds as a number",
-            )
-        })?;
+        let expected =
+            "expected a duration: a string like \"1.5s\" or \"300ms\", or seconds as a number";
+        let raw = Raw::deserialize(d).map_err(|_| D::Error::custom(expected))?;
         match raw {
             Raw::Num(n) if n.is_finite() && (0.0..=86_400.0).contains(&n) => {
                 Ok(Dur(Duration::from_secs_f64(n)))
             }
-            Raw::Num(n) => Err(serde::de::Error::custom(format!(
-                "duration {n} out of range"
-            ))),
-            Raw::Text(s) => parse_duration(&s)
-                .map(Dur)
-                .map_err(serde::de::Error::custom),
+            Raw::Num(n) => Err(D::Error::custom(format!("duration {n} out of range"))),
+            Raw::Text(s) => parse_duration(&s).map(Dur).map_err(D::Error::custom),
         }
     }
 }

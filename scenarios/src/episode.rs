@@ -223,8 +223,7 @@ impl<'a> EpisodeBook<'a> {
         dur_ms: Option<u64>,
         set: impl Fn(&mut Episode),
     ) {
-        let label = self.label.clone();
-        self.open_as(label, key, scope, dur_ms, set);
+        self.open_as(self.label.clone(), key, scope, dur_ms, set);
     }
 
     /// How long after its etcd path heals a sidecar may take to register again, past

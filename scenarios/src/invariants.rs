@@ -27,16 +27,12 @@ use std::sync::Arc;
 /// where that is not known), with them: the passes that judge an observation alone,
 /// whatever the time, judge each once.
 fn changed_in(s: &Sample) -> impl Iterator<Item = (usize, &Arc<InstanceObs>)> + '_ {
-    let all = if s.changed.is_none() {
-        s.instances.len()
-    } else {
-        0
-    };
+    let all = s.changed.is_none().then_some(0..s.instances.len());
     s.changed
         .iter()
         .flatten()
         .map(|&i| i as usize)
-        .chain(0..all)
+        .chain(all.into_iter().flatten())
         .filter_map(move |i| s.instances.get(i).map(|o| (i, o)))
 }
 
@@ -60,26 +56,29 @@ impl Judged {
         }
     }
 
-    /// The instances of `s` to judge, in order, plus `more`; hand the list back with
-    /// [`Judged::done`].
-    fn of(&mut self, s: &Sample, more: impl Iterator<Item = usize>) -> Vec<usize> {
+    /// The first violation `judge` finds among the instances of `s` to judge, in order:
+    /// those whose observation changed, those asked for again, and `more`. `judge` sees
+    /// each with its observation, and this to ask for it again.
+    fn first(
+        &mut self,
+        s: &Sample,
+        more: impl Iterator<Item = usize>,
+        mut judge: impl FnMut(&mut Judged, usize, &InstanceObs) -> Option<String>,
+    ) -> Option<String> {
         let mut todo = std::mem::take(&mut self.todo);
         todo.clear();
-        match &s.changed {
-            Some(c) => todo.extend(c.iter().map(|&i| i as usize)),
-            None => todo.extend(0..s.instances.len()),
-        }
+        todo.extend(changed_in(s).map(|(i, _)| i));
         let again = &self.again;
         self.listed
             .retain(|&i| again.get(i).copied().unwrap_or(false));
         todo.extend(self.listed.iter().copied().chain(more));
         todo.sort_unstable();
         todo.dedup();
-        todo
-    }
-
-    fn done(&mut self, todo: Vec<usize>) {
+        let why = todo
+            .iter()
+            .find_map(|&i| judge(self, i, s.instances.get(i)?));
         self.todo = todo;
+        why
     }
 
     /// Whether instance `i` is judged at every sample from now on, changed or not.
@@ -103,7 +102,9 @@ trait Judge: Send {
     fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String>;
 
     /// What a verdict that held says was judged.
-    fn held(&self) -> String;
+    fn held(&self) -> String {
+        "held".into()
+    }
 
     /// The verdict of invariant `name` when no sample violated it: held, unless the
     /// judge found a violation it reports only then.
@@ -151,24 +152,19 @@ impl<'a> Judges<'a> {
         ];
         // One master elects nothing: there is no other replica to post to.
         let one_master = sc.topology.master.replicas < 2;
-        let mut slots = Vec::new();
-        for (name, on) in Invariants::NAMES.into_iter().zip(on) {
-            if !on || (name == "heartbeats_to_elected_master" && one_master) {
-                continue;
+        let switched_on = |&(name, on): &(&str, bool)| {
+            on && !(one_master && name == "heartbeats_to_elected_master")
+        };
+        let slot_of = |(name, _)| match capability::missing(&inv.needs(name), caps) {
+            Some(why) => Slot::Skipped(Verdict::skipped(VerdictKind::Invariant, name.into(), why)),
+            None => {
+                judge_of(name, sc).map_or(Slot::After, |judge| Slot::Streamed(name, judge, None))
             }
-            if let Some(why) = capability::missing(&inv.needs(name), caps) {
-                let skipped = Verdict::skipped(VerdictKind::Invariant, name.to_string(), why);
-                slots.push(Slot::Skipped(skipped));
-                continue;
-            }
-            slots.push(match judge_of(name, sc) {
-                Some(judge) => Slot::Streamed(name, judge, None),
-                None => Slot::After,
-            });
-        }
+        };
+        let names = Invariants::NAMES.into_iter().zip(on).filter(switched_on);
         let book = EpisodeBook::new(&sc.topology);
         let mut judges = Judges {
-            slots,
+            slots: names.map(slot_of).collect(),
             eps: book.so_far(),
             book,
             records: 0,
@@ -213,16 +209,13 @@ impl<'a> Judges<'a> {
         self.eps = eps.to_vec();
         self.episodes_changed();
         self.judge(waiting);
-        let mut out = Vec::with_capacity(self.slots.len());
-        for slot in self.slots {
-            out.push(match slot {
-                Slot::Skipped(v) => v,
-                Slot::Streamed(_, _, Some(failed)) => failed,
-                Slot::Streamed(name, judge, None) => judge.verdict(name),
-                Slot::After => crate::recovery::verdict(sc, kept, recoveries),
-            });
-        }
-        out
+        let verdict = |slot| match slot {
+            Slot::Skipped(v) => v,
+            Slot::Streamed(_, _, Some(failed)) => failed,
+            Slot::Streamed(name, judge, None) => judge.verdict(name),
+            Slot::After => crate::recovery::verdict(sc, kept, recoveries),
+        };
+        self.slots.into_iter().map(verdict).collect()
     }
 
     fn episodes_changed(&mut self) {
@@ -239,12 +232,8 @@ impl<'a> Judges<'a> {
             let Slot::Streamed(name, judge, failed @ None) = slot else {
                 continue;
             };
-            for s in samples {
-                if let Some(why) = judge.on_sample(s, &self.eps) {
-                    *failed = Some(violated(name, s, why));
-                    break;
-                }
-            }
+            let violation = |s| Some(violated(name, s, judge.on_sample(s, &self.eps)?));
+            *failed = samples.iter().find_map(violation);
         }
     }
 }
@@ -263,10 +252,9 @@ fn judge_of(name: &str, sc: &Scenario) -> Option<Box<dyn Judge>> {
             gate_ms: sc.topology.lease_ttl.saturating_mul(1000)
                 + sc.topology.health_timeout.as_ms(),
             checked: 0,
-            last_down: vec![Some(0); n],
-            in_gate: vec![true; n],
-            left_behind: vec![None; n],
-            restarts: Restarts::new(n),
+            seen: vec![Seen::default(); n],
+            restarts: Vec::new(),
+            next_restart: 0,
             judged: Judged::new(n),
             names,
         }),
@@ -279,8 +267,9 @@ fn judge_of(name: &str, sc: &Scenario) -> Option<Box<dyn Judge>> {
         "no_stale_heartbeat_accepted" => Box::new(NoStaleHeartbeat {
             grace: incarnation_grace,
             first_seen: vec![Vec::new(); n],
+            ttl_ms: sc.topology.lease_ttl.saturating_mul(1000),
             prev_accepted: vec![0; n],
-            long_stops: LongStops::new(sc, n),
+            long_stops: AtStart::new(n, |e| e.outlives_lease, |o| &o.master_incarnation),
             late: None,
             names,
         }),
@@ -347,81 +336,87 @@ struct Registered {
     gate_ms: u64,
     names: Vec<String>,
     checked: u64,
-    /// Last time each instance's sidecar was seen not running.
-    last_down: Vec<Option<u64>>,
-    /// Whether it has not registered since it was last seen starting (in its gate).
-    in_gate: Vec<bool>,
-    /// The key's incarnation when the sidecar was last seen not running: a sidecar
-    /// killed without revoking leaves its key until the lease runs out, which is no
-    /// registration of the one started after it.
-    left_behind: Vec<Option<Incarnation>>,
-    /// A stop and a start between two samples is never seen not running.
-    restarts: Restarts,
+    seen: Vec<Seen>,
+    /// Every stop and start of a sidecar by an action (from the episodes those actions
+    /// open) as (time, instance), oldest first: a stop and a start between two samples
+    /// is never seen not running. Episodes only ever start at or after the samples
+    /// already judged, so the times known later extend those known before.
+    restarts: Vec<(u64, usize)>,
+    /// The first of `restarts` not yet due.
+    next_restart: usize,
     /// An instance without its key, or whose sidecar is not running, is judged at every
     /// sample (its grace runs out with time); one with both, only when it changes.
     judged: Judged,
 }
 
+/// What [`Registered`] keeps of an instance.
+#[derive(Clone, Default)]
+struct Seen {
+    /// The key the last sample showed.
+    key: Option<Incarnation>,
+    /// When its sidecar was last seen not running (0 before it ever was).
+    last_down: u64,
+    /// Whether it registered since it was last seen starting (out of its start-up gate).
+    registered: bool,
+    /// The key when its sidecar was last seen not running: a sidecar killed without
+    /// revoking leaves its key until the lease runs out, which is no registration of
+    /// the one started after it.
+    left_behind: Option<Incarnation>,
+    /// The latest stop or start due since it was last judged.
+    restarted: Option<u64>,
+}
+
 impl Judge for Registered {
     fn on_episodes(&mut self, eps: &[Episode]) {
-        self.restarts.update(eps);
+        let instances = 0..self.seen.len();
+        self.restarts.clear();
+        for e in eps {
+            let scope = match e.key() {
+                EpisodeKey::SidecarDown(scope) | EpisodeKey::SidecarStart(scope, _) => *scope,
+                _ => continue,
+            };
+            let covered = instances.clone().filter(|&i| scope.covers(i));
+            self.restarts.extend(covered.map(|i| (e.start_ms, i)));
+        }
+        self.restarts.sort_unstable();
     }
 
     fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
-        let grace = self.grace;
-        let todo = self.judged.of(s, self.restarts.due(s.t_ms));
-        let mut why = None;
-        for &i in &todo {
-            let Some(o) = s.instances.get(i) else {
-                continue;
-            };
-            self.judged.again(i, !o.sidecar_running || o.etcd.is_none());
-            let from = s.t_ms.saturating_sub(grace);
-            if let Some((t, before)) = self.restarts.passed(i, s.t_ms, o.etcd.as_ref()) {
-                if let Some(d) = self.last_down.get_mut(i) {
-                    *d = Some(d.map_or(t, |d| d.max(t)));
-                }
-                if let Some(g) = self.in_gate.get_mut(i) {
-                    *g = true;
-                }
-                if let Some(l) = self.left_behind.get_mut(i) {
-                    *l = before;
-                }
+        let (grace, gate_ms) = (self.grace, self.gate_ms);
+        // The instances with a stop or start due by now are judged too.
+        let from = self.next_restart;
+        let due_now = |r: &&(u64, usize)| r.0 <= s.t_ms;
+        while let Some(&(t, i)) = self.restarts.get(self.next_restart).filter(due_now) {
+            if let Some(seen) = self.seen.get_mut(i) {
+                seen.restarted = Some(t);
             }
-            let gate = self.in_gate.get_mut(i);
-            let left = self.left_behind.get_mut(i);
+            self.next_restart += 1;
+        }
+        let due = self.restarts.get(from..self.next_restart).unwrap_or(&[]);
+        self.judged.first(s, due.iter().map(|&(_, i)| i), |judged, i, o| {
+            let seen = self.seen.get_mut(i)?;
+            judged.again(i, !o.sidecar_running || o.etcd.is_none());
+            if let Some(t) = seen.restarted.take() {
+                seen.last_down = seen.last_down.max(t);
+                seen.registered = false;
+                seen.left_behind = seen.key.clone();
+            }
+            seen.key.clone_from(&o.etcd);
             if !o.sidecar_running {
-                if let Some(d) = self.last_down.get_mut(i) {
-                    *d = Some(s.t_ms);
-                }
-                if let Some(g) = gate {
-                    *g = true;
-                }
-                if let Some(l) = left {
-                    *l = o.etcd.clone();
-                }
-                continue;
+                seen.last_down = s.t_ms;
+                seen.registered = false;
+                seen.left_behind = o.etcd.clone();
+                return None;
             }
-            let gated = match (gate, left) {
-                (Some(g), Some(l)) => {
-                    *g &= o.etcd.is_none() || o.etcd == *l;
-                    *g
-                }
-                _ => false,
-            };
-            let down_lately = self
-                .last_down
-                .get(i)
-                .copied()
-                .flatten()
-                .is_some_and(|d| d > from);
-            if down_lately || s.t_ms < grace {
-                continue;
+            seen.registered |= o.etcd.is_some() && o.etcd != seen.left_behind;
+            let from = s.t_ms.saturating_sub(grace);
+            if seen.last_down > from || s.t_ms < grace {
+                return None;
             }
             self.checked += 1;
             // A key present holds whatever the faults; only a missing one needs an excuse
             // (looked for only then: most samples have their key).
-            let gate_ms = self.gate_ms;
+            let gated = !seen.registered;
             let excused = || {
                 eps.iter().any(|e| {
                     let extra = e.extra_grace_ms + if gated && e.vllm_down { gate_ms } else { 0 };
@@ -430,14 +425,12 @@ impl Judge for Registered {
                         && overlaps(e, from.saturating_sub(extra), s.t_ms)
                 })
             };
-            if o.etcd.is_none() && !excused() {
-                let name = self.names.get(i).map_or("?", String::as_str);
-                why = Some(format!("{name} had no etcd key at t={} ms although vLLM was healthy, its sidecar running and nothing disturbed registration for {grace} ms", s.t_ms));
-                break;
+            if o.etcd.is_some() || excused() {
+                return None;
             }
-        }
-        self.judged.done(todo);
-        why
+            let name = self.names.get(i).map_or("?", String::as_str);
+            Some(format!("{name} had no etcd key at t={} ms although vLLM was healthy, its sidecar running and nothing disturbed registration for {grace} ms", s.t_ms))
+        })
     }
 
     fn held(&self) -> String {
@@ -445,97 +438,6 @@ impl Judge for Registered {
             "held ({} observations judged, grace {} ms)",
             self.checked, self.grace
         )
-    }
-}
-
-/// When each instance's sidecar was stopped or started by an action (from the episodes
-/// those actions open), walked sample by sample with the key each sample showed.
-///
-/// Episodes only ever start at or after the samples already walked, so the times
-/// known later extend those known before: the places reached stay valid.
-struct Restarts {
-    /// Per instance, oldest first.
-    times: Vec<Vec<u64>>,
-    /// Per instance, the first time not yet passed.
-    next: Vec<usize>,
-    /// Per instance, the key the last sample showed.
-    key: Vec<Option<Incarnation>>,
-    /// Every (time, instance), oldest first, and the first not yet due.
-    all: Vec<(u64, usize)>,
-    cursor: usize,
-}
-
-impl Restarts {
-    fn new(instances: usize) -> Restarts {
-        Restarts {
-            times: vec![Vec::new(); instances],
-            next: vec![0; instances],
-            key: vec![None; instances],
-            all: Vec::new(),
-            cursor: 0,
-        }
-    }
-
-    /// The stops and starts of `eps`.
-    fn update(&mut self, eps: &[Episode]) {
-        let instances = self.times.len();
-        let mut times = vec![Vec::new(); instances];
-        for e in eps {
-            let scope = match e.key() {
-                EpisodeKey::SidecarDown(scope) | EpisodeKey::SidecarStart(scope, _) => *scope,
-                _ => continue,
-            };
-            for (i, t) in times.iter_mut().enumerate() {
-                if scope.covers(i) {
-                    t.push(e.start_ms);
-                }
-            }
-        }
-        times.iter_mut().for_each(|t| t.sort_unstable());
-        let mut all: Vec<(u64, usize)> = (0..instances)
-            .flat_map(|i| times.get(i).into_iter().flatten().map(move |&t| (t, i)))
-            .collect();
-        all.sort_unstable();
-        self.times = times;
-        self.all = all;
-    }
-
-    /// The instances with a stop or start due by `t_ms` since the last call.
-    fn due(&mut self, t_ms: u64) -> impl Iterator<Item = usize> + '_ {
-        let from = self.cursor;
-        while self.all.get(self.cursor).is_some_and(|&(t, _)| t <= t_ms) {
-            self.cursor += 1;
-        }
-        self.all
-            .get(from..self.cursor)
-            .unwrap_or(&[])
-            .iter()
-            .map(|&(_, i)| i)
-    }
-
-    /// At a sample at `t_ms` showing `key` for instance `i`: the latest stop or start
-    /// since the last sample, and the key the last sample showed (`None`: none since).
-    fn passed(
-        &mut self,
-        i: usize,
-        t_ms: u64,
-        key: Option<&Incarnation>,
-    ) -> Option<(u64, Option<Incarnation>)> {
-        let slot = self.key.get_mut(i)?;
-        // Most samples show the key the last one did: nothing is copied then.
-        let before = match (slot.as_ref(), key) {
-            (Some(last), Some(now)) if Arc::ptr_eq(last, now) => None,
-            _ => Some(std::mem::replace(slot, key.cloned())),
-        };
-        let times = self.times.get(i)?;
-        let next = self.next.get_mut(i)?;
-        let mut latest = None;
-        while let Some(&t) = times.get(*next).filter(|&&t| t <= t_ms) {
-            latest = Some(t);
-            *next += 1;
-        }
-        let t = latest?;
-        Some((t, before.unwrap_or_else(|| key.cloned())))
     }
 }
 
@@ -557,33 +459,23 @@ struct SingleIncarnation {
 impl Judge for SingleIncarnation {
     fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
         let grace = self.grace;
-        let todo = self.judged.of(s, std::iter::empty());
-        let mut why = None;
-        for &i in &todo {
-            let Some(o) = s.instances.get(i) else {
-                continue;
-            };
+        self.judged.first(s, std::iter::empty(), |judged, i, o| {
             let split = matches!((&o.etcd, &o.master_incarnation, o.state), (Some(e), Some(m), Some(st)) if e != m && st != ObservedState::Suspect);
-            self.judged.again(i, split);
-            if split && !master_excused(eps, s.t_ms, grace) {
-                let start = self
-                    .since
-                    .get_mut(i)
-                    .map_or(s.t_ms, |x| *x.get_or_insert(s.t_ms));
-                if s.t_ms - start > grace {
-                    let name = self.names.get(i).map_or("?", String::as_str);
-                    why = Some(format!(
-                        "{name}: etcd has incarnation {:?} but the master routes to {:?} since t={start} ms",
-                        o.etcd, o.master_incarnation
-                    ));
-                    break;
-                }
-            } else if let Some(x) = self.since.get_mut(i) {
-                *x = None;
+            judged.again(i, split);
+            let since = self.since.get_mut(i)?;
+            if !split || master_excused(eps, s.t_ms, grace) {
+                *since = None;
+                return None;
             }
-        }
-        self.judged.done(todo);
-        why
+            let start = *since.get_or_insert(s.t_ms);
+            let name = self.names.get(i).map_or("?", String::as_str);
+            (s.t_ms - start > grace).then(|| {
+                format!(
+                    "{name}: etcd has incarnation {:?} but the master routes to {:?} since t={start} ms",
+                    o.etcd, o.master_incarnation
+                )
+            })
+        })
     }
 
     fn held(&self) -> String {
@@ -592,13 +484,22 @@ impl Judge for SingleIncarnation {
 }
 
 /// The master accepts no heartbeat of an incarnation etcd superseded, but for a grace.
+///
+/// Nor, after a sidecar was stopped for longer than its lease's TTL, a heartbeat of the
+/// incarnation it held before the stop, for a TTL after the sidecar continues: the
+/// sidecar's clock says that lease has run out, whatever its last keepalive answer said.
+/// A heartbeat the master accepted while it still believed that incarnation is one of it
+/// (a newer one would be refused until its key is seen).
 struct NoStaleHeartbeat {
     grace: u64,
+    ttl_ms: u64,
     names: Vec<String>,
     /// Per instance: incarnations in order of first sighting in etcd.
     first_seen: Vec<Vec<(Incarnation, u64)>>,
     prev_accepted: Vec<u64>,
-    long_stops: LongStops,
+    /// The stops that outlive a lease, with the incarnation the master held of each
+    /// instance when they began.
+    long_stops: AtStart,
     /// The first heartbeat after a long stop that was accepted for the incarnation from
     /// before it: reported if nothing else violates the invariant.
     late: Option<Verdict>,
@@ -611,14 +512,15 @@ impl Judge for NoStaleHeartbeat {
 
     fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
         if self.late.is_none() {
-            let why = self.long_stops.on_sample(s, eps, &self.prev_accepted);
-            let name = "no_stale_heartbeat_accepted";
-            self.late = why.map(|why| violated(name, s, why));
+            let why = self.after_long_stop(s, eps);
+            self.late = why.map(|why| violated("no_stale_heartbeat_accepted", s, why));
         }
         // Unchanged: its incarnation is already seen and its accepted count did not grow,
         // so nothing below changes or fires.
         for (i, o) in changed_in(s) {
-            let Some(seen) = self.first_seen.get_mut(i) else {
+            let (Some(seen), Some(prev)) =
+                (self.first_seen.get_mut(i), self.prev_accepted.get_mut(i))
+            else {
                 continue;
             };
             // Most samples show the incarnation last seen: no search then.
@@ -627,21 +529,17 @@ impl Judge for NoStaleHeartbeat {
                     seen.push((e.clone(), s.t_ms));
                 }
             }
-            let accepted = o.accepted();
-            let grew = accepted > self.prev_accepted.get(i).copied().unwrap_or(0);
-            if let Some(p) = self.prev_accepted.get_mut(i) {
-                *p = accepted;
-            }
-            let Some(m) = &o.master_incarnation else {
+            let grew = o.accepted() > *prev;
+            *prev = o.accepted();
+            let Some(m) = o.master_incarnation.as_ref().filter(|_| grew) else {
                 continue;
             };
-            if !grew {
-                continue;
-            }
-            let Some(pos) = seen.iter().position(|(x, _)| x == m) else {
-                continue;
-            };
-            if let Some((newer, t_newer)) = seen.get(pos + 1) {
+            // The incarnation etcd showed after the one heartbeated, if any.
+            let next = seen
+                .iter()
+                .position(|(x, _)| x == m)
+                .and_then(|k| seen.get(k + 1));
+            if let Some((newer, t_newer)) = next {
                 if s.t_ms > t_newer + self.grace && !master_excused(eps, s.t_ms, self.grace) {
                     let name = self.names.get(i).map_or("?", String::as_str);
                     return Some(format!("{name}: heartbeats of incarnation {m} still accepted at t={} ms, superseded by {newer} at t={t_newer} ms", s.t_ms));
@@ -651,46 +549,17 @@ impl Judge for NoStaleHeartbeat {
         None
     }
 
-    fn held(&self) -> String {
-        "held".into()
-    }
-
     fn verdict(&self, name: &str) -> Verdict {
         self.late.clone().unwrap_or_else(|| held(name, self.held()))
     }
 }
 
-/// After a sidecar was stopped for longer than its lease's TTL, the master accepts no
-/// heartbeat of the incarnation it held before the stop, for a TTL after the sidecar
-/// continues: the sidecar's clock says that lease has run out, whatever its last
-/// keepalive answer said. A heartbeat the master accepted while it still believed that
-/// incarnation is one of it (a newer one would be refused until its key is seen).
-struct LongStops {
-    names: Vec<String>,
-    ttl_ms: u64,
-    /// The stops that outlive a lease, with the incarnation the master held of each
-    /// instance when they began.
-    stops: AtStart,
-}
-
-impl LongStops {
-    fn new(sc: &Scenario, n: usize) -> LongStops {
-        LongStops {
-            names: sc.instance_names(),
-            ttl_ms: sc.topology.lease_ttl.saturating_mul(1000),
-            stops: AtStart::new(n, |e| e.outlives_lease, |o| &o.master_incarnation),
-        }
-    }
-
-    fn on_episodes(&mut self, eps: &[Episode]) {
-        self.stops.on_episodes(eps);
-    }
-
-    /// Why sample `s` shows such a heartbeat, if it does; `accepted` is each instance's
-    /// accepted count at the sample before.
-    fn on_sample(&mut self, s: &Sample, eps: &[Episode], accepted: &[u64]) -> Option<String> {
-        self.stops.on_sample(s, eps);
-        for (k, before) in &self.stops.taken {
+impl NoStaleHeartbeat {
+    /// Why sample `s` shows a heartbeat accepted after a long stop for the incarnation
+    /// from before it, if it does (`prev_accepted` is still the sample before's).
+    fn after_long_stop(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
+        self.long_stops.on_sample(s, eps);
+        for (k, before) in &self.long_stops.taken {
             let (Some(e), Some(before)) = (eps.get(*k), before) else {
                 continue;
             };
@@ -710,7 +579,7 @@ impl LongStops {
                 let (Some(old), Some(o)) = (old, s.instances.get(i)) else {
                     continue;
                 };
-                let grew = o.accepted() > accepted.get(i).copied().unwrap_or(0);
+                let grew = o.accepted() > self.prev_accepted.get(i).copied().unwrap_or(0);
                 if grew && o.master_incarnation.as_ref() == Some(old) {
                     let name = self.names.get(i).map_or("?", String::as_str);
                     return Some(format!("{name}: a heartbeat of incarnation {old} was accepted at t≈{} ms, after the sidecar was stopped {} ms (longer than its lease's TTL) until t={end} ms", s.t_ms, end - e.start_ms));
@@ -806,10 +675,6 @@ impl Judge for No401 {
         self.prev_t = s.t_ms;
         None
     }
-
-    fn held(&self) -> String {
-        "held".into()
-    }
 }
 
 /// What the master stored of each heartbeat is in range.
@@ -826,10 +691,6 @@ impl Judge for HeartbeatsSane {
             "{name}: master stored waiting={:?} gpu_cache={:?} ttft={:?} tbt={:?}",
             o.waiting, o.gpu_cache, o.ttft_ms, o.tbt_ms
         ))
-    }
-
-    fn held(&self) -> String {
-        "held".into()
     }
 }
 
@@ -862,17 +723,12 @@ impl Judge for RevokedOnStop {
 
     fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
         self.stops.on_sample(s, eps);
-        let mut why = None;
         let within = self.within;
         let due = |(k, _): &(usize, _)| eps.get(*k).is_some_and(|e| s.t_ms >= e.start_ms + within);
-        let judged: Vec<_> = self
-            .stops
-            .taken
-            .iter()
-            .filter(|x| due(x))
-            .cloned()
-            .collect();
-        self.stops.taken.retain(|x| !due(x));
+        let (judged, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.stops.taken)
+            .into_iter()
+            .partition(due);
+        self.stops.taken = waiting;
         for (k, before) in judged {
             let Some(stop) = eps.get(k) else { continue };
             let t = stop.start_ms;
@@ -891,11 +747,11 @@ impl Judge for RevokedOnStop {
                 // The same incarnation (a sidecar started again since registers a new one).
                 if s.instances.get(i).and_then(|o| o.etcd.as_ref()) == Some(inc) {
                     let name = self.names.get(i).map_or("?", String::as_str);
-                    why = why.or(Some(format!("{name}: key of incarnation {inc} still in etcd at t={} ms, {} ms after its sidecar was stopped or drained at t={t} ms (a sidecar revokes its lease on both)", s.t_ms, s.t_ms - t)));
+                    return Some(format!("{name}: key of incarnation {inc} still in etcd at t={} ms, {} ms after its sidecar was stopped or drained at t={t} ms (a sidecar revokes its lease on both)", s.t_ms, s.t_ms - t));
                 }
             }
         }
-        why
+        None
     }
 
     fn held(&self) -> String {
@@ -968,12 +824,8 @@ struct ConflictEndsIncarnation {
 impl Judge for ConflictEndsIncarnation {
     fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
         const MAX_CONFLICTS: u64 = 3;
-        let todo = self.judged.of(s, std::iter::empty());
-        let mut why = None;
-        for &i in &todo {
-            let (Some(slot), Some(o)) = (self.since.get_mut(i), s.instances.get(i)) else {
-                continue;
-            };
+        self.judged.first(s, std::iter::empty(), |judged, i, o| {
+            let slot = self.since.get_mut(i)?;
             let count = o.status_count(409);
             let (from, base) = match slot {
                 Some((inc, from, base)) if *inc == o.etcd => (*from, *base),
@@ -989,20 +841,14 @@ impl Judge for ConflictEndsIncarnation {
                 })
             };
             let is_over = count - base > MAX_CONFLICTS;
-            self.judged.again(i, is_over);
-            if is_over && !master_disturbed() {
-                let name = self.names.get(i).map_or("?", String::as_str);
-                let inc = o.etcd.as_deref().unwrap_or("no key");
-                why = Some(format!("{name}: the master answered 409 {} times since t={from} ms while etcd kept {inc} (a sidecar answered 409 registers a new incarnation instead of posting the old one again)", count - base));
-                break;
+            judged.again(i, is_over);
+            if !is_over || master_disturbed() {
+                return None;
             }
-        }
-        self.judged.done(todo);
-        why
-    }
-
-    fn held(&self) -> String {
-        "held".into()
+            let name = self.names.get(i).map_or("?", String::as_str);
+            let inc = o.etcd.as_deref().unwrap_or("no key");
+            Some(format!("{name}: the master answered 409 {} times since t={from} ms while etcd kept {inc} (a sidecar answered 409 registers a new incarnation instead of posting the old one again)", count - base))
+        })
     }
 }
 

@@ -87,30 +87,27 @@ pub fn load(args: &[String]) -> Result<Vec<Loaded>, SpecError> {
         return builtin();
     }
     let all = builtin()?;
-    let mut out = Vec::new();
-    for a in args {
-        let path = std::path::Path::new(a);
+    let load_one = |a: &String| {
         let error = |message: String| SpecError {
             file: a.clone(),
             line: None,
             message,
         };
-        if path.is_file() {
+        if std::path::Path::new(a).is_file() {
             let text =
-                std::fs::read_to_string(path).map_err(|e| error(format!("cannot read: {e}")))?;
+                std::fs::read_to_string(a).map_err(|e| error(format!("cannot read: {e}")))?;
             let scenario = Scenario::parse(a, &text)?;
-            out.push(Loaded {
+            return Ok(Loaded {
                 file: a.clone(),
                 scenario,
             });
-            continue;
         }
         let name = a.trim_start_matches("library/").trim_end_matches(".toml");
         let found = all.iter().find(|l| l.scenario.name == name);
         let unknown = "no such file, and no built-in scenario of that name (see `scenarios list`)";
-        out.push(found.ok_or_else(|| error(unknown.into()))?.clone());
-    }
-    Ok(out)
+        found.cloned().ok_or_else(|| error(unknown.into()))
+    };
+    args.iter().map(load_one).collect()
 }
 
 #[cfg(test)]

@@ -207,14 +207,9 @@ impl Profile {
                 Mapping::Dropped => continue,
             };
             if let Some(first) = seen.insert(target.clone(), s) {
-                return Err(at(
-                    s.name(),
-                    format!(
-                        "settings `{}` and `{}` are both mapped to {target}",
-                        first.name(),
-                        s.name()
-                    ),
-                ));
+                let (a, b) = (first.name(), s.name());
+                let why = format!("settings `{a}` and `{b}` are both mapped to {target}");
+                return Err(at(b, why));
             }
         }
         Ok(())
@@ -282,20 +277,16 @@ fn settings_table(
     v: &toml::Value,
     at: &dyn Fn(&str, String) -> String,
 ) -> Result<BTreeMap<Setting, Mapping>, String> {
-    let table = v.as_table().ok_or_else(|| {
-        at(
-            "settings",
-            "`settings` is a table: setting = \"--flag\"".into(),
-        )
-    })?;
+    let not_table = "`settings` is a table: setting = \"--flag\"";
+    let table = v
+        .as_table()
+        .ok_or_else(|| at("settings", not_table.into()))?;
     let mut out = BTreeMap::new();
     for (k, v) in table {
         let s = Setting::parse(k).ok_or_else(|| {
             let known: Vec<&str> = Setting::all().map(Setting::name).collect();
-            at(
-                k,
-                format!("unknown setting `{k}` (known: {})", known.join(", ")),
-            )
+            let known = known.join(", ");
+            at(k, format!("unknown setting `{k}` (known: {known})"))
         })?;
         // `{ env = "NAME" }`, and nothing else in the table.
         let env = v
@@ -307,12 +298,8 @@ fn settings_table(
             (toml::Value::String(f), _) if f.starts_with('-') => Mapping::Flag(f.clone()),
             (toml::Value::Boolean(false), _) => Mapping::Dropped,
             _ => {
-                return Err(at(
-                    k,
-                    format!(
-                    "setting `{k}`: a flag (\"--name\"), {{ env = \"NAME\" }}, or false to drop it"
-                ),
-                ))
+                let want = "a flag (\"--name\"), { env = \"NAME\" }, or false to drop it";
+                return Err(at(k, format!("setting `{k}`: {want}")));
             }
         };
         out.insert(s, m);

@@ -423,17 +423,10 @@ pub fn describe(c: &Condition) -> String {
             min_waiting,
             max_waiting,
         } => {
-            let mut s = format!(
-                "{instance}: {} heartbeat(s) accepted",
-                at_least.unwrap_or(1)
-            );
-            if let Some(m) = min_waiting {
-                s.push_str(&format!(" with waiting >= {m}"));
-            }
-            if let Some(m) = max_waiting {
-                s.push_str(&format!(" with waiting <= {m}"));
-            }
-            s
+            let n = at_least.unwrap_or(1);
+            let min = min_waiting.map_or(String::new(), |m| format!(" with waiting >= {m}"));
+            let max = max_waiting.map_or(String::new(), |m| format!(" with waiting <= {m}"));
+            format!("{instance}: {n} heartbeat(s) accepted{min}{max}")
         }
         Condition::HeartbeatStatus { instance, status } => {
             format!("{instance}: a heartbeat answered {status}")

@@ -3,9 +3,9 @@
 //! Why: a sweep that finds nothing says little unless it shows where it looked. The
 //! matrix (fault kind × the sidecar's phase when the fault hit: waiting for health,
 //! registering, registered, re-registering, draining, shutting down, stopped by a pause
-//! or a throttle, not running) tells
-//! a user which corners the search reached and which it never did (a zero cell), so they
-//! can steer it with `--faults` or a longer `--duration`.
+//! or a throttle, not running) tells a user which corners the search reached and which
+//! it never did (a zero cell), so they can steer it with `--faults` or a longer
+//! `--duration`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -32,12 +32,8 @@ pub struct Coverage(pub BTreeMap<String, BTreeMap<String, u64>>);
 impl Coverage {
     /// A fault of `kind` hit a sidecar in `phase`.
     pub fn add(&mut self, kind: &str, phase: &str) {
-        *self
-            .0
-            .entry(kind.to_string())
-            .or_default()
-            .entry(phase.to_string())
-            .or_default() += 1;
+        let row = self.0.entry(kind.to_string()).or_default();
+        *row.entry(phase.to_string()).or_default() += 1;
     }
 
     /// Add another coverage's counts to these (merging shards).

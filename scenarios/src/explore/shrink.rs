@@ -66,10 +66,10 @@ const SETTLED_MS: u64 = 5000;
 
 struct Shrinker<'a> {
     judge: &'a Judge<'a>,
-    invariant: String,
     runs: usize,
     budget: usize,
     best: Schedule,
+    /// The violation `best` shows: always of the original's invariant.
     violation: Violation,
 }
 
@@ -82,7 +82,7 @@ impl Shrinker<'_> {
         self.runs += 1;
         let found = (self.judge)(&candidate)
             .into_iter()
-            .find(|v| v.invariant == self.invariant);
+            .find(|v| v.invariant == self.violation.invariant);
         let Some(v) = found else {
             return false;
         };
@@ -215,7 +215,6 @@ impl Shrinker<'_> {
 pub fn shrink(start: &Schedule, violation: &Violation, judge: &Judge, budget: usize) -> Shrunk {
     let mut s = Shrinker {
         judge,
-        invariant: violation.invariant.clone(),
         runs: 0,
         budget,
         best: start.clone(),

@@ -7,7 +7,7 @@
 //! summary lists the seeds it ran as ranges, and the merge checks that the shards agree
 //! on what they searched (same parameters) before adding them up. Everything but
 //! `timing` is a pure function of the seeds and the parameters, so two runs of one range
-//! compare equal with [`Summary::findings_view`].
+//! compare equal once their timings are set aside.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -157,22 +157,11 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// What must be equal between two runs of the same seeds (all but the timing).
-    pub fn findings_view(&self) -> serde_json::Value {
-        let mut v = serde_json::to_value(self).unwrap_or_default();
-        if let Some(o) = v.as_object_mut() {
-            o.remove("timing");
-        }
-        v
-    }
-
     /// Add another shard's summary of the same sweep.
     pub fn merge(&mut self, other: &Summary) -> Result<(), String> {
         if self.params != other.params {
-            return Err(format!(
-                "summaries of different sweeps: {:?} vs {:?}",
-                self.params, other.params
-            ));
+            let (a, b) = (&self.params, &other.params);
+            return Err(format!("summaries of different sweeps: {a:?} vs {b:?}"));
         }
         self.shards.extend(other.shards.iter().copied());
         self.shards.sort_by_key(|s| (s.count, s.index));

@@ -125,10 +125,8 @@ pub fn violations(o: &Outcome) -> Vec<Violation> {
 /// judged.
 fn run_error(o: &Outcome) -> Option<String> {
     if o.status == Status::Skipped {
-        return Some(format!(
-            "skipped: {}",
-            o.skip_reason.clone().unwrap_or_default()
-        ));
+        let why = o.skip_reason.as_deref().unwrap_or_default();
+        return Some(format!("skipped: {why}"));
     }
     // Not these: the run goes on through them and is judged.
     use VerdictKind::{Action, Exit, Invariant};
