@@ -221,19 +221,14 @@ impl MasterTopology {
 pub struct InstanceOverride {
     /// Instance name, `i0`, `i1`, …
     pub name: String,
-    #[serde(default)]
     /// Its vLLM's dialect.
     pub dialect: Option<Dialect>,
-    #[serde(default)]
     /// The token its sidecar sends (`""` for none), when it differs from the master's.
     pub token: Option<String>,
-    #[serde(default)]
     /// Its vLLM's start-up delay.
     pub vllm_startup_delay: Option<Dur>,
-    #[serde(default)]
     /// Whether its sidecar starts with the cluster.
     pub start_sidecar: Option<bool>,
-    #[serde(default)]
     /// Its vLLM's engines.
     pub data_parallel: Option<u32>,
 }
@@ -330,10 +325,9 @@ impl Topology {
 
     /// Etcd members: three for a real cluster, else one.
     pub fn etcd_members(&self) -> usize {
-        if self.etcd == EtcdNeed::Cluster3 {
-            3
-        } else {
-            1
+        match self.etcd {
+            EtcdNeed::Cluster3 => 3,
+            _ => 1,
         }
     }
 
