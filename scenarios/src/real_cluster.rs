@@ -104,12 +104,8 @@ impl EtcdKind {
         match (need, choice) {
             (EtcdNeed::Fake, _) => Ok(EtcdKind::Fake),
             (EtcdNeed::Cluster3, _) => real(EtcdKind::Cluster3),
-            (EtcdNeed::Real, EtcdChoice::Url(_)) | (EtcdNeed::Any, EtcdChoice::Url(_)) => {
-                Ok(EtcdKind::External)
-            }
-            (EtcdNeed::Real, EtcdChoice::Real3) | (EtcdNeed::Any, EtcdChoice::Real3) => {
-                real(EtcdKind::Cluster3)
-            }
+            (EtcdNeed::Real | EtcdNeed::Any, EtcdChoice::Url(_)) => Ok(EtcdKind::External),
+            (EtcdNeed::Real | EtcdNeed::Any, EtcdChoice::Real3) => real(EtcdKind::Cluster3),
             (EtcdNeed::Real, _) | (EtcdNeed::Any, EtcdChoice::Real) => real(EtcdKind::Real),
             (EtcdNeed::Any, EtcdChoice::Fake) => Ok(EtcdKind::Fake),
         }

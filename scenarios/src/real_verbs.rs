@@ -95,8 +95,10 @@ impl Cluster for RealCluster {
     }
 
     fn addrs(&self) -> Vec<String> {
-        let addrs = self.instances.iter().map(|x| x.register_addr.clone());
-        addrs.collect()
+        self.instances
+            .iter()
+            .map(|x| x.register_addr.clone())
+            .collect()
     }
 
     fn sidecar_output(&self, i: usize) -> Vec<String> {

@@ -61,7 +61,7 @@ pub async fn run_scenario(
         "{RERUN_COMMAND} run {file} --seed {seed} --etcd {}",
         opts.etcd
     );
-    let outcome = engine::outcome(sc, file, seed, "", rerun);
+    let mut outcome = engine::outcome(sc, file, seed, "", rerun);
     if sc.topology.instances > crate::spec::MAX_REAL_INSTANCES {
         return outcome.skip(format!(
             "{} instances: real mode runs at most {} (run it with --sim)",
@@ -78,7 +78,6 @@ pub async fn run_scenario(
         Ok(k) => k,
         Err(why) => return outcome.skip(why),
     };
-    let mut outcome = outcome;
     outcome.etcd = kind.as_str().to_string();
     let say = |m: String| {
         if let Some(p) = &progress {

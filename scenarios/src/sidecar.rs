@@ -310,11 +310,12 @@ impl Pauser {
 
     /// Stop (`true`) or continue (`false`) the process.
     pub fn set(&self, stopped: bool) {
-        self.signal(if stopped {
+        let sig = if stopped {
             libc::SIGSTOP
         } else {
             libc::SIGCONT
-        });
+        };
+        self.signal(sig);
     }
 }
 

@@ -29,7 +29,7 @@ pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome
     let started = Instant::now();
     let seed = opts.seed.unwrap_or(sc.seed);
     let rerun = format!("{RERUN_COMMAND} run --sim {file} --seed {seed}");
-    let outcome = engine::outcome(sc, file, seed, "simulated", rerun);
+    let mut outcome = engine::outcome(sc, file, seed, "simulated", rerun);
     if let Some(why) = unsupported(sc) {
         return outcome.skip(why);
     }
@@ -58,7 +58,6 @@ pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome
     // The simulation runs our sidecar's core, which has every capability.
     let caps = capability::all();
     let played = block_on(engine::play(sc, &mut cluster, &caps, period_ms, &|_| {}));
-    let mut outcome = outcome;
     outcome.judge(sc, played, &caps);
     outcome.wall_ms = started.elapsed().as_millis() as u64;
     outcome.write_report(opts.report_dir.as_deref(), sc, &timeline);
