@@ -158,8 +158,7 @@ pub async fn run(args: RunArgs) -> u8 {
         run_many(&list, &opts, lib.jobs, true).await
     };
     let wall = started.elapsed();
-    println!();
-    println!("STATUS   SCENARIO                           WALL INSTANCES  NOTE");
+    println!("\nSTATUS   SCENARIO                           WALL INSTANCES  NOTE");
     for o in &outcomes {
         let note = match o.status {
             Status::Skipped => o.skip_reason.clone().unwrap_or_default(),
@@ -423,8 +422,7 @@ fn report_summary(
     print!("{}", s.coverage.table());
     println!("\nrecovery (virtual ms from a disturbance's end until the instance was back; LATE: past its bound):");
     print!("{}", s.recovery.table());
-    println!();
-    print!("{}", s.table(root));
+    print!("\n{}", s.table(root));
     if let Some(dir) = written {
         println!("summary: {}", dir.join("summary.json").display());
     }

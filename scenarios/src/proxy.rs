@@ -283,12 +283,8 @@ async fn pump(
             LinkFault::Partition { direction } if direction == dir => continue,
             LinkFault::Partition { .. } => {}
             LinkFault::Latency { ms, jitter_ms } => {
-                let extra = if jitter_ms > 0 {
-                    lock(&rng).gen_range(0..=jitter_ms)
-                } else {
-                    0
-                };
-                tokio::time::sleep(Duration::from_millis(ms + extra)).await;
+                let extra = (jitter_ms > 0).then(|| lock(&rng).gen_range(0..=jitter_ms));
+                tokio::time::sleep(Duration::from_millis(ms + extra.unwrap_or(0))).await;
             }
             LinkFault::Bandwidth { bytes_per_sec } => {
                 let secs = n as f64 / bytes_per_sec.max(1) as f64;

@@ -529,8 +529,11 @@ impl RealCluster {
             instance_name: &inst.name,
             token: inst.token.as_deref(),
         };
-        let overrides = &self.opts.sidecar_overrides;
-        Ok(SidecarSettings::new(&self.topology, &peers, overrides))
+        Ok(SidecarSettings::new(
+            &self.topology,
+            &peers,
+            &self.opts.sidecar_overrides,
+        ))
     }
 
     /// Start instance `i`'s sidecar as the profile says (with another token, if given).

@@ -333,12 +333,11 @@ impl Topology {
 
     /// `what` needs the in-process fake etcd (its fault API).
     pub fn needs_fake_etcd(&self, what: &str) -> Result<(), String> {
-        if self.etcd == EtcdNeed::Fake {
-            Ok(())
-        } else {
-            Err(format!(
+        match self.etcd {
+            EtcdNeed::Fake => Ok(()),
+            _ => Err(format!(
                 "`{what}` needs the fake etcd: set topology.etcd = \"fake\""
-            ))
+            )),
         }
     }
 }

@@ -183,9 +183,7 @@ impl MasterNode {
             .core
             .route()
             .and_then(|name| self.routes.get(&name).copied());
-        if let Some(n) = node {
-            self.routed.push(n);
-        }
+        self.routed.extend(node);
         node
     }
 
