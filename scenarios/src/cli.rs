@@ -83,10 +83,9 @@ impl LibraryArgs {
     /// How to run the scenarios with `profile`, reporting under `--report` (or a new
     /// directory).
     pub(crate) fn options(&self, profile: Option<Profile>) -> RunOptions {
-        let report = self.report.clone();
         RunOptions {
             etcd: self.etcd.choice(),
-            report_dir: Some(report.unwrap_or_else(default_report_dir)),
+            report_dir: Some(self.report.clone().unwrap_or_else(default_report_dir)),
             profile: profile.map(Arc::new),
             ..RunOptions::default()
         }
@@ -379,10 +378,10 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
         dialect: args.dialect,
         draw: args.draw,
     };
-    let new_dir = || crate::new_run_dir("target/explore");
-    let out = args.out.unwrap_or_else(new_dir);
+    let out = args
+        .out
+        .unwrap_or_else(|| crate::new_run_dir("target/explore"));
     let cores = || std::thread::available_parallelism().map_or(1, usize::from);
-    let jobs = args.jobs.unwrap_or_else(cores);
     let opts = SweepOptions {
         params,
         budget: match args.time {
@@ -392,7 +391,7 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
         seed_start: args.seed_start,
         shard: args.shard,
         out: out.clone(),
-        jobs,
+        jobs: args.jobs.unwrap_or_else(cores),
         planted_bug: args.planted_bug,
         shrink_budget: args.shrink_budget,
         progress: true,

@@ -259,23 +259,18 @@ async fn pump(
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        let n = tokio::select! {
+        // `None`: the link's state changed (a reset ends the connection just below).
+        let read = tokio::select! {
             _ = stop.wait() => break,
-            changed = state.changed() => {
-                if changed.is_err() { break }
-                if state.borrow().generation != generation {
-                    reset(from, to);
-                    return;
-                }
-                continue;
-            }
-            n = from.read(&mut buf) => match n { Ok(0) | Err(_) => break, Ok(n) => n },
+            changed = state.changed() => match changed { Ok(()) => None, Err(_) => break },
+            n = from.read(&mut buf) => match n { Ok(0) | Err(_) => break, Ok(n) => Some(n) },
         };
         let now = state.borrow().clone();
         if now.generation != generation {
             reset(from, to);
             return;
         }
+        let Some(n) = read else { continue };
         let chunk = buf.get(..n).unwrap_or(&[]);
         match now.fault {
             LinkFault::Heal | LinkFault::Reset | LinkFault::Refuse => {}
