@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::capability;
 use crate::engine;
 use crate::report::Outcome;
-use crate::run::{RunOptions, RERUN_COMMAND};
+use crate::run::{status_line, RunOptions, RERUN_COMMAND};
 use crate::sim_cluster::{self, SimCluster};
 use crate::spec::Scenario;
 use crate::timeline::Timeline;
@@ -97,13 +97,7 @@ pub fn run_many_sim(
                 };
                 let o = run_scenario_sim(&l.scenario, &l.file, opts);
                 if show_progress {
-                    eprintln!(
-                        "{:7} {:30} {:>6.2}s  {}",
-                        o.status.as_str().to_uppercase(),
-                        o.name,
-                        o.wall_ms as f64 / 1000.0,
-                        o.skip_reason.clone().unwrap_or_default()
-                    );
+                    eprintln!("{}", status_line(&o, 2));
                 }
                 match done.lock() {
                     Ok(mut g) => g.push((i, o)),
