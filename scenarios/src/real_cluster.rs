@@ -272,7 +272,7 @@ impl MasterReplica {
             self.cfg.token = t;
         }
         let (listen, mut tries) = (self.cfg.listen, 0);
-        let master = loop {
+        self.master = loop {
             match mock_master::start(self.cfg.clone(), timeline.source(Source::Master)).await {
                 Ok(m) => break m,
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 40 => {
@@ -282,7 +282,6 @@ impl MasterReplica {
                 Err(e) => return Err(format!("starting master replica on {listen} again: {e}")),
             }
         };
-        self.master = master;
         self.running = true;
         self.generation += 1;
         Ok(())

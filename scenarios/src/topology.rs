@@ -244,11 +244,9 @@ pub fn all_target() -> Target {
 /// The indices an action's target names among `count` instances: every one for `all`,
 /// else the one so named (none if it does not exist).
 pub fn target_indices(count: usize, target: &str) -> Vec<usize> {
-    if target == "all" {
-        (0..count).collect()
-    } else {
-        (0..count).filter(|i| instance_name(*i) == target).collect()
-    }
+    (0..count)
+        .filter(|i| target == "all" || instance_name(*i) == target)
+        .collect()
 }
 
 /// Instance `i`'s name: `i<i>`.
