@@ -378,9 +378,8 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
         dialect: args.dialect,
         draw: args.draw,
     };
-    let out = args
-        .out
-        .unwrap_or_else(|| crate::new_run_dir("target/explore"));
+    let new_dir = || crate::new_run_dir("target/explore");
+    let out = args.out.unwrap_or_else(new_dir);
     let cores = || std::thread::available_parallelism().map_or(1, usize::from);
     let opts = SweepOptions {
         params,

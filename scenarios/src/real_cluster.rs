@@ -528,11 +528,8 @@ impl RealCluster {
             instance_name: &inst.name,
             token: inst.token.as_deref(),
         };
-        Ok(SidecarSettings::new(
-            &self.topology,
-            &peers,
-            &self.opts.sidecar_overrides,
-        ))
+        let overrides = &self.opts.sidecar_overrides;
+        Ok(SidecarSettings::new(&self.topology, &peers, overrides))
     }
 
     /// Start instance `i`'s sidecar as the profile says (with another token, if given).

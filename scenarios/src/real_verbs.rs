@@ -95,10 +95,8 @@ impl Cluster for RealCluster {
     }
 
     fn addrs(&self) -> Vec<String> {
-        self.instances
-            .iter()
-            .map(|x| x.register_addr.clone())
-            .collect()
+        let addrs = self.instances.iter().map(|x| x.register_addr.clone());
+        addrs.collect()
     }
 
     fn sidecar_output(&self, i: usize) -> Vec<String> {

@@ -310,12 +310,11 @@ impl Pauser {
 
     /// Stop (`true`) or continue (`false`) the process.
     pub fn set(&self, stopped: bool) {
-        let sig = if stopped {
+        self.signal(if stopped {
             libc::SIGSTOP
         } else {
             libc::SIGCONT
-        };
-        self.signal(sig);
+        });
     }
 }
 
