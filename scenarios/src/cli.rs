@@ -83,10 +83,9 @@ impl LibraryArgs {
     /// How to run the scenarios with `profile`, reporting under `--report` (or a new
     /// directory).
     pub(crate) fn options(&self, profile: Option<Profile>) -> RunOptions {
-        let report = self.report.clone();
         RunOptions {
             etcd: self.etcd.choice(),
-            report_dir: Some(report.unwrap_or_else(default_report_dir)),
+            report_dir: Some(self.report.clone().unwrap_or_else(default_report_dir)),
             profile: profile.map(Arc::new),
             ..RunOptions::default()
         }
@@ -158,8 +157,7 @@ pub async fn run(args: RunArgs) -> u8 {
         run_many(&list, &opts, lib.jobs, true).await
     };
     let wall = started.elapsed();
-    println!();
-    println!("STATUS   SCENARIO                           WALL INSTANCES  NOTE");
+    println!("\nSTATUS   SCENARIO                           WALL INSTANCES  NOTE");
     for o in &outcomes {
         let note = match o.status {
             Status::Skipped => o.skip_reason.clone().unwrap_or_default(),
@@ -383,7 +381,6 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
     let new_dir = || crate::new_run_dir("target/explore");
     let out = args.out.unwrap_or_else(new_dir);
     let cores = || std::thread::available_parallelism().map_or(1, usize::from);
-    let jobs = args.jobs.unwrap_or_else(cores);
     let opts = SweepOptions {
         params,
         budget: match args.time {
@@ -393,7 +390,7 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
         seed_start: args.seed_start,
         shard: args.shard,
         out: out.clone(),
-        jobs,
+        jobs: args.jobs.unwrap_or_else(cores),
         planted_bug: args.planted_bug,
         shrink_budget: args.shrink_budget,
         progress: true,
@@ -423,8 +420,7 @@ fn report_summary(
     print!("{}", s.coverage.table());
     println!("\nrecovery (virtual ms from a disturbance's end until the instance was back; LATE: past its bound):");
     print!("{}", s.recovery.table());
-    println!();
-    print!("{}", s.table(root));
+    print!("\n{}", s.table(root));
     if let Some(dir) = written {
         println!("summary: {}", dir.join("summary.json").display());
     }

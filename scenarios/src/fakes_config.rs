@@ -21,14 +21,8 @@ pub fn etcd_config(topo: &Topology) -> mock_etcd::Config {
     cfg
 }
 
-/// The fake master's settings for a run in `namespace` (real mode adds its address and
-/// its etcd endpoints).
-pub fn master_config(topo: &Topology, namespace: &str) -> mock_master::Config {
-    master_replica_config(topo, namespace, 0)
-}
-
-/// Master replica `k`'s settings: [`master_config`], electing through etcd when the
-/// topology has several replicas.
+/// Master replica `k`'s settings for a run in `namespace` (real mode adds its address
+/// and its etcd endpoints), electing through etcd when the topology has several replicas.
 pub fn master_replica_config(topo: &Topology, namespace: &str, k: usize) -> mock_master::Config {
     let m = &topo.master;
     mock_master::Config {
@@ -84,17 +78,12 @@ pub fn vllm_dialect(d: topology::Dialect) -> mock_vllm::Dialect {
 
 /// The incarnation id in an etcd value (a placeholder naming the value when it has none).
 pub fn incarnation_of(value: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(value)
-        .ok()
-        .and_then(|v| {
-            v.get("incarnation_id")
-                .and_then(|x| x.as_str())
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| {
-            format!(
-                "<no incarnation: {}>",
-                value.chars().take(60).collect::<String>()
-            )
-        })
+    let v: Option<serde_json::Value> = serde_json::from_str(value).ok();
+    match v.as_ref().and_then(|v| v.get("incarnation_id")?.as_str()) {
+        Some(id) => id.to_string(),
+        None => format!(
+            "<no incarnation: {}>",
+            value.chars().take(60).collect::<String>()
+        ),
+    }
 }

@@ -259,23 +259,18 @@ async fn pump(
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        let n = tokio::select! {
+        // `None`: the link's state changed (a reset ends the connection just below).
+        let read = tokio::select! {
             _ = stop.wait() => break,
-            changed = state.changed() => {
-                if changed.is_err() { break }
-                if state.borrow().generation != generation {
-                    reset(from, to);
-                    return;
-                }
-                continue;
-            }
-            n = from.read(&mut buf) => match n { Ok(0) | Err(_) => break, Ok(n) => n },
+            changed = state.changed() => match changed { Ok(()) => None, Err(_) => break },
+            n = from.read(&mut buf) => match n { Ok(0) | Err(_) => break, Ok(n) => Some(n) },
         };
         let now = state.borrow().clone();
         if now.generation != generation {
             reset(from, to);
             return;
         }
+        let Some(n) = read else { continue };
         let chunk = buf.get(..n).unwrap_or(&[]);
         match now.fault {
             LinkFault::Heal | LinkFault::Reset | LinkFault::Refuse => {}
@@ -283,12 +278,8 @@ async fn pump(
             LinkFault::Partition { direction } if direction == dir => continue,
             LinkFault::Partition { .. } => {}
             LinkFault::Latency { ms, jitter_ms } => {
-                let extra = if jitter_ms > 0 {
-                    lock(&rng).gen_range(0..=jitter_ms)
-                } else {
-                    0
-                };
-                tokio::time::sleep(Duration::from_millis(ms + extra)).await;
+                let extra = (jitter_ms > 0).then(|| lock(&rng).gen_range(0..=jitter_ms));
+                tokio::time::sleep(Duration::from_millis(ms + extra.unwrap_or(0))).await;
             }
             LinkFault::Bandwidth { bytes_per_sec } => {
                 let secs = n as f64 / bytes_per_sec.max(1) as f64;

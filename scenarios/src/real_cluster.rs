@@ -104,12 +104,8 @@ impl EtcdKind {
         match (need, choice) {
             (EtcdNeed::Fake, _) => Ok(EtcdKind::Fake),
             (EtcdNeed::Cluster3, _) => real(EtcdKind::Cluster3),
-            (EtcdNeed::Real, EtcdChoice::Url(_)) | (EtcdNeed::Any, EtcdChoice::Url(_)) => {
-                Ok(EtcdKind::External)
-            }
-            (EtcdNeed::Real, EtcdChoice::Real3) | (EtcdNeed::Any, EtcdChoice::Real3) => {
-                real(EtcdKind::Cluster3)
-            }
+            (EtcdNeed::Real | EtcdNeed::Any, EtcdChoice::Url(_)) => Ok(EtcdKind::External),
+            (EtcdNeed::Real | EtcdNeed::Any, EtcdChoice::Real3) => real(EtcdKind::Cluster3),
             (EtcdNeed::Real, _) | (EtcdNeed::Any, EtcdChoice::Real) => real(EtcdKind::Real),
             (EtcdNeed::Any, EtcdChoice::Fake) => Ok(EtcdKind::Fake),
         }
@@ -276,7 +272,7 @@ impl MasterReplica {
             self.cfg.token = t;
         }
         let (listen, mut tries) = (self.cfg.listen, 0);
-        let master = loop {
+        self.master = loop {
             match mock_master::start(self.cfg.clone(), timeline.source(Source::Master)).await {
                 Ok(m) => break m,
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 40 => {
@@ -286,7 +282,6 @@ impl MasterReplica {
                 Err(e) => return Err(format!("starting master replica on {listen} again: {e}")),
             }
         };
-        self.master = master;
         self.running = true;
         self.generation += 1;
         Ok(())

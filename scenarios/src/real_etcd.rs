@@ -30,14 +30,6 @@ pub struct RealEtcd {
     http: reqwest::Client,
 }
 
-impl std::fmt::Debug for RealEtcd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RealEtcd")
-            .field("clients", &self.clients)
-            .finish()
-    }
-}
-
 /// Run a blocking call on the cluster off the runtime's threads.
 async fn blocking<T: Send + 'static>(
     cluster: &Arc<Mutex<Cluster>>,

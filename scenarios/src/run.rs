@@ -61,7 +61,7 @@ pub async fn run_scenario(
         "{RERUN_COMMAND} run {file} --seed {seed} --etcd {}",
         opts.etcd
     );
-    let outcome = engine::outcome(sc, file, seed, "", rerun);
+    let mut outcome = engine::outcome(sc, file, seed, "", rerun);
     if sc.topology.instances > crate::spec::MAX_REAL_INSTANCES {
         return outcome.skip(format!(
             "{} instances: real mode runs at most {} (run it with --sim)",
@@ -78,7 +78,6 @@ pub async fn run_scenario(
         Ok(k) => k,
         Err(why) => return outcome.skip(why),
     };
-    let mut outcome = outcome;
     outcome.etcd = kind.as_str().to_string();
     let say = |m: String| {
         if let Some(p) = &progress {
@@ -144,6 +143,18 @@ fn starts_sidecars(sc: &Scenario) -> bool {
     !sc.steps.is_empty() || sc.topology.start_sidecars
 }
 
+/// A finished scenario's progress line: status, name, wall seconds to `decimals`
+/// places, and why it was skipped.
+pub(crate) fn status_line(o: &Outcome, decimals: usize) -> String {
+    format!(
+        "{:7} {:30} {:>6.decimals$}s  {}",
+        o.status.as_str().to_uppercase(),
+        o.name,
+        o.wall_ms as f64 / 1000.0,
+        o.skip_reason.clone().unwrap_or_default()
+    )
+}
+
 /// Scenarios with more instances than this run alone.
 pub const HEAVY_INSTANCES: usize = 50;
 
@@ -181,40 +192,32 @@ pub async fn run_many(
             total.clone(),
             failed.clone(),
         );
-        handles.push((
-            i,
-            tokio::spawn(async move {
-                // A big scenario runs alone: it needs the whole machine.
-                let heavy = l.scenario.topology.instances > HEAVY_INSTANCES;
-                let permits = if heavy { jobs as u32 } else { 1 };
-                let _permit = sem.acquire_many_owned(permits).await;
-                let bar = multi.insert_before(&total, ProgressBar::new_spinner());
-                bar.set_style(
-                    ProgressStyle::with_template("  {spinner} {prefix:28} {elapsed:>4} {wide_msg}")
-                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-                );
-                bar.set_prefix(l.scenario.name.clone());
-                bar.enable_steady_tick(Duration::from_millis(200));
-                let o = run_scenario(&l.scenario, &l.file, &opts, Some(bar.clone())).await;
-                if o.status == Status::Failed {
-                    failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                bar.finish_and_clear();
-                let _ = multi.println(format!(
-                    "{:7} {:30} {:>6.1}s  {}",
-                    o.status.as_str().to_uppercase(),
-                    o.name,
-                    o.wall_ms as f64 / 1000.0,
-                    o.skip_reason.clone().unwrap_or_default()
-                ));
-                total.inc(1);
-                let f = failed.load(std::sync::atomic::Ordering::Relaxed);
-                if f > 0 {
-                    total.set_message(format!("({f} failed)"));
-                }
-                o
-            }),
-        ));
+        let handle = tokio::spawn(async move {
+            // A big scenario runs alone: it needs the whole machine.
+            let heavy = l.scenario.topology.instances > HEAVY_INSTANCES;
+            let permits = if heavy { jobs as u32 } else { 1 };
+            let _permit = sem.acquire_many_owned(permits).await;
+            let bar = multi.insert_before(&total, ProgressBar::new_spinner());
+            bar.set_style(
+                ProgressStyle::with_template("  {spinner} {prefix:28} {elapsed:>4} {wide_msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.set_prefix(l.scenario.name.clone());
+            bar.enable_steady_tick(Duration::from_millis(200));
+            let o = run_scenario(&l.scenario, &l.file, &opts, Some(bar.clone())).await;
+            if o.status == Status::Failed {
+                failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            bar.finish_and_clear();
+            let _ = multi.println(status_line(&o, 1));
+            total.inc(1);
+            let f = failed.load(std::sync::atomic::Ordering::Relaxed);
+            if f > 0 {
+                total.set_message(format!("({f} failed)"));
+            }
+            o
+        });
+        handles.push((i, handle));
     }
     handles.sort_by_key(|(i, _)| *i);
     let mut out = Vec::new();

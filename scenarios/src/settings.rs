@@ -186,10 +186,7 @@ impl SidecarSettings {
                 // A flag followed by another flag, or by nothing, is a switch
                 // (`--follow-master`): it takes no value.
                 None if args.peek().is_none_or(|next| next.starts_with("--")) => s.set(f, ""),
-                None => {
-                    let v = args.next().cloned().unwrap_or_default();
-                    s.set(f, &v)
-                }
+                None => s.set(f, &args.next().cloned().unwrap_or_default()),
             }
         }
         for (k, v) in overrides {

@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::capability;
 use crate::engine;
 use crate::report::Outcome;
-use crate::run::{RunOptions, RERUN_COMMAND};
+use crate::run::{status_line, RunOptions, RERUN_COMMAND};
 use crate::sim_cluster::{self, SimCluster};
 use crate::spec::Scenario;
 use crate::timeline::Timeline;
@@ -29,7 +29,7 @@ pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome
     let started = Instant::now();
     let seed = opts.seed.unwrap_or(sc.seed);
     let rerun = format!("{RERUN_COMMAND} run --sim {file} --seed {seed}");
-    let outcome = engine::outcome(sc, file, seed, "simulated", rerun);
+    let mut outcome = engine::outcome(sc, file, seed, "simulated", rerun);
     if let Some(why) = unsupported(sc) {
         return outcome.skip(why);
     }
@@ -58,7 +58,6 @@ pub fn run_scenario_sim(sc: &Scenario, file: &str, opts: &RunOptions) -> Outcome
     // The simulation runs our sidecar's core, which has every capability.
     let caps = capability::all();
     let played = block_on(engine::play(sc, &mut cluster, &caps, period_ms, &|_| {}));
-    let mut outcome = outcome;
     outcome.judge(sc, played, &caps);
     outcome.wall_ms = started.elapsed().as_millis() as u64;
     outcome.write_report(opts.report_dir.as_deref(), sc, &timeline);
@@ -98,13 +97,7 @@ pub fn run_many_sim(
                 };
                 let o = run_scenario_sim(&l.scenario, &l.file, opts);
                 if show_progress {
-                    eprintln!(
-                        "{:7} {:30} {:>6.2}s  {}",
-                        o.status.as_str().to_uppercase(),
-                        o.name,
-                        o.wall_ms as f64 / 1000.0,
-                        o.skip_reason.clone().unwrap_or_default()
-                    );
+                    eprintln!("{}", status_line(&o, 2));
                 }
                 match done.lock() {
                     Ok(mut g) => g.push((i, o)),

@@ -308,16 +308,12 @@ impl Scenario {
     /// Every capability the scenario as a whole needs: declared, or implied by a drain
     /// action or an OpenMetrics dialect.
     pub fn needs(&self) -> Capabilities {
-        use crate::actions::sidecar::SidecarAction;
+        use crate::actions::sidecar::SidecarAction::{Drain, Undrain};
         let mut c: Capabilities = self.requires.iter().copied().collect();
-        let drains = self.steps.iter().any(|s| {
-            matches!(
-                s.action,
-                Some(Action::Sidecar(
-                    SidecarAction::Drain(_) | SidecarAction::Undrain(_)
-                ))
-            )
-        });
+        let drains = self
+            .steps
+            .iter()
+            .any(|s| matches!(s.action, Some(Action::Sidecar(Drain(_) | Undrain(_)))));
         if drains {
             c.insert(Capability::Drain);
         }

@@ -249,11 +249,9 @@ pub fn all_target() -> Target {
 /// The indices an action's target names among `count` instances: every one for `all`,
 /// else the one so named (none if it does not exist).
 pub fn target_indices(count: usize, target: &str) -> Vec<usize> {
-    if target == "all" {
-        (0..count).collect()
-    } else {
-        (0..count).filter(|i| instance_name(*i) == target).collect()
-    }
+    (0..count)
+        .filter(|i| target == "all" || instance_name(*i) == target)
+        .collect()
 }
 
 /// Instance `i`'s name: `i<i>`.
@@ -330,21 +328,19 @@ impl Topology {
 
     /// Etcd members: three for a real cluster, else one.
     pub fn etcd_members(&self) -> usize {
-        if self.etcd == EtcdNeed::Cluster3 {
-            3
-        } else {
-            1
+        match self.etcd {
+            EtcdNeed::Cluster3 => 3,
+            _ => 1,
         }
     }
 
     /// `what` needs the in-process fake etcd (its fault API).
     pub fn needs_fake_etcd(&self, what: &str) -> Result<(), String> {
-        if self.etcd == EtcdNeed::Fake {
-            Ok(())
-        } else {
-            Err(format!(
+        match self.etcd {
+            EtcdNeed::Fake => Ok(()),
+            _ => Err(format!(
                 "`{what}` needs the fake etcd: set topology.etcd = \"fake\""
-            ))
+            )),
         }
     }
 }

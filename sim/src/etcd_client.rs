@@ -86,16 +86,14 @@ impl EtcdClient {
     pub fn start(&mut self, id: CommandId, kind: EtcdCall, request: &EtcdRequest) -> Progress {
         let mut call = Call::new(request);
         let step = call.start(&mut self.session);
-        self.advance(
-            InFlight {
-                id,
-                kind,
-                call,
-                endpoint: 0,
-                timeout: Duration::ZERO,
-            },
-            step,
-        )
+        let flight = InFlight {
+            id,
+            kind,
+            call,
+            endpoint: 0,
+            timeout: Duration::ZERO,
+        };
+        self.advance(flight, step)
     }
 
     /// The exchange of command `id`'s call ended with `outcome` (`None`: no such call).

@@ -245,11 +245,10 @@ impl Server for EtcdNode {
     }
 
     fn take_pushes(&mut self) -> Vec<(NodeId, String)> {
-        let mut out = Vec::new();
-        for (reader, _, sink) in &self.watches {
-            out.extend(sink.drain().into_iter().map(|line| (*reader, line)));
-        }
-        out
+        self.watches
+            .iter()
+            .flat_map(|(reader, _, sink)| sink.drain().into_iter().map(|line| (*reader, line)))
+            .collect()
     }
 
     fn take_notes(&mut self) -> Vec<serde_json::Value> {

@@ -183,9 +183,7 @@ impl MasterNode {
             .core
             .route()
             .and_then(|name| self.routes.get(&name).copied());
-        if let Some(n) = node {
-            self.routed.push(n);
-        }
+        self.routed.extend(node);
         node
     }
 
@@ -323,12 +321,9 @@ impl MasterNode {
     /// the last round's writes are under way, the new round's changes go back to the
     /// core for the next round (the shell's ticker waits for a round to end).
     fn publish(&mut self, now: Duration) {
-        let Some(plan) = self.core.publish_round(now) else {
+        let Some(plan) = self.core.publish_round(now).filter(|p| !p.is_empty()) else {
             return;
         };
-        if plan.is_empty() {
-            return;
-        }
         if self.round.is_some() {
             let puts: Vec<String> = plan.puts.iter().map(|p| p.0.clone()).collect();
             let deletes: Vec<String> = plan.deletes.iter().map(|d| d.0.clone()).collect();

@@ -42,23 +42,17 @@ impl<E> Pauses<E> {
     /// Pause `node` from `now` until `until` (a pause already under way lasts until the
     /// later of the two). Answers whether it was running.
     pub fn pause(&mut self, node: NodeId, now: Duration, until: Duration) -> bool {
-        match self.paused.get_mut(&node) {
-            Some(p) => {
-                p.until = p.until.max(until);
-                false
-            }
-            None => {
-                self.paused.insert(
-                    node,
-                    Paused {
-                        since: now,
-                        until,
-                        held: Vec::new(),
-                    },
-                );
-                true
-            }
+        if let Some(p) = self.paused.get_mut(&node) {
+            p.until = p.until.max(until);
+            return false;
         }
+        let paused = Paused {
+            since: now,
+            until,
+            held: Vec::new(),
+        };
+        self.paused.insert(node, paused);
+        true
     }
 
     /// Whether any node is paused.

@@ -265,12 +265,10 @@ impl Distortion for Planted {
             return None;
         }
         self.zombie_at = Some(now);
-        let body = body.clone();
-        let target = HeartbeatTarget::Configured;
         Some(Command::PostHeartbeat {
             id: STRAY,
-            body,
-            target,
+            body: body.clone(),
+            target: HeartbeatTarget::Configured,
         })
     }
 

@@ -195,9 +195,7 @@ impl SidecarNode {
 
     /// The process is gone: the core is never handed anything again.
     pub fn kill(&mut self) {
-        if self.exit.is_none() {
-            self.exit = Some(137);
-        }
+        self.exit.get_or_insert(137);
         self.wake_at = None;
         self.etcd.clear();
         self.pending.clear();

@@ -604,7 +604,7 @@ impl World {
     /// event of its own: [`World::step`] holds it). A load aimed at
     /// [`NodeId::Master`] is routed by replica 0, one aimed at
     /// [`NodeId::master`]`(k)` by replica `k`.
-    fn offer(&mut self, to: NodeId, req: Req) {
+    fn offer(&mut self, to: NodeId, request: Req) {
         let now = self.now;
         if to.is_master() {
             let picked = self
@@ -614,17 +614,14 @@ impl World {
             self.record(to, "route", picked_name);
             // The vLLM picked takes it as an offer of its own (held if it is paused).
             if let Some(vllm) = picked {
-                self.step(Event::Offer {
-                    to: vllm,
-                    request: req,
-                });
+                self.step(Event::Offer { to: vllm, request });
             }
             return;
         }
         match self.server_as_mut::<VllmNode>(to) {
             // An offer changes nothing the world sees (no note, call or timer) until
             // the node is next used: nothing to collect from it now.
-            Some(v) => v.offer(now, req),
+            Some(v) => v.offer(now, request),
             None => self.after_server_step(to),
         }
     }

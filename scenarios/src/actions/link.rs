@@ -77,10 +77,9 @@ impl LinkAction {
             .endpoint
             .map(|e| format!(" endpoint {e}"))
             .unwrap_or_default();
-        let who = if link == "master_etcd" {
-            String::new()
-        } else {
-            format!(" {}", f.instance)
+        let who = match f.link {
+            LinkKind::MasterEtcd => String::new(),
+            _ => format!(" {}", f.instance),
         };
         words::fault(&format!("link {link}{who}{ep}"), &f.fault, &f.duration)
     }

@@ -44,11 +44,10 @@ pub fn key(action: &impl Serialize) -> String {
 
 /// An action written `what = true` (the value carries nothing; `false` would mislead).
 pub fn flag(b: bool, what: &str) -> Result<(), String> {
-    if b {
-        Ok(())
-    } else {
-        Err(format!(
+    match b {
+        true => Ok(()),
+        false => Err(format!(
             "`{what} = false` means nothing; write `{what} = true`"
-        ))
+        )),
     }
 }
