@@ -27,13 +27,12 @@ use std::sync::Arc;
 /// where that is not known), with them: the passes that judge an observation alone,
 /// whatever the time, judge each once.
 fn changed_in(s: &Sample) -> impl Iterator<Item = (usize, &Arc<InstanceObs>)> + '_ {
-    let all = s.changed.is_none().then_some(0..s.instances.len());
-    s.changed
-        .iter()
-        .flatten()
-        .map(|&i| i as usize)
-        .chain(all.into_iter().flatten())
-        .filter_map(move |i| s.instances.get(i).map(|o| (i, o)))
+    let (changed, all) = match &s.changed {
+        Some(changed) => (changed.as_slice(), 0),
+        None => (&[][..], s.instances.len()),
+    };
+    let each = changed.iter().map(|&i| i as usize).chain(0..all);
+    each.filter_map(move |i| s.instances.get(i).map(|o| (i, o)))
 }
 
 /// Which instances of each sample an invariant judges: those whose observation changed
@@ -67,7 +66,10 @@ impl Judged {
     ) -> Option<String> {
         let mut todo = std::mem::take(&mut self.todo);
         todo.clear();
-        todo.extend(changed_in(s).map(|(i, _)| i));
+        match &s.changed {
+            Some(changed) => todo.extend(changed.iter().map(|&i| i as usize)),
+            None => todo.extend(0..s.instances.len()),
+        }
         let again = &self.again;
         self.listed
             .retain(|&i| again.get(i).copied().unwrap_or(false));
