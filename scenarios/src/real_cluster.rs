@@ -590,8 +590,7 @@ impl RealCluster {
         let t_ms = self.timeline.now();
         let several = self.masters.len() > 1;
         let ns = mock_master::normalize_namespace(&self.namespace);
-        let master_key = format!("{ns}XLLM:SERVICE:MASTER");
-        let load_prefix = format!("{ns}XLLM:LOADMETRICS:");
+        let (master_key, load_prefix) = Topology::election_keys(&self.namespace);
         // The MASTER key's value and the newest LOADMETRICS write (several replicas only:
         // one master elects nothing, and its observation stays as it always was).
         let (master_value, load_rev) = match &self.etcd {

@@ -460,19 +460,19 @@ impl SimCluster {
     }
 }
 
-/// Instance `i`'s address as the master and etcd know it (never dialled).
 /// The keys the elected replica is read from under `namespace`, and the replicas'
 /// service names (see [`SimCluster::election_keys`]).
 fn election_keys(namespace: &str, topo: &Topology) -> (Vec<u8>, Vec<u8>, Vec<String>) {
-    let ns = mock_master::normalize_namespace(namespace);
+    let (master_key, load_prefix) = Topology::election_keys(namespace);
     let replicas = (0..topo.master.replicas).map(crate::topology::MasterTopology::service_name);
     (
-        format!("{ns}XLLM:SERVICE:MASTER").into_bytes(),
-        format!("{ns}XLLM:LOADMETRICS:").into_bytes(),
+        master_key.into_bytes(),
+        load_prefix.into_bytes(),
         replicas.collect(),
     )
 }
 
+/// Instance `i`'s address as the master and etcd know it (never dialled).
 fn sim_addr(i: usize) -> String {
     format!(
         "10.{}.{}.{}:8000",

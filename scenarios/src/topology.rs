@@ -307,6 +307,17 @@ impl Topology {
         format!("{ns}XLLM:{}:{register_addr}", self.instance_type)
     }
 
+    /// The MASTER key and the LOADMETRICS prefix under `namespace`, as the master
+    /// replicas write them: where the observers read which replica is elected and its
+    /// newest load write.
+    pub fn election_keys(namespace: &str) -> (String, String) {
+        let ns = mock_master::normalize_namespace(namespace);
+        (
+            format!("{ns}XLLM:SERVICE:MASTER"),
+            format!("{ns}XLLM:LOADMETRICS:"),
+        )
+    }
+
     /// Every instance's name, in order.
     pub fn instance_names(&self) -> Vec<String> {
         (0..self.instances).map(instance_name).collect()
