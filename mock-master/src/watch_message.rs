@@ -576,25 +576,23 @@ read_any!(WatchMessage, MessageV);
 /// Whether `text` is one JSON object, as a parser that builds it would accept it:
 /// what the master's etcd client takes for an answer.
 pub fn is_object(text: &[u8]) -> bool {
-    struct Object;
-    impl<'de> Deserialize<'de> for Object {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> Visitor<'de> for V {
-                type Value = Object;
-                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("a JSON object")
-                }
-                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Object, A::Error> {
-                    while map.next_entry::<Skip, Skip>()?.is_some() {}
-                    Ok(Object)
-                }
-            }
-            d.deserialize_any(V)
-        }
-    }
     serde_json::from_slice::<Object>(text).is_ok()
 }
+
+/// A JSON object, its contents read through and dropped; any other value is refused.
+struct Object;
+
+struct ObjectV;
+
+impl<'de> Visitor<'de> for ObjectV {
+    type Value = Object;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    absent!(Object; map);
+}
+
+read_any!(Object, ObjectV);
 
 #[cfg(test)]
 mod tests {
