@@ -15,7 +15,7 @@
 //!   SUSPECT ── longer than suspect_window ──▶ deregistered (forgotten)
 //! ```
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -217,6 +217,9 @@ pub struct Instances {
     changes: u64,
     /// Entries removed so far (a removal leaves no stamp behind to read).
     removals: u64,
+    /// The names of the latest removals, each with its number in `removals`, oldest
+    /// first; at most [`Instances::REMOVALS_KEPT`].
+    removed_names: VecDeque<(u64, String)>,
 }
 
 impl Default for Instances {
@@ -228,6 +231,7 @@ impl Default for Instances {
             next_generation: 1,
             changes: 0,
             removals: 0,
+            removed_names: VecDeque::new(),
         }
     }
 }
@@ -254,6 +258,9 @@ fn set_state(
 }
 
 impl Instances {
+    /// How many of the latest removals [`Instances::removed_since`] can name.
+    const REMOVALS_KEPT: usize = 64;
+
     pub fn new() -> Self {
         Self::default()
     }
@@ -301,6 +308,10 @@ impl Instances {
     fn deregister(&mut self, name: &str, reason: &'static str, out: &mut Vec<Notice>) {
         if let Some(old) = self.instances.remove(name) {
             self.removals += 1;
+            if self.removed_names.len() == Self::REMOVALS_KEPT {
+                self.removed_names.pop_front();
+            }
+            self.removed_names.push_back((self.removals, name.to_string()));
             self.updated.remove(name);
             self.removed.insert(name.to_string());
             out.push(Notice::Transition {
@@ -605,6 +616,19 @@ impl Instances {
         (self.changes, self.removals)
     }
 
+    /// The names of the entries removed after the first `removals` removals, oldest
+    /// first (a name twice if removed twice); `None` when some of them are no longer
+    /// kept.
+    pub fn removed_since(&self, removals: u64) -> Option<impl Iterator<Item = &str> + '_> {
+        let kept_from = self.removed_names.front().map_or(self.removals, |(n, _)| n.saturating_sub(1));
+        (removals >= kept_from && removals <= self.removals).then(|| {
+            self.removed_names
+                .iter()
+                .filter(move |(n, _)| *n > removals)
+                .map(|(_, name)| name.as_str())
+        })
+    }
+
     /// The names of the entries changed since stamp `rev` (taken after it), in name
     /// order. An entry removed since is not among them ([`Instances::changes`] counts it).
     pub fn changed_since(&self, rev: u64) -> impl Iterator<Item = &str> + '_ {
@@ -717,6 +741,33 @@ mod tests {
             ]
         );
         assert!(matches!(out.last(), Some(Notice::StaleDelete { deleted, .. }) if deleted == "i1"));
+    }
+
+    /// Removals are named from any count still kept, and refused from one that is not.
+    #[test]
+    fn removals_are_named_while_kept() {
+        let (mut r, mut out) = (Instances::new(), Vec::new());
+        fn names(r: &Instances, from: u64) -> Option<Vec<String>> {
+            Some(r.removed_since(from)?.map(str::to_string).collect())
+        }
+        assert_eq!(names(&r, 0), Some(vec![]));
+        r.apply_put("a", meta("i1"), s(0), &mut out);
+        r.apply_put("b", meta("i1"), s(0), &mut out);
+        r.apply_put("a", meta("i2"), s(1), &mut out);
+        r.apply_put("b", meta("i2"), s(1), &mut out);
+        assert_eq!(r.changes().1, 2);
+        assert_eq!(names(&r, 0), Some(vec!["a".into(), "b".into()]));
+        assert_eq!(names(&r, 1), Some(vec!["b".into()]));
+        assert_eq!(names(&r, 2), Some(vec![]));
+        assert_eq!(names(&r, 3), None, "a count not reached yet");
+        for k in 3..=Instances::REMOVALS_KEPT as u64 + 2 {
+            r.apply_put("a", meta(&format!("i{k}")), s(k), &mut out);
+        }
+        let removals = r.changes().1;
+        assert_eq!(removals, Instances::REMOVALS_KEPT as u64 + 2);
+        assert_eq!(names(&r, 1), None, "the second removal is no longer kept");
+        assert_eq!(names(&r, 2).map(|n| n.len()), Some(Instances::REMOVALS_KEPT));
+        assert_eq!(names(&r, removals - 1), Some(vec!["a".into()]));
     }
 
     /// The timeouts fire exactly at their boundaries, in virtual time.
