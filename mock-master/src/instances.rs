@@ -311,7 +311,8 @@ impl Instances {
             if self.removed_names.len() == Self::REMOVALS_KEPT {
                 self.removed_names.pop_front();
             }
-            self.removed_names.push_back((self.removals, name.to_string()));
+            self.removed_names
+                .push_back((self.removals, name.to_string()));
             self.updated.remove(name);
             self.removed.insert(name.to_string());
             out.push(Notice::Transition {
@@ -620,7 +621,10 @@ impl Instances {
     /// first (a name twice if removed twice); `None` when some of them are no longer
     /// kept.
     pub fn removed_since(&self, removals: u64) -> Option<impl Iterator<Item = &str> + '_> {
-        let kept_from = self.removed_names.front().map_or(self.removals, |(n, _)| n.saturating_sub(1));
+        let kept_from = self
+            .removed_names
+            .front()
+            .map_or(self.removals, |(n, _)| n.saturating_sub(1));
         (removals >= kept_from && removals <= self.removals).then(|| {
             self.removed_names
                 .iter()
@@ -766,7 +770,10 @@ mod tests {
         let removals = r.changes().1;
         assert_eq!(removals, Instances::REMOVALS_KEPT as u64 + 2);
         assert_eq!(names(&r, 1), None, "the second removal is no longer kept");
-        assert_eq!(names(&r, 2).map(|n| n.len()), Some(Instances::REMOVALS_KEPT));
+        assert_eq!(
+            names(&r, 2).map(|n| n.len()),
+            Some(Instances::REMOVALS_KEPT)
+        );
         assert_eq!(names(&r, removals - 1), Some(vec!["a".into()]));
     }
 

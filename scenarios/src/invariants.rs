@@ -258,6 +258,7 @@ fn judge_of(name: &str, sc: &Scenario) -> Option<Box<dyn Judge>> {
             restarts: Vec::new(),
             next_restart: 0,
             judged: Judged::new(n),
+            prev_t: 0,
             names,
         }),
         "single_incarnation" => Box::new(SingleIncarnation {
@@ -346,9 +347,11 @@ struct Registered {
     restarts: Vec<(u64, usize)>,
     /// The first of `restarts` not yet due.
     next_restart: usize,
-    /// An instance without its key, or whose sidecar is not running, is judged at every
-    /// sample (its grace runs out with time); one with both, only when it changes.
+    /// An instance running without its key is judged at every sample (its grace runs
+    /// out with time); any other, only when it changes.
     judged: Judged,
+    /// The time of the sample judged before this one.
+    prev_t: u64,
 }
 
 /// What [`Registered`] keeps of an instance.
@@ -358,6 +361,9 @@ struct Seen {
     key: Option<Incarnation>,
     /// When its sidecar was last seen not running (0 before it ever was).
     last_down: u64,
+    /// Its sidecar was not running when it was last judged: it was not at every sample
+    /// since, the last of which is the one before the sample judging it next.
+    down: bool,
     /// Whether it registered since it was last seen starting (out of its start-up gate).
     registered: bool,
     /// The key when its sidecar was last seen not running: a sidecar killed without
@@ -385,6 +391,7 @@ impl Judge for Registered {
 
     fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
         let (grace, gate_ms) = (self.grace, self.gate_ms);
+        let prev_t = std::mem::replace(&mut self.prev_t, s.t_ms);
         // The instances with a stop or start due by now are judged too.
         let from = self.next_restart;
         let due_now = |r: &&(u64, usize)| r.0 <= s.t_ms;
@@ -397,7 +404,10 @@ impl Judge for Registered {
         let due = self.restarts.get(from..self.next_restart).unwrap_or(&[]);
         self.judged.first(s, due.iter().map(|&(_, i)| i), |judged, i, o| {
             let seen = self.seen.get_mut(i)?;
-            judged.again(i, !o.sidecar_running || o.etcd.is_none());
+            judged.again(i, o.sidecar_running && o.etcd.is_none());
+            if std::mem::take(&mut seen.down) {
+                seen.last_down = seen.last_down.max(prev_t);
+            }
             if let Some(t) = seen.restarted.take() {
                 seen.last_down = seen.last_down.max(t);
                 seen.registered = false;
@@ -405,6 +415,7 @@ impl Judge for Registered {
             }
             seen.key.clone_from(&o.etcd);
             if !o.sidecar_running {
+                seen.down = true;
                 seen.last_down = s.t_ms;
                 seen.registered = false;
                 seen.left_behind = o.etcd.clone();
@@ -661,9 +672,7 @@ impl Judge for No401 {
         // The master answers 401 before it reads the body, so a 401 names no instance:
         // the count is cluster-wide, and excused only while some sidecar's token
         // mismatches.
-        for (_, o) in changed_in(s) {
-            self.n = self.n.max(o.status_count(401));
-        }
+        self.n = self.n.max(s.instances.unnamed_401.unwrap_or(0));
         if self.n > self.prev {
             let from = self.prev_t.saturating_sub(self.grace);
             let excused = eps

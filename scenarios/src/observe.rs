@@ -66,6 +66,11 @@ impl InstanceObs {
         self.heartbeats.get(&status).copied().unwrap_or(0)
     }
 
+    /// Whether its sidecar was started (running, or exited since).
+    pub fn ran(&self) -> bool {
+        self.sidecar_running || self.sidecar_exit.is_some()
+    }
+
     /// Routable and agreeing with etcd: what "fully registered" means.
     pub fn fully_active(&self) -> bool {
         self.state == Some(ObservedState::Active)
@@ -104,18 +109,13 @@ impl InstanceObs {
     }
 }
 
-/// Answers the master could not attribute to an instance (a 401 names none): counted
-/// for every instance whose sidecar ran, so an invariant on 401s fires for any of them
-/// and is excused only by a token mismatch. `global`: the master's counts over the run.
-pub fn attribute_unnamed_401(out: &mut [InstanceObs], global: &BTreeMap<u16, u64>) {
-    if let Some(n) = global.get(&401).copied() {
-        for o in out
-            .iter_mut()
-            .filter(|o| o.sidecar_running || o.sidecar_exit.is_some())
-        {
-            Arc::make_mut(&mut o.heartbeats).insert(401, n);
-        }
-    }
+/// The master's 401 answers over the run (`global`: its counts), if any instance's
+/// sidecar ran: a 401 names no instance, so the count is the cluster's. It stands for
+/// every instance whose sidecar ran ([`Observations::unnamed_401`]), so an invariant on
+/// 401s fires for any of them and is excused only by a token mismatch.
+pub fn unnamed_401(out: &[InstanceObs], global: &BTreeMap<u16, u64>) -> Option<u64> {
+    let ran = out.iter().any(InstanceObs::ran);
+    global.get(&401).copied().filter(|_| ran)
 }
 
 /// Heartbeat answers by status, summed over several counts (each replica's).
@@ -164,6 +164,10 @@ pub struct Observations {
     /// The instances that differ from `base`, by index, ascending (shared too: a sample
     /// and its copies hold one list).
     diff: Arc<[(u32, Arc<InstanceObs>)]>,
+    /// The master's 401s over the run ([`unnamed_401`]), counted for every instance
+    /// whose sidecar ran: held once here, so that a new 401 changes no instance, and
+    /// shown in those instances' heartbeats when serialized.
+    pub unnamed_401: Option<u64>,
 }
 
 impl Observations {
@@ -226,6 +230,7 @@ impl Observations {
             }
         }
         let next = Observations {
+            unnamed_401: self.unnamed_401,
             base: self.base.clone(),
             diff: match changed {
                 true => diff.into(),
@@ -233,7 +238,10 @@ impl Observations {
             },
         };
         match next.diff.len() > Self::DIFF_MAX.min(next.len() / 2) {
-            true => next.iter().cloned().collect(),
+            true => Observations {
+                unnamed_401: self.unnamed_401,
+                ..next.iter().cloned().collect()
+            },
             false => next,
         }
     }
@@ -274,6 +282,7 @@ impl From<Vec<Arc<InstanceObs>>> for Observations {
             base: all.into(),
             // Its own empty list, not the process-wide one (see `Default`).
             diff: Vec::new().into(),
+            unnamed_401: None,
         }
     }
 }
@@ -325,7 +334,15 @@ impl std::ops::IndexMut<usize> for Observations {
 
 impl Serialize for Observations {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter())
+        let unnamed = |o: &Arc<InstanceObs>| self.unnamed_401.filter(|_| o.ran());
+        s.collect_seq(self.iter().map(|o| match unnamed(o) {
+            Some(n) => {
+                let mut o = InstanceObs::clone(o);
+                Arc::make_mut(&mut o.heartbeats).insert(401, n);
+                std::borrow::Cow::Owned(o)
+            }
+            None => std::borrow::Cow::Borrowed(&**o),
+        }))
     }
 }
 

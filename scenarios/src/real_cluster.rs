@@ -30,7 +30,7 @@ use crate::etcd_view::Gateway;
 use crate::fakes_config::{etcd_config, incarnation_of, master_replica_config, vllm_config};
 use crate::load::{LoadGen, Routed};
 use crate::observe::{
-    attribute_unnamed_401, sum_counts, Cumulative, Incarnations, InstanceObs, Sample,
+    sum_counts, unnamed_401, Cumulative, Incarnations, InstanceObs, Observations, Sample,
 };
 use crate::profile::Profile;
 use crate::proxy::Proxy;
@@ -660,14 +660,15 @@ impl RealCluster {
         // could attribute to an instance (401 has no name).
         let per_replica: Vec<Arc<BTreeMap<u16, u64>>> =
             self.masters.iter_mut().map(MasterReplica::counts).collect();
-        attribute_unnamed_401(&mut out, &sum_counts(per_replica.iter().map(|c| &**c)));
+        let unnamed_401 = unnamed_401(&out, &sum_counts(per_replica.iter().map(|c| &**c)));
         let elected = master_value.and_then(|v| self.topology.master.replica_named(&v));
         let accepted = per_replica
             .iter()
             .map(|c| c.get(&200).copied().unwrap_or(0));
         let last = &mut self.masters_seen;
         let masters = crate::observe::Masters::share(last, elected, accepted, load_rev);
-        let instances = out.into_iter().map(Arc::new).collect();
+        let mut instances: Observations = out.into_iter().map(Arc::new).collect();
+        instances.unnamed_401 = unnamed_401;
         Sample::new(t_ms, instances, self.routed.len(), masters)
     }
 

@@ -72,8 +72,6 @@ pub(crate) struct ObsKey {
     pub(crate) master_rev: Option<u64>,
     pub(crate) running: bool,
     pub(crate) exit: Option<i32>,
-    /// The master's unnamed 401s, when added to this instance.
-    pub(crate) unnamed_401: Option<u64>,
 }
 
 impl SimInstance {

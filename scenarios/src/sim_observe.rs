@@ -23,10 +23,10 @@ enum Changed {
     /// Nothing.
     Nothing,
     /// These instances (their etcd keys, master entries or sidecars' processes), or
-    /// none but the master replicas' view.
+    /// none but the master replicas' view or its unnamed 401s.
     Instances(Vec<usize>),
-    /// Anything: etcd's keys, an entry gone from the master, the master's unnamed
-    /// answers, the replicas.
+    /// Anything: etcd's keys, entries gone from the master that it no longer names,
+    /// the replicas.
     Any,
 }
 
@@ -129,7 +129,6 @@ impl SimCluster {
                 .map(|k| self.world.server_as::<MasterNode>(NodeId::master(k)))
                 .collect(),
         };
-        // What `attribute_unnamed_401` does, for the instances built again.
         let unnamed_401 = global.get(&401).copied();
         // etcd's keys unchanged since the last sample: each instance's value is as read.
         let writes = etcd.map(EtcdNode::kv_writes);
@@ -178,7 +177,6 @@ impl SimCluster {
                 master_rev,
                 running,
                 exit,
-                unnamed_401: unnamed_401.filter(|_| running || exit.is_some()),
             };
             let unchanged = inst.last_key.as_ref() == Some(&key);
             if let (true, false, Some(last)) = (unchanged, cfg!(debug_assertions), &inst.last_obs) {
@@ -194,10 +192,6 @@ impl SimCluster {
                 false => replicas_heartbeats(&nodes, inst),
             };
             let view = view.map(|v| (v, inst.incarnations.intern(v.incarnation)));
-            let mut heartbeats = heartbeats;
-            if let Some(n) = key.unnamed_401 {
-                Arc::make_mut(&mut heartbeats).insert(401, n);
-            }
             let obs = InstanceObs::from_views(key.etcd.clone(), view, heartbeats, running, exit);
             // Debug builds take this path every time and check that an unchanged key
             // made an unchanged observation.
@@ -213,17 +207,23 @@ impl SimCluster {
             }
             out.push((i, obs));
         }
+        let last_unnamed = self.observed.unnamed_401;
         self.observed = match seen {
             true => self.observed.with(out),
             false => out.into_iter().map(|(_, o)| o).collect(),
         };
+        // What `observe::unnamed_401` answers: once some sidecar ran, one always had.
+        let ran = last_unnamed.is_some() || self.observed.iter().any(|o| o.ran());
+        self.observed.unnamed_401 = unnamed_401.filter(|_| ran);
         let last_masters = self.masters.clone();
         let totals = match totals.is_empty() {
             true => vec![global],
             false => totals,
         };
         let masters = self.observe_masters(&totals);
-        let changed = !moved.is_empty() || !Arc::ptr_eq(&last_masters, &masters);
+        let changed = !moved.is_empty()
+            || !Arc::ptr_eq(&last_masters, &masters)
+            || self.observed.unnamed_401 != last_unnamed;
         let instances = self.observed.clone();
         let mut sample = Sample::new(self.now_ms(), instances, self.routed.len(), masters);
         sample.changed = seen.then_some(moved);
@@ -326,7 +326,8 @@ impl SimCluster {
             return Changed::Any;
         }
         let mut changed = Vec::new();
-        // Something but the instances may have changed (the replicas' view).
+        // Something but the instances may have changed (the replicas' view, the unnamed
+        // 401s).
         let mut observe = false;
         let mut k = 0;
         while let Some(&id) = self.world.stepped().get(k) {
@@ -354,7 +355,10 @@ impl SimCluster {
                         _ => 0,
                     };
                     match self.master_changes(k) {
-                        Changed::Instances(i) => changed.extend(i),
+                        Changed::Instances(i) => {
+                            observe = true;
+                            changed.extend(i);
+                        }
                         Changed::Any => return Changed::Any,
                         Changed::Nothing => {}
                     }
@@ -399,7 +403,8 @@ impl SimCluster {
         }
     }
 
-    /// Master replica `k`'s entries changed since the last look, as instances.
+    /// Master replica `k`'s entries changed since the last look, as instances (none, if
+    /// only its unnamed 401s did).
     fn master_changes(&mut self, k: usize) -> Changed {
         let Some(m) = self.world.server_as::<MasterNode>(NodeId::master(k)) else {
             return Changed::Any;
@@ -417,17 +422,25 @@ impl SimCluster {
             return Changed::Nothing;
         }
         *seen = (changes, removals, unnamed);
-        // A removal leaves no stamp to find; counts that went back are a new process's.
-        if removals != seen_removals || unnamed != seen_unnamed || changes < seen_changes {
+        // Counts that went back are a new process's.
+        if changes < seen_changes {
             return Changed::Any;
         }
+        let Some(removed) = m.instances().removed_since(seen_removals) else {
+            return Changed::Any;
+        };
         let index = &self.addr_index;
         let changed: Vec<usize> = m
             .instances()
             .changed_since(seen_changes)
+            .chain(removed)
             .filter_map(|name| index.get(name).copied())
             .collect();
-        Changed::of(changed)
+        // New unnamed 401s are observed even with no instance changed.
+        match unnamed != seen_unnamed {
+            true => Changed::Instances(changed),
+            false => Changed::of(changed),
+        }
     }
 }
 
