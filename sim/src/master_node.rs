@@ -342,11 +342,10 @@ impl MasterNode {
             self.etcd_call("/v3/kv/put", body, token);
             pending.insert(token, Write::Put(i));
         }
-        let done = BTreeMap::new();
         self.round = Some(Round {
             plan,
             pending,
-            done,
+            done: BTreeMap::new(),
         });
         self.end_round_if_done();
     }
@@ -558,12 +557,8 @@ fn gateway_object(outcome: &Outcome) -> Result<Value, String> {
 /// Whether an etcd call's outcome is an answer to mock-master's client (what
 /// [`gateway_object`] answers `Ok` for), read without building the object.
 fn gateway_answered(outcome: &Outcome) -> bool {
-    match outcome {
-        Outcome::Reply(Reply::Gateway { status: 200, body }) => {
-            mock_master::watch_message::is_object(body)
-        }
-        _ => false,
-    }
+    matches!(outcome, Outcome::Reply(Reply::Gateway { status: 200, body })
+        if mock_master::watch_message::is_object(body))
 }
 
 /// An election call's outcome as `elect::carry_out` reads it.
