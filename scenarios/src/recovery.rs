@@ -148,9 +148,7 @@ fn obs(s: &Sample, i: usize) -> Option<&InstanceObs> {
 /// The last sample at or before `t`'s observation of instance `i`.
 fn at_or_before(samples: &[Sample], t: u64, i: usize) -> Option<&InstanceObs> {
     let k = samples.partition_point(|s| s.t_ms <= t);
-    k.checked_sub(1)
-        .and_then(|k| samples.get(k))
-        .and_then(|s| obs(s, i))
+    obs(samples.get(k.checked_sub(1)?)?, i)
 }
 
 /// What the checks of one run read.

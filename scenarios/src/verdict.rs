@@ -9,6 +9,7 @@
 //! every excusing episode plus a grace period, so it stays strict where the system has
 //! no excuse.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -47,12 +48,7 @@ pub struct ActionRecord {
 impl ActionRecord {
     /// The runner's `action` event, emitted (both runners) just before the action is
     /// applied, so the timeline shows what follows as its consequence.
-    pub fn announce(
-        timeline: &std::sync::Arc<Timeline>,
-        step: usize,
-        label: &str,
-        action: &Action,
-    ) {
+    pub fn announce(timeline: &Arc<Timeline>, step: usize, label: &str, action: &Action) {
         timeline.source(Source::Runner).emit(
             "action",
             serde_json::json!({"step": step, "label": label, "action": action}),
