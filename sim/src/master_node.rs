@@ -163,10 +163,7 @@ impl MasterNode {
     /// A heartbeat past its gate answered (the gate's refusal, else the body's verdict),
     /// counted and noted as mock-master's shell does.
     fn answer(&mut self, now: Duration, refused: Option<HeartbeatReply>, body: &str) -> Reply {
-        let reply = match refused {
-            Some(reply) => reply,
-            None => self.core.on_heartbeat_admitted_text(now, body),
-        };
+        let reply = refused.unwrap_or_else(|| self.core.on_heartbeat_admitted_text(now, body));
         *self.heartbeats.entry(reply.status).or_default() += 1;
         self.notes.push(Note::Heartbeat {
             status: reply.status,
@@ -500,9 +497,7 @@ impl Server for MasterNode {
     }
 
     fn drop_notes(&mut self) -> usize {
-        let n = self.notes.len();
-        self.notes.clear();
-        n
+        self.notes.drain(..).len()
     }
 
     fn on_push(&mut self, now: Duration, _from: NodeId, line: &str) {

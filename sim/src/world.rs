@@ -963,12 +963,9 @@ impl World {
     }
 
     fn server_wakes(&mut self, id: NodeId, at: Duration) {
-        let Some(slot) = self.servers.get_mut(id) else {
+        let Some(slot) = self.servers.get_mut(id).filter(|s| s.wake == Some(at)) else {
             return;
         };
-        if slot.wake != Some(at) {
-            return;
-        }
         slot.wake = None;
         slot.node.on_timer(self.now);
         self.after_server_step(id);
