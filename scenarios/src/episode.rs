@@ -134,6 +134,12 @@ impl Episode {
     pub fn key(&self) -> &EpisodeKey {
         &self.key
     }
+
+    /// The master may answer anything meanwhile (409s included): it restarted, lagged
+    /// etcd, or had its heartbeat endpoint faulted.
+    pub fn disturbs_master(&self) -> bool {
+        self.excuses_master || matches!(self.key, EpisodeKey::MasterFault(_))
+    }
 }
 
 impl<'a> EpisodeBook<'a> {

@@ -824,12 +824,8 @@ impl Judge for ConflictEndsIncarnation {
                 Some(since) if since.0 == o.etcd => since,
                 slot => slot.insert((o.etcd.clone(), s.t_ms, count)),
             };
-            let master_disturbed = || {
-                eps.iter().any(|e| {
-                    (e.excuses_master || matches!(e.key(), EpisodeKey::MasterFault(_)))
-                        && overlaps(e, from, s.t_ms)
-                })
-            };
+            let master_disturbed =
+                || eps.iter().any(|e| e.disturbs_master() && overlaps(e, from, s.t_ms));
             let is_over = count - base > MAX_CONFLICTS;
             judged.again(i, is_over);
             if !is_over || master_disturbed() {

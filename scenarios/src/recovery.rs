@@ -170,10 +170,7 @@ impl Run<'_> {
         let around = p.saturating_sub(after);
         let conflicts =
             |t: u64| at_or_before(self.samples, t, i).map_or(0, |o| o.status_count(409));
-        let master = |o: &Episode| {
-            (o.excuses_master || matches!(o.key(), EpisodeKey::MasterFault(_)))
-                && overlaps(o, around, p + base)
-        };
+        let master = |o: &Episode| o.disturbs_master() && overlaps(o, around, p + base);
         let conflicted = conflicts(p + base) > conflicts(around) || self.eps.iter().any(master);
         base + if conflicted { after } else { 0 }
     }

@@ -225,11 +225,10 @@ impl SimCluster {
         };
         let mut hosts = BTreeMap::new();
         for k in 0..cluster.master_cfgs.len() {
+            let id = NodeId::master(k);
             let master = cluster.new_master(k, Duration::ZERO);
-            cluster
-                .world
-                .add_server(NodeId::master(k), Box::new(master));
-            hosts.insert(MasterTopology::replica_host(k), NodeId::master(k));
+            cluster.world.add_server(id, Box::new(master));
+            hosts.insert(MasterTopology::replica_host(k), id);
         }
         if cluster.master_cfgs.len() > 1 {
             cluster.world.set_master_hosts(hosts);

@@ -374,12 +374,9 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
                 .is_some_and(|s| s.masters.accepted_by(k) >= base + at_least)
         }
         Condition::LoadmetricsWritten(_) => {
-            let base = ctx.base().and_then(|s| s.masters.loadmetrics_revision);
-            let now = ctx
-                .samples
-                .last()
-                .and_then(|s| s.masters.loadmetrics_revision);
-            now.is_some() && now > base
+            // None (no write seen yet) is below every revision.
+            let revision = |s: &Sample| s.masters.loadmetrics_revision;
+            ctx.samples.last().and_then(revision) > ctx.base().and_then(revision)
         }
         Condition::RoutedShare { at_most, last, .. } => {
             if ctx.routed.len() < *last {
