@@ -134,6 +134,12 @@ impl Episode {
     pub fn key(&self) -> &EpisodeKey {
         &self.key
     }
+
+    /// The master may answer anything meanwhile (409s included): it restarted, lagged
+    /// etcd, or had its heartbeat endpoint faulted.
+    pub fn disturbs_master(&self) -> bool {
+        self.excuses_master || matches!(self.key, EpisodeKey::MasterFault(_))
+    }
 }
 
 impl<'a> EpisodeBook<'a> {
@@ -367,14 +373,9 @@ fn outlast_faults(eps: &mut [Episode]) {
                 .iter()
                 .filter(|o| (o.is_fault || o.token_mismatch) && o.outlasts_faults_ms == 0);
             let stretched = blockers
-                .filter(|o| {
-                    o.start_ms <= end.unwrap_or(u64::MAX) && o.end_ms.is_none_or(|x| x >= start)
-                })
+                .filter(|o| crate::verdict::overlaps(o, start, end.unwrap_or(u64::MAX)))
                 .map(|o| o.end_ms.map(|x| x + by))
-                .fold(end, |acc, x| match (acc, x) {
-                    (Some(a), Some(b)) => Some(a.max(b)),
-                    _ => None,
-                });
+                .fold(end, |acc, x| Some(acc?.max(x?)));
             if stretched == end {
                 break;
             }
@@ -387,10 +388,7 @@ fn outlast_faults(eps: &mut [Episode]) {
 }
 
 fn tokens_match(master: Option<&str>, sidecar: Option<&str>) -> bool {
-    match master.filter(|m| !m.is_empty()) {
-        None => true,
-        Some(m) => sidecar == Some(m),
-    }
+    master.is_none_or(|m| m.is_empty() || sidecar == Some(m))
 }
 
 #[cfg(test)]

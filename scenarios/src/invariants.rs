@@ -66,10 +66,7 @@ impl Judged {
     ) -> Option<String> {
         let mut todo = std::mem::take(&mut self.todo);
         todo.clear();
-        match &s.changed {
-            Some(changed) => todo.extend(changed.iter().map(|&i| i as usize)),
-            None => todo.extend(0..s.instances.len()),
-        }
+        todo.extend(changed_in(s).map(|(i, _)| i));
         let again = &self.again;
         self.listed
             .retain(|&i| again.get(i).copied().unwrap_or(false));
@@ -735,11 +732,8 @@ impl Judge for RevokedOnStop {
     fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
         self.stops.on_sample(s, eps);
         let within = self.within;
-        let due = |(k, _): &(usize, _)| eps.get(*k).is_some_and(|e| s.t_ms >= e.start_ms + within);
-        let (judged, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.stops.taken)
-            .into_iter()
-            .partition(due);
-        self.stops.taken = waiting;
+        let due = |k: usize| eps.get(k).is_some_and(|e| s.t_ms >= e.start_ms + within);
+        let judged: Vec<_> = self.stops.taken.extract_if(.., |x| due(x.0)).collect();
         for (k, before) in judged {
             let Some(stop) = eps.get(k) else { continue };
             let t = stop.start_ms;
@@ -789,12 +783,9 @@ impl Judge for ToElectedMaster {
     fn on_sample(&mut self, s: &Sample, eps: &[Episode]) -> Option<String> {
         let prev = self.prev.replace(s.masters.clone())?;
         let elected = s.masters.elected;
-        let changed_at = match self.since {
-            Some((e, t)) if e == elected => t,
-            _ => {
-                self.since = Some((elected, s.t_ms));
-                s.t_ms
-            }
+        let &mut (_, changed_at) = match &mut self.since {
+            Some(since) if since.0 == elected => since,
+            since => since.insert((elected, s.t_ms)),
         };
         let k = elected?;
         if Arc::ptr_eq(&prev, &s.masters)
@@ -838,19 +829,12 @@ impl Judge for ConflictEndsIncarnation {
         self.judged.first(s, std::iter::empty(), |judged, i, o| {
             let slot = self.since.get_mut(i)?;
             let count = o.status_count(409);
-            let (from, base) = match slot {
-                Some((inc, from, base)) if *inc == o.etcd => (*from, *base),
-                _ => {
-                    *slot = Some((o.etcd.clone(), s.t_ms, count));
-                    (s.t_ms, count)
-                }
+            let &mut (_, from, base) = match slot {
+                Some(since) if since.0 == o.etcd => since,
+                slot => slot.insert((o.etcd.clone(), s.t_ms, count)),
             };
-            let master_disturbed = || {
-                eps.iter().any(|e| {
-                    (e.excuses_master || matches!(e.key(), EpisodeKey::MasterFault(_)))
-                        && overlaps(e, from, s.t_ms)
-                })
-            };
+            let master_disturbed =
+                || eps.iter().any(|e| e.disturbs_master() && overlaps(e, from, s.t_ms));
             let is_over = count - base > MAX_CONFLICTS;
             judged.again(i, is_over);
             if !is_over || master_disturbed() {

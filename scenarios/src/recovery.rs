@@ -148,9 +148,7 @@ fn obs(s: &Sample, i: usize) -> Option<&InstanceObs> {
 /// The last sample at or before `t`'s observation of instance `i`.
 fn at_or_before(samples: &[Sample], t: u64, i: usize) -> Option<&InstanceObs> {
     let k = samples.partition_point(|s| s.t_ms <= t);
-    k.checked_sub(1)
-        .and_then(|k| samples.get(k))
-        .and_then(|s| obs(s, i))
+    obs(samples.get(k.checked_sub(1)?)?, i)
 }
 
 /// What the checks of one run read.
@@ -172,10 +170,7 @@ impl Run<'_> {
         let around = p.saturating_sub(after);
         let conflicts =
             |t: u64| at_or_before(self.samples, t, i).map_or(0, |o| o.status_count(409));
-        let master = |o: &Episode| {
-            (o.excuses_master || matches!(o.key(), EpisodeKey::MasterFault(_)))
-                && overlaps(o, around, p + base)
-        };
+        let master = |o: &Episode| o.disturbs_master() && overlaps(o, around, p + base);
         let conflicted = conflicts(p + base) > conflicts(around) || self.eps.iter().any(master);
         base + if conflicted { after } else { 0 }
     }

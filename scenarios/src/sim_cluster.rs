@@ -77,14 +77,10 @@ pub(crate) struct ObsKey {
 impl SimInstance {
     /// `obs` as a sample holds it: the last sample's if that one is equal.
     pub(crate) fn shared(&mut self, obs: InstanceObs) -> Arc<InstanceObs> {
-        if let Some(last) = &self.last_obs {
-            if **last == obs {
-                return last.clone();
-            }
+        match &self.last_obs {
+            Some(last) if **last == obs => last.clone(),
+            _ => self.last_obs.insert(Arc::new(obs)).clone(),
         }
-        let obs = Arc::new(obs);
-        self.last_obs = Some(obs.clone());
-        obs
     }
 
     /// The incarnation in etcd value `v` (parsed once per distinct value).
@@ -150,10 +146,8 @@ pub struct SimCluster {
 
 /// Why a topology cannot run in virtual time, if it cannot.
 pub fn unsupported(topo: &Topology) -> Option<String> {
-    if matches!(topo.etcd, EtcdNeed::Real | EtcdNeed::Cluster3) {
-        return Some("needs a real etcd (processes), which the simulation does not run".into());
-    }
-    None
+    let real = matches!(topo.etcd, EtcdNeed::Real | EtcdNeed::Cluster3);
+    real.then(|| "needs a real etcd (processes), which the simulation does not run".into())
 }
 
 impl SimCluster {
@@ -177,34 +171,34 @@ impl SimCluster {
         if let Some(d) = topo.link_delay {
             world.set_link_delay(d.0);
         }
-        let etcd_cfg = etcd_config(topo);
-        world.add_server(NodeId::Etcd, Box::new(EtcdNode::new(etcd_cfg, seed)));
+        let etcd = EtcdNode::new(etcd_config(topo), seed);
+        world.add_server(NodeId::Etcd, Box::new(etcd));
         let master_cfgs: Vec<mock_master::Config> = (0..topo.master.replicas.max(1))
             .map(|k| master_replica_config(topo, &namespace, k))
             .collect();
         let mut instances = Vec::new();
+        let (mut addr_index, mut key_index) = (HashMap::new(), HashMap::new());
         for i in 0..topo.instances {
             let spec = topo.instance(i);
             let register_addr = sim_addr(i);
+            let key = topo.instance_key(&namespace, &register_addr);
+            addr_index.insert(register_addr.clone(), i);
+            key_index.insert(key.as_bytes().to_vec(), i);
             instances.push(SimInstance {
-                key: topo.instance_key(&namespace, &register_addr),
+                key,
                 name: spec.name,
                 register_addr,
                 token: spec.token,
                 ..SimInstance::default()
             });
         }
-        let addr_index = instances
-            .iter()
-            .enumerate()
-            .map(|(i, x)| (x.register_addr.clone(), i))
-            .collect();
-        let key_index = instances
-            .iter()
-            .enumerate()
-            .map(|(i, x)| (x.key.as_bytes().to_vec(), i))
-            .collect();
-        let election_keys = election_keys(&namespace, topo);
+        let (master_key, load_prefix) = Topology::election_keys(&namespace);
+        let replicas = (0..topo.master.replicas).map(MasterTopology::service_name);
+        let election_keys = (
+            master_key.into_bytes(),
+            load_prefix.into_bytes(),
+            replicas.collect(),
+        );
         let mut cluster = SimCluster {
             world,
             timeline,
@@ -229,11 +223,10 @@ impl SimCluster {
         };
         let mut hosts = BTreeMap::new();
         for k in 0..cluster.master_cfgs.len() {
+            let id = NodeId::master(k);
             let master = cluster.new_master(k, Duration::ZERO);
-            cluster
-                .world
-                .add_server(NodeId::master(k), Box::new(master));
-            hosts.insert(MasterTopology::replica_host(k), NodeId::master(k));
+            cluster.world.add_server(id, Box::new(master));
+            hosts.insert(MasterTopology::replica_host(k), id);
         }
         if cluster.master_cfgs.len() > 1 {
             cluster.world.set_master_hosts(hosts);
@@ -305,28 +298,25 @@ impl SimCluster {
         master
     }
 
+    /// Master replica `k`, while its process runs.
+    fn replica(&self, k: usize) -> Option<&MasterNode> {
+        self.world.server_as::<MasterNode>(NodeId::master(k))
+    }
+
     /// The running replica that holds itself master (one replica: itself).
     pub(crate) fn elected_replica(&self) -> Option<usize> {
         if self.master_cfgs.len() < 2 {
             return Some(0);
         }
-        (0..self.master_cfgs.len()).find(|&k| {
-            self.world
-                .server_as::<MasterNode>(NodeId::master(k))
-                .is_some_and(MasterNode::is_master)
-        })
+        (0..self.master_cfgs.len()).find(|&k| self.replica(k).is_some_and(MasterNode::is_master))
     }
 
     /// The replica whose view of the instances the observer reads: the elected one,
     /// else the first running one.
     pub(crate) fn view_replica(&self) -> Option<usize> {
-        self.elected_replica().or_else(|| {
-            (0..self.master_cfgs.len()).find(|&k| {
-                self.world
-                    .server_as::<MasterNode>(NodeId::master(k))
-                    .is_some()
-            })
-        })
+        let running = |k: &usize| self.replica(*k).is_some();
+        self.elected_replica()
+            .or_else(|| (0..self.master_cfgs.len()).find(running))
     }
 
     /// Start instance `i`'s sidecar process now with its current flags; flags its
@@ -405,10 +395,10 @@ impl SimCluster {
             _ => r.node.clone(),
         };
         let (kind, detail) = match (r.kind.as_str(), r.detail) {
-            ("note", Value::Object(map)) if map.len() == 1 => match map.into_iter().next() {
-                Some((k, v)) => (k, v),
-                None => ("note".to_string(), Value::Null),
-            },
+            ("note", Value::Object(map)) if map.len() == 1 => map
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| ("note".to_string(), Value::Null)),
             ("note", d) if r.node.starts_with("sidecar/") => (LOG_EVENT.to_string(), d),
             (k, d) => (k.to_string(), d),
         };
@@ -458,26 +448,10 @@ impl SimCluster {
     }
 }
 
-/// The keys the elected replica is read from under `namespace`, and the replicas'
-/// service names (see [`SimCluster::election_keys`]).
-fn election_keys(namespace: &str, topo: &Topology) -> (Vec<u8>, Vec<u8>, Vec<String>) {
-    let (master_key, load_prefix) = Topology::election_keys(namespace);
-    let replicas = (0..topo.master.replicas).map(crate::topology::MasterTopology::service_name);
-    (
-        master_key.into_bytes(),
-        load_prefix.into_bytes(),
-        replicas.collect(),
-    )
-}
-
 /// Instance `i`'s address as the master and etcd know it (never dialled).
 fn sim_addr(i: usize) -> String {
-    format!(
-        "10.{}.{}.{}:8000",
-        (i >> 16) & 0xff,
-        (i >> 8) & 0xff,
-        i & 0xff
-    )
+    let [.., a, b, c] = i.to_be_bytes();
+    format!("10.{a}.{b}.{c}:8000")
 }
 
 /// The world's node index of instance `i`.

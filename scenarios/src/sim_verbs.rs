@@ -55,19 +55,6 @@ impl SimCluster {
         }
         pairs
     }
-
-    fn sidecar_running(&self, i: usize) -> bool {
-        let alive = self
-            .world
-            .sidecars()
-            .get(i)
-            .is_some_and(|s| s.exited().is_none());
-        alive
-            && self
-                .instances
-                .get(i)
-                .is_some_and(|x| x.started && !x.flag_error)
-    }
 }
 
 impl Cluster for SimCluster {
@@ -130,7 +117,7 @@ impl Cluster for SimCluster {
     }
 
     fn sidecar_start(&mut self, i: usize, token: Option<String>) -> Result<(), String> {
-        let running = self.sidecar_running(i);
+        let running = self.phase(i) != "not_running";
         let inst = self.instances.get_mut(i).ok_or("no such instance")?;
         if running {
             return Err(format!("sidecar {} is already running", inst.name));
@@ -350,12 +337,10 @@ impl Cluster for SimCluster {
     /// has the same).
     fn load_start(&mut self, load: LoadSpec) -> Result<(), String> {
         let now = self.world.now();
-        let i = load.instance.unwrap_or(0);
-        let to = match load.instance {
-            Some(_) => NodeId::Vllm(node_index(i)),
-            None => NodeId::Master,
-        };
-        let v = self.vllm(i)?;
+        let to = load
+            .instance
+            .map_or(NodeId::Master, |i| NodeId::Vllm(node_index(i)));
+        let v = self.vllm(load.instance.unwrap_or(0))?;
         let until = now + load.duration;
         let l = Load::new(to, v, load.rps, until, "hello", load.max_tokens)?;
         self.world.add_load(now, l);

@@ -99,10 +99,7 @@ pub fn run_many_sim(
                 if show_progress {
                     eprintln!("{}", status_line(&o, 2));
                 }
-                match done.lock() {
-                    Ok(mut g) => g.push((i, o)),
-                    Err(p) => p.into_inner().push((i, o)),
-                }
+                crate::lock(&done).push((i, o));
             });
         }
     });

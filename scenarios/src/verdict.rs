@@ -9,6 +9,7 @@
 //! every excusing episode plus a grace period, so it stays strict where the system has
 //! no excuse.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -47,12 +48,7 @@ pub struct ActionRecord {
 impl ActionRecord {
     /// The runner's `action` event, emitted (both runners) just before the action is
     /// applied, so the timeline shows what follows as its consequence.
-    pub fn announce(
-        timeline: &std::sync::Arc<Timeline>,
-        step: usize,
-        label: &str,
-        action: &Action,
-    ) {
+    pub fn announce(timeline: &Arc<Timeline>, step: usize, label: &str, action: &Action) {
         timeline.source(Source::Runner).emit(
             "action",
             serde_json::json!({"step": step, "label": label, "action": action}),
@@ -378,12 +374,9 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
                 .is_some_and(|s| s.masters.accepted_by(k) >= base + at_least)
         }
         Condition::LoadmetricsWritten(_) => {
-            let base = ctx.base().and_then(|s| s.masters.loadmetrics_revision);
-            let now = ctx
-                .samples
-                .last()
-                .and_then(|s| s.masters.loadmetrics_revision);
-            now.is_some() && now > base
+            // None (no write seen yet) is below every revision.
+            let revision = |s: &Sample| s.masters.loadmetrics_revision;
+            ctx.samples.last().and_then(revision) > ctx.base().and_then(revision)
         }
         Condition::RoutedShare { at_most, last, .. } => {
             if ctx.routed.len() < *last {

@@ -163,10 +163,7 @@ impl MasterNode {
     /// A heartbeat past its gate answered (the gate's refusal, else the body's verdict),
     /// counted and noted as mock-master's shell does.
     fn answer(&mut self, now: Duration, refused: Option<HeartbeatReply>, body: &str) -> Reply {
-        let reply = match refused {
-            Some(reply) => reply,
-            None => self.core.on_heartbeat_admitted_text(now, body),
-        };
+        let reply = refused.unwrap_or_else(|| self.core.on_heartbeat_admitted_text(now, body));
         *self.heartbeats.entry(reply.status).or_default() += 1;
         self.notes.push(Note::Heartbeat {
             status: reply.status,
@@ -342,11 +339,10 @@ impl MasterNode {
             self.etcd_call("/v3/kv/put", body, token);
             pending.insert(token, Write::Put(i));
         }
-        let done = BTreeMap::new();
         self.round = Some(Round {
             plan,
             pending,
-            done,
+            done: BTreeMap::new(),
         });
         self.end_round_if_done();
     }
@@ -501,9 +497,7 @@ impl Server for MasterNode {
     }
 
     fn drop_notes(&mut self) -> usize {
-        let n = self.notes.len();
-        self.notes.clear();
-        n
+        self.notes.drain(..).len()
     }
 
     fn on_push(&mut self, now: Duration, _from: NodeId, line: &str) {
@@ -558,12 +552,8 @@ fn gateway_object(outcome: &Outcome) -> Result<Value, String> {
 /// Whether an etcd call's outcome is an answer to mock-master's client (what
 /// [`gateway_object`] answers `Ok` for), read without building the object.
 fn gateway_answered(outcome: &Outcome) -> bool {
-    match outcome {
-        Outcome::Reply(Reply::Gateway { status: 200, body }) => {
-            mock_master::watch_message::is_object(body)
-        }
-        _ => false,
-    }
+    matches!(outcome, Outcome::Reply(Reply::Gateway { status: 200, body })
+        if mock_master::watch_message::is_object(body))
 }
 
 /// An election call's outcome as `elect::carry_out` reads it.

@@ -255,13 +255,9 @@ impl Distortion for Planted {
             return None;
         }
         let (incarnation, body) = self.last_beat.as_ref()?;
-        if reg.registered().map(|l| &l.incarnation) == Some(incarnation) {
-            return None;
-        }
-        if self
-            .zombie_at
-            .is_some_and(|t| now < t + self.heartbeat_interval)
-        {
+        let current = reg.registered().map(|l| &l.incarnation) == Some(incarnation);
+        let due = self.zombie_at.map_or(now, |t| t + self.heartbeat_interval);
+        if current || now < due {
             return None;
         }
         self.zombie_at = Some(now);

@@ -51,13 +51,11 @@ impl<T> Sequential<T> {
     }
 
     pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
-        let i = self.index(id)?;
-        self.slots.get_mut(i)?.as_mut()
+        self.slots.get_mut(self.index(id)?)?.as_mut()
     }
 
     pub fn remove(&mut self, id: u64) -> Option<T> {
-        let i = self.index(id)?;
-        let value = self.slots.get_mut(i)?.take();
+        let value = self.slots.get_mut(self.index(id)?)?.take();
         self.trim_front();
         value
     }

@@ -172,11 +172,9 @@ impl VllmNode {
 
     /// A scrape, rendered into this thread's page buffer (lent to the core for it).
     fn metrics(&mut self, now: Duration) -> Option<Reply> {
-        let buf = PAGE.with(|p| p.take());
-        let buf = self.core.lend_page_buffer(buf);
+        let buf = self.core.lend_page_buffer(PAGE.with(|p| p.take()));
         let reply = self.metrics_in_core(now);
-        let back = self.core.lend_page_buffer(buf);
-        PAGE.with(|p| p.replace(back));
+        PAGE.with(|p| p.replace(self.core.lend_page_buffer(buf)));
         reply
     }
 

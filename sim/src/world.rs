@@ -506,11 +506,7 @@ impl World {
             Event::Offer { to, request } => self.offer(to, request),
             Event::Pause { node, until } => self.pause_now(node, until),
             Event::Resume(node) => self.resume(node),
-            Event::Arrive(a) => {
-                if self.epoch(a.server) == a.epoch {
-                    self.arrive(a)
-                }
-            }
+            Event::Arrive(a) => self.arrive(a),
             Event::Return {
                 exchange,
                 generation,
@@ -805,8 +801,9 @@ impl World {
 
     /// A request reaches its server: it acts, and its answer goes back over the link.
     fn arrive(&mut self, a: Arrival) {
-        if self.generation(a.client, a.server) != a.generation {
-            return; // the connection was reset while the request was on its way
+        // Not if its process is gone since, nor if its connection was reset on the way.
+        if self.epoch(a.server) != a.epoch || self.generation(a.client, a.server) != a.generation {
+            return;
         }
         let id = a.exchange;
         if a.deferred && self.exchanges.get(id).is_none() {
@@ -966,12 +963,9 @@ impl World {
     }
 
     fn server_wakes(&mut self, id: NodeId, at: Duration) {
-        let Some(slot) = self.servers.get_mut(id) else {
+        let Some(slot) = self.servers.get_mut(id).filter(|s| s.wake == Some(at)) else {
             return;
         };
-        if slot.wake != Some(at) {
-            return;
-        }
         slot.wake = None;
         slot.node.on_timer(self.now);
         self.after_server_step(id);
