@@ -220,6 +220,8 @@ pub struct Instances {
     /// The names of the latest removals, each with its number in `removals`, oldest
     /// first; at most [`Instances::REMOVALS_KEPT`].
     removed_names: VecDeque<(u64, String)>,
+    /// The name of the entry stamped last.
+    last_changed: String,
 }
 
 impl Default for Instances {
@@ -232,6 +234,7 @@ impl Default for Instances {
             changes: 0,
             removals: 0,
             removed_names: VecDeque::new(),
+            last_changed: String::new(),
         }
     }
 }
@@ -265,8 +268,10 @@ impl Instances {
         Self::default()
     }
 
-    /// A new stamp for an entry being changed.
-    fn bump(changes: &mut u64) -> u64 {
+    /// A new stamp for entry `name`, being changed (`last`: the name stamped last).
+    fn bump(changes: &mut u64, last: &mut String, name: &str) -> u64 {
+        last.clear();
+        last.push_str(name);
         *changes += 1;
         *changes
     }
@@ -280,7 +285,7 @@ impl Instances {
     fn register(&mut self, name: &str, meta: InstanceMeta, now: Duration, out: &mut Vec<Notice>) {
         let incarnation = meta.incarnation_id.clone();
         let generation = self.generation();
-        let rev = Self::bump(&mut self.changes);
+        let rev = Self::bump(&mut self.changes, &mut self.last_changed, name);
         self.instances.insert(
             name.to_string(),
             Instance {
@@ -337,7 +342,7 @@ impl Instances {
         match self.instances.get_mut(name) {
             None => self.register(name, meta, now, out),
             Some(inst) if inst.meta.incarnation_id == meta.incarnation_id => {
-                inst.rev = Self::bump(&mut self.changes);
+                inst.rev = Self::bump(&mut self.changes, &mut self.last_changed, name);
                 inst.meta = meta;
                 inst.generation = generation;
                 inst.last_seen = now;
@@ -391,7 +396,7 @@ impl Instances {
         if inst.meta.incarnation_id != ticket.incarnation || inst.generation != ticket.generation {
             return;
         }
-        inst.rev = Self::bump(&mut self.changes);
+        inst.rev = Self::bump(&mut self.changes, &mut self.last_changed, &ticket.name);
         if healthy {
             inst.last_seen = now;
             set_state(
@@ -427,7 +432,7 @@ impl Instances {
         let Some(inst) = self.instances.get_mut(name) else {
             return Beat::Rejected;
         };
-        inst.rev = Self::bump(&mut self.changes);
+        inst.rev = Self::bump(&mut self.changes, &mut self.last_changed, name);
         if inst.meta.incarnation_id != incarnation {
             *inst.heartbeats.entry(409).or_default() += 1;
             return Beat::Rejected;
@@ -464,7 +469,7 @@ impl Instances {
                 InstanceState::LeaseLost
                     if now.saturating_sub(inst.last_seen) >= lease_lost_timeout =>
                 {
-                    inst.rev = Self::bump(&mut self.changes);
+                    inst.rev = Self::bump(&mut self.changes, &mut self.last_changed, name);
                     set_state(name, inst, InstanceState::Suspect, "no heartbeat", now, out);
                 }
                 InstanceState::Suspect
@@ -617,6 +622,12 @@ impl Instances {
         (self.changes, self.removals)
     }
 
+    /// The name of the entry stamped last (empty before any was): after one stamp, the
+    /// one entry [`Instances::changed_since`] the stamp before would name, without a walk.
+    pub fn last_changed(&self) -> &str {
+        &self.last_changed
+    }
+
     /// The names of the entries removed after the first `removals` removals, oldest
     /// first (a name twice if removed twice); `None` when some of them are no longer
     /// kept.
@@ -745,6 +756,22 @@ mod tests {
             ]
         );
         assert!(matches!(out.last(), Some(Notice::StaleDelete { deleted, .. }) if deleted == "i1"));
+    }
+
+    /// After one stamp, the entry stamped last is the one entry changed since.
+    #[test]
+    fn last_changed_is_the_one_entry_changed_since() {
+        let (mut r, mut out) = (Instances::new(), Vec::new());
+        r.apply_put("a", meta("i1"), s(0), &mut out);
+        r.apply_put("b", meta("i1"), s(0), &mut out);
+        for name in ["a", "b", "a"] {
+            let before = r.changes().0;
+            r.apply_put(name, meta("i1"), s(1), &mut out);
+            assert_eq!(r.changes().0, before + 1);
+            let since: Vec<&str> = r.changed_since(before).collect();
+            assert_eq!(since, [r.last_changed()]);
+            assert_eq!(r.last_changed(), name);
+        }
     }
 
     /// Removals are named from any count still kept, and refused from one that is not.

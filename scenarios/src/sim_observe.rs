@@ -429,13 +429,15 @@ impl SimCluster {
         let Some(removed) = m.instances().removed_since(seen_removals) else {
             return Changed::Any;
         };
-        let index = &self.addr_index;
-        let changed: Vec<usize> = m
-            .instances()
-            .changed_since(seen_changes)
-            .chain(removed)
-            .filter_map(|name| index.get(name).copied())
-            .collect();
+        let (index, entries) = (&self.addr_index, m.instances());
+        let instance = |name: &str| index.get(name).copied();
+        let mut changed: Vec<usize> = match changes - seen_changes {
+            0 => Vec::new(),
+            // Most steps: one heartbeat, one entry stamped.
+            1 => instance(entries.last_changed()).into_iter().collect(),
+            _ => entries.changed_since(seen_changes).filter_map(instance).collect(),
+        };
+        changed.extend(removed.filter_map(instance));
         // New unnamed 401s are observed even with no instance changed.
         match unnamed != seen_unnamed {
             true => Changed::Instances(changed),
