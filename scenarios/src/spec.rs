@@ -7,10 +7,9 @@
 //! checks its own, e.g. that the etcd kind supports it) and names the file and line of
 //! the offending step. Nothing starts until a file passes.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
-
-use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -462,10 +461,9 @@ impl Scenario {
         for c in step.expect.iter().chain(&step.when) {
             self.check_condition(c)?;
         }
-        match &step.action {
-            Some(a) => a.check(&self.topology),
-            None => Ok(()),
-        }
+        step.action
+            .as_ref()
+            .map_or(Ok(()), |a| a.check(&self.topology))
     }
 
     fn check_condition(&self, c: &Condition) -> Result<(), String> {
@@ -485,10 +483,9 @@ impl Scenario {
                 Err("`master_heartbeats` needs `topology.master.replicas` of 2 or more".into())
             }
             Condition::MasterHeartbeats { .. } => Ok(()),
-            _ => match c.instance() {
-                Some(instance) => self.topology.check_target(instance, false),
-                None => Ok(()),
-            },
+            _ => c
+                .instance()
+                .map_or(Ok(()), |i| self.topology.check_target(i, false)),
         }
     }
 }
