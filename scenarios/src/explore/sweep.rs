@@ -292,16 +292,12 @@ fn explore_command(opts: &SweepOptions, seed: u64) -> String {
         p.max_instances,
         dur(p.duration_ms)
     );
-    if let Some(d) = &p.dialect {
-        cmd.push_str(&format!(" --dialect {d}"));
-    }
+    cmd.extend(p.dialect.as_ref().map(|d| format!(" --dialect {d}")));
     cmd.push_str(&format!(" --draw {}", p.draw));
     if p.faults != super::generate::Params::default().faults {
         cmd.push_str(&format!(" --faults {}", p.faults.join(",")));
     }
-    if let Some(b) = opts.planted_bug {
-        cmd.push_str(&format!(" --planted-bug {b}"));
-    }
+    cmd.extend(opts.planted_bug.map(|b| format!(" --planted-bug {b}")));
     cmd
 }
 
@@ -387,11 +383,10 @@ fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> S
         simulated_ms += r.size.duration_ms;
         instance_ms += r.size.duration_ms * r.size.instances as u64;
         findings.extend(r.finding.clone());
-        let error = |e: &String| RunError {
+        errors.extend(r.error.iter().map(|e| RunError {
             seed: r.seed,
             error: e.clone(),
-        };
-        errors.extend(r.error.iter().map(error));
+        }));
     }
     let n = results.len() as u64;
     let minutes = wall.as_secs_f64() / 60.0;
