@@ -383,10 +383,9 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
     let cores = || std::thread::available_parallelism().map_or(1, usize::from);
     let opts = SweepOptions {
         params,
-        budget: match args.time {
-            Some(t) => Budget::Time(t),
-            None => Budget::Seeds(args.seeds.unwrap_or(100)),
-        },
+        budget: args
+            .time
+            .map_or(Budget::Seeds(args.seeds.unwrap_or(100)), Budget::Time),
         seed_start: args.seed_start,
         shard: args.shard,
         out: out.clone(),
