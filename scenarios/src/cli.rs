@@ -169,12 +169,11 @@ pub async fn run(args: RunArgs) -> u8 {
             _ => String::new(),
         };
         println!(
-            "{:8} {:30} {:>7.1}s {:>9}  {}",
+            "{:8} {:30} {:>7.1}s {:>9}  {note}",
             o.status.as_str().to_uppercase(),
             o.name,
             o.wall_ms as f64 / 1000.0,
             o.instances,
-            note
         );
     }
     let largest = outcomes

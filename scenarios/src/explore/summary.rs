@@ -192,10 +192,8 @@ impl Summary {
         let ihours = self.instance_ms as f64 / 3_600_000.0;
         let _ = writeln!(
             s,
-            "{} schedules ({:.1} simulated hours, {:.0} instance-hours) in {:.1}s wall: {:.0} schedules/min; {} violation(s), {} error(s)",
+            "{} schedules ({hours:.1} simulated hours, {ihours:.0} instance-hours) in {:.1}s wall: {:.0} schedules/min; {} violation(s), {} error(s)",
             self.schedules,
-            hours,
-            ihours,
             self.timing.wall_ms as f64 / 1000.0,
             self.timing.schedules_per_minute,
             self.findings.len(),

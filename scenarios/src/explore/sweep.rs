@@ -334,10 +334,8 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
     std::thread::scope(|scope| {
         for _ in 0..opts.jobs.max(1) {
             scope.spawn(|| loop {
-                if let Budget::Time(t) = opts.budget {
-                    if started.elapsed() >= t {
-                        return;
-                    }
+                if matches!(opts.budget, Budget::Time(t) if started.elapsed() >= t) {
+                    return;
                 }
                 let j = next.fetch_add(1, Ordering::Relaxed);
                 if seeds.is_some_and(|n| j >= n) {
