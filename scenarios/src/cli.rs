@@ -169,12 +169,11 @@ pub async fn run(args: RunArgs) -> u8 {
             _ => String::new(),
         };
         println!(
-            "{:8} {:30} {:>7.1}s {:>9}  {}",
+            "{:8} {:30} {:>7.1}s {:>9}  {note}",
             o.status.as_str().to_uppercase(),
             o.name,
             o.wall_ms as f64 / 1000.0,
             o.instances,
-            note
         );
     }
     let largest = outcomes
@@ -383,10 +382,9 @@ pub fn explore(args: ExploreArgs, runner: &crate::explore::sweep::Runner) -> u8 
     let cores = || std::thread::available_parallelism().map_or(1, usize::from);
     let opts = SweepOptions {
         params,
-        budget: match args.time {
-            Some(t) => Budget::Time(t),
-            None => Budget::Seeds(args.seeds.unwrap_or(100)),
-        },
+        budget: args
+            .time
+            .map_or(Budget::Seeds(args.seeds.unwrap_or(100)), Budget::Time),
         seed_start: args.seed_start,
         shard: args.shard,
         out: out.clone(),

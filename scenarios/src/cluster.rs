@@ -18,8 +18,7 @@ use std::time::Duration;
 use crate::observe::Sample;
 use crate::proxy::LinkFault;
 use crate::timeline::Timeline;
-use crate::topology::LinkKind;
-use crate::topology::Topology;
+use crate::topology::{LinkKind, Topology};
 
 /// A signal to a sidecar process (in virtual time: the input the driver makes of it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,10 +21,6 @@ impl Dur {
     pub fn as_ms(&self) -> u64 {
         self.0.as_millis() as u64
     }
-    /// The duration in seconds, with fractions.
-    pub fn secs_f64(&self) -> f64 {
-        self.0.as_secs_f64()
-    }
 }
 
 impl fmt::Debug for Dur {

@@ -96,11 +96,8 @@ pub fn load(args: &[String]) -> Result<Vec<Loaded>, SpecError> {
         if std::path::Path::new(a).is_file() {
             let text =
                 std::fs::read_to_string(a).map_err(|e| error(format!("cannot read: {e}")))?;
-            let scenario = Scenario::parse(a, &text)?;
-            return Ok(Loaded {
-                file: a.clone(),
-                scenario,
-            });
+            let file = a.clone();
+            return Scenario::parse(a, &text).map(|scenario| Loaded { file, scenario });
         }
         let name = a.trim_start_matches("library/").trim_end_matches(".toml");
         let found = all.iter().find(|l| l.scenario.name == name);

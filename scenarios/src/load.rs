@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde_json::json;
 
 use mock_kit::{Events, Shutdown};
 
@@ -85,7 +86,7 @@ impl LoadGen {
             let start = tokio::time::Instant::now();
             let (mut sent, mut dropped) = (0u64, 0u64);
             let plan = schedule(seed, rps, duration);
-            events.emit("load_on", serde_json::json!({"url": base_url, "rps": rps, "duration_ms": duration.as_millis() as u64, "planned": plan.len()}));
+            events.emit("load_on", json!({"url": base_url, "rps": rps, "duration_ms": duration.as_millis() as u64, "planned": plan.len()}));
             for (n, offset) in plan.into_iter().enumerate() {
                 let at = start + offset;
                 tokio::select! {
@@ -99,7 +100,7 @@ impl LoadGen {
                 sent += 1;
                 let req = http
                     .post(format!("{base_url}/v1/completions"))
-                    .json(&serde_json::json!({"model": "mock-model", "prompt": format!("request {n}"), "max_tokens": max_tokens}));
+                    .json(&json!({"model": "mock-model", "prompt": format!("request {n}"), "max_tokens": max_tokens}));
                 let route = route.clone();
                 tokio::spawn(async move {
                     if let Ok(r) = req.send().await {
@@ -114,10 +115,7 @@ impl LoadGen {
                     drop(permit);
                 });
             }
-            events.emit(
-                "load_off",
-                serde_json::json!({"sent": sent, "dropped": dropped}),
-            );
+            events.emit("load_off", json!({"sent": sent, "dropped": dropped}));
         });
         LoadGen { stop }
     }

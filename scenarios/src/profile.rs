@@ -78,21 +78,24 @@ impl Profile {
     }
 
     /// A profile named `name` that runs `program` with our flags and nothing more,
-    /// declaring `capabilities`.
-    fn new(name: &str, program: Program, capabilities: Capabilities) -> Profile {
+    /// declaring no capability.
+    fn new(name: &str, program: Program) -> Profile {
         Profile {
             name: name.to_string(),
             program,
             settings: BTreeMap::new(),
             args: Vec::new(),
             env: Vec::new(),
-            capabilities,
+            capabilities: Capabilities::new(),
         }
     }
 
     /// Our `vllm-sidecar`, every capability: the default.
     pub fn ours(bin: Option<PathBuf>) -> Profile {
-        Profile::new("vllm-sidecar", Program::OurBinary(bin), capability::all())
+        Profile {
+            capabilities: capability::all(),
+            ..Profile::new("vllm-sidecar", Program::OurBinary(bin))
+        }
     }
 
     /// The upstream Python reference sidecar (`python3 -m vllm_sidecar.sidecar`): our
@@ -106,11 +109,7 @@ impl Profile {
         Profile {
             settings,
             env: vec![("PYTHONUNBUFFERED".into(), "1".into())],
-            ..Profile::new(
-                "reference-python",
-                Program::Command(words.to_vec()),
-                Capabilities::new(),
-            )
+            ..Profile::new("reference-python", Program::Command(words.to_vec()))
         }
     }
 
@@ -130,11 +129,7 @@ impl Profile {
             .filter(|w| !w.is_empty())
             .ok_or_else(|| format!("--sidecar-cmd `{line}`: not a command line"))?;
         find_command(&words).map_err(|e| format!("--sidecar-cmd: {e}"))?;
-        Ok(Profile::new(
-            "sidecar-cmd",
-            Program::Command(words),
-            Capabilities::new(),
-        ))
+        Ok(Profile::new("sidecar-cmd", Program::Command(words)))
     }
 
     /// Read a profile file (or a built-in profile's name).
@@ -154,12 +149,10 @@ impl Profile {
         };
         let at = |key: &str, msg: String| located(line_of(text, key), msg);
         let raw: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            let line = e
-                .span()
-                .map(|s| 1 + text[..s.start.min(text.len())].matches('\n').count());
+            let line = e.span().map(|s| crate::spec::line_of(text, s.start));
             located(line, e.message().trim().replace('\n', "; "))
         })?;
-        let mut p = Profile::new(file, Program::Command(Vec::new()), Capabilities::new());
+        let mut p = Profile::new(file, Program::Command(Vec::new()));
         for (key, value) in &raw {
             match key.as_str() {
                 "name" => p.name = string(value).ok_or_else(|| at(key, "`name` is a string".into()))?,
@@ -226,10 +219,7 @@ impl Profile {
         let (program, mut args) = match &self.program {
             Program::OurBinary(Some(p)) => (p.clone(), Vec::new()),
             Program::OurBinary(None) => (locate_binary()?, Vec::new()),
-            Program::Command(words) => {
-                let (found, rest) = find_command(words)?;
-                (found, rest.to_vec())
-            }
+            Program::Command(words) => find_command(words).map(|(p, rest)| (p, rest.to_vec()))?,
         };
         args.extend(self.args.iter().cloned());
         let mut env = self.env.clone();

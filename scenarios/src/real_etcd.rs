@@ -62,16 +62,14 @@ impl RealEtcd {
             .timeout(Duration::from_secs(2))
             .build()
             .map_err(std::io::Error::other)?;
-        let etcd = RealEtcd {
+        events.emit("started", serde_json::json!({"members": clients}));
+        Ok(RealEtcd {
             cluster: Arc::new(Mutex::new(cluster)),
             live: vec![true; clients.len()],
             clients,
             events,
             http,
-        };
-        etcd.events
-            .emit("started", serde_json::json!({"members": etcd.clients}));
-        Ok(etcd)
+        })
     }
 
     /// Client addresses, member order.

@@ -12,8 +12,7 @@ use crate::proxy::{LinkFault, Proxy};
 use crate::real_cluster::{io, Etcd, Instance, MasterReplica, RealCluster};
 use crate::real_pause::{self, Switch};
 use crate::timeline::{Source, Timeline};
-use crate::topology::LinkKind;
-use crate::topology::Topology;
+use crate::topology::{LinkKind, Topology};
 
 impl RealCluster {
     fn instance(&self, i: usize) -> Result<&Instance, String> {
@@ -24,14 +23,11 @@ impl RealCluster {
 
     /// The proxies a link selection names.
     fn proxies(&self, sel: &LinkSel) -> Vec<&Proxy> {
-        fn picked(ps: &[Proxy], endpoint: Option<usize>) -> Vec<&Proxy> {
-            match endpoint {
-                Some(e) => ps.get(e).into_iter().collect(),
-                None => ps.iter().collect(),
-            }
+        fn picked(ps: &[Proxy], endpoint: Option<usize>) -> &[Proxy] {
+            endpoint.map_or(ps, |e| ps.get(e..=e).unwrap_or_default())
         }
         if sel.link == LinkKind::MasterEtcd {
-            return picked(&self.master_links, sel.endpoint);
+            return picked(&self.master_links, sel.endpoint).iter().collect();
         }
         let mut links = Vec::new();
         for x in sel.instances.iter().filter_map(|i| self.instances.get(*i)) {
@@ -120,10 +116,8 @@ impl Cluster for RealCluster {
     }
 
     fn vllm_fault(&mut self, i: usize, f: mock_vllm::Fault, arm: Arming) -> Result<(), String> {
-        self.instance(i)?
-            .vllm
-            .faults()
-            .add(f, arm.count, arm.lasting);
+        let vllm = &self.instance(i)?.vllm;
+        vllm.faults().add(f, arm.count, arm.lasting);
         Ok(())
     }
 
@@ -301,19 +295,14 @@ impl Cluster for RealCluster {
     }
 
     fn load_start(&mut self, load: LoadSpec) -> Result<(), String> {
-        let (url, route) = match load.instance {
-            Some(i) => (self.instance(i)?.vllm.url(), false),
-            None => (
-                self.serving_master()
-                    .map(mock_master::MockMaster::url)
-                    .ok_or("no master replica")?,
-                true,
-            ),
+        let url = match load.instance {
+            Some(i) => self.instance(i)?.vllm.url(),
+            None => self.serving_master().ok_or("no master replica")?.url(),
         };
-        let names = self.addrs();
+        let route = (self.addrs(), self.routed.clone());
         let gen = LoadGen::start(
             url,
-            route.then(|| (names, self.routed.clone())),
+            load.instance.is_none().then_some(route),
             load.rps,
             load.duration,
             load.max_tokens,

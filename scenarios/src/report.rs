@@ -132,17 +132,11 @@ pub fn write_dir(
     resolved.seed = outcome.seed;
     let toml =
         toml::to_string_pretty(&resolved).unwrap_or_else(|e| format!("# cannot render: {e}\n"));
-    std::fs::write(
-        dir.join("scenario.toml"),
-        format!(
-            "# resolved scenario, seed {}\n# re-run: {}\n{toml}",
-            outcome.seed, outcome.rerun
-        ),
-    )?;
-    std::fs::write(
-        dir.join("verdicts.json"),
-        serde_json::to_string_pretty(outcome).unwrap_or_default(),
-    )?;
+    let (seed, rerun) = (outcome.seed, &outcome.rerun);
+    let header = format!("# resolved scenario, seed {seed}\n# re-run: {rerun}\n");
+    std::fs::write(dir.join("scenario.toml"), header + &toml)?;
+    let json = serde_json::to_string_pretty(outcome).unwrap_or_default();
+    std::fs::write(dir.join("verdicts.json"), json)?;
     if let Some(tl) = timeline {
         let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("events.jsonl"))?);
         tl.write_jsonl(&mut f)?;
@@ -384,11 +378,8 @@ pub fn junit(outcomes: &[Outcome]) -> String {
         );
         match o.status {
             Status::Skipped => {
-                let _ = write!(
-                    s,
-                    "<skipped message=\"{}\"/>",
-                    esc(o.skip_reason.as_deref().unwrap_or(""))
-                );
+                let reason = esc(o.skip_reason.as_deref().unwrap_or(""));
+                let _ = write!(s, "<skipped message=\"{reason}\"/>");
             }
             Status::Failed => {
                 let msg: Vec<String> = o

@@ -185,13 +185,8 @@ pub async fn run_many(
     let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut handles = Vec::new();
     for (i, l) in order {
-        let (sem, opts, multi, total, failed) = (
-            sem.clone(),
-            opts.clone(),
-            multi.clone(),
-            total.clone(),
-            failed.clone(),
-        );
+        let (sem, opts, multi) = (sem.clone(), opts.clone(), multi.clone());
+        let (total, failed) = (total.clone(), failed.clone());
         let handle = tokio::spawn(async move {
             // A big scenario runs alone: it needs the whole machine.
             let heavy = l.scenario.topology.instances > HEAVY_INSTANCES;

@@ -146,7 +146,7 @@ impl SidecarSettings {
     /// runner's overrides, each replacing an earlier value of the same setting (a flag
     /// of ours names the setting; any other flag is kept as an extra).
     pub fn new(topo: &Topology, peers: &Peers<'_>, overrides: &[(String, String)]) -> Self {
-        let secs = |d: Dur| d.secs_f64().to_string();
+        let secs = |d: Dur| d.0.as_secs_f64().to_string();
         let mut values: Vec<(Setting, String)> = vec![
             (Setting::EtcdEndpoints, peers.etcd.clone()),
             (Setting::EtcdNamespace, peers.namespace.to_string()),

@@ -7,10 +7,9 @@
 //! checks its own, e.g. that the etcd kind supports it) and names the file and line of
 //! the offending step. Nothing starts until a file passes.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
-
-use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -124,10 +123,8 @@ pub enum Condition {
         /// The instance (a name, not `all`).
         instance: Target,
         /// At least this many incarnations.
-        #[serde(default)]
         at_least: Option<usize>,
         /// At most this many incarnations.
-        #[serde(default)]
         at_most: Option<usize>,
     },
     /// The master accepted at least `at_least` (default 1) heartbeats from the instance since
@@ -136,13 +133,10 @@ pub enum Condition {
         /// The instance (a name, not `all`).
         instance: Target,
         /// Heartbeats accepted since the step began, at least (default 1).
-        #[serde(default)]
         at_least: Option<u64>,
         /// A heartbeat since the step began reported at least this many waiting requests.
-        #[serde(default)]
         min_waiting: Option<u64>,
         /// A heartbeat since the step began reported at most this many waiting requests.
-        #[serde(default)]
         max_waiting: Option<u64>,
     },
     /// The master answered this HTTP status to the instance's heartbeats at least once since
@@ -158,7 +152,6 @@ pub enum Condition {
         /// The instance (a name, not `all`).
         instance: Target,
         /// The exit code it must have exited with (`None`: any).
-        #[serde(default)]
         code: Option<i32>,
     },
     /// A sidecar log line since the step began contains this text (case-insensitive).
@@ -468,10 +461,9 @@ impl Scenario {
         for c in step.expect.iter().chain(&step.when) {
             self.check_condition(c)?;
         }
-        match &step.action {
-            Some(a) => a.check(&self.topology),
-            None => Ok(()),
-        }
+        step.action
+            .as_ref()
+            .map_or(Ok(()), |a| a.check(&self.topology))
     }
 
     fn check_condition(&self, c: &Condition) -> Result<(), String> {
@@ -491,10 +483,9 @@ impl Scenario {
                 Err("`master_heartbeats` needs `topology.master.replicas` of 2 or more".into())
             }
             Condition::MasterHeartbeats { .. } => Ok(()),
-            _ => match c.instance() {
-                Some(instance) => self.topology.check_target(instance, false),
-                None => Ok(()),
-            },
+            _ => c
+                .instance()
+                .map_or(Ok(()), |i| self.topology.check_target(i, false)),
         }
     }
 }

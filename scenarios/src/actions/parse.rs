@@ -68,12 +68,9 @@ impl<'de, M: MapAccess<'de>> MapAccess<'de> for Rest<'_, M> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, M::Error> {
-        match self.key.take() {
-            Some(k) => seed
-                .deserialize(IntoDeserializer::<M::Error>::into_deserializer(k))
-                .map(Some),
-            None => Ok(None),
-        }
+        let key = self.key.take();
+        let key = key.map(IntoDeserializer::<M::Error>::into_deserializer);
+        key.map(|k| seed.deserialize(k)).transpose()
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, M::Error> {

@@ -24,7 +24,6 @@ pub enum SidecarAction {
         /// The instance (a name or `all`).
         instance: Target,
         /// Start with this token instead (token rotation).
-        #[serde(default)]
         token: Option<String>,
     },
     /// SIGTERM, then wait for exit.

@@ -44,10 +44,6 @@ pub fn key(action: &impl Serialize) -> String {
 
 /// An action written `what = true` (the value carries nothing; `false` would mislead).
 pub fn flag(b: bool, what: &str) -> Result<(), String> {
-    match b {
-        true => Ok(()),
-        false => Err(format!(
-            "`{what} = false` means nothing; write `{what} = true`"
-        )),
-    }
+    b.then_some(())
+        .ok_or_else(|| format!("`{what} = false` means nothing; write `{what} = true`"))
 }

@@ -327,11 +327,8 @@ fn fault(rng: &mut StdRng, p: &Params, mix: Option<&Mix>, topo: &Topo) -> Option
         "master_restart" => plain(json!({"master_restart": {"relist": rng.gen_bool(0.5)}})),
         "master_token" => {
             let back = topo.token.clone().unwrap_or_default();
-            let new = if back.is_empty() || rng.gen_bool(0.7) {
-                "tok-b"
-            } else {
-                ""
-            };
+            let rotate = back.is_empty() || rng.gen_bool(0.7);
+            let new = if rotate { "tok-b" } else { "" };
             with_end(json!({"master_token": new}), json!({"master_token": back}))
         }
         "master_fault" => plain(master_fault(rng, &d)),

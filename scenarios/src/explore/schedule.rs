@@ -222,11 +222,8 @@ fn instance_index(name: &str) -> Option<usize> {
 
 /// Rename the instance an action targets (`None` from `rename`: drop the action).
 fn retarget(action: &Value, rename: &dyn Fn(usize) -> Option<usize>) -> Option<Value> {
-    let Some(t) = target(action) else {
-        return Some(action.clone());
-    };
-    let Some(i) = instance_index(&t) else {
-        return Some(action.clone()); // `all`
+    let Some(i) = target(action).and_then(|t| instance_index(&t)) else {
+        return Some(action.clone()); // no target, or `all`
     };
     let new = Value::String(format!("i{}", rename(i)?));
     let mut out = action.clone();

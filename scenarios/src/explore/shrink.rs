@@ -165,18 +165,15 @@ impl Shrinker<'_> {
             return false;
         }
         let named = self.violation.instance().filter(|i| *i < n);
-        if let Some(k) = named {
-            if self.try_keep(self.best.keep_instances(&[k])) {
-                return true;
-            }
+        if named.is_some_and(|k| self.try_keep(self.best.keep_instances(&[k]))) {
+            return true;
         }
         let mut progress = false;
         let mut i = self.best.topo.instances;
         while i > 0 && self.best.topo.instances > 1 {
             i -= 1;
             let n = self.best.topo.instances;
-            let named = self.violation.instance();
-            if i >= n || Some(i) == named {
+            if i >= n || self.violation.instance() == Some(i) {
                 continue;
             }
             let keep: Vec<usize> = (0..n).filter(|k| *k != i).collect();

@@ -94,7 +94,6 @@ pub struct Finding {
     pub shrink_runs: usize,
     /// With a planted bug: whether the shrunk schedule also fails (the same invariant)
     /// without it, i.e. the finding is not the planted bug's. `None`: no bug planted.
-    #[serde(default)]
     pub fails_without_bug: Option<bool>,
     /// Under a swarm draw: the seed's enabled kinds and intensities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,7 +120,6 @@ pub struct Timing {
     pub schedules_per_minute: f64,
     /// Wall time from the start until the first finding was shrunk and written (with a
     /// planted bug: the first that does not also fail without it).
-    #[serde(default)]
     pub first_finding_ms: Option<u64>,
 }
 
@@ -194,10 +192,8 @@ impl Summary {
         let ihours = self.instance_ms as f64 / 3_600_000.0;
         let _ = writeln!(
             s,
-            "{} schedules ({:.1} simulated hours, {:.0} instance-hours) in {:.1}s wall: {:.0} schedules/min; {} violation(s), {} error(s)",
+            "{} schedules ({hours:.1} simulated hours, {ihours:.0} instance-hours) in {:.1}s wall: {:.0} schedules/min; {} violation(s), {} error(s)",
             self.schedules,
-            hours,
-            ihours,
             self.timing.wall_ms as f64 / 1000.0,
             self.timing.schedules_per_minute,
             self.findings.len(),

@@ -292,16 +292,12 @@ fn explore_command(opts: &SweepOptions, seed: u64) -> String {
         p.max_instances,
         dur(p.duration_ms)
     );
-    if let Some(d) = &p.dialect {
-        cmd.push_str(&format!(" --dialect {d}"));
-    }
+    cmd.extend(p.dialect.as_ref().map(|d| format!(" --dialect {d}")));
     cmd.push_str(&format!(" --draw {}", p.draw));
     if p.faults != super::generate::Params::default().faults {
         cmd.push_str(&format!(" --faults {}", p.faults.join(",")));
     }
-    if let Some(b) = opts.planted_bug {
-        cmd.push_str(&format!(" --planted-bug {b}"));
-    }
+    cmd.extend(opts.planted_bug.map(|b| format!(" --planted-bug {b}")));
     cmd
 }
 
@@ -338,10 +334,8 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
     std::thread::scope(|scope| {
         for _ in 0..opts.jobs.max(1) {
             scope.spawn(|| loop {
-                if let Budget::Time(t) = opts.budget {
-                    if started.elapsed() >= t {
-                        return;
-                    }
+                if matches!(opts.budget, Budget::Time(t) if started.elapsed() >= t) {
+                    return;
                 }
                 let j = next.fetch_add(1, Ordering::Relaxed);
                 if seeds.is_some_and(|n| j >= n) {
@@ -387,11 +381,10 @@ fn summarize(opts: &SweepOptions, results: Vec<SeedResult>, wall: Duration) -> S
         simulated_ms += r.size.duration_ms;
         instance_ms += r.size.duration_ms * r.size.instances as u64;
         findings.extend(r.finding.clone());
-        let error = |e: &String| RunError {
+        errors.extend(r.error.iter().map(|e| RunError {
             seed: r.seed,
             error: e.clone(),
-        };
-        errors.extend(r.error.iter().map(error));
+        }));
     }
     let n = results.len() as u64;
     let minutes = wall.as_secs_f64() / 60.0;
