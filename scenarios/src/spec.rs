@@ -123,8 +123,10 @@ pub enum Condition {
         /// The instance (a name, not `all`).
         instance: Target,
         /// At least this many incarnations.
+        #[serde(default)]
         at_least: Option<usize>,
         /// At most this many incarnations.
+        #[serde(default)]
         at_most: Option<usize>,
     },
     /// The master accepted at least `at_least` (default 1) heartbeats from the instance since
@@ -133,10 +135,13 @@ pub enum Condition {
         /// The instance (a name, not `all`).
         instance: Target,
         /// Heartbeats accepted since the step began, at least (default 1).
+        #[serde(default)]
         at_least: Option<u64>,
         /// A heartbeat since the step began reported at least this many waiting requests.
+        #[serde(default)]
         min_waiting: Option<u64>,
         /// A heartbeat since the step began reported at most this many waiting requests.
+        #[serde(default)]
         max_waiting: Option<u64>,
     },
     /// The master answered this HTTP status to the instance's heartbeats at least once since
@@ -152,6 +157,7 @@ pub enum Condition {
         /// The instance (a name, not `all`).
         instance: Target,
         /// The exit code it must have exited with (`None`: any).
+        #[serde(default)]
         code: Option<i32>,
     },
     /// A sidecar log line since the step began contains this text (case-insensitive).

@@ -221,14 +221,19 @@ impl MasterTopology {
 pub struct InstanceOverride {
     /// Instance name, `i0`, `i1`, …
     pub name: String,
+    #[serde(default)]
     /// Its vLLM's dialect.
     pub dialect: Option<Dialect>,
+    #[serde(default)]
     /// The token its sidecar sends (`""` for none), when it differs from the master's.
     pub token: Option<String>,
+    #[serde(default)]
     /// Its vLLM's start-up delay.
     pub vllm_startup_delay: Option<Dur>,
+    #[serde(default)]
     /// Whether its sidecar starts with the cluster.
     pub start_sidecar: Option<bool>,
+    #[serde(default)]
     /// Its vLLM's engines.
     pub data_parallel: Option<u32>,
 }

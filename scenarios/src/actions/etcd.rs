@@ -60,8 +60,10 @@ pub enum EtcdFault {
         #[serde(default = "default_fail_status")]
         status: u16,
         /// The gRPC code in the error body (default 14, unavailable).
+        #[serde(default)]
         grpc_code: Option<u32>,
         /// The error message (default `etcdserver: request timed out`).
+        #[serde(default)]
         message: Option<String>,
     },
     /// Serve, after a delay.

@@ -36,10 +36,12 @@ pub struct LinkStep {
     #[serde(default = "crate::topology::all_target")]
     pub instance: Target,
     /// Only this etcd endpoint of the sidecar (index), default all.
+    #[serde(default)]
     pub endpoint: Option<usize>,
     /// The fault to set (`heal` clears it).
     pub fault: LinkFault,
     /// Heal after this long (`None`: until a `heal`).
+    #[serde(default)]
     pub duration: Option<Dur>,
 }
 

@@ -20,6 +20,7 @@ pub enum LoadAction {
     /// vLLM directly, or routed by the master when `instance` is absent.
     Load {
         /// The instance whose vLLM gets the load; `None`: routed by the master.
+        #[serde(default)]
         instance: Option<Target>,
         /// Requests per second offered (0 < rps <= 2000).
         rps: f64,

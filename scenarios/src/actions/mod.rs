@@ -145,8 +145,10 @@ pub struct Armed<F> {
     /// What the fault does.
     pub fault: F,
     /// Fire at most this many times (`None`: no limit).
+    #[serde(default)]
     pub count: Option<u64>,
     /// Disarm after this long (`None`: until the family's `*_clear_faults`).
+    #[serde(default)]
     pub duration: Option<Dur>,
 }
 

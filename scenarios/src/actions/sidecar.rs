@@ -24,6 +24,7 @@ pub enum SidecarAction {
         /// The instance (a name or `all`).
         instance: Target,
         /// Start with this token instead (token rotation).
+        #[serde(default)]
         token: Option<String>,
     },
     /// SIGTERM, then wait for exit.

@@ -36,8 +36,10 @@ pub enum VllmAction {
         /// The fault.
         fault: VllmFault,
         /// It fires this many times at most.
+        #[serde(default)]
         count: Option<u64>,
         /// It is armed this long at most.
+        #[serde(default)]
         duration: Option<Dur>,
     },
     /// `vllm_clear_faults`: disarm every fault.

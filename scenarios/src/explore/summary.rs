@@ -94,6 +94,7 @@ pub struct Finding {
     pub shrink_runs: usize,
     /// With a planted bug: whether the shrunk schedule also fails (the same invariant)
     /// without it, i.e. the finding is not the planted bug's. `None`: no bug planted.
+    #[serde(default)]
     pub fails_without_bug: Option<bool>,
     /// Under a swarm draw: the seed's enabled kinds and intensities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -120,6 +121,7 @@ pub struct Timing {
     pub schedules_per_minute: f64,
     /// Wall time from the start until the first finding was shrunk and written (with a
     /// planted bug: the first that does not also fail without it).
+    #[serde(default)]
     pub first_finding_ms: Option<u64>,
 }
 
