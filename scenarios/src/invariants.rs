@@ -369,6 +369,8 @@ struct Seen {
     left_behind: Option<Incarnation>,
     /// The latest stop or start due since it was last judged.
     restarted: Option<u64>,
+    /// The episode (its index) that last excused a missing key.
+    excused_by: Option<usize>,
 }
 
 impl Judge for Registered {
@@ -427,15 +429,19 @@ impl Judge for Registered {
             // A key present holds whatever the faults; only a missing one needs an excuse
             // (looked for only then: most samples have their key).
             let gated = !seen.registered;
-            let excused = || {
-                eps.iter().any(|e| {
-                    let extra = e.extra_grace_ms + if gated && e.vllm_down { gate_ms } else { 0 };
-                    e.scope.covers(i)
-                        && e.excuses_registration
-                        && overlaps(e, from.saturating_sub(extra), s.t_ms)
-                })
+            let excuses = |e: &Episode| {
+                let extra = e.extra_grace_ms + if gated && e.vllm_down { gate_ms } else { 0 };
+                e.scope.covers(i)
+                    && e.excuses_registration
+                    && overlaps(e, from.saturating_sub(extra), s.t_ms)
             };
-            if o.etcd.is_some() || excused() {
+            // The episode that excused it last is asked first: it most often still does.
+            let last = seen.excused_by.and_then(|k| eps.get(k));
+            if o.etcd.is_some() || last.is_some_and(excuses) {
+                return None;
+            }
+            seen.excused_by = eps.iter().position(excuses);
+            if seen.excused_by.is_some() {
                 return None;
             }
             let name = self.names.get(i).map_or("?", String::as_str);
