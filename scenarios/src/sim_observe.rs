@@ -435,7 +435,10 @@ impl SimCluster {
             0 => Vec::new(),
             // Most steps: one heartbeat, one entry stamped.
             1 => instance(entries.last_changed()).into_iter().collect(),
-            _ => entries.changed_since(seen_changes).filter_map(instance).collect(),
+            _ => entries
+                .changed_since(seen_changes)
+                .filter_map(instance)
+                .collect(),
         };
         changed.extend(removed.filter_map(instance));
         // New unnamed 401s are observed even with no instance changed.
