@@ -287,11 +287,8 @@ impl<'a> EpisodeBook<'a> {
     /// End every open episode whose key `which` picks now.
     pub fn close_where(&mut self, which: impl Fn(&EpisodeKey) -> bool) {
         let t = self.t;
-        for e in self
-            .eps
-            .iter_mut()
-            .filter(|e| which(&e.key) && e.end_ms.is_none_or(|end| end > t))
-        {
+        let open = |e: &&mut Episode| which(&e.key) && e.end_ms.is_none_or(|end| end > t);
+        for e in self.eps.iter_mut().filter(open) {
             e.end_ms = Some(t.max(e.start_ms));
         }
     }
@@ -342,9 +339,7 @@ impl<'a> EpisodeBook<'a> {
     pub fn finish(mut self, end_ms: u64) -> Vec<Episode> {
         outlast_faults(&mut self.eps);
         for e in &mut self.eps {
-            if let Some(end) = e.end_ms {
-                e.end_ms = Some(end.min(end_ms.max(e.start_ms)));
-            }
+            e.end_ms = e.end_ms.map(|end| end.min(end_ms.max(e.start_ms)));
         }
         self.eps
     }

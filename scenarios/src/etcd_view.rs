@@ -66,27 +66,16 @@ impl Gateway {
                 _ => continue,
             };
             let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
-            let kvs = v
-                .get("kvs")
-                .and_then(|k| k.as_array())
-                .into_iter()
-                .flatten();
+            let kvs = v["kvs"].as_array().into_iter().flatten();
             let kv = |kv: &serde_json::Value| {
                 let dec = |f: &str| {
-                    kv.get(f)
-                        .and_then(|x| x.as_str())
-                        .and_then(|s| B64.decode(s).ok())
-                        .map(|b| String::from_utf8_lossy(&b).into_owned())
-                        .unwrap_or_default()
+                    let bytes = B64.decode(kv[f].as_str().unwrap_or_default());
+                    bytes.map_or_else(|_| String::new(), |b| String::from_utf8_lossy(&b).into())
                 };
                 // The gateway writes int64 fields as JSON strings; accept numbers too.
                 let int = |f: &str| {
-                    kv.get(f)
-                        .and_then(|l| {
-                            l.as_i64()
-                                .or_else(|| l.as_str().and_then(|s| s.parse().ok()))
-                        })
-                        .unwrap_or(0)
+                    let l = &kv[f];
+                    l.as_i64().or_else(|| l.as_str()?.parse().ok()).unwrap_or(0)
                 };
                 Kv {
                     key: dec("key"),

@@ -65,10 +65,7 @@ impl ActionRecord {
         result: Result<Option<String>, String>,
         sidecar_states: std::collections::BTreeMap<String, String>,
     ) -> (ActionRecord, Option<Verdict>) {
-        let (error, detail) = match result {
-            Ok(d) => (None, d),
-            Err(e) => (Some(e), None),
-        };
+        let (error, detail) = result.map_or_else(|e| (Some(e), None), |d| (None, d));
         let failed = error.as_ref().map(|e| {
             let name = format!("step {step}: {label}");
             Verdict::failed(VerdictKind::Action, name, Some(t_ms), e.clone())
@@ -364,15 +361,12 @@ pub fn holds(c: &Condition, ctx: &Ctx<'_>) -> bool {
             let now = ctx.samples.last().and_then(|s| s.masters.elected);
             now.is_some() && now != before
         }
-        Condition::MasterHeartbeats { at_least } => {
-            let Some(k) = ctx.samples.last().and_then(|s| s.masters.elected) else {
-                return false;
-            };
-            let base = ctx.base().map_or(0, |s| s.masters.accepted_by(k));
-            ctx.samples
-                .last()
-                .is_some_and(|s| s.masters.accepted_by(k) >= base + at_least)
-        }
+        Condition::MasterHeartbeats { at_least } => ctx.samples.last().is_some_and(|s| {
+            s.masters.elected.is_some_and(|k| {
+                let base = ctx.base().map_or(0, |b| b.masters.accepted_by(k));
+                s.masters.accepted_by(k) >= base + at_least
+            })
+        }),
         Condition::LoadmetricsWritten(_) => {
             // None (no write seen yet) is below every revision.
             let revision = |s: &Sample| s.masters.loadmetrics_revision;

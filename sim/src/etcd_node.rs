@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mock_etcd::faults::FaultDecision;
-use mock_etcd::store::KeyRange;
 use mock_etcd::{Config, EtcdCore, Fault, LineSink, WatchStream};
 use mock_kit::FaultRegistry;
 use serde_json::json;
@@ -86,14 +85,8 @@ impl EtcdNode {
         &self,
         prefix: &[u8],
     ) -> Result<(i64, Vec<mock_etcd::store::KeyValue>), String> {
-        let mut range_end = prefix.to_vec();
-        if let Some(last) = range_end.last_mut() {
-            *last = last.saturating_add(1);
-        }
         let data = self.core.data();
-        let range = KeyRange::new(prefix.to_vec(), range_end);
-        let kvs = data.range_at(&range, 0).map_err(|e| e.rpc_error())?;
-        Ok((data.rev, kvs))
+        Ok((data.rev, data.iter_prefix(prefix).cloned().collect()))
     }
 
     /// The newest mod revision of a key under `prefix` now, read in place (`None`: no

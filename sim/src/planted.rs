@@ -94,11 +94,17 @@ impl PlantedBug {
 
     /// The bug as the distortion of a sidecar whose core runs with `config`.
     pub fn distortion(self, config: &CoreConfig) -> Box<dyn Distortion> {
-        Box::new(Planted::new(
-            self,
-            config.lease_ttl,
-            config.heartbeat_interval,
-        ))
+        Box::new(Planted {
+            bug: self,
+            ttl: config.lease_ttl,
+            heartbeat_interval: config.heartbeat_interval,
+            health_failed: false,
+            scrape_failed: false,
+            last_beat: None,
+            zombie_at: None,
+            first_incarnation: None,
+            held: None,
+        })
     }
 }
 
@@ -148,20 +154,6 @@ struct Planted {
 const HELD_FOR: Duration = Duration::from_secs(60);
 
 impl Planted {
-    fn new(bug: PlantedBug, ttl: i64, heartbeat_interval: Duration) -> Planted {
-        Planted {
-            bug,
-            ttl,
-            heartbeat_interval,
-            health_failed: false,
-            scrape_failed: false,
-            last_beat: None,
-            zombie_at: None,
-            first_incarnation: None,
-            held: None,
-        }
-    }
-
     /// Whether this heartbeat of `incarnation` is one to hold: among the first
     /// [`HELD_FOR`] worth of heartbeats of an incarnation after the first.
     fn hold(&mut self, incarnation: &str) -> bool {
@@ -304,6 +296,21 @@ fn cache_as_percent(body: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// `bug`'s state with a 6 s TTL and 3 s heartbeats, as `PlantedBug::distortion` builds it.
+    fn planted(bug: PlantedBug) -> Planted {
+        Planted {
+            bug,
+            ttl: 6,
+            heartbeat_interval: Duration::from_secs(3),
+            health_failed: false,
+            scrape_failed: false,
+            last_beat: None,
+            zombie_at: None,
+            first_incarnation: None,
+            held: None,
+        }
+    }
+
     #[test]
     fn names_round_trip_through_from_str_and_serde() {
         for bug in PlantedBug::ALL {
@@ -317,10 +324,10 @@ mod tests {
 
     #[test]
     fn a_409_is_read_as_200_only_with_its_bug() {
-        let mut d = Planted::new(PlantedBug::NoReregisterOn409, 6, Duration::from_secs(3));
+        let mut d = planted(PlantedBug::NoReregisterOn409);
         let a = d.answer(CommandId(1), Kind::Heartbeat, Answer::HeartbeatStatus(409));
         assert_eq!(a, Some(Answer::HeartbeatStatus(200)));
-        let mut d = Planted::new(PlantedBug::IgnoreLeaseNotFound, 6, Duration::from_secs(3));
+        let mut d = planted(PlantedBug::IgnoreLeaseNotFound);
         let a = d.answer(CommandId(1), Kind::Heartbeat, Answer::HeartbeatStatus(409));
         assert_eq!(a, Some(Answer::HeartbeatStatus(409)));
         assert_eq!(
@@ -359,11 +366,7 @@ mod tests {
 
     #[test]
     fn a_stale_heartbeat_is_sent_unasked_and_its_answer_is_nobodys() {
-        let mut d = Planted::new(
-            PlantedBug::HeartbeatAfterLeaseLost,
-            6,
-            Duration::from_secs(3),
-        );
+        let mut d = planted(PlantedBug::HeartbeatAfterLeaseLost);
         let got = d.answer(STRAY, Kind::Heartbeat, Answer::HeartbeatStatus(200));
         assert_eq!(got, None);
         let got = d.answer(CommandId(4), Kind::Heartbeat, Answer::HeartbeatStatus(200));
@@ -387,7 +390,7 @@ mod tests {
     #[test]
     fn heartbeats_are_held_for_a_minute_only_after_a_reregistration() {
         let bug = PlantedBug::HeartbeatsHeldAfterReregister;
-        let mut d = Planted::new(bug, 6, Duration::from_secs(3));
+        let mut d = planted(bug);
         // The first incarnation's heartbeats go out.
         assert!(!d.hold("a") && !d.hold("a"));
         // A later one's first 20 (60 s / 3 s) are held, then they go out.
@@ -398,7 +401,7 @@ mod tests {
 
     #[test]
     fn the_cache_usage_goes_out_as_a_percentage() {
-        let mut d = Planted::new(PlantedBug::CacheUsageAsPercent, 6, Duration::from_secs(3));
+        let mut d = planted(PlantedBug::CacheUsageAsPercent);
         let reg = Registration::Unregistered {
             retry_at: Duration::ZERO,
         };
@@ -416,11 +419,7 @@ mod tests {
 
     #[test]
     fn keepalives_are_swallowed_only_after_a_failed_scrape_or_probe() {
-        let mut d = Planted::new(
-            PlantedBug::NoKeepaliveWhileUnhealthy,
-            6,
-            Duration::from_secs(3),
-        );
+        let mut d = planted(PlantedBug::NoKeepaliveWhileUnhealthy);
         let ka = Command::Keepalive {
             id: CommandId(3),
             lease: 9,
