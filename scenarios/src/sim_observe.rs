@@ -332,7 +332,7 @@ impl SimCluster {
         let mut k = 0;
         while let Some(&id) = self.world.stepped().get(k) {
             k += 1;
-            match id {
+            let step = match id {
                 NodeId::Sidecar(i) => {
                     let i = i as usize;
                     let exit = self.world.sidecars().get(i).and_then(|s| s.exited());
@@ -340,30 +340,20 @@ impl SimCluster {
                     if seen.is_none_or(|k| k.exit.is_none() && exit.is_some()) {
                         changed.push(i);
                     }
+                    continue;
                 }
-                NodeId::Etcd => match self.etcd_changes() {
-                    Changed::Instances(i) => {
-                        observe = true;
-                        changed.extend(i);
-                    }
-                    Changed::Any => return Changed::Any,
-                    Changed::Nothing => {}
-                },
-                NodeId::Master | NodeId::MasterReplica(_) => {
-                    let k = match id {
-                        NodeId::MasterReplica(k) => k as usize,
-                        _ => 0,
-                    };
-                    match self.master_changes(k) {
-                        Changed::Instances(i) => {
-                            observe = true;
-                            changed.extend(i);
-                        }
-                        Changed::Any => return Changed::Any,
-                        Changed::Nothing => {}
-                    }
+                NodeId::Etcd => self.etcd_changes(),
+                NodeId::Master => self.master_changes(0),
+                NodeId::MasterReplica(k) => self.master_changes(k as usize),
+                _ => continue,
+            };
+            match step {
+                Changed::Instances(i) => {
+                    observe = true;
+                    changed.extend(i);
                 }
-                _ => {}
+                Changed::Any => return Changed::Any,
+                Changed::Nothing => {}
             }
         }
         match observe {
