@@ -132,7 +132,9 @@ impl EtcdAction {
     /// Answers the member actually killed or restarted, or the leases expired.
     pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         match self {
-            EtcdAction::Fault(f) => c.etcd_fault(etcd_fault(&f.fault), f.arming())?,
+            EtcdAction::Fault(f) => {
+                c.etcd_fault(etcd_fault(&f.fault), super::arming(&f.count, &f.duration))?
+            }
             EtcdAction::ClearFaults(_) => c.etcd_clear_faults()?,
             EtcdAction::ReleaseHung(_) => c.etcd_release_hung()?,
             EtcdAction::ExpireLease(t) if t == "all" => c.etcd_expire_all_leases()?,
