@@ -226,7 +226,6 @@ impl EtcdAction {
             EtcdAction::Kill(_) => {
                 let member = book.detail().unwrap_or_default().to_string();
                 book.open(EpisodeKey::EtcdKill(member), Scope::All, None, |_| {});
-                // The election itself is a short excused gap.
                 let label = format!("{} (election)", book.label());
                 let key = EpisodeKey::EtcdElection(t);
                 book.open_as(label, key, Scope::All, Some(0), |e| {

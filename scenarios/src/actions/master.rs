@@ -140,7 +140,6 @@ impl MasterAction {
                 c.master_kill(k).await?;
                 return Ok(Some(format!("replica {k}")));
             }
-            // `""` switches the token check off.
             MasterAction::Token(tok) => {
                 c.master_token(Some(tok.clone()).filter(|t| !t.is_empty()))?
             }
