@@ -69,11 +69,13 @@ fn result(o: &Outcome) -> String {
     }
 }
 
+/// The capabilities' names, comma-separated; `none` for none.
 fn names<'a>(caps: impl IntoIterator<Item = &'a Capability>) -> String {
-    caps.into_iter()
-        .map(|c| c.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
+    let names: Vec<&str> = caps.into_iter().map(|c| c.as_str()).collect();
+    if names.is_empty() {
+        return "none".into();
+    }
+    names.join(", ")
 }
 
 /// The first failing verdict, in one sentence (its detail's first line).
@@ -113,14 +115,11 @@ pub fn markdown(profile: &Profile, outcomes: &[Outcome], rerun: &str) -> String 
         Program::OurBinary(_) => "our vllm-sidecar".to_string(),
         Program::Command(w) => format!("`{}`", w.join(" ")),
     };
+    let declared = names(&profile.capabilities);
     let _ = writeln!(s, "# Conformance: {}\n", profile.name);
     let _ = writeln!(
         s,
-        "Sidecar: {program}. Declared capabilities: {}.\n",
-        match profile.capabilities.is_empty() {
-            true => "none".to_string(),
-            false => names(&profile.capabilities),
-        }
+        "Sidecar: {program}. Declared capabilities: {declared}.\n"
     );
     let _ = writeln!(s, "{}.\n", tally(outcomes, VIOLATED));
     let _ = writeln!(s, "| scenario | result | note |\n|---|---|---|");

@@ -88,10 +88,9 @@ impl LoadGen {
             let plan = schedule(seed, rps, duration);
             events.emit("load_on", json!({"url": base_url, "rps": rps, "duration_ms": duration.as_millis() as u64, "planned": plan.len()}));
             for (n, offset) in plan.into_iter().enumerate() {
-                let at = start + offset;
                 tokio::select! {
                     _ = s.wait() => break,
-                    _ = tokio::time::sleep_until(at) => {}
+                    _ = tokio::time::sleep_until(start + offset) => {}
                 }
                 let Ok(permit) = in_flight.clone().try_acquire_owned() else {
                     dropped += 1;

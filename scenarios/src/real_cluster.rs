@@ -591,41 +591,40 @@ impl RealCluster {
         let several = self.masters.len() > 1;
         let ns = mock_master::normalize_namespace(&self.namespace);
         let (master_key, load_prefix) = Topology::election_keys(&self.namespace);
-        // The MASTER key's value and the newest LOADMETRICS write (several replicas only:
-        // one master elects nothing, and its observation stays as it always was).
-        let (master_value, load_rev) = match &self.etcd {
-            Etcd::Fake(_) if !several => (None, None),
-            Etcd::Fake(e) => (
-                e.get(&master_key).map(|(v, _)| v),
-                e.max_mod_revision(&load_prefix),
-            ),
-            _ => {
-                match self.gateway.range_prefix(&format!("{ns}XLLM:")).await {
-                    Ok(kvs) => {
-                        let kvs = kvs.into_iter();
-                        self.last_etcd = kvs
-                            .map(|kv| (kv.key, (kv.value, kv.mod_revision)))
-                            .collect();
-                    }
-                    // An unreadable etcd (killed member, overload) is not an empty one:
-                    // keep the last view rather than report every key gone.
-                    Err(e) => self
-                        .timeline
-                        .source(Source::Observer)
-                        .emit("etcd_read_failed", serde_json::json!({"error": e})),
+        if !matches!(self.etcd, Etcd::Fake(_)) {
+            match self.gateway.range_prefix(&format!("{ns}XLLM:")).await {
+                Ok(kvs) => {
+                    let kvs = kvs.into_iter();
+                    self.last_etcd = kvs
+                        .map(|kv| (kv.key, (kv.value, kv.mod_revision)))
+                        .collect();
                 }
-                let kvs = &self.last_etcd;
-                let loads = kvs.iter().filter(|(k, _)| k.starts_with(&load_prefix));
-                let newest = loads.map(|(_, (_, rev))| *rev).max();
-                let master = kvs.get(&master_key).map(|(v, _)| v.clone());
-                (master.filter(|_| several), newest.filter(|_| several))
+                // An unreadable etcd (killed member, overload) is not an empty one:
+                // keep the last view rather than report every key gone.
+                Err(e) => self
+                    .timeline
+                    .source(Source::Observer)
+                    .emit("etcd_read_failed", serde_json::json!({"error": e})),
             }
-        };
+        }
         // A key's value as etcd holds it (as last read, for a real one).
         let (etcd, last_etcd) = (&self.etcd, &self.last_etcd);
         let etcd_value = |key: &str| match etcd {
             Etcd::Fake(e) => e.get(key).map(|(v, _)| v),
             _ => last_etcd.get(key).map(|(v, _)| v.clone()),
+        };
+        // The MASTER key's value and the newest LOADMETRICS write (several replicas only:
+        // one master elects nothing, and its observation stays as it always was).
+        let (master_value, load_rev) = match etcd {
+            _ if !several => (None, None),
+            Etcd::Fake(e) => (etcd_value(&master_key), e.max_mod_revision(&load_prefix)),
+            _ => {
+                let loads = last_etcd
+                    .iter()
+                    .filter(|(k, _)| k.starts_with(&load_prefix));
+                let newest = loads.map(|(_, (_, rev))| *rev).max();
+                (etcd_value(&master_key), newest)
+            }
         };
         let watched =
             Cluster::elected_master(self).or_else(|| self.masters.iter().position(|m| m.running));

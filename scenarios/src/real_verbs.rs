@@ -42,7 +42,6 @@ impl RealCluster {
         links
     }
 
-    /// Master replica `k`.
     fn replica(&mut self, k: usize) -> Result<&mut MasterReplica, String> {
         let n = self.masters.len();
         self.masters

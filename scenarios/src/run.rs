@@ -201,15 +201,12 @@ pub async fn run_many(
             bar.enable_steady_tick(Duration::from_millis(200));
             let o = run_scenario(&l.scenario, &l.file, &opts, Some(bar.clone())).await;
             if o.status == Status::Failed {
-                failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let f = failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                total.set_message(format!("({f} failed)"));
             }
             bar.finish_and_clear();
             let _ = multi.println(status_line(&o, 1));
             total.inc(1);
-            let f = failed.load(std::sync::atomic::Ordering::Relaxed);
-            if f > 0 {
-                total.set_message(format!("({f} failed)"));
-            }
             o
         });
         handles.push((i, handle));

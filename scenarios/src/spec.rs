@@ -446,24 +446,22 @@ impl Scenario {
     fn check_step(&self, step: &Step) -> Result<(), String> {
         let (acts, awaits) = (step.action.is_some(), step.expect.is_some());
         let waits = awaits || step.when.is_some();
-        let fault = if acts && awaits {
-            Some("a step has either `action` or `await`, not both")
+        let shape = if acts && awaits {
+            Err("a step has either `action` or `await`, not both")
         } else if !acts && !awaits {
-            Some("a step needs `action` or `await`")
+            Err("a step needs `action` or `await`")
         } else if step.when.is_some() && !acts {
-            Some("`when` goes with an `action` (use `await` to check a condition)")
+            Err("`when` goes with an `action` (use `await` to check a condition)")
         } else if waits && step.within.is_none() {
-            Some("`await` and `when` need a deadline: `within = \"3s\"`")
+            Err("`await` and `when` need a deadline: `within = \"3s\"`")
         } else if !waits && step.within.is_some() {
-            Some("`within` without `await` or `when`")
+            Err("`within` without `await` or `when`")
         } else if step.hold.is_some() && !awaits {
-            Some("`hold` goes with `await`")
+            Err("`hold` goes with `await`")
         } else {
-            None
+            Ok(())
         };
-        if let Some(fault) = fault {
-            return Err(fault.into());
-        }
+        shape.map_err(String::from)?;
         for c in step.expect.iter().chain(&step.when) {
             self.check_condition(c)?;
         }

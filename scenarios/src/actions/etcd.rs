@@ -132,7 +132,9 @@ impl EtcdAction {
     /// Answers the member actually killed or restarted, or the leases expired.
     pub async fn apply(&self, c: &mut impl Cluster) -> Result<Option<String>, String> {
         match self {
-            EtcdAction::Fault(f) => c.etcd_fault(etcd_fault(&f.fault), f.arming())?,
+            EtcdAction::Fault(f) => {
+                c.etcd_fault(etcd_fault(&f.fault), super::arming(&f.count, &f.duration))?
+            }
             EtcdAction::ClearFaults(_) => c.etcd_clear_faults()?,
             EtcdAction::ReleaseHung(_) => c.etcd_release_hung()?,
             EtcdAction::ExpireLease(t) if t == "all" => c.etcd_expire_all_leases()?,
@@ -224,7 +226,6 @@ impl EtcdAction {
             EtcdAction::Kill(_) => {
                 let member = book.detail().unwrap_or_default().to_string();
                 book.open(EpisodeKey::EtcdKill(member), Scope::All, None, |_| {});
-                // The election itself is a short excused gap.
                 let label = format!("{} (election)", book.label());
                 let key = EpisodeKey::EtcdElection(t);
                 book.open_as(label, key, Scope::All, Some(0), |e| {

@@ -109,7 +109,8 @@ impl LinkAction {
             fault,
             duration,
         }) = self;
-        let scopes = if *link == LinkKind::MasterEtcd {
+        let master = *link == LinkKind::MasterEtcd;
+        let scopes = if master {
             vec![Scope::All]
         } else {
             book.scopes(instance)
@@ -123,7 +124,6 @@ impl LinkAction {
         // A cut path from the sidecar to its vLLM is, to that sidecar, vLLM down: its
         // probes fail and a sidecar still in its start-up gate backs off as it would.
         let vllm_cut = *link == LinkKind::SidecarVllm && excuses;
-        let master = *link == LinkKind::MasterEtcd;
         let recovery = match link {
             LinkKind::SidecarEtcd => book.etcd_recovery_ms(),
             _ => 0,

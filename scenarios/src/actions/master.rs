@@ -140,11 +140,12 @@ impl MasterAction {
                 c.master_kill(k).await?;
                 return Ok(Some(format!("replica {k}")));
             }
-            // `""` switches the token check off.
             MasterAction::Token(tok) => {
                 c.master_token(Some(tok.clone()).filter(|t| !t.is_empty()))?
             }
-            MasterAction::Fault(f) => c.master_fault(master_fault(&f.fault), f.arming())?,
+            MasterAction::Fault(f) => {
+                c.master_fault(master_fault(&f.fault), super::arming(&f.count, &f.duration))?
+            }
             MasterAction::ClearFaults(_) => c.master_clear_faults()?,
         }
         Ok(None)

@@ -152,13 +152,6 @@ pub struct Armed<F> {
     pub duration: Option<Dur>,
 }
 
-impl<F: Serialize> Armed<F> {
-    /// The arming as the cluster's verbs take it.
-    fn arming(&self) -> Arming {
-        arming(&self.count, &self.duration)
-    }
-}
-
 /// A fault armed for `count` uses and/or `duration`, as the cluster's verbs take it
 /// (the vLLM, etcd and master faults alike).
 fn arming(count: &Option<u64>, duration: &Option<Dur>) -> Arming {

@@ -95,7 +95,6 @@ impl SidecarAction {
                 book.recheck_tokens();
             }
             SidecarAction::Stop(target) | SidecarAction::Kill(target) => {
-                // The sidecar is not running: no registration is expected (observed directly).
                 let graceful = matches!(self, SidecarAction::Stop(_));
                 for s in book.scopes(target) {
                     book.open(EpisodeKey::SidecarDown(s), s, Some(0), |e| {

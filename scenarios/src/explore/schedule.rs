@@ -298,9 +298,7 @@ impl Schedule {
         let mut steps: Vec<(u64, &Value)> = Vec::new();
         for f in &self.faults {
             steps.push((f.at_ms, &f.action));
-            if let Some((t, a)) = &f.end {
-                steps.push((*t, a));
-            }
+            steps.extend(f.end.as_ref().map(|(t, a)| (*t, a)));
         }
         // Stable: actions at the same time keep the schedule's order.
         steps.sort_by_key(|(t, _)| *t);

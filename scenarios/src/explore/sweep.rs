@@ -128,7 +128,6 @@ fn run_error(o: &Outcome) -> Option<String> {
         let why = o.skip_reason.as_deref().unwrap_or_default();
         return Some(format!("skipped: {why}"));
     }
-    // Not these: the run goes on through them and is judged.
     use VerdictKind::{Action, Exit, Invariant};
     o.verdicts
         .iter()
@@ -343,7 +342,6 @@ pub fn sweep(opts: &SweepOptions, runner: &Runner) -> Summary {
                 }
                 let r = explore_seed(opts.shard.seed(opts.seed_start, j), opts, runner);
                 if let Some(f) = &r.finding {
-                    // With a planted bug, the first finding that is the bug's.
                     if f.fails_without_bug != Some(true) {
                         let t = started.elapsed().as_millis() as u64;
                         first_finding_ms.fetch_min(t, Ordering::Relaxed);
