@@ -481,10 +481,30 @@ impl Cumulative {
         incarnation: Option<&str>,
         counts: &BTreeMap<u16, u64>,
     ) -> Arc<BTreeMap<u16, u64>> {
-        let same_incarnation = incarnation == self.last_incarnation.as_deref();
-        if same_incarnation && *counts == self.last {
+        if !self.take(incarnation, counts) {
             // Most samples: nothing new since the last one.
             return self.total.clone();
+        }
+        let mut total = self.base.clone();
+        for (s, n) in &self.last {
+            *total.entry(*s).or_default() += n;
+        }
+        self.total = Arc::new(total);
+        self.total.clone()
+    }
+
+    /// The run-long count of `status` (`None`: it never was an answer), as the counts
+    /// [`Cumulative::update`] answers but without building them.
+    pub fn total_of(&self, status: u16) -> Option<u64> {
+        let (base, last) = (self.base.get(&status), self.last.get(&status));
+        (base.is_some() || last.is_some()).then(|| base.unwrap_or(&0) + last.unwrap_or(&0))
+    }
+
+    /// Takes in this incarnation's current counts; answers whether they changed.
+    pub fn take(&mut self, incarnation: Option<&str>, counts: &BTreeMap<u16, u64>) -> bool {
+        let same_incarnation = incarnation == self.last_incarnation.as_deref();
+        if same_incarnation && *counts == self.last {
+            return false;
         }
         let reset = !same_incarnation
             || counts
@@ -504,12 +524,7 @@ impl Cumulative {
                 self.last.insert(*s, *n);
             }
         }
-        let mut total = self.base.clone();
-        for (s, n) in &self.last {
-            *total.entry(*s).or_default() += n;
-        }
-        self.total = Arc::new(total);
-        self.total.clone()
+        true
     }
 }
 

@@ -15,7 +15,7 @@ use sim::etcd_node::EtcdNode;
 use sim::master_node::MasterNode;
 use sim::NodeId;
 
-use crate::observe::{sum_counts, Cumulative, InstanceObs, Sample};
+use crate::observe::{sum_counts, Cumulative, InstanceObs, Masters, Sample};
 use crate::sim_cluster::{ElectedInEtcd, ObsKey, SimCluster, SimInstance};
 
 /// What the last event may have changed of the observation.
@@ -77,7 +77,10 @@ impl SimCluster {
     pub fn observe(&mut self) -> Sample {
         let seen = self.observed.len() == self.instances.len();
         if seen && !cfg!(debug_assertions) {
-            return self.as_last_observed();
+            let (instances, masters) = (self.observed.clone(), self.masters.clone());
+            let mut sample = Sample::new(self.now_ms(), instances, self.routed.len(), masters);
+            sample.changed = Some(Vec::new());
+            return sample;
         }
         let (sample, changed) = self.observe_only(None);
         debug_assert!(
@@ -85,19 +88,6 @@ impl SimCluster {
             "t={} ms: the observation changed with no event or verb seen changing it",
             sample.t_ms
         );
-        sample
-    }
-
-    /// The last observation, at the time now.
-    fn as_last_observed(&self) -> Sample {
-        let instances = self.observed.clone();
-        let mut sample = Sample::new(
-            self.now_ms(),
-            instances,
-            self.routed.len(),
-            self.masters.clone(),
-        );
-        sample.changed = Some(Vec::new());
         sample
     }
 
@@ -122,14 +112,14 @@ impl SimCluster {
             Some(all) => all,
             None => master.map_or(&none, |m| m.heartbeat_counts()),
         };
-        let global = self.global_counts.update(Some("master"), global);
+        self.global_counts.take(Some("master"), global);
         let nodes: Vec<Option<&MasterNode>> = match replicas {
             0 | 1 => Vec::new(),
             _ => (0..replicas)
                 .map(|k| self.world.server_as::<MasterNode>(NodeId::master(k)))
                 .collect(),
         };
-        let unnamed_401 = global.get(&401).copied();
+        let unnamed_401 = self.global_counts.total_of(401);
         // etcd's keys unchanged since the last sample: each instance's value is as read.
         let writes = etcd.map(EtcdNode::kv_writes);
         let etcd_same = writes.is_some() && writes == self.etcd_writes;
@@ -216,11 +206,24 @@ impl SimCluster {
         let ran = last_unnamed.is_some() || self.observed.iter().any(|o| o.ran());
         self.observed.unnamed_401 = unnamed_401.filter(|_| ran);
         let last_masters = self.masters.clone();
-        let totals = match totals.is_empty() {
-            true => vec![global],
-            false => totals,
+        // The master replicas as etcd and each replica show them.
+        let accepted: Vec<u64> = match totals.is_empty() {
+            true => vec![self.global_counts.total_of(200).unwrap_or(0)],
+            false => totals
+                .iter()
+                .map(|t| t.get(&200).copied().unwrap_or(0))
+                .collect(),
         };
-        let masters = self.observe_masters(&totals);
+        let (elected, loadmetrics) = match replicas {
+            0 | 1 => (None, None),
+            _ => self.elected_in_etcd(),
+        };
+        let masters = Masters::share(
+            &mut self.masters,
+            elected,
+            accepted.into_iter(),
+            loadmetrics,
+        );
         let changed = !moved.is_empty()
             || !Arc::ptr_eq(&last_masters, &masters)
             || self.observed.unnamed_401 != last_unnamed;
@@ -248,20 +251,6 @@ impl SimCluster {
                 c.update(Some("replica"), counts)
             })
             .collect()
-    }
-
-    /// The master replicas as etcd and each replica (its `totals`) show them.
-    fn observe_masters(
-        &mut self,
-        totals: &[Arc<BTreeMap<u16, u64>>],
-    ) -> Arc<crate::observe::Masters> {
-        let accepted = totals.iter().map(|t| t.get(&200).copied().unwrap_or(0));
-        let (elected, loadmetrics_revision) = match self.master_cfgs.len() {
-            0 | 1 => (None, None),
-            _ => self.elected_in_etcd(),
-        };
-        let last = &mut self.masters;
-        crate::observe::Masters::share(last, elected, accepted, loadmetrics_revision)
     }
 
     /// The replica the MASTER key names, and the newest LOADMETRICS write's revision
