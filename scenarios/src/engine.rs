@@ -160,11 +160,8 @@ impl<C: Cluster> Run<'_, '_, C> {
             routed: &routed,
             addrs: &self.addrs,
         };
-        if self.samples.len() > from && verdict::holds(cond, &ctx) {
-            self.samples.last().map(|s| s.t_ms)
-        } else {
-            None
-        }
+        let holds = self.samples.len() > from && verdict::holds(cond, &ctx);
+        self.samples.last().filter(|_| holds).map(|s| s.t_ms)
     }
 
     /// Wait (sample by sample) until `cond` holds or `within` passes; then, if the step
@@ -266,23 +263,18 @@ pub async fn play<'a, C: Cluster>(
             let to = at.as_ms().max(run.now());
             run.advance_to(to).await;
         }
+        let name = format!("step {}: {label}", i + 1);
         if let Some(why) = capability::missing(&step.needs(), caps) {
             let kind = match (&step.expect, &step.when) {
                 (Some(_), _) => VerdictKind::Await,
                 (None, Some(_)) => VerdictKind::When,
                 (None, None) => VerdictKind::Action,
             };
-            verdicts.push(Verdict::skipped(
-                kind,
-                format!("step {}: {label}", i + 1),
-                why,
-            ));
+            verdicts.push(Verdict::skipped(kind, name, why));
             continue;
         }
         if let Some(cond) = step.when.as_ref().or(step.expect.as_ref()) {
-            let v = run
-                .judge(sc, step, cond, format!("step {}: {label}", i + 1))
-                .await;
+            let v = run.judge(sc, step, cond, name).await;
             let skip_action = v.kind == VerdictKind::When && !v.passed;
             verdicts.push(v);
             if skip_action {

@@ -345,10 +345,7 @@ impl SimCluster {
                 Changed::Nothing => {}
             }
         }
-        match observe {
-            true => Changed::Instances(changed),
-            false => Changed::of(changed),
-        }
+        Changed::of(changed, observe)
     }
 
     /// The instances whose etcd keys were written since the last look (none but the
@@ -375,11 +372,8 @@ impl SimCluster {
                 None => others = true,
             }
         }
-        match (changed.is_empty(), others && self.master_cfgs.len() > 1) {
-            // Only the replicas' view may have changed: observed with no instance.
-            (true, true) => Changed::Instances(changed),
-            _ => Changed::of(changed),
-        }
+        // Where only the replicas' view may have changed, it is observed with no instance.
+        Changed::of(changed, others && self.master_cfgs.len() > 1)
     }
 
     /// Master replica `k`'s entries changed since the last look, as instances (none, if
@@ -421,17 +415,14 @@ impl SimCluster {
         };
         changed.extend(removed.filter_map(instance));
         // New unnamed 401s are observed even with no instance changed.
-        match unnamed != seen_unnamed {
-            true => Changed::Instances(changed),
-            false => Changed::of(changed),
-        }
+        Changed::of(changed, unnamed != seen_unnamed)
     }
 }
 
 impl Changed {
-    /// `instances`, or nothing if it names none.
-    fn of(instances: Vec<usize>) -> Changed {
-        match instances.is_empty() {
+    /// `instances`, or nothing if it names none and nothing else is to be observed.
+    fn of(instances: Vec<usize>, observe_anyway: bool) -> Changed {
+        match instances.is_empty() && !observe_anyway {
             true => Changed::Nothing,
             false => Changed::Instances(instances),
         }
