@@ -353,6 +353,11 @@ impl<'a> EpisodeBook<'a> {
     }
 }
 
+/// Whether episode `e` was open at some time from `from` to `to`.
+pub(crate) fn overlaps(e: &Episode, from: u64, to: u64) -> bool {
+    e.start_ms <= to && e.end_ms.is_none_or(|end| end >= from)
+}
+
 /// Stretch each episode with `outlasts_faults_ms` past the faults overlapping it (and
 /// those overlapping the stretch, until nothing changes; an open fault leaves it open).
 fn outlast_faults(eps: &mut [Episode]) {
@@ -368,7 +373,7 @@ fn outlast_faults(eps: &mut [Episode]) {
                 .iter()
                 .filter(|o| (o.is_fault || o.token_mismatch) && o.outlasts_faults_ms == 0);
             let stretched = blockers
-                .filter(|o| crate::verdict::overlaps(o, start, end.unwrap_or(u64::MAX)))
+                .filter(|o| overlaps(o, start, end.unwrap_or(u64::MAX)))
                 .map(|o| o.end_ms.map(|x| x + by))
                 .fold(end, |acc, x| Some(acc?.max(x?)));
             if stretched == end {

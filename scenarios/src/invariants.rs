@@ -17,10 +17,10 @@
 //! happen is the property staying broken with no fault to explain it.
 
 use crate::capability::{self, Capabilities};
-use crate::episode::{Episode, EpisodeBook, EpisodeKey};
+use crate::episode::{overlaps, Episode, EpisodeBook, EpisodeKey};
 use crate::observe::{Incarnation, InstanceObs, Masters, ObservedState, Sample};
 use crate::spec::{Invariants, Scenario};
-use crate::verdict::{overlaps, ActionRecord, Verdict, VerdictKind};
+use crate::verdict::{ActionRecord, Verdict, VerdictKind};
 use std::sync::Arc;
 
 /// The instances of `s` whose observations are not the previous sample's (every one

@@ -34,11 +34,11 @@
 
 use serde::Serialize;
 
-use crate::episode::{Episode, EpisodeKey};
+use crate::episode::{overlaps, Episode, EpisodeKey};
 use crate::observe::{InstanceObs, Sample};
 use crate::spec::Scenario;
 use crate::topology::Topology;
-use crate::verdict::{overlaps, ActionRecord, Verdict, VerdictKind};
+use crate::verdict::{ActionRecord, Verdict, VerdictKind};
 
 /// The invariant's name, as `[invariants]` switches it.
 pub const INVARIANT: &str = "recovers_within_bound";

@@ -242,10 +242,6 @@ pub fn record_episodes(book: &mut EpisodeBook<'_>, r: &ActionRecord) {
     }
 }
 
-pub(crate) fn overlaps(e: &Episode, from: u64, to: u64) -> bool {
-    e.start_ms <= to && e.end_ms.is_none_or(|end| end >= from)
-}
-
 /// Everything an await's condition is judged on.
 pub struct Ctx<'a> {
     /// The scenario being judged.
