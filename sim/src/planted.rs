@@ -94,17 +94,8 @@ impl PlantedBug {
 
     /// The bug as the distortion of a sidecar whose core runs with `config`.
     pub fn distortion(self, config: &CoreConfig) -> Box<dyn Distortion> {
-        Box::new(Planted {
-            bug: self,
-            ttl: config.lease_ttl,
-            heartbeat_interval: config.heartbeat_interval,
-            health_failed: false,
-            scrape_failed: false,
-            last_beat: None,
-            zombie_at: None,
-            first_incarnation: None,
-            held: None,
-        })
+        let (ttl, interval) = (config.lease_ttl, config.heartbeat_interval);
+        Box::new(Planted::new(self, ttl, interval))
     }
 }
 
@@ -154,6 +145,21 @@ struct Planted {
 const HELD_FOR: Duration = Duration::from_secs(60);
 
 impl Planted {
+    /// `bug`, in a sidecar with lease `ttl` (s) and `heartbeat_interval`, before it ran.
+    fn new(bug: PlantedBug, ttl: i64, heartbeat_interval: Duration) -> Planted {
+        Planted {
+            bug,
+            ttl,
+            heartbeat_interval,
+            health_failed: false,
+            scrape_failed: false,
+            last_beat: None,
+            zombie_at: None,
+            first_incarnation: None,
+            held: None,
+        }
+    }
+
     /// Whether this heartbeat of `incarnation` is one to hold: among the first
     /// [`HELD_FOR`] worth of heartbeats of an incarnation after the first.
     fn hold(&mut self, incarnation: &str) -> bool {
@@ -298,17 +304,7 @@ mod tests {
 
     /// `bug`'s state with a 6 s TTL and 3 s heartbeats, as `PlantedBug::distortion` builds it.
     fn planted(bug: PlantedBug) -> Planted {
-        Planted {
-            bug,
-            ttl: 6,
-            heartbeat_interval: Duration::from_secs(3),
-            health_failed: false,
-            scrape_failed: false,
-            last_beat: None,
-            zombie_at: None,
-            first_incarnation: None,
-            held: None,
-        }
+        Planted::new(bug, 6, Duration::from_secs(3))
     }
 
     #[test]
