@@ -206,24 +206,18 @@ impl SimCluster {
         let ran = last_unnamed.is_some() || self.observed.iter().any(|o| o.ran());
         self.observed.unnamed_401 = unnamed_401.filter(|_| ran);
         let last_masters = self.masters.clone();
-        // The master replicas as etcd and each replica show them.
-        let accepted: Vec<u64> = match totals.is_empty() {
-            true => vec![self.global_counts.total_of(200).unwrap_or(0)],
-            false => totals
-                .iter()
-                .map(|t| t.get(&200).copied().unwrap_or(0))
-                .collect(),
-        };
+        // The master replicas as etcd and each replica show them (the heartbeats accepted:
+        // with one master the cluster's count, with several each replica's).
+        let one = totals
+            .is_empty()
+            .then(|| self.global_counts.total_of(200).unwrap_or(0));
+        let each = totals.iter().map(|t| t.get(&200).copied().unwrap_or(0));
         let (elected, loadmetrics) = match replicas {
             0 | 1 => (None, None),
             _ => self.elected_in_etcd(),
         };
-        let masters = Masters::share(
-            &mut self.masters,
-            elected,
-            accepted.into_iter(),
-            loadmetrics,
-        );
+        let accepted = one.into_iter().chain(each);
+        let masters = Masters::share(&mut self.masters, elected, accepted, loadmetrics);
         let changed = !moved.is_empty()
             || !Arc::ptr_eq(&last_masters, &masters)
             || self.observed.unnamed_401 != last_unnamed;
